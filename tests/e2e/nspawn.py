@@ -42,8 +42,10 @@ MIRROR = os.environ.get("NICHEALTHD_DEBIAN_MIRROR", "http://deb.debian.org/debia
 CACHE_ROOT = Path(os.environ.get("NICHEALTHD_ROOTFS_CACHE", "/var/tmp/nichealthd-rootfs"))
 BASE_INCLUDE = ["systemd", "systemd-sysv", "dbus", "python3"]
 # The daemon's runtime dependencies as Debian ships them (packaging/deb/control Depends and
-# Recommends). python3-tomli is not needed: bookworm's python3 is 3.11 (tomllib).
+# Recommends). python3-tomli is not needed: bookworm's python3 is 3.11 (tomllib). procps
+# provides /bin/kill for the unit's ExecReload= (minbase does not include it).
 DAEMON_DEPS = [
+    "procps",
     "python3-dbus-fast",
     "python3-sdnotify",
     "python3-grpcio",
@@ -197,6 +199,10 @@ def ensure_rootfs(flavour: str = "base") -> Path:
     if flavour not in ("base", "deps"):
         raise ValueError(flavour)
     with _lock():
+        current = {_key("base"), _key("deps")}
+        for stale in CACHE_ROOT.iterdir():  # rootfs trees of older package lists
+            if stale.is_dir() and stale.name not in current:
+                _run(["rm", "-rf", "--one-file-system", str(stale)], check=False)
         base = CACHE_ROOT / _key("base")
         if not base.is_dir():
             _build_base(base)
