@@ -86,9 +86,10 @@ def unusable_reason() -> Optional[str]:
     missing = missing_tools()
     if missing:
         return "missing host tools: " + ", ".join(missing) + " (run .ci/system-deps.sh)"
-    if not (CGROUP_V1 / "cgroup.procs").exists() and not Path(
-        "/sys/fs/cgroup/cgroup.procs"
-    ).exists():
+    if (
+        not (CGROUP_V1 / "cgroup.procs").exists()
+        and not Path("/sys/fs/cgroup/cgroup.procs").exists()
+    ):
         return "no usable cgroup hierarchy under /sys/fs/cgroup"
     return None
 
@@ -127,7 +128,8 @@ def _finish_rootfs(root: Path) -> None:
     (root / "etc/apt/sources.list").write_text(f"deb {MIRROR} {SUITE} main\n")
     # Keep downloaded .debs: the base flavour ships the daemon's dependencies pre-fetched.
     (root / "etc/apt/apt.conf.d/99nichealthd-keep-debs").write_text(
-        'Binary::apt::APT::Keep-Downloaded-Packages "true";\nAPT::Keep-Downloaded-Packages "true";\n'
+        'Binary::apt::APT::Keep-Downloaded-Packages "true";\n'
+        'APT::Keep-Downloaded-Packages "true";\n'
     )
     (root / "etc/apt/apt.conf.d/99nichealthd-no-recommends").write_text(
         'APT::Install-Recommends "false";\n'
@@ -160,8 +162,10 @@ def _build_deps(base: Path, dest: Path) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     _run(["cp", "-a", "--reflink=auto", str(base), str(tmp)])
     with _chroot_mounts(tmp):
-        _run(["chroot", str(tmp), "apt-get", "install", "-y", "-qq", *DAEMON_DEPS],
-             stdout=subprocess.DEVNULL)
+        _run(
+            ["chroot", str(tmp), "apt-get", "install", "-y", "-qq", *DAEMON_DEPS],
+            stdout=subprocess.DEVNULL,
+        )
     os.replace(tmp, dest)
 
 
@@ -226,7 +230,7 @@ def _cgroup_dirs(name: str) -> list:
 
 
 def _children(pid: int) -> list:
-    out = []
+    out: list = []
     with contextlib.suppress(OSError):
         for task in os.listdir(f"/proc/{pid}/task"):
             with contextlib.suppress(OSError):
@@ -249,7 +253,7 @@ class Container:
         self._cgroups = _cgroup_dirs(self.name)
 
     # -- lifecycle -------------------------------------------------------------------------
-    def start(self, boot_timeout: float = 90.0) -> "Container":
+    def start(self, boot_timeout: float = 90.0) -> Container:
         src = ensure_rootfs(self.flavour)
         _run(["cp", "-a", "--reflink=auto", str(src), str(self.root)])
         for d in self._cgroups:
@@ -259,16 +263,15 @@ class Container:
             f"{enter}exec systemd-nspawn -q -D {self.root} -b --register=no --keep-unit "
             f"--console=passive --machine={self.name[:64]}"
         )
-        log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(
-            ["sh", "-c", script],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=_env(),
-            start_new_session=True,
-        )
-        log.close()
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                ["sh", "-c", script],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=_env(),
+                start_new_session=True,
+            )
         deadline = time.monotonic() + boot_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -351,7 +354,7 @@ class Container:
                         with contextlib.suppress(ProcessLookupError, ValueError):
                             os.kill(int(line), signal.SIGKILL)
 
-    def __enter__(self) -> "Container":
+    def __enter__(self) -> Container:
         try:
             return self.start()
         except BaseException:

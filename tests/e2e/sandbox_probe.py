@@ -15,7 +15,7 @@ import os
 import socket
 import sys
 
-results = {}
+results: dict = {}
 
 
 def attempt(name, fn):
@@ -23,7 +23,7 @@ def attempt(name, fn):
         value = fn()
         results[name] = {"ok": True, "value": value}
     except OSError as exc:
-        results[name] = {"ok": False, "errno": errno.errorcode.get(exc.errno, str(exc.errno))}
+        results[name] = {"ok": False, "errno": errno.errorcode.get(exc.errno or 0, str(exc.errno))}
     except Exception as exc:  # noqa: BLE001 - record anything
         results[name] = {"ok": False, "error": repr(exc)}
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 pytestmark = pytest.mark.e2e
@@ -14,4 +16,4 @@ def test_container_boots_and_runs_a_unit(boot):
     res = c.run(["systemd-run", "--wait", "--pipe", "-q", "-p", "User=nobody", "id", "-un"])
     assert res.stdout.strip() == "nobody"
     # The test process was not captured by the container's systemd: our cgroup is ours.
-    assert c.name not in open("/proc/self/cgroup").read()
+    assert c.name not in Path("/proc/self/cgroup").read_text()

@@ -15,6 +15,7 @@ import json
 import re
 import shutil
 import time
+from pathlib import Path
 
 import pytest
 from conftest import REPO
@@ -25,7 +26,8 @@ NAME = "org.nichealthd.NicHealth1"
 OBJ = "/org/nichealthd/NicHealth1"
 FAKE_CONNECTOR = (
     "import os, socket; s = socket.socket(socket.AF_UNIX); "
-    "s.bind('/run/nvsentinel/nvsentinel.sock'); os.chmod('/run/nvsentinel/nvsentinel.sock', 0o666); "
+    "s.bind('/run/nvsentinel/nvsentinel.sock'); "
+    "os.chmod('/run/nvsentinel/nvsentinel.sock', 0o666); "
     "s.listen(16)\nwhile True: s.accept()[0].close()"
 )
 
@@ -41,9 +43,7 @@ def install_sandboxed_probe(c) -> None:
     assert n == 1
     c.path("/etc/systemd/system/nichealthd.service").write_text(unit)
     shutil.copy(REPO / "tests/e2e/sandbox_probe.py", c.path("/usr/local/lib/nichealthd-probe.py"))
-    shutil.copy(
-        REPO / "sysusers.d/nichealthd.conf", c.path("/usr/lib/sysusers.d/nichealthd.conf")
-    )
+    shutil.copy(REPO / "sysusers.d/nichealthd.conf", c.path("/usr/lib/sysusers.d/nichealthd.conf"))
     shutil.copy(
         REPO / "etc/dbus-1/system.d/org.nichealthd.NicHealth1.conf",
         c.path("/usr/share/dbus-1/system.d/org.nichealthd.NicHealth1.conf"),
@@ -67,8 +67,9 @@ def install_sandboxed_probe(c) -> None:
         ]
     )
     c.wait_for(
-        lambda: c.run(["test", "-S", "/run/nvsentinel/nvsentinel.sock"], check=False).returncode
-        == 0,
+        lambda: (
+            c.run(["test", "-S", "/run/nvsentinel/nvsentinel.sock"], check=False).returncode == 0
+        ),
         10,
         what="fake connector socket",
     )
@@ -93,12 +94,18 @@ def test_unit_sandbox_under_real_systemd(boot):
     ok = {k for k, v in r.items() if v["ok"]}
     assert r["user"]["value"] == "nichealthd"
     # Everything the daemon reads stays readable.
-    for key in ("proc_net_route", "boot_id", "sys_class_net", "sys_carrier_changes",
-                "gpu_metadata", "config"):
+    for key in (
+        "proc_net_route",
+        "boot_id",
+        "sys_class_net",
+        "sys_carrier_changes",
+        "gpu_metadata",
+        "config",
+    ):
         assert key in ok, (key, r[key])
     # ProtectProc= gives the service a fresh procfs instance, so it sees the kernel's boot
     # ID even where systemd-nspawn overmounts a per-container one: on a real host both agree.
-    kernel_boot_id = open("/proc/sys/kernel/random/boot_id").read().strip()
+    kernel_boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     container_boot_id = c.run(["cat", "/proc/sys/kernel/random/boot_id"]).stdout.strip()
     assert r["boot_id"]["value"] in (kernel_boot_id, container_boot_id)
     assert r["proc_net_route"]["value"].startswith("Iface")
@@ -137,14 +144,22 @@ def test_unit_sandbox_under_real_systemd(boot):
             res = busctl(c, *args, user=user)
             assert res.returncode == 0 and res.stdout.strip() == 's "ok"', (user, args, res)
     assert busctl(c, iface, "Reload").stdout.strip() == 's "ok"'
-    for args in ((iface, "Reload"), (props, "Set", "ssv", iface, "LogLevel", "s", "debug")):
-        res = busctl(c, *args, user="nobody")
-        assert res.returncode != 0 and "Access denied" in res.stderr, (args, res)
+    denied: list = [(iface, "Reload"), (props, "Set", "ssv", iface, "LogLevel", "s", "debug")]
+    for call in denied:
+        res = busctl(c, *call, user="nobody")
+        assert res.returncode != 0 and "Access denied" in res.stderr, (call, res)
     steal = c.run(
-        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "python3", "-c",
-         "import asyncio\nfrom dbus_fast.aio import MessageBus\nfrom dbus_fast import BusType\n"
-         "async def m():\n b = await MessageBus(bus_type=BusType.SYSTEM).connect()\n"
-         f" await b.request_name('{NAME}')\nasyncio.run(m())"],
+        [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "python3",
+            "-c",
+            "import asyncio\nfrom dbus_fast.aio import MessageBus\nfrom dbus_fast import BusType\n"
+            "async def m():\n b = await MessageBus(bus_type=BusType.SYSTEM).connect()\n"
+            f" await b.request_name('{NAME}')\nasyncio.run(m())",
+        ],
         check=False,
     )
     assert steal.returncode != 0 and "is not allowed to own the service" in steal.stderr, steal
@@ -166,7 +181,9 @@ def test_unit_sandbox_under_real_systemd(boot):
 
     # The online score of the installed unit matches the offline one.
     sec = c.run(["systemd-analyze", "security", "nichealthd.service"], check=False).stdout
-    score = float(re.search(r"Overall exposure level for nichealthd.service: ([\d.]+)", sec)[1])
+    m = re.search(r"Overall exposure level for nichealthd.service: ([\d.]+)", sec)
+    assert m, sec
+    score = float(m[1])
     assert score <= 2.0, sec
 
     c.run(["systemctl", "stop", "nichealthd"])
