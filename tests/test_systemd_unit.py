@@ -13,10 +13,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 UNIT = REPO / "systemd/nichealthd.service"
-ANALYZE = shutil.which("systemd-analyze", path="/usr/bin:/bin:" + os.environ.get("PATH", ""))
+ANALYZE = shutil.which("systemd-analyze", path="/usr/bin:/bin:" + os.environ.get("PATH", "")) or ""
 
 needs_analyze = pytest.mark.skipif(
-    ANALYZE is None, reason="systemd-analyze not installed (.ci/system-deps.sh installs systemd)"
+    not ANALYZE, reason="systemd-analyze not installed (.ci/system-deps.sh installs systemd)"
 )
 
 
