@@ -18,9 +18,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO
 
 pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
 
 NAME = "org.nichealthd.NicHealth1"
 OBJ = "/org/nichealthd/NicHealth1"
