@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Union
 
 PathLike = Union[str, "os.PathLike[str]"]
+PortId = Union[int, str]  # a port number as int or as its sysfs directory name
 
 STASH = ".removed"
 
