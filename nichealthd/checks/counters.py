@@ -1,0 +1,241 @@
+"""Counter evaluation (spec §6.3, §10.4): delta and velocity thresholds with latching breaches.
+
+Pure: it reads a port's counter values from the snapshot and the previous state, and writes
+the next state into the ``next_state`` it is given. Two rules beyond the spec (REFERENCE §3):
+a 32-bit ``hw_counters`` value that drops from near 2^32 wrapped (it is not a reset), and a PMA
+error counter pinned at its saturation value is reported once, because from then on a delta
+monitor cannot see anything on it until the counter is cleared.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import MutableMapping, Optional
+
+from ..config import CounterSpec
+from ..events import HealthEvent, make_event, port_entities
+from ..model import PortSnapshot, is_value
+from ..state import BreachFlag, CounterSnap, MonitorState, counter_key
+
+WRAP_MODULUS = 2**32
+_WRAP_HIGH = WRAP_MODULUS * 3 // 4
+_WRAP_LOW = WRAP_MODULUS // 4
+
+# IB PMA PortCounters widths: these stop at all-ones instead of wrapping (REFERENCE §3).
+PMA_SATURATION = {
+    "symbol_error": 2**16 - 1,
+    "port_rcv_errors": 2**16 - 1,
+    "port_xmit_discards": 2**16 - 1,
+    "port_rcv_remote_physical_errors": 2**16 - 1,
+    "port_rcv_switch_relay_errors": 2**16 - 1,
+    "VL15_dropped": 2**16 - 1,
+    "link_downed": 2**8 - 1,
+    "link_error_recovery": 2**8 - 1,
+    "port_rcv_constraint_errors": 2**8 - 1,
+    "port_xmit_constraint_errors": 2**8 - 1,
+    "local_link_integrity_errors": 2**4 - 1,
+    "excessive_buffer_overrun_errors": 2**4 - 1,
+    "port_xmit_wait": 2**32 - 1,
+}
+
+
+def window_tolerance(window: float) -> float:
+    """Scheduling jitter accepted on a velocity window: 2 % of it, at most 50 ms.
+
+    A 1 s poll wakes a few milliseconds late or early; without this a 1 s window would be
+    evaluated only every other poll. The rate is always computed over the real elapsed time.
+    """
+    return min(0.02 * window, 0.05)
+
+
+@dataclass(frozen=True)
+class CounterObservation:
+    """What the last poll computed for one counter entry (for D-Bus and metrics)."""
+
+    value: Optional[int]
+    delta: Optional[int]
+    rate: Optional[float]
+
+
+@dataclass
+class CounterMemory:
+    """The last value read of each counter and when (spec §6.3 ``lastPollValue``).
+
+    Not persisted: after a restart the persisted snapshot stands in for it.
+    """
+
+    last_values: dict[str, int] = field(default_factory=dict)
+    last_times: dict[str, datetime] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CheckNames:
+    """The check names of one link layer."""
+
+    state: str
+    degradation: str
+
+    def for_counter(self, spec: CounterSpec) -> str:
+        """Fatal counters file under the state check, the others under degradation (§11.1)."""
+        return self.state if spec.is_fatal else self.degradation
+
+
+def wrapped_delta(path: str, old: int, new: int) -> Optional[int]:
+    """The increase from ``old`` to ``new``, or None when the counter was reset.
+
+    A decrease of a 32-bit ``hw_counters`` value from the top quarter to the bottom quarter of
+    its range is a wrap: the increase is ``new + 2^32 - old``.
+    """
+    if new >= old:
+        return new - old
+    if "hw_counters/" in path and _WRAP_HIGH <= old < WRAP_MODULUS and new < _WRAP_LOW:
+        return new + WRAP_MODULUS - old
+    return None
+
+
+def saturation_limit(path: str) -> Optional[int]:
+    """The value a PMA counter under ``counters/`` sticks at, if it is one."""
+    directory, name = posixpath.split(path)
+    if posixpath.basename(directory) != "counters":
+        return None
+    return PMA_SATURATION.get(name)
+
+
+def evaluate_port_counters(
+    port: PortSnapshot,
+    specs: tuple[CounterSpec, ...],
+    checks: CheckNames,
+    enabled_checks: frozenset[str],
+    previous: MonitorState,
+    next_state: MonitorState,
+    memory: CounterMemory,
+    observations: MutableMapping[str, CounterObservation],
+    now: datetime,
+    baseline: bool,
+) -> list[HealthEvent]:
+    """Evaluate every configured counter of one port; returns the events in order."""
+    events: list[HealthEvent] = []
+    for spec in specs:
+        check = checks.for_counter(spec)
+        if check not in enabled_checks:
+            continue
+        reading = port.counters.get(spec.name)
+        key = counter_key(port.device, port.port, spec.name)
+        if not is_value(reading):
+            observations[key] = CounterObservation(None, None, None)
+            continue
+        assert isinstance(reading, int)
+        events.extend(_evaluate_one(port, spec, check, key, reading, previous, next_state,
+                                    memory, observations, now, baseline))
+        memory.last_values[key] = reading
+        memory.last_times[key] = now
+    return events
+
+
+def _evaluate_one(port: PortSnapshot, spec: CounterSpec, check: str, key: str, value: int,
+                  previous: MonitorState, next_state: MonitorState,
+                  memory: CounterMemory,
+                  observations: MutableMapping[str, CounterObservation],
+                  now: datetime, baseline: bool) -> list[HealthEvent]:
+    entities = port_entities(port.device, port.port)
+    where = f"port {port.device} port {port.port}"
+    snap = previous.counter_snapshots.get(key)
+    path = port.counter_paths.get(spec.name, spec.path)
+    events: list[HealthEvent] = []
+
+    if snap is None:
+        # First poll for this key: establish the baseline; after a reboot (or with no state)
+        # tell the platform the counter is healthy, clearing any stale condition.
+        next_state.counter_snapshots[key] = CounterSnap(value, now)
+        observations[key] = CounterObservation(value, None, None)
+        if baseline:
+            events.append(make_event(
+                check, fatal=False, healthy=True, error_code=spec.name, entities=entities,
+                message=f"Counter {spec.name} healthy after reboot on {where}", at=now))
+        events.extend(_saturation(spec, key, path, value, check_degraded(check, spec), where,
+                                  entities, next_state, now))
+        return events
+
+    last = memory.last_values.get(key, snap.value)
+    if wrapped_delta(path, last, value) is None:
+        # Reset (driver reload, device reset, admin clear): restart the window from here and
+        # clear a latched breach with a recovery carrying the breach's own check name.
+        next_state.counter_snapshots[key] = CounterSnap(value, now)
+        observations[key] = CounterObservation(value, None, None)
+        flag = next_state.breach_flags.pop(key, None)
+        if flag is not None:
+            events.append(make_event(
+                flag.check_name, fatal=False, healthy=True, error_code=spec.name,
+                entities=entities, message=f"Counter {spec.name} recovered on {where}", at=now))
+        next_state.saturated.pop(key, None)
+        return events
+
+    events.extend(_saturation(spec, key, path, value, check_degraded(check, spec), where,
+                              entities, next_state, now))
+    delta = wrapped_delta(path, snap.value, value)
+    if delta is None:  # increments that overflowed the window: start a fresh one
+        next_state.counter_snapshots[key] = CounterSnap(value, now)
+        return events
+    elapsed = (now - snap.timestamp).total_seconds()
+    if elapsed < 0:  # the wall clock went backwards: the window is meaningless, restart it
+        next_state.counter_snapshots[key] = CounterSnap(value, now)
+        return events
+
+    if key in next_state.breach_flags:
+        observations[key] = CounterObservation(value, delta, None)
+        return events  # latched: nothing to say until a reset or a reboot
+
+    if spec.is_velocity:
+        window = spec.window_seconds
+        if elapsed < window - window_tolerance(window):
+            observations[key] = _carry(observations.get(key), value)
+            return events  # window not full yet: keep the snapshot, never extrapolate
+        rate = delta / elapsed * window
+        next_state.counter_snapshots[key] = CounterSnap(value, now)
+    else:
+        # Delta over one poll interval. The snapshot only moves when the value does, so an
+        # idle counter never forces a state write; the rate shown uses the last poll's time.
+        since = memory.last_times.get(key, snap.timestamp)
+        interval = (now - since).total_seconds()
+        rate = delta / interval if interval > 0 else 0.0
+        if delta:
+            next_state.counter_snapshots[key] = CounterSnap(value, now)
+    observations[key] = CounterObservation(value, delta, rate)
+    breached = (rate if spec.is_velocity else delta) > spec.threshold
+    if breached:
+        next_state.breach_flags[key] = BreachFlag(check, spec.is_fatal, now)
+        events.append(make_event(
+            check, fatal=spec.is_fatal, healthy=False, error_code=spec.name, entities=entities,
+            message=(f"Port {port.device} port {port.port}: {spec.name} - {spec.description} "
+                     f"(value={value}, delta={delta}, rate={rate:.2f}{spec.unit_label})"),
+            at=now))
+    return events
+
+
+def _carry(previous: Optional[CounterObservation], value: int) -> CounterObservation:
+    """Keep the last full window's delta and rate while a new window fills."""
+    if previous is None:
+        return CounterObservation(value, None, None)
+    return CounterObservation(value, previous.delta, previous.rate)
+
+
+def check_degraded(check: str, spec: CounterSpec) -> str:
+    """Saturation is a degradation signal: file it under the degradation check of the layer."""
+    if spec.is_fatal:
+        return check.replace("StateCheck", "DegradationCheck")
+    return check
+
+
+def _saturation(spec: CounterSpec, key: str, path: str, value: int, check: str, where: str,
+                entities: tuple[tuple[str, str], ...], next_state: MonitorState,
+                now: datetime) -> list[HealthEvent]:
+    limit = saturation_limit(path)
+    if limit is None or value != limit or key in next_state.saturated:
+        return []
+    next_state.saturated[key] = now
+    return [make_event(
+        check, fatal=False, healthy=False, error_code=spec.name, entities=entities, at=now,
+        message=(f"Counter {spec.name} on {where} is saturated at {value} - monitoring of this "
+                 f"counter is blind until it is cleared"))]

@@ -1,0 +1,157 @@
+"""Port state evaluation (spec §3, §13.1): one event per crossing of the healthy boundary.
+
+Healthy is ACTIVE + LinkUp. DOWN or Disabled is fatal; Polling, LinkErrorRecovery and other
+non-active states are degradations; INIT/ARMED are degradations on InfiniBand and not reported
+on Ethernet, where they are sub-second transients. The health the platform was last told is
+persisted per port, so a restart compares against it and a DOWN that was fixed while the
+daemon was away still produces its recovery.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+from typing import Optional
+
+from ..events import CODE_PORT_MISSING, CODE_PORT_STATE, HealthEvent, make_event, port_entities
+from ..model import PortSnapshot
+from ..state import DEGRADED, FATAL, HEALTHY, SUPPRESSED, PortRecord
+
+QUIET = "quiet"  # a state that is not reported (Ethernet INIT/ARMED): hold the last health
+MISSES_BEFORE_GONE = 3
+
+_STATE_DOWN, _STATE_INIT, _STATE_ARMED, _STATE_ACTIVE = 1, 2, 3, 4
+_PHYS_DISABLED, _PHYS_LINKUP = 3, 5
+
+
+def split_state(raw: Optional[str]) -> tuple[Optional[int], str]:
+    """``"4: ACTIVE"`` -> ``(4, "ACTIVE")``; tolerant of a missing number."""
+    if not raw:
+        return None, ""
+    number, sep, name = raw.partition(":")
+    if sep and number.strip().isdigit():
+        return int(number), name.strip()
+    return None, raw.strip()
+
+
+def state_name(raw: Optional[str]) -> str:
+    return split_state(raw)[1] or "unknown"
+
+
+def is_active(state: Optional[str], phys_state: Optional[str]) -> bool:
+    """ACTIVE and LinkUp: the definition of a healthy, counted-as-active port."""
+    return (split_state(state)[0] == _STATE_ACTIVE
+            and split_state(phys_state)[0] == _PHYS_LINKUP)
+
+
+def port_health(state: Optional[str], phys_state: Optional[str], link_layer: str) -> str:
+    """Classify one reading as HEALTHY, FATAL, DEGRADED or QUIET."""
+    logical, physical = split_state(state)[0], split_state(phys_state)[0]
+    if logical == _STATE_ACTIVE and physical == _PHYS_LINKUP:
+        return HEALTHY
+    if logical == _STATE_DOWN or physical == _PHYS_DISABLED:
+        return FATAL
+    if logical in (_STATE_INIT, _STATE_ARMED) and physical == _PHYS_LINKUP \
+            and link_layer == "Ethernet":
+        return QUIET
+    return DEGRADED
+
+
+def port_label(device: str, port: int, link_layer: str) -> str:
+    """``Port mlx5_0 port 1`` or, for RoCE, ``RoCE port mlx5_0 port 1`` (spec §13.1)."""
+    prefix = "RoCE port" if link_layer == "Ethernet" else "Port"
+    return f"{prefix} {device} port {port}"
+
+
+def describe(port: PortSnapshot, link_layer: str) -> str:
+    """``state DOWN, phys_state Disabled`` (+ ``, operstate down`` for RoCE)."""
+    text = f"state {state_name(port.state)}, phys_state {state_name(port.phys_state)}"
+    if link_layer == "Ethernet":
+        text += f", operstate {port.operstate or 'unknown'}"
+    return text
+
+
+def state_event(check: str, port: PortSnapshot, link_layer: str, health: str,
+                now: datetime) -> HealthEvent:
+    """The consolidated event for a port reaching ``health``."""
+    label = port_label(port.device, port.port, link_layer)
+    if health == HEALTHY:
+        message = (f"{label}: healthy ({state_name(port.state)}, "
+                   f"{state_name(port.phys_state)})")
+    else:
+        message = f"{label}: {describe(port, link_layer)}"
+    return make_event(check, fatal=health == FATAL, healthy=health == HEALTHY, message=message,
+                      error_code=CODE_PORT_STATE, entities=port_entities(port.device, port.port),
+                      at=now)
+
+
+def transition(previous: Optional[PortRecord], port: PortSnapshot, link_layer: str,
+               check: str, now: datetime, *, first_sight: bool, evidence: bool
+               ) -> tuple[Optional[PortRecord], list[HealthEvent]]:
+    """Next record and events for one readable port.
+
+    ``first_sight``: there is no record to compare with and the platform must be told the
+    truth (first poll after a reboot or with no state). ``evidence``: the port's card is
+    proven anomalous by homogeneity — the only reason to call a port that is already down at
+    first sight fatal (REFERENCE §2).
+    """
+    health = port_health(port.state, port.phys_state, link_layer)
+    state, phys = port.state or "", port.phys_state or ""
+    events: list[HealthEvent] = []
+    if previous is None:
+        if health == QUIET:
+            return None, events
+        if health == HEALTHY:
+            if first_sight:
+                events.append(state_event(check, port, link_layer, HEALTHY, now))
+            told = HEALTHY
+        elif evidence:
+            events.append(state_event(check, port, link_layer, health, now))
+            told = health
+        else:
+            told = SUPPRESSED
+        return PortRecord(port.device, port.port, state, phys, link_layer, told, now), events
+
+    told, since = previous.health, previous.since
+    if health == QUIET:
+        pass
+    elif health == HEALTHY:
+        if told != HEALTHY:
+            events.append(state_event(check, port, link_layer, HEALTHY, now))
+            told, since = HEALTHY, now
+    elif told == SUPPRESSED:
+        pass  # uncabled since first sight; a card that now falls short has its own event
+    elif health == FATAL and told != FATAL:
+        events.append(state_event(check, port, link_layer, FATAL, now))  # incl. escalation
+        told, since = FATAL, now
+    elif health == DEGRADED and told == HEALTHY:
+        events.append(state_event(check, port, link_layer, DEGRADED, now))
+        told, since = DEGRADED, now
+    record = replace(previous, state=state, physical_state=phys, link_layer=link_layer,
+                     health=told, since=since, misses=0)
+    return record, events
+
+
+def missing_port(previous: PortRecord, check: str, now: datetime
+                 ) -> tuple[PortRecord, list[HealthEvent]]:
+    """A port absent from a device whose ports were listed: fatal on the third miss."""
+    misses = previous.misses + 1
+    events = []
+    if misses == MISSES_BEFORE_GONE:
+        label = port_label(previous.device, previous.port, previous.link_layer)
+        events.append(make_event(
+            check, fatal=True, healthy=False, error_code=CODE_PORT_MISSING,
+            entities=port_entities(previous.device, previous.port), at=now,
+            message=(f"{label} disappeared from /sys/class/infiniband/{previous.device}/ports/ "
+                     f"- hardware failure")))
+    return replace(previous, misses=misses), events
+
+
+def returned_port(previous: PortRecord, check: str, now: datetime) -> list[HealthEvent]:
+    """The recovery of a port that had been declared gone."""
+    if previous.misses < MISSES_BEFORE_GONE:
+        return []
+    label = port_label(previous.device, previous.port, previous.link_layer)
+    return [make_event(check, fatal=False, healthy=True, error_code=CODE_PORT_MISSING,
+                       entities=port_entities(previous.device, previous.port), at=now,
+                       message=f"{label} is present again")]

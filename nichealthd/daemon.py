@@ -1,0 +1,209 @@
+"""``nichealthd``: command line, start-up checks, ``--once``, and the long-running service.
+
+Start-up failures exit with a status an operator can act on: 2 for an invalid command line or
+config (the message names the file, the key and the problem), 1 for anything else (the
+message says what to fix), 0 after a clean stop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+from . import __version__
+from .config import (
+    ALL_CHECKS,
+    DBUS_MODES,
+    DEFAULT_CONFIG_PATH,
+    LOG_LEVELS,
+    PROCESSING_STRATEGIES,
+    Config,
+    ConfigError,
+    load_config,
+)
+from .evaluate import Topology
+from .eventlog import EventLog
+from .logsetup import setup_logging
+from .monitor import Monitor
+from .topology import GpuTopology, MetadataError, load_gpu_topology, read_default_route_devices
+
+log = logging.getLogger("nichealthd")
+
+EXIT_OK, EXIT_STARTUP, EXIT_USAGE = 0, 1, 2
+
+# flag dest -> config key: every flag is also a config key, and flags win.
+FLAG_KEYS = {
+    "sysfs_root": "sysfsRoot",
+    "proc_root": "procRoot",
+    "boot_id_path": "bootIdPath",
+    "state_file": "stateFile",
+    "metadata_path": "metadataPath",
+    "node_name": "nodeName",
+    "platform_connector_socket": "platformConnectorSocket",
+    "platform_connector_token_path": "platformConnectorTokenPath",
+    "processing_strategy": "processingStrategy",
+    "polling_interval": "pollingInterval",
+    "checks": "checks",
+    "metrics_listen": "metricsListen",
+    "dbus": "dbus",
+    "event_log": "eventLog",
+    "log_level": "logLevel",
+}
+
+
+class StartupError(Exception):
+    """A start-up failure that is not a config error (exit 1); the text says what to do."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="nichealthd",
+        description="NIC health daemon: watches InfiniBand/RoCE ports and error counters in "
+                    "sysfs and reports health events (see nichealthd(8)).")
+    add = parser.add_argument
+    add("--config", metavar="PATH", default=DEFAULT_CONFIG_PATH,
+        help=f"TOML config file; a missing file means built-in defaults "
+             f"(default {DEFAULT_CONFIG_PATH})")
+    add("--sysfs-root", metavar="DIR", help="stands in for /sys (default /sys)")
+    add("--proc-root", metavar="DIR", help="stands in for /proc (default /proc)")
+    add("--boot-id-path", metavar="PATH",
+        help="host boot ID file (default <proc-root>/sys/kernel/random/boot_id)")
+    add("--state-file", metavar="PATH",
+        help="persistent state (default /var/lib/nichealthd/state.json)")
+    add("--metadata-path", metavar="PATH",
+        help="NVSentinel GPU metadata (default /var/lib/nvsentinel/gpu_metadata.json)")
+    add("--node-name", metavar="NAME", help="node name on every event (default $NODE_NAME, "
+        "else the host name)")
+    add("--platform-connector-socket", metavar="URL",
+        help="gRPC target of the platform connector; '' disables forwarding "
+             "(default unix:///run/nvsentinel/nvsentinel.sock)")
+    add("--platform-connector-token-path", metavar="PATH",
+        help="bearer token file, re-read for every call (default none)")
+    add("--processing-strategy", metavar="S", choices=PROCESSING_STRATEGIES,
+        help="processingStrategy of every event (default EXECUTE_REMEDIATION)")
+    add("--polling-interval", metavar="DUR", help="poll period: 500ms, 1s, 2m (default 1s)")
+    add("--checks", metavar="LIST", help=f"comma-separated checks (default all: "
+        f"{','.join(ALL_CHECKS)})")
+    add("--metrics-listen", metavar="ADDR",
+        help="[HOST]:PORT for /metrics and /healthz; '' disables (default :2112)")
+    add("--dbus", choices=DBUS_MODES, help="bus for the D-Bus API (default system)")
+    add("--event-log", metavar="PATH",
+        help="append every committed event as one JSON line ('-' = stdout)")
+    add("--once", action="store_true",
+        help="run exactly one poll cycle, commit, deliver what it can, and exit")
+    add("--log-level", metavar="LEVEL", choices=LOG_LEVELS, type=str.lower,
+        help="debug, info, warning or error (default info)")
+    add("--version", action="version", version=f"nichealthd {__version__}")
+    return parser
+
+
+def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The config keys the command line sets (flags win over the file)."""
+    return {key: getattr(args, dest) for dest, key in FLAG_KEYS.items()
+            if getattr(args, dest) is not None}
+
+
+def load_topology(config: Config) -> Topology:
+    """GPU metadata (a hard dependency unless devices are pinned) and the default route."""
+    if config.nic_inclusion_regex_override:
+        gpus = GpuTopology.empty()
+    else:
+        try:
+            gpus = load_gpu_topology(config.metadata_path)
+        except MetadataError as exc:
+            raise StartupError(str(exc)) from None
+    return Topology(gpus, read_default_route_devices(config.proc_root, config.sys_class_net))
+
+
+def prepare_state_dir(config: Config) -> None:
+    try:
+        os.makedirs(config.state_dir, exist_ok=True)
+    except OSError as exc:
+        raise StartupError(f"cannot create the state directory {config.state_dir}: "
+                           f"{exc.strerror} (run as root, or set --state-file to a writable "
+                           f"path)") from None
+    if not os.access(config.state_dir, os.W_OK):
+        raise StartupError(f"the state directory {config.state_dir} is not writable by this "
+                           f"user (set --state-file to a writable path)")
+
+
+@dataclass
+class Startup:
+    """Everything a validated start produced."""
+
+    config: Config
+    overrides: dict[str, Any]
+    monitor: Monitor
+    event_log: Optional[EventLog]
+
+
+def start(args: argparse.Namespace) -> Startup:
+    """Validate everything that can be validated before the first poll."""
+    overrides = flag_overrides(args)
+    config = load_config(args.config, overrides)
+    setup_logging(config.log_level)
+    for notice in config.notices:
+        log.warning("%s", notice)
+    topology = load_topology(config)
+    prepare_state_dir(config)
+    monitor = Monitor(config, topology)
+    monitor.start()
+    event_log = EventLog(config.event_log, monitor.journal) if config.event_log else None
+    return Startup(config, overrides, monitor, event_log)
+
+
+def consumers(config: Config, event_log: Optional[EventLog]) -> list[str]:
+    """Journal consumers of this configuration (each keeps its own delivery cursor)."""
+    names = []
+    if event_log is not None and event_log.durable:
+        names.append(event_log.name)
+    if config.platform_connector_socket:
+        names.append("connector")
+    return names
+
+
+def run_once(startup: Startup) -> int:
+    """One poll, commit, deliver what can be delivered, exit."""
+    monitor = startup.monitor
+    monitor.journal.register(consumers(startup.config, startup.event_log))
+    outcome = monitor.poll()
+    if startup.event_log is not None:
+        startup.event_log.publish(outcome.committed)
+    deliver_once(startup.config, monitor)
+    monitor.close()
+    return EXIT_OK if outcome.commit_error is None else EXIT_STARTUP
+
+
+def deliver_once(config: Config, monitor: Monitor) -> None:
+    """Forward pending events when a connector is configured and its socket exists."""
+    if not config.platform_connector_socket:
+        return
+    try:
+        from .connector.sender import deliver_pending_once
+    except ImportError:  # forwarding is not built yet: events stay in the outbox
+        return
+    deliver_pending_once(config, monitor.journal)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        startup = start(args)
+    except ConfigError as exc:
+        print(f"nichealthd: invalid configuration: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except StartupError as exc:
+        print(f"nichealthd: cannot start: {exc}", file=sys.stderr)
+        return EXIT_STARTUP
+    if args.once:
+        return run_once(startup)
+    from .service import run_service
+    return run_service(startup, args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

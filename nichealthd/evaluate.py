@@ -1,0 +1,223 @@
+"""One poll's pure evaluation: (previous state, snapshot, config, now) -> (events, next state).
+
+No files, no clock, no threads: every rule of both specs is a table of snapshots in the tests.
+The only memory besides the persisted state is :class:`CounterMemory` (the last value read of
+each counter, spec §6.3 ``lastPollValue``), which a restart legitimately loses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Optional
+
+from .checks.counters import CheckNames, CounterMemory, CounterObservation, evaluate_port_counters
+from .checks.devices import card_events, device_missing, device_present
+from .checks.ports import is_active, missing_port, returned_port, transition
+from .config import (
+    ETH_DEGRADATION_CHECK,
+    ETH_STATE_CHECK,
+    IB_DEGRADATION_CHECK,
+    IB_STATE_CHECK,
+    Config,
+)
+from .events import BACKDATE, HealthEvent
+from .model import DeviceSnapshot, HostSnapshot
+from .state import FATAL, SUPPRESSED, MonitorState, PortRecord
+from .topology import MANAGEMENT, CardCount, GpuTopology, Role, anomalous_cards, classify
+
+STATE_CHECK_OF = {"InfiniBand": IB_STATE_CHECK, "Ethernet": ETH_STATE_CHECK}
+CHECK_NAMES_OF = {
+    "InfiniBand": CheckNames(IB_STATE_CHECK, IB_DEGRADATION_CHECK),
+    "Ethernet": CheckNames(ETH_STATE_CHECK, ETH_DEGRADATION_CHECK),
+}
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Everything classification needs that is read once at start (and on reload)."""
+
+    gpus: GpuTopology
+    default_route: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class CycleResult:
+    """The outcome of one evaluation, plus what the views (D-Bus, metrics) show."""
+
+    events: tuple[HealthEvent, ...]
+    state: MonitorState
+    roles: dict[str, Role]
+    cards: dict[str, CardCount]
+    observations: dict[str, CounterObservation]
+    notes: tuple[str, ...] = ()
+
+
+def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
+             topology: Topology, memory: CounterMemory, now: datetime, *,
+             baseline: bool) -> CycleResult:
+    """Evaluate one poll. ``baseline``: first poll after a reboot or with no usable state.
+
+    Card homogeneity (spec §4.3) is judged every poll. At the baseline poll an anomalous card
+    is always reported (spec §7.2 case 3); later only when its shortfall is not already told
+    by its ports' own fatal events.
+    """
+    enabled = frozenset(config.checks)
+    next_state = previous.copy()
+    if snapshot.boot_id:
+        next_state.boot_id = snapshot.boot_id
+    events: list[HealthEvent] = []
+    notes: list[str] = []
+    observations: dict[str, CounterObservation] = {}
+    if baseline:
+        events.extend(_check_scoped_clears(enabled, now))
+
+    roles = {d.name: classify(d, topology.gpus, topology.default_route,
+                              config.nic_exclusion_regex, config.nic_inclusion_regex_override)
+             for d in snapshot.devices}
+    monitored = [d for d in snapshot.devices if roles[d.name].monitored]
+    cards = _card_counts(snapshot.devices, roles, previous)
+    verdicts = anomalous_cards(cards.values())
+    anomalous = set(verdicts)
+
+    for device in monitored:
+        events.extend(device_present(device.name, next_state, now, STATE_CHECK_OF))
+        layer = device.link_layer or _recorded_layer(previous, device.name)
+        if layer not in CHECK_NAMES_OF:
+            notes.append(f"{device.name}: link layer {layer or 'unknown'}; not evaluated")
+            continue
+        names = CHECK_NAMES_OF[layer]
+        if names.state in enabled:
+            events.extend(_evaluate_ports(device, layer, names.state, previous, next_state,
+                                          now, baseline, device.card in anomalous, notes))
+        for port in device.ports:
+            events.extend(evaluate_port_counters(
+                port, config.active_counters, CHECK_NAMES_OF.get(port.link_layer or layer, names),
+                enabled, previous, next_state, memory, observations, now, baseline))
+
+    present = {d.name for d in snapshot.devices}
+    monitored_names = {d.name for d in monitored}
+    for name in sorted(set(previous.known_devices) - present):
+        if snapshot.complete:
+            layer = _recorded_layer(previous, name) or "InfiniBand"
+            check = STATE_CHECK_OF.get(layer, IB_STATE_CHECK)
+            if check in enabled:
+                events.extend(device_missing(name, layer, check, next_state, now))
+    next_state.known_devices = sorted(
+        (set(previous.known_devices) - (present - monitored_names)) | monitored_names)
+    if not baseline:
+        verdicts = {card: v for card, v in verdicts.items()
+                    if not _explained_by_ports(v.count.devices, snapshot, next_state)}
+    events.extend(card_events(cards, verdicts, next_state, STATE_CHECK_OF, enabled, now))
+    return CycleResult(tuple(events), next_state, roles, cards, observations, tuple(notes))
+
+
+def _explained_by_ports(devices: tuple[str, ...], snapshot: HostSnapshot,
+                        state: MonitorState) -> bool:
+    """True when every inactive port of the card already has its own fatal report.
+
+    Then a card verdict would only repeat the port events (a single-port card that went DOWN
+    is one failure, not two). It still speaks when an inactive port was never reported: a port
+    stuck in Polling/INIT, or a card whose cabled port failed beside an uncabled one.
+    """
+    for name in devices:
+        device = snapshot.device(name)
+        if device is None:
+            continue
+        for port in device.ports:
+            record = state.port_states.get(port.key)
+            held = (record.state, record.physical_state) if record else (None, None)
+            state_now = (port.state, port.phys_state) if port.readable else held
+            if not is_active(*state_now) and (record is None or record.health != FATAL):
+                return False
+    return True
+
+
+def _check_scoped_clears(enabled: frozenset[str], now: datetime) -> list[HealthEvent]:
+    """One healthy event with no entities per check, strictly older than the rest (REF §1).
+
+    It clears every condition of the check on the platform, including those of devices that
+    no longer exist after the reboot.
+    """
+    return [
+        HealthEvent(check_name=check, is_fatal=False, is_healthy=True,
+               message=f"{check}: no state from this boot - clearing conditions of earlier boots",
+               recommended_action="NONE", error_code=(), entities=(),
+               generated_at=now - BACKDATE)
+        for check in sorted(enabled)
+    ]
+
+
+def _recorded_layer(state: MonitorState, device: str) -> Optional[str]:
+    for record in state.port_states.values():
+        if record.device == device and record.link_layer:
+            return record.link_layer
+    gone = state.missing_devices.get(device)
+    return gone.link_layer if gone else None
+
+
+def _evaluate_ports(device: DeviceSnapshot, layer: str, check: str, previous: MonitorState,
+                    next_state: MonitorState, now: datetime, baseline: bool, evidence: bool,
+                    notes: list[str]) -> list[HealthEvent]:
+    events: list[HealthEvent] = []
+    seen = set()
+    for port in device.ports:
+        seen.add(port.key)
+        record = previous.port_states.get(port.key)
+        if not port.readable:
+            continue  # unknown: hold the previous state, say nothing
+        if record is not None:
+            events.extend(returned_port(record, check, now))
+        new_record, port_events = transition(record, port, port.link_layer or layer, check, now,
+                                             first_sight=baseline, evidence=evidence)
+        events.extend(port_events)
+        if new_record is None:
+            continue
+        if new_record.health == SUPPRESSED and (record is None or record.health != SUPPRESSED):
+            notes.append(f"{device.name} port {port.port} is {port.state} / {port.phys_state} "
+                         f"at first sight and its card is not anomalous: treated as "
+                         f"uncabled, not reported")
+        next_state.port_states[port.key] = new_record
+    if device.ports_listed:
+        for key, record in previous.port_states.items():
+            if record.device == device.name and key not in seen:
+                new_record, port_events = missing_port(record, check, now)
+                next_state.port_states[key] = new_record
+                events.extend(port_events)
+    return events
+
+
+def _card_counts(devices: tuple[DeviceSnapshot, ...], roles: dict[str, Role],
+                 previous: MonitorState) -> dict[str, CardCount]:
+    """Active ports per physical card (PCI bus:device), with unreadable ports held."""
+    grouped: dict[str, list[DeviceSnapshot]] = {}
+    for device in devices:
+        if roles[device.name].role in ("vf", "excluded", "unsupported") or not device.card:
+            continue
+        grouped.setdefault(device.card, []).append(device)
+    cards = {}
+    for card, members in grouped.items():
+        active, known = 0, True
+        for device in members:
+            known = known and device.ports_listed
+            for port in device.ports:
+                if port.readable:
+                    active += is_active(port.state, port.phys_state)
+                    continue
+                record: Optional[PortRecord] = previous.port_states.get(port.key)
+                if record is None:
+                    known = False
+                else:
+                    active += is_active(record.state, record.physical_state)
+        member_roles = [roles[d.name].role for d in members]
+        monitored_roles = [r for r in member_roles if r != MANAGEMENT]
+        cards[card] = CardCount(
+            card=card,
+            role=monitored_roles[0] if monitored_roles else MANAGEMENT,
+            devices=tuple(sorted(d.name for d in members)),
+            active=active,
+            known=known,
+            exempt=MANAGEMENT in member_roles,
+            link_layer=next((d.link_layer for d in members if d.link_layer), "InfiniBand"),
+        )
+    return cards

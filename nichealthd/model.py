@@ -1,0 +1,133 @@
+"""Immutable observations of the host: what one poll saw, with explicit "unknown" markers.
+
+The reader never guesses: a value it could not read is :data:`ABSENT` (no such file — the
+counter does not exist here) or an :class:`Unreadable` (the file exists but gave no usable
+value this time). The evaluator treats both as "no information", never as 0 or DOWN.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Mapping, Optional, Union
+
+
+class _Absent:
+    """Marker: the attribute file does not exist."""
+
+    _instance: Optional[_Absent] = None
+
+    def __new__(cls) -> _Absent:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+ABSENT = _Absent()
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """Marker: the file exists but its value could not be used (I/O error, garbage…)."""
+
+    reason: str
+
+    def __bool__(self) -> bool:
+        return False
+
+
+CounterReading = Union[int, _Absent, Unreadable]
+
+
+def is_value(reading: object) -> bool:
+    """True for a real counter value (bool is excluded on purpose)."""
+    return isinstance(reading, int) and not isinstance(reading, bool)
+
+
+@dataclass(frozen=True)
+class PortSnapshot:
+    """One port as seen in one poll. ``state``/``phys_state`` keep the raw sysfs text."""
+
+    device: str
+    port: int
+    link_layer: Optional[str]
+    state: Optional[str]
+    phys_state: Optional[str]
+    rate: Optional[str] = None
+    operstate: Optional[str] = None
+    netdev: Optional[str] = None
+    gid_count: Optional[int] = None
+    counters: Mapping[str, CounterReading] = field(default_factory=dict)
+    counter_paths: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """The port-state key of the persisted state (spec §6.6): ``mlx5_0_1``."""
+        return f"{self.device}_{self.port}"
+
+    @property
+    def readable(self) -> bool:
+        """State, physical state and link layer were all read: health can be judged."""
+        return None not in (self.state, self.phys_state, self.link_layer)
+
+
+@dataclass(frozen=True)
+class DeviceSnapshot:
+    """One RDMA device (``/sys/class/infiniband/<name>``) with its PCI facts."""
+
+    name: str
+    hca_type: Optional[str] = None
+    fw_ver: Optional[str] = None
+    board_id: Optional[str] = None
+    node_guid: Optional[str] = None
+    pci_address: Optional[str] = None
+    numa_node: Optional[int] = None
+    driver: Optional[str] = None
+    vendor: Optional[str] = None
+    netdevs: tuple[str, ...] = ()
+    is_vf: bool = False
+    ports: tuple[PortSnapshot, ...] = ()
+    ports_listed: bool = True
+
+    @property
+    def card(self) -> Optional[str]:
+        """The physical card: PCI domain:bus:device without the function (``0000:47:00``)."""
+        if not self.pci_address or "." not in self.pci_address:
+            return self.pci_address
+        return self.pci_address.rsplit(".", 1)[0]
+
+    @property
+    def is_mellanox(self) -> bool:
+        """Spec §5.3 plus the PCI vendor id: name ``mlx5_*``, driver ``mlx5_core`` or 0x15b3."""
+        return (self.name.startswith("mlx5_") or self.driver == "mlx5_core"
+                or (self.vendor or "").lower() == "0x15b3")
+
+    @property
+    def link_layer(self) -> Optional[str]:
+        """The first readable port's link layer (devices are single-layer in practice)."""
+        for port in self.ports:
+            if port.link_layer:
+                return port.link_layer
+        return None
+
+
+@dataclass(frozen=True)
+class HostSnapshot:
+    """Everything one poll observed. ``complete`` is False when enumeration was uncertain."""
+
+    taken_at: datetime
+    boot_id: Optional[str]
+    devices: tuple[DeviceSnapshot, ...]
+    complete: bool = True
+
+    def device(self, name: str) -> Optional[DeviceSnapshot]:
+        for device in self.devices:
+            if device.name == name:
+                return device
+        return None

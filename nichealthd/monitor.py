@@ -1,0 +1,214 @@
+"""One poll cycle end to end: observe sysfs, evaluate, commit events and state together.
+
+The :class:`Monitor` owns the only mutable copy of the state. It decides at start whether the
+first poll is a baseline (no usable state, or the boot ID changed: spec §6.5), and it writes
+the state file only when something the next process must know changed: events, breaches,
+port health, devices, delta counters. Velocity snapshots that merely advanced are flushed at
+most every ``FLUSH_SECONDS`` (and at stop) — rewriting the file every second on thousands of
+hosts is needless disk wear, and a velocity window resumed from an older snapshot still
+computes an honest rate over its real elapsed time.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Callable, Optional
+
+from .checks.counters import CounterMemory
+from .config import Config
+from .evaluate import CycleResult, Topology, evaluate
+from .model import HostSnapshot
+from .state import MonitorState, split_counter_key
+from .store import CommitError, Journal, JournalEntry, load_state, save_state
+from .sysfs import SysfsReader
+from .topology import Role
+
+log = logging.getLogger(__name__)
+
+FLUSH_SECONDS = 60.0
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass
+class PollOutcome:
+    """What one cycle did; the daemon's views and notifier read it."""
+
+    result: CycleResult
+    snapshot: HostSnapshot
+    committed: list[JournalEntry] = field(default_factory=list)
+    duration: float = 0.0
+    commit_error: Optional[str] = None
+
+
+class Monitor:
+    """Runs cycles against one config; safe to reconfigure between cycles."""
+
+    def __init__(self, config: Config, topology: Topology,
+                 reader: Optional[SysfsReader] = None,
+                 clock: Callable[[], datetime] = utc_now,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self.topology = topology
+        self.reader = reader or SysfsReader(config)
+        self.clock = clock
+        self.monotonic = monotonic
+        self.journal = Journal(config.state_dir, config.event_history_size)
+        self.state = MonitorState()
+        self.memory = CounterMemory()
+        self.baseline = False
+        self.polls = 0
+        self.last: Optional[PollOutcome] = None
+        self._last_roles: dict[str, Role] = {}
+        self._flushed_at = monotonic()
+        self._unflushed = False
+
+    # ---------------------------------------------------------------- start
+
+    def start(self) -> None:
+        """Load the state, detect a reboot, recover the journal. Logs what it found."""
+        loaded = load_state(self.config.state_file)
+        boot_id = self.reader.observe_boot_id()
+        if loaded.problem:
+            log.warning("%s; starting with fresh state (healthy baselines will be sent)",
+                        loaded.problem)
+        dropped = self.journal.recover(None if loaded.fresh else loaded.state.event_seq)
+        if dropped:
+            log.warning("dropped %d journal line(s) of an unfinished commit; that poll is "
+                        "evaluated again", dropped)
+        state = loaded.state
+        if loaded.fresh:
+            self.baseline = True
+            state = MonitorState(boot_id=boot_id or "")
+        elif boot_id and state.boot_id != boot_id:
+            log.info("boot ID changed (%s -> %s): host rebooted; clearing all state and "
+                     "sending healthy baselines", state.boot_id or "none", boot_id)
+            self.baseline = True
+            state = MonitorState(boot_id=boot_id)
+        elif not boot_id:
+            log.warning("boot ID unreadable; assuming the same boot as the saved state")
+        state.event_seq = max(state.event_seq, self.journal.last_seq)
+        self.state = state
+
+    # ---------------------------------------------------------------- cycle
+
+    def poll(self) -> PollOutcome:
+        """Observe, evaluate and commit one cycle. Never raises for sysfs or disk problems."""
+        started = self.monotonic()
+        now = self.clock()
+        snapshot = self.reader.observe(now)
+        if self.polls == 0:
+            self._log_counter_availability()
+        result = evaluate(self.state, snapshot, self.config, self.topology, self.memory, now,
+                          baseline=self.baseline)
+        for note in result.notes:
+            log.info("%s", note)
+        self._log_roles(result.roles)
+        outcome = PollOutcome(result, snapshot)
+        try:
+            outcome.committed = self._commit(result)
+            self.baseline = False
+        except CommitError as exc:
+            outcome.commit_error = str(exc)
+            log.error("commit failed, the state is unchanged and this poll will be evaluated "
+                      "again: %s", exc)
+        self.polls += 1
+        outcome.duration = self.monotonic() - started
+        self.last = outcome
+        return outcome
+
+    def _commit(self, result: CycleResult) -> list[JournalEntry]:
+        next_state = result.state
+        significant = bool(result.events) or _significant_change(
+            self.state, next_state, self._velocity_names())
+        if not significant:
+            if next_state.counter_snapshots != self.state.counter_snapshots:
+                self._unflushed = True
+            self.state = next_state
+            if self.monotonic() - self._flushed_at >= FLUSH_SECONDS:
+                self.flush()
+            return []
+        entries = self.journal.stamp(result.events, next_state.event_seq + 1,
+                                     self.config.node_name, self.config.processing_strategy)
+        if entries:
+            next_state.event_seq = entries[-1].seq
+        size = 0
+        try:
+            if entries:
+                size = self.journal.append(entries)
+        except OSError as exc:
+            raise CommitError(f"cannot append to {self.journal.path}: {exc.strerror}") from exc
+        try:
+            save_state(self.config.state_file, next_state)
+        except OSError as exc:
+            if entries:
+                self.journal.truncate(size)
+            raise CommitError(f"cannot write {self.config.state_file}: {exc.strerror}") from exc
+        self.state = next_state
+        self._flushed_at, self._unflushed = self.monotonic(), False
+        return self.journal.committed()
+
+    def flush(self) -> None:
+        """Write deferred (velocity-only) state changes; called periodically and at stop."""
+        if not self._unflushed:
+            return
+        try:
+            save_state(self.config.state_file, self.state)
+            self._flushed_at, self._unflushed = self.monotonic(), False
+        except OSError as exc:
+            log.warning("cannot write %s: %s (will retry)", self.config.state_file,
+                        exc.strerror)
+
+    def reconfigure(self, config: Config, topology: Topology) -> None:
+        """Apply a reloaded config; snapshots and breach latches are kept."""
+        self.config = config
+        self.topology = topology
+        self.reader.reconfigure(config)
+        self.journal.history_size = config.event_history_size
+
+    def close(self) -> None:
+        self.flush()
+        self.reader.close()
+
+    # -------------------------------------------------------------- logging
+
+    def _velocity_names(self) -> frozenset[str]:
+        return frozenset(c.name for c in self.config.active_counters if c.is_velocity)
+
+    def _log_counter_availability(self) -> None:
+        available, missing = self.reader.counter_availability()
+        log.info("counters available: %s", ", ".join(available) or "none")
+        if missing:
+            log.info("counters not present on any port (skipped): %s", ", ".join(missing))
+
+    def _log_roles(self, roles: dict[str, Role]) -> None:
+        if roles == self._last_roles:
+            return
+        for name in sorted(roles):
+            role = roles[name]
+            if self._last_roles.get(name) != role:
+                log.info("NIC %s: %s (%s)", name, role.role, role.reason)
+        self._last_roles = dict(roles)
+
+
+def _significant_change(old: MonitorState, new: MonitorState,
+                        velocity_names: frozenset[str]) -> bool:
+    """True unless the only difference is velocity snapshots that advanced."""
+    if (old.boot_id, old.breach_flags, old.port_states, old.known_devices, old.device_misses,
+            old.missing_devices, old.card_anomalies, old.saturated) != (
+            new.boot_id, new.breach_flags, new.port_states, new.known_devices,
+            new.device_misses, new.missing_devices, new.card_anomalies, new.saturated):
+        return True
+    if old.counter_snapshots.keys() != new.counter_snapshots.keys():
+        return True
+    for key, snap in new.counter_snapshots.items():
+        if old.counter_snapshots[key] != snap:
+            parts = split_counter_key(key)
+            if parts is None or parts[2] not in velocity_names:
+                return True
+    return False

@@ -1,0 +1,292 @@
+"""The long-running daemon: a drift-free poll loop, sd_notify, signals, and the plug-in services.
+
+One asyncio loop runs everything. The poll itself runs in a single worker thread so that a
+sysfs read that hangs cannot freeze the D-Bus API — and so that the watchdog can tell: the
+keepalive is sent only while polls keep completing, so systemd restarts a stuck poller even
+though the event loop is alive. Services (D-Bus, metrics, platform connector) plug in through
+:class:`Service` and are told about every poll; none of them can delay one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import importlib
+import logging
+import os
+import signal
+import time
+from datetime import datetime
+from typing import Any, Callable, Optional, Protocol
+
+from . import __version__
+from .config import Config, ConfigError, load_config
+from .daemon import EXIT_OK, Startup, StartupError, consumers, load_topology
+from .duration import format_duration
+from .eventlog import EventLog
+from .events import format_timestamp
+from .monitor import PollOutcome
+from .notify import Notifier
+from .views import monitored_port_keys, overall_health, port_summary
+
+log = logging.getLogger("nichealthd")
+
+STOP_DELIVERY_SECONDS = 5.0
+SERVICE_MODULES = (
+    ("nichealthd.connector.service", "ConnectorService"),
+    ("nichealthd.dbus_api", "DbusService"),
+    ("nichealthd.metrics", "MetricsService"),
+)
+
+
+class Service(Protocol):
+    """A part of the daemon that runs beside the poller."""
+
+    name: str
+
+    async def start(self) -> None: ...
+
+    def on_poll(self, outcome: PollOutcome) -> None: ...
+
+    def on_reload(self, config: Config) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+class Daemon:
+    """Shared context of the running daemon; services receive it at construction."""
+
+    def __init__(self, startup: Startup, args: argparse.Namespace,
+                 notifier: Optional[Notifier] = None) -> None:
+        self.args = args
+        self.config = startup.config
+        self.overrides = startup.overrides
+        self.monitor = startup.monitor
+        self.event_log = startup.event_log
+        self.notifier = notifier or Notifier.from_environment()
+        self.version = __version__
+        self.started_at = time.time()
+        self.last_poll_monotonic: Optional[float] = None
+        self.last_poll_wall: Optional[datetime] = None
+        self.reload_error = ""
+        self.connector_state: dict[str, Any] = {"state": "disabled"}
+        self.services: list[Service] = []
+        self._poll_listeners: list[Callable[[PollOutcome], None]] = []
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="poll")
+        self._stop = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._reload_requested = False
+
+    # ------------------------------------------------------------ public API
+
+    def add_poll_listener(self, callback: Callable[[PollOutcome], None]) -> None:
+        self._poll_listeners.append(callback)
+
+    def request_stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def request_reload(self) -> None:
+        self._reload_requested = True
+        self._wake.set()
+
+    def health(self) -> str:
+        last = self.monitor.last
+        keys = monitored_port_keys(last.snapshot, last.result) if last else set()
+        return overall_health(self.monitor.state, keys)
+
+    def status_line(self) -> str:
+        """``32 ports: 30 healthy, 1 degraded, 1 fatal; connector connected; last poll …``"""
+        last = self.monitor.last
+        keys = monitored_port_keys(last.snapshot, last.result) if last else set()
+        counts = port_summary(self.monitor.state, keys)
+        parts = [f"{counts['total']} ports: {counts['healthy']} healthy, "
+                 f"{counts['degraded']} degraded, {counts['fatal']} fatal"]
+        if counts.get("suppressed"):
+            parts[0] += f", {counts['suppressed']} uncabled"
+        parts.append(f"connector {self.connector_state.get('state', 'disabled')}")
+        if self.last_poll_monotonic is not None:
+            ago = time.monotonic() - self.last_poll_monotonic
+            parts.append(f"last poll {ago:.1f} s ago")
+        if self.reload_error:
+            parts.append(f"reload rejected: {self.reload_error}")
+        return "; ".join(parts)
+
+    # ------------------------------------------------------------- main loop
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for signum, handler in ((signal.SIGTERM, self.request_stop),
+                                (signal.SIGINT, self.request_stop),
+                                (signal.SIGHUP, self.request_reload)):
+            loop.add_signal_handler(signum, handler)
+        self.monitor.journal.register(consumers(self.config, self.event_log))
+        self.services = self._make_services()
+        for service in self.services:
+            try:
+                await service.start()
+            except Exception as exc:  # a broken optional part must not stop monitoring
+                log.error("%s could not start: %s", service.name, exc)
+        watchdog = asyncio.ensure_future(self._watchdog())
+        try:
+            await self._poll_loop()
+        finally:
+            watchdog.cancel()
+            await self._shutdown()
+        return EXIT_OK
+
+    async def _poll_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        interval = self.config.polling_interval
+        origin = time.monotonic()
+        ticks = 0
+        first = True
+        while not self._stop.is_set():
+            outcome = await loop.run_in_executor(self._executor, self.monitor.poll)
+            self._after_poll(outcome)
+            if first:
+                self.notifier.ready(self.status_line())
+                log.info("nichealthd %s ready: %s", __version__, self.status_line())
+                first = False
+            if self._reload_requested:
+                self._reload_requested = False
+                await self._reload()
+                if self.config.polling_interval != interval:
+                    interval, origin, ticks = self.config.polling_interval, time.monotonic(), 0
+            # Drift-free: the schedule is origin + k * interval; a late cycle skips ticks
+            # instead of shifting every later one.
+            ticks = max(ticks + 1, int((time.monotonic() - origin) / interval) + 1)
+            delay = origin + ticks * interval - time.monotonic()
+            self._wake.clear()
+            if delay > 0:
+                try:
+                    await asyncio.wait_for(self._wake.wait(), delay)
+                except asyncio.TimeoutError:
+                    pass
+
+    def _after_poll(self, outcome: PollOutcome) -> None:
+        self.last_poll_monotonic = time.monotonic()
+        self.last_poll_wall = outcome.snapshot.taken_at
+        if self.event_log is not None:
+            self.event_log.publish(outcome.committed)
+        for entry in outcome.committed:
+            log.info("event %s: %s", entry.event.severity, entry.event.message)
+        for service in self.services:
+            try:
+                service.on_poll(outcome)
+            except Exception:
+                log.exception("%s failed to handle a poll", service.name)
+        for listener in self._poll_listeners:
+            listener(outcome)
+        self.notifier.status(self.status_line())
+
+    async def _reload(self) -> None:
+        """Re-read the config; apply it only if valid (snapshots and latches are kept)."""
+        self.notifier.reloading()
+        try:
+            config = load_config(self.args.config, self.overrides)
+            topology = load_topology(config)
+        except (ConfigError, StartupError) as exc:
+            self.reload_error = str(exc)
+            log.error("reload rejected, keeping the running configuration: %s", exc)
+            self.notifier.ready(self.status_line())
+            return
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self.monitor.reconfigure, config, topology)
+        self.config = config
+        self.reload_error = ""
+        if config.event_log != (self.event_log.path if self.event_log else ""):
+            self.event_log = EventLog(config.event_log, self.monitor.journal) \
+                if config.event_log else None
+        self.monitor.journal.register(consumers(config, self.event_log))
+        for service in self.services:
+            try:
+                service.on_reload(config)
+            except Exception:
+                log.exception("%s failed to apply the reloaded config", service.name)
+        for notice in config.notices:
+            log.warning("%s", notice)
+        log.info("configuration reloaded from %s (polling every %s)", self.args.config,
+                 format_duration(config.polling_interval))
+        self.notifier.ready(self.status_line())
+
+    async def _watchdog(self) -> None:
+        """WATCHDOG=1 at half the interval, only while polls keep completing."""
+        period = self.notifier.watchdog_seconds
+        if not period:
+            return
+        while True:
+            await asyncio.sleep(period / 2)
+            last = self.last_poll_monotonic
+            limit = max(period, 2 * self.config.polling_interval)
+            if last is not None and time.monotonic() - last < limit:
+                self.notifier.watchdog()
+            else:
+                log.warning("poll loop has not completed a cycle for %.1f s; withholding "
+                            "the watchdog keepalive", time.monotonic() - (last or 0))
+
+    async def _shutdown(self) -> None:
+        self.notifier.stopping()
+        log.info("stopping: committing state and delivering pending events")
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self.monitor.flush)
+        for service in reversed(self.services):
+            try:
+                await asyncio.wait_for(service.stop(), STOP_DELIVERY_SECONDS)
+            except Exception as exc:
+                log.warning("%s did not stop cleanly: %s", service.name, exc)
+        await loop.run_in_executor(self._executor, self.monitor.close)
+        self._executor.shutdown(wait=False)
+
+    def _make_services(self) -> list[Service]:
+        services: list[Service] = []
+        for module_name, class_name in SERVICE_MODULES:
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError as exc:
+                if exc.name and module_name.startswith(exc.name):
+                    continue  # that part is not part of this build
+                log.error("%s unavailable: %s", module_name, exc)
+                continue
+            factory = getattr(module, class_name)
+            service = factory(self)
+            if service is not None and getattr(service, "enabled", True):
+                services.append(service)
+        return services
+
+    # ------------------------------------------------------------ status
+
+    def status(self) -> dict[str, Any]:
+        """Daemon status for D-Bus properties and ``nichealthctl status``."""
+        last = self.monitor.last
+        keys = monitored_port_keys(last.snapshot, last.result) if last else set()
+        counts = port_summary(self.monitor.state, keys)
+        return {
+            "version": __version__,
+            "node_name": self.config.node_name,
+            "boot_id": self.monitor.state.boot_id,
+            "last_poll": format_timestamp(self.last_poll_wall) if self.last_poll_wall else "",
+            "poll_count": self.monitor.polls,
+            "polling_interval": self.config.polling_interval,
+            "connector_state": self.connector_state.get("state", "disabled"),
+            "outbox_depth": int(self.connector_state.get("outbox_depth", 0)),
+            "dead_letters": int(self.connector_state.get("dead_letters", 0)),
+            "health": overall_health(self.monitor.state, keys),
+            "ports_total": counts["total"],
+            "ports_healthy": counts["healthy"],
+            "ports_degraded": counts["degraded"],
+            "ports_fatal": counts["fatal"],
+            "ports_uncabled": counts.get("suppressed", 0),
+            "started_at": format_timestamp(datetime.fromtimestamp(self.started_at).astimezone()),
+            "config_path": self.args.config,
+            "reload_error": self.reload_error,
+            "pid": os.getpid(),
+        }
+
+
+def run_service(startup: Startup, args: argparse.Namespace) -> int:
+    """Run until SIGTERM/SIGINT; returns the exit status."""
+    async def main() -> int:
+        return await Daemon(startup, args).run()
+    return asyncio.run(main())

@@ -1,0 +1,277 @@
+"""Durable storage: the state file and the event journal, committed together.
+
+A poll's events and the state advance that produced them are one commit (DESIGN §1):
+
+1. the events are appended to the journal (``outbox.jsonl``) with consecutive sequence
+   numbers and fsynced;
+2. the state file, which records the last committed sequence number, is replaced atomically
+   (temp file, fsync, rename, fsync of the directory).
+
+A crash between the two leaves journal lines beyond the state's sequence number; they are
+dropped on the next start and the poll is evaluated again, so an event is never lost and
+never committed twice with different content. If step 2 fails (a full disk), step 1 is
+undone and the daemon keeps running on the old state. Every consumer of events (the event
+log, the platform connector) reads the journal from its own persisted cursor, and the
+journal keeps the newest events as the history that ``ListEvents`` serves after a restart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import tempfile
+import uuid
+from dataclasses import dataclass
+from typing import Any, Iterable, Optional
+
+from .events import HealthEvent
+from .state import MonitorState, StateCorrupt
+
+log = logging.getLogger(__name__)
+
+JOURNAL_NAME = "outbox.jsonl"
+CURSORS_NAME = "cursors.json"
+
+
+class CommitError(Exception):
+    """The commit did not happen; the previous state and journal are intact."""
+
+
+def atomic_write(path: str, data: bytes, mode: int = 0o640) -> None:
+    """Replace ``path`` with ``data`` so that readers see the old or the new file, whole."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(directory)
+
+
+def _fsync_dir(directory: str) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+@dataclass(frozen=True)
+class LoadedState:
+    """The state read at start; ``fresh`` when there was none usable (first boot semantics)."""
+
+    state: MonitorState
+    fresh: bool
+    problem: Optional[str] = None
+
+
+def load_state(path: str) -> LoadedState:
+    """Read the state file. Missing or corrupt gives a fresh state and says why (spec §6.6)."""
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except FileNotFoundError:
+        return LoadedState(MonitorState(), True, None)
+    except OSError as exc:
+        return LoadedState(MonitorState(), True, f"cannot read {path}: {exc.strerror}")
+    try:
+        return LoadedState(MonitorState.from_json(json.loads(raw)), False)
+    except (ValueError, StateCorrupt) as exc:
+        return LoadedState(MonitorState(), True, f"{path} is corrupt ({exc})")
+
+
+def save_state(path: str, state: MonitorState) -> None:
+    atomic_write(path, json.dumps(state.to_json(), indent=1, sort_keys=False).encode() + b"\n")
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    """A committed event and its position in the journal."""
+
+    seq: int
+    event: HealthEvent
+
+
+class Journal:
+    """Append-only JSON-lines file of committed events, with per-consumer cursors."""
+
+    def __init__(self, directory: str, history_size: int = 1000) -> None:
+        self.path = os.path.join(directory, JOURNAL_NAME)
+        self.cursors_path = os.path.join(directory, CURSORS_NAME)
+        self.history_size = history_size
+        self._entries: list[JournalEntry] = []
+        self._pending: list[JournalEntry] = []
+        self._cursors: dict[str, int] = {}
+
+    # ------------------------------------------------------------ recovery
+
+    def recover(self, committed_seq: Optional[int]) -> int:
+        """Load the journal, dropping torn lines and lines past ``committed_seq`` (an
+        unfinished commit; None when the state file was lost and every whole line counts).
+        Returns how many lines were dropped."""
+        entries: list[JournalEntry] = []
+        dropped = 0
+        try:
+            with open(self.path, "rb") as handle:
+                lines = handle.read().splitlines()
+        except FileNotFoundError:
+            lines = []
+        for line in lines:
+            try:
+                record = json.loads(line)
+                entry = JournalEntry(int(record["seq"]), HealthEvent.from_json(record["event"]))
+            except (ValueError, KeyError, TypeError):
+                dropped += 1
+                continue
+            beyond = committed_seq is not None and entry.seq > committed_seq
+            if beyond or (entries and entry.seq <= entries[-1].seq):
+                dropped += 1
+                continue
+            entries.append(entry)
+        self._entries = entries
+        if dropped:
+            self._rewrite()
+        self._cursors = self._load_cursors()
+        return dropped
+
+    def _load_cursors(self) -> dict[str, int]:
+        try:
+            with open(self.cursors_path, "rb") as handle:
+                data = json.loads(handle.read())
+            return {str(k): int(v) for k, v in data.items()}
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError, AttributeError, TypeError) as exc:
+            log.warning("%s is unreadable (%s); consumers restart from the oldest journal "
+                        "entry (events may be delivered twice, never lost)",
+                        self.cursors_path, exc)
+            return {}
+
+    # -------------------------------------------------------------- commit
+
+    def stamp(self, events: Iterable[HealthEvent], first_seq: int, node_name: str,
+              processing_strategy: str) -> list[JournalEntry]:
+        """Give each event its sequence number and stable id (``nichealthd.event_id``)."""
+        return [JournalEntry(first_seq + i,
+                             e.stamped(node_name, processing_strategy, uuid.uuid4().hex))
+                for i, e in enumerate(events)]
+
+    def append(self, entries: list[JournalEntry]) -> int:
+        """Append and fsync; returns the file size before, for :meth:`truncate`."""
+        data = b"".join(_encode(e) for e in entries)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+        fd = os.open(self.path, flags, 0o640)
+        try:
+            before = os.fstat(fd).st_size
+            try:
+                os.write(fd, data)
+                os.fsync(fd)
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, before)
+                raise
+        finally:
+            os.close(fd)
+        self._pending = entries
+        return before
+
+    def truncate(self, size: int) -> None:
+        """Undo an append whose state commit failed."""
+        with contextlib.suppress(OSError):
+            os.truncate(self.path, size)
+        self._pending = []
+
+    def committed(self) -> list[JournalEntry]:
+        """Make the last append visible to consumers (after the state commit succeeded)."""
+        entries, self._pending = self._pending, []
+        self._entries.extend(entries)
+        return entries
+
+    # ----------------------------------------------------------- consumers
+
+    def register(self, consumers: Iterable[str]) -> None:
+        """Declare this process's consumers. A new one starts after the newest entry; one
+        that is no longer configured is forgotten so it cannot pin the journal forever."""
+        wanted = set(consumers)
+        changed = False
+        for name in list(self._cursors):
+            if name not in wanted:
+                del self._cursors[name]
+                changed = True
+        for name in wanted:
+            if name not in self._cursors:
+                self._cursors[name] = self.last_seq
+                changed = True
+        if changed:
+            self._save_cursors()
+
+    def cursor(self, consumer: str) -> int:
+        """Last sequence number ``consumer`` has finished with."""
+        return self._cursors.get(consumer, self.last_seq)
+
+    def pending(self, consumer: str, limit: Optional[int] = None) -> list[JournalEntry]:
+        """Entries after the consumer's cursor, oldest first."""
+        start = self.cursor(consumer)
+        result = [e for e in self._entries if e.seq > start]
+        return result[:limit] if limit is not None else result
+
+    def advance(self, consumer: str, seq: int) -> None:
+        """Persist that ``consumer`` is done up to ``seq``; then trim what nobody needs."""
+        if seq <= self._cursors.get(consumer, 0):
+            return
+        self._cursors[consumer] = seq
+        self._save_cursors()
+        self.compact()
+
+    def _save_cursors(self) -> None:
+        try:
+            atomic_write(self.cursors_path, json.dumps(self._cursors, sort_keys=True).encode())
+        except OSError as exc:
+            log.warning("cannot save %s: %s (events may be delivered again after a restart)",
+                        self.cursors_path, exc.strerror)
+
+    def history(self, limit: int) -> list[JournalEntry]:
+        """The newest ``limit`` committed events, oldest first."""
+        return self._entries[-limit:] if limit > 0 else []
+
+    @property
+    def last_seq(self) -> int:
+        return self._entries[-1].seq if self._entries else 0
+
+    def depth(self, consumer: str) -> int:
+        return len(self.pending(consumer))
+
+    def compact(self) -> None:
+        """Drop entries every consumer is done with, beyond the history window."""
+        if len(self._entries) <= 2 * self.history_size:
+            return
+        done = min(self._cursors.values(), default=self.last_seq)
+        keep_from = max(len(self._entries) - self.history_size, 0)
+        first_needed = next((i for i, e in enumerate(self._entries) if e.seq > done),
+                            len(self._entries))
+        cut = min(keep_from, first_needed)
+        if cut <= 0:
+            return
+        self._entries = self._entries[cut:]
+        self._rewrite()
+
+    def _rewrite(self) -> None:
+        try:
+            atomic_write(self.path, b"".join(_encode(e) for e in self._entries))
+        except OSError as exc:
+            log.warning("cannot rewrite %s: %s", self.path, exc.strerror)
+
+
+def _encode(entry: JournalEntry) -> bytes:
+    record: dict[str, Any] = {"seq": entry.seq, "event": entry.event.to_json()}
+    return json.dumps(record, separators=(",", ":")).encode() + b"\n"

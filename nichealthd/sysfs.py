@@ -1,0 +1,414 @@
+"""Reading sysfs: device discovery and per-poll reads into an immutable :class:`HostSnapshot`.
+
+This is the only module that touches /sys. It never raises on bad content: a missing file is
+ABSENT, anything else that cannot be used is :class:`Unreadable` with a reason, logged once.
+
+Cost matters on hosts polled every second: the attribute files are opened once and re-read
+with ``pread(fd, …, 0)`` (sysfs regenerates the value on every read at offset 0), so a
+steady-state counter value costs one syscall. Discovery (listing devices and ports, static
+attributes, GIDs) runs only when the device list changes, when a cached file goes away, and
+every ``REDISCOVER_SECONDS`` as a safety net. Files that fail with EINVAL (restricted
+functions, where each read logs a kernel error — REFERENCE §3) are remembered and not read
+again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import time
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Callable, Iterable, Optional, Union
+
+from .config import Config, CounterSpec
+from .model import ABSENT, CounterReading, DeviceSnapshot, HostSnapshot, PortSnapshot, Unreadable
+
+log = logging.getLogger(__name__)
+
+REDISCOVER_SECONDS = 60.0
+MAX_COUNTER = 2**64 - 1
+GID_SCAN_LIMIT = 32
+_GONE = (errno.ENOENT, errno.ENODEV, errno.ESTALE, errno.ENXIO)
+_READ_SIZE = 128
+
+
+class ProblemLog:
+    """Logs a problem once per key until it clears, so a broken file cannot flood the log."""
+
+    def __init__(self, logger: logging.Logger = log) -> None:
+        self._logger = logger
+        self._active: dict[str, str] = {}
+
+    def report(self, key: str, message: str, level: int = logging.WARNING) -> None:
+        if self._active.get(key) != message:
+            self._active[key] = message
+            self._logger.log(level, "%s", message)
+
+    def clear(self, key: str) -> None:
+        if self._active.pop(key, None) is not None:
+            self._logger.info("%s: readable again", key)
+
+    @property
+    def active(self) -> int:
+        return len(self._active)
+
+
+class AttributeFiles:
+    """Open-once, pread-many access to small attribute files.
+
+    ``opener``/``preader`` default to the os functions; tests inject failures that cannot be
+    produced with regular files (EINVAL, EIO from firmware queries).
+    """
+
+    def __init__(self, opener: Callable[[str, int], int] = os.open,
+                 preader: Callable[[int, int, int], bytes] = os.pread) -> None:
+        self._open = opener
+        self._pread = preader
+        self._fds: dict[str, int] = {}
+        self.reads = 0
+
+    def read(self, path: str) -> bytes:
+        """Current content; raises OSError (ENOENT when the file does not exist)."""
+        fd = self._fds.get(path)
+        if fd is None:
+            fd = self._open(path, os.O_RDONLY | os.O_CLOEXEC)
+            self._fds[path] = fd
+        self.reads += 1
+        try:
+            return self._pread(fd, _READ_SIZE, 0)
+        except OSError as exc:
+            if exc.errno in _GONE:
+                self.forget(path)
+            raise
+
+    def forget(self, path: str) -> None:
+        fd = self._fds.pop(path, None)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def close(self) -> None:
+        for path in list(self._fds):
+            self.forget(path)
+
+    @property
+    def open_files(self) -> int:
+        return len(self._fds)
+
+
+def parse_counter(raw: bytes) -> Union[int, Unreadable]:
+    """A counter is one unsigned decimal integer on the first line, at most 2^64-1."""
+    try:
+        text = raw.decode("ascii").split("\n", 1)[0].strip()
+    except UnicodeDecodeError:
+        return Unreadable("not ASCII text")
+    if not text:
+        return Unreadable("empty")
+    if not text.isdigit():
+        return Unreadable(f"not a non-negative integer: {text[:40]!r}")
+    value = int(text)
+    if value > MAX_COUNTER:
+        return Unreadable(f"larger than 2^64-1: {text[:40]}")
+    return value
+
+
+@dataclass
+class _PortPlan:
+    device: str
+    port: int
+    directory: str
+    netdev: Optional[str]
+    counter_files: dict[str, str] = field(default_factory=dict)  # counter name -> path
+    gid_count: Optional[int] = None
+
+
+@dataclass
+class _DevicePlan:
+    info: DeviceSnapshot
+    ports: list[_PortPlan]
+
+
+class SysfsReader:
+    """Discovers devices and reads one :class:`HostSnapshot` per poll."""
+
+    def __init__(self, config: Config, files: Optional[AttributeFiles] = None,
+                 problems: Optional[ProblemLog] = None,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self.files = files or AttributeFiles()
+        self.problems = problems or ProblemLog()
+        self._monotonic = monotonic
+        self._plans: list[_DevicePlan] = []
+        self._names: Optional[frozenset[str]] = None
+        self._discovered_at = float("-inf")
+        self._dirty = True
+        self.einval: set[str] = set()
+        self.unreadable_reads = 0
+        self.discoveries = 0
+
+    # ----------------------------------------------------------------- public
+
+    def reconfigure(self, config: Config) -> None:
+        """Apply a reloaded config: counters or paths may have changed, so rediscover."""
+        self.config = config
+        self._dirty = True
+
+    def observe(self, now: datetime) -> HostSnapshot:
+        """Read everything one poll needs. Never raises on bad sysfs content."""
+        boot_id = self._read_boot_id()
+        names = self._list_devices()
+        if names is None:
+            return HostSnapshot(now, boot_id, (), complete=False)
+        if (self._dirty or names != self._names
+                or self._monotonic() - self._discovered_at >= REDISCOVER_SECONDS):
+            self._discover(names)
+        devices = tuple(self._read_device(plan) for plan in self._plans)
+        complete = all(plan.info.ports_listed or plan.info.is_vf for plan in self._plans)
+        return HostSnapshot(now, boot_id, devices, complete=complete)
+
+    def observe_boot_id(self) -> Optional[str]:
+        """The host boot ID (None when unreadable, logged once)."""
+        return self._read_boot_id()
+
+    def counter_availability(self) -> tuple[list[str], list[str]]:
+        """(available, unavailable) counter names over all monitored ports, for the start log."""
+        available: set[str] = set()
+        wanted = {c.name for c in self.config.active_counters}
+        for plan in self._plans:
+            if plan.info.is_vf:
+                continue
+            for port in plan.ports:
+                available.update(port.counter_files)
+        return sorted(available), sorted(wanted - available)
+
+    def close(self) -> None:
+        self.files.close()
+
+    # ------------------------------------------------------------- discovery
+
+    def _list_devices(self) -> Optional[frozenset[str]]:
+        try:
+            return frozenset(os.listdir(self.config.sys_class_infiniband))
+        except FileNotFoundError:
+            self.problems.report("class", f"{self.config.sys_class_infiniband} does not exist; "
+                                 "no RDMA devices are visible (holding the last known state)")
+        except OSError as exc:
+            self.problems.report("class", f"cannot list {self.config.sys_class_infiniband}: "
+                                 f"{exc.strerror} (holding the last known state)")
+        return None
+
+    def _discover(self, names: frozenset[str]) -> None:
+        self.problems.clear("class")
+        self.files.close()
+        self._plans = [self._discover_device(name) for name in sorted(names)]
+        self._names = names
+        self._discovered_at = self._monotonic()
+        self._dirty = False
+        self.discoveries += 1
+
+    def _discover_device(self, name: str) -> _DevicePlan:
+        base = os.path.join(self.config.sys_class_infiniband, name)
+        pci = os.path.join(base, "device")
+        uevent = _read_text(os.path.join(pci, "uevent"), whole=True) or ""
+        slot = next((line.split("=", 1)[1] for line in uevent.splitlines()
+                     if line.startswith("PCI_SLOT_NAME=")), None)
+        numa_text = _read_text(os.path.join(pci, "numa_node"))
+        numa = int(numa_text) if numa_text and numa_text.lstrip("-").isdigit() else None
+        try:
+            driver: Optional[str] = os.path.basename(os.readlink(os.path.join(pci, "driver")))
+        except OSError:
+            driver = None
+        netdevs = tuple(sorted(_listdir(os.path.join(pci, "net")) or ()))
+        is_vf = os.path.lexists(os.path.join(pci, "physfn"))
+        port_names = None if is_vf else _listdir(os.path.join(base, "ports"))
+        ports = []
+        for port_name in sorted(port_names or (), key=_port_sort_key):
+            if port_name.isdigit():
+                ports.append(self._discover_port(name, int(port_name),
+                                                 os.path.join(base, "ports", port_name),
+                                                 pci, netdevs))
+        if port_names is None and not is_vf:
+            self.problems.report(f"{name}:ports", f"{name}: cannot list {base}/ports; its "
+                                 "ports are unknown this poll (holding their last state)")
+        info = DeviceSnapshot(
+            name=name,
+            hca_type=_read_text(os.path.join(base, "hca_type")),
+            fw_ver=_read_text(os.path.join(base, "fw_ver")),
+            board_id=_read_text(os.path.join(base, "board_id")),
+            node_guid=_read_text(os.path.join(base, "node_guid")),
+            pci_address=slot,
+            numa_node=numa,
+            driver=driver,
+            vendor=_read_text(os.path.join(pci, "vendor")),
+            netdevs=netdevs,
+            is_vf=is_vf,
+            ports_listed=port_names is not None or is_vf,
+        )
+        return _DevicePlan(info, ports)
+
+    def _discover_port(self, device: str, port: int, directory: str, pci: str,
+                       netdevs: tuple[str, ...]) -> _PortPlan:
+        netdev = _netdev_for_port(pci, netdevs, port)
+        plan = _PortPlan(device, port, directory, netdev, gid_count=_count_gids(directory))
+        for spec in self.config.active_counters:
+            path = self._counter_path(spec, directory, netdev)
+            if path is not None and path not in self.einval and os.path.exists(path):
+                plan.counter_files[spec.name] = path
+        return plan
+
+    def _counter_path(self, spec: CounterSpec, port_dir: str, netdev: Optional[str]
+                      ) -> Optional[str]:
+        """Resolve a configured path: relative to the port, or absolute re-rooted to sysfs."""
+        path = spec.path
+        if not path.startswith("/"):
+            return os.path.join(port_dir, path)
+        if "{interface}" in path:
+            if netdev is None:
+                return None
+            path = path.replace("{interface}", netdev)
+        return self._reroot(path)
+
+    def _reroot(self, path: str) -> str:
+        for prefix, replacement in (("/sys/class/net/", self.config.sys_class_net),
+                                    ("/sys/class/infiniband/",
+                                     self.config.sys_class_infiniband),
+                                    ("/sys/", self.config.sysfs_root)):
+            if path.startswith(prefix):
+                return os.path.join(replacement, path[len(prefix):])
+        return path
+
+    # ------------------------------------------------------------------ reads
+
+    def _read_device(self, plan: _DevicePlan) -> DeviceSnapshot:
+        if plan.info.is_vf:
+            return plan.info
+        ports = tuple(self._read_port(plan, port) for port in plan.ports)
+        return replace(plan.info, ports=ports)
+
+    def _read_port(self, device: _DevicePlan, plan: _PortPlan) -> PortSnapshot:
+        state = self._attribute(os.path.join(plan.directory, "state"))
+        phys_state = self._attribute(os.path.join(plan.directory, "phys_state"))
+        link_layer = self._attribute(os.path.join(plan.directory, "link_layer"))
+        rate = self._attribute(os.path.join(plan.directory, "rate"))
+        operstate = None
+        if plan.netdev and link_layer == "Ethernet":
+            operstate = self._attribute(os.path.join(self.config.sys_class_net, plan.netdev,
+                                                     "operstate"))
+        counters: dict[str, CounterReading] = {}
+        values_by_path: dict[str, CounterReading] = {}
+        for spec in self.config.active_counters:
+            path = plan.counter_files.get(spec.name)
+            if path is None:
+                counters[spec.name] = ABSENT
+                continue
+            if path not in values_by_path:  # two entries may share a file (symbol_error)
+                values_by_path[path] = self._counter(path)
+            counters[spec.name] = values_by_path[path]
+        return PortSnapshot(
+            device=plan.device, port=plan.port, link_layer=link_layer, state=state,
+            phys_state=phys_state, rate=rate, operstate=operstate, netdev=plan.netdev,
+            gid_count=plan.gid_count, counters=counters, counter_paths=plan.counter_files)
+
+    def _attribute(self, path: str) -> Optional[str]:
+        """A text attribute; None (unknown) when it cannot be read, logged once."""
+        try:
+            raw = self.files.read(path)
+        except OSError as exc:
+            self._failed(path, exc)
+            return None
+        try:
+            text = raw.decode("ascii").split("\n", 1)[0].strip()
+        except UnicodeDecodeError:
+            text = ""
+        if not text:
+            self.unreadable_reads += 1
+            self.problems.report(path, f"{path}: empty or not text; value unknown this poll")
+            return None
+        self.problems.clear(path)
+        return text
+
+    def _counter(self, path: str) -> CounterReading:
+        if path in self.einval:
+            return Unreadable("EINVAL (not read again)")
+        try:
+            raw = self.files.read(path)
+        except OSError as exc:
+            if exc.errno == errno.EINVAL:
+                self.einval.add(path)
+                self.files.forget(path)
+                self.problems.report(path, f"{path}: read fails with EINVAL (a restricted "
+                                     "function); this counter will not be read again")
+                return Unreadable("EINVAL")
+            if exc.errno == errno.ENOENT:
+                self._dirty = True
+                return ABSENT
+            self._failed(path, exc)
+            return Unreadable(exc.strerror or str(exc))
+        value = parse_counter(raw)
+        if isinstance(value, Unreadable):
+            self.unreadable_reads += 1
+            self.problems.report(path, f"{path}: {value.reason}; counter skipped this poll")
+        else:
+            self.problems.clear(path)
+        return value
+
+    def _failed(self, path: str, exc: OSError) -> None:
+        if exc.errno in _GONE:
+            self._dirty = True  # the device or port may be gone: rediscover next poll
+        self.unreadable_reads += 1
+        self.problems.report(path, f"{path}: {exc.strerror or exc}; value unknown this poll")
+
+    def _read_boot_id(self) -> Optional[str]:
+        text = _read_text(self.config.boot_id_path)
+        if not text:
+            self.problems.report("boot_id", f"cannot read the boot ID from "
+                                 f"{self.config.boot_id_path}")
+            return None
+        self.problems.clear("boot_id")
+        return text
+
+
+def _read_text(path: str, whole: bool = False) -> Optional[str]:
+    try:
+        with open(path, encoding="ascii", errors="replace") as handle:
+            text = handle.read()
+    except OSError:
+        return None
+    return text.strip() if whole else text.split("\n", 1)[0].strip() or None
+
+
+def _listdir(path: str) -> Optional[list[str]]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return None
+
+
+def _port_sort_key(name: str) -> tuple[int, str]:
+    return (int(name), "") if name.isdigit() else (1 << 30, name)
+
+
+def _netdev_for_port(pci: str, netdevs: Iterable[str], port: int) -> Optional[str]:
+    """The netdev of a port: ``dev_port`` is the 0-based port index; else the first netdev."""
+    netdevs = list(netdevs)
+    for name in netdevs:
+        dev_port = _read_text(os.path.join(pci, "net", name, "dev_port"))
+        if dev_port is not None and dev_port.isdigit() and int(dev_port) == port - 1:
+            return name
+    return netdevs[0] if netdevs else None
+
+
+def _count_gids(port_dir: str) -> Optional[int]:
+    """Non-zero GIDs among the first entries of ``gids/`` (an empty table breaks RoCE)."""
+    names = _listdir(os.path.join(port_dir, "gids"))
+    if names is None:
+        return None
+    count = 0
+    for name in sorted((n for n in names if n.isdigit()), key=int)[:GID_SCAN_LIMIT]:
+        gid = _read_text(os.path.join(port_dir, "gids", name)) or ""
+        if gid.replace("0", "").replace(":", ""):
+            count += 1
+    return count

@@ -1,0 +1,222 @@
+"""NIC roles (spec §4.1–4.2) and card homogeneity (spec §4.3).
+
+Loading the GPU metadata and the default route are the only I/O here (at the edges, at start
+and on reload); classification and the homogeneity verdicts are pure functions of what was
+observed, so every platform table of the spec is a plain test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Optional
+
+from .model import DeviceSnapshot
+
+COMPUTE = "compute"
+STORAGE = "storage"
+MANAGEMENT = "management"
+VF = "vf"
+EXCLUDED = "excluded"
+UNSUPPORTED = "unsupported"
+MONITORED_ROLES = (COMPUTE, STORAGE)
+
+BLUEFIELD_HCA_TYPES = frozenset({"MT41682", "MT41686", "MT41692"})
+_PCIE_NEAR = {"PIX", "PXB"}
+_HOST_NEAR = {"NODE", "PHB"}
+
+
+class MetadataError(Exception):
+    """The GPU metadata file is missing or lacks what classification needs (exit 1)."""
+
+
+@dataclass(frozen=True)
+class GpuTopology:
+    """What the NVSentinel metadata collector published (spec §12.2)."""
+
+    gpu_numa_nodes: frozenset[int]
+    gpu_pci_addresses: tuple[str, ...]
+    nic_topology: Mapping[str, tuple[str, ...]]
+
+    @classmethod
+    def empty(cls) -> GpuTopology:
+        return cls(frozenset(), (), {})
+
+
+@dataclass(frozen=True)
+class Role:
+    """A device's role and, for everything not monitored, why."""
+
+    role: str
+    reason: str
+
+    @property
+    def monitored(self) -> bool:
+        return self.role in MONITORED_ROLES
+
+
+def load_gpu_topology(path: str) -> GpuTopology:
+    """Read the metadata file; raise :class:`MetadataError` naming the file and what is missing."""
+    hint = ("it is written by the NVSentinel metadata collector; start the collector, or set "
+            "nicInclusionRegexOverride to pin the devices to monitor by hand")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except FileNotFoundError:
+        raise MetadataError(f"GPU metadata file {path} does not exist ({hint})") from None
+    except OSError as exc:
+        raise MetadataError(f"GPU metadata file {path} cannot be read: {exc.strerror}") from None
+    except ValueError as exc:
+        raise MetadataError(f"GPU metadata file {path} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise MetadataError(f"GPU metadata file {path}: top level is not an object")
+    gpus = data.get("gpus")
+    if not isinstance(gpus, list) or not gpus:
+        raise MetadataError(f"GPU metadata file {path}: 'gpus' is missing or empty ({hint})")
+    numa: set[int] = set()
+    addresses: list[str] = []
+    for index, gpu in enumerate(gpus):
+        if not isinstance(gpu, dict) or not isinstance(gpu.get("numa_node"), int):
+            raise MetadataError(f"GPU metadata file {path}: gpus[{index}].numa_node is missing")
+        if gpu["numa_node"] >= 0:
+            numa.add(gpu["numa_node"])
+        addresses.append(str(gpu.get("pci_address", "")))
+    if not numa:
+        raise MetadataError(
+            f"GPU metadata file {path}: every GPU has numa_node -1, so management NICs cannot be "
+            f"told apart from compute NICs ({hint})")
+    topology = data.get("nic_topology")
+    if not isinstance(topology, dict) or not topology:
+        raise MetadataError(f"GPU metadata file {path}: 'nic_topology' is missing or empty "
+                            f"({hint})")
+    matrix = {}
+    for nic, levels in topology.items():
+        if not isinstance(levels, list) or not all(isinstance(v, str) for v in levels):
+            raise MetadataError(f"GPU metadata file {path}: nic_topology[{nic!r}] is not a list "
+                                f"of topology levels")
+        matrix[str(nic)] = tuple(levels)
+    return GpuTopology(frozenset(numa), tuple(addresses), matrix)
+
+
+def read_default_route_devices(proc_root: str, sys_class_net: str) -> frozenset[str]:
+    """IB devices behind the interface of the default route; empty when it cannot be told.
+
+    ``/proc/net/route``'s default route has Destination ``00000000``; its interface maps to an
+    IB device through ``/sys/class/net/<iface>/device/infiniband/<dev>`` (REFERENCE §3).
+    """
+    devices: set[str] = set()
+    try:
+        with open(os.path.join(proc_root, "net/route"), encoding="ascii") as handle:
+            lines = handle.read().splitlines()[1:]
+    except (OSError, UnicodeDecodeError):
+        return frozenset()
+    for line in lines:
+        fields = line.split()
+        if len(fields) >= 2 and fields[1] == "00000000":
+            try:
+                devices.update(os.listdir(os.path.join(sys_class_net, fields[0],
+                                                       "device/infiniband")))
+            except OSError:
+                continue
+    return frozenset(devices)
+
+
+def _matches(patterns: Iterable[str], names: Iterable[str]) -> bool:
+    compiled = [re.compile(p) for p in patterns]
+    return any(rx.search(name) for rx in compiled for name in names)
+
+
+def classify(device: DeviceSnapshot, topology: GpuTopology, default_route: frozenset[str],
+             exclusion: tuple[str, ...] = (), inclusion_override: tuple[str, ...] = ()) -> Role:
+    """The role of one device, in the order of spec §4.2 (with VFs and filters first)."""
+    if device.is_vf:
+        return Role(VF, "SR-IOV virtual function")
+    if inclusion_override:
+        if not _matches(inclusion_override, [device.name]):
+            return Role(EXCLUDED, "not matched by nicInclusionRegexOverride")
+        layer_role = COMPUTE if device.link_layer == "InfiniBand" else STORAGE
+        return Role(layer_role, "pinned by nicInclusionRegexOverride")
+    if not device.is_mellanox:
+        return Role(UNSUPPORTED, "not a Mellanox/NVIDIA device")
+    if exclusion and _matches(exclusion, (device.name, *device.netdevs)):
+        return Role(EXCLUDED, "matched by nicExclusionRegex")
+    if device.name in default_route:
+        return Role(MANAGEMENT, "carries the host's default route")
+    if device.numa_node is None or device.numa_node < 0:
+        return Role(MANAGEMENT, "NUMA node unknown (-1)")
+    if device.numa_node not in topology.gpu_numa_nodes:
+        return Role(MANAGEMENT, f"NUMA node {device.numa_node} has no GPU")
+    levels = set(topology.nic_topology.get(device.name, ()))
+    if levels & _PCIE_NEAR:
+        return Role(COMPUTE, "shares a PCIe switch with a GPU (PIX/PXB)")
+    if device.link_layer == "InfiniBand":
+        return Role(COMPUTE, "InfiniBand link layer")
+    if levels & _HOST_NEAR:
+        return Role(STORAGE, "Ethernet, NODE/PHB to a GPU")
+    if (device.hca_type or "").upper() in BLUEFIELD_HCA_TYPES:
+        return Role(MANAGEMENT, f"BlueField DPU ({device.hca_type})")
+    return Role(STORAGE, "Ethernet, no PCIe relationship to a GPU")
+
+
+# ---------------------------------------------------------------- card homogeneity (spec §4.3)
+
+@dataclass(frozen=True)
+class CardCount:
+    """Active ports of one physical card; ``known`` is False if any port's state is unknown."""
+
+    card: str
+    role: str
+    devices: tuple[str, ...]
+    active: int
+    known: bool
+    exempt: bool
+    link_layer: str
+
+
+@dataclass(frozen=True)
+class CardVerdict:
+    """A card below the mode of its role group."""
+
+    count: CardCount
+    expected: int
+
+
+def group_mode(counts: Iterable[int]) -> Optional[int]:
+    """The single most common value; None for fewer than two cards, a tie, or a zero mode."""
+    values = list(counts)
+    if len(values) < 2:
+        return None
+    ranked = Counter(values).most_common()
+    if len(ranked) > 1 and ranked[0][1] == ranked[1][1]:
+        return None
+    mode = ranked[0][0]
+    return mode if mode > 0 else None
+
+
+def homogeneity(cards: Iterable[CardCount]) -> dict[str, int]:
+    """Mode of active ports per role group, only where the group gives a decisive verdict."""
+    by_role: dict[str, list[int]] = {}
+    for card in cards:
+        if card.known and not card.exempt and card.role in MONITORED_ROLES:
+            by_role.setdefault(card.role, []).append(card.active)
+    modes = {}
+    for role, counts in by_role.items():
+        mode = group_mode(counts)
+        if mode is not None:
+            modes[role] = mode
+    return modes
+
+
+def anomalous_cards(cards: Iterable[CardCount]) -> dict[str, CardVerdict]:
+    """Cards with fewer active ports than their role group's decisive mode."""
+    cards = list(cards)
+    modes = homogeneity(cards)
+    verdicts = {}
+    for card in cards:
+        mode = modes.get(card.role)
+        if mode is not None and card.known and not card.exempt and card.active < mode:
+            verdicts[card.card] = CardVerdict(card, mode)
+    return verdicts
