@@ -231,3 +231,41 @@ def test_ctl_help_matches_man_page():
     )
     assert help_opts - man_all == set(), "in --help but not in nichealthctl.1"
     assert man_options - help_opts == set(), "in nichealthctl.1 but not in any --help"
+
+
+@needs("nichealthd.config")
+def test_documented_defaults_are_the_daemons(tmp_path):
+    """The shipped file, every key uncommented, loads to exactly the built-in defaults, and
+    the man page's counter table is the daemon's DEFAULT_COUNTERS."""
+    from nichealthd import config as cfg
+
+    text = (REPO / "etc/nichealthd/config.toml").read_text()
+    lines = [ln[1:] for ln in text.splitlines() if re.match(r"^#\w+ = ", ln)]
+    lines = [ln for ln in lines if ln.split(" = ")[0] in CONFIG_KEYS]
+    lines += ["[counterDetection]", "enabled = true"]
+    path = tmp_path / "config.toml"
+    path.write_text("\n".join(lines) + "\n")
+    loaded = cfg.load_config(str(path), must_exist=True)
+    defaults = cfg.load_config(None)
+    assert not loaded.notices
+    for field in type(defaults).__dataclass_fields__:
+        if field in ("source", "notices"):
+            continue
+        same = getattr(loaded, field) == getattr(defaults, field)
+        # bootIdPath / sysClass*Path are shown resolved from the roots; same effective path.
+        if field.endswith("_setting"):
+            prop = {"boot_id_path_setting": "boot_id_path"}.get(field, field[: -len("_setting")])
+            same = getattr(loaded, prop) == getattr(defaults, prop)
+        assert same, field
+
+    units = {"second": "second", "minute": "minute", "hour": "hour"}
+    table = {}
+    for c in cfg.DEFAULT_COUNTERS:
+        thr = f"{c.threshold:g}"
+        cond = (
+            f"rate > {thr} per {units[c.velocity_unit]}"
+            if c.threshold_type == "velocity"
+            else f"delta > {thr} per poll"
+        )
+        table[c.name] = (c.path, "fatal" if c.is_fatal else "non-fatal", cond)
+    assert table == DEFAULT_COUNTERS
