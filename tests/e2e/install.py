@@ -86,3 +86,29 @@ def point_config_at(c: Container, root: str, **extra: str) -> None:
     keys.update(extra)
     body = "".join(f'{k} = "{v}"\n' for k, v in keys.items())
     c.path("/etc/nichealthd/config.toml").write_text(body)
+
+
+@functools.cache
+def built_deb() -> Path:
+    """packaging/build-deb.sh once per session (lintian is the packaging tests' job)."""
+    res = subprocess.run(
+        [str(REPO / "packaging/build-deb.sh"), "--no-lintian"],
+        capture_output=True, text=True, env=_env(), timeout=600,
+    )  # fmt: skip
+    if res.returncode != 0:
+        raise AssertionError(f"build-deb.sh failed:\n{res.stdout}\n{res.stderr}")
+    line = [ln for ln in res.stdout.splitlines() if ln.startswith("build-deb: ")][-1]
+    return Path(line.split(": ", 1)[1])
+
+
+def sim_host_from_outside(c: Container, root: str = "/srv/simhost") -> str:
+    """Build the sim tree into the container with this checkout's nichealthd-sim (for tests
+    that configure the daemon before its package is installed)."""
+    import sys
+
+    subprocess.run(
+        [sys.executable, "-m", "nichealthd.sim.cli", "create", str(c.path(root)),
+         "--profile", "dgx-h100"],
+        check=True, capture_output=True, cwd=REPO,
+    )  # fmt: skip
+    return root
