@@ -225,7 +225,8 @@ def test_reboot_baselines_healthy_ports_and_only_proven_anomalies() -> None:
 def test_management_and_vf_devices_are_not_monitored() -> None:
     devices = fleet({})
     mgmt = device("mlx5_8", pci="0000:90:00.0", numa=3,
-                  ports=(port("mlx5_8", 1, DOWN, DISABLED, "Ethernet", counters={"link_downed": 5}),))
+                  ports=(port("mlx5_8", 1, DOWN, DISABLED, "Ethernet",
+                              counters={"link_downed": 5}),))
     vf = device("mlx5_9", pci="0000:10:00.2", is_vf=True,
                 ports=(port("mlx5_9", 1, DOWN, DISABLED),))
     runner = Runner()

@@ -111,14 +111,14 @@ def test_homogeneity_per_role_group_and_management_exemption() -> None:
         return CardCount(cid, role, (cid,), active, True, exempt, "InfiniBand")
     cards = [card(f"c{i}", "compute", 2) for i in range(8)] + [
         card("s0", "storage", 1), card("s1", "storage", 1), card("s2", "storage", 1)]
-    assert anomalous_cards(cards) == {}  # storage is not compared with compute
+    assert anomalous_cards(cards)[0] == {}  # storage is not compared with compute
     cards[0] = card("c0", "compute", 1)
     cards[8] = card("s0", "storage", 0)
-    assert sorted(anomalous_cards(cards)) == ["c0", "s0"]
+    assert sorted(anomalous_cards(cards)[0]) == ["c0", "s0"]
     cards[0] = card("c0", "compute", 1, exempt=True)
-    assert sorted(anomalous_cards(cards)) == ["s0"]
+    assert sorted(anomalous_cards(cards)[0]) == ["s0"]
     # Two storage cards, one down: a tie (1 vs 0) is no evidence; the port event covers it.
-    assert sorted(anomalous_cards(cards[:10])) == []
+    assert sorted(anomalous_cards(cards[:10])[0]) == []
 
 
 def write(path: Path, data: object) -> str:
@@ -154,3 +154,15 @@ def test_default_route_maps_to_the_ib_device(tmp_path: Path) -> None:
     devices = read_default_route_devices(str(tmp_path / "proc"), str(tmp_path / "net"))
     assert devices == {"mlx5_4"}
     assert read_default_route_devices(str(tmp_path / "nothing"), str(tmp_path)) == frozenset()
+
+
+def test_a_tie_uses_the_last_decisive_mode_of_the_boot() -> None:
+    def card(cid: str, active: int) -> CardCount:
+        return CardCount(cid, "compute", (cid,), active, True, False, "InfiniBand")
+    healthy = [card("a", 1), card("b", 1)]
+    verdicts, modes = anomalous_cards(healthy)
+    assert verdicts == {} and modes == {"compute": 1}
+    dropped = [card("a", 0), card("b", 1)]
+    assert anomalous_cards(dropped)[0] == {}  # at first sight a tie is no evidence
+    verdicts, modes = anomalous_cards(dropped, {"compute": 1})
+    assert list(verdicts) == ["a"] and modes == {}
