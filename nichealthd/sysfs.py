@@ -145,6 +145,7 @@ class SysfsReader:
         self._names: Optional[frozenset[str]] = None
         self._discovered_at = float("-inf")
         self._dirty = True
+        self._boot_id: Optional[str] = None  # constant for the life of the process
         self.einval: set[str] = set()
         self.unreadable_reads = 0
         self.discoveries = 0
@@ -158,7 +159,7 @@ class SysfsReader:
 
     def observe(self, now: datetime) -> HostSnapshot:
         """Read everything one poll needs. Never raises on bad sysfs content."""
-        boot_id = self._read_boot_id()
+        boot_id = self._boot_id or self._read_boot_id()
         names = self._list_devices()
         if names is None:
             return HostSnapshot(now, boot_id, (), complete=False)
@@ -368,6 +369,7 @@ class SysfsReader:
                                  f"{self.config.boot_id_path}")
             return None
         self.problems.clear("boot_id")
+        self._boot_id = text
         return text
 
 
