@@ -109,6 +109,8 @@ class Monitor:
         for note in result.notes:
             log.info("%s", note)
         self._log_roles(result.roles)
+        self.reader.skip_counters = frozenset(
+            name for name, role in result.roles.items() if not role.monitored)
         outcome = PollOutcome(result, snapshot)
         try:
             outcome.committed = self._commit(result)

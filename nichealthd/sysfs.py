@@ -147,6 +147,9 @@ class SysfsReader:
         self._dirty = True
         self._boot_id: Optional[str] = None  # constant for the life of the process
         self.einval: set[str] = set()
+        # Devices whose counters are not read (management NICs, excluded devices): the
+        # monitor sets this from the roles, so no firmware query is spent on them.
+        self.skip_counters: frozenset[str] = frozenset()
         self.unreadable_reads = 0
         self.discoveries = 0
 
@@ -300,7 +303,8 @@ class SysfsReader:
                                                      "operstate"))
         counters: dict[str, CounterReading] = {}
         values_by_path: dict[str, CounterReading] = {}
-        for spec in self.config.active_counters:
+        specs = () if plan.device in self.skip_counters else self.config.active_counters
+        for spec in specs:
             path = plan.counter_files.get(spec.name)
             if path is None:
                 counters[spec.name] = ABSENT
