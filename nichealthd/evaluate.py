@@ -77,7 +77,8 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
              for d in snapshot.devices}
     monitored = [d for d in snapshot.devices if roles[d.name].monitored]
     cards = _card_counts(snapshot.devices, roles, previous)
-    verdicts = anomalous_cards(cards.values())
+    verdicts, modes = anomalous_cards(cards.values(), previous.group_modes)
+    next_state.group_modes.update(modes)
     anomalous = set(verdicts)
 
     for device in monitored:

@@ -21,20 +21,16 @@ from .builders import (
 INIT, ARMED, LER = "2: INIT", "3: ARMED", "6: LinkErrorRecovery"
 
 
-def fleet(states: dict[str, tuple[str, str]], layer: str = "InfiniBand", operstate: str = "up"):
+def fleet(states: dict[str, tuple[str, str]], layer: str = "InfiniBand",
+          operstate: str = "up"):
     """Single-port cards mlx5_0..mlx5_7 on distinct PCI buses, with chosen port states."""
     devices = []
     for index in range(8):
         name = f"mlx5_{index}"
         state, phys = states.get(name, (ACTIVE, LINKUP))
-        devices.append(
-            device(
-                name,
-                pci=f"0000:{0x10 + index:02x}:00.0",
-                numa=index % 2,
-                ports=(port(name, 1, state, phys, layer, operstate=operstate),),
-            )
-        )
+        devices.append(device(name, pci=f"0000:{0x10 + index:02x}:00.0", numa=index % 2,
+                              ports=(port(name, 1, state, phys, layer,
+                                          operstate=operstate),)))
     return devices
 
 
@@ -65,33 +61,26 @@ def test_runtime_down_disabled_is_one_fatal_event_with_the_spec_message() -> Non
     event = events[0]
     assert event.message == "Port mlx5_0 port 1: state DOWN, phys_state Disabled"
     assert (event.is_fatal, event.is_healthy, event.recommended_action) == (
-        True,
-        False,
-        "REPLACE_VM",
-    )
+        True, False, "REPLACE_VM")
     assert event.check_name == "InfiniBandStateCheck"
     assert event.entities == (("NIC", "mlx5_0"), ("NICPort", "1"))
     # DOWN/Disabled -> DOWN/Polling: still unhealthy, nothing to say.
     assert state_events(runner.poll(host(*fleet({"mlx5_0": (DOWN, POLLING)}), when=2))) == []
     back = state_events(runner.poll(host(*fleet({}), when=3)))
     assert [(e.is_healthy, e.message) for e in back] == [
-        (True, "Port mlx5_0 port 1: healthy (ACTIVE, LinkUp)")
-    ]
+        (True, "Port mlx5_0 port 1: healthy (ACTIVE, LinkUp)")]
 
 
-@pytest.mark.parametrize(
-    "state,phys,layer,expected",
-    [
-        (ACTIVE, POLLING, "InfiniBand", "degraded"),
-        (ACTIVE, LER, "InfiniBand", "degraded"),
-        (INIT, LINKUP, "InfiniBand", "degraded"),
-        (ARMED, LINKUP, "InfiniBand", "degraded"),
-        (INIT, LINKUP, "Ethernet", None),
-        (ARMED, LINKUP, "Ethernet", None),
-        (DOWN, POLLING, "InfiniBand", "fatal"),
-        (ACTIVE, DISABLED, "Ethernet", "fatal"),
-    ],
-)
+@pytest.mark.parametrize("state,phys,layer,expected", [
+    (ACTIVE, POLLING, "InfiniBand", "degraded"),
+    (ACTIVE, LER, "InfiniBand", "degraded"),
+    (INIT, LINKUP, "InfiniBand", "degraded"),
+    (ARMED, LINKUP, "InfiniBand", "degraded"),
+    (INIT, LINKUP, "Ethernet", None),
+    (ARMED, LINKUP, "Ethernet", None),
+    (DOWN, POLLING, "InfiniBand", "fatal"),
+    (ACTIVE, DISABLED, "Ethernet", "fatal"),
+])
 def test_state_classification(state: str, phys: str, layer: str, expected: str) -> None:
     runner = started(layer)
     events = state_events(runner.poll(host(*fleet({"mlx5_0": (state, phys)}, layer), when=1)))
@@ -111,13 +100,11 @@ def test_non_fatal_then_fatal_escalates_once() -> None:
 
 def test_roce_messages_include_operstate() -> None:
     runner = started("Ethernet")
-    result = runner.poll(
-        host(*fleet({"mlx5_0": (DOWN, DISABLED)}, "Ethernet", operstate="down"), when=1)
-    )
+    result = runner.poll(host(*fleet({"mlx5_0": (DOWN, DISABLED)}, "Ethernet",
+                                     operstate="down"), when=1))
     event = state_events(result)[0]
-    assert event.message == (
-        "RoCE port mlx5_0 port 1: state DOWN, phys_state Disabled, operstate down"
-    )
+    assert event.message == ("RoCE port mlx5_0 port 1: state DOWN, phys_state Disabled, "
+                             "operstate down")
     assert event.check_name == "EthernetStateCheck"
 
 
@@ -138,9 +125,8 @@ def test_first_poll_down_port_without_evidence_is_suppressed() -> None:
         for fn in range(2):
             name = f"mlx5_{card * 2 + fn}"
             state = (ACTIVE, LINKUP) if fn == 0 else (DOWN, POLLING)
-            devices.append(
-                device(name, pci=f"0000:{0x20 + card:02x}:00.{fn}", ports=(port(name, 1, *state),))
-            )
+            devices.append(device(name, pci=f"0000:{0x20 + card:02x}:00.{fn}",
+                                  ports=(port(name, 1, *state),)))
     runner = Runner()
     result = runner.poll(host(*devices, when=0))
     assert [e for e in result.events if not e.is_healthy] == []
@@ -157,9 +143,7 @@ def test_first_poll_down_port_without_evidence_is_suppressed() -> None:
     devices[0] = replace(devices[0], ports=(port("mlx5_0", 1, ACTIVE, LINKUP),))
     healed = runner.poll(host(*devices, when=2))
     assert sorted(e.error_code[0] for e in healed.events if e.is_healthy) == [
-        "card_active_ports",
-        "port_state",
-    ]
+        "card_active_ports", "port_state"]
 
 
 def test_first_poll_down_port_on_anomalous_card_is_fatal() -> None:
@@ -178,8 +162,7 @@ def test_restart_with_persisted_down_port_recovers_when_fixed_meanwhile() -> Non
     runner.restart()
     result = runner.poll(host(*fleet({}), when=10))
     assert [(e.is_healthy, e.message) for e in state_events(result)] == [
-        (True, "Port mlx5_0 port 1: healthy (ACTIVE, LinkUp)")
-    ]
+        (True, "Port mlx5_0 port 1: healthy (ACTIVE, LinkUp)")]
 
 
 def test_device_gone_only_after_three_complete_enumerations() -> None:
@@ -189,12 +172,8 @@ def test_device_gone_only_after_three_complete_enumerations() -> None:
         assert runner.poll(host(*without, when=second)).events == ()
     third = runner.poll(host(*without, when=3)).events
     assert [(e.is_fatal, e.message, e.entities) for e in third] == [
-        (
-            True,
-            "NIC mlx5_0 disappeared from /sys/class/infiniband/ - hardware failure",
-            (("NIC", "mlx5_0"),),
-        )
-    ]
+        (True, "NIC mlx5_0 disappeared from /sys/class/infiniband/ - hardware failure",
+         (("NIC", "mlx5_0"),))]
     assert runner.poll(host(*without, when=4)).events == ()
     back = runner.poll(host(*fleet({}), when=5)).events
     assert [(e.is_healthy, e.error_code) for e in back] == [(True, ("device_missing",))]
@@ -225,8 +204,8 @@ def test_port_vanishing_from_a_present_device() -> None:
     assert runner.poll(host(*one_port, when=2)).events == ()
     gone = runner.poll(host(*one_port, when=3)).events
     assert [e.message for e in gone] == [
-        "Port mlx5_0 port 2 disappeared from /sys/class/infiniband/mlx5_0/ports/ - hardware failure"
-    ]
+        "Port mlx5_0 port 2 disappeared from /sys/class/infiniband/mlx5_0/ports/ - "
+        "hardware failure"]
     back = runner.poll(host(*devices, when=4)).events
     assert [(e.is_healthy, e.error_code) for e in back] == [(True, ("port_missing",))]
 
@@ -245,22 +224,17 @@ def test_reboot_baselines_healthy_ports_and_only_proven_anomalies() -> None:
 
 def test_management_and_vf_devices_are_not_monitored() -> None:
     devices = fleet({})
-    mgmt = device(
-        "mlx5_8",
-        pci="0000:90:00.0",
-        numa=3,
-        ports=(port("mlx5_8", 1, DOWN, DISABLED, "Ethernet", counters={"link_downed": 5}),),
-    )
-    vf = device(
-        "mlx5_9", pci="0000:10:00.2", is_vf=True, ports=(port("mlx5_9", 1, DOWN, DISABLED),)
-    )
+    mgmt = device("mlx5_8", pci="0000:90:00.0", numa=3,
+                  ports=(port("mlx5_8", 1, DOWN, DISABLED, "Ethernet",
+                              counters={"link_downed": 5}),))
+    vf = device("mlx5_9", pci="0000:10:00.2", is_vf=True,
+                ports=(port("mlx5_9", 1, DOWN, DISABLED),))
     runner = Runner()
     result = runner.poll(host(*devices, mgmt, vf, when=0))
     assert all("mlx5_8" not in e.message and "mlx5_9" not in e.message for e in result.events)
     assert result.roles["mlx5_8"].role == "management"
     assert result.roles["mlx5_9"].role == "vf"
     assert "mlx5_8" not in runner.state.known_devices
-    mgmt2 = replace(
-        mgmt, ports=(port("mlx5_8", 1, DOWN, DISABLED, "Ethernet", counters={"link_downed": 9}),)
-    )
+    mgmt2 = replace(mgmt, ports=(port("mlx5_8", 1, DOWN, DISABLED, "Ethernet",
+                                      counters={"link_downed": 9}),))
     assert runner.poll(host(*devices, mgmt2, when=1)).events == ()
