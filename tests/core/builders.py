@@ -31,56 +31,29 @@ def config(**overrides: Any) -> Config:
     return build_config(data, "test.toml", {})
 
 
-def port(
-    device: str = "mlx5_0",
-    number: int = 1,
-    state: Optional[str] = ACTIVE,
-    phys: Optional[str] = LINKUP,
-    layer: Optional[str] = "InfiniBand",
-    counters: Optional[dict[str, Any]] = None,
-    operstate: Optional[str] = None,
-    paths: Optional[dict[str, str]] = None,
-) -> PortSnapshot:
-    return PortSnapshot(
-        device=device,
-        port=number,
-        link_layer=layer,
-        state=state,
-        phys_state=phys,
-        operstate=operstate,
-        counters=counters or {},
-        counter_paths=paths or {},
-    )
+def port(device: str = "mlx5_0", number: int = 1, state: Optional[str] = ACTIVE,
+         phys: Optional[str] = LINKUP, layer: Optional[str] = "InfiniBand",
+         counters: Optional[dict[str, Any]] = None, operstate: Optional[str] = None,
+         paths: Optional[dict[str, str]] = None) -> PortSnapshot:
+    return PortSnapshot(device=device, port=number, link_layer=layer, state=state,
+                        phys_state=phys, operstate=operstate, counters=counters or {},
+                        counter_paths=paths or {})
 
 
-def device(
-    name: str = "mlx5_0",
-    pci: str = "0000:47:00.0",
-    numa: int = 0,
-    ports: tuple[PortSnapshot, ...] = (),
-    **kw: Any,
-) -> DeviceSnapshot:
-    return DeviceSnapshot(
-        name=name,
-        pci_address=pci,
-        numa_node=numa,
-        driver="mlx5_core",
-        vendor="0x15b3",
-        hca_type=kw.pop("hca", "MT4129"),
-        ports=ports or (port(name),),
-        **kw,
-    )
+def device(name: str = "mlx5_0", pci: str = "0000:47:00.0", numa: int = 0,
+           ports: tuple[PortSnapshot, ...] = (), **kw: Any) -> DeviceSnapshot:
+    return DeviceSnapshot(name=name, pci_address=pci, numa_node=numa, driver="mlx5_core",
+                          vendor="0x15b3", hca_type=kw.pop("hca", "MT4129"),
+                          ports=ports or (port(name),), **kw)
 
 
-def host(
-    *devices: DeviceSnapshot, when: float = 0, boot: str = "boot-1", complete: bool = True
-) -> HostSnapshot:
+def host(*devices: DeviceSnapshot, when: float = 0, boot: str = "boot-1",
+         complete: bool = True) -> HostSnapshot:
     return HostSnapshot(at(when), boot, tuple(devices), complete=complete)
 
 
-def gpus(
-    numa: tuple[int, ...] = (0, 1), topology: Optional[dict[str, list[str]]] = None
-) -> Topology:
+def gpus(numa: tuple[int, ...] = (0, 1), topology: Optional[dict[str, list[str]]] = None
+         ) -> Topology:
     matrix = {k: tuple(v) for k, v in (topology or {}).items()}
     return Topology(GpuTopology(frozenset(numa), (), matrix))
 
@@ -88,13 +61,8 @@ def gpus(
 class Runner:
     """Drives the pure evaluator poll after poll, like the monitor does, minus the I/O."""
 
-    def __init__(
-        self,
-        cfg: Optional[Config] = None,
-        topology: Optional[Topology] = None,
-        state: Optional[MonitorState] = None,
-        baseline: bool = True,
-    ) -> None:
+    def __init__(self, cfg: Optional[Config] = None, topology: Optional[Topology] = None,
+                 state: Optional[MonitorState] = None, baseline: bool = True) -> None:
         self.config = cfg or config()
         self.topology = topology or gpus()
         self.state = state or MonitorState(boot_id="boot-1")
@@ -103,15 +71,8 @@ class Runner:
         self.last: Optional[CycleResult] = None
 
     def poll(self, snapshot: HostSnapshot) -> CycleResult:
-        result = evaluate(
-            self.state,
-            snapshot,
-            self.config,
-            self.topology,
-            self.memory,
-            snapshot.taken_at,
-            baseline=self.baseline,
-        )
+        result = evaluate(self.state, snapshot, self.config, self.topology, self.memory,
+                          snapshot.taken_at, baseline=self.baseline)
         self.state, self.baseline, self.last = result.state, False, result
         return result
 
@@ -135,8 +96,5 @@ def messages(result: CycleResult) -> list[str]:
 
 def non_baseline(result: CycleResult) -> list[Any]:
     """Events other than the check-scoped clears and healthy baselines."""
-    return [
-        e
-        for e in result.events
-        if not (e.is_healthy and "after reboot" in e.message) and e.entities
-    ]
+    return [e for e in result.events if not (e.is_healthy and "after reboot" in e.message)
+            and e.entities]

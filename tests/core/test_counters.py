@@ -20,7 +20,8 @@ def poll(runner: Runner, when: float, layer: str = "InfiniBand", **values: objec
     """One poll of mlx5_0 port 1; like the reader, both symbol_error entries see one file."""
     if "symbol_error" in values:
         values.setdefault("symbol_error_fatal", values["symbol_error"])
-    return runner.poll(host(device(ports=(counters_port(dict(values), layer=layer),)), when=when))
+    return runner.poll(host(device(ports=(counters_port(dict(values), layer=layer),)),
+                            when=when))
 
 
 def test_first_poll_after_reboot_sends_clears_then_baselines() -> None:
@@ -48,16 +49,11 @@ def test_admin_reset_timeline_of_spec_6_4() -> None:
     assert len(breach.events) == 1
     event = breach.events[0]
     assert (event.check_name, event.is_fatal, event.is_healthy) == (
-        "InfiniBandStateCheck",
-        True,
-        False,
-    )
+        "InfiniBandStateCheck", True, False)
     assert event.recommended_action == "REPLACE_VM"
     assert event.error_code == ("link_downed",)
-    assert event.message == (
-        "Port mlx5_0 port 1: link_downed - Port Training State Machine "
-        "failed - QP disconnect (value=1, delta=1, rate=0.20/sec)"
-    )
+    assert event.message == ("Port mlx5_0 port 1: link_downed - Port Training State Machine "
+                             "failed - QP disconnect (value=1, delta=1, rate=0.20/sec)")
     assert poll(runner, 10, link_downed=1).events == ()
     recovery = poll(runner, 20, link_downed=0)
     assert len(recovery.events) == 1
@@ -165,8 +161,7 @@ def test_hw_counter_wrap_is_not_a_reset() -> None:
     result = poll(runner, 2, rnr_nak_retry_err=3, local_ack_timeout_err=5)
     # Both wrapped: no recovery for the latched rnr breach, and 15 timeouts in 1 s (> 1/s).
     assert [(e.error_code[0], e.is_healthy) for e in result.events] == [
-        ("local_ack_timeout_err", False)
-    ]
+        ("local_ack_timeout_err", False)]
     assert "delta=15" in result.events[0].message
     assert "mlx5_0:1:rnr_nak_retry_err" in runner.state.breach_flags
 
@@ -198,9 +193,8 @@ def test_saturated_pma_counter_is_reported_once_and_cleared_by_reset() -> None:
     assert all(e.check_name == "InfiniBandDegradationCheck" for e in saturation)
     assert saturation[0].message.startswith("Counter symbol_error")
     assert "blind until it is cleared" in saturation[0].message
-    assert [
-        e for e in poll(runner, 7200, symbol_error=65535).events if "saturated" in e.message
-    ] == []
+    assert [e for e in poll(runner, 7200, symbol_error=65535).events
+            if "saturated" in e.message] == []
     poll(runner, 7201, symbol_error=0)  # cleared
     assert runner.state.saturated == {}
     again = poll(runner, 7202, symbol_error=65535)
@@ -221,10 +215,8 @@ def test_ethernet_ports_use_the_ethernet_check_names() -> None:
     poll(runner, 0, layer="Ethernet", link_downed=0, roce_slow_restart=0)
     result = poll(runner, 1, layer="Ethernet", link_downed=1, roce_slow_restart=50)
     checks = {e.error_code[0]: e.check_name for e in result.events}
-    assert checks == {
-        "link_downed": "EthernetStateCheck",
-        "roce_slow_restart": "EthernetDegradationCheck",
-    }
+    assert checks == {"link_downed": "EthernetStateCheck",
+                      "roce_slow_restart": "EthernetDegradationCheck"}
 
 
 def test_disabled_check_evaluates_nothing_of_its_counters() -> None:
@@ -235,18 +227,10 @@ def test_disabled_check_evaluates_nothing_of_its_counters() -> None:
 
 
 def test_config_overrides_apply_to_evaluation() -> None:
-    cfg = config(
-        counters=[
-            {"name": "symbol_error", "isFatal": True, "threshold": 100.0},
-            {"name": "link_downed", "enabled": False},
-            {
-                "name": "custom",
-                "path": "hw_counters/vendor_err",
-                "thresholdType": "delta",
-                "threshold": 5,
-            },
-        ]
-    )
+    cfg = config(counters=[{"name": "symbol_error", "isFatal": True, "threshold": 100.0},
+                           {"name": "link_downed", "enabled": False},
+                           {"name": "custom", "path": "hw_counters/vendor_err",
+                            "thresholdType": "delta", "threshold": 5}])
     runner = Runner(cfg)
     poll(runner, 0, symbol_error=0, link_downed=0, custom=0)
     result = poll(runner, 1, symbol_error=150, link_downed=9, custom=6)
