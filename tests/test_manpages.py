@@ -19,7 +19,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 MAN = REPO / "man"
-PAGES = ["nichealthd.8", "nichealthctl.1", "nichealthd.toml.5"]
+PAGES = ["nichealthd.8", "nichealthctl.1", "nichealthd.toml.5", "nichealthd-sim.1"]
 LONG_OPT = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 
 # DESIGN.md section 2.3, plus the argparse standard --help.
@@ -269,3 +269,14 @@ def test_documented_defaults_are_the_daemons(tmp_path):
         )
         table[c.name] = (c.path, "fatal" if c.is_fatal else "non-fatal", cond)
     assert table == DEFAULT_COUNTERS
+
+
+@needs("nichealthd.sim.cli")
+def test_sim_page_lists_every_command():
+    out = run_help("nichealthd.sim.cli", "main", ["nichealthd-sim", "--help"])
+    block = out.split("COMMAND\n", 1)[1].split("\noptions:", 1)[0]
+    commands = set(re.findall(r"^    ([a-z][a-z-]*)", block, re.M))
+    documented = set(
+        re.findall(r"^\.TP\n\.B ([a-z-]+)$", section("nichealthd-sim.1", "COMMANDS"), re.M)
+    )
+    assert commands == documented
