@@ -1,5 +1,6 @@
 #!/bin/sh
-# Regenerate health_event_pb2.py and health_event_pb2_grpc.py from health_event.proto.
+# Regenerate health_event_pb2.py (+ .pyi for mypy) and health_event_pb2_grpc.py from
+# health_event.proto.
 #
 # Why this exact generator: stubs made by a new grpcio-tools import
 # google.protobuf.runtime_version and fail on Debian 12's python3-protobuf 3.21 /
@@ -21,7 +22,7 @@ if ! "$python" -c 'import grpc_tools, sys; from importlib.metadata import versio
     python="$tmp/venv/bin/python"
 fi
 cd "$here"
-"$python" -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. health_event.proto
+"$python" -m grpc_tools.protoc -I. --python_out=. --pyi_out=. --grpc_python_out=. health_event.proto
 # The generated _grpc module imports its sibling as a top-level module; make it package-relative.
 sed -i 's/^import health_event_pb2 as /from . import health_event_pb2 as /' health_event_pb2_grpc.py
 echo "regenerated $here/health_event_pb2.py and health_event_pb2_grpc.py"
