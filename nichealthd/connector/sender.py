@@ -265,6 +265,7 @@ class Sender:
 
     def _step(self) -> float:
         self.trim()
+        self.state["outbox_depth"] = self.journal.depth(CONSUMER)
         if not self.config.platform_connector_socket:
             self._set_state("disabled", "")
             return IDLE_SECONDS
@@ -285,7 +286,7 @@ class Sender:
                     return self._backoff(self.backoff_cap)
                 self._connected()
             return wait if wait is not None else IDLE_SECONDS
-        if self._deliver(batch, self.config.connector_timeout):
+        if self._deliver(batch, self.config.connector_timeout) is not None:
             return 0.0
         return self._backoff(self.backoff_cap)
 
@@ -308,8 +309,9 @@ class Sender:
                 return [], hold
         return cut_batch(pending), None
 
-    def _deliver(self, batch: list[JournalEntry], timeout: float) -> bool:
-        """Send one batch; True when the cursor moved (acknowledged or dead-lettered)."""
+    def _deliver(self, batch: list[JournalEntry], timeout: float) -> Optional[int]:
+        """Send one batch. None: nothing moved (retry later); else the cursor moved past it
+        and the result is how many events the connector accepted (0: dead-lettered)."""
         self.calls += 1
         try:
             self.link.send(to_batch(e.event for e in batch), timeout)
@@ -319,21 +321,23 @@ class Sender:
                 if exc.code == "RESOURCE_EXHAUSTED" and self._limit > 1:
                     self._limit = max(1, self._limit // 2)  # perhaps the message is too big
                 self._set_state("down", str(exc), code=exc.code)
-                return False
+                return None
             if not self._dead_letter(batch, exc):
-                return False
+                return None
+            accepted = 0
             self._connected(error=str(exc))  # the connector answered: the link is up
         else:
+            accepted = len(batch)
             self.state["sent"] += len(batch)
             self._limit = self.max_batch
             self._connected()
         self.journal.advance(CONSUMER, batch[-1].seq)
         self.state["outbox_depth"] = self.journal.depth(CONSUMER)
-        return True
+        return accepted
 
     def drain(self, deadline: float) -> int:
         """Deliver everything pending, ignoring the batching delay, until done, the first
-        transient failure, or ``deadline`` (monotonic). Returns the number of events sent.
+        transient failure, or ``deadline`` (monotonic). Returns how many were accepted.
         Does nothing when the socket is missing."""
         sent = 0
         with self._lock:
@@ -352,9 +356,10 @@ class Sender:
                 batch, _ = self.next_batch(flush=True)
                 if not batch or remaining <= 0:
                     break
-                if not self._deliver(batch, min(self.config.connector_timeout, remaining)):
+                accepted = self._deliver(batch, min(self.config.connector_timeout, remaining))
+                if accepted is None:
                     break
-                sent += len(batch)
+                sent += accepted
         return sent
 
     # ------------------------------------------------------------- the bound
