@@ -53,6 +53,7 @@ class FakeConnector:
         self.script: list[Any] = []
         self.default: Any = "ok"
         self.received: list[Received] = []
+        self.calls = 0  # every call, including hung ones
         self.release = threading.Event()
         self._lock = threading.Lock()
         self._server: Optional[grpc.Server] = None
@@ -80,6 +81,7 @@ class FakeConnector:
     def _handle(self, raw: bytes, context: grpc.ServicerContext) -> bytes:
         with self._lock:
             action = self.script.pop(0) if self.script else self.default
+            self.calls += 1
         metadata = {k: v for k, v in context.invocation_metadata()
                     if isinstance(v, str)}
         if action == "hang":
