@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-from connector_fixtures import FakeConnector, wait_for
 
 from nichealthd import daemon as daemon_cli
 from nichealthd.service import Daemon
 from nichealthd.sim import mutate, tree
+
+from .connector_fixtures import FakeConnector, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 POLL = 0.2

@@ -10,7 +10,11 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-from connector_fixtures import (
+
+from nichealthd.connector.sender import CONSUMER
+from nichealthd.store import Journal
+
+from .connector_fixtures import (
     FakeConnector,
     Outbox,
     degraded,
@@ -19,9 +23,6 @@ from connector_fixtures import (
     healthy,
     make_config,
 )
-
-from nichealthd.connector.sender import CONSUMER
-from nichealthd.store import Journal
 
 
 def reload(config_dir: str) -> Journal:

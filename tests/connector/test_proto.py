@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from connector_fixtures import T0, degraded, fatal, healthy
 from google.protobuf import json_format
 
 from nichealthd.connector import convert
 from nichealthd.connector import health_event_pb2 as pb
 from nichealthd.connector import health_event_pb2_grpc as pb_grpc
 from nichealthd.events import HealthEvent, make_event
+
+from .connector_fixtures import T0, degraded, fatal, healthy
 
 ROOT = Path(__file__).resolve().parents[2]
 CONNECTOR_DIR = ROOT / "nichealthd" / "connector"

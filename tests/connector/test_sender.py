@@ -11,18 +11,6 @@ from pathlib import Path
 
 import grpc
 import pytest
-from connector_fixtures import (
-    FakeConnector,
-    Outbox,
-    ago,
-    degraded,
-    fast_sender,
-    fatal,
-    healthy,
-    make_config,
-    running,
-    wait_for,
-)
 
 from nichealthd.connector import health_event_pb2 as pb
 from nichealthd.connector.sender import (
@@ -34,6 +22,19 @@ from nichealthd.connector.sender import (
 )
 from nichealthd.events import make_event
 from nichealthd.store import Journal
+
+from .connector_fixtures import (
+    FakeConnector,
+    Outbox,
+    ago,
+    degraded,
+    fast_sender,
+    fatal,
+    healthy,
+    make_config,
+    running,
+    wait_for,
+)
 
 
 def test_socket_path() -> None:
