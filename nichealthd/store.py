@@ -334,8 +334,8 @@ class Journal:
     def compact(self) -> None:
         """Drop entries every consumer is done with, beyond the history window.
 
-        The file is rewritten only when at least half of it goes, so draining a large
-        backlog batch by batch costs linear, not quadratic, disk writes."""
+        While a large backlog remains, the file is rewritten only when at least half of it
+        goes, so draining it batch by batch costs linear, not quadratic, disk writes."""
         with self._lock:
             entries = self._entries
             if len(entries) <= 2 * self.history_size:
@@ -343,7 +343,8 @@ class Journal:
             done = min(self._cursors.values(), default=self.last_seq)
             keep_from = max(len(entries) - self.history_size, 0)
             cut = min(keep_from, _index_after(entries, done))
-            if cut <= 0 or 2 * cut < len(entries):
+            if cut <= 0 or (2 * cut < len(entries)
+                            and len(entries) - cut > 2 * self.history_size):
                 return
             for entry in entries[:cut]:
                 self._sizes.pop(entry.seq, None)
