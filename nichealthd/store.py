@@ -121,6 +121,7 @@ class Journal:
         self._sizes: dict[int, int] = {}  # seq -> encoded size (for the outbox byte bound)
         self._lock = threading.RLock()
         self._rewrite_deferred = False
+        self._high_seq = 0  # newest seq ever committed: trimming the newest entry keeps it
 
     # ------------------------------------------------------------ recovery
 
@@ -155,6 +156,7 @@ class Journal:
             sizes[entry.seq] = len(line) + 1
         self._entries = entries
         self._sizes = sizes
+        self._high_seq = entries[-1].seq if entries else 0
         if dropped:
             self._rewrite()
         self._cursors = self._load_cursors()
@@ -222,6 +224,8 @@ class Journal:
         with self._lock:
             entries, self._pending = self._pending, []
             self._entries = self._entries + entries
+            if entries:
+                self._high_seq = max(self._high_seq, entries[-1].seq)
             if self._rewrite_deferred:
                 self._rewrite()
             return entries
@@ -280,7 +284,8 @@ class Journal:
 
     @property
     def last_seq(self) -> int:
-        return self._entries[-1].seq if self._entries else 0
+        """The newest committed sequence number (never goes back when entries are dropped)."""
+        return max(self._high_seq, self._entries[-1].seq if self._entries else 0)
 
     def depth(self, consumer: str) -> int:
         entries = self._entries

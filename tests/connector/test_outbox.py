@@ -66,6 +66,16 @@ def test_bound_never_drops_fatal_or_healthy_even_when_over(tmp_path: Path) -> No
     assert outbox.journal.depth(CONSUMER) == 100
 
 
+def test_dropping_the_newest_entry_never_reuses_its_sequence_number(tmp_path: Path) -> None:
+    """Fatal events alone can exceed the bound, so every degraded one goes — the newest too."""
+    config = make_config(tmp_path, "unix:/nonexistent")
+    outbox = Outbox(config)
+    entries = outbox.commit([fatal(i) for i in range(20)] + [degraded(1)])
+    assert outbox.journal.trim_backlog(CONSUMER, 10, 1 << 30) == entries[-1:]
+    assert outbox.journal.last_seq == entries[-1].seq
+    assert outbox.commit([fatal(99)])[0].seq == entries[-1].seq + 1
+
+
 def test_byte_bound(tmp_path: Path) -> None:
     config = make_config(tmp_path, "unix:/nonexistent")
     outbox = Outbox(config)
@@ -120,7 +130,7 @@ def test_journal_shared_with_a_concurrent_poller(tmp_path: Path) -> None:
                 continue
             committed.extend(e.seq for e in outbox.journal.committed())
             # what a crash right now would recover: the commit must be on disk
-            assert last_seq_on_disk() == entries[-1].seq
+            assert last_seq_on_disk() >= entries[0].seq  # the fatal one is never dropped
         stop.set()
 
     def last_seq_on_disk() -> int:
@@ -164,6 +174,7 @@ def test_journal_shared_with_a_concurrent_poller(tmp_path: Path) -> None:
     expected_tail = [s for s in committed if s not in dropped and s > journal.cursor("other")]
     remaining = [e.seq for e in journal.pending("other")]
     assert remaining == expected_tail
+    assert len(committed) == len(set(committed))  # a sequence number is never reused
     # the other consumer saw every committed event that was not dropped, once, in order
     assert seen + remaining == sorted(seen + remaining)
     assert set(committed) - dropped <= set(seen + remaining) <= set(committed)
