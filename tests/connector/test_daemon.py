@@ -225,3 +225,15 @@ def test_hung_connector_keeps_the_poll_schedule_and_the_watchdog(
     assert result["status"]["outbox_depth"] > 0
     assert any("connector down since" in m and "DEADLINE_EXCEEDED" in m for m in statuses)
     assert result["stop_seconds"] < 5.5
+
+
+def test_empty_target_disables_forwarding(host: Path) -> None:
+    args = daemon_cli.build_parser().parse_args(
+        ["--config", str(host / "nichealthd.toml"), "--platform-connector-socket", ""])
+    startup = daemon_cli.start(args)
+    service = Daemon(startup, args)
+    services = service._make_services()
+    assert not any(s.name == "platform connector" for s in services)
+    assert service.connector_state["state"] == "disabled"
+    assert "connector disabled" in service.status_line()
+    startup.monitor.close()

@@ -122,8 +122,12 @@ def test_to_json_is_the_proto_json_mapping(event: HealthEvent) -> None:
     """DESIGN §2.4: the event JSON is protobuf's own JSON mapping, defaults included."""
     event = event.stamped("node-b", "STORE_AND_ANALYSE", "abc")
     message = convert.to_proto(event)
-    mapped = json_format.MessageToDict(message, preserving_proto_field_name=False,
-                                       including_default_value_fields=True)
+    try:  # protobuf < 5.26
+        mapped = json_format.MessageToDict(message, preserving_proto_field_name=False,
+                                           including_default_value_fields=True)
+    except TypeError:  # the same option, renamed in protobuf 5.26
+        mapped = json_format.MessageToDict(message, preserving_proto_field_name=False,
+                                           always_print_fields_with_no_presence=True)
     ours = event.to_json()
     overlap = set(mapped) & set(ours)
     # Only the unset message-typed overrides are absent from ours; every field we print exists.

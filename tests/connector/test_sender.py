@@ -351,3 +351,24 @@ def test_throughput(tmp_path: Path, connector: FakeConnector) -> None:
     elapsed = time.monotonic() - started
     print(f"delivered 20000 events in {elapsed:.2f} s: {20000 / elapsed:.0f} events/s")
     assert len(set(connector.event_ids())) == 20000
+
+
+def test_reload_to_a_new_target(tmp_path: Path, sockdir: Path) -> None:
+    """SIGHUP with a new --platform-connector-socket: later events go to the new one."""
+    old = FakeConnector(str(sockdir / "old.sock")).start()
+    new = FakeConnector(str(sockdir / "new.sock")).start()
+    try:
+        config = make_config(tmp_path, old.target)
+        outbox = Outbox(config)
+        sender = fast_sender(config, outbox.journal)
+        first = outbox.commit([fatal(1)])
+        sender.drain(sender.clock() + 5)
+        sender.reconfigure(make_config(tmp_path, new.target))
+        second = outbox.commit([fatal(2)])
+        sender.drain(sender.clock() + 5)
+        assert old.event_ids() == [first[0].event.event_id]
+        assert new.event_ids() == [second[0].event.event_id]
+        assert sender.state["target"] == new.target
+    finally:
+        old.stop()
+        new.stop()
