@@ -109,12 +109,27 @@ class Daemon:
                  f"{counts['degraded']} degraded, {counts['fatal']} fatal"]
         if counts.get("suppressed"):
             parts[0] += f", {counts['suppressed']} uncabled"
-        parts.append(f"connector {self.connector_state.get('state', 'disabled')}")
+        parts.append(self._connector_summary())
         if self.last_poll_wall is not None:
             parts.append(f"last poll {self.last_poll_wall.astimezone():%H:%M:%S}")
         if self.reload_error:
             parts.append(f"reload rejected: {self.reload_error}")
         return "; ".join(parts)
+
+    def _connector_summary(self) -> str:
+        """``connector down since <time> (<error>), 12 queued, 2 dead letters`` (issue 6)."""
+        state = self.connector_state
+        text = f"connector {state.get('state', 'disabled')}"
+        if state.get("state") == "down":
+            if state.get("since"):
+                text += f" since {state['since']}"
+            if state.get("last_error"):
+                text += f" ({state['last_error']})"
+        if state.get("outbox_depth"):
+            text += f", {state['outbox_depth']} queued"
+        if state.get("dead_letters"):
+            text += f", {state['dead_letters']} dead letters"
+        return text
 
     # ------------------------------------------------------------- main loop
 

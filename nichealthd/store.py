@@ -13,6 +13,11 @@ never committed twice with different content. If step 2 fails (a full disk), ste
 undone and the daemon keeps running on the old state. Every consumer of events (the event
 log, the platform connector) reads the journal from its own persisted cursor, and the
 journal keeps the newest events as the history that ``ListEvents`` serves after a restart.
+
+The journal is shared by threads (the poller appends, the connector's sender advances and
+trims it): every change holds one lock, and a rewrite of the file that falls between an append
+and its state commit is deferred until that commit resolves, so it can neither drop the
+appended lines nor confuse :meth:`Journal.truncate`.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import json
 import logging
 import os
 import tempfile
+import threading
 import uuid
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
@@ -112,6 +118,10 @@ class Journal:
         self._entries: list[JournalEntry] = []
         self._pending: list[JournalEntry] = []
         self._cursors: dict[str, int] = {}
+        self._sizes: dict[int, int] = {}  # seq -> encoded size (for the outbox byte bound)
+        self._lock = threading.RLock()
+        self._rewrite_deferred = False
+        self._high_seq = 0  # newest seq ever committed: trimming the newest entry keeps it
 
     # ------------------------------------------------------------ recovery
 
@@ -119,7 +129,12 @@ class Journal:
         """Load the journal, dropping torn lines and lines past ``committed_seq`` (an
         unfinished commit; None when the state file was lost and every whole line counts).
         Returns how many lines were dropped."""
+        with self._lock:
+            return self._recover(committed_seq)
+
+    def _recover(self, committed_seq: Optional[int]) -> int:
         entries: list[JournalEntry] = []
+        sizes: dict[int, int] = {}
         dropped = 0
         try:
             with open(self.path, "rb") as handle:
@@ -138,7 +153,10 @@ class Journal:
                 dropped += 1
                 continue
             entries.append(entry)
+            sizes[entry.seq] = len(line) + 1
         self._entries = entries
+        self._sizes = sizes
+        self._high_seq = entries[-1].seq if entries else 0
         if dropped:
             self._rewrite()
         self._cursors = self._load_cursors()
@@ -168,41 +186,59 @@ class Journal:
 
     def append(self, entries: list[JournalEntry]) -> int:
         """Append and fsync; returns the file size before, for :meth:`truncate`."""
-        data = b"".join(_encode(e) for e in entries)
+        encoded = [_encode(e) for e in entries]
+        data = b"".join(encoded)
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
-        fd = os.open(self.path, flags, 0o640)
-        try:
-            before = os.fstat(fd).st_size
+        with self._lock:
+            fd = os.open(self.path, flags, 0o640)
             try:
-                os.write(fd, data)
-                os.fsync(fd)
-            except OSError:
-                with contextlib.suppress(OSError):
-                    os.ftruncate(fd, before)
-                raise
-        finally:
-            os.close(fd)
-        self._pending = entries
-        return before
+                before = os.fstat(fd).st_size
+                try:
+                    os.write(fd, data)
+                    os.fsync(fd)
+                except OSError:
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(fd, before)
+                    raise
+            finally:
+                os.close(fd)
+            self._pending = entries
+            for entry, line in zip(entries, encoded):
+                self._sizes[entry.seq] = len(line)
+            return before
 
     def truncate(self, size: int) -> None:
         """Undo an append whose state commit failed."""
-        with contextlib.suppress(OSError):
-            os.truncate(self.path, size)
-        self._pending = []
+        with self._lock:
+            for entry in self._pending:
+                self._sizes.pop(entry.seq, None)
+            self._pending = []
+            if self._rewrite_deferred:  # the file changed meanwhile: write what is committed
+                self._rewrite()
+                return
+            with contextlib.suppress(OSError):
+                os.truncate(self.path, size)
 
     def committed(self) -> list[JournalEntry]:
         """Make the last append visible to consumers (after the state commit succeeded)."""
-        entries, self._pending = self._pending, []
-        self._entries.extend(entries)
-        return entries
+        with self._lock:
+            entries, self._pending = self._pending, []
+            self._entries = self._entries + entries
+            if entries:
+                self._high_seq = max(self._high_seq, entries[-1].seq)
+            if self._rewrite_deferred:
+                self._rewrite()
+            return entries
 
     # ----------------------------------------------------------- consumers
 
     def register(self, consumers: Iterable[str]) -> None:
         """Declare this process's consumers. A new one starts after the newest entry; one
         that is no longer configured is forgotten so it cannot pin the journal forever."""
-        wanted = set(consumers)
+        with self._lock:
+            self._register(set(consumers))
+
+    def _register(self, wanted: set[str]) -> None:
         changed = False
         for name in list(self._cursors):
             if name not in wanted:
@@ -221,17 +257,19 @@ class Journal:
 
     def pending(self, consumer: str, limit: Optional[int] = None) -> list[JournalEntry]:
         """Entries after the consumer's cursor, oldest first."""
-        start = self.cursor(consumer)
-        result = [e for e in self._entries if e.seq > start]
-        return result[:limit] if limit is not None else result
+        entries = self._entries  # replaced, never mutated in place: a consistent snapshot
+        first = _index_after(entries, self.cursor(consumer))
+        end = len(entries) if limit is None else min(len(entries), first + max(limit, 0))
+        return entries[first:end]
 
     def advance(self, consumer: str, seq: int) -> None:
         """Persist that ``consumer`` is done up to ``seq``; then trim what nobody needs."""
-        if seq <= self._cursors.get(consumer, 0):
-            return
-        self._cursors[consumer] = seq
-        self._save_cursors()
-        self.compact()
+        with self._lock:
+            if seq <= self._cursors.get(consumer, 0):
+                return
+            self._cursors[consumer] = seq
+            self._save_cursors()
+            self.compact()
 
     def _save_cursors(self) -> None:
         try:
@@ -246,30 +284,106 @@ class Journal:
 
     @property
     def last_seq(self) -> int:
-        return self._entries[-1].seq if self._entries else 0
+        """The newest committed sequence number (never goes back when entries are dropped)."""
+        return max(self._high_seq, self._entries[-1].seq if self._entries else 0)
 
     def depth(self, consumer: str) -> int:
-        return len(self.pending(consumer))
+        entries = self._entries
+        return len(entries) - _index_after(entries, self.cursor(consumer))
+
+    def backlog_bytes(self, consumer: str) -> int:
+        """Journal bytes of the entries ``consumer`` has not finished with."""
+        sizes = self._sizes
+        return sum(sizes.get(e.seq, 0) for e in self.pending(consumer))
+
+    def trim_backlog(self, consumer: str, max_events: int, max_bytes: int,
+                     low_water: float = 0.9) -> list[JournalEntry]:
+        """Bound ``consumer``'s backlog: when it holds more than ``max_events`` entries or
+        ``max_bytes`` bytes, remove the oldest degraded (non-fatal unhealthy) entries until it
+        is back under ``low_water`` of both bounds. Fatal and healthy entries are never
+        removed, so the backlog may stay above the bound if they alone exceed it.
+
+        The entries leave the journal (every consumer and the history lose them): the bound
+        exists to cap the journal's disk and memory use. The low-water mark makes a full
+        outbox rewrite the file once per burst of drops, not once per new event. Returns the
+        removed entries, oldest first.
+        """
+        if self.depth(consumer) <= max_events and _file_size(self.path) <= max_bytes:
+            return []  # the cheap, common case: the whole journal fits
+        with self._lock:
+            pending = self.pending(consumer)
+            count = len(pending)
+            total = sum(self._sizes.get(e.seq, 0) for e in pending)
+            if count <= max_events and total <= max_bytes:
+                return []
+            target_events = int(max_events * low_water)
+            target_bytes = int(max_bytes * low_water)
+            dropped: list[JournalEntry] = []
+            for entry in pending:
+                if count <= target_events and total <= target_bytes:
+                    break
+                if entry.event.severity != "degraded":
+                    continue
+                dropped.append(entry)
+                count -= 1
+                total -= self._sizes.get(entry.seq, 0)
+            if not dropped:
+                return []
+            gone = {e.seq for e in dropped}
+            self._entries = [e for e in self._entries if e.seq not in gone]
+            for seq in gone:
+                self._sizes.pop(seq, None)
+            self._rewrite()
+            return dropped
 
     def compact(self) -> None:
-        """Drop entries every consumer is done with, beyond the history window."""
-        if len(self._entries) <= 2 * self.history_size:
-            return
-        done = min(self._cursors.values(), default=self.last_seq)
-        keep_from = max(len(self._entries) - self.history_size, 0)
-        first_needed = next((i for i, e in enumerate(self._entries) if e.seq > done),
-                            len(self._entries))
-        cut = min(keep_from, first_needed)
-        if cut <= 0:
-            return
-        self._entries = self._entries[cut:]
-        self._rewrite()
+        """Drop entries every consumer is done with, beyond the history window.
+
+        While a large backlog remains, the file is rewritten only when at least half of it
+        goes, so draining it batch by batch costs linear, not quadratic, disk writes."""
+        with self._lock:
+            entries = self._entries
+            if len(entries) <= 2 * self.history_size:
+                return
+            done = min(self._cursors.values(), default=self.last_seq)
+            keep_from = max(len(entries) - self.history_size, 0)
+            cut = min(keep_from, _index_after(entries, done))
+            if cut <= 0 or (2 * cut < len(entries)
+                            and len(entries) - cut > 2 * self.history_size):
+                return
+            for entry in entries[:cut]:
+                self._sizes.pop(entry.seq, None)
+            self._entries = entries[cut:]
+            self._rewrite()
 
     def _rewrite(self) -> None:
+        if self._pending:  # an append awaits its state commit: rewrite once that resolves
+            self._rewrite_deferred = True
+            return
+        self._rewrite_deferred = False
         try:
             atomic_write(self.path, b"".join(_encode(e) for e in self._entries))
         except OSError as exc:
             log.warning("cannot rewrite %s: %s", self.path, exc.strerror)
+
+
+def _file_size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def _index_after(entries: list[JournalEntry], seq: int) -> int:
+    """Index of the first entry with a sequence number above ``seq`` (entries are sorted)."""
+    low, high = 0, len(entries)
+    while low < high:
+        mid = (low + high) // 2
+        if entries[mid].seq <= seq:
+            low = mid + 1
+        else:
+            high = mid
+    return low
 
 
 def _encode(entry: JournalEntry) -> bytes:

@@ -1,0 +1,239 @@
+"""The connector inside the real daemon, against a fake host (nichealthd-sim) and a real gRPC
+server: outages across polls, SIGKILL during an outage, a hung connector versus the poll
+schedule and the watchdog (a real NOTIFY_SOCKET), and ``--once``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from nichealthd import daemon as daemon_cli
+from nichealthd.service import Daemon
+from nichealthd.sim import mutate, tree
+
+from .connector_fixtures import FakeConnector, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+POLL = 0.2
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> Path:
+    """A DGX-H100-like fake host whose config polls every 200 ms."""
+    root = tmp_path / "host"
+    tree.create(root, "dgx-h100")
+    with open(root / "nichealthd.toml", "a") as handle:
+        handle.write('pollingInterval = "200ms"\nconnectorTimeout = "1s"\n'
+                     'connectorBatchInterval = "500ms"\n')
+    return root
+
+
+def event_log_ids(root: Path) -> list[str]:
+    path = root / "events.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line)["metadata"]["nichealthd.event_id"]
+            for line in path.read_text().splitlines() if line.strip()]
+
+
+def dedupe(ids: list[str]) -> list[str]:
+    return list(dict.fromkeys(ids))
+
+
+def start_daemon(root: Path, target: str, *extra: str) -> subprocess.Popen[bytes]:
+    log = open(root / "daemon.log", "ab")  # noqa: SIM115 - closed with the process
+    return subprocess.Popen(
+        [sys.executable, "-m", "nichealthd.daemon", "--config", str(root / "nichealthd.toml"),
+         "--platform-connector-socket", target, *extra],
+        cwd=ROOT, stdout=log, stderr=log, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def inject_faults(root: Path, round_no: int) -> None:
+    """Every kind of event: fatal counter, degradation burst, port down and back up."""
+    mutate.counter(root, "mlx5_0", 1, "link_downed", add=1)
+    mutate.counter(root, "mlx5_1", 1, "symbol_error", add=5000)
+    state = "DOWN" if round_no % 2 == 0 else "ACTIVE"
+    phys = "Disabled" if round_no % 2 == 0 else "LinkUp"
+    mutate.set_port(root, "mlx5_2", 1, state=state, phys_state=phys)
+
+
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_outage_then_sigkill_then_restart_delivers_every_event_once_in_order(
+        host: Path, connector: FakeConnector, procs: list[subprocess.Popen[bytes]]) -> None:
+    # Phase 1: the connector is absent for many polls while faults are injected.
+    first = start_daemon(host, connector.target)
+    procs.append(first)
+    wait_for(lambda: len(event_log_ids(host)) > 100, what="baseline events")
+    for round_no in range(4):
+        inject_faults(host, round_no)
+        time.sleep(2 * POLL)
+    committed_phase1 = len(event_log_ids(host))
+    assert connector.received == []
+    # ... then it comes up: everything so far arrives, in commit order.
+    connector.start()
+    wait_for(lambda: set(event_log_ids(host)) <= set(connector.event_ids()), timeout=20,
+             what="phase-1 delivery")
+    assert dedupe(connector.event_ids()) == event_log_ids(host)[:len(dedupe(
+        connector.event_ids()))]
+    assert len(dedupe(connector.event_ids())) >= committed_phase1
+    # Phase 2: the connector goes away again, more faults, then SIGKILL during the outage.
+    connector.stop()
+    before_kill = len(event_log_ids(host))
+    for round_no in range(4, 8):
+        inject_faults(host, round_no)
+        time.sleep(2 * POLL)
+    wait_for(lambda: len(event_log_ids(host)) > before_kill, what="outage events")
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    pending_at_kill = [i for i in event_log_ids(host) if i not in set(connector.event_ids())]
+    assert pending_at_kill, "the outage produced no undelivered events"
+    # Phase 3: restart with the connector up: the pending events are delivered.
+    connector.start()
+    second = start_daemon(host, connector.target)
+    procs.append(second)
+    wait_for(lambda: set(event_log_ids(host)) <= set(connector.event_ids()), timeout=20,
+             what="delivery after restart")
+    second.send_signal(signal.SIGTERM)
+    assert second.wait(15) == 0
+    # Exactly once after de-duplication by id, in commit order, nothing missing.
+    assert dedupe(connector.event_ids()) == event_log_ids(host)
+    for request in connector.accepted:
+        for event in request.message.events:
+            assert event.agent == "nic-health-monitor" and event.nodeName == "dgx-h100-sim"
+    assert any(e.recommendedAction == 25 for e in connector.events())  # REPLACE_VM
+    assert any(list(e.errorCode) == ["link_downed"] for e in connector.events())
+
+
+def test_once_delivers_when_the_connector_is_up(host: Path, connector: FakeConnector) -> None:
+    connector.start()
+    result = subprocess.run(
+        [sys.executable, "-m", "nichealthd.daemon", "--config", str(host / "nichealthd.toml"),
+         "--platform-connector-socket", connector.target, "--once"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, result.stderr
+    ids = event_log_ids(host)
+    assert ids and connector.event_ids() == ids
+
+
+class NotifySocket:
+    """What systemd does for a Type=notify unit: an AF_UNIX datagram socket, read by a thread
+    so that every datagram is time-stamped when it arrives."""
+
+    def __init__(self, path: str) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(path)
+        self.sock.settimeout(0.05)
+        self.messages: list[tuple[float, str]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data = self.sock.recv(65536)
+            except socket.timeout:
+                continue
+            self.messages.append((time.monotonic(), data.decode()))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.sock.close()
+
+
+def test_hung_connector_keeps_the_poll_schedule_and_the_watchdog(
+        host: Path, connector: FakeConnector, sockdir: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    connector.start()
+    connector.default = "hang"
+    notify = NotifySocket(str(sockdir / "notify"))
+    monkeypatch.setenv("NOTIFY_SOCKET", notify.sock.getsockname())
+    monkeypatch.setenv("WATCHDOG_USEC", "400000")
+    monkeypatch.delenv("WATCHDOG_PID", raising=False)
+    args = daemon_cli.build_parser().parse_args(
+        ["--config", str(host / "nichealthd.toml"),
+         "--platform-connector-socket", connector.target])
+    startup = daemon_cli.start(args)
+    starts: list[float] = []  # when each poll started (the drift-free schedule)
+    run_seconds = 4.0
+    result: dict[str, Any] = {}
+
+    def on_poll(outcome: Any) -> None:
+        starts.append(time.monotonic() - outcome.duration)
+
+    async def main() -> None:
+        service = Daemon(startup, args)
+        service.add_poll_listener(on_poll)
+        task = asyncio.ensure_future(service.run())
+        started = time.monotonic()
+        round_no = 0
+        while time.monotonic() - started < run_seconds:
+            inject_faults(host, round_no)  # new events for the hung connector every poll
+            round_no += 1
+            await asyncio.sleep(POLL)
+        result["status"] = service.status()
+        result["calls"] = connector.calls
+        stop_at = time.monotonic()
+        service.request_stop()
+        await task
+        result["stop_seconds"] = time.monotonic() - stop_at
+
+    try:
+        asyncio.run(main())
+    finally:
+        connector.release.set()
+        notify.close()
+    # Lateness of each poll against the schedule origin + k * interval (after the baseline).
+    origin = starts[1]
+    late = [s - (origin + round((s - origin) / POLL) * POLL) for s in starts[1:]]
+    watchdogs = [t for t, m in notify.messages if "WATCHDOG=1" in m]
+    wd_gaps = [b - a for a, b in zip(watchdogs, watchdogs[1:])]
+    statuses = [m for _, m in notify.messages if "STATUS=" in m]
+    print(f"{len(starts)} polls in {run_seconds} s against a hung connector "
+          f"({result['calls']} calls hung): worst poll start {max(late) * 1000:.1f} ms behind "
+          f"its {POLL * 1000:.0f} ms schedule; {len(watchdogs)} WATCHDOG=1, max gap "
+          f"{max(wd_gaps) * 1000:.0f} ms (WATCHDOG_USEC 400 ms); stop took "
+          f"{result['stop_seconds']:.2f} s")
+    assert len(starts) >= run_seconds / POLL - 3
+    assert max(late) < 0.1, late  # a hung call lasts connectorTimeout = 1 s
+    assert len(watchdogs) >= run_seconds / 0.2 - 4
+    assert max(wd_gaps) < 0.3
+    assert result["calls"] >= 1
+    assert result["status"]["connector_state"] == "down"
+    assert result["status"]["outbox_depth"] > 0
+    assert any("connector down since" in m and "DEADLINE_EXCEEDED" in m for m in statuses)
+    assert result["stop_seconds"] < 5.5
+
+
+def test_empty_target_disables_forwarding(host: Path) -> None:
+    args = daemon_cli.build_parser().parse_args(
+        ["--config", str(host / "nichealthd.toml"), "--platform-connector-socket", ""])
+    startup = daemon_cli.start(args)
+    service = Daemon(startup, args)
+    services = service._make_services()
+    assert not any(s.name == "platform connector" for s in services)
+    assert service.connector_state["state"] == "disabled"
+    assert "connector disabled" in service.status_line()
+    startup.monitor.close()
