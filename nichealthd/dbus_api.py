@@ -8,15 +8,17 @@ poll, so a client hammering ``ListCounters`` costs one build per poll and can ne
 see half of a poll. A bus that is absent, a policy that forbids the name, or a name already
 owned is logged once and retried with backoff: the D-Bus API is optional, monitoring is not.
 
-This module deliberately has no ``from __future__ import annotations``: the D-Bus library
-reads the signature strings from the annotations, and dbus-next (the fallback) needs them as
-plain strings.
+The D-Bus libraries read member signatures from annotations (``-> "aa{sv}"``); those are not
+Python types, so :func:`dbus_signature` sets them explicitly and the real annotations stay
+valid for linters and type checkers.
 """
+
+from __future__ import annotations
 
 import asyncio
 import logging
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 from .dbus_common import (
     BUS_NAME,
@@ -50,6 +52,7 @@ INTROSPECTION_XML = os.path.join(os.path.dirname(__file__), "org.nichealthd.NicH
 CONNECT_TIMEOUT = 5.0
 RETRY_MIN, RETRY_MAX = 1.0, 60.0
 RELOAD_WAIT = 10.0
+F = TypeVar("F", bound=Callable[..., Any])
 
 # property name, signature, key of Daemon.status()
 PROPERTIES = (
@@ -65,6 +68,14 @@ PROPERTIES = (
     ("Health", "s", "health"),
 )
 _PORT_EVENT_CODES = {CODE_PORT_STATE, CODE_PORT_MISSING}
+
+
+def dbus_signature(returns: str = "", **params: str) -> Callable[[F], F]:
+    """Give a member the D-Bus signature annotations the library reads (in and out)."""
+    def decorate(fn: F) -> F:
+        fn.__annotations__ = {**params, "return": returns}
+        return fn
+    return decorate
 
 
 class NameTaken(Exception):
@@ -103,7 +114,7 @@ class NicHealthInterface(ServiceInterface):
 
     _documented: Optional[Any] = None
 
-    def __init__(self, service: "DbusService") -> None:
+    def __init__(self, service: DbusService) -> None:
         super().__init__(INTERFACE)
         self._service = service
 
@@ -116,81 +127,99 @@ class NicHealthInterface(ServiceInterface):
     # ------------------------------------------------------------- methods
 
     @method()
-    def ListPorts(self) -> "aa{sv}":  # noqa: N802 - D-Bus member names are CamelCase
+    @dbus_signature("aa{sv}")
+    def ListPorts(self) -> Any:  # noqa: N802
         return self._service.list_ports()
 
     @method()
-    def ListDevices(self) -> "aa{sv}":  # noqa: N802
+    @dbus_signature("aa{sv}")
+    def ListDevices(self) -> Any:  # noqa: N802
         return self._service.list_devices()
 
     @method()
-    def ListCounters(self, device: "s", port: "u") -> "aa{sv}":  # noqa: N802
+    @dbus_signature("aa{sv}", device="s", port="u")
+    def ListCounters(self, device: str, port: int) -> Any:  # noqa: N802
         return self._service.list_counters(device, port)
 
     @method()
-    def ListEvents(self, limit: "u") -> "aa{sv}":  # noqa: N802
+    @dbus_signature("aa{sv}", limit="u")
+    def ListEvents(self, limit: int) -> Any:  # noqa: N802
         return self._service.list_events(limit)
 
     @method()
-    def GetStatus(self) -> "a{sv}":  # noqa: N802
+    @dbus_signature("a{sv}")
+    def GetStatus(self) -> Any:  # noqa: N802
         return self._service.get_status()
 
     @method()
-    async def Reload(self) -> "bs":  # noqa: N802
+    @dbus_signature("bs")
+    async def Reload(self) -> Any:  # noqa: N802
         accepted, message = await self._service.reload()
         return [accepted, message]
 
     # ------------------------------------------------------------- signals
 
     @signal()
+    @dbus_signature("susbs")
     def PortHealthChanged(self, device: str, port: int, health: str, fatal: bool,  # noqa: N802
-                          message: str) -> "susbs":
+                          message: str) -> Any:
         return [device, port, health, fatal, message]
 
     @signal()
-    def EventEmitted(self, event: Dict[str, Any]) -> "a{sv}":  # noqa: N802
+    @dbus_signature("a{sv}")
+    def EventEmitted(self, event: Dict[str, Any]) -> Any:  # noqa: N802
         return event
 
     # ---------------------------------------------------------- properties
 
     @dbus_property(access=PropertyAccess.READ)
-    def Version(self) -> "s":  # noqa: N802
+    @dbus_signature("s")
+    def Version(self) -> Any:  # noqa: N802
         return self._service.prop("Version")
 
     @dbus_property(access=PropertyAccess.READ)
-    def NodeName(self) -> "s":  # noqa: N802
+    @dbus_signature("s")
+    def NodeName(self) -> Any:  # noqa: N802
         return self._service.prop("NodeName")
 
     @dbus_property(access=PropertyAccess.READ)
-    def BootId(self) -> "s":  # noqa: N802
+    @dbus_signature("s")
+    def BootId(self) -> Any:  # noqa: N802
         return self._service.prop("BootId")
 
     @dbus_property(access=PropertyAccess.READ)
-    def LastPoll(self) -> "s":  # noqa: N802
+    @dbus_signature("s")
+    def LastPoll(self) -> Any:  # noqa: N802
         return self._service.prop("LastPoll")
 
     @dbus_property(access=PropertyAccess.READ)
-    def PollCount(self) -> "t":  # noqa: N802
+    @dbus_signature("t")
+    def PollCount(self) -> Any:  # noqa: N802
         return self._service.prop("PollCount")
 
     @dbus_property(access=PropertyAccess.READ)
-    def PollingInterval(self) -> "d":  # noqa: N802
+    @dbus_signature("d")
+    def PollingInterval(self) -> Any:  # noqa: N802
         return self._service.prop("PollingInterval")
 
     @dbus_property(access=PropertyAccess.READ)
-    def ConnectorState(self) -> "s":  # noqa: N802
+    @dbus_signature("s")
+    def ConnectorState(self) -> Any:  # noqa: N802
         return self._service.prop("ConnectorState")
 
     @dbus_property(access=PropertyAccess.READ)
-    def OutboxDepth(self) -> "u":  # noqa: N802
+    @dbus_signature("u")
+    def OutboxDepth(self) -> Any:  # noqa: N802
         return self._service.prop("OutboxDepth")
 
     @dbus_property(access=PropertyAccess.READ)
-    def DeadLetters(self) -> "u":  # noqa: N802
+    @dbus_signature("u")
+    def DeadLetters(self) -> Any:  # noqa: N802
         return self._service.prop("DeadLetters")
 
     @dbus_property(access=PropertyAccess.READ)
-    def Health(self) -> "s":  # noqa: N802
+    @dbus_signature("s")
+    def Health(self) -> Any:  # noqa: N802
         return self._service.prop("Health")
 
 
@@ -211,8 +240,8 @@ class DbusService:
         self._status: Dict[str, Any] = {}
         self._props: Dict[str, Any] = {}
         self._port_health: Dict[Tuple[str, int], Tuple[str, bool]] = {}
-        self._reload_waiters: List[Tuple[int, "asyncio.Future[Tuple[bool, str]]"]] = []
-        self._task: Optional["asyncio.Future[None]"] = None
+        self._reload_waiters: List[Tuple[int, asyncio.Future[Tuple[bool, str]]]] = []
+        self._task: Optional[asyncio.Future[None]] = None
         self._stopping = False
         self._last_problem = ""
 
@@ -473,7 +502,7 @@ class DbusService:
 
     async def reload(self) -> Tuple[bool, str]:
         loop = asyncio.get_running_loop()
-        future: "asyncio.Future[Tuple[bool, str]]" = loop.create_future()
+        future: asyncio.Future[Tuple[bool, str]] = loop.create_future()
         self._reload_waiters.append((self.daemon.monitor.polls, future))
         log.info("reload requested over D-Bus")
         self.daemon.request_reload()
