@@ -469,28 +469,35 @@ def _timeout(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    # Global options work before or after the command (`nichealthctl show ports --json`).
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
-                        help="print JSON (an array; an object for status and check)")
-    common.add_argument("--bus", choices=("system", "session"), default=argparse.SUPPRESS,
-                        help="bus to find nichealthd on (default system; "
-                             "DBUS_SYSTEM_BUS_ADDRESS is honoured)")
-    common.add_argument("--timeout", type=_timeout, metavar="DUR", default=argparse.SUPPRESS,
-                        help=f"how long to wait for the bus and the daemon "
-                             f"(default {DEFAULT_TIMEOUT:g}s; 500ms, 2s …)")
+    # Global options work before or after the command (`nichealthctl show ports --json`):
+    # the main parser has the defaults, each command's parser a copy that leaves them alone.
+    def global_options(into: argparse.ArgumentParser, defaults: bool) -> None:
+        def default(value: Any) -> Any:
+            return value if defaults else argparse.SUPPRESS
+        into.add_argument("--json", action="store_true", default=default(False),
+                          help="print JSON (an array; an object for status and check)")
+        into.add_argument("--bus", choices=("system", "session"), default=default("system"),
+                          help="bus to find nichealthd on (default system; "
+                               "DBUS_SYSTEM_BUS_ADDRESS is honoured)")
+        into.add_argument("--timeout", type=_timeout, metavar="DUR",
+                          default=default(DEFAULT_TIMEOUT),
+                          help=f"how long to wait for the bus and the daemon "
+                               f"(default {DEFAULT_TIMEOUT:g}s; 500ms, 2s …)")
+
     parser = argparse.ArgumentParser(
-        prog="nichealthctl", parents=[common],
+        prog="nichealthctl",
         description="Query nichealthd, the NIC health daemon, over D-Bus.",
         epilog="exit status: 0 ok; check: 1 degraded, 2 fatal; 2 bad argument or invalid "
                "config; 3 nichealthd unreachable")
+    global_options(parser, True)
     parser.add_argument("--version", action="version", version=f"nichealthctl {__version__}")
-    parser.set_defaults(json=False, bus="system", timeout=DEFAULT_TIMEOUT, func=None)
+    parser.set_defaults(func=None)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def add(name: str, func: Callable[..., Any], help_text: str,
             into: Any = sub) -> argparse.ArgumentParser:
-        p = into.add_parser(name, parents=[common], help=help_text, description=help_text)
+        p = into.add_parser(name, help=help_text, description=help_text)
+        global_options(p, False)
         p.set_defaults(func=func)
         return p
 
