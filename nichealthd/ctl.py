@@ -42,6 +42,7 @@ from .dbus_common import (
     bus_address,
     bus_type,
     from_variants,
+    harden_writer,
 )
 from .duration import parse_duration
 
@@ -87,6 +88,7 @@ class Client:
         try:
             self.bus = await asyncio.wait_for(
                 MessageBus(bus_type=bus_type(self.bus_kind)).connect(), self.timeout)
+            harden_writer(self.bus)
         except asyncio.TimeoutError:
             raise CtlError(f"the {self.bus_kind} bus at {bus_address(self.bus_kind)} did not "
                            f"answer within {self.timeout:g} s") from None

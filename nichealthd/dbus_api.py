@@ -37,6 +37,7 @@ from .dbus_common import (
     bus_address,
     bus_type,
     dbus_property,
+    harden_writer,
     intr,
     method,
     signal,
@@ -324,6 +325,8 @@ class DbusService:
         bus = MessageBus(bus_type=bus_type(self.mode))
         try:
             await bus.connect()
+            if not harden_writer(bus):
+                log.debug("could not guard the D-Bus writer against EAGAIN (library changed?)")
             interface = NicHealthInterface(self)
             bus.export(OBJECT_PATH, interface)
             reply = await bus.request_name(BUS_NAME, NameFlag.DO_NOT_QUEUE)

@@ -73,7 +73,7 @@ __all__ = [
     "BUS_NAME", "OBJECT_PATH", "INTERFACE", "POLICY_FILE", "DBUS_LIBRARY", "BusType",
     "DBusError", "Message", "MessageType", "MessageBus", "NameFlag", "RequestNameReply",
     "Variant", "intr", "PropertyAccess", "ServiceInterface", "dbus_property", "method",
-    "signal", "bus_address", "to_variants", "from_variants",
+    "signal", "bus_address", "to_variants", "from_variants", "harden_writer",
 ]
 
 BUS_NAME = "org.nichealthd.NicHealth1"
@@ -90,6 +90,42 @@ _FIXED_SIGNATURES = {
     "metadata": "a{ss}",
     "errorCode": "as",
 }
+
+
+class _RetryingSendSocket:
+    """The bus socket as the library's writer sees it, with EAGAIN meaning "0 bytes sent".
+
+    dbus-fast (5.2 here) and dbus-next let a ``BlockingIOError`` from the non-blocking
+    ``send`` of their asyncio writer escape, and then drop the whole connection (dbus-next
+    issue #153; the same code is in dbus-fast's ``_MessageWriter.write_callback``). A few
+    large replies in flight (``ListCounters`` on a busy bus) fill the socket buffer, so one
+    eager client would take the D-Bus API down. Reporting 0 bytes makes the writer wait
+    for the socket to become writable and continue, which is what it does for short writes.
+    """
+
+    def __init__(self, sock: Any) -> None:
+        self._sock = sock
+
+    def send(self, data: Any, *flags: int) -> int:
+        try:
+            return int(self._sock.send(data, *flags))
+        except (BlockingIOError, InterruptedError):
+            return 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+def harden_writer(bus: Any) -> bool:
+    """Apply :class:`_RetryingSendSocket` to a connected asyncio bus; False if the library's
+    writer is not shaped as expected (then nothing is changed)."""
+    writer = getattr(bus, "_writer", None)
+    sock = getattr(writer, "sock", None)
+    if writer is None or sock is None or not hasattr(sock, "send"):
+        return False
+    if not isinstance(sock, _RetryingSendSocket):
+        writer.sock = _RetryingSendSocket(sock)
+    return True
 
 
 def bus_type(name: str) -> Any:

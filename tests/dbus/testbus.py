@@ -68,8 +68,9 @@ class TestBus:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def start_bus(policy_dir: Path = POLICY_DIR) -> TestBus:
-    directory = tempfile.mkdtemp(prefix="nichealthd-bus-")
+def start_bus(policy_dir: Path = POLICY_DIR, directory: str = "") -> TestBus:
+    """Start a bus; ``directory`` (default: a new temp dir) holds its socket and config."""
+    directory = directory or tempfile.mkdtemp(prefix="nichealthd-bus-")
     os.chmod(directory, 0o755)  # nobody must reach the socket
     socket_path = os.path.join(directory, "system_bus_socket")
     config = os.path.join(directory, "system.conf")
