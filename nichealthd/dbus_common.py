@@ -79,7 +79,9 @@ __all__ = [
 BUS_NAME = "org.nichealthd.NicHealth1"
 OBJECT_PATH = "/org/nichealthd/NicHealth1"
 INTERFACE = "org.nichealthd.NicHealth1"
-POLICY_FILE = "/etc/dbus-1/system.d/org.nichealthd.NicHealth1.conf"
+# Packages install it to /usr/share/dbus-1/system.d/, local installs to /etc/dbus-1/system.d/.
+POLICY_FILE = ("org.nichealthd.NicHealth1.conf in /usr/share/dbus-1/system.d/ or "
+               "/etc/dbus-1/system.d/")
 ERROR_PREFIX = INTERFACE + ".Error."
 
 SYSTEM_BUS_DEFAULT = "unix:path=/var/run/dbus/system_bus_socket"

@@ -145,7 +145,11 @@ class SysfsReader:
         self._names: Optional[frozenset[str]] = None
         self._discovered_at = float("-inf")
         self._dirty = True
+        self._boot_id: Optional[str] = None  # constant for the life of the process
         self.einval: set[str] = set()
+        # Devices whose counters are not read (management NICs, excluded devices): the
+        # monitor sets this from the roles, so no firmware query is spent on them.
+        self.skip_counters: frozenset[str] = frozenset()
         self.unreadable_reads = 0
         self.discoveries = 0
 
@@ -158,7 +162,7 @@ class SysfsReader:
 
     def observe(self, now: datetime) -> HostSnapshot:
         """Read everything one poll needs. Never raises on bad sysfs content."""
-        boot_id = self._read_boot_id()
+        boot_id = self._boot_id or self._read_boot_id()
         names = self._list_devices()
         if names is None:
             return HostSnapshot(now, boot_id, (), complete=False)
@@ -299,7 +303,8 @@ class SysfsReader:
                                                      "operstate"))
         counters: dict[str, CounterReading] = {}
         values_by_path: dict[str, CounterReading] = {}
-        for spec in self.config.active_counters:
+        specs = () if plan.device in self.skip_counters else self.config.active_counters
+        for spec in specs:
             path = plan.counter_files.get(spec.name)
             if path is None:
                 counters[spec.name] = ABSENT
@@ -368,6 +373,7 @@ class SysfsReader:
                                  f"{self.config.boot_id_path}")
             return None
         self.problems.clear("boot_id")
+        self._boot_id = text
         return text
 
 
