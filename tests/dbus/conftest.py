@@ -17,7 +17,7 @@ import pytest
 from dbushelpers import DaemonProcess, make_sim
 from testbus import TestBus, start_bus
 
-for tool in ("dbus-daemon", "busctl", "setpriv"):
+for tool in ("dbus-daemon", "setpriv"):
     if shutil.which(tool) is None:
         pytest.skip(f"{tool} is not installed", allow_module_level=True)
 

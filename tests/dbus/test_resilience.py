@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -13,7 +12,15 @@ from typing import Any
 from dbushelpers import POLL, BusClient, make_sim, run
 from testbus import start_bus
 
-from nichealthd.dbus_common import BUS_NAME, INTERFACE, OBJECT_PATH, BusType, MessageBus, NameFlag
+from nichealthd.dbus_common import (
+    BUS_NAME,
+    INTERFACE,
+    OBJECT_PATH,
+    BusType,
+    Message,
+    MessageBus,
+    NameFlag,
+)
 
 
 async def get_poll_count(client: BusClient) -> int:
@@ -52,9 +59,17 @@ def test_reconnects_when_the_bus_appears(start_daemon: Any) -> None:
             time.sleep(0.2)
         assert "D-Bus API serving" in daemon.log(), daemon.log()
         time.sleep(0.5)
-        out = subprocess.run(["busctl", f"--address={late.address}", "get-property", BUS_NAME,
-                              OBJECT_PATH, INTERFACE, "Health"], capture_output=True, text=True)
-        assert out.stdout.strip() == 's "healthy"', out.stderr
+        async def health() -> Any:
+            bus = await MessageBus(bus_address=late.address).connect()
+            try:
+                return await bus.call(Message(
+                    destination=BUS_NAME, path=OBJECT_PATH, member="Get", signature="ss",
+                    interface="org.freedesktop.DBus.Properties", body=[INTERFACE, "Health"]))
+            finally:
+                bus.disconnect()
+
+        reply = run(health())
+        assert reply.body[0].value == "healthy", reply.body
     finally:
         daemon.stop()
         late.stop()
