@@ -1,0 +1,156 @@
+"""Helpers of the D-Bus tests: the daemon subprocess, nichealthctl/busctl runners, a client."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import pytest
+from testbus import REPO
+
+from nichealthd.dbus_common import BUS_NAME, INTERFACE, OBJECT_PATH, Message, MessageBus
+from nichealthd.sim import tree
+
+POLL = 0.2
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+def make_sim(profile: str = "dgx-h100", **kw: Any) -> Path:
+    directory = Path(tempfile.mkdtemp(prefix="nichealthd-sim-"))
+    os.chmod(directory, 0o755)
+    root = directory / "host"
+    tree.create(root, profile, **kw)
+    return root
+
+
+async def _has_polled(address: str) -> bool:
+    try:
+        bus = await MessageBus(bus_address=address).connect()
+    except Exception:
+        return False
+    try:
+        reply = await bus.call(Message(destination=BUS_NAME, path=OBJECT_PATH,
+                                       interface=INTERFACE, member="GetStatus"))
+        return bool(reply.message_type.name == "METHOD_RETURN"
+                    and reply.body[0]["poll_count"].value > 0)
+    finally:
+        bus.disconnect()
+
+
+class DaemonProcess:
+    """nichealthd running on a sim tree; ``log()`` is what it wrote so far."""
+
+    def __init__(self, root: Path, bus_address: str, interval: str = "200ms",
+                 extra: Optional[list[str]] = None) -> None:
+        self.root = root
+        self.address = bus_address
+        self.log_path = root.parent / f"daemon-{time.monotonic_ns()}.log"
+        env = dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=bus_address,
+                   PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        self.log_file = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "nichealthd.daemon", "--config",
+             str(root / "nichealthd.toml"), "--dbus", "system", "--polling-interval", interval,
+             *(extra or [])],
+            cwd=REPO, env=env, stdout=self.log_file, stderr=subprocess.STDOUT)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_for_name(self, timeout: float = 15.0) -> None:
+        """Until the daemon owns the name and has polled (asked with dbus-fast, not busctl)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"nichealthd exited {self.proc.returncode}:\n{self.log()}")
+            if asyncio.run(_has_polled(self.address)):
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"nichealthd did not appear on the bus:\n{self.log()}")
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log_file.close()
+        return self.proc.returncode
+
+
+def ctl(*args: str, env: Optional[dict[str, str]] = None, user: Optional[list[str]] = None,
+        timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    """Run ``nichealthctl`` (as ``python -m nichealthd.ctl``, the console script's target)."""
+    full_env = dict(os.environ, PYTHONPATH=str(REPO))
+    full_env.pop("NO_COLOR", None)
+    if env:
+        full_env.update(env)
+    return subprocess.run([*(user or []), sys.executable, "-m", "nichealthd.ctl", *args],
+                          cwd=REPO, env=full_env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def busctl(*args: str, user: Optional[list[str]] = None) -> subprocess.CompletedProcess[str]:
+    if shutil.which("busctl") is None:
+        pytest.skip("busctl (systemd) is not installed")
+    return subprocess.run([*(user or []), "busctl",
+                           f"--address={os.environ['DBUS_SYSTEM_BUS_ADDRESS']}", *args],
+                          capture_output=True, text=True, timeout=30)
+
+
+class BusClient:
+    """A dbus-fast client for the tests (plain method calls and collected signals)."""
+
+    def __init__(self) -> None:
+        self.bus: Any = None
+        self.signals: list[Any] = []
+
+    async def __aenter__(self) -> BusClient:
+        from nichealthd.dbus_common import BusType
+        self.bus = await MessageBus(bus_type=BusType.SYSTEM).connect()
+        self.bus.add_message_handler(self._on_message)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.bus.disconnect()
+
+    def _on_message(self, message: Any) -> None:
+        from nichealthd.dbus_common import MessageType
+        if message.message_type == MessageType.SIGNAL:
+            self.signals.append(message)
+
+    async def call(self, member: str, signature: str = "", body: Optional[list[Any]] = None,
+                   interface: str = INTERFACE, destination: str = BUS_NAME,
+                   path: str = OBJECT_PATH) -> Any:
+        return await self.bus.call(Message(destination=destination, path=path,
+                                           interface=interface, member=member,
+                                           signature=signature, body=body or []))
+
+    async def subscribe(self, rule: str) -> None:
+        reply = await self.call("AddMatch", "s", [rule], interface="org.freedesktop.DBus",
+                                destination="org.freedesktop.DBus", path="/org/freedesktop/DBus")
+        assert reply.message_type.name == "METHOD_RETURN", reply.body
+
+    async def wait_signal(self, predicate: Callable[[Any], bool], timeout: float = 5.0) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for message in self.signals:
+                if predicate(message):
+                    return message
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"no matching signal within {timeout} s; got "
+                             f"{[(m.interface, m.member) for m in self.signals][-10:]}")
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)

@@ -1,0 +1,244 @@
+"""nichealthctl end to end against a running nichealthd on a sim DGX-H100 tree."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from dbushelpers import POLL, ctl
+from testbus import REPO
+
+from nichealthd.sim import mutate, tree
+
+ANSI = re.compile(r"\x1b\[")
+
+
+def monitored(root: Path) -> set[str]:
+    return {f"{d['name']}/{p}" for d in tree.load(root)["devices"]
+            if d["role"] in ("compute", "storage") for p in d["ports"]}
+
+
+def assert_one_line_no_traceback(out: subprocess.CompletedProcess[str]) -> str:
+    text = (out.stdout + out.stderr).strip()
+    assert "Traceback" not in text
+    assert len(text.splitlines()) == 1, text
+    return text
+
+
+def test_show_ports_lists_every_monitored_port(daemon: Any) -> None:
+    out = ctl("show", "ports")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    assert not ANSI.search(out.stdout)  # not a TTY: no colour
+    shown = {line.split()[0] for line in lines[1:] if line and not line.startswith(" ")
+             and "/" in line.split()[0]}
+    assert monitored(daemon.root) <= shown
+    assert "Not monitored:" in out.stdout and "default route" in out.stdout
+
+
+def test_show_ports_json_has_the_design_keys(daemon: Any) -> None:
+    for args in (("--json", "show", "ports"), ("show", "ports", "--json")):
+        out = ctl(*args)
+        assert out.returncode == 0, out.stderr
+        ports = json.loads(out.stdout)
+        assert isinstance(ports, list)
+        for p in ports:
+            assert {"device", "port", "link_layer", "state", "phys_state", "healthy", "fatal",
+                    "role"} <= set(p)
+            assert isinstance(p["device"], str) and isinstance(p["port"], int)
+            assert isinstance(p["healthy"], bool) and isinstance(p["fatal"], bool)
+        assert {f"{p['device']}/{p['port']}" for p in ports if p["monitored"]} == \
+            monitored(daemon.root)
+        assert all(p["state"] == "ACTIVE" and p["phys_state"] == "LinkUp" for p in ports)
+
+
+def test_port_down_shows_unhealthy_within_two_polls_and_check_exits_2(daemon: Any) -> None:
+    assert ctl("check").returncode == 0
+    mutate.set_port(daemon.root, "mlx5_0", 1, state="DOWN", phys_state="Disabled")
+    time.sleep(2 * POLL)
+    ports = {f"{p['device']}/{p['port']}": p for p in json.loads(ctl("show", "ports",
+                                                                   "--json").stdout)}
+    assert ports["mlx5_0/1"]["healthy"] is False
+    assert ports["mlx5_0/1"]["fatal"] is True
+    assert ports["mlx5_0/1"]["state"] == "DOWN"
+    check = ctl("check")
+    assert check.returncode == 2, check.stdout
+    assert check.stdout.startswith("NICHEALTH CRITICAL - ")
+    assert "mlx5_0/1 DOWN/Disabled" in check.stdout
+    assert len(check.stdout.splitlines()) == 1
+    human = ctl("show", "ports").stdout
+    assert re.search(r"^mlx5_0/1 .*DOWN\s+Disabled.*fatal$", human, re.M)
+
+
+def test_check_ok_line_and_json(daemon: Any) -> None:
+    out = ctl("check")
+    n = len(monitored(daemon.root))
+    assert out.returncode == 0
+    assert out.stdout.startswith(f"NICHEALTH OK - {n} ports healthy")
+    data = json.loads(ctl("check", "--json").stdout)
+    assert data["status"] == "OK" and data["exit"] == 0 and data["problems"] == []
+
+
+def test_check_exits_1_on_degradation(daemon: Any) -> None:
+    # carrier_changes is a non-fatal delta counter (threshold 2 per poll)
+    mutate.counter(daemon.root, "mlx5_1", 1, "carrier_changes", add=50)
+    deadline = time.monotonic() + 10 * POLL
+    out = ctl("check")
+    while out.returncode != 1 and time.monotonic() < deadline:
+        time.sleep(POLL)
+        out = ctl("check")
+    assert out.returncode == 1, out.stdout
+    assert out.stdout.startswith("NICHEALTH WARNING - ")
+    assert "mlx5_1/1 carrier_changes breached" in out.stdout
+    counters = json.loads(ctl("show", "counters", "mlx5_1/1", "--json").stdout)
+    breached = [c for c in counters if c["breached"]]
+    assert [c["counter"] for c in breached] == ["carrier_changes"]
+    assert breached[0]["fatal"] is False and isinstance(breached[0]["value"], int)
+
+
+def test_show_devices(daemon: Any) -> None:
+    out = ctl("show", "devices")
+    assert out.returncode == 0
+    assert all(len(line) <= 80 for line in out.stdout.splitlines())
+    names = {d["name"] for d in tree.load(daemon.root)["devices"]}
+    assert {line.split()[0] for line in out.stdout.splitlines()[1:]} == names
+    devices = json.loads(ctl("--json", "show", "devices").stdout)
+    assert {d["device"] for d in devices} == names
+
+
+def test_show_counters_all_device_port_and_bad_arguments(daemon: Any) -> None:
+    everything = json.loads(ctl("show", "counters", "--json").stdout)
+    assert {f"{c['device']}/{c['port']}" for c in everything} == monitored(daemon.root)
+    for c in everything:
+        assert {"device", "port", "counter", "value", "breached", "fatal"} <= set(c)
+        assert c["value"] is None or isinstance(c["value"], int)
+    one = json.loads(ctl("show", "counters", "mlx5_0/1", "--json").stdout)
+    assert {c["device"] for c in one} == {"mlx5_0"} and len(one) == len(
+        [c for c in everything if c["device"] == "mlx5_0"])
+    human = ctl("show", "counters", "mlx5_0")
+    assert human.returncode == 0
+    assert human.stdout.splitlines()[0] == "mlx5_0/1"
+    assert "link_downed" in human.stdout
+    assert all(len(line) <= 80 for line in human.stdout.splitlines())
+    bad = ctl("show", "counters", "mlx5_99")
+    assert bad.returncode == 2 and "no NIC named mlx5_99" in assert_one_line_no_traceback(bad)
+    bad = ctl("show", "counters", "mlx5_0/x")
+    assert bad.returncode == 2 and "PORT must be a number" in assert_one_line_no_traceback(bad)
+
+
+def test_events_history_json_and_follow(daemon: Any) -> None:
+    out = ctl("events", "-n", "5")
+    assert out.returncode == 0 and len(out.stdout.splitlines()) == 5
+    events = json.loads(ctl("events", "-n", "5", "--json").stdout)
+    assert len(events) == 5 and [e["seq"] for e in events] == sorted(e["seq"] for e in events)
+    assert {"checkName", "isFatal", "isHealthy", "entitiesImpacted", "generatedTimestamp",
+            "nodeName", "processingStrategy", "recommendedAction"} <= set(events[0])
+
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    follow = subprocess.Popen([sys.executable, "-m", "nichealthd.ctl", "events", "-n", "0",
+                               "--follow", "--json"], cwd=REPO, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.0)  # subscribed
+        mutate.set_port(daemon.root, "mlx5_5", 1, state="DOWN", phys_state="Polling")
+        assert follow.stdout is not None
+        line = follow.stdout.readline()
+        event = json.loads(line)
+        assert "mlx5_5" in event["message"] and event["isHealthy"] is False
+        assert event["seq"] > events[-1]["seq"]
+    finally:
+        follow.terminate()
+        follow.wait(10)
+
+
+def test_status_human_and_json(daemon: Any) -> None:
+    out = ctl("status")
+    assert out.returncode == 0
+    assert out.stdout.startswith("nichealthd ") and "HEALTHY" in out.stdout
+    assert "systemd is not running on this host" in out.stdout or "systemd" in out.stdout
+    data = json.loads(ctl("status", "--json").stdout)
+    for key in ("version", "node_name", "boot_id", "last_poll", "poll_count",
+                "polling_interval", "connector_state", "outbox_depth", "health", "systemd"):
+        assert key in data, key
+    if not os.path.isdir("/run/systemd/system"):
+        assert data["systemd"] == {"running": False,
+                                   "summary": "systemd is not running on this host"}
+
+
+def test_colour_only_on_a_tty_and_never_with_no_color(daemon: Any) -> None:
+    script = ("import pty, os, sys\n"
+              "pid, fd = pty.fork()\n"
+              "if pid == 0:\n"
+              "    os.execvp(sys.executable,"
+              " [sys.executable, '-m', 'nichealthd.ctl', 'show', 'ports'])\n"
+              "out = b''\n"
+              "while True:\n"
+              "    try:\n"
+              "        chunk = os.read(fd, 65536)\n"
+              "    except OSError:\n"
+              "        break\n"
+              "    if not chunk:\n"
+              "        break\n"
+              "    out += chunk\n"
+              "os.waitpid(pid, 0)\n"
+              "sys.stdout.write(out.decode())\n")
+    env = dict(os.environ, PYTHONPATH=str(REPO), TERM="xterm", COLUMNS="80")
+    env.pop("NO_COLOR", None)
+    tty = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=30)
+    assert ANSI.search(tty.stdout), tty.stdout
+    env["NO_COLOR"] = "1"
+    plain = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env,
+                           capture_output=True, text=True, timeout=30)
+    assert "healthy" in plain.stdout and not ANSI.search(plain.stdout)
+
+
+def test_daemon_not_running_gives_one_line_and_exit_3(system_bus: Any) -> None:
+    for args in (("status",), ("show", "ports"), ("show", "devices"), ("show", "counters"),
+                 ("events",), ("events", "--follow"), ("show", "ports", "--json")):
+        out = ctl(*args)
+        assert out.returncode == 3, (args, out.stdout, out.stderr)
+        line = assert_one_line_no_traceback(out)
+        assert line == ("nichealthctl: cannot reach nichealthd on the system bus "
+                        "(org.nichealthd.NicHealth1): is the daemon running? Try: "
+                        "systemctl status nichealthd"), line
+    check = ctl("check")
+    assert check.returncode == 3
+    assert check.stdout.startswith("NICHEALTH UNKNOWN - cannot reach nichealthd")
+    assert_one_line_no_traceback(check)
+
+
+def test_no_bus_at_all_gives_one_line_and_exit_3(tmp_path: Path) -> None:
+    env = {"DBUS_SYSTEM_BUS_ADDRESS": f"unix:path={tmp_path}/no-such-socket"}
+    for args in (("show", "ports"), ("status",), ("check",)):
+        out = ctl(*args, env=env)
+        assert out.returncode == 3
+        line = assert_one_line_no_traceback(out)
+        assert "no-such-socket" in line and ("is dbus running?" in line)
+
+
+def test_config_check(tmp_path: Path) -> None:
+    good = tmp_path / "good.toml"
+    good.write_text('pollingInterval = "2s"\nnodeName = "n1"\n')
+    out = ctl("config", "check", str(good))
+    assert (out.returncode, out.stdout.strip()) == (0, f"{good}: OK")
+    bad = tmp_path / "bad.toml"
+    bad.write_text('pollingInterval = "soon"\n')
+    out = ctl("config", "check", str(bad))
+    assert out.returncode == 2
+    line = assert_one_line_no_traceback(out)
+    assert line.startswith(f"{bad}: pollingInterval: ")
+    data = json.loads(ctl("config", "check", str(bad), "--json").stdout)
+    assert data["ok"] is False and data["key"] == "pollingInterval"
+    missing = ctl("config", "check", str(tmp_path / "absent.toml"))
+    assert missing.returncode == 2 and "file not found" in missing.stderr
+    broken = tmp_path / "broken.toml"
+    broken.write_text("pollingInterval = \n")
+    assert ctl("config", "check", str(broken)).returncode == 2

@@ -1,0 +1,125 @@
+"""The D-Bus API never costs monitoring: no bus, a taken name, a flooding client."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from dbushelpers import POLL, BusClient, make_sim, run
+from testbus import start_bus
+
+from nichealthd.dbus_common import (
+    BUS_NAME,
+    INTERFACE,
+    OBJECT_PATH,
+    BusType,
+    Message,
+    MessageBus,
+    NameFlag,
+)
+
+
+async def get_poll_count(client: BusClient) -> int:
+    reply = await client.call("Get", "ss", [INTERFACE, "PollCount"],
+                              interface="org.freedesktop.DBus.Properties")
+    assert reply.message_type.name == "METHOD_RETURN", (reply.error_name, reply.body)
+    return int(reply.body[0].value)
+
+
+def test_no_bus_logs_one_error_keeps_monitoring_and_connects_later(start_daemon: Any,
+                                                                  tmp_path: Path) -> None:
+    bus_dir = Path(os.environ["DBUS_SYSTEM_BUS_ADDRESS"].split("path=")[1].split(",")[0]).parent
+    missing = f"unix:path={bus_dir}/not-yet"
+    root = make_sim()
+    daemon = start_daemon(root=root, wait=False, address=missing)
+    time.sleep(3.5)  # 1 + 2 s of backoff: at least two failed attempts
+    log = daemon.log()
+    assert daemon.proc.poll() is None, log
+    errors = [line for line in log.splitlines() if "D-Bus API unavailable" in line]
+    assert len(errors) == 1, log
+    assert "not-yet" in errors[0] and "monitoring continues" in errors[0]
+    assert "ready:" in log  # polling went on
+    # The events were committed without the bus (the sim config writes an event log).
+    assert (root / "events.jsonl").stat().st_size > 0
+
+
+def test_reconnects_when_the_bus_appears(start_daemon: Any) -> None:
+    directory = tempfile.mkdtemp(prefix="nichealthd-latebus-")
+    address = f"unix:path={directory}/system_bus_socket"
+    daemon = start_daemon(wait=False, address=address)
+    time.sleep(1.5)  # it has failed at least once
+    late = start_bus(directory=directory)
+    try:
+        deadline = time.monotonic() + 12
+        while "D-Bus API serving" not in daemon.log() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "D-Bus API serving" in daemon.log(), daemon.log()
+        time.sleep(0.5)
+        async def health() -> Any:
+            bus = await MessageBus(bus_address=late.address).connect()
+            try:
+                return await bus.call(Message(
+                    destination=BUS_NAME, path=OBJECT_PATH, member="Get", signature="ss",
+                    interface="org.freedesktop.DBus.Properties", body=[INTERFACE, "Health"]))
+            finally:
+                bus.disconnect()
+
+        reply = run(health())
+        assert reply.body[0].value == "healthy", reply.body
+    finally:
+        daemon.stop()
+        late.stop()
+
+
+def test_name_taken_logs_one_error_keeps_polling_and_takes_over_later(
+        start_daemon: Any) -> None:
+    async def scenario() -> None:
+        squatter = await MessageBus(bus_type=BusType.SYSTEM).connect()
+        reply = await squatter.request_name(BUS_NAME, NameFlag.DO_NOT_QUEUE)
+        assert reply.name == "PRIMARY_OWNER"
+        daemon = start_daemon(wait=False)
+        await asyncio.sleep(3.5)
+        log = daemon.log()
+        assert daemon.proc.poll() is None
+        errors = [line for line in log.splitlines() if "D-Bus API unavailable" in line]
+        assert len(errors) == 1 and "already owned" in errors[0], log
+        assert "ready:" in log
+        squatter.disconnect()
+        deadline = time.monotonic() + 12
+        while "D-Bus API serving" not in daemon.log() and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        assert "D-Bus API serving" in daemon.log()
+
+    run(scenario())
+
+
+def test_polling_stays_on_schedule_while_a_client_floods_list_counters(daemon: Any) -> None:
+    async def scenario() -> tuple[int, int, int, float]:
+        async with BusClient() as flooder, BusClient() as observer:
+            before = await get_poll_count(observer)
+            started = time.monotonic()
+            calls = 0
+
+            async def flood() -> None:
+                nonlocal calls
+                while time.monotonic() - started < 3.0:
+                    # 32 calls in flight at a time, as fast as the bus takes them
+                    await asyncio.gather(*(flooder.call("ListCounters", "su", ["", 0])
+                                           for _ in range(32)))
+                    calls += 32
+
+            await flood()
+            elapsed = time.monotonic() - started
+            after = await get_poll_count(observer)
+            return before, after, calls, elapsed
+
+    before, after, calls, elapsed = run(scenario())
+    expected = elapsed / POLL
+    assert calls > 200, calls  # it really was a flood
+    assert after - before >= 0.8 * expected, (before, after, expected, calls)
+    # Large replies in flight fill the socket buffer; that must not cost the connection.
+    assert "lost the connection" not in daemon.log()

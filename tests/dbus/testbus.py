@@ -1,0 +1,90 @@
+"""A private system bus for tests and benchmarks: a real dbus-daemon (REFERENCE §5).
+
+Its policy is the stock system bus policy (every method call denied unless a policy file
+punches a hole) plus the project's own ``etc/dbus-1/system.d``, so the tests exercise the
+policy file that ships. It listens on a socket in a world-readable temp directory so that a
+caller running as nobody can connect.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+POLICY_DIR = REPO / "etc" / "dbus-1" / "system.d"
+
+BUS_CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>system</type>
+  <listen>unix:path={socket}</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow user="*"/>
+    <deny own="*"/>
+    <deny send_type="method_call"/>
+    <allow send_type="signal"/>
+    <allow send_requested_reply="true" send_type="method_return"/>
+    <allow send_requested_reply="true" send_type="error"/>
+    <allow receive_type="method_call"/>
+    <allow receive_type="method_return"/>
+    <allow receive_type="error"/>
+    <allow receive_type="signal"/>
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus"/>
+    <allow send_destination="org.freedesktop.DBus"
+           send_interface="org.freedesktop.DBus.Introspectable"/>
+    <allow send_destination="org.freedesktop.DBus"
+           send_interface="org.freedesktop.DBus.Properties"/>
+  </policy>
+  <includedir>{policy_dir}</includedir>
+</busconfig>
+"""
+
+
+@dataclass
+class TestBus:
+    """A running dbus-daemon; ``address`` goes into DBUS_SYSTEM_BUS_ADDRESS."""
+
+    __test__ = False  # not a pytest test class
+
+    address: str
+    process: subprocess.Popen
+    directory: str
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def start_bus(policy_dir: Path = POLICY_DIR, directory: str = "") -> TestBus:
+    """Start a bus; ``directory`` (default: a new temp dir) holds its socket and config."""
+    directory = directory or tempfile.mkdtemp(prefix="nichealthd-bus-")
+    os.chmod(directory, 0o755)  # nobody must reach the socket
+    socket_path = os.path.join(directory, "system_bus_socket")
+    config = os.path.join(directory, "system.conf")
+    with open(config, "w", encoding="utf-8") as handle:
+        handle.write(BUS_CONFIG.format(socket=socket_path, policy_dir=policy_dir))
+    process = subprocess.Popen(
+        ["dbus-daemon", f"--config-file={config}", "--nofork", "--nopidfile",
+         "--print-address=1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    address = process.stdout.readline().strip()
+    if not address:
+        err = process.stderr.read() if process.stderr else ""
+        process.kill()
+        shutil.rmtree(directory, ignore_errors=True)
+        raise RuntimeError(f"dbus-daemon did not start: {err}")
+    return TestBus(address, process, directory)
