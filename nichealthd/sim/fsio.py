@@ -1,0 +1,95 @@
+"""File primitives for the fake host: in-place writes and the ROOT/.removed stash.
+
+The daemon keeps sysfs files open and re-reads them with pread, like it would on a real host,
+so a mutation must change the bytes of the same inode (pwrite at 0, then ftruncate) and never
+replace the file by a rename.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Union
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+STASH = ".removed"
+
+
+class SimError(Exception):
+    """A bad argument or a tree state that makes the request impossible (CLI exit 2)."""
+
+
+def write_new(path: Path, text: str) -> None:
+    """Create (or overwrite) a file while building the tree, parents included."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def write_in_place(path: Path, text: str) -> None:
+    """Overwrite an existing file's content without changing its inode."""
+    data = text.encode()
+    try:
+        fd = os.open(path, os.O_WRONLY)
+    except IsADirectoryError:
+        raise SimError(f"{path} is a directory (made unreadable?)") from None
+    except FileNotFoundError:
+        raise SimError(f"{path} does not exist") from None
+    try:
+        os.pwrite(fd, data, 0)
+        os.ftruncate(fd, len(data))
+    finally:
+        os.close(fd)
+
+
+def symlink(link: Path, target: Path) -> None:
+    """Create `link` pointing at `target` with a relative path, as sysfs does."""
+    link.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(os.path.relpath(target, link.parent), link)
+
+
+def inside(root: Path, rel: PathLike) -> Path:
+    """ROOT/rel, refusing absolute paths and '..' so a mutation never leaves the tree."""
+    relpath = Path(rel)
+    if relpath.is_absolute() or ".." in relpath.parts or not relpath.parts:
+        raise SimError(f"path must be relative to ROOT without '..': {rel}")
+    return root / relpath
+
+
+def stash_key(root: Path, path: Path) -> Path:
+    """Canonical ROOT-relative location of `path`: its parent with symlinks resolved.
+
+    The same file reached through sys/class/... or sys/devices/... gets one key, so it can be
+    removed through one spelling and restored through the other.
+    """
+    parent = Path(os.path.realpath(path.parent))
+    real_root = Path(os.path.realpath(root))
+    try:
+        rel = parent.relative_to(real_root)
+    except ValueError:
+        raise SimError(f"{path} resolves outside ROOT") from None
+    return rel / path.name
+
+
+def stash(root: Path, path: Path) -> Path:
+    """Move `path` (file, dir or symlink) to ROOT/.removed/<key>; return the stash location."""
+    if not os.path.lexists(path):
+        raise SimError(f"{path} does not exist (already removed?)")
+    dest = root / STASH / stash_key(root, path)
+    if os.path.lexists(dest):
+        raise SimError(f"{dest} already holds a removed copy; restore it first")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    os.rename(path, dest)
+    return dest
+
+
+def unstash(root: Path, path: Path) -> None:
+    """Move ROOT/.removed/<key> back to `path`."""
+    if not path.parent.exists():
+        raise SimError(f"parent of {path} does not exist (restore its device first?)")
+    src = root / STASH / stash_key(root, path)
+    if not os.path.lexists(src):
+        raise SimError(f"nothing removed at {path}")
+    if os.path.lexists(path):
+        raise SimError(f"{path} exists; refusing to overwrite it")
+    os.rename(src, path)

@@ -1,0 +1,320 @@
+"""Mutations of a simulated host: port state, counters, reboot, removals, bad files.
+
+Every function takes ROOT first and raises SimError for a bad argument. Values are written in
+place (same inode) because the daemon re-reads open files with pread; only the removal
+mutations rename, since a vanishing file or directory is exactly what they simulate.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+
+from . import kernel, tree
+from .fsio import STASH, PathLike, SimError, inside, stash, stash_key, unstash, write_in_place
+
+HIDDEN_CLASS = ".hidden/class-infiniband"
+
+Device = Dict[str, Any]
+
+
+def _device(root: Path, name: str) -> Device:
+    return tree.device(tree.load(root), name)
+
+
+def _netdev_dir(root: Path, dev: Device, port: PathLike) -> Optional[Path]:
+    rel = tree.port_record(dev, port)["netdev_path"]
+    return root / rel if rel else None
+
+
+def _checked(func: Callable[[str], str], value: str) -> str:
+    """Kernel text for a user-given state name; SimError instead of ValueError."""
+    try:
+        text = func(value)
+    except ValueError as exc:
+        raise SimError(str(exc)) from None
+    return text
+
+
+def set_port(
+    root: PathLike,
+    dev: str,
+    port: PathLike,
+    *,
+    state: Optional[str] = None,
+    phys_state: Optional[str] = None,
+    operstate: Optional[str] = None,
+) -> None:
+    """Write ports/<n>/state, phys_state and/or the port netdev's operstate."""
+    top = Path(root)
+    device = _device(top, dev)
+    pdir = tree.port_dir(top, device, port)
+    # Validate everything before writing anything, so a bad flag changes nothing.
+    state_text = _checked(kernel.port_state_line, state) if state is not None else None
+    phys_text = _checked(kernel.phys_state_line, phys_state) if phys_state is not None else None
+    oper_text = _checked(kernel.operstate_line, operstate) if operstate is not None else None
+    ndir = _netdev_dir(top, device, port)
+    if oper_text is not None and ndir is None:
+        raise SimError(f"{dev} port {port} has no netdev to set operstate on")
+    if state_text is not None:
+        write_in_place(pdir / "state", state_text)
+    if phys_text is not None:
+        write_in_place(pdir / "phys_state", phys_text)
+    if oper_text is not None and ndir is not None:
+        write_in_place(ndir / "operstate", oper_text)
+
+
+def uncable(root: PathLike, dev: str, port: PathLike) -> None:
+    """A pulled cable: DOWN / Polling, netdev operstate down (counters untouched)."""
+    top = Path(root)
+    has_netdev = _netdev_dir(top, _device(top, dev), port) is not None
+    set_port(
+        top, dev, port, state="DOWN", phys_state="Polling", operstate="down" if has_netdev else None
+    )
+
+
+def counter_path(root: PathLike, dev: str, port: PathLike, name: str) -> Path:
+    """Where counter NAME lives: counters/, hw_counters/, then the netdev (carrier_changes,
+    statistics/<name>)."""
+    top = Path(root)
+    device = _device(top, dev)
+    pdir = tree.port_dir(top, device, port)
+    if "/" in name or name in ("", ".", ".."):
+        raise SimError(f"counter name must be a file basename, got {name!r}")
+    candidates = [pdir / "counters" / name, pdir / "hw_counters" / name]
+    ndir = _netdev_dir(top, device, port)
+    if ndir is not None:
+        candidates.append(ndir / name if name == "carrier_changes" else ndir / "statistics" / name)
+    for path in candidates:
+        if os.path.lexists(path):
+            return path
+    raise SimError(f"unknown counter {name!r} on {dev} port {port}")
+
+
+def _width(path: Path) -> Tuple[Optional[int], bool]:
+    """(bits, saturates) of a counter file under hardware semantics; None = unbounded."""
+    kind = path.parent.name
+    if kind == "counters":
+        return kernel.PMA_COUNTER_WIDTHS.get(path.name), True
+    if kind == "hw_counters":
+        return kernel.HW_COUNTER_WIDTH, False
+    return None, False
+
+
+def read_value(path: Path) -> int:
+    """Integer content of a counter file; SimError when it is not a number."""
+    try:
+        text = path.read_text()
+    except IsADirectoryError:
+        raise SimError(f"{path} is unreadable (made a directory); run readable first") from None
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise SimError(f"{path} holds {text.strip()!r}, not a number; use --set") from None
+
+
+def counter(
+    root: PathLike,
+    dev: str,
+    port: PathLike,
+    name: str,
+    *,
+    add: Optional[int] = None,
+    set_to: Optional[int] = None,
+    hardware_semantics: bool = False,
+) -> int:
+    """Add to or set a counter in place and return the value written.
+
+    With hardware_semantics, --add saturates IB PMA counters at their width and wraps the 32-bit
+    hw_counters at 2^32, as the hardware does; otherwise it is plain arithmetic.
+    """
+    if (add is None) == (set_to is None):
+        raise SimError("give exactly one of --add N or --set N")
+    path = counter_path(root, dev, port, name)
+    if set_to is not None:
+        value = set_to
+    else:
+        assert add is not None
+        value = read_value(path) + add
+        bits, saturates = _width(path)
+        if hardware_semantics and bits is not None:
+            top = (1 << bits) - 1
+            value = min(value, top) if saturates else value % (1 << bits)
+    if value < 0:
+        raise SimError(f"counter values are unsigned; {name} would become {value}")
+    write_in_place(path, f"{value}\n")
+    return value
+
+
+def _counter_files(root: Path, dev: Device) -> Iterator[Path]:
+    """Every counter file of a device that is present and a regular file."""
+    idir = root / dev["ib_path"]
+    for port in dev["ports"]:
+        pdir = idir / "ports" / port
+        for sub in ("counters", "hw_counters"):
+            if (pdir / sub).is_dir():
+                yield from sorted(p for p in (pdir / sub).iterdir() if p.is_file())
+        ndir = _netdev_dir(root, dev, port)
+        if ndir is not None:
+            yield ndir / "carrier_changes"
+            if (ndir / "statistics").is_dir():
+                yield from sorted(p for p in (ndir / "statistics").iterdir() if p.is_file())
+
+
+def reset_counters(
+    root: PathLike, dev: Optional[str] = None, port: Optional[PathLike] = None
+) -> int:
+    """Zero every counter (counters/, hw_counters/, carrier_changes, statistics/); returns how
+    many files were written. Missing or unreadable files are skipped."""
+    top = Path(root)
+    manifest = tree.load(top)
+    if dev is None:
+        if port is not None:
+            raise SimError("a port needs a device")
+        devices = list(manifest["devices"])
+    else:
+        devices = [tree.device(manifest, dev)]
+        if port is not None:
+            tree.port_record(devices[0], port)
+            devices = [dict(devices[0], ports={str(port): devices[0]["ports"][str(port)]})]
+    count = 0
+    for device in devices:
+        for path in _counter_files(top, device):
+            if path.is_file():
+                write_in_place(path, "0\n")
+                count += 1
+    return count
+
+
+def reboot(root: PathLike) -> str:
+    """New boot_id, every counter 0, every port back to its profile's initial state.
+
+    Removed devices/ports/files, a hidden class dir and unreadable files stay as they are: a
+    reboot does not repair what the drill broke on purpose.
+    """
+    top = Path(root)
+    manifest = tree.load(top)
+    boot_id = str(uuid.uuid4())
+    write_in_place(top / tree.BOOT_ID, boot_id + "\n")
+    reset_counters(top)
+    for dev in manifest["devices"]:
+        for port, rec in dev["ports"].items():
+            pdir = top / dev["ib_path"] / "ports" / port
+            if pdir.is_dir():
+                write_in_place(pdir / "state", kernel.port_state_line(rec["state"]))
+                write_in_place(pdir / "phys_state", kernel.phys_state_line(rec["phys_state"]))
+            if rec["netdev_path"] and (top / rec["netdev_path"]).is_dir():
+                write_in_place(top / rec["netdev_path"] / "operstate", rec["operstate"] + "\n")
+    return boot_id
+
+
+def _class_link(root: Path, dev: str) -> Path:
+    if not (root / tree.CLASS_IB).is_dir():
+        raise SimError("sys/class/infiniband is hidden; run unhide-class first")
+    return root / tree.CLASS_IB / dev
+
+
+def remove_device(root: PathLike, dev: str) -> None:
+    """Hot-unplug the IB device: its dir and class link go to ROOT/.removed (PCI dir stays)."""
+    top = Path(root)
+    device = _device(top, dev)
+    link = _class_link(top, dev)
+    stash(top, top / device["ib_path"])
+    stash(top, link)
+
+
+def restore_device(root: PathLike, dev: str) -> None:
+    """Bring a removed IB device back exactly as it was."""
+    top = Path(root)
+    device = _device(top, dev)
+    link = _class_link(top, dev)
+    unstash(top, top / device["ib_path"])
+    unstash(top, link)
+
+
+def remove_port(root: PathLike, dev: str, port: PathLike) -> None:
+    """Make ports/<n> of a device vanish (moved to ROOT/.removed)."""
+    top = Path(root)
+    device = _device(top, dev)
+    stash(top, tree.port_dir(top, device, port))
+
+
+def restore_port(root: PathLike, dev: str, port: PathLike) -> None:
+    """Bring a removed port back."""
+    top = Path(root)
+    device = _device(top, dev)
+    tree.port_record(device, port)
+    unstash(top, top / device["ib_path"] / "ports" / str(port))
+
+
+def remove_file(root: PathLike, path: PathLike) -> None:
+    """Move ROOT/PATH (any file, dir or link) to ROOT/.removed."""
+    top = Path(root)
+    stash(top, inside(top, path))
+
+
+def restore_file(root: PathLike, path: PathLike) -> None:
+    """Move a removed ROOT/PATH back."""
+    top = Path(root)
+    unstash(top, inside(top, path))
+
+
+def _regular_file(root: Path, path: PathLike) -> Path:
+    target = inside(root, path)
+    if target.is_dir():
+        raise SimError(f"{path} is a directory (unreadable already?)")
+    if not target.is_file():
+        raise SimError(f"{path} does not exist")
+    return target
+
+
+def garbage(root: PathLike, path: PathLike, text: str = "garbage") -> None:
+    """Write non-numeric text into ROOT/PATH in place (newline added unless empty)."""
+    target = _regular_file(Path(root), path)
+    write_in_place(target, text if not text or text.endswith("\n") else text + "\n")
+
+
+def unreadable(root: PathLike, path: PathLike) -> None:
+    """Make reads of ROOT/PATH fail (EISDIR): the file becomes a directory of the same name.
+
+    chmod does not stop root from reading, so a directory is the portable failure. The file
+    itself goes to ROOT/.removed for `readable`. An fd opened before still reads the old file.
+    """
+    top = Path(root)
+    target = _regular_file(top, path)
+    stash(top, target)
+    target.mkdir()
+
+
+def readable(root: PathLike, path: PathLike) -> None:
+    """Undo `unreadable`: drop the placeholder directory and put the file back."""
+    top = Path(root)
+    target = inside(top, path)
+    if not target.is_dir() or target.is_symlink():
+        raise SimError(f"{path} was not made unreadable")
+    if not os.path.lexists(top / STASH / stash_key(top, target)):
+        raise SimError(f"no saved content for {path}; it was not made unreadable")
+    shutil.rmtree(target)
+    unstash(top, target)
+
+
+def hide_class(root: PathLike) -> None:
+    """Make sys/class/infiniband briefly absent (renamed to ROOT/.hidden)."""
+    top = Path(root)
+    src, dest = top / tree.CLASS_IB, top / HIDDEN_CLASS
+    if not src.is_dir():
+        raise SimError("sys/class/infiniband is already hidden")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    os.rename(src, dest)
+
+
+def unhide_class(root: PathLike) -> None:
+    """Bring sys/class/infiniband back."""
+    top = Path(root)
+    src, dest = top / HIDDEN_CLASS, top / tree.CLASS_IB
+    if not src.is_dir():
+        raise SimError("sys/class/infiniband is not hidden")
+    os.rename(src, dest)

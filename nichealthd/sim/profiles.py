@@ -1,0 +1,397 @@
+"""Host profiles for nichealthd-sim: the GPU and NIC layouts of the platforms in the spec.
+
+Each profile is data (GPU list + one NicSpec per PCI function) so a new platform is a table,
+not code. Device counts, NUMA nodes, link layers, topo cells and HCA types follow the field
+validation tables of spec/link-state-detection.txt §4.1.3, §4.2.4, §4.3.4 and §8.6.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Tuple
+
+COMPUTE = "compute"
+STORAGE = "storage"
+MANAGEMENT = "management"
+VF = "vf"
+
+IB = "InfiniBand"
+ETH = "Ethernet"
+
+TOPO_LEVELS = ("X", "PIX", "PXB", "PHB", "NODE", "SYS")
+
+# Silicon: (PCI device id, hca_type, fw_ver, board_id, uevent PCI_ID device part).
+HCAS: Dict[str, Tuple[str, str, str, str]] = {
+    "cx7": ("0x1021", "MT4129", "28.41.1000", "MT_0000000838"),
+    "cx6": ("0x101b", "MT4123", "20.41.1000", "MT_0000000223"),
+    "bf3": ("0xa2dc", "MT41692", "32.41.1000", "MT_0000000884"),
+    # ConnectX family SR-IOV virtual function (what a VF reports, whatever the PF is).
+    "vf": ("0x101e", "MT4126", "28.41.1000", "MT_0000000838"),
+}
+
+RATES = {
+    (IB, "cx7"): "400 Gb/sec (4X NDR)",
+    (IB, "cx6"): "200 Gb/sec (4X HDR)",
+    (ETH, "cx7"): "200 Gb/sec (4X HDR)",
+    (ETH, "cx6"): "100 Gb/sec (4X EDR)",
+    (ETH, "bf3"): "400 Gb/sec (4X NDR)",
+}
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One GPU as the metadata collector publishes it."""
+
+    pci: str
+    numa: int
+
+
+@dataclass(frozen=True)
+class NicSpec:
+    """One Mellanox PCI function (PF) with a single IB port, as mlx5 exposes it.
+
+    topo: "auto" = `pair_level` to the GPUs in `gpus`, NODE to other GPUs on the same NUMA
+    node, SYS to the rest; or one fixed level for every GPU (e.g. "SYS" on Grace).
+    """
+
+    pci: str
+    numa: int
+    link_layer: str
+    role: str
+    hca: str = "cx7"
+    gpus: Tuple[int, ...] = ()
+    topo: str = "auto"
+    pair_level: str = "PXB"
+    name: Optional[str] = None
+    netdev: Optional[str] = None
+    state: str = "ACTIVE"
+    phys_state: str = "LinkUp"
+    rate: Optional[str] = None
+    vfs: int = 0
+    default_route: bool = False
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A named host: GPUs in metadata order and NIC PFs in mlx5 naming (PCI probe) order."""
+
+    name: str
+    description: str
+    gpus: Tuple[GpuSpec, ...]
+    nics: Tuple[NicSpec, ...]
+
+    @property
+    def default_route_iface(self) -> str:
+        """Netdev carrying the default route: the flagged NIC's, else a non-Mellanox eno1."""
+        for nic in resolved_nics(self):
+            if nic.default_route and nic.netdev:
+                return nic.netdev
+        return "eno1"
+
+
+def parse_pci(pci: str) -> Tuple[int, int, int, int]:
+    """'0000:aa:00.1' -> (domain, bus, device, function)."""
+    dom, bus, devfn = pci.split(":")
+    dev, fn = devfn.split(".")
+    return int(dom, 16), int(bus, 16), int(dev, 16), int(fn, 16)
+
+
+def card_of(pci: str) -> str:
+    """Physical card key (domain:bus:device), the spec's homogeneity grouping."""
+    return pci.rsplit(".", 1)[0]
+
+
+def _slot_name(pci: str, multi_function: bool) -> str:
+    """systemd predictable-name path part: [P<dom>]p<bus>s<dev>[f<fn>] (decimal)."""
+    dom, bus, dev, fn = parse_pci(pci)
+    name = (f"P{dom}" if dom else "") + f"p{bus}s{dev}"
+    return name + (f"f{fn}" if multi_function else "")
+
+
+def resolved_nics(profile: Profile) -> List[NicSpec]:
+    """PFs with name, netdev and rate filled in (mlx5_<n> in list order, systemd netdevs)."""
+    cards: Dict[str, int] = {}
+    for nic in profile.nics:
+        cards[card_of(nic.pci)] = cards.get(card_of(nic.pci), 0) + 1
+    out = []
+    for index, nic in enumerate(profile.nics):
+        multi = cards[card_of(nic.pci)] > 1
+        fn = parse_pci(nic.pci)[3]
+        slot = _slot_name(nic.pci, multi)
+        netdev = nic.netdev or (
+            f"ib{slot}" if nic.link_layer == IB else f"en{slot}np{fn if multi else 0}"
+        )
+        out.append(
+            dataclasses.replace(
+                nic,
+                name=nic.name or f"mlx5_{index}",
+                netdev=netdev,
+                rate=nic.rate or RATES.get((nic.link_layer, nic.hca), "100 Gb/sec (4X EDR)"),
+            )
+        )
+    return out
+
+
+def vf_pcis(profile: Profile, pf: NicSpec) -> List[str]:
+    """PCI addresses of a PF's VFs: routing id = PF count of the card + fn*16 + k (unique)."""
+    dom, bus, dev, fn = parse_pci(pf.pci)
+    funcs = sum(1 for n in profile.nics if card_of(n.pci) == card_of(pf.pci))
+    out = []
+    for k in range(pf.vfs):
+        devfn = dev * 8 + funcs + fn * 16 + k
+        out.append(f"{dom:04x}:{bus:02x}:{devfn // 8:02x}.{devfn % 8}")
+    return out
+
+
+def topo_row(nic: NicSpec, gpus: Tuple[GpuSpec, ...]) -> List[str]:
+    """The nvidia-smi topo -m cells of one NIC, one per GPU in metadata order."""
+    if nic.topo != "auto":
+        return [nic.topo] * len(gpus)
+    row = []
+    for index, gpu in enumerate(gpus):
+        if index in nic.gpus:
+            row.append(nic.pair_level)
+        elif gpu.numa == nic.numa:
+            row.append("NODE")
+        else:
+            row.append("SYS")
+    return row
+
+
+def _dual(bus_dev: str, numa: int, gpu: int, link_layer: str, hca: str = "cx7") -> List[NicSpec]:
+    """The two PCI functions of a dual-port compute card, both paired with one GPU."""
+    return [
+        NicSpec(f"{bus_dev}.{fn}", numa, link_layer, COMPUTE, hca=hca, gpus=(gpu,)) for fn in (0, 1)
+    ]
+
+
+def _dgx_h100() -> Profile:
+    gpu_pcis = ["1b", "43", "52", "61", "9d", "c3", "d1", "df"]
+    gpus = tuple(GpuSpec(f"0000:{b}:00.0", 0 if i < 4 else 1) for i, b in enumerate(gpu_pcis))
+
+    def cmp(bus: str, numa: int, gpu: int, vfs: int = 0) -> NicSpec:
+        return NicSpec(f"0000:{bus}:00.0", numa, IB, COMPUTE, gpus=(gpu,), vfs=vfs)
+
+    def sto(bus: str, numa: int) -> List[NicSpec]:
+        return [NicSpec(f"0000:{bus}:00.{fn}", numa, ETH, STORAGE) for fn in (0, 1)]
+
+    nics = [
+        cmp("18", 0, 0, vfs=2),
+        *sto("29", 0),
+        cmp("40", 0, 1, vfs=2),
+        cmp("4f", 0, 2),
+        cmp("5e", 0, 3),
+        cmp("9a", 1, 4),
+        *sto("aa", 1),
+        cmp("c0", 1, 5),
+        cmp("ce", 1, 6),
+        cmp("dc", 1, 7),
+        NicSpec("0000:e4:00.0", 1, ETH, MANAGEMENT, hca="cx6", default_route=True),
+    ]
+    return Profile(
+        "dgx-h100",
+        "DGX H100: 8 IB CX-7 compute, 2 dual-port Ethernet storage cards, "
+        "1 management NIC (default route), 4 VFs",
+        gpus,
+        tuple(nics),
+    )
+
+
+def _oci_h100_nics() -> Tuple[Tuple[GpuSpec, ...], List[NicSpec]]:
+    gpu_pcis = ["0f", "2d", "44", "5b", "89", "a8", "c0", "d8"]
+    gpus = tuple(GpuSpec(f"0000:{b}:00.0", 0 if i < 4 else 1) for i, b in enumerate(gpu_pcis))
+    nics = [
+        *_dual("0000:0c:00", 0, 0, ETH),
+        NicSpec("0000:1f:00.0", 0, ETH, STORAGE, topo="NODE"),
+        *_dual("0000:2a:00", 0, 1, ETH),
+        *_dual("0000:41:00", 0, 2, ETH),
+        *_dual("0000:58:00", 0, 3, ETH),
+        *_dual("0000:86:00", 1, 4, ETH),
+        NicSpec("0000:98:00.0", 1, ETH, STORAGE, topo="NODE"),
+        *_dual("0000:a5:00", 1, 5, ETH),
+        *_dual("0000:bd:00", 1, 6, ETH),
+        *_dual("0000:d5:00", 1, 7, ETH),
+    ]
+    return gpus, nics
+
+
+def _oci_h100() -> Profile:
+    gpus, nics = _oci_h100_nics()
+    return Profile(
+        "oci-h100",
+        "OCI H100: 16 RoCE compute functions (8 dual-port cards, PXB) + 2 storage (NODE), "
+        "no management",
+        gpus,
+        tuple(nics),
+    )
+
+
+def _h100_34() -> Profile:
+    gpus, nics = _oci_h100_nics()
+    with_vfs = [dataclasses.replace(n, vfs=1) if n.role == COMPUTE else n for n in nics]
+    return Profile(
+        "h100-34",
+        "34-device H100 of spec §8.6: the oci-h100 18 PFs ACTIVE + 16 VFs mlx5_18..33 "
+        "DOWN/Disabled",
+        gpus,
+        tuple(with_vfs),
+    )
+
+
+def _a100_roce() -> Profile:
+    # 8 NUMA nodes; GPUs on 1, 3, 5, 7; management NICs alone on NUMA 0 and 6.
+    gpu_bus = ["27", "2a", "67", "6a", "a7", "aa", "e7", "ea"]
+    card_bus = ["24", "2d", "64", "6d", "a4", "ad", "e4", "ed"]
+    gnuma = [1, 1, 3, 3, 5, 5, 7, 7]
+    gpus = tuple(GpuSpec(f"0000:{b}:00.0", n) for b, n in zip(gpu_bus, gnuma))
+    cards = [_dual(f"0000:{card_bus[g]}:00", gnuma[g], g, ETH, hca="cx6") for g in range(8)]
+    nics = [NicSpec("0000:0c:00.0", 0, ETH, MANAGEMENT, hca="cx6")]
+    for g in range(6):
+        nics += cards[g]
+    nics.append(NicSpec("0000:c5:00.0", 6, ETH, MANAGEMENT, hca="cx6"))
+    for g in range(6, 8):
+        nics += cards[g]
+    return Profile(
+        "a100-roce",
+        "A100 RoCE, 8 NUMA nodes: 16 CX-6 compute (PXB) + mlx5_0 (NUMA 0) and mlx5_13 "
+        "(NUMA 6) management by NUMA gate",
+        gpus,
+        tuple(nics),
+    )
+
+
+def _l40s_oci() -> Profile:
+    gpus = (
+        GpuSpec("0000:4a:00.0", 0),
+        GpuSpec("0000:61:00.0", 0),
+        GpuSpec("0000:ca:00.0", 1),
+        GpuSpec("0000:e1:00.0", 1),
+    )
+    buses = [("17", 0), ("31", 0), ("4b", 0), ("98", 1), ("b1", 1), ("cb", 1)]
+    nics = tuple(NicSpec(f"0000:{b}:00.0", n, ETH, STORAGE) for b, n in buses)
+    return Profile(
+        "l40s-oci",
+        "OCI L40S: 4 PCIe GPUs, 6 RoCE NICs NODE/SYS to GPUs, no PIX/PXB -> all storage",
+        gpus,
+        nics,
+    )
+
+
+def _l40s_onprem() -> Profile:
+    gpu_bus = ["17", "31", "4b", "65", "98", "b1", "ca", "e3"]
+    gpus = tuple(GpuSpec(f"0000:{b}:00.0", 0 if i < 4 else 1) for i, b in enumerate(gpu_bus))
+    nics = (
+        NicSpec("0000:0d:00.0", 0, ETH, MANAGEMENT, hca="cx6", default_route=True),
+        NicSpec("0000:1a:00.0", 0, IB, COMPUTE),
+        NicSpec("0000:4e:00.0", 0, IB, COMPUTE),
+        NicSpec("0000:9b:00.0", 1, IB, COMPUTE),
+        NicSpec("0000:cd:00.0", 1, IB, COMPUTE),
+    )
+    return Profile(
+        "l40s-onprem",
+        "On-prem L40S: 8 PCIe GPUs, mlx5_0 Ethernet with the default route + 4 IB compute "
+        "NODE to local GPUs",
+        gpus,
+        nics,
+    )
+
+
+def _gb200_nvl4() -> Profile:
+    gpus = (
+        GpuSpec("0008:01:00.0", 0),
+        GpuSpec("0009:01:00.0", 0),
+        GpuSpec("0018:01:00.0", 1),
+        GpuSpec("0019:01:00.0", 1),
+    )
+    nics = (
+        NicSpec("0000:03:00.0", 0, IB, COMPUTE, topo="SYS", name="ibp3s0"),
+        NicSpec("0002:03:00.0", 0, IB, COMPUTE, topo="SYS", name="ibP2p3s0"),
+        NicSpec(
+            "0006:03:00.0",
+            0,
+            ETH,
+            MANAGEMENT,
+            hca="bf3",
+            topo="SYS",
+            name="roceP6p3s0",
+            default_route=True,
+        ),
+        NicSpec("0010:03:00.0", 1, IB, COMPUTE, topo="SYS", name="ibP16p3s0"),
+        NicSpec("0012:03:00.0", 1, IB, COMPUTE, topo="SYS", name="ibP18p3s0"),
+        NicSpec("0016:03:00.0", 1, ETH, MANAGEMENT, hca="bf3", topo="SYS", name="roceP22p3s0"),
+    )
+    return Profile(
+        "gb200-nvl4",
+        "GB200 NVL4 (Grace): all-SYS topo, 4 IB CX-7 compute + 2 BlueField-3 management "
+        "(roceP6p3s0 has the default route)",
+        gpus,
+        nics,
+    )
+
+
+def _l40_dualport() -> Profile:
+    gpus = (
+        GpuSpec("0000:31:00.0", 0),
+        GpuSpec("0000:4b:00.0", 0),
+        GpuSpec("0000:b1:00.0", 1),
+        GpuSpec("0000:ca:00.0", 1),
+    )
+    nics: List[NicSpec] = []
+    for bus, numa in (("1a", 0), ("9b", 1)):
+        nics.append(NicSpec(f"0000:{bus}:00.0", numa, IB, COMPUTE, hca="cx6"))
+        nics.append(
+            NicSpec(
+                f"0000:{bus}:00.1", numa, IB, COMPUTE, hca="cx6", state="DOWN", phys_state="Polling"
+            )
+        )
+    return Profile(
+        "l40-dualport",
+        "L40: 2 dual-port IB compute cards, port of function .1 uncabled (DOWN/Polling) on each",
+        gpus,
+        tuple(nics),
+    )
+
+
+def synthetic(devices: int) -> Profile:
+    """N single-port IB compute PFs on 2 NUMA nodes, PXB to 8 GPUs (for benchmarks)."""
+    if not 1 <= devices <= 4096:
+        raise ValueError(f"--devices must be between 1 and 4096, got {devices}")
+    gpus = tuple(GpuSpec(f"0000:{0xE0 + 2 * g:02x}:00.0", 0 if g < 4 else 1) for g in range(8))
+    nics = []
+    for i in range(devices):
+        gpu = i * 8 // devices
+        dom, bus = divmod(i, 0xD0)
+        nics.append(
+            NicSpec(f"{dom:04x}:{bus + 0x08:02x}:00.0", gpus[gpu].numa, IB, COMPUTE, gpus=(gpu,))
+        )
+    return Profile(
+        "synthetic",
+        "N single-port IB compute PFs over 2 NUMA nodes, PXB (create --devices N, default 8)",
+        gpus,
+        tuple(nics),
+    )
+
+
+PROFILES: Dict[str, Callable[[], Profile]] = {
+    "dgx-h100": _dgx_h100,
+    "oci-h100": _oci_h100,
+    "a100-roce": _a100_roce,
+    "l40s-oci": _l40s_oci,
+    "l40s-onprem": _l40s_onprem,
+    "gb200-nvl4": _gb200_nvl4,
+    "h100-34": _h100_34,
+    "l40-dualport": _l40_dualport,
+    "synthetic": lambda: synthetic(8),
+}
+
+
+def get_profile(name: str, devices: Optional[int] = None) -> Profile:
+    """Look a profile up by name; `devices` only applies to (and is required-ish by) synthetic."""
+    if name not in PROFILES:
+        raise ValueError(f"unknown profile {name!r} (one of: {', '.join(PROFILES)})")
+    if devices is not None:
+        if name != "synthetic":
+            raise ValueError("--devices only applies to the synthetic profile")
+        return synthetic(devices)
+    return PROFILES[name]()

@@ -1,0 +1,571 @@
+"""Build a fake GPU host (sysfs, procfs, GPU metadata, daemon config) from a profile.
+
+The tree mirrors the kernel's layout with real symlinks (class -> devices, device -> PCI
+function, physfn, driver) so the daemon's discovery code runs unchanged against it. ROOT/sim.json
+records what was built (paths, initial port states, intended roles) so mutations and tests do not
+have to rediscover it, and so tests can compare the daemon's classification with the spec.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from . import kernel
+from .fsio import PathLike, SimError, symlink, write_new
+from .profiles import (
+    HCAS,
+    IB,
+    VF,
+    NicSpec,
+    Profile,
+    card_of,
+    get_profile,
+    parse_pci,
+    resolved_nics,
+    topo_row,
+    vf_pcis,
+)
+
+MANIFEST = "sim.json"
+BOOT_ID = "proc/sys/kernel/random/boot_id"
+CLASS_IB = "sys/class/infiniband"
+MLX5_DRIVER = "sys/bus/pci/drivers/mlx5_core"
+SRIOV_TOTALVFS = 16
+GID_COUNT = 4
+
+Manifest = Dict[str, Any]
+
+
+def _digest(*parts: str) -> bytes:
+    """Stable bytes per (profile, device) so GUIDs, MACs and UUIDs repeat across builds."""
+    return hashlib.sha256("/".join(parts).encode()).digest()
+
+
+def _guid(raw: bytes) -> str:
+    """'0a7f:bc12:45ef:d23b' style GUID from 8 bytes."""
+    hexs = raw[:8].hex()
+    return ":".join(hexs[i : i + 4] for i in range(0, 16, 4))
+
+
+def _ipv4_hex(addr: str) -> str:
+    """/proc/net/route spelling of an IPv4 address: the __be32 printed as a host-order %08X."""
+    return bytes(int(x) for x in addr.split("."))[::-1].hex().upper()
+
+
+def _pci_dir(root: Path, pci: str) -> Path:
+    """ROOT/sys/devices/pci<dom>:<root bus>/<pci>; functions of a card share a root."""
+    dom, bus, _, _ = parse_pci(pci)
+    return root / "sys/devices" / f"pci{dom:04x}:{bus & 0xF0:02x}" / pci
+
+
+class _Builder:
+    """Writes one host; keeps the counters (ifindex, subnet) that must be unique across it."""
+
+    def __init__(self, root: Path, profile: Profile, new_hw_counters: bool) -> None:
+        self.root = root
+        self.profile = profile
+        self.new_hw_counters = new_hw_counters
+        self.ifindex = 1
+        self.routes: List[Tuple[str, str, str, int, str]] = []  # iface, dst, gw, flags, mask
+        self.devices: List[Dict[str, Any]] = []
+
+    def rel(self, path: Path) -> str:
+        return str(path.relative_to(self.root))
+
+    def pci_function(
+        self, pci: str, numa: int, hca: str, link_layer: str, physfn: Optional[Path] = None
+    ) -> Path:
+        """The PCI function dir with its driver and bus links."""
+        dev_id = HCAS[hca][0]
+        pdir = _pci_dir(self.root, pci)
+        pclass = "0x020700" if link_layer == IB else "0x020000"
+        write_new(pdir / "vendor", "0x15b3\n")
+        write_new(pdir / "device", dev_id + "\n")
+        write_new(pdir / "subsystem_vendor", "0x15b3\n")
+        write_new(pdir / "subsystem_device", "0x0007\n")
+        write_new(pdir / "class", pclass + "\n")
+        write_new(pdir / "numa_node", f"{numa}\n")
+        write_new(
+            pdir / "uevent",
+            f"DRIVER=mlx5_core\nPCI_CLASS={int(pclass, 16):X}\n"
+            f"PCI_ID=15B3:{dev_id[2:].upper()}\nPCI_SUBSYS_ID=15B3:0007\n"
+            f"PCI_SLOT_NAME={pci}\nMODALIAS=pci:v000015B3d0000{dev_id[2:].upper()}\n",
+        )
+        driver = self.root / MLX5_DRIVER
+        symlink(pdir / "driver", driver)
+        symlink(driver / pci, pdir)
+        symlink(self.root / "sys/bus/pci/devices" / pci, pdir)
+        if physfn is not None:
+            symlink(pdir / "physfn", physfn)
+        return pdir
+
+    def netdev(
+        self, pdir: Path, iface: str, link_layer: str, guid: str, mac_seed: bytes, up: bool
+    ) -> Path:
+        """net/<iface> of a function plus its class/net link; returns the netdev dir."""
+        ndir = pdir / "net" / iface
+        self.ifindex += 1
+        if link_layer == IB:  # IPoIB hardware address: QPN + GID
+            address = "00:00:10:49:fe:80:00:00:00:00:00:00:" + ":".join(
+                guid.replace(":", "")[i : i + 2] for i in range(0, 16, 2)
+            )
+            mtu, ntype = "4092", "32"
+        else:
+            address = "b8:3f:d2:" + ":".join(f"{b:02x}" for b in mac_seed[:3])
+            mtu, ntype = "9000", "1"
+        for name, value in (
+            ("operstate", "up" if up else "down"),
+            ("carrier_changes", "0"),
+            ("dev_port", "0"),
+            ("dev_id", "0x0"),
+            ("address", address),
+            ("mtu", mtu),
+            ("type", ntype),
+            ("ifindex", str(self.ifindex)),
+        ):
+            write_new(ndir / name, value + "\n")
+        for stat in kernel.NETDEV_STATISTICS:
+            write_new(ndir / "statistics" / stat, "0\n")
+        symlink(ndir / "device", pdir)
+        symlink(self.root / "sys/class/net" / iface, ndir)
+        return ndir
+
+    def port(
+        self,
+        pdir: Path,
+        link_layer: str,
+        rate: str,
+        state: str,
+        phys: str,
+        gid_seed: str,
+        netdev: Optional[str],
+        ip: Optional[str],
+    ) -> None:
+        """ports/1 with state, gids and every counter file."""
+        port = pdir / "ports" / "1"
+        write_new(port / "state", kernel.port_state_line(state))
+        write_new(port / "phys_state", kernel.phys_state_line(phys))
+        write_new(port / "rate", rate + "\n")
+        write_new(port / "link_layer", link_layer + "\n")
+        lid = int(gid_seed[-4:], 16) & 0xFFF if link_layer == IB and state == "ACTIVE" else 0
+        write_new(port / "lid", f"0x{lid:x}\n")
+        write_new(port / "sm_lid", "0x1\n" if lid else "0x0\n")
+        write_new(port / "lid_mask_count", "0\n")
+        write_new(port / "sm_sl", "0\n")
+        write_new(port / "cap_mask", "0xa651e848\n" if link_layer == IB else "0x04010000\n")
+        zero = "0000:0000:0000:0000:0000:0000:0000:0000"
+        local = "fe80:0000:0000:0000:" + gid_seed
+        if link_layer == IB:
+            gids = [local, zero, zero, zero]
+            types = ["IB/RoCE v1"] * GID_COUNT
+        else:
+            v4 = zero
+            if ip:
+                octets = [int(x) for x in ip.split(".")]
+                v4 = "0000:0000:0000:0000:0000:ffff:{:02x}{:02x}:{:02x}{:02x}".format(*octets)
+            gids = [local, local, v4, v4]
+            types = ["IB/RoCE v1", "RoCE v2"] * 2
+        for index in range(GID_COUNT):
+            write_new(port / "gids" / str(index), gids[index] + "\n")
+            write_new(port / "gid_attrs" / "types" / str(index), types[index] + "\n")
+            if link_layer != IB and netdev and gids[index] != zero:
+                write_new(port / "gid_attrs" / "ndevs" / str(index), netdev + "\n")
+        for name in kernel.PMA_COUNTER_WIDTHS:
+            write_new(port / "counters" / name, "0\n")
+        hw = kernel.HW_COUNTERS + (kernel.NEW_HW_COUNTERS if self.new_hw_counters else ())
+        for name in hw:
+            write_new(port / "hw_counters" / name, "0\n")
+
+    def ib_device(
+        self,
+        pdir: Path,
+        name: str,
+        hca: str,
+        fw: str,
+        guid: str,
+        link_layer: str,
+        rate: str,
+        state: str,
+        phys: str,
+        netdev: Optional[str],
+        ip: Optional[str],
+    ) -> Path:
+        """infiniband/<name> under the function, its device link and the class link."""
+        idir = pdir / "infiniband" / name
+        _, hca_type, _, board = HCAS[hca]
+        write_new(idir / "hca_type", hca_type + "\n")
+        write_new(idir / "fw_ver", fw + "\n")
+        write_new(idir / "board_id", board + "\n")
+        write_new(idir / "node_guid", guid + "\n")
+        write_new(idir / "sys_image_guid", guid + "\n")
+        write_new(idir / "node_type", "1: CA\n")
+        write_new(idir / "node_desc", f"{self.profile.name}-sim {name}\n")
+        symlink(idir / "device", pdir)
+        seed = guid if guid.strip("0:") else _guid(_digest(self.profile.name, name, "port"))
+        self.port(idir, link_layer, rate, state, phys, seed, netdev, ip)
+        symlink(self.root / CLASS_IB / name, idir)
+        return idir
+
+    def pf(self, nic: NicSpec, index: int) -> Path:
+        """One physical function: PCI dir, IB device, netdev, route, manifest entry."""
+        assert nic.name and nic.netdev and nic.rate
+        seed = _digest(self.profile.name, nic.pci)
+        guid = _guid(seed)
+        pdir = self.pci_function(nic.pci, nic.numa, nic.hca, nic.link_layer)
+        write_new(pdir / "sriov_totalvfs", f"{SRIOV_TOTALVFS}\n")
+        write_new(pdir / "sriov_numvfs", f"{nic.vfs}\n")
+        up = nic.state == "ACTIVE"
+        ip = f"10.0.0.{10 + index}" if nic.default_route else f"172.16.{index}.10"
+        idir = self.ib_device(
+            pdir,
+            nic.name,
+            nic.hca,
+            HCAS[nic.hca][2],
+            guid,
+            nic.link_layer,
+            nic.rate,
+            nic.state,
+            nic.phys_state,
+            nic.netdev,
+            ip,
+        )
+        ndir = self.netdev(pdir, nic.netdev, nic.link_layer, guid, seed[8:], up)
+        if up:
+            self._connected_route(nic.netdev, ip, nic.default_route)
+        self.devices.append(
+            self._entry(
+                nic.name,
+                nic.pci,
+                "pf",
+                nic.role,
+                nic.numa,
+                nic.link_layer,
+                nic.hca,
+                None,
+                pdir,
+                idir,
+                ndir,
+                nic.state,
+                nic.phys_state,
+                nic.rate,
+            )
+        )
+        return pdir
+
+    def vf(self, pf: NicSpec, pf_dir: Path, pci: str, name: str, vf_no: int) -> None:
+        """One SR-IOV virtual function of `pf`: DOWN/Disabled, physfn link, no netdev."""
+        assert pf.name and pf.rate
+        pdir = self.pci_function(pci, pf.numa, "vf", pf.link_layer, physfn=pf_dir)
+        symlink(pf_dir / f"virtfn{vf_no}", pdir)
+        idir = self.ib_device(
+            pdir,
+            name,
+            "vf",
+            HCAS[pf.hca][2],
+            "0000:0000:0000:0000",
+            pf.link_layer,
+            pf.rate,
+            "DOWN",
+            "Disabled",
+            None,
+            None,
+        )
+        self.devices.append(
+            self._entry(
+                name,
+                pci,
+                "vf",
+                VF,
+                pf.numa,
+                pf.link_layer,
+                "vf",
+                pf.name,
+                pdir,
+                idir,
+                None,
+                "DOWN",
+                "Disabled",
+                pf.rate,
+            )
+        )
+
+    def _entry(
+        self,
+        name: str,
+        pci: str,
+        kind: str,
+        role: str,
+        numa: int,
+        link_layer: str,
+        hca: str,
+        physfn: Optional[str],
+        pdir: Path,
+        idir: Path,
+        ndir: Optional[Path],
+        state: str,
+        phys: str,
+        rate: str,
+    ) -> Dict[str, Any]:
+        """The manifest record of one IB device."""
+        port = {
+            "state": state,
+            "phys_state": phys,
+            "rate": rate,
+            "netdev": ndir.name if ndir else None,
+            "netdev_path": self.rel(ndir) if ndir else None,
+            "operstate": ("up" if state == "ACTIVE" else "down") if ndir else None,
+        }
+        return {
+            "name": name,
+            "pci": pci,
+            "card": card_of(pci),
+            "kind": kind,
+            "role": role,
+            "numa": numa,
+            "link_layer": link_layer,
+            "hca_type": HCAS[hca][1],
+            "physfn": physfn,
+            "pci_path": self.rel(pdir),
+            "ib_path": self.rel(idir),
+            "ports": {"1": port},
+        }
+
+    def _connected_route(self, iface: str, ip: str, default: bool) -> None:
+        net = ip.rsplit(".", 1)[0] + ".0"
+        if default:
+            self.routes.insert(0, (iface, "0.0.0.0", net[:-1] + "1", 0x0003, "0.0.0.0"))
+        self.routes.append((iface, net, "0.0.0.0", 0x0001, "255.255.255.0"))
+
+    def non_mellanox_eno1(self) -> None:
+        """Onboard Intel NIC carrying the default route on hosts without a Mellanox one."""
+        pdir = self.root / "sys/devices/pci0000:00/0000:00:1f.6"
+        write_new(pdir / "vendor", "0x8086\n")
+        write_new(pdir / "device", "0x15bb\n")
+        write_new(pdir / "class", "0x020000\n")
+        write_new(pdir / "numa_node", "0\n")
+        write_new(
+            pdir / "uevent",
+            "DRIVER=e1000e\nPCI_CLASS=20000\nPCI_ID=8086:15BB\nPCI_SLOT_NAME=0000:00:1f.6\n",
+        )
+        driver = self.root / "sys/bus/pci/drivers/e1000e"
+        driver.mkdir(parents=True, exist_ok=True)
+        symlink(pdir / "driver", driver)
+        symlink(self.root / "sys/bus/pci/devices/0000:00:1f.6", pdir)
+        self.netdev(pdir, "eno1", "Ethernet", "", _digest(self.profile.name, "eno1"), True)
+        self._connected_route("eno1", "192.168.1.20", True)
+
+    def loopback(self) -> None:
+        """lo, a virtual netdev every host has (no device link, no route)."""
+        ndir = self.root / "sys/devices/virtual/net/lo"
+        write_new(ndir / "operstate", "unknown\n")
+        write_new(ndir / "carrier_changes", "0\n")
+        write_new(ndir / "ifindex", "1\n")
+        symlink(self.root / "sys/class/net/lo", ndir)
+
+    def route_table(self) -> str:
+        """/proc/net/route exactly as fib_trie prints it (lines padded to 127 columns)."""
+        lines = [
+            "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT"
+        ]
+        for iface, dst, gw, flags, mask in self.routes:
+            lines.append(
+                f"{iface}\t{_ipv4_hex(dst)}\t{_ipv4_hex(gw)}\t{flags:04X}\t0\t0\t"
+                f"{100 if flags & 2 else 0}\t{_ipv4_hex(mask)}\t0\t0\t0"
+            )
+        return "".join(f"{line:<127}\n" for line in lines)
+
+
+def _metadata(profile: Profile, nics: List[NicSpec]) -> Dict[str, Any]:
+    """gpu_metadata.json in NVSentinel's format (spec §12.2), PF IB devices as topology keys."""
+    gpus = []
+    for index, gpu in enumerate(profile.gpus):
+        seed = _digest(profile.name, "gpu", gpu.pci)
+        gpus.append(
+            {
+                "gpu_id": index,
+                "pci_address": gpu.pci,
+                "numa_node": gpu.numa,
+                "uuid": "GPU-" + str(uuid.UUID(bytes=seed[:16], version=4)),
+                "serial_number": str(1650000000000 + int.from_bytes(seed[:4], "big") % 10**9),
+            }
+        )
+    return {
+        "version": "1.0",
+        "node_name": f"{profile.name}-sim",
+        "gpus": gpus,
+        "nic_topology": {nic.name: topo_row(nic, profile.gpus) for nic in nics},
+    }
+
+
+def _config(root: Path, node_name: str) -> str:
+    """nichealthd.toml pointing the daemon at this tree (absolute paths)."""
+    values = [
+        ("sysfsRoot", str(root / "sys")),
+        ("procRoot", str(root / "proc")),
+        ("metadataPath", str(root / "gpu_metadata.json")),
+        ("stateFile", str(root / "var/lib/nichealthd/state.json")),
+        ("eventLog", str(root / "events.jsonl")),
+        ("nodeName", node_name),
+        ("platformConnectorSocket", ""),
+        ("dbus", "none"),
+        ("metricsListen", ""),
+    ]
+    head = "# Written by nichealthd-sim: runs nichealthd against this fake host.\n"
+    return head + "".join(f"{key} = {json.dumps(val)}\n" for key, val in values)
+
+
+def _prepare_root(root: Path, force: bool) -> None:
+    """Refuse to build over anything but an empty dir or (with force) an old sim tree."""
+    if root.exists() and any(root.iterdir()):
+        if not (root / MANIFEST).is_file():
+            raise SimError(f"{root} is not empty and holds no {MANIFEST}; refusing to touch it")
+        if not force:
+            raise SimError(f"{root} already holds a simulated host (use --force to rebuild)")
+        shutil.rmtree(root)
+    root.mkdir(parents=True, exist_ok=True)
+
+
+def create(
+    root: PathLike,
+    profile: str = "dgx-h100",
+    *,
+    devices: Optional[int] = None,
+    new_hw_counters: bool = True,
+    force: bool = False,
+) -> Manifest:
+    """Build the fake host under `root` and return its manifest (also saved as sim.json)."""
+    try:
+        prof = get_profile(profile, devices)
+    except ValueError as exc:
+        raise SimError(str(exc)) from None
+    top = Path(os.path.abspath(root))
+    _prepare_root(top, force)
+    builder = _Builder(top, prof, new_hw_counters)
+    (top / MLX5_DRIVER).mkdir(parents=True)
+    (top / CLASS_IB).mkdir(parents=True)
+    builder.loopback()
+    nics = resolved_nics(prof)
+    pf_dirs = [builder.pf(nic, index) for index, nic in enumerate(nics)]
+    next_index = len(nics)
+    for nic, pf_dir in zip(nics, pf_dirs):
+        for vf_no, pci in enumerate(vf_pcis(prof, nic)):
+            builder.vf(nic, pf_dir, pci, f"mlx5_{next_index}", vf_no)
+            next_index += 1
+    default_iface = prof.default_route_iface
+    if default_iface == "eno1":
+        builder.non_mellanox_eno1()
+    write_new(top / "proc/net/route", builder.route_table())
+    write_new(top / BOOT_ID, f"{uuid.uuid4()}\n")
+    node_name = f"{prof.name}-sim"
+    write_new(top / "gpu_metadata.json", json.dumps(_metadata(prof, nics), indent=2) + "\n")
+    write_new(top / "nichealthd.toml", _config(top, node_name))
+    (top / "var/lib/nichealthd").mkdir(parents=True)
+    manifest: Manifest = {
+        "version": 1,
+        "profile": prof.name,
+        "description": prof.description,
+        "node_name": node_name,
+        "new_hw_counters": new_hw_counters,
+        "default_route_iface": default_iface,
+        "roles": {dev["name"]: dev["role"] for dev in builder.devices},
+        "devices": builder.devices,
+    }
+    write_new(top / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+    return manifest
+
+
+def load(root: PathLike) -> Manifest:
+    """The manifest of a built tree; SimError when ROOT is not one."""
+    path = Path(root) / MANIFEST
+    try:
+        data: Manifest = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise SimError(f"{root} is not a simulated host (no {MANIFEST}; run create)") from None
+    except (OSError, ValueError) as exc:
+        raise SimError(f"cannot read {path}: {exc}") from None
+    return data
+
+
+def device(manifest: Manifest, name: str) -> Dict[str, Any]:
+    """A device record by IB device name; SimError names the known ones otherwise."""
+    for dev in manifest["devices"]:
+        if dev["name"] == name:
+            return dev
+    known = [d["name"] for d in manifest["devices"]]
+    shown = ", ".join(known[:8]) + (", ..." if len(known) > 8 else "")
+    raise SimError(f"unknown device {name!r} (this host has: {shown})")
+
+
+def port_record(dev: Dict[str, Any], port: PathLike) -> Dict[str, Any]:
+    """A port record of a device; SimError for a port the device never had."""
+    key = str(port)
+    if key not in dev["ports"]:
+        raise SimError(f"{dev['name']} has no port {key} (ports: {', '.join(dev['ports'])})")
+    rec: Dict[str, Any] = dev["ports"][key]
+    return rec
+
+
+def port_dir(root: PathLike, dev: Dict[str, Any], port: PathLike) -> Path:
+    """The live ports/<n> dir (via the devices tree, so hide-class does not affect it)."""
+    port_record(dev, port)
+    path = Path(root) / dev["ib_path"] / "ports" / str(port)
+    if not path.is_dir():
+        raise SimError(f"{dev['name']} port {port} is removed (restore it first)")
+    return path
+
+
+def _read(path: Path) -> str:
+    """File content for display: '-' when absent, '?' when unreadable."""
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        return "-"
+    except OSError:
+        return "?"
+
+
+def show(root: PathLike) -> str:
+    """A short table of every device's live port state and intended role."""
+    manifest = load(root)
+    top = Path(root)
+    header = ("DEVICE", "PCI", "NUMA", "LINK", "PORT", "STATE", "PHYS", "NETDEV", "OPER", "ROLE")
+    rows: List[Tuple[str, ...]] = [header]
+    for dev in manifest["devices"]:
+        idir = top / dev["ib_path"]
+        for port, rec in dev["ports"].items():
+            pdir = idir / "ports" / port
+            if not idir.is_dir():
+                state = phys = "(removed)"
+            elif not pdir.is_dir():
+                state = phys = "(no port)"
+            else:
+                state = kernel.state_name(_read(pdir / "state"))
+                phys = kernel.state_name(_read(pdir / "phys_state"))
+            oper = _read(top / rec["netdev_path"] / "operstate") if rec["netdev_path"] else "-"
+            numa = _read(top / dev["pci_path"] / "numa_node")
+            rows.append(
+                (
+                    dev["name"],
+                    dev["pci"],
+                    numa,
+                    dev["link_layer"],
+                    port,
+                    state,
+                    phys,
+                    rec["netdev"] or "-",
+                    oper,
+                    dev["role"],
+                )
+            )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    extra = f"profile {manifest['profile']}, default route via {manifest['default_route_iface']}"
+    if not (top / CLASS_IB).exists():
+        extra += ", sys/class/infiniband HIDDEN"
+    return "\n".join(lines + [extra]) + "\n"
