@@ -41,7 +41,13 @@ from .checks.ports import split_state
 from .config import Config
 from .monitor import PollOutcome
 from .state import DEGRADED, FATAL, HEALTHY, SUPPRESSED, MonitorState
-from .views import counter_records, device_records, port_records
+from .views import (
+    counter_records,
+    device_records,
+    monitored_port_keys,
+    overall_health,
+    port_records,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .service import Daemon
@@ -342,6 +348,10 @@ def _host_families(picture: _Picture) -> list[Metric]:
     snapshot, result = picture.outcome.snapshot, picture.outcome.result
     state = picture.state
     raw = {(d.name, p.port): p for d in snapshot.devices for p in d.ports}
+    overall = GaugeMetricFamily(
+        PREFIX + "health", "Overall health of the host's NICs: 0 healthy, 1 degraded, 2 fatal "
+        "(ports, latched counter breaches, missing devices, card anomalies)",
+        value=HEALTH_VALUE[overall_health(state, monitored_port_keys(snapshot, result))])
 
     state_id = GaugeMetricFamily(
         PREFIX + "port_state_id", "Port state: 0 NOP, 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, "
@@ -393,7 +403,7 @@ def _host_families(picture: _Picture) -> list[Metric]:
             info.add_metric([record["device"], record["hca_type"], record["fw_ver"],
                              record["board_id"], record["role"], record["pci_address"],
                              str(record["numa_node"]), ",".join(record["netdevs"])], 1)
-    return [state_id, phys_id, rate, health, value, breached, info]
+    return [overall, state_id, phys_id, rate, health, value, breached, info]
 
 
 def _close(server: WSGIServer) -> None:
