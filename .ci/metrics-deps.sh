@@ -3,7 +3,8 @@
 #   prometheus               -> promtool, for `promtool check metrics` in tests/metrics
 #   prometheus-node-exporter -> the peer the benchmark compares against (bench/, not run by CI)
 #   strace                   -> syscalls per counter value in the benchmark
-# policy-rc.d keeps the packages' services from starting where invoke-rc.d is allowed to.
+# On a host running systemd the packages also start their services (:9090, :9100); the tests
+# and the benchmark do not use them (the benchmark runs its own node_exporter on a free port).
 set -eu
 export DEBIAN_FRONTEND=noninteractive
 SUDO=""
