@@ -23,7 +23,7 @@ from .config import (
 )
 from .events import BACKDATE, HealthEvent
 from .model import DeviceSnapshot, HostSnapshot
-from .state import SUPPRESSED, MonitorState, PortRecord
+from .state import FATAL, SUPPRESSED, MonitorState, PortRecord
 from .topology import MANAGEMENT, CardCount, GpuTopology, Role, anomalous_cards, classify
 
 STATE_CHECK_OF = {"InfiniBand": IB_STATE_CHECK, "Ethernet": ETH_STATE_CHECK}
@@ -56,7 +56,12 @@ class CycleResult:
 def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
              topology: Topology, memory: CounterMemory, now: datetime, *,
              baseline: bool) -> CycleResult:
-    """Evaluate one poll. ``baseline``: first poll after a reboot or with no usable state."""
+    """Evaluate one poll. ``baseline``: first poll after a reboot or with no usable state.
+
+    Card homogeneity (spec §4.3) is judged every poll. At the baseline poll an anomalous card
+    is always reported (spec §7.2 case 3); later only when its shortfall is not already told
+    by its ports' own fatal events.
+    """
     enabled = frozenset(config.checks)
     next_state = previous.copy()
     if snapshot.boot_id:
@@ -72,7 +77,8 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
              for d in snapshot.devices}
     monitored = [d for d in snapshot.devices if roles[d.name].monitored]
     cards = _card_counts(snapshot.devices, roles, previous)
-    verdicts = anomalous_cards(cards.values())
+    verdicts, modes = anomalous_cards(cards.values(), previous.group_modes)
+    next_state.group_modes.update(modes)
     anomalous = set(verdicts)
 
     for device in monitored:
@@ -100,8 +106,32 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
                 events.extend(device_missing(name, layer, check, next_state, now))
     next_state.known_devices = sorted(
         (set(previous.known_devices) - (present - monitored_names)) | monitored_names)
+    if not baseline:
+        verdicts = {card: v for card, v in verdicts.items()
+                    if not _explained_by_ports(v.count.devices, snapshot, next_state)}
     events.extend(card_events(cards, verdicts, next_state, STATE_CHECK_OF, enabled, now))
     return CycleResult(tuple(events), next_state, roles, cards, observations, tuple(notes))
+
+
+def _explained_by_ports(devices: tuple[str, ...], snapshot: HostSnapshot,
+                        state: MonitorState) -> bool:
+    """True when every inactive port of the card already has its own fatal report.
+
+    Then a card verdict would only repeat the port events (a single-port card that went DOWN
+    is one failure, not two). It still speaks when an inactive port was never reported: a port
+    stuck in Polling/INIT, or a card whose cabled port failed beside an uncabled one.
+    """
+    for name in devices:
+        device = snapshot.device(name)
+        if device is None:
+            continue
+        for port in device.ports:
+            record = state.port_states.get(port.key)
+            held = (record.state, record.physical_state) if record else (None, None)
+            state_now = (port.state, port.phys_state) if port.readable else held
+            if not is_active(*state_now) and (record is None or record.health != FATAL):
+                return False
+    return True
 
 
 def _check_scoped_clears(enabled: frozenset[str], now: datetime) -> list[HealthEvent]:

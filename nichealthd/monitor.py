@@ -109,6 +109,8 @@ class Monitor:
         for note in result.notes:
             log.info("%s", note)
         self._log_roles(result.roles)
+        self.reader.skip_counters = frozenset(
+            name for name, role in result.roles.items() if not role.monitored)
         outcome = PollOutcome(result, snapshot)
         try:
             outcome.committed = self._commit(result)
@@ -200,9 +202,10 @@ def _significant_change(old: MonitorState, new: MonitorState,
                         velocity_names: frozenset[str]) -> bool:
     """True unless the only difference is velocity snapshots that advanced."""
     if (old.boot_id, old.breach_flags, old.port_states, old.known_devices, old.device_misses,
-            old.missing_devices, old.card_anomalies, old.saturated) != (
+            old.missing_devices, old.card_anomalies, old.saturated, old.group_modes) != (
             new.boot_id, new.breach_flags, new.port_states, new.known_devices,
-            new.device_misses, new.missing_devices, new.card_anomalies, new.saturated):
+            new.device_misses, new.missing_devices, new.card_anomalies, new.saturated,
+            new.group_modes):
         return True
     if old.counter_snapshots.keys() != new.counter_snapshots.keys():
         return True

@@ -33,6 +33,8 @@ from .views import monitored_port_keys, overall_health, port_summary
 log = logging.getLogger("nichealthd")
 
 STOP_DELIVERY_SECONDS = 5.0
+STOP_POLL_GRACE = 10.0
+STATUS_REFRESH_SECONDS = 10.0
 SERVICE_MODULES = (
     ("nichealthd.connector.service", "ConnectorService"),
     ("nichealthd.dbus_api", "DbusService"),
@@ -77,6 +79,8 @@ class Daemon:
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
         self._reload_requested = False
+        self._withholding = False
+        self.poll_abandoned = False
 
     # ------------------------------------------------------------ public API
 
@@ -106,9 +110,8 @@ class Daemon:
         if counts.get("suppressed"):
             parts[0] += f", {counts['suppressed']} uncabled"
         parts.append(f"connector {self.connector_state.get('state', 'disabled')}")
-        if self.last_poll_monotonic is not None:
-            ago = time.monotonic() - self.last_poll_monotonic
-            parts.append(f"last poll {ago:.1f} s ago")
+        if self.last_poll_wall is not None:
+            parts.append(f"last poll {self.last_poll_wall.astimezone():%H:%M:%S}")
         if self.reload_error:
             parts.append(f"reload rejected: {self.reload_error}")
         return "; ".join(parts)
@@ -143,7 +146,9 @@ class Daemon:
         ticks = 0
         first = True
         while not self._stop.is_set():
-            outcome = await loop.run_in_executor(self._executor, self.monitor.poll)
+            outcome = await self._poll(loop)
+            if outcome is None:
+                break
             self._after_poll(outcome)
             if first:
                 self.notifier.ready(self.status_line())
@@ -165,6 +170,27 @@ class Daemon:
                 except asyncio.TimeoutError:
                     pass
 
+    async def _poll(self, loop: asyncio.AbstractEventLoop) -> Optional[PollOutcome]:
+        """One poll in the worker thread. On stop, a poll that hangs (a sysfs read that
+        never returns) gets ``STOP_POLL_GRACE`` seconds, then is abandoned."""
+        log.debug("poll started at monotonic %.4f", time.monotonic())
+        future: asyncio.Future[PollOutcome] = loop.run_in_executor(
+            self._executor, self.monitor.poll)
+        stop: asyncio.Future[Any] = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait([future, stop], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        if not future.done():
+            try:
+                return await asyncio.wait_for(asyncio.shield(future), STOP_POLL_GRACE)
+            except asyncio.TimeoutError:
+                log.error("the poll in progress did not finish within %.0f s; stopping "
+                          "without it", STOP_POLL_GRACE)
+                self.poll_abandoned = True
+                return None
+        return future.result()
+
     def _after_poll(self, outcome: PollOutcome) -> None:
         self.last_poll_monotonic = time.monotonic()
         self.last_poll_wall = outcome.snapshot.taken_at
@@ -179,7 +205,7 @@ class Daemon:
                 log.exception("%s failed to handle a poll", service.name)
         for listener in self._poll_listeners:
             listener(outcome)
-        self.notifier.status(self.status_line())
+        self.notifier.status(self.status_line(), refresh=STATUS_REFRESH_SECONDS)
 
     async def _reload(self) -> None:
         """Re-read the config; apply it only if valid (snapshots and latches are kept)."""
@@ -222,21 +248,27 @@ class Daemon:
             limit = max(period, 2 * self.config.polling_interval)
             if last is not None and time.monotonic() - last < limit:
                 self.notifier.watchdog()
-            else:
-                log.warning("poll loop has not completed a cycle for %.1f s; withholding "
-                            "the watchdog keepalive", time.monotonic() - (last or 0))
+                if self._withholding:
+                    log.warning("poll loop is completing cycles again; watchdog resumed")
+                self._withholding = False
+            elif not self._withholding:
+                self._withholding = True
+                log.error("no poll has completed for %.0f s; withholding the watchdog "
+                          "keepalive so that systemd restarts the daemon", limit)
 
     async def _shutdown(self) -> None:
         self.notifier.stopping()
         log.info("stopping: committing state and delivering pending events")
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, self.monitor.flush)
+        if not self.poll_abandoned:
+            await loop.run_in_executor(self._executor, self.monitor.flush)
         for service in reversed(self.services):
             try:
                 await asyncio.wait_for(service.stop(), STOP_DELIVERY_SECONDS)
             except Exception as exc:
                 log.warning("%s did not stop cleanly: %s", service.name, exc)
-        await loop.run_in_executor(self._executor, self.monitor.close)
+        if not self.poll_abandoned:
+            await loop.run_in_executor(self._executor, self.monitor.close)
         self._executor.shutdown(wait=False)
 
     def _make_services(self) -> list[Service]:
@@ -287,6 +319,14 @@ class Daemon:
 
 def run_service(startup: Startup, args: argparse.Namespace) -> int:
     """Run until SIGTERM/SIGINT; returns the exit status."""
+    daemon: Optional[Daemon] = None
+
     async def main() -> int:
-        return await Daemon(startup, args).run()
-    return asyncio.run(main())
+        nonlocal daemon
+        daemon = Daemon(startup, args)
+        return await daemon.run()
+    status = asyncio.run(main())
+    if daemon is not None and daemon.poll_abandoned:
+        logging.shutdown()
+        os._exit(status)  # the hung poll thread would keep the interpreter from exiting
+    return status

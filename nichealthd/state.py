@@ -89,6 +89,7 @@ class MonitorState:
     missing_devices: dict[str, MissingDevice] = field(default_factory=dict)
     card_anomalies: dict[str, CardAnomaly] = field(default_factory=dict)
     saturated: dict[str, datetime] = field(default_factory=dict)
+    group_modes: dict[str, int] = field(default_factory=dict)
     event_seq: int = 0
     version: int = STATE_VERSION
 
@@ -104,6 +105,7 @@ class MonitorState:
             missing_devices=dict(self.missing_devices),
             card_anomalies=dict(self.card_anomalies),
             saturated=dict(self.saturated),
+            group_modes=dict(self.group_modes),
             event_seq=self.event_seq,
             version=self.version,
         )
@@ -135,6 +137,7 @@ class MonitorState:
                     "check_name": a.check_name, "since": ts(a.since)}
                 for k, a in sorted(self.card_anomalies.items())},
             "saturated_counters": {k: ts(v) for k, v in sorted(self.saturated.items())},
+            "group_modes": dict(sorted(self.group_modes.items())),
             "event_seq": self.event_seq,
         }
 
@@ -204,6 +207,7 @@ def _parse_state(data: Any) -> MonitorState:
                                  _str(v["check_name"]), when(v["since"]))
             for k, v in _table(data, "card_anomalies").items()},
         saturated={_str(k): when(v) for k, v in _table(data, "saturated_counters").items()},
+        group_modes={_str(k): _int(v) for k, v in _table(data, "group_modes").items()},
         event_seq=_int(data.get("event_seq", 0)),
         version=version,
     )

@@ -156,7 +156,11 @@ class SysfsReader:
         self._names: Optional[frozenset[str]] = None
         self._discovered_at = float("-inf")
         self._dirty = True
+        self._boot_id: Optional[str] = None  # constant for the life of the process
         self.einval: set[str] = set()
+        # Devices whose counters are not read (management NICs, excluded devices): the
+        # monitor sets this from the roles, so no firmware query is spent on them.
+        self.skip_counters: frozenset[str] = frozenset()
         self.unreadable_reads = 0
         self.discoveries = 0
 
@@ -169,7 +173,7 @@ class SysfsReader:
 
     def observe(self, now: datetime) -> HostSnapshot:
         """Read everything one poll needs. Never raises on bad sysfs content."""
-        boot_id = self._read_boot_id()
+        boot_id = self._boot_id or self._read_boot_id()
         names = self._list_devices()
         if names is None:
             return HostSnapshot(now, boot_id, (), complete=False)
@@ -319,7 +323,8 @@ class SysfsReader:
             operstate = attribute(plan.operstate_path)
         counters: dict[str, CounterReading] = {}
         values_by_path: dict[str, CounterReading] = {}
-        for name, path in plan.counter_reads:
+        reads = () if plan.device in self.skip_counters else plan.counter_reads
+        for name, path in reads:
             if path is None:
                 counters[name] = ABSENT
                 continue
@@ -388,6 +393,7 @@ class SysfsReader:
                                  f"{self.config.boot_id_path}")
             return None
         self.problems.clear("boot_id")
+        self._boot_id = text
         return text
 
 

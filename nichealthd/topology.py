@@ -210,13 +210,20 @@ def homogeneity(cards: Iterable[CardCount]) -> dict[str, int]:
     return modes
 
 
-def anomalous_cards(cards: Iterable[CardCount]) -> dict[str, CardVerdict]:
-    """Cards with fewer active ports than their role group's decisive mode."""
+def anomalous_cards(cards: Iterable[CardCount], remembered: Optional[Mapping[str, int]] = None
+                    ) -> tuple[dict[str, CardVerdict], dict[str, int]]:
+    """Cards below their role group's mode, and the decisive modes of this poll.
+
+    Where the group is not decisive now (for example two cards, one of which just dropped:
+    a tie), the last decisive mode of the same boot is the reference (``remembered``); at
+    first sight there is none, so a tie is never evidence (REFERENCE §2).
+    """
     cards = list(cards)
     modes = homogeneity(cards)
+    reference = {**(remembered or {}), **modes}
     verdicts = {}
     for card in cards:
-        mode = modes.get(card.role)
+        mode = reference.get(card.role)
         if mode is not None and card.known and not card.exempt and card.active < mode:
             verdicts[card.card] = CardVerdict(card, mode)
-    return verdicts
+    return verdicts, modes

@@ -120,9 +120,7 @@ def transition(previous: Optional[PortRecord], port: PortSnapshot, link_layer: s
             events.append(state_event(check, port, link_layer, HEALTHY, now))
             told, since = HEALTHY, now
     elif told == SUPPRESSED:
-        if evidence:  # homogeneity now proves the card anomalous: report what is known
-            events.append(state_event(check, port, link_layer, health, now))
-            told, since = health, now
+        pass  # uncabled since first sight; a card that now falls short has its own event
     elif health == FATAL and told != FATAL:
         events.append(state_event(check, port, link_layer, FATAL, now))  # incl. escalation
         told, since = FATAL, now

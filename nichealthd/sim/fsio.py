@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Union
 
 PathLike = Union[str, "os.PathLike[str]"]
+PortId = Union[int, str]  # a port number as int or as its sysfs directory name
 
 STASH = ".removed"
 
@@ -21,9 +22,21 @@ class SimError(Exception):
 
 
 def write_new(path: Path, text: str) -> None:
-    """Create (or overwrite) a file while building the tree, parents included."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    """Create (or overwrite) a file while building the tree, parents included.
+
+    Parents are made only when the open fails: a host has thousands of small files and
+    benchmarks build hosts with hundreds of devices.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    try:
+        fd = os.open(path, flags, 0o644)
+    except FileNotFoundError:
+        os.makedirs(path.parent, exist_ok=True)
+        fd = os.open(path, flags, 0o644)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
 
 
 def write_in_place(path: Path, text: str) -> None:

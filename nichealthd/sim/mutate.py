@@ -14,7 +14,17 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 from . import kernel, tree
-from .fsio import STASH, PathLike, SimError, inside, stash, stash_key, unstash, write_in_place
+from .fsio import (
+    STASH,
+    PathLike,
+    PortId,
+    SimError,
+    inside,
+    stash,
+    stash_key,
+    unstash,
+    write_in_place,
+)
 
 HIDDEN_CLASS = ".hidden/class-infiniband"
 
@@ -25,7 +35,7 @@ def _device(root: Path, name: str) -> Device:
     return tree.device(tree.load(root), name)
 
 
-def _netdev_dir(root: Path, dev: Device, port: PathLike) -> Optional[Path]:
+def _netdev_dir(root: Path, dev: Device, port: PortId) -> Optional[Path]:
     rel = tree.port_record(dev, port)["netdev_path"]
     return root / rel if rel else None
 
@@ -42,7 +52,7 @@ def _checked(func: Callable[[str], str], value: str) -> str:
 def set_port(
     root: PathLike,
     dev: str,
-    port: PathLike,
+    port: PortId,
     *,
     state: Optional[str] = None,
     phys_state: Optional[str] = None,
@@ -67,7 +77,7 @@ def set_port(
         write_in_place(ndir / "operstate", oper_text)
 
 
-def uncable(root: PathLike, dev: str, port: PathLike) -> None:
+def uncable(root: PathLike, dev: str, port: PortId) -> None:
     """A pulled cable: DOWN / Polling, netdev operstate down (counters untouched)."""
     top = Path(root)
     has_netdev = _netdev_dir(top, _device(top, dev), port) is not None
@@ -76,7 +86,7 @@ def uncable(root: PathLike, dev: str, port: PathLike) -> None:
     )
 
 
-def counter_path(root: PathLike, dev: str, port: PathLike, name: str) -> Path:
+def counter_path(root: PathLike, dev: str, port: PortId, name: str) -> Path:
     """Where counter NAME lives: counters/, hw_counters/, then the netdev (carrier_changes,
     statistics/<name>)."""
     top = Path(root)
@@ -119,7 +129,7 @@ def read_value(path: Path) -> int:
 def counter(
     root: PathLike,
     dev: str,
-    port: PathLike,
+    port: PortId,
     name: str,
     *,
     add: Optional[int] = None,
@@ -164,9 +174,7 @@ def _counter_files(root: Path, dev: Device) -> Iterator[Path]:
                 yield from sorted(p for p in (ndir / "statistics").iterdir() if p.is_file())
 
 
-def reset_counters(
-    root: PathLike, dev: Optional[str] = None, port: Optional[PathLike] = None
-) -> int:
+def reset_counters(root: PathLike, dev: Optional[str] = None, port: Optional[PortId] = None) -> int:
     """Zero every counter (counters/, hw_counters/, carrier_changes, statistics/); returns how
     many files were written. Missing or unreadable files are skipped."""
     top = Path(root)
@@ -235,14 +243,14 @@ def restore_device(root: PathLike, dev: str) -> None:
     unstash(top, link)
 
 
-def remove_port(root: PathLike, dev: str, port: PathLike) -> None:
+def remove_port(root: PathLike, dev: str, port: PortId) -> None:
     """Make ports/<n> of a device vanish (moved to ROOT/.removed)."""
     top = Path(root)
     device = _device(top, dev)
     stash(top, tree.port_dir(top, device, port))
 
 
-def restore_port(root: PathLike, dev: str, port: PathLike) -> None:
+def restore_port(root: PathLike, dev: str, port: PortId) -> None:
     """Bring a removed port back."""
     top = Path(root)
     device = _device(top, dev)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from . import kernel
-from .fsio import PathLike, SimError, symlink, write_new
+from .fsio import PathLike, PortId, SimError, symlink, write_new
 from .profiles import (
     HCAS,
     IB,
@@ -65,7 +65,7 @@ def _pci_dir(root: Path, pci: str) -> Path:
 
 
 class _Builder:
-    """Writes one host; keeps the counters (ifindex, subnet) that must be unique across it."""
+    """Writes one host; keeps what must be unique or collected across it (ifindex, routes)."""
 
     def __init__(self, root: Path, profile: Profile, new_hw_counters: bool) -> None:
         self.root = root
@@ -502,7 +502,7 @@ def device(manifest: Manifest, name: str) -> Dict[str, Any]:
     raise SimError(f"unknown device {name!r} (this host has: {shown})")
 
 
-def port_record(dev: Dict[str, Any], port: PathLike) -> Dict[str, Any]:
+def port_record(dev: Dict[str, Any], port: PortId) -> Dict[str, Any]:
     """A port record of a device; SimError for a port the device never had."""
     key = str(port)
     if key not in dev["ports"]:
@@ -511,7 +511,7 @@ def port_record(dev: Dict[str, Any], port: PathLike) -> Dict[str, Any]:
     return rec
 
 
-def port_dir(root: PathLike, dev: Dict[str, Any], port: PathLike) -> Path:
+def port_dir(root: PathLike, dev: Dict[str, Any], port: PortId) -> Path:
     """The live ports/<n> dir (via the devices tree, so hide-class does not affect it)."""
     port_record(dev, port)
     path = Path(root) / dev["ib_path"] / "ports" / str(port)

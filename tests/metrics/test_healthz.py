@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Callable
 
 from nichealthd.metrics import MetricsService
-from nichealthd.sim.tree import BOOT_ID
 
 from .conftest import INTERVAL, RunningDaemon, get
 
@@ -17,20 +18,20 @@ Start = Callable[[Path], RunningDaemon]
 
 
 def test_healthz_503_while_a_sysfs_read_hangs(sim: Callable[..., Path], daemon: Start) -> None:
-    """A real hung read: the boot ID (opened every poll) becomes a FIFO with no writer.
+    """A real hung read: a new device appears whose ``device/uevent`` is a FIFO with no writer.
 
-    SIGSTOP would freeze the HTTP server too; this blocks only the poll thread, which is
-    exactly the failure /healthz exists to reveal.
+    The new name triggers a re-discovery, which opens ``uevent`` and blocks there. SIGSTOP
+    would freeze the HTTP server too; this blocks only the poll thread, which is exactly the
+    failure /healthz exists to reveal.
     """
     root = sim("synthetic", devices=2)
     running = daemon(root)
     assert get(running.base + "/healthz") == (200, "ok\n")
-    boot_id = root / BOOT_ID
-    saved = boot_id.with_name("boot_id.saved")
     fifo = root / "hang.fifo"
     os.mkfifo(fifo)
-    os.replace(boot_id, saved)
-    boot_id.symlink_to(fifo)
+    hung = root / "sys/class/infiniband/mlx5_hang"
+    (hung / "device").mkdir(parents=True)
+    (hung / "device/uevent").symlink_to(fifo)
     try:
         running.wait_for(lambda: get(running.base + "/healthz")[0] == 503,
                          timeout=3 * INTERVAL + 5, what="/healthz 503")
@@ -40,10 +41,11 @@ def test_healthz_503_while_a_sysfs_read_hangs(sim: Callable[..., Path], daemon: 
         # /metrics keeps answering from the last completed poll.
         assert "nichealthd_port_state_id" in running.text()
     finally:
-        os.replace(saved, boot_id)  # later polls read the real file again
-        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # the hung open is the reader
-        os.write(fd, saved.with_name("boot_id").read_bytes())
-        os.close(fd)
+        shutil.rmtree(hung)  # later polls re-discover without it
+        with contextlib.suppress(OSError):  # ENXIO: the poller was not blocked on it
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # the hung open is the reader
+            os.write(fd, b"PCI_SLOT_NAME=0000:ff:00.0\n")
+            os.close(fd)
     running.wait_for(lambda: get(running.base + "/healthz")[0] == 200, what="/healthz 200")
 
 

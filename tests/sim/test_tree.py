@@ -92,8 +92,8 @@ def classify(root: Path) -> Dict[str, str]:
 
 
 @pytest.mark.parametrize("profile", ALL)
-def test_profile_builds_with_intended_roles(build, profile: str) -> None:
-    root = build(profile)
+def test_profile_builds_with_intended_roles(built, profile: str) -> None:
+    root = built(profile)
     manifest = json.loads(read(root / "sim.json"))
     assert manifest["profile"] == profile
     assert dict(Counter(manifest["roles"].values())) == EXPECTED[profile]
@@ -102,8 +102,8 @@ def test_profile_builds_with_intended_roles(build, profile: str) -> None:
 
 
 @pytest.mark.parametrize("profile", ALL)
-def test_sysfs_layout(build, profile: str) -> None:
-    root = build(profile)
+def test_sysfs_layout(built, profile: str) -> None:
+    root = built(profile)
     manifest = tree.load(root)
     pcis = [d["pci"] for d in manifest["devices"]]
     assert len(set(pcis)) == len(pcis)
@@ -170,8 +170,8 @@ def test_sysfs_layout(build, profile: str) -> None:
 
 
 @pytest.mark.parametrize("profile", ALL)
-def test_proc_metadata_and_config(build, profile: str) -> None:
-    root = build(profile)
+def test_proc_metadata_and_config(built, profile: str) -> None:
+    root = built(profile)
     manifest = tree.load(root)
     boot_id = read(root / "proc/sys/kernel/random/boot_id")
     assert boot_id.endswith("\n") and uuid.UUID(boot_id.strip()).version == 4
@@ -217,8 +217,8 @@ def _topo(root: Path) -> Dict[str, List[str]]:
     return topo
 
 
-def test_dgx_h100_details(build) -> None:
-    root = build("dgx-h100")
+def test_dgx_h100_details(built) -> None:
+    root = built("dgx-h100")
     m = tree.load(root)
     compute = [d for d in m["devices"] if d["role"] == "compute"]
     assert all(d["hca_type"] == "MT4129" and d["link_layer"] == "InfiniBand" for d in compute)
@@ -238,8 +238,8 @@ def test_dgx_h100_details(build) -> None:
     assert {g["numa_node"] for g in meta["gpus"]} == {0, 1}
 
 
-def test_a100_management_by_numa(build) -> None:
-    root = build("a100-roce")
+def test_a100_management_by_numa(built) -> None:
+    root = built("a100-roce")
     m = tree.load(root)
     gpu_numas = {g["numa_node"] for g in json.loads(read(root / "gpu_metadata.json"))["gpus"]}
     mgmt = {d["name"]: d["numa"] for d in m["devices"] if d["role"] == "management"}
@@ -249,16 +249,16 @@ def test_a100_management_by_numa(build) -> None:
     assert m["default_route_iface"] == "eno1"  # the NUMA gate is the decisive signal
 
 
-def test_l40s_oci_no_pcie_switch(build) -> None:
-    root = build("l40s-oci")
+def test_l40s_oci_no_pcie_switch(built) -> None:
+    root = built("l40s-oci")
     for row in _topo(root).values():
         assert "PIX" not in row and "PXB" not in row
         assert "NODE" in row and "SYS" in row
     assert {d["link_layer"] for d in tree.load(root)["devices"]} == {"Ethernet"}
 
 
-def test_l40s_onprem(build) -> None:
-    root = build("l40s-onprem")
+def test_l40s_onprem(built) -> None:
+    root = built("l40s-onprem")
     m = tree.load(root)
     assert tree.device(m, "mlx5_0")["link_layer"] == "Ethernet"
     assert m["default_route_iface"] == tree.device(m, "mlx5_0")["ports"]["1"]["netdev"]
@@ -268,8 +268,8 @@ def test_l40s_onprem(build) -> None:
         assert set(_topo(root)[name]) == {"NODE", "SYS"}
 
 
-def test_gb200_names_and_hcas(build) -> None:
-    root = build("gb200-nvl4")
+def test_gb200_names_and_hcas(built) -> None:
+    root = built("gb200-nvl4")
     m = tree.load(root)
     hcas = {d["name"]: (d["hca_type"], d["link_layer"]) for d in m["devices"]}
     assert hcas == {
@@ -284,8 +284,8 @@ def test_gb200_names_and_hcas(build) -> None:
     assert read(root / "sys/class/infiniband/roceP6p3s0/device/device") == "0xa2dc\n"
 
 
-def test_h100_34_vfs(build) -> None:
-    root = build("h100-34")
+def test_h100_34_vfs(built) -> None:
+    root = built("h100-34")
     m = tree.load(root)
     assert [d["name"] for d in m["devices"]] == [f"mlx5_{i}" for i in range(34)]
     for i in range(34):
@@ -298,8 +298,8 @@ def test_h100_34_vfs(build) -> None:
             assert (dev / "device/physfn").is_symlink()
 
 
-def test_l40_dualport_uncabled_function_1(build) -> None:
-    root = build("l40-dualport")
+def test_l40_dualport_uncabled_function_1(built) -> None:
+    root = built("l40-dualport")
     m = tree.load(root)
     assert len({d["card"] for d in m["devices"]}) == 2
     for d in m["devices"]:
@@ -357,8 +357,8 @@ def test_load_requires_a_sim_tree(tmp_path: Path) -> None:
         tree.load(tmp_path)
 
 
-def test_show_lists_every_port(build) -> None:
-    root = build("dgx-h100")
+def test_show_lists_every_port(built) -> None:
+    root = built("dgx-h100")
     text = tree.show(root)
     lines = text.splitlines()
     assert lines[0].split()[:8] == [

@@ -1,0 +1,196 @@
+"""nichealthd-sim command line: a thin argparse layer over tree.create and the mutate module.
+
+Bad arguments (unknown profile, device, port, counter, state name) exit 2 with one line on
+stderr, other failures exit 1; never a traceback, because operators run this in fault drills.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from typing import Callable, Dict, List, NoReturn, Optional
+
+from . import mutate, tree
+from .fsio import SimError
+from .profiles import PROFILES
+
+PROG = "nichealthd-sim"
+
+
+class _Parser(argparse.ArgumentParser):
+    """ArgumentParser whose errors are one line (no usage dump) and exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _port(text: str) -> int:
+    try:
+        num = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"port must be a number, got {text!r}") from None
+    if num < 1:
+        raise argparse.ArgumentTypeError(f"port numbers start at 1, got {num}")
+    return num
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="Build and mutate a fake GPU host for nichealthd.")
+    sub = parser.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    def cmd(name: str, help_text: str, *args: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        for arg in args:
+            if arg == "PORT":
+                p.add_argument(arg, type=_port)
+            else:
+                p.add_argument(arg)
+        return p
+
+    cmd("profiles", "list the host profiles")
+    p = cmd("create", "build a fake host under ROOT", "ROOT")
+    p.add_argument("--profile", default="dgx-h100", metavar="NAME", help="default: dgx-h100")
+    p.add_argument("--devices", type=int, metavar="N", help="device count (synthetic only)")
+    p.add_argument(
+        "--no-new-hw-counters",
+        action="store_true",
+        help="omit req_transport_retries_exceeded/req_rnr_retries_exceeded (pre-2024 kernels)",
+    )
+    p.add_argument("--force", action="store_true", help="rebuild over an existing fake host")
+    cmd("show", "print each device's port state and intended role", "ROOT")
+    p = cmd(
+        "port", "set a port's state, physical state and/or netdev operstate", "ROOT", "DEV", "PORT"
+    )
+    p.add_argument("--state", help="NOP|DOWN|INIT|ARMED|ACTIVE|ACTIVE_DEFER")
+    p.add_argument(
+        "--phys-state",
+        help="Sleep|Polling|Disabled|PortConfigurationTraining|LinkUp|LinkErrorRecovery|PhyTest",
+    )
+    p.add_argument("--operstate", help="up|down|lowerlayerdown|dormant|unknown|...")
+    cmd("uncable", "pull the cable: DOWN/Polling, operstate down", "ROOT", "DEV", "PORT")
+    p = cmd(
+        "counter",
+        "add to or set a counter (counters/, hw_counters/, carrier_changes, statistics/)",
+        "ROOT",
+        "DEV",
+        "PORT",
+        "NAME",
+    )
+    group = p.add_mutually_exclusive_group(required=True)
+    group.add_argument("--add", type=int, metavar="N")
+    group.add_argument("--set", type=int, metavar="N", dest="set_to")
+    p.add_argument(
+        "--hardware-semantics",
+        action="store_true",
+        help="--add saturates PMA counters at their width, wraps hw_counters at 2^32",
+    )
+    p = cmd("reset-counters", "zero all counters (of one device / port)", "ROOT")
+    p.add_argument("DEV", nargs="?")
+    p.add_argument("PORT", nargs="?", type=_port)
+    cmd("reboot", "new boot_id, counters zeroed, ports back to the profile's state", "ROOT")
+    cmd("remove-device", "hot-remove an IB device (dir + class link)", "ROOT", "DEV")
+    cmd("restore-device", "bring a removed IB device back", "ROOT", "DEV")
+    cmd("remove-port", "remove ports/<PORT> of a device", "ROOT", "DEV", "PORT")
+    cmd("restore-port", "bring a removed port back", "ROOT", "DEV", "PORT")
+    cmd("remove-file", "remove ROOT/PATH", "ROOT", "PATH")
+    cmd("restore-file", "bring a removed ROOT/PATH back", "ROOT", "PATH")
+    p = cmd("garbage", "write non-numeric text into ROOT/PATH in place", "ROOT", "PATH")
+    p.add_argument("--text", default="garbage", help="default: garbage")
+    cmd("unreadable", "make reads of ROOT/PATH fail (EISDIR)", "ROOT", "PATH")
+    cmd("readable", "undo unreadable", "ROOT", "PATH")
+    cmd("hide-class", "make sys/class/infiniband absent", "ROOT")
+    cmd("unhide-class", "bring sys/class/infiniband back", "ROOT")
+    return parser
+
+
+def _profiles(_: argparse.Namespace) -> None:
+    for name, make in PROFILES.items():
+        print(f"{name:<14} {make().description}")
+
+
+def _create(a: argparse.Namespace) -> None:
+    manifest = tree.create(
+        a.ROOT,
+        a.profile,
+        devices=a.devices,
+        new_hw_counters=not a.no_new_hw_counters,
+        force=a.force,
+    )
+    roles = Counter(manifest["roles"].values())
+    summary = ", ".join(f"{n} {role}" for role, n in sorted(roles.items()))
+    print(
+        f"built {manifest['profile']} in {a.ROOT}: {len(manifest['devices'])} devices "
+        f"({summary}); config {a.ROOT}/nichealthd.toml"
+    )
+
+
+def _port_cmd(a: argparse.Namespace) -> None:
+    if a.state is None and a.phys_state is None and a.operstate is None:
+        raise SimError("port: give at least one of --state, --phys-state, --operstate")
+    mutate.set_port(
+        a.ROOT, a.DEV, a.PORT, state=a.state, phys_state=a.phys_state, operstate=a.operstate
+    )
+
+
+def _counter(a: argparse.Namespace) -> None:
+    value = mutate.counter(
+        a.ROOT,
+        a.DEV,
+        a.PORT,
+        a.NAME,
+        add=a.add,
+        set_to=a.set_to,
+        hardware_semantics=a.hardware_semantics,
+    )
+    print(f"{a.DEV} port {a.PORT} {a.NAME} = {value}")
+
+
+def _reset(a: argparse.Namespace) -> None:
+    mutate.reset_counters(a.ROOT, a.DEV, a.PORT)
+
+
+def _reboot(a: argparse.Namespace) -> None:
+    print(f"boot_id {mutate.reboot(a.ROOT)}")
+
+
+HANDLERS: Dict[str, Callable[[argparse.Namespace], None]] = {
+    "profiles": _profiles,
+    "create": _create,
+    "show": lambda a: print(tree.show(a.ROOT), end=""),
+    "port": _port_cmd,
+    "uncable": lambda a: mutate.uncable(a.ROOT, a.DEV, a.PORT),
+    "counter": _counter,
+    "reset-counters": _reset,
+    "reboot": _reboot,
+    "remove-device": lambda a: mutate.remove_device(a.ROOT, a.DEV),
+    "restore-device": lambda a: mutate.restore_device(a.ROOT, a.DEV),
+    "remove-port": lambda a: mutate.remove_port(a.ROOT, a.DEV, a.PORT),
+    "restore-port": lambda a: mutate.restore_port(a.ROOT, a.DEV, a.PORT),
+    "remove-file": lambda a: mutate.remove_file(a.ROOT, a.PATH),
+    "restore-file": lambda a: mutate.restore_file(a.ROOT, a.PATH),
+    "garbage": lambda a: mutate.garbage(a.ROOT, a.PATH, a.text),
+    "unreadable": lambda a: mutate.unreadable(a.ROOT, a.PATH),
+    "readable": lambda a: mutate.readable(a.ROOT, a.PATH),
+    "hide-class": lambda a: mutate.hide_class(a.ROOT),
+    "unhide-class": lambda a: mutate.unhide_class(a.ROOT),
+}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Entry point of the nichealthd-sim console script; returns the exit status."""
+    args = _build_parser().parse_args(argv)
+    try:
+        HANDLERS[args.cmd](args)
+    except SimError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""Tiny builders for snapshots, so each rule's test reads as a table."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
+from typing import Any, Optional
+
+from nichealthd.checks.counters import CounterMemory
+from nichealthd.config import Config, build_config
+from nichealthd.evaluate import CycleResult, Topology, evaluate
+from nichealthd.model import DeviceSnapshot, HostSnapshot, PortSnapshot
+from nichealthd.state import MonitorState
+from nichealthd.topology import GpuTopology
+
+T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
+ACTIVE, LINKUP = "4: ACTIVE", "5: LinkUp"
+DOWN, DISABLED, POLLING = "1: DOWN", "3: Disabled", "2: Polling"
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def config(**overrides: Any) -> Config:
+    counters = overrides.pop("counters", None)
+    data: dict[str, Any] = {"nodeName": "node-a"}
+    if counters is not None:
+        data["counterDetection"] = {"counters": counters}
+    data.update(overrides)
+    return build_config(data, "test.toml", {})
+
+
+def port(device: str = "mlx5_0", number: int = 1, state: Optional[str] = ACTIVE,
+         phys: Optional[str] = LINKUP, layer: Optional[str] = "InfiniBand",
+         counters: Optional[dict[str, Any]] = None, operstate: Optional[str] = None,
+         paths: Optional[dict[str, str]] = None) -> PortSnapshot:
+    return PortSnapshot(device=device, port=number, link_layer=layer, state=state,
+                        phys_state=phys, operstate=operstate, counters=counters or {},
+                        counter_paths=paths or {})
+
+
+def device(name: str = "mlx5_0", pci: str = "0000:47:00.0", numa: int = 0,
+           ports: tuple[PortSnapshot, ...] = (), **kw: Any) -> DeviceSnapshot:
+    return DeviceSnapshot(name=name, pci_address=pci, numa_node=numa, driver="mlx5_core",
+                          vendor="0x15b3", hca_type=kw.pop("hca", "MT4129"),
+                          ports=ports or (port(name),), **kw)
+
+
+def host(*devices: DeviceSnapshot, when: float = 0, boot: str = "boot-1",
+         complete: bool = True) -> HostSnapshot:
+    return HostSnapshot(at(when), boot, tuple(devices), complete=complete)
+
+
+def gpus(numa: tuple[int, ...] = (0, 1), topology: Optional[dict[str, list[str]]] = None
+         ) -> Topology:
+    matrix = {k: tuple(v) for k, v in (topology or {}).items()}
+    return Topology(GpuTopology(frozenset(numa), (), matrix))
+
+
+class Runner:
+    """Drives the pure evaluator poll after poll, like the monitor does, minus the I/O."""
+
+    def __init__(self, cfg: Optional[Config] = None, topology: Optional[Topology] = None,
+                 state: Optional[MonitorState] = None, baseline: bool = True) -> None:
+        self.config = cfg or config()
+        self.topology = topology or gpus()
+        self.state = state or MonitorState(boot_id="boot-1")
+        self.memory = CounterMemory()
+        self.baseline = baseline
+        self.last: Optional[CycleResult] = None
+
+    def poll(self, snapshot: HostSnapshot) -> CycleResult:
+        result = evaluate(self.state, snapshot, self.config, self.topology, self.memory,
+                          snapshot.taken_at, baseline=self.baseline)
+        self.state, self.baseline, self.last = result.state, False, result
+        return result
+
+    def restart(self) -> None:
+        """A process restart: persisted state survives (through JSON), memory does not."""
+        self.state = MonitorState.from_json(self.state.to_json())
+        self.memory = CounterMemory()
+
+
+def counters_port(values: dict[str, Any], **kw: Any) -> PortSnapshot:
+    return port(counters=values, **kw)
+
+
+def with_counters(p: PortSnapshot, **values: Any) -> PortSnapshot:
+    return replace(p, counters={**p.counters, **values})
+
+
+def messages(result: CycleResult) -> list[str]:
+    return [e.message for e in result.events]
+
+
+def non_baseline(result: CycleResult) -> list[Any]:
+    """Events other than the check-scoped clears and healthy baselines."""
+    return [e for e in result.events if not (e.is_healthy and "after reboot" in e.message)
+            and e.entities]

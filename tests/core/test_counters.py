@@ -1,0 +1,264 @@
+"""Spec §6.3 / §10.4 counter rules on the pure evaluator, with an injected clock."""
+
+from __future__ import annotations
+
+from nichealthd.model import ABSENT, Unreadable
+from nichealthd.state import CounterSnap, MonitorState
+
+from .builders import (
+    Runner,
+    at,
+    config,
+    counters_port,
+    device,
+    host,
+    non_baseline,
+)
+
+
+def poll(runner: Runner, when: float, layer: str = "InfiniBand", **values: object):
+    """One poll of mlx5_0 port 1; like the reader, both symbol_error entries see one file."""
+    if "symbol_error" in values:
+        values.setdefault("symbol_error_fatal", values["symbol_error"])
+    return runner.poll(host(device(ports=(counters_port(dict(values), layer=layer),)),
+                            when=when))
+
+
+def test_first_poll_after_reboot_sends_clears_then_baselines() -> None:
+    runner = Runner()
+    result = poll(runner, 0, link_downed=0, symbol_error=5)
+    clears = [e for e in result.events if not e.entities]
+    assert [e.check_name for e in clears] == sorted(config().checks)
+    assert all(e.is_healthy and e.generated_at < at(0) for e in clears)
+    assert result.events[: len(clears)] == tuple(clears)  # clears come first
+    baselines = [e for e in result.events if "after reboot" in e.message]
+    names = sorted(e.error_code[0] for e in baselines)
+    assert names == ["link_downed", "symbol_error", "symbol_error_fatal"]
+    ld = next(e for e in baselines if e.error_code == ("link_downed",))
+    assert ld.message == "Counter link_downed healthy after reboot on port mlx5_0 port 1"
+    assert ld.check_name == "InfiniBandStateCheck" and ld.is_healthy and not ld.is_fatal
+    se = next(e for e in baselines if e.error_code == ("symbol_error",))
+    assert se.check_name == "InfiniBandDegradationCheck"
+    assert ld.entities == (("NIC", "mlx5_0"), ("NICPort", "1"))
+
+
+def test_admin_reset_timeline_of_spec_6_4() -> None:
+    runner = Runner()
+    poll(runner, 0, link_downed=0)
+    breach = poll(runner, 5, link_downed=1)
+    assert len(breach.events) == 1
+    event = breach.events[0]
+    assert (event.check_name, event.is_fatal, event.is_healthy) == (
+        "InfiniBandStateCheck", True, False)
+    assert event.recommended_action == "REPLACE_VM"
+    assert event.error_code == ("link_downed",)
+    assert event.message == ("Port mlx5_0 port 1: link_downed - Port Training State Machine "
+                             "failed - QP disconnect (value=1, delta=1, rate=0.20/sec)")
+    assert poll(runner, 10, link_downed=1).events == ()
+    recovery = poll(runner, 20, link_downed=0)
+    assert len(recovery.events) == 1
+    rec = recovery.events[0]
+    assert (rec.is_healthy, rec.is_fatal, rec.recommended_action) == (True, False, "NONE")
+    assert rec.check_name == "InfiniBandStateCheck"
+    assert rec.message == "Counter link_downed recovered on port mlx5_0 port 1"
+    assert poll(runner, 25, link_downed=0).events == ()
+    assert "mlx5_0:1:link_downed" not in runner.state.breach_flags
+
+
+def test_latched_breach_stays_silent_while_counter_keeps_rising() -> None:
+    runner = Runner()
+    poll(runner, 0, link_downed=0)
+    assert len(poll(runner, 1, link_downed=1).events) == 1
+    for second in range(2, 6):
+        assert poll(runner, second, link_downed=second).events == ()
+
+
+def test_restart_between_breach_and_reset_still_recovers() -> None:
+    runner = Runner()
+    poll(runner, 0, link_downed=0)
+    poll(runner, 5, link_downed=3)
+    runner.restart()  # lastPollValue is gone; the persisted snapshot stands in
+    recovery = poll(runner, 20, link_downed=0)
+    assert [e.is_healthy for e in recovery.events] == [True]
+    assert recovery.events[0].check_name == "InfiniBandStateCheck"
+
+
+def test_reset_without_breach_is_silent_and_rebaselines() -> None:
+    runner = Runner()
+    poll(runner, 0, symbol_error=1000)
+    assert poll(runner, 1, symbol_error=5).events == ()
+    assert runner.state.counter_snapshots["mlx5_0:1:symbol_error"] == CounterSnap(5, at(1))
+
+
+def test_delta_threshold_is_strictly_greater() -> None:
+    runner = Runner()
+    poll(runner, 0, carrier_changes=10)
+    assert poll(runner, 1, carrier_changes=12).events == ()  # delta 2 is not > 2
+    event = poll(runner, 2, carrier_changes=15).events[0]  # delta 3
+    assert event.check_name == "InfiniBandDegradationCheck" and not event.is_fatal
+    assert event.recommended_action == "NONE"
+    assert "(value=15, delta=3, rate=3.00/sec)" in event.message
+
+
+def test_velocity_waits_for_the_window_and_never_extrapolates() -> None:
+    runner = Runner()
+    poll(runner, 0, link_error_recovery=0)
+    # 6 retrains in 30 s would extrapolate to 12/min, but the 1-minute window is not full.
+    assert poll(runner, 30, link_error_recovery=6).events == ()
+    assert runner.state.counter_snapshots["mlx5_0:1:link_error_recovery"].value == 0
+    event = poll(runner, 60, link_error_recovery=6).events[0]  # 6 per minute > 5
+    assert "rate=6.00/min" in event.message
+
+
+def test_velocity_rate_is_computed_over_the_real_elapsed_time() -> None:
+    runner = Runner()
+    poll(runner, 0, link_error_recovery=0)
+    # 9 in 120 s = 4.5/min: below 5/min although 9 > 5 in absolute terms.
+    assert poll(runner, 120, link_error_recovery=9).events == ()
+    event = poll(runner, 180, link_error_recovery=15).events[0]  # 6 in the next minute
+    assert "delta=6, rate=6.00/min" in event.message
+
+
+def test_two_tier_symbol_error() -> None:
+    runner = Runner()
+    poll(runner, 0, symbol_error=0)
+    fast = poll(runner, 1, symbol_error=50)  # 50/s > 10/s, only 50 in the hour window
+    assert [e.error_code for e in fast.events] == [("symbol_error",)]
+    assert not fast.events[0].is_fatal
+    # An hour after the baseline: 200 in 3600 s > 120/hour -> fatal tier.
+    slow = poll(runner, 3600, symbol_error=200)
+    codes = [e.error_code for e in slow.events]
+    assert ("symbol_error_fatal",) in codes
+    fatal = next(e for e in slow.events if e.error_code == ("symbol_error_fatal",))
+    assert fatal.is_fatal and fatal.check_name == "InfiniBandStateCheck"
+    assert "rate=200.00/hour" in fatal.message
+
+
+def test_hour_old_persisted_snapshot_fires_only_the_fatal_tier() -> None:
+    state = MonitorState(boot_id="boot-1")
+    state.counter_snapshots["mlx5_0:1:symbol_error_fatal"] = CounterSnap(100, at(0))
+    state.counter_snapshots["mlx5_0:1:symbol_error"] = CounterSnap(100, at(0))
+    runner = Runner(state=state, baseline=False)
+    result = poll(runner, 3600, symbol_error=300)
+    assert [e.error_code for e in result.events] == [("symbol_error_fatal",)]
+
+
+def test_velocity_window_survives_a_restart() -> None:
+    runner = Runner()
+    poll(runner, 0, symbol_error=0)
+    for second in (600, 1800, 3000):
+        poll(runner, second, symbol_error=second // 20)
+        runner.restart()
+    result = poll(runner, 3600, symbol_error=150)
+    assert [e.error_code for e in result.events] == [("symbol_error_fatal",)]
+
+
+def test_hw_counter_wrap_is_not_a_reset() -> None:
+    near_top = 2**32 - 10
+    runner = Runner()
+    poll(runner, 0, rnr_nak_retry_err=near_top - 1, local_ack_timeout_err=near_top)
+    poll(runner, 1, rnr_nak_retry_err=near_top, local_ack_timeout_err=near_top)  # rnr breach
+    result = poll(runner, 2, rnr_nak_retry_err=3, local_ack_timeout_err=5)
+    # Both wrapped: no recovery for the latched rnr breach, and 15 timeouts in 1 s (> 1/s).
+    assert [(e.error_code[0], e.is_healthy) for e in result.events] == [
+        ("local_ack_timeout_err", False)]
+    assert "delta=15" in result.events[0].message
+    assert "mlx5_0:1:rnr_nak_retry_err" in runner.state.breach_flags
+
+
+def test_decrease_that_is_not_a_wrap_is_a_reset() -> None:
+    runner = Runner()
+    poll(runner, 0, rnr_nak_retry_err=5)
+    poll(runner, 1, rnr_nak_retry_err=6)  # breach
+    recovery = poll(runner, 2, rnr_nak_retry_err=0)
+    assert [e.is_healthy for e in recovery.events] == [True]
+
+
+def test_pma_counter_wrap_rule_does_not_apply_to_counters_dir() -> None:
+    runner = Runner(counter_config := config())
+    del counter_config
+    poll(runner, 0, port_xmit_wait=2**32 - 5)
+    # counters/port_xmit_wait saturates instead of wrapping: a drop is a reset.
+    assert poll(runner, 1, port_xmit_wait=3).events == ()
+    assert runner.state.counter_snapshots["mlx5_0:1:port_xmit_wait"].value == 3
+
+
+def test_saturated_pma_counter_is_reported_once_and_cleared_by_reset() -> None:
+    runner = Runner()
+    poll(runner, 0, symbol_error=65000)
+    first = poll(runner, 3600, symbol_error=65535)
+    saturation = [e for e in first.events if "saturated" in e.message]
+    assert len(saturation) == 2  # both entries that read the file are blind now
+    assert all(not e.is_fatal and not e.is_healthy for e in saturation)
+    assert all(e.check_name == "InfiniBandDegradationCheck" for e in saturation)
+    assert saturation[0].message.startswith("Counter symbol_error")
+    assert "blind until it is cleared" in saturation[0].message
+    assert [e for e in poll(runner, 7200, symbol_error=65535).events
+            if "saturated" in e.message] == []
+    poll(runner, 7201, symbol_error=0)  # cleared
+    assert runner.state.saturated == {}
+    again = poll(runner, 7202, symbol_error=65535)
+    assert any("saturated" in e.message for e in again.events)
+
+
+def test_absent_and_unreadable_values_are_skipped_without_events() -> None:
+    runner = Runner()
+    poll(runner, 0, link_downed=0)
+    assert poll(runner, 1, link_downed=Unreadable("garbage")).events == ()
+    assert poll(runner, 2, link_downed=ABSENT).events == ()
+    assert runner.state.counter_snapshots["mlx5_0:1:link_downed"] == CounterSnap(0, at(0))
+    assert poll(runner, 3, link_downed=0).events == ()
+
+
+def test_ethernet_ports_use_the_ethernet_check_names() -> None:
+    runner = Runner()
+    poll(runner, 0, layer="Ethernet", link_downed=0, roce_slow_restart=0)
+    result = poll(runner, 1, layer="Ethernet", link_downed=1, roce_slow_restart=50)
+    checks = {e.error_code[0]: e.check_name for e in result.events}
+    assert checks == {"link_downed": "EthernetStateCheck",
+                      "roce_slow_restart": "EthernetDegradationCheck"}
+
+
+def test_disabled_check_evaluates_nothing_of_its_counters() -> None:
+    runner = Runner(config(checks="InfiniBandStateCheck"))
+    poll(runner, 0, link_downed=0, symbol_error=0)
+    result = poll(runner, 1, link_downed=1, symbol_error=500)
+    assert [e.error_code for e in non_baseline(result)] == [("link_downed",)]
+
+
+def test_config_overrides_apply_to_evaluation() -> None:
+    cfg = config(counters=[{"name": "symbol_error", "isFatal": True, "threshold": 100.0},
+                           {"name": "link_downed", "enabled": False},
+                           {"name": "custom", "path": "hw_counters/vendor_err",
+                            "thresholdType": "delta", "threshold": 5}])
+    runner = Runner(cfg)
+    poll(runner, 0, symbol_error=0, link_downed=0, custom=0)
+    result = poll(runner, 1, symbol_error=150, link_downed=9, custom=6)
+    codes = {e.error_code[0]: e for e in result.events}
+    assert set(codes) == {"symbol_error", "custom"}
+    assert codes["symbol_error"].is_fatal
+    assert codes["symbol_error"].check_name == "InfiniBandStateCheck"
+
+
+def test_new_counter_after_the_first_poll_gets_no_baseline_event() -> None:
+    runner = Runner()
+    poll(runner, 0, link_downed=0)
+    assert poll(runner, 1, link_downed=0, port_rcv_errors=7).events == ()
+    assert "mlx5_0:1:port_rcv_errors" in runner.state.counter_snapshots
+
+
+def test_window_tolerates_scheduling_jitter_but_not_half_a_window() -> None:
+    runner = Runner()
+    poll(runner, 0, symbol_error=0)
+    assert len(poll(runner, 0.99, symbol_error=20).events) == 1  # 20 in ~1 s
+    runner = Runner()
+    poll(runner, 0, symbol_error=0)
+    assert poll(runner, 0.5, symbol_error=20).events == ()
+
+
+def test_messages_never_contain_semicolons() -> None:
+    cfg = config(counters=[{"name": "link_downed", "description": "a; b"}])
+    runner = Runner(cfg)
+    poll(runner, 0, link_downed=0)
+    event = poll(runner, 1, link_downed=1).events[0]
+    assert ";" not in event.message

@@ -1,0 +1,128 @@
+"""The atomic commit of events + state, its recovery, and a full disk (pyfakefs sizes it)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pyfakefs.fake_filesystem import FakeFilesystem
+
+from nichealthd.config import load_config
+from nichealthd.daemon import load_topology
+from nichealthd.events import HealthEvent, make_event
+from nichealthd.monitor import Monitor
+from nichealthd.sim import mutate, tree
+from nichealthd.state import MonitorState
+from nichealthd.store import Journal, load_state, save_state
+
+from .builders import at, config, gpus
+
+
+def event(n: int, fatal: bool = False) -> HealthEvent:
+    return make_event("InfiniBandStateCheck", fatal=fatal, healthy=False, message=f"e{n}",
+                      error_code="link_downed", entities=(("NIC", "mlx5_0"),), at=at(n))
+
+
+def test_state_round_trip_and_corrupt_files(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    assert load_state(str(path)).fresh and load_state(str(path)).problem is None
+    state = MonitorState(boot_id="b", known_devices=["mlx5_0"], event_seq=7)
+    save_state(str(path), state)
+    assert load_state(str(path)).state == state
+    for junk in ('{"version": 1, "counter_snapshots": {"k": {"value": -1, "timestamp": '
+                 '"2026-01-01T00:00:00Z"}}}', "[]", "{", '{"version": 99}'):
+        path.write_text(junk)
+        loaded = load_state(str(path))
+        assert loaded.fresh and "corrupt" in (loaded.problem or "")
+
+
+def test_journal_drops_an_unfinished_commit_and_torn_lines(tmp_path: Path) -> None:
+    journal = Journal(str(tmp_path))
+    journal.recover(0)
+    journal.append(journal.stamp([event(1), event(2)], 1, "node", "STORE_ONLY"))
+    journal.committed()
+    journal.append(journal.stamp([event(3)], 3, "node", "STORE_ONLY"))  # state never saved
+    with open(journal.path, "a") as handle:
+        handle.write('{"seq": 4, "ev')  # torn by a crash
+    again = Journal(str(tmp_path))
+    assert again.recover(2) == 2
+    assert [e.seq for e in again.history(10)] == [1, 2]
+    assert again.history(10)[0].event.node_name == "node"
+    assert again.history(10)[0].event.event_id
+
+
+def test_consumer_cursors_and_compaction_keep_history(tmp_path: Path) -> None:
+    journal = Journal(str(tmp_path), history_size=3)
+    journal.recover(0)
+    journal.register(["log", "connector"])
+    entries = journal.stamp([event(n) for n in range(1, 11)], 1, "n", "STORE_ONLY")
+    journal.append(entries)
+    journal.committed()
+    journal.advance("log", 10)
+    assert [e.seq for e in journal.pending("connector")] == list(range(1, 11))
+    journal.advance("connector", 4)
+    reloaded = Journal(str(tmp_path), history_size=3)
+    reloaded.recover(10)
+    assert [e.seq for e in reloaded.pending("connector")] == list(range(5, 11))
+    reloaded.advance("connector", 10)
+    # Compaction is amortised: delivered entries go once the file holds twice the history.
+    assert [e.seq for e in reloaded.history(100)] == [5, 6, 7, 8, 9, 10]
+    assert [json.loads(line)["seq"] for line in Path(reloaded.path).read_text().splitlines()
+            ] == [5, 6, 7, 8, 9, 10]
+    reloaded.register(["log"])  # a consumer that is gone no longer pins the journal
+    assert json.loads(Path(reloaded.cursors_path).read_text()) == {"log": 10}
+
+
+def test_full_disk_rolls_the_commit_back_and_retries(fs: FakeFilesystem) -> None:
+    root = Path("/host")
+    boot = root / "proc/sys/kernel/random/boot_id"
+    fs.create_file(boot, contents="boot-1\n")
+    fs.create_dir(root / "sys/class/infiniband")
+    cfg = config(sysfsRoot=str(root / "sys"), procRoot=str(root / "proc"),
+                 stateFile="/var/lib/nichealthd/state.json")
+    fs.create_dir("/var/lib/nichealthd")
+    monitor = Monitor(cfg, gpus())
+    monitor.start()
+    fs.set_disk_usage(2000, "/")  # the next commit does not fit
+    outcome = monitor.poll()
+    assert outcome.commit_error is not None and "No space" in outcome.commit_error
+    assert outcome.committed == []
+    assert monitor.baseline  # nothing was committed: the baseline poll is evaluated again
+    assert not Path(monitor.journal.path).exists() or Path(monitor.journal.path).stat(
+        ).st_size == 0
+    fs.set_disk_usage(10_000_000, "/")
+    retried = monitor.poll()
+    assert retried.commit_error is None
+    assert retried.committed and all(e.event.is_healthy for e in retried.committed)
+    assert load_state(cfg.state_file).state.event_seq == retried.committed[-1].seq
+
+
+def test_state_is_written_only_when_something_significant_changed(tmp_path: Path) -> None:
+    root = tmp_path / "host"
+    tree.create(root, "dgx-h100")
+    cfg = load_config(str(root / "nichealthd.toml"))
+    clock = iter(at(n) for n in range(100))
+    monitor = Monitor(cfg, load_topology(cfg), clock=lambda: next(clock))
+    monitor.start()
+    monitor.poll()
+    state_file = Path(cfg.state_file)
+    before = state_file.stat().st_mtime_ns
+    for _ in range(3):  # velocity windows advance every second: deferred, not written
+        assert monitor.poll().committed == []
+    assert state_file.stat().st_mtime_ns == before
+    mutate.counter(root, "mlx5_0", 1, "link_downed", add=1)
+    assert len(monitor.poll().committed) == 1
+    assert state_file.stat().st_mtime_ns != before
+    monitor.close()  # the deferred velocity snapshots are flushed at stop
+    saved = load_state(cfg.state_file).state.counter_snapshots["mlx5_0:1:symbol_error"]
+    assert saved.timestamp == at(4)
+
+
+@pytest.mark.parametrize("text", ["", "x", "{}\n"])
+def test_unreadable_cursors_file_is_not_fatal(tmp_path: Path, text: str) -> None:
+    (tmp_path / "cursors.json").write_text(text)
+    journal = Journal(str(tmp_path))
+    journal.recover(0)
+    journal.register(["log"])
+    assert journal.cursor("log") == 0

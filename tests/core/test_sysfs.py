@@ -1,0 +1,158 @@
+"""The sysfs reader on real files of a simulated host: values, markers, errors, rediscovery."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from nichealthd.config import load_config
+from nichealthd.model import ABSENT, Unreadable
+from nichealthd.sim import mutate, tree
+from nichealthd.sysfs import AttributeFiles, SysfsReader, parse_counter
+
+from .builders import at
+
+
+@pytest.mark.parametrize("raw,expected", [
+    (b"42\n", 42), (b"0", 0), (b"18446744073709551615\n", 2**64 - 1),
+    (b"5\n3\n", 5),  # a shorter value written over a longer one in place
+    (b"18446744073709551616\n", Unreadable("larger than 2^64-1: 18446744073709551616")),
+    (b"-1\n", Unreadable("not a non-negative integer: '-1'")),
+    (b"", Unreadable("empty")), (b"\n", Unreadable("empty")),
+    (b"12abc\n", Unreadable("not a non-negative integer: '12abc'")),
+    (b"\xff\xfe", Unreadable("not ASCII text")),
+])
+def test_parse_counter(raw: bytes, expected: object) -> None:
+    assert parse_counter(raw) == expected
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> Path:
+    root = tmp_path / "host"
+    tree.create(root, "dgx-h100")
+    return root
+
+
+def reader_for(root: Path, files: AttributeFiles | None = None) -> SysfsReader:
+    return SysfsReader(load_config(str(root / "nichealthd.toml")), files=files)
+
+
+def port_of(snapshot, name: str = "mlx5_0"):  # type: ignore[no-untyped-def]
+    device = snapshot.device(name)
+    assert device is not None
+    return device.ports[0]
+
+
+def test_snapshot_of_a_healthy_host(host: Path) -> None:
+    snapshot = reader_for(host).observe(at(0))
+    assert snapshot.complete and snapshot.boot_id
+    device = snapshot.device("mlx5_0")
+    assert device is not None
+    assert device.pci_address and device.card and device.driver == "mlx5_core"
+    assert device.hca_type == "MT4129" and device.numa_node is not None
+    port = device.ports[0]
+    assert (port.state, port.phys_state, port.link_layer) == ("4: ACTIVE", "5: LinkUp",
+                                                             "InfiniBand")
+    assert port.counters["link_downed"] == 0 and port.counters["carrier_changes"] == 0
+    assert port.counter_paths["carrier_changes"].endswith(f"/{port.netdev}/carrier_changes")
+    vfs = [d for d in snapshot.devices if d.is_vf]
+    assert vfs and all(d.ports == () for d in vfs)  # VFs are never read
+
+
+def test_files_stay_open_and_see_in_place_updates(host: Path) -> None:
+    reader = reader_for(host)
+    reader.observe(at(0))
+    opened = reader.files.open_files
+    mutate.counter(host, "mlx5_0", 1, "link_downed", add=3)
+    snapshot = reader.observe(at(1))
+    assert port_of(snapshot).counters["link_downed"] == 3
+    assert reader.files.open_files == opened and reader.discoveries == 1
+
+
+def test_missing_garbage_and_unreadable_counters(host: Path,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    counters = "sys/class/infiniband/mlx5_0/ports/1/counters"
+    mutate.remove_file(host, f"{counters}/link_downed")
+    mutate.garbage(host, f"{counters}/symbol_error", "oops")
+    mutate.unreadable(host, f"{counters}/port_rcv_errors")
+    reader = reader_for(host)
+    with caplog.at_level(logging.WARNING):
+        first = port_of(reader.observe(at(0)))
+        second = port_of(reader.observe(at(1)))
+    assert first.counters["link_downed"] is ABSENT
+    assert isinstance(first.counters["symbol_error"], Unreadable)
+    assert first.counters["symbol_error_fatal"] == first.counters["symbol_error"]
+    assert isinstance(first.counters["port_rcv_errors"], Unreadable)
+    assert second.counters["symbol_error"] == first.counters["symbol_error"]
+    messages = [r.getMessage() for r in caplog.records]
+    assert len([m for m in messages if "symbol_error" in m]) == 1  # logged once, not per poll
+    assert len([m for m in messages if "port_rcv_errors" in m]) == 1
+    assert not [m for m in messages if "link_downed" in m]
+
+
+def test_einval_files_are_remembered_and_never_read_again(host: Path,
+                                                          caplog: pytest.LogCaptureFixture
+                                                          ) -> None:
+    # A restricted function answers EINVAL on every read and logs a kernel error each time;
+    # a regular file cannot do that, so the failing read is injected at the os boundary.
+    reads: list[str] = []
+    paths: dict[int, str] = {}
+
+    def opener(path: str, flags: int) -> int:
+        fd = os.open(path, flags)
+        paths[fd] = path
+        return fd
+
+    def preader(fd: int, size: int, offset: int) -> bytes:
+        reads.append(paths[fd])
+        if paths[fd].endswith("hw_counters/rnr_nak_retry_err"):
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return os.pread(fd, size, offset)
+
+    reader = reader_for(host, AttributeFiles(opener, preader))
+    with caplog.at_level(logging.WARNING):
+        for second in range(3):
+            port = port_of(reader.observe(at(second)))
+            assert isinstance(port.counters["rnr_nak_retry_err"], Unreadable)
+    failing = [p for p in reads if p.endswith("rnr_nak_retry_err")]
+    assert len(failing) == len(set(failing)) == len(reader.einval) == 13  # once each, ever
+    assert sum("EINVAL" in r.getMessage() for r in caplog.records) == 13
+
+
+def test_device_changes_trigger_rediscovery(host: Path) -> None:
+    reader = reader_for(host)
+    reader.observe(at(0))
+    mutate.remove_device(host, "mlx5_3")
+    snapshot = reader.observe(at(1))
+    assert snapshot.device("mlx5_3") is None and snapshot.complete
+    assert reader.discoveries == 2
+    mutate.hide_class(host)
+    hidden = reader.observe(at(2))
+    assert not hidden.complete and hidden.devices == ()
+    mutate.unhide_class(host)
+    mutate.restore_device(host, "mlx5_3")
+    assert reader.observe(at(3)).device("mlx5_3") is not None
+
+
+def test_unreadable_state_file_makes_the_port_unknown(host: Path) -> None:
+    mutate.unreadable(host, "sys/class/infiniband/mlx5_0/ports/1/state")
+    port = port_of(reader_for(host).observe(at(0)))
+    assert port.state is None and not port.readable
+
+
+def test_steady_state_costs_one_read_per_file(host: Path) -> None:
+    reader = reader_for(host)
+    reader.observe(at(0))
+    before = reader.files.reads
+    reader.observe(at(1))
+    per_poll = reader.files.reads - before
+    snapshot = reader.observe(at(2))
+    ports = [p for d in snapshot.devices for p in d.ports]
+    roce = [p for p in ports if p.link_layer == "Ethernet"]
+    # state, phys_state, link_layer and rate per port, operstate on RoCE, and one read per
+    # counter file (the two symbol_error entries share one file): nothing else.
+    assert per_poll == len(ports) * 4 + len(roce) + len(ports) * 13

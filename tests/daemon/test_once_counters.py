@@ -1,0 +1,107 @@
+"""Issue #2 "done when", end to end: ``nichealthd --once`` runs against a simulated host."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from typing import Callable
+
+from nichealthd.config import load_config
+from nichealthd.sim import mutate
+
+from .conftest import SimHost
+
+
+def test_counter_breach_latch_and_recovery(sim_host: Callable[..., SimHost]) -> None:
+    host = sim_host()
+    first = host.once()
+    assert first.returncode == 0, first.stderr
+    assert first.events and all(e["isHealthy"] for e in first.events)  # baselines only
+    mutate.counter(host.root, "mlx5_0", 1, "link_downed", add=1)
+    breach = host.once()
+    assert len(breach.events) == 1
+    event = breach.events[0]
+    assert event["checkName"] == "InfiniBandStateCheck"
+    assert event["errorCode"] == ["link_downed"]
+    assert event["isFatal"] is True and event["isHealthy"] is False
+    assert event["recommendedAction"] == "REPLACE_VM"
+    assert event["entitiesImpacted"] == [{"entityType": "NIC", "entityValue": "mlx5_0"},
+                                         {"entityType": "NICPort", "entityValue": "1"}]
+    assert event["agent"] == "nic-health-monitor" and event["componentClass"] == "NIC"
+    assert event["nodeName"] == "dgx-h100-sim"
+    assert event["processingStrategy"] == "EXECUTE_REMEDIATION"
+    assert event["metadata"]["nichealthd.event_id"]
+    assert host.once().events == []
+    mutate.reset_counters(host.root)
+    recovery = host.once()
+    assert [(e["isHealthy"], e["checkName"], e["errorCode"]) for e in recovery.events] == [
+        (True, "InfiniBandStateCheck", ["link_downed"])]
+
+
+def test_hour_old_snapshot_fires_the_fatal_tier_only(sim_host: Callable[..., SimHost]) -> None:
+    host = sim_host()
+    host.once()
+    state = json.loads(host.state_file.read_text())
+    hour_ago = (datetime.now(timezone.utc) - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for name in ("symbol_error_fatal", "symbol_error"):
+        snap = state["counter_snapshots"][f"mlx5_0:1:{name}"]
+        snap["timestamp"] = hour_ago
+    host.state_file.write_text(json.dumps(state))
+    mutate.counter(host.root, "mlx5_0", 1, "symbol_error", add=200)
+    run = host.once()
+    assert [(e["errorCode"], e["isFatal"]) for e in run.events] == [
+        (["symbol_error_fatal"], True)]
+
+
+def test_changed_boot_id_sends_baselines_and_drops_stale_breaches(
+        sim_host: Callable[..., SimHost]) -> None:
+    host = sim_host()
+    host.once()
+    mutate.counter(host.root, "mlx5_0", 1, "link_downed", add=1)
+    assert len(host.once().fatal()) == 1
+    mutate.reboot(host.root)
+    run = host.once()
+    assert run.fatal() == []
+    clears = [e for e in run.events if not e["entitiesImpacted"]]
+    config = load_config(str(host.config))
+    assert sorted(e["checkName"] for e in clears) == sorted(config.checks)
+    baselines = [e for e in run.events if "healthy after reboot" in e["message"]]
+    monitored_ports = 8 + 4  # dgx-h100: 8 compute + 4 storage functions, one port each
+    assert len(baselines) == monitored_ports * len(config.active_counters)
+    assert json.loads(host.state_file.read_text())["breach_flags"] == {}
+    mutate.counter(host.root, "mlx5_0", 1, "link_downed", add=1)
+    assert len(host.once().fatal()) == 1  # a fresh latch, not a stale one
+
+
+def test_bad_files_and_state_give_no_crash_and_no_false_event(
+        sim_host: Callable[..., SimHost]) -> None:
+    host = sim_host()
+    host.once()
+    counters = "sys/class/infiniband/mlx5_0/ports/1/counters"
+    mutate.garbage(host.root, f"{counters}/link_downed", "not-a-number")
+    garbage = host.once()
+    assert garbage.returncode == 0 and garbage.events == []
+    warnings = [line for line in garbage.stderr.splitlines() if "WARNING" in line]
+    assert len(warnings) == 1
+    assert "link_downed" in warnings[0] and "not a non-negative" in warnings[0]
+    mutate.counter(host.root, "mlx5_0", 1, "link_downed", set_to=0)
+    mutate.remove_file(host.root, f"{counters}/symbol_error")
+    vanished = host.once()
+    assert vanished.returncode == 0 and vanished.events == []
+    assert "WARNING" not in vanished.stderr  # a missing counter is skipped silently
+    mutate.restore_file(host.root, f"{counters}/symbol_error")
+    text = host.state_file.read_text()
+    host.state_file.write_text(text[: len(text) // 2])  # a torn state file
+    torn = host.once()
+    assert torn.returncode == 0
+    assert torn.stderr.count("corrupt") == 1
+    assert torn.fatal() == []  # a fresh start: baselines, nothing invented
+
+
+def test_missing_metadata_is_a_clear_startup_error(sim_host: Callable[..., SimHost]) -> None:
+    host = sim_host()
+    (host.root / "gpu_metadata.json").unlink()
+    run = host.once()
+    assert run.returncode == 1
+    assert "gpu_metadata.json does not exist" in run.stderr
+    assert "Traceback" not in run.stderr and run.stderr.count("\n") == 1

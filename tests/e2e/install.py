@@ -1,0 +1,114 @@
+"""Put the project into a booted container: from source (a wheel) or as the built .deb."""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from nspawn import SYS_PATH, Container
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _env() -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PATH"] = SYS_PATH
+    return env
+
+
+@functools.cache
+def wheel() -> Path:
+    """Build the project's wheel once per session with Debian's python3 (= the container's)."""
+    out = Path(tempfile.mkdtemp(prefix="nichealthd-wheel-"))
+    src = out / "src"
+    files = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO, check=True, capture_output=True,
+    ).stdout.split(b"\0")  # fmt: skip
+    for name in filter(None, files):
+        rel = name.decode()
+        if rel.startswith("packaging/out/") or not (REPO / rel).exists():
+            continue
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / rel, src / rel, follow_symlinks=False)
+    subprocess.run(
+        ["python3", "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out), str(src)],
+        check=True, capture_output=True, env=_env(),
+    )  # fmt: skip
+    return next(out.glob("nichealthd-*.whl"))
+
+
+def install_from_source(c: Container) -> None:
+    """The wheel into /usr (Debian layout), plus the unit, sysusers entry and bus policy,
+    at the places the .deb puts them; the daemon's user created as the package would."""
+    subprocess.run(
+        ["python3", "-m", "installer", f"--destdir={c.root}", str(wheel())],
+        check=True, capture_output=True, env=dict(_env(), DEB_PYTHON_INSTALL_LAYOUT="deb_system"),
+    )  # fmt: skip
+    copies = {
+        "systemd/nichealthd.service": "/usr/lib/systemd/system/nichealthd.service",
+        "sysusers.d/nichealthd.conf": "/usr/lib/sysusers.d/nichealthd.conf",
+        "etc/dbus-1/system.d/org.nichealthd.NicHealth1.conf":
+            "/usr/share/dbus-1/system.d/org.nichealthd.NicHealth1.conf",
+        "etc/nichealthd/config.toml": "/etc/nichealthd/config.toml",
+    }  # fmt: skip
+    for src, dest in copies.items():
+        target = c.path(dest)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / src, target)
+    c.run(["systemd-sysusers"])
+    c.run(["systemctl", "reload", "dbus"])
+    c.run(["systemctl", "daemon-reload"])
+
+
+def sim_host(c: Container, root: str = "/srv/simhost", profile: str = "dgx-h100") -> str:
+    """Build a nichealthd-sim host inside the container (readable by the daemon's user:
+    not under /tmp, which PrivateTmp hides, nor under /root, which ProtectHome hides)."""
+    c.run(["nichealthd-sim", "create", root, "--profile", profile], timeout=120)
+    return root
+
+
+def point_config_at(c: Container, root: str, **extra: str) -> None:
+    """Write /etc/nichealthd/config.toml for the sim host; state and event log stay in the
+    unit's StateDirectory/LogsDirectory."""
+    keys = {
+        "sysfsRoot": f"{root}/sys",
+        "procRoot": f"{root}/proc",
+        "metadataPath": f"{root}/gpu_metadata.json",
+        "nodeName": "e2e-node",
+        "eventLog": "/var/log/nichealthd/events.jsonl",
+        "pollingInterval": "1s",
+    }
+    keys.update(extra)
+    body = "".join(f'{k} = "{v}"\n' for k, v in keys.items())
+    c.path("/etc/nichealthd/config.toml").write_text(body)
+
+
+@functools.cache
+def built_deb() -> Path:
+    """packaging/build-deb.sh once per session (lintian is the packaging tests' job)."""
+    res = subprocess.run(
+        [str(REPO / "packaging/build-deb.sh"), "--no-lintian"],
+        capture_output=True, text=True, env=_env(), timeout=600,
+    )  # fmt: skip
+    if res.returncode != 0:
+        raise AssertionError(f"build-deb.sh failed:\n{res.stdout}\n{res.stderr}")
+    line = [ln for ln in res.stdout.splitlines() if ln.startswith("build-deb: ")][-1]
+    return Path(line.split(": ", 1)[1])
+
+
+def sim_host_from_outside(c: Container, root: str = "/srv/simhost") -> str:
+    """Build the sim tree into the container with this checkout's nichealthd-sim (for tests
+    that configure the daemon before its package is installed)."""
+    import sys
+
+    subprocess.run(
+        [sys.executable, "-m", "nichealthd.sim.cli", "create", str(c.path(root)),
+         "--profile", "dgx-h100"],
+        check=True, capture_output=True, cwd=REPO,
+    )  # fmt: skip
+    return root

@@ -1,0 +1,144 @@
+"""Issue 4: nichealthd under real systemd, installed from source into a Debian 12 container.
+
+The project's wheel is installed with Debian's python3 packages only (no pip), the unit,
+sysusers entry and bus policy at the places the .deb uses, and /etc/nichealthd/config.toml
+points at a nichealthd-sim DGX-H100 tree inside the container. Then, in one boot:
+
+1. ``systemctl start`` returns only after READY=1 (the first cycle is committed: the state
+   file exists) and the unit is active (running) with a STATUS= summary;
+2. a port set DOWN with nichealthd-sim shows up in the event log within two poll intervals;
+3. ``systemctl reload`` with a broken config leaves it running on the old config (same PID,
+   the rejection in the journal and in STATUS=), and a fixed config is applied;
+4. the process frozen with SIGSTOP is killed by systemd's watchdog and restarted
+   (NRestarts=1), and it resumes from its persisted state (no duplicate DOWN event);
+5. ``systemctl stop`` ends it with exit status 0 and the state file saved.
+
+The watchdog step shortens WatchdogSec=/RestartSec= with a drop-in (5 s / 1 s instead of
+30 s / 5 s) so the test takes seconds; the mechanism is the unit's, unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from install import install_from_source, point_config_at, sim_host
+
+pytestmark = pytest.mark.e2e
+
+UNIT = "nichealthd.service"
+EVENTS = "/var/log/nichealthd/events.jsonl"
+STATE = "/var/lib/nichealthd/state.json"
+
+
+def events(c) -> list:
+    p = c.path(EVENTS)
+    if not p.exists():
+        return []
+    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+
+
+def down_events(c, dev: str, port: str) -> list:
+    out = []
+    for ev in events(c):
+        ents = {(e["entityType"], e["entityValue"]) for e in ev["entitiesImpacted"]}
+        if not ev["isHealthy"] and ("NIC", dev) in ents and ("NICPort", port) in ents:
+            out.append(ev)
+    return out
+
+
+def diagnose(c) -> str:
+    return (
+        c.run(["systemctl", "status", "--no-pager", "-l", UNIT], check=False).stdout
+        + "\n--- journal ---\n"
+        + c.journal(UNIT)[-6000:]
+    )
+
+
+def test_daemon_under_real_systemd(boot):
+    c = boot("deps")
+    install_from_source(c)
+    root = sim_host(c)
+    point_config_at(c, root)
+
+    # 1. start: Type=notify returns after READY=1, which comes after the first commit.
+    t0 = time.monotonic()
+    res = c.run(["systemctl", "start", UNIT], check=False, timeout=90)
+    assert res.returncode == 0, res.stderr + diagnose(c)
+    assert c.path(STATE).exists(), "READY=1 before the first cycle was committed"
+    assert c.show(UNIT, "ActiveState") == "active", diagnose(c)
+    assert c.show(UNIT, "SubState") == "running"
+    status = c.show(UNIT, "StatusText")
+    assert " ports: " in status and "healthy" in status and "last poll" in status, status
+    status_out = c.run(["systemctl", "status", "--no-pager", UNIT], check=False).stdout
+    assert "active (running)" in status_out and "Status:" in status_out
+    assert c.show(UNIT, "User") == "nichealthd"
+    print(f"start to READY: {time.monotonic() - t0:.1f}s; STATUS={status}")
+    pid = c.show(UNIT, "MainPID")
+
+    # 2. a port DOWN -> event in the event log within two poll intervals (1 s each).
+    t_down = time.monotonic()
+    c.run(["nichealthd-sim", "port", root, "mlx5_0", "1", "--state", "DOWN",
+           "--phys-state", "Disabled"])  # fmt: skip
+    c.wait_for(lambda: down_events(c, "mlx5_0", "1"), 2.0 + 1.0, interval=0.05,
+               what="DOWN event for mlx5_0 port 1 in " + EVENTS)  # fmt: skip
+    latency = time.monotonic() - t_down
+    print(f"DOWN event after {latency:.2f}s")
+    assert len(down_events(c, "mlx5_0", "1")) == 1
+
+    # 3. reload with a broken config: rejected, still running on the old config.
+    good = c.path("/etc/nichealthd/config.toml").read_text()
+    c.path("/etc/nichealthd/config.toml").write_text(good + 'pollingInterval = "soon"\n')
+    c.run(["systemctl", "reload", UNIT], check=False, timeout=30)
+    c.wait_for(lambda: "reload rejected" in c.show(UNIT, "StatusText"), 10,
+               what="reload rejection in STATUS=")  # fmt: skip
+    assert c.show(UNIT, "ActiveState") == "active"
+    assert c.show(UNIT, "MainPID") == pid
+    assert "config.toml" in c.journal(UNIT)
+    polls_before = json.loads(c.path(STATE).read_text())
+    time.sleep(2.5)  # still polling on the old config
+    assert c.show(UNIT, "SubState") == "running"
+    c.path("/etc/nichealthd/config.toml").write_text(good)
+    c.run(["systemctl", "reload", UNIT], timeout=30)
+    c.wait_for(lambda: "reload rejected" not in c.show(UNIT, "StatusText"), 10,
+               what="a valid reload to clear the rejection")  # fmt: skip
+    assert c.show(UNIT, "MainPID") == pid
+    assert polls_before  # state file is valid JSON throughout
+
+    # 4. watchdog: freeze the process; systemd kills and restarts it.
+    dropin = c.path(f"/etc/systemd/system/{UNIT}.d/10-e2e-fast-watchdog.conf")
+    dropin.parent.mkdir(parents=True, exist_ok=True)
+    dropin.write_text("[Service]\nWatchdogSec=5s\nRestartSec=1s\n")
+    c.run(["systemctl", "daemon-reload"])
+    c.run(["systemctl", "restart", UNIT], timeout=60)
+    pid = c.show(UNIT, "MainPID")
+    assert c.show(UNIT, "NRestarts") == "0"
+    c.run(["kill", "-STOP", pid])
+    t_stop = time.monotonic()
+    c.wait_for(lambda: c.show(UNIT, "NRestarts") == "1", 30, what="watchdog restart")
+    c.wait_for(
+        lambda: c.show(UNIT, "ActiveState") == "active" and c.show(UNIT, "SubState") == "running",
+        30,
+        what="running again after the watchdog restart",
+    )
+    print(f"watchdog restart after {time.monotonic() - t_stop:.1f}s")
+    assert c.show(UNIT, "MainPID") != pid
+    assert "Watchdog timeout" in c.journal(UNIT)
+    # It resumed from its persisted state: polling again, the port still known DOWN, and
+    # the DOWN event not emitted a second time.
+    time.sleep(2.5)
+    assert len(down_events(c, "mlx5_0", "1")) == 1, events(c)[-5:]
+    assert " ports: " in c.show(UNIT, "StatusText")
+
+    # 5. stop: clean exit 0, state saved.
+    before = c.path(STATE).stat().st_mtime_ns
+    c.run(["systemctl", "stop", UNIT], timeout=60)
+    assert c.show(UNIT, "ActiveState") == "inactive", diagnose(c)
+    assert c.show(UNIT, "Result") == "success"
+    assert c.show(UNIT, "ExecMainStatus") == "0"
+    state = json.loads(c.path(STATE).read_text())
+    assert {"version", "boot_id", "port_states", "counter_snapshots"} <= set(state)
+    assert c.path(STATE).stat().st_mtime_ns >= before
+    # The state directory is private to the daemon's user (StateDirectoryMode=0700).
+    assert oct(c.path("/var/lib/nichealthd").stat().st_mode & 0o777) == "0o700"

@@ -1,0 +1,182 @@
+"""The nichealthd-sim command line: every subcommand works, bad arguments exit 2 in one line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nichealthd.sim import tree
+from nichealthd.sim.cli import main
+from nichealthd.sim.profiles import PROFILES
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple:
+    """(exit status, stdout, stderr) of main(argv), argparse exits included."""
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def root(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    path = str(tmp_path / "host")
+    code, out, _ = run(capsys, "create", path, "--profile", "dgx-h100")
+    assert code == 0 and "17 devices" in out
+    return path
+
+
+@pytest.fixture(scope="module")
+def shared_root(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A host for commands that must fail before changing anything."""
+    path = tmp_path_factory.mktemp("cli") / "host"
+    tree.create(path, "dgx-h100")
+    return str(path)
+
+
+def test_profiles_lists_every_profile(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "profiles")
+    assert code == 0
+    assert [ln.split()[0] for ln in out.splitlines()] == list(PROFILES)
+
+
+def test_create_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(tmp_path / "s")
+    assert run(capsys, "create", path, "--profile", "synthetic", "--devices", "34")[0] == 0
+    assert len(tree.load(path)["devices"]) == 34
+    assert run(capsys, "create", path, "--profile", "synthetic")[0] == 2
+    code, _, _ = run(
+        capsys, "create", path, "--profile", "l40s-oci", "--force", "--no-new-hw-counters"
+    )
+    assert code == 0
+    hw = Path(path) / "sys/class/infiniband/mlx5_0/ports/1/hw_counters"
+    assert (hw / "lifespan").exists() and not (hw / "req_rnr_retries_exceeded").exists()
+
+
+def test_every_mutation_subcommand(root: str, capsys: pytest.CaptureFixture[str]) -> None:
+    port = Path(root) / "sys/class/infiniband/mlx5_0/ports/1"
+    ok = [
+        (
+            "port",
+            root,
+            "mlx5_0",
+            "1",
+            "--state",
+            "DOWN",
+            "--phys-state",
+            "Disabled",
+            "--operstate",
+            "down",
+        ),
+        ("uncable", root, "mlx5_3", "1"),
+        ("counter", root, "mlx5_0", "1", "link_downed", "--add", "300", "--hardware-semantics"),
+        ("counter", root, "mlx5_0", "1", "carrier_changes", "--set", "4"),
+        ("reset-counters", root, "mlx5_0", "1"),
+        ("reset-counters", root, "mlx5_0"),
+        ("reset-counters", root),
+        ("remove-device", root, "mlx5_4"),
+        ("restore-device", root, "mlx5_4"),
+        ("remove-port", root, "mlx5_4", "1"),
+        ("restore-port", root, "mlx5_4", "1"),
+        ("remove-file", root, "sys/class/infiniband/mlx5_0/ports/1/counters/symbol_error"),
+        ("restore-file", root, "sys/class/infiniband/mlx5_0/ports/1/counters/symbol_error"),
+        ("garbage", root, "sys/class/infiniband/mlx5_0/ports/1/rate", "--text", "abc"),
+        ("unreadable", root, "sys/class/infiniband/mlx5_0/ports/1/link_layer"),
+        ("readable", root, "sys/class/infiniband/mlx5_0/ports/1/link_layer"),
+        ("hide-class", root),
+        ("unhide-class", root),
+        ("reboot", root),
+        ("show", root),
+    ]
+    for argv in ok:
+        code, out, err = run(capsys, *argv)
+        assert (code, err) == (0, ""), argv
+        if argv[0] == "counter" and argv[4] == "link_downed":
+            assert out.strip().endswith("= 255")
+        if argv[0] == "port":
+            assert (port / "state").read_text() == "1: DOWN\n"
+        if argv[0] == "garbage":
+            assert (port / "rate").read_text() == "abc\n"
+        if argv[0] == "reboot":
+            assert out.startswith("boot_id ")
+            assert (port / "state").read_text() == "4: ACTIVE\n"
+        if argv[0] == "show":
+            assert "mlx5_12" in out and "management" in out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("port", "{root}", "mlx5_99", "1", "--state", "DOWN"),
+        ("port", "{root}", "mlx5_0", "1", "--state", "BOGUS"),
+        ("port", "{root}", "mlx5_0", "1", "--phys-state", "Up"),
+        ("port", "{root}", "mlx5_0", "1"),
+        ("port", "{root}", "mlx5_0", "x", "--state", "DOWN"),
+        ("port", "{root}", "mlx5_0", "0", "--state", "DOWN"),
+        ("port", "{root}", "mlx5_0", "5", "--state", "DOWN"),
+        ("counter", "{root}", "mlx5_0", "1", "nope", "--add", "1"),
+        ("counter", "{root}", "mlx5_0", "1", "link_downed"),
+        ("counter", "{root}", "mlx5_0", "1", "link_downed", "--add", "x"),
+        ("counter", "{root}", "mlx5_0", "1", "link_downed", "--add", "1", "--set", "1"),
+        ("reset-counters", "{root}", "nope"),
+        ("restore-device", "{root}", "mlx5_0"),
+        ("remove-file", "{root}", "/etc/passwd"),
+        ("readable", "{root}", "sys/class/infiniband/mlx5_0/ports/1/state"),
+        ("unhide-class", "{root}"),
+        ("show", "{root}/sys"),
+        ("create", "{root}", "--profile", "nope"),
+        ("frobnicate",),
+        (),
+    ],
+)
+def test_bad_arguments_exit_2_in_one_line(
+    shared_root: str, capsys: pytest.CaptureFixture[str], argv: tuple
+) -> None:
+    before = tree.show(shared_root)
+    code, out, err = run(capsys, *(a.format(root=shared_root) for a in argv))
+    assert code == 2
+    assert len(err.splitlines()) == 1 and "error" in err and "Traceback" not in err
+    assert out == ""
+    assert tree.show(shared_root) == before
+
+
+def test_console_entry_point_in_subprocess(root: str) -> None:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nichealthd.sim",
+            "counter",
+            root,
+            "mlx5_0",
+            "1",
+            "nope",
+            "--add",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        check=False,
+    )
+    assert bad.returncode == 2
+    assert bad.stderr == "nichealthd-sim: error: unknown counter 'nope' on mlx5_0 port 1\n"
+    good = subprocess.run(
+        [sys.executable, "-m", "nichealthd.sim", "show", root],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        check=False,
+    )
+    assert good.returncode == 0 and good.stdout.startswith("DEVICE")
