@@ -101,6 +101,12 @@ class AttributeFiles:
 
 def parse_counter(raw: bytes) -> Union[int, Unreadable]:
     """A counter is one unsigned decimal integer on the first line, at most 2^64-1."""
+    if raw.isascii():  # fast path for the common case, no str copy; anything else below
+        first = raw.split(b"\n", 1)[0].strip()
+        if first.isdigit():
+            number = int(first)
+            if number <= MAX_COUNTER:
+                return number
     try:
         text = raw.decode("ascii").split("\n", 1)[0].strip()
     except UnicodeDecodeError:
@@ -123,6 +129,11 @@ class _PortPlan:
     netdev: Optional[str]
     counter_files: dict[str, str] = field(default_factory=dict)  # counter name -> path
     gid_count: Optional[int] = None
+    # Built once at discovery so a poll does no path arithmetic: the four port attributes,
+    # the netdev's operstate, and (config name, path or None) in config order.
+    attribute_paths: tuple[str, str, str, str] = ("", "", "", "")
+    operstate_path: Optional[str] = None
+    counter_reads: tuple[tuple[str, Optional[str]], ...] = ()
 
 
 @dataclass
@@ -261,6 +272,14 @@ class SysfsReader:
             path = self._counter_path(spec, directory, netdev)
             if path is not None and path not in self.einval and os.path.exists(path):
                 plan.counter_files[spec.name] = path
+        plan.attribute_paths = (os.path.join(directory, "state"),
+                                os.path.join(directory, "phys_state"),
+                                os.path.join(directory, "link_layer"),
+                                os.path.join(directory, "rate"))
+        if netdev:
+            plan.operstate_path = os.path.join(self.config.sys_class_net, netdev, "operstate")
+        plan.counter_reads = tuple((spec.name, plan.counter_files.get(spec.name))
+                                   for spec in self.config.active_counters)
         return plan
 
     def _counter_path(self, spec: CounterSpec, port_dir: str, netdev: Optional[str]
@@ -293,25 +312,26 @@ class SysfsReader:
         return replace(plan.info, ports=ports)
 
     def _read_port(self, device: _DevicePlan, plan: _PortPlan) -> PortSnapshot:
-        state = self._attribute(os.path.join(plan.directory, "state"))
-        phys_state = self._attribute(os.path.join(plan.directory, "phys_state"))
-        link_layer = self._attribute(os.path.join(plan.directory, "link_layer"))
-        rate = self._attribute(os.path.join(plan.directory, "rate"))
+        attribute = self._attribute
+        state_path, phys_path, layer_path, rate_path = plan.attribute_paths
+        state = attribute(state_path)
+        phys_state = attribute(phys_path)
+        link_layer = attribute(layer_path)
+        rate = attribute(rate_path)
         operstate = None
-        if plan.netdev and link_layer == "Ethernet":
-            operstate = self._attribute(os.path.join(self.config.sys_class_net, plan.netdev,
-                                                     "operstate"))
+        if plan.operstate_path and link_layer == "Ethernet":
+            operstate = attribute(plan.operstate_path)
         counters: dict[str, CounterReading] = {}
         values_by_path: dict[str, CounterReading] = {}
-        specs = () if plan.device in self.skip_counters else self.config.active_counters
-        for spec in specs:
-            path = plan.counter_files.get(spec.name)
+        reads = () if plan.device in self.skip_counters else plan.counter_reads
+        for name, path in reads:
             if path is None:
-                counters[spec.name] = ABSENT
+                counters[name] = ABSENT
                 continue
-            if path not in values_by_path:  # two entries may share a file (symbol_error)
-                values_by_path[path] = self._counter(path)
-            counters[spec.name] = values_by_path[path]
+            reading = values_by_path.get(path)
+            if reading is None:  # two entries may share a file (symbol_error)
+                reading = values_by_path[path] = self._counter(path)
+            counters[name] = reading
         return PortSnapshot(
             device=plan.device, port=plan.port, link_layer=link_layer, state=state,
             phys_state=phys_state, rate=rate, operstate=operstate, netdev=plan.netdev,

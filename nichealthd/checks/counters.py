@@ -9,6 +9,7 @@ monitor cannot see anything on it until the counter is cleared.
 
 from __future__ import annotations
 
+import functools
 import posixpath
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -95,8 +96,12 @@ def wrapped_delta(path: str, old: int, new: int) -> Optional[int]:
     return None
 
 
+@functools.lru_cache(maxsize=8192)
 def saturation_limit(path: str) -> Optional[int]:
-    """The value a PMA counter under ``counters/`` sticks at, if it is one."""
+    """The value a PMA counter under ``counters/`` sticks at, if it is one.
+
+    Cached: it is asked for every counter of every port on every poll, for the same paths.
+    """
     directory, name = posixpath.split(path)
     if posixpath.basename(directory) != "counters":
         return None
@@ -117,6 +122,9 @@ def evaluate_port_counters(
 ) -> list[HealthEvent]:
     """Evaluate every configured counter of one port; returns the events in order."""
     events: list[HealthEvent] = []
+    # Built once per port, not once per counter: they are only used when an event is made.
+    entities = port_entities(port.device, port.port)
+    where = f"port {port.device} port {port.port}"
     for spec in specs:
         check = checks.for_counter(spec)
         if check not in enabled_checks:
@@ -128,7 +136,7 @@ def evaluate_port_counters(
             continue
         assert isinstance(reading, int)
         events.extend(_evaluate_one(port, spec, check, key, reading, previous, next_state,
-                                    memory, observations, now, baseline))
+                                    memory, observations, now, baseline, entities, where))
         memory.last_values[key] = reading
         memory.last_times[key] = now
     return events
@@ -138,9 +146,8 @@ def _evaluate_one(port: PortSnapshot, spec: CounterSpec, check: str, key: str, v
                   previous: MonitorState, next_state: MonitorState,
                   memory: CounterMemory,
                   observations: MutableMapping[str, CounterObservation],
-                  now: datetime, baseline: bool) -> list[HealthEvent]:
-    entities = port_entities(port.device, port.port)
-    where = f"port {port.device} port {port.port}"
+                  now: datetime, baseline: bool, entities: tuple[tuple[str, str], ...],
+                  where: str) -> list[HealthEvent]:
     snap = previous.counter_snapshots.get(key)
     path = port.counter_paths.get(spec.name, spec.path)
     events: list[HealthEvent] = []

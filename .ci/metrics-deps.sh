@@ -1,0 +1,13 @@
+#!/bin/sh
+# Debian packages for the metrics tests and the benchmark (called from .ci/run):
+#   prometheus               -> promtool, for `promtool check metrics` in tests/metrics
+#   prometheus-node-exporter -> the peer the benchmark compares against (bench/, not run by CI)
+#   strace                   -> syscalls per counter value in the benchmark
+# On a host running systemd the packages also start their services (:9090, :9100); the tests
+# and the benchmark do not use them (the benchmark runs its own node_exporter on a free port).
+set -eu
+export DEBIAN_FRONTEND=noninteractive
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends prometheus prometheus-node-exporter strace

@@ -1,0 +1,550 @@
+#!/usr/bin/env python3
+"""nichealthd benchmark: what one poll costs, what the running daemon costs, how fast it reacts.
+
+Run from the repository root (no install needed; the Python that runs it needs the daemon's
+dependencies, e.g. the project venv):
+
+    python3 bench/run.py            # 8, 34 and 128 devices, about 4 minutes per size
+    python3 bench/run.py --quick    # smoke run: 8 devices, seconds per phase
+
+For each fake host (``nichealthd-sim`` synthetic profile) it prints:
+
+1. poll cycle  - CPU and wall time of ``Monitor.poll()`` driven in-process (median, p99),
+2. daemon      - CPU % of one core and peak RSS (VmHWM) of a real ``nichealthd`` at 1 s polling,
+3. syscalls    - ``strace -c -f`` attached to that daemon after warm-up, divided by the counter
+                 values it read in the window (steady state, including periodic re-discovery),
+4. peer        - CPU per scrape of Debian's ``prometheus-node-exporter`` (infiniband collector
+                 only) on the same tree, and nichealthd's CPU per cycle relative to it,
+5. latency     - time from a fault written to the tree to its line in the event log.
+
+Targets are printed next to each figure as PASS/FAIL; nothing is asserted. See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import platform
+import random
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from nichealthd.config import load_config  # noqa: E402
+from nichealthd.daemon import load_topology, prepare_state_dir  # noqa: E402
+from nichealthd.monitor import Monitor  # noqa: E402
+from nichealthd.sim import mutate, tree  # noqa: E402
+from nichealthd.sysfs import SysfsReader  # noqa: E402
+
+TARGET_HOST = 34
+TARGET_CYCLE_CPU = 0.005
+TARGET_CPU_PERCENT = 0.5
+TARGET_RSS_MIB = 60.0
+TARGET_SYSCALLS = 1.5
+TARGET_RATIO = 1.0
+LATENCY_SLACK = 0.050
+INTERVAL = 1.0
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Settings:
+    sizes: list[int]
+    cycles: int
+    warmup: float
+    duration: float
+    strace_window: float
+    scrapes: int
+    faults: int
+    workdir: Path
+    keep: bool
+
+
+@dataclass
+class Report:
+    """Figures of one size; also written as JSON with ``--json``."""
+
+    devices: int
+    figures: dict[str, Any] = field(default_factory=dict)
+    verdicts: dict[str, bool] = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------ helpers
+
+def quantile(values: list[float], q: float) -> float:
+    """Nearest-rank quantile (p99 of 300 samples is the 297th smallest)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, int(round(q * len(ordered) + 0.5)) - 1))]
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.2f} ms"
+
+
+def verdict(report: Report, key: str, ok: bool, target: str) -> str:
+    report.verdicts[key] = ok
+    return f"[{target}: {'PASS' if ok else 'FAIL'}]"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def http_get(url: str, timeout: float = 10.0) -> str:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return str(response.read().decode())
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            if predicate():
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"timed out waiting for {what}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time of every live thread of ``pid``, in seconds.
+
+    /proc/PID/task/*/schedstat counts nanoseconds, where /proc/PID/stat counts 10 ms ticks
+    (too coarse for a few ms per second). Threads that exit take their time with them, so
+    nothing is scraped inside a measured window; /proc/PID/stat is the fallback.
+    """
+    try:
+        total = 0
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(FileNotFoundError):
+                total += int(Path(f"/proc/{pid}/task/{task}/schedstat").read_text().split()[0])
+        return total / 1e9
+    except (OSError, ValueError, IndexError):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def status_kib(pid: int, key: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def metric(text: str, name: str) -> Optional[float]:
+    match = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
+    return float(match.group(1)) if match else None
+
+
+def build_host(workdir: Path, devices: int) -> Path:
+    root = workdir / f"host{devices}"
+    if root.exists():
+        shutil.rmtree(root)
+    tree.create(root, "synthetic", devices=devices)
+    return root
+
+
+def per_poll_reads(root: Path) -> tuple[int, int]:
+    """(counter values, attribute files) one poll reads on this tree, from the real reader."""
+    config = load_config(str(root / "nichealthd.toml"), {})
+    reader = SysfsReader(config)
+    from datetime import datetime, timezone
+    reader.observe(datetime.now(timezone.utc))
+    before = reader.files.reads
+    snapshot = reader.observe(datetime.now(timezone.utc))
+    total = reader.files.reads - before
+    counters = sum(len({path for path in port.counter_paths.values()})
+                   for device in snapshot.devices for port in device.ports)
+    reader.close()
+    return counters, total - counters
+
+
+# ------------------------------------------------------------ 1. poll cycle
+
+def bench_cycle(root: Path, settings: Settings, report: Report) -> None:
+    """Drive Monitor.poll() in-process: CPU (process_time) and wall time per cycle."""
+    state_dir = settings.workdir / f"inprocess{report.devices}"
+    shutil.rmtree(state_dir, ignore_errors=True)
+    config = load_config(str(root / "nichealthd.toml"),
+                         {"stateFile": str(state_dir / "state.json"), "eventLog": ""})
+    prepare_state_dir(config)
+    monitor = Monitor(config, load_topology(config))
+    monitor.start()
+    observe = monitor.reader.observe
+    read_cpu: list[float] = []
+
+    def timed_observe(now: Any) -> Any:
+        started = time.process_time()
+        try:
+            return observe(now)
+        finally:
+            read_cpu.append(time.process_time() - started)
+
+    monitor.reader.observe = timed_observe  # type: ignore[method-assign]
+    for _ in range(6):  # the baseline poll commits the healthy baselines; then warm caches
+        monitor.poll()
+    read_cpu.clear()
+    cpu: list[float] = []
+    wall: list[float] = []
+    for _ in range(settings.cycles):
+        c0, w0 = time.process_time(), time.perf_counter()
+        monitor.poll()
+        wall.append(time.perf_counter() - w0)
+        cpu.append(time.process_time() - c0)
+    monitor.close()
+    fig = report.figures
+    fig["cycle_cpu_median_s"] = statistics.median(cpu)
+    fig["cycle_cpu_p99_s"] = quantile(cpu, 0.99)
+    fig["cycle_wall_median_s"] = statistics.median(wall)
+    fig["cycle_wall_p99_s"] = quantile(wall, 0.99)
+    fig["cycle_read_cpu_median_s"] = statistics.median(read_cpu)
+    line = (f"  poll cycle, in-process ({settings.cycles} cycles): CPU median "
+            f"{ms(fig['cycle_cpu_median_s'])}, p99 {ms(fig['cycle_cpu_p99_s'])}; wall median "
+            f"{ms(fig['cycle_wall_median_s'])}, p99 {ms(fig['cycle_wall_p99_s'])} "
+            f"(sysfs read: CPU median {ms(fig['cycle_read_cpu_median_s'])})")
+    if report.devices == TARGET_HOST:
+        line += " " + verdict(report, "cycle_cpu", fig["cycle_cpu_median_s"] <= TARGET_CYCLE_CPU,
+                              "<= 5 ms CPU per cycle")
+    print(line, flush=True)
+
+
+# ------------------------------------------------------------- 2. daemon
+
+class DaemonProcess:
+    """A real nichealthd on the tree: 1 s polling, metrics on a free port, event log on."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.event_log = root / "events.jsonl"
+        self.log = open(root / "daemon.log", "w")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "nichealthd.daemon", "--config", str(root / "nichealthd.toml"),
+             "--polling-interval", "1s", "--metrics-listen", f"127.0.0.1:{self.port}",
+             "--event-log", str(self.event_log), "--log-level", "warning"],
+            cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=self.log,
+            stderr=subprocess.STDOUT)
+        wait_until(lambda: http_get(self.url + "/healthz").startswith("ok"), 30,
+                   "nichealthd to answer /healthz")
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def polls(self) -> float:
+        return metric(http_get(self.url + "/metrics"), "nichealthd_polls_total") or 0.0
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def bench_daemon(daemon: DaemonProcess, settings: Settings, report: Report) -> None:
+    """CPU % of one core and peak RSS over ``duration`` s of steady 1 s polling (no scrapes)."""
+    time.sleep(settings.warmup)
+    polls0 = daemon.polls()
+    cpu0, wall0 = cpu_seconds(daemon.pid), time.monotonic()
+    time.sleep(settings.duration)
+    cpu1, wall1 = cpu_seconds(daemon.pid), time.monotonic()
+    polls1 = daemon.polls()
+    fig = report.figures
+    fig["daemon_window_s"] = wall1 - wall0
+    fig["daemon_cpu_s"] = cpu1 - cpu0
+    fig["daemon_cpu_percent"] = 100 * (cpu1 - cpu0) / (wall1 - wall0)
+    fig["daemon_polls"] = polls1 - polls0
+    fig["daemon_cpu_per_cycle_s"] = (cpu1 - cpu0) / max(polls1 - polls0, 1)
+    fig["daemon_peak_rss_mib"] = status_kib(daemon.pid, "VmHWM") / 1024
+    fig["daemon_rss_mib"] = status_kib(daemon.pid, "VmRSS") / 1024
+    line = (f"  daemon, {fig['daemon_window_s']:.0f} s at 1 s polling: CPU "
+            f"{fig['daemon_cpu_percent']:.2f} % of one core ({fig['daemon_cpu_s']:.2f} s CPU, "
+            f"{ms(fig['daemon_cpu_per_cycle_s'])} per cycle over {fig['daemon_polls']:.0f} polls), "
+            f"peak RSS {fig['daemon_peak_rss_mib']:.1f} MiB "
+            f"(now {fig['daemon_rss_mib']:.1f} MiB)")
+    if report.devices == TARGET_HOST:
+        line += (" " + verdict(report, "cpu_percent",
+                               fig["daemon_cpu_percent"] <= TARGET_CPU_PERCENT, "<= 0.5 %")
+                 + " " + verdict(report, "rss", fig["daemon_peak_rss_mib"] <= TARGET_RSS_MIB,
+                                 "<= 60 MiB"))
+    print(line, flush=True)
+
+
+# ------------------------------------------------------------- 3. syscalls
+
+def parse_strace_summary(text: str) -> dict[str, int]:
+    """``strace -c`` table -> {syscall: calls} (the total line is left out)."""
+    calls: dict[str, int] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 5 or not re.match(r"^\d+\.\d+$", parts[0]) or parts[-1] == "total":
+            continue
+        calls[parts[-1]] = int(parts[3])
+    return calls
+
+
+def bench_syscalls(daemon: DaemonProcess, root: Path, settings: Settings,
+                   report: Report) -> None:
+    """strace -c -f attached to the warm daemon for a window; syscalls per counter value."""
+    strace = shutil.which("strace")
+    if strace is None:
+        print("  syscalls: skipped (strace not installed; .ci/metrics-deps.sh)", flush=True)
+        return
+    counters, attributes = per_poll_reads(root)
+    out = settings.workdir / f"strace{report.devices}.txt"
+    polls0 = daemon.polls()
+    tracer = subprocess.Popen([strace, "-c", "-f", "-p", str(daemon.pid), "-o", str(out)],
+                              stderr=subprocess.DEVNULL)
+    time.sleep(settings.strace_window)
+    tracer.send_signal(signal.SIGINT)
+    tracer.wait(30)
+    polls1 = daemon.polls()
+    calls = parse_strace_summary(out.read_text())
+    total = sum(calls.values())
+    preads = calls.get("pread64", 0)
+    # Every poll preads each attribute and counter file once, so pread64 counts the polls in
+    # the window exactly; the /metrics scrapes before and after bracket it as a check.
+    polls = preads / (counters + attributes) if counters + attributes else 0.0
+    values = polls * counters
+    per_value = total / values if values else float("inf")
+    fig = report.figures
+    fig.update(syscalls_window_s=settings.strace_window, syscalls_total=total,
+               syscalls_polls=polls, syscalls_polls_bracket=polls1 - polls0,
+               counter_values_per_poll=counters, attribute_reads_per_poll=attributes,
+               syscalls_counter_values=values, syscalls_per_value=per_value,
+               syscalls_by_name=dict(sorted(calls.items(), key=lambda kv: -kv[1])))
+    top = ", ".join(f"{name} {n}" for name, n in list(fig["syscalls_by_name"].items())[:6])
+    print(f"  syscalls, strace -c -f for {settings.strace_window:.0f} s: {per_value:.3f} per "
+          f"counter value ({total} syscalls / {values:.0f} values = {polls:.1f} polls x "
+          f"{counters} values; {attributes} attribute reads per poll; polls seen on /metrics "
+          f"{polls1 - polls0:.0f}; top: {top}) "
+          + verdict(report, "syscalls", per_value <= TARGET_SYSCALLS, "<= 1.5"), flush=True)
+
+
+# ------------------------------------------------------------ 4. peer
+
+def bench_node_exporter(root: Path, settings: Settings, report: Report) -> None:
+    """CPU per scrape of node_exporter's infiniband collector on the same tree."""
+    binary = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
+    if binary is None:
+        print("  node_exporter: skipped (prometheus-node-exporter not installed; "
+              ".ci/metrics-deps.sh)", flush=True)
+        return
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/metrics"
+    proc = subprocess.Popen(
+        [binary, f"--path.sysfs={root / 'sys'}", f"--path.procfs={root / 'proc'}",
+         "--collector.disable-defaults", "--collector.infiniband",
+         f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: "node_infiniband" in http_get(url), 30, "node_exporter")
+        for _ in range(3):
+            http_get(url)
+        body = http_get(url)
+        series = sum(1 for line in body.splitlines() if line.startswith("node_infiniband"))
+        cpu0 = cpu_seconds(proc.pid)
+        for _ in range(settings.scrapes):
+            http_get(url)
+        per_scrape = (cpu_seconds(proc.pid) - cpu0) / settings.scrapes
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    fig = report.figures
+    fig["node_exporter_cpu_per_scrape_s"] = per_scrape
+    fig["node_exporter_series"] = series
+    ours = fig.get("daemon_cpu_per_cycle_s", fig.get("cycle_cpu_median_s"))
+    line = (f"  node_exporter --collector.infiniband, {settings.scrapes} scrapes: "
+            f"{ms(per_scrape)} CPU per scrape ({series} node_infiniband series)")
+    if ours is not None and per_scrape > 0:
+        fig["ratio_daemon"] = ours / per_scrape
+        fig["ratio_inprocess"] = fig["cycle_cpu_median_s"] / per_scrape
+        line += (f"; nichealthd CPU per cycle {ms(ours)} (whole daemon) -> ratio "
+                 f"{fig['ratio_daemon']:.2f}, in-process cycle -> {fig['ratio_inprocess']:.2f} "
+                 + verdict(report, "ratio", fig["ratio_daemon"] <= TARGET_RATIO, "<= 1.0"))
+    print(line, flush=True)
+
+
+# ------------------------------------------------------------ 5. latency
+
+class EventTail:
+    """Follows the event log; returns new events as parsed JSON."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = path.stat().st_size if path.exists() else 0
+        self.partial = b""
+
+    def new(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self.offset)
+                data = handle.read()
+        except FileNotFoundError:
+            return []
+        self.offset += len(data)
+        data = self.partial + data
+        lines = data.split(b"\n")
+        self.partial = lines.pop()
+        return [json.loads(line) for line in lines if line.strip()]
+
+
+def _matches(event: dict[str, Any], device: str, healthy: bool) -> bool:
+    entities = {(e["entityType"], e["entityValue"]) for e in event["entitiesImpacted"]}
+    return (event["checkName"] == "InfiniBandStateCheck" and event["isHealthy"] == healthy
+            and any(value == device for _, value in entities))
+
+
+def bench_latency(daemon: DaemonProcess, root: Path, devices: int, settings: Settings,
+                  report: Report) -> None:
+    """Port DOWN then ACTIVE again at random phases; time until each event is in the log."""
+    tail = EventTail(daemon.event_log)
+    rng = random.Random(7)
+    samples: list[float] = []
+    timeouts = 0
+    for i in range(settings.faults):
+        device = f"mlx5_{i % devices}"
+        for healthy, state, phys in ((False, "DOWN", "Disabled"), (True, "ACTIVE", "LinkUp")):
+            time.sleep(rng.uniform(0.0, INTERVAL))  # a uniformly random phase of the poll
+            written = time.monotonic()
+            mutate.set_port(root, device, 1, state=state, phys_state=phys)
+            deadline = written + 3 * INTERVAL
+            seen = None
+            while seen is None and time.monotonic() < deadline:
+                if any(_matches(e, device, healthy) for e in tail.new()):
+                    seen = time.monotonic()
+                else:
+                    time.sleep(0.002)
+            if seen is None:
+                timeouts += 1
+            else:
+                samples.append(seen - written)
+    limit = INTERVAL + LATENCY_SLACK
+    fig = report.figures
+    if not samples:
+        print("  event latency: no event seen", flush=True)
+        report.verdicts["latency"] = False
+        return
+    fig.update(latency_samples=len(samples), latency_timeouts=timeouts,
+               latency_min_s=min(samples), latency_median_s=statistics.median(samples),
+               latency_p99_s=quantile(samples, 0.99), latency_max_s=max(samples))
+    ok = timeouts == 0 and fig["latency_max_s"] <= limit
+    print(f"  event latency, {len(samples)} faults (port down / up at random phases): min "
+          f"{ms(fig['latency_min_s'])}, median {ms(fig['latency_median_s'])}, p99 "
+          f"{ms(fig['latency_p99_s'])}, max {ms(fig['latency_max_s'])}"
+          + (f", {timeouts} not seen within 3 s" if timeouts else "") + " "
+          + verdict(report, "latency", ok, f"every one <= {ms(limit)}"), flush=True)
+
+
+# ----------------------------------------------------------------- main
+
+def machine() -> str:
+    lscpu = ""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+        model = re.search(r"^Model name:\s*(.+)$", out, re.MULTILINE)
+        lscpu = model.group(1).strip() if model else ""
+    return (f"{platform.node()}: {os.cpu_count()} CPUs ({lscpu or platform.machine()}), "
+            f"Linux {platform.release()}, Python {platform.python_version()}")
+
+
+def run_size(devices: int, settings: Settings) -> Report:
+    report = Report(devices)
+    print(f"\n== {devices} devices (synthetic profile), 1 s polling ==", flush=True)
+    root = build_host(settings.workdir, devices)
+    bench_cycle(root, settings, report)
+    daemon = DaemonProcess(root)
+    try:
+        bench_daemon(daemon, settings, report)
+        bench_syscalls(daemon, root, settings, report)
+        bench_latency(daemon, root, devices, settings, report)
+    finally:
+        daemon.stop()
+    bench_node_exporter(root, settings, report)
+    return report
+
+
+def parse_args(argv: Optional[list[str]]) -> tuple[Settings, argparse.Namespace]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: 8 devices, short windows (seconds, not minutes)")
+    parser.add_argument("--sizes", help="comma-separated device counts (default 8,34,128)")
+    parser.add_argument("--duration", type=float,
+                        help="daemon CPU/RSS window in seconds (default 60)")
+    parser.add_argument("--strace-window", type=float, help="seconds traced (default 65, so "
+                        "one 60 s re-discovery falls inside)")
+    parser.add_argument("--cycles", type=int, help="in-process poll cycles (default 300)")
+    parser.add_argument("--scrapes", type=int, help="node_exporter scrapes (default 200)")
+    parser.add_argument("--faults", type=int, help="faults for the latency figure (default 20; "
+                        "each gives two events)")
+    parser.add_argument("--workdir", help="where the fake hosts go (default a temp dir)")
+    parser.add_argument("--keep", action="store_true", help="keep the fake hosts")
+    parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    args = parser.parse_args(argv)
+    quick = args.quick
+    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else ([8] if quick
+                                                                         else [8, 34, 128])
+    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="nhbench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    settings = Settings(
+        sizes=sizes,
+        cycles=args.cycles or (30 if quick else 300),
+        warmup=2.0 if quick else 5.0,
+        duration=args.duration or (3.0 if quick else 60.0),
+        strace_window=args.strace_window or (3.0 if quick else 65.0),
+        scrapes=args.scrapes or (10 if quick else 200),
+        faults=args.faults or (2 if quick else 20),
+        workdir=workdir,
+        keep=args.keep or bool(args.workdir),
+    )
+    return settings, args
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    settings, args = parse_args(argv)
+    logging.disable(logging.CRITICAL)  # the in-process monitor's start-up notes
+    print(f"nichealthd benchmark, {time.strftime('%Y-%m-%d %H:%M %Z')}; {machine()}")
+    print(f"targets for the {TARGET_HOST}-device host: <= 5 ms CPU per cycle, <= 0.5 % of one "
+          f"core, peak RSS <= 60 MiB; every host: <= 1.5 syscalls per counter value, CPU per "
+          f"cycle <= node_exporter's per scrape, event latency <= interval + 50 ms")
+    reports = []
+    try:
+        for devices in settings.sizes:
+            reports.append(run_size(devices, settings))
+    finally:
+        if not settings.keep:
+            shutil.rmtree(settings.workdir, ignore_errors=True)
+    failed = [f"{r.devices}:{k}" for r in reports for k, ok in r.verdicts.items() if not ok]
+    print(f"\n{'all targets met' if not failed else 'targets missed: ' + ', '.join(failed)}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(
+            {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": machine(),
+             "results": [{"devices": r.devices, **r.figures, "verdicts": r.verdicts}
+                         for r in reports]}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

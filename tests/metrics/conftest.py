@@ -1,0 +1,149 @@
+"""Fixtures for the metrics tests: a fake host and a real ``nichealthd`` serving /metrics on it.
+
+The daemon is a subprocess on a sim tree, scraped over HTTP — the same path Prometheus takes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from nichealthd.sim import tree
+
+REPO = Path(__file__).resolve().parents[2]
+INTERVAL = 0.2
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "slow: takes tens of seconds (benchmark smoke run)")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def get(url: str, timeout: float = 5.0) -> tuple[int, str]:
+    """(status, body) of a GET, also for 4xx/5xx answers."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def parse(text: str) -> Samples:
+    """Exposition text -> {(sample name, labels): value}."""
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def value(samples: Samples, name: str, **labels: str) -> Optional[float]:
+    return samples.get((name, frozenset(labels.items())))
+
+
+def series(samples: Samples, name: str, **labels: str) -> list[dict[str, str]]:
+    """Label sets of every sample of ``name`` that carries ``labels``."""
+    want = set(labels.items())
+    return [dict(key) for (sample, key) in samples if sample == name and want <= key]
+
+
+class RunningDaemon:
+    """A ``nichealthd`` subprocess on a sim tree with metrics on a free localhost port."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log = open(root / "daemon.log", "w")  # noqa: SIM115 - closed in stop()
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "nichealthd.daemon", "--config", str(root / "nichealthd.toml"),
+             "--metrics-listen", f"127.0.0.1:{self.port}",
+             "--polling-interval", f"{int(INTERVAL * 1000)}ms"],
+            cwd=REPO, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        self.wait_for(lambda: get(self.base + "/healthz")[0] == 200, what="/healthz 200")
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0,
+                 what: str = "condition") -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"nichealthd exited {self.proc.returncode}:\n"
+                                     f"{(self.root / 'daemon.log').read_text()}")
+            with contextlib.suppress(OSError):
+                if predicate():
+                    return
+            time.sleep(0.05)
+        raise AssertionError(f"timed out waiting for {what}:\n"
+                             f"{(self.root / 'daemon.log').read_text()}")
+
+    def text(self) -> str:
+        status, body = get(self.base + "/metrics")
+        assert status == 200, body
+        return body
+
+    def scrape(self) -> Samples:
+        return parse(self.text())
+
+    def polls(self) -> float:
+        return value(self.scrape(), "nichealthd_polls_total") or 0.0
+
+    def next_polls(self, count: int = 2) -> Samples:
+        """Scrape after ``count`` more polls completed (so a mutation has been seen)."""
+        start = self.polls()
+        self.wait_for(lambda: self.polls() >= start + count, what=f"{count} more polls")
+        return self.scrape()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+@pytest.fixture
+def sim(tmp_path: Path) -> Callable[..., Path]:
+    """sim(profile, **kw) -> ROOT of a new fake host."""
+
+    def build(profile: str = "dgx-h100", **kw: object) -> Path:
+        root = tmp_path / "host"
+        tree.create(root, profile, **kw)  # type: ignore[arg-type]
+        return root
+
+    return build
+
+
+@pytest.fixture
+def daemon(sim: Callable[..., Path]) -> Iterator[Callable[[Path], RunningDaemon]]:
+    """daemon(root) -> RunningDaemon, stopped at the end of the test."""
+    started: list[RunningDaemon] = []
+
+    def start(root: Path) -> RunningDaemon:
+        running = RunningDaemon(root)
+        started.append(running)
+        return running
+
+    yield start
+    for running in started:
+        running.stop()

@@ -1,0 +1,71 @@
+"""``/healthz``: 200 while polls complete, 503 with the reason when the poller hangs."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Callable
+
+from nichealthd.metrics import MetricsService
+
+from .conftest import INTERVAL, RunningDaemon, get
+
+Start = Callable[[Path], RunningDaemon]
+
+
+def test_healthz_503_while_a_sysfs_read_hangs(sim: Callable[..., Path], daemon: Start) -> None:
+    """A real hung read: a new device appears whose ``device/uevent`` is a FIFO with no writer.
+
+    The new name triggers a re-discovery, which opens ``uevent`` and blocks there. SIGSTOP
+    would freeze the HTTP server too; this blocks only the poll thread, which is exactly the
+    failure /healthz exists to reveal.
+    """
+    root = sim("synthetic", devices=2)
+    running = daemon(root)
+    assert get(running.base + "/healthz") == (200, "ok\n")
+    fifo = root / "hang.fifo"
+    os.mkfifo(fifo)
+    hung = root / "sys/class/infiniband/mlx5_hang"
+    (hung / "device").mkdir(parents=True)
+    (hung / "device/uevent").symlink_to(fifo)
+    try:
+        running.wait_for(lambda: get(running.base + "/healthz")[0] == 503,
+                         timeout=3 * INTERVAL + 5, what="/healthz 503")
+        status, body = get(running.base + "/healthz")
+        assert status == 503
+        assert "last poll completed" in body and "stuck" in body
+        # /metrics keeps answering from the last completed poll.
+        assert "nichealthd_port_state_id" in running.text()
+    finally:
+        shutil.rmtree(hung)  # later polls re-discover without it
+        with contextlib.suppress(OSError):  # ENXIO: the poller was not blocked on it
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # the hung open is the reader
+            os.write(fd, b"PCI_SLOT_NAME=0000:ff:00.0\n")
+            os.close(fd)
+    running.wait_for(lambda: get(running.base + "/healthz")[0] == 200, what="/healthz 200")
+
+
+def _service(listen: str = "127.0.0.1:0") -> MetricsService:
+    config = SimpleNamespace(metrics_listen=listen, polling_interval=1.0)
+    fake = SimpleNamespace(config=config, last_poll_monotonic=None, started_at=time.time())
+    return MetricsService(fake)  # type: ignore[arg-type]
+
+
+def test_healthz_before_the_first_poll() -> None:
+    service = _service()
+    ok, reason = service.healthz()
+    assert not ok and "no poll has completed yet" in reason
+    service.daemon.last_poll_monotonic = time.monotonic() - 2.9
+    assert service.healthz() == (True, "ok")
+    service.daemon.last_poll_monotonic = time.monotonic() - 3.5
+    ok, reason = service.healthz()
+    assert not ok and "3 polling intervals (3 s)" in reason
+
+
+def test_empty_listen_disables_the_service() -> None:
+    assert _service("").enabled is False
+    assert _service(":2112").enabled is True

@@ -1,0 +1,131 @@
+"""``/metrics`` of a real nichealthd on a sim tree: names, labels, values and promtool."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from nichealthd.sim import mutate
+
+from .conftest import RunningDaemon, series, value
+
+Start = Callable[[Path], RunningDaemon]
+GBIT = 1e9 / 8
+
+
+def test_port_series_follow_sysfs(sim: Callable[..., Path], daemon: Start) -> None:
+    root = sim("dgx-h100")
+    running = daemon(root)
+    s = running.scrape()
+    port = {"device": "mlx5_0", "port": "1"}
+    assert value(s, "nichealthd_port_state_id", **port) == 4
+    assert value(s, "nichealthd_port_physical_state_id", **port) == 5
+    assert value(s, "nichealthd_port_rate_bytes_per_second", **port) == 400 * GBIT
+    assert value(s, "nichealthd_port_health", **port) == 0
+    assert value(s, "nichealthd_health") == 0
+
+    mutate.set_port(root, "mlx5_0", 1, state="DOWN", phys_state="Disabled")
+    s = running.next_polls()
+    assert value(s, "nichealthd_port_state_id", **port) == 1
+    assert value(s, "nichealthd_port_physical_state_id", **port) == 3
+    assert value(s, "nichealthd_port_health", **port) == 2
+    assert value(s, "nichealthd_health") == 2
+    assert (value(s, "nichealthd_events_total", check="InfiniBandStateCheck", fatal="true",
+                  healthy="false") or 0) >= 1
+
+
+def test_fractional_rate_in_bytes_per_second(sim: Callable[..., Path], daemon: Start) -> None:
+    root = sim("synthetic", devices=2)
+    rate = next(root.glob("sys/devices/**/infiniband/mlx5_1/ports/1/rate"))
+    rate.write_text("2.5 Gb/sec (1X SDR)\n")
+    s = daemon(root).scrape()
+    assert value(s, "nichealthd_port_rate_bytes_per_second", device="mlx5_1",
+                 port="1") == 312_500_000
+    assert value(s, "nichealthd_port_rate_bytes_per_second", device="mlx5_0",
+                 port="1") == 400 * GBIT
+
+
+def test_device_info_and_daemon_series(sim: Callable[..., Path], daemon: Start) -> None:
+    s = daemon(sim("dgx-h100")).scrape()
+    infos = series(s, "nichealthd_device_info", device="mlx5_0")
+    assert infos == [{"device": "mlx5_0", "hca_type": "MT4129", "fw_ver": "28.41.1000",
+                      "board_id": "MT_0000000838", "role": "compute",
+                      "pci_address": "0000:18:00.0", "numa_node": "0", "netdev": "ibp24s0"}]
+    assert {i["role"] for i in series(s, "nichealthd_device_info")} >= {
+        "compute", "storage", "management", "vf"}
+    assert value(s, "nichealthd_polls_total") >= 1
+    assert value(s, "nichealthd_poll_duration_seconds_count") >= 1
+    assert value(s, "nichealthd_poll_duration_seconds_bucket", le="+Inf") >= 1
+    # The first poll after a fresh start sends healthy baselines.
+    assert value(s, "nichealthd_events_total", check="InfiniBandStateCheck", fatal="false",
+                 healthy="true") >= 8
+    assert value(s, "nichealthd_connector_up") == 0
+    for name in ("connector_sends_total", "connector_errors_total", "outbox_depth",
+                 "dead_letters", "unreadable_reads_total", "einval_ignored_files",
+                 "commit_errors_total"):
+        assert value(s, "nichealthd_" + name) == 0, name
+    assert len(series(s, "nichealthd_build_info")) == 1
+    # Only monitored ports report health; the management NIC's port does not.
+    assert value(s, "nichealthd_port_health", device="mlx5_12", port="1") is None
+    assert value(s, "nichealthd_port_state_id", device="mlx5_12", port="1") == 4
+
+
+def test_counter_value_follows_the_file(sim: Callable[..., Path], daemon: Start) -> None:
+    root = sim("dgx-h100")
+    running = daemon(root)
+    labels = {"device": "mlx5_0", "port": "1", "counter": "port_xmit_wait",
+              "file": "port_xmit_wait"}
+    assert value(running.scrape(), "nichealthd_port_value", **labels) == 0
+    mutate.counter(root, "mlx5_0", 1, "port_xmit_wait", add=1234)
+    s = running.next_polls()
+    assert value(s, "nichealthd_port_value", **labels) == 1234
+    # Two config entries on one file: named by config name, the file kept as a label.
+    for name in ("symbol_error", "symbol_error_fatal"):
+        assert value(s, "nichealthd_port_value", device="mlx5_0", port="1", counter=name,
+                     file="symbol_error") == 0
+
+
+def test_fatal_breach_sets_the_flag(sim: Callable[..., Path], daemon: Start) -> None:
+    root = sim("dgx-h100")
+    running = daemon(root)
+    labels = {"device": "mlx5_0", "port": "1", "counter": "link_downed", "fatal": "true"}
+    assert value(running.scrape(), "nichealthd_threshold_breached", **labels) == 0
+    mutate.counter(root, "mlx5_0", 1, "link_downed", add=1)
+    s = running.next_polls()
+    assert value(s, "nichealthd_threshold_breached", **labels) == 1
+    assert value(s, "nichealthd_port_value", device="mlx5_0", port="1",
+                 counter="link_downed", file="link_downed") == 1
+    assert value(s, "nichealthd_threshold_breached", device="mlx5_1", port="1",
+                 counter="link_downed", fatal="true") == 0
+    assert value(s, "nichealthd_health") == 2
+    assert value(s, "nichealthd_events_total", check="InfiniBandStateCheck", fatal="true",
+                 healthy="false") == 1
+
+
+def test_missing_counter_file_gives_no_series(sim: Callable[..., Path], daemon: Start) -> None:
+    root = sim("dgx-h100")
+    path = mutate.counter_path(root, "mlx5_0", 1, "out_of_sequence")
+    mutate.remove_file(root, path.relative_to(root))
+    s = daemon(root).scrape()
+    gone = {"device": "mlx5_0", "port": "1", "counter": "out_of_sequence"}
+    assert series(s, "nichealthd_port_value", **gone) == []
+    assert series(s, "nichealthd_threshold_breached", **gone) == []
+    assert value(s, "nichealthd_port_value", device="mlx5_3", port="1",
+                 counter="out_of_sequence", file="out_of_sequence") == 0
+
+
+def test_output_passes_promtool(sim: Callable[..., Path], daemon: Start) -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool not installed (Debian package prometheus; .ci/metrics-deps.sh)")
+    root = sim("dgx-h100")
+    running = daemon(root)
+    mutate.counter(root, "mlx5_0", 1, "link_downed", add=1)
+    text = running.next_polls() and running.text()
+    done = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
