@@ -35,6 +35,7 @@ log = logging.getLogger("nichealthd")
 STOP_DELIVERY_SECONDS = 5.0
 STOP_POLL_GRACE = 10.0
 STATUS_REFRESH_SECONDS = 10.0
+HEALTHY_EVENTS_LOGGED = 10
 SERVICE_MODULES = (
     ("nichealthd.connector.service", "ConnectorService"),
     ("nichealthd.dbus_api", "DbusService"),
@@ -211,8 +212,14 @@ class Daemon:
         self.last_poll_wall = outcome.snapshot.taken_at
         if self.event_log is not None:
             self.event_log.publish(outcome.committed)
+        healthy = [e.event for e in outcome.committed if e.event.is_healthy]
         for entry in outcome.committed:
-            log.info("event %s: %s", entry.event.severity, entry.event.message)
+            if not entry.event.is_healthy:
+                log.warning("event %s: %s", entry.event.severity, entry.event.message)
+            elif len(healthy) <= HEALTHY_EVENTS_LOGGED:
+                log.info("event healthy: %s", entry.event.message)
+        if len(healthy) > HEALTHY_EVENTS_LOGGED:  # baselines after a reboot: one line
+            log.info("%d healthy events committed (baselines and recoveries)", len(healthy))
         for service in self.services:
             try:
                 service.on_poll(outcome)

@@ -50,6 +50,10 @@ def _build_parser() -> argparse.ArgumentParser:
         return p
 
     cmd("profiles", "list the host profiles")
+    p = cmd("demo", "run nichealthd on a simulated host with a private D-Bus and show "
+            "nichealthctl")
+    p.add_argument("--profile", default="dgx-h100", metavar="NAME", help="default: dgx-h100")
+    p.add_argument("--root", metavar="DIR", help="build the host here (default: a temp dir)")
     p = cmd("create", "build a fake host under ROOT", "ROOT")
     p.add_argument("--profile", default="dgx-h100", metavar="NAME", help="default: dgx-h100")
     p.add_argument("--devices", type=int, metavar="N", help="device count (synthetic only)")
@@ -155,8 +159,16 @@ def _reboot(a: argparse.Namespace) -> None:
     print(f"boot_id {mutate.reboot(a.ROOT)}")
 
 
+def _demo(a: argparse.Namespace) -> None:
+    from .demo import run_demo  # imports nothing of the daemon until asked
+    code = run_demo(a.profile, a.root)
+    if code:
+        raise SystemExit(code)
+
+
 HANDLERS: Dict[str, Callable[[argparse.Namespace], None]] = {
     "profiles": _profiles,
+    "demo": _demo,
     "create": _create,
     "show": lambda a: print(tree.show(a.ROOT), end=""),
     "port": _port_cmd,

@@ -77,6 +77,9 @@ def test_apt_install_pulls_debian_deps_and_starts(box):
 @pytest.mark.skipif(CTL_MISSING, reason="nichealthctl (nichealthd.ctl) not on this branch yet")
 def test_nichealthctl_show_ports_lists_the_sim_host(box):
     c = box
+    # READY follows the first committed poll; the D-Bus name is taken right after it.
+    c.wait_for(lambda: c.run(["nichealthctl", "status"], check=False).returncode == 0, 20,
+               what="nichealthd on the system bus")
     out = c.run(["nichealthctl", "show", "ports"]).stdout
     assert "mlx5_0" in out
     ports = json.loads(c.run(["nichealthctl", "--json", "show", "ports"]).stdout)
