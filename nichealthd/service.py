@@ -220,14 +220,18 @@ class Daemon:
                 log.info("event healthy: %s", entry.event.message)
         if len(healthy) > HEALTHY_EVENTS_LOGGED:  # baselines after a reboot: one line
             log.info("%d healthy events committed (baselines and recoveries)", len(healthy))
-        for service in self.services:
-            try:
-                service.on_poll(outcome)
-            except Exception:
-                log.exception("%s failed to handle a poll", service.name)
+        self._tell_services("on_poll", outcome)
         for listener in self._poll_listeners:
             listener(outcome)
         self.notifier.status(self.status_line(), refresh=STATUS_REFRESH_SECONDS)
+
+    def _tell_services(self, hook: str, argument: Any) -> None:
+        """Call a hook on every service; one failing service never stops the others."""
+        for service in self.services:
+            try:
+                getattr(service, hook)(argument)
+            except Exception:
+                log.exception("%s failed in %s", service.name, hook)
 
     async def _reload(self) -> None:
         """Re-read the config; apply it only if valid (snapshots and latches are kept)."""
@@ -248,11 +252,7 @@ class Daemon:
             self.event_log = EventLog(config.event_log, self.monitor.journal) \
                 if config.event_log else None
         self.monitor.journal.register(consumers(config, self.event_log))
-        for service in self.services:
-            try:
-                service.on_reload(config)
-            except Exception:
-                log.exception("%s failed to apply the reloaded config", service.name)
+        self._tell_services("on_reload", config)
         for notice in config.notices:
             log.warning("%s", notice)
         log.info("configuration reloaded from %s (polling every %s)", self.args.config,
