@@ -88,15 +88,37 @@ class DaemonProcess:
         return self.proc.returncode
 
 
+_READABLE: list[Path] = []
+
+
+def source_for(user: Optional[list[str]]) -> Path:
+    """Where a (possibly unprivileged) user imports the package from.
+
+    The clone may sit below a directory only root can enter (``mktemp -d`` is 0700), so for
+    another user the package is copied once to a world-readable directory.
+    """
+    if not user:
+        return REPO
+    if not _READABLE:
+        target = Path(tempfile.mkdtemp(prefix="nichealthd-src-"))
+        shutil.copytree(REPO / "nichealthd", target / "nichealthd",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        for path in [target, *target.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        _READABLE.append(target)
+    return _READABLE[0]
+
+
 def ctl(*args: str, env: Optional[dict[str, str]] = None, user: Optional[list[str]] = None,
         timeout: float = 30) -> subprocess.CompletedProcess[str]:
     """Run ``nichealthctl`` (as ``python -m nichealthd.ctl``, the console script's target)."""
-    full_env = dict(os.environ, PYTHONPATH=str(REPO))
+    source = source_for(user)
+    full_env = dict(os.environ, PYTHONPATH=str(source))
     full_env.pop("NO_COLOR", None)
     if env:
         full_env.update(env)
     return subprocess.run([*(user or []), sys.executable, "-m", "nichealthd.ctl", *args],
-                          cwd=REPO, env=full_env, capture_output=True, text=True,
+                          cwd=source, env=full_env, capture_output=True, text=True,
                           timeout=timeout)
 
 

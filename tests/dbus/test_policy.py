@@ -9,8 +9,7 @@ import subprocess
 import sys
 from typing import Any
 
-from dbushelpers import NOBODY, busctl, ctl
-from testbus import REPO
+from dbushelpers import NOBODY, busctl, ctl, source_for
 
 NAME = "org.nichealthd.NicHealth1"
 PATH = "/org/nichealthd/NicHealth1"
@@ -50,10 +49,10 @@ def test_nobody_cannot_own_the_name_root_can_try(system_bus: Any) -> None:
         "    except Exception as exc:\n"
         "        print('ERROR', getattr(exc, 'type', type(exc).__name__))\n"
         "asyncio.run(main())\n")
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-
     def own(user: list[str]) -> str:
-        return subprocess.run([*user, sys.executable, "-c", script, NAME], cwd=REPO, env=env,
+        source = source_for(user)
+        env = dict(os.environ, PYTHONPATH=str(source))
+        return subprocess.run([*user, sys.executable, "-c", script, NAME], cwd=source, env=env,
                               capture_output=True, text=True, timeout=30).stdout.strip()
 
     assert own(NOBODY) == "ERROR org.freedesktop.DBus.Error.AccessDenied"
