@@ -262,24 +262,24 @@ async def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def cmd_show_ports(args: argparse.Namespace) -> int:
+async def _show_records(args: argparse.Namespace, method: str,
+                        table: Callable[..., list[str]]) -> int:
+    """Shared body of ``show ports`` / ``show devices``: one list call, JSON or a table."""
     async with Client(args.bus, args.timeout) as client:
-        records = await client.records("ListPorts")
+        records = await client.records(method)
     if args.json:
         emit_json(records)
     else:
-        print_lines(ports_table(records, _style(), output_width(sys.stdout)))
+        print_lines(table(records, _style(), output_width(sys.stdout)))
     return EXIT_OK
+
+
+async def cmd_show_ports(args: argparse.Namespace) -> int:
+    return await _show_records(args, "ListPorts", ports_table)
 
 
 async def cmd_show_devices(args: argparse.Namespace) -> int:
-    async with Client(args.bus, args.timeout) as client:
-        records = await client.records("ListDevices")
-    if args.json:
-        emit_json(records)
-    else:
-        print_lines(devices_table(records, _style(), output_width(sys.stdout)))
-    return EXIT_OK
+    return await _show_records(args, "ListDevices", devices_table)
 
 
 async def cmd_show_counters(args: argparse.Namespace) -> int:
