@@ -208,7 +208,6 @@ class Daemon:
         return future.result()
 
     def _after_poll(self, outcome: PollOutcome) -> None:
-        self.last_poll_monotonic = time.monotonic()
         self.last_poll_wall = outcome.snapshot.taken_at
         if self.event_log is not None:
             self.event_log.publish(outcome.committed)
@@ -223,6 +222,8 @@ class Daemon:
         self._tell_services("on_poll", outcome)
         for listener in self._poll_listeners:
             listener(outcome)
+        # Set last: /healthz answers 200 only once every service has published this poll.
+        self.last_poll_monotonic = time.monotonic()
         self.notifier.status(self.status_line(), refresh=STATUS_REFRESH_SECONDS)
 
     def _tell_services(self, hook: str, argument: Any) -> None:

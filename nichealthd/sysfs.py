@@ -79,10 +79,20 @@ class AttributeFiles:
         self.reads += 1
         try:
             return self._pread(fd, _READ_SIZE, 0)
-        except OSError as exc:
-            if exc.errno in _GONE:
-                self.forget(path)
+        except OSError:
+            # Reopen on the next read: the file may have been replaced (ENODEV, ESTALE) or
+            # repaired, and a failing file is rare enough that the extra open costs nothing.
+            self.forget(path)
             raise
+
+    def __contains__(self, path: str) -> bool:
+        return path in self._fds
+
+    def retain(self, paths: Iterable[str]) -> None:
+        """Close every cached file that is not in ``paths`` (the new discovery's plan)."""
+        keep = set(paths)
+        for path in [p for p in self._fds if p not in keep]:
+            self.forget(path)
 
     def forget(self, path: str) -> None:
         fd = self._fds.pop(path, None)
@@ -129,6 +139,9 @@ class _PortPlan:
     netdev: Optional[str]
     counter_files: dict[str, str] = field(default_factory=dict)  # counter name -> path
     gid_count: Optional[int] = None
+    # A port's link layer is fixed while its device is registered (an IB/Ethernet change
+    # re-creates the device), so it is read until known, then not again.
+    link_layer: Optional[str] = None
     # Built once at discovery so a poll does no path arithmetic: the four port attributes,
     # the netdev's operstate, and (config name, path or None) in config order.
     attribute_paths: tuple[str, str, str, str] = ("", "", "", "")
@@ -216,61 +229,71 @@ class SysfsReader:
         return None
 
     def _discover(self, names: frozenset[str]) -> None:
+        """Build the read plan again, keeping the fds of files that are still polled.
+
+        Keeping them is safe on sysfs: a file of a device that went away (or was re-created
+        under the same name) fails with ENODEV, which reopens it and makes the next poll
+        discover afresh, so a re-discovery costs no close/open pair per polled file.
+        """
         self.problems.clear("class")
-        self.files.close()
-        self._plans = [self._discover_device(name) for name in sorted(names)]
+        # The periodic safety net (nothing seen to change) only re-lists ports, netdevs and
+        # counter files and re-scans RoCE GID tables. What is fixed while a device stays
+        # registered (hardware facts, link layers, InfiniBand GID tables, which follow the port
+        # GUID) is carried over: re-reading it costs ~100 syscalls per port.
+        periodic = not self._dirty and names == self._names
+        previous = {plan.info.name: plan for plan in self._plans} if periodic else {}
+        self._plans = [self._discover_device(name, previous.get(name))
+                       for name in sorted(names)]
+        self.files.retain(path for plan in self._plans for port in plan.ports
+                          for path in _polled_paths(port))
         self._names = names
         self._discovered_at = self._monotonic()
         self._dirty = False
         self.discoveries += 1
 
-    def _discover_device(self, name: str) -> _DevicePlan:
+    def _discover_device(self, name: str, previous: Optional[_DevicePlan] = None
+                         ) -> _DevicePlan:
         base = os.path.join(self.config.sys_class_infiniband, name)
         pci = os.path.join(base, "device")
-        uevent = _read_text(os.path.join(pci, "uevent"), whole=True) or ""
-        slot = next((line.split("=", 1)[1] for line in uevent.splitlines()
-                     if line.startswith("PCI_SLOT_NAME=")), None)
-        numa_text = _read_text(os.path.join(pci, "numa_node"))
-        numa = int(numa_text) if numa_text and numa_text.lstrip("-").isdigit() else None
-        try:
-            driver: Optional[str] = os.path.basename(os.readlink(os.path.join(pci, "driver")))
-        except OSError:
-            driver = None
+        if previous is not None and _facts_complete(previous.info):
+            facts = previous.info
+        else:
+            facts = _read_facts(name, base, pci)
         netdevs = tuple(sorted(_listdir(os.path.join(pci, "net")) or ()))
-        is_vf = os.path.lexists(os.path.join(pci, "physfn"))
-        port_names = None if is_vf else _listdir(os.path.join(base, "ports"))
+        port_names = None if facts.is_vf else _listdir(os.path.join(base, "ports"))
+        known = {port.port: port for port in previous.ports} if previous else {}
         ports = []
         for port_name in sorted(port_names or (), key=_port_sort_key):
             if port_name.isdigit():
-                ports.append(self._discover_port(name, int(port_name),
+                number = int(port_name)
+                ports.append(self._discover_port(name, number,
                                                  os.path.join(base, "ports", port_name),
-                                                 pci, netdevs))
-        if port_names is None and not is_vf:
+                                                 pci, netdevs, known.get(number)))
+        if port_names is None and not facts.is_vf:
             self.problems.report(f"{name}:ports", f"{name}: cannot list {base}/ports; its "
                                  "ports are unknown this poll (holding their last state)")
-        info = DeviceSnapshot(
-            name=name,
-            hca_type=_read_text(os.path.join(base, "hca_type")),
-            fw_ver=_read_text(os.path.join(base, "fw_ver")),
-            board_id=_read_text(os.path.join(base, "board_id")),
-            node_guid=_read_text(os.path.join(base, "node_guid")),
-            pci_address=slot,
-            numa_node=numa,
-            driver=driver,
-            vendor=_read_text(os.path.join(pci, "vendor")),
-            netdevs=netdevs,
-            is_vf=is_vf,
-            ports_listed=port_names is not None or is_vf,
-        )
+        info = replace(facts, netdevs=netdevs,
+                       ports_listed=port_names is not None or facts.is_vf)
         return _DevicePlan(info, ports)
 
     def _discover_port(self, device: str, port: int, directory: str, pci: str,
-                       netdevs: tuple[str, ...]) -> _PortPlan:
+                       netdevs: tuple[str, ...], previous: Optional[_PortPlan] = None
+                       ) -> _PortPlan:
         netdev = _netdev_for_port(pci, netdevs, port)
-        plan = _PortPlan(device, port, directory, netdev, gid_count=_count_gids(directory))
+        if previous is not None and previous.link_layer is not None:
+            link_layer: Optional[str] = previous.link_layer
+        else:
+            link_layer = _read_text(os.path.join(directory, "link_layer"))
+        if previous is not None and link_layer == "InfiniBand":
+            gid_count = previous.gid_count
+        else:
+            gid_count = _count_gids(directory)
+        plan = _PortPlan(device, port, directory, netdev, gid_count=gid_count,
+                         link_layer=link_layer)
         for spec in self.config.active_counters:
             path = self._counter_path(spec, directory, netdev)
-            if path is not None and path not in self.einval and os.path.exists(path):
+            if path is not None and path not in self.einval and (
+                    path in self.files or os.path.exists(path)):
                 plan.counter_files[spec.name] = path
         plan.attribute_paths = (os.path.join(directory, "state"),
                                 os.path.join(directory, "phys_state"),
@@ -316,7 +339,9 @@ class SysfsReader:
         state_path, phys_path, layer_path, rate_path = plan.attribute_paths
         state = attribute(state_path)
         phys_state = attribute(phys_path)
-        link_layer = attribute(layer_path)
+        link_layer = plan.link_layer
+        if link_layer is None:
+            link_layer = plan.link_layer = attribute(layer_path)
         rate = attribute(rate_path)
         operstate = None
         if plan.operstate_path and link_layer == "Ethernet":
@@ -397,12 +422,59 @@ class SysfsReader:
         return text
 
 
-def _read_text(path: str, whole: bool = False) -> Optional[str]:
+def _read_facts(name: str, base: str, pci: str) -> DeviceSnapshot:
+    """A device's hardware facts, fixed while it stays registered (ports come later)."""
+    uevent = _read_text(os.path.join(pci, "uevent"), whole=True) or ""
+    slot = next((line.split("=", 1)[1] for line in uevent.splitlines()
+                 if line.startswith("PCI_SLOT_NAME=")), None)
+    numa_text = _read_text(os.path.join(pci, "numa_node"))
+    numa = int(numa_text) if numa_text and numa_text.lstrip("-").isdigit() else None
     try:
-        with open(path, encoding="ascii", errors="replace") as handle:
-            text = handle.read()
+        driver: Optional[str] = os.path.basename(os.readlink(os.path.join(pci, "driver")))
+    except OSError:
+        driver = None
+    return DeviceSnapshot(
+        name=name,
+        hca_type=_read_text(os.path.join(base, "hca_type")),
+        fw_ver=_read_text(os.path.join(base, "fw_ver")),
+        board_id=_read_text(os.path.join(base, "board_id")),
+        node_guid=_read_text(os.path.join(base, "node_guid")),
+        pci_address=slot,
+        numa_node=numa,
+        driver=driver,
+        vendor=_read_text(os.path.join(pci, "vendor")),
+        is_vf=os.path.lexists(os.path.join(pci, "physfn")),
+    )
+
+
+def _facts_complete(info: DeviceSnapshot) -> bool:
+    """Whether every fact was readable (a partly unreadable device is read again)."""
+    return None not in (info.hca_type, info.fw_ver, info.board_id, info.node_guid,
+                        info.pci_address, info.numa_node, info.driver, info.vendor)
+
+
+def _polled_paths(plan: _PortPlan) -> Iterable[str]:
+    """Every file a poll reads for one port."""
+    yield from plan.attribute_paths
+    if plan.operstate_path:
+        yield plan.operstate_path
+    yield from plan.counter_files.values()
+
+
+def _read_text(path: str, whole: bool = False) -> Optional[str]:
+    """A small file's text (first line unless ``whole``); None when it cannot be read.
+
+    Three syscalls (open, read, close): discovery reads hundreds of these on a big host.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            raw = os.read(fd, 4096)
+        finally:
+            os.close(fd)
     except OSError:
         return None
+    text = raw.decode("ascii", errors="replace")
     return text.strip() if whole else text.split("\n", 1)[0].strip() or None
 
 

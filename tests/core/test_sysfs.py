@@ -153,6 +153,110 @@ def test_steady_state_costs_one_read_per_file(host: Path) -> None:
     snapshot = reader.observe(at(2))
     ports = [p for d in snapshot.devices for p in d.ports]
     roce = [p for p in ports if p.link_layer == "Ethernet"]
-    # state, phys_state, link_layer and rate per port, operstate on RoCE, and one read per
-    # counter file (the two symbol_error entries share one file): nothing else.
-    assert per_poll == len(ports) * 4 + len(roce) + len(ports) * 13
+    # state, phys_state and rate per port (link_layer was read at discovery), operstate on
+    # RoCE, and one read per counter file (the two symbol_error entries share one file).
+    assert per_poll == len(ports) * 3 + len(roce) + len(ports) * 13
+
+
+class Clock:
+    """An injected monotonic clock for the periodic re-discovery."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def counting_reader(root: Path) -> tuple[SysfsReader, list[str], Clock]:
+    """A reader whose every open() of a polled file is recorded, on an injected clock."""
+    opened: list[str] = []
+
+    def opener(path: str, flags: int) -> int:
+        opened.append(path)
+        return os.open(path, flags)
+
+    clock = Clock()
+    reader = SysfsReader(load_config(str(root / "nichealthd.toml")),
+                         files=AttributeFiles(opener), monotonic=clock)
+    return reader, opened, clock
+
+
+def first_port(snapshot, layer: str):  # type: ignore[no-untyped-def]
+    return next(p for d in snapshot.devices for p in d.ports if p.link_layer == layer)
+
+
+def test_periodic_rediscovery_keeps_open_files_and_fixed_facts(host: Path) -> None:
+    reader, opened, clock = counting_reader(host)
+    reader.observe(at(0))
+    polled = len(opened)
+    assert polled == reader.files.open_files
+    ib = first_port(reader.observe(at(1)), "InfiniBand")
+    roce = first_port(reader.observe(at(2)), "Ethernet")
+    ib_gids = host / f"sys/class/infiniband/{ib.device}/ports/{ib.port}/gids"
+    roce_gids = host / f"sys/class/infiniband/{roce.device}/ports/{roce.port}/gids"
+    (ib_gids / "3").write_text("fe80:0000:0000:0000:0000:0000:0000:00aa\n")
+    (roce_gids / "3").write_text("0000:0000:0000:0000:0000:0000:0000:0000\n")  # IP gone
+    fw_ver = host / "sys/class/infiniband/mlx5_0/fw_ver"
+    fw_ver.write_text("99.99.9999\n")
+
+    clock.now = 61.0  # the safety net: nothing was seen to change
+    snapshot = reader.observe(at(61))
+    assert reader.discoveries == 2
+    assert len(opened) == polled  # no polled file was closed and reopened
+    ports = {(p.device, p.port): p for d in snapshot.devices for p in d.ports}
+    assert roce.gid_count and ports[(roce.device, roce.port)].gid_count == roce.gid_count - 1
+    assert ports[(ib.device, ib.port)].gid_count == ib.gid_count  # follows the GUID: kept
+    device = snapshot.device("mlx5_0")
+    assert device is not None and device.fw_ver != "99.99.9999"
+
+    # A change (a device went away) makes the next discovery read everything afresh.
+    mutate.remove_device(host, "mlx5_3")
+    snapshot = reader.observe(at(62))
+    ports = {(p.device, p.port): p for d in snapshot.devices for p in d.ports}
+    assert ports[(ib.device, ib.port)].gid_count == (ib.gid_count or 0) + 1
+    device = snapshot.device("mlx5_0")
+    assert device is not None and device.fw_ver == "99.99.9999"
+    assert not any("/mlx5_3/" in path for path in opened[polled:])
+    assert not any("/mlx5_3/" in path for path in reader.files._fds)  # its fds were closed
+
+
+def test_a_gone_file_is_reopened_and_triggers_rediscovery(host: Path) -> None:
+    # sysfs answers ENODEV on an fd whose device was unregistered (a regular file cannot).
+    state = str(host / "sys/class/infiniband/mlx5_0/ports/1/state")
+    opened: list[str] = []
+    paths: dict[int, str] = {}
+    gone = [False]
+
+    def opener(path: str, flags: int) -> int:
+        opened.append(path)
+        fd = os.open(path, flags)
+        paths[fd] = path
+        return fd
+
+    def preader(fd: int, size: int, offset: int) -> bytes:
+        if gone[0] and paths[fd] == state:
+            gone[0] = False  # the re-registered device's new file reads fine
+            raise OSError(errno.ENODEV, "No such device")
+        return os.pread(fd, size, offset)
+
+    reader = reader_for(host, AttributeFiles(opener, preader))
+    reader.observe(at(0))
+    gone[0] = True
+    assert port_of(reader.observe(at(1))).state is None  # unknown this poll, no event
+    assert port_of(reader.observe(at(2))).state == "4: ACTIVE"
+    assert reader.discoveries == 2
+    assert opened.count(state) == 2
+
+
+def test_link_layer_is_read_until_known(host: Path) -> None:
+    layer = "sys/class/infiniband/mlx5_0/ports/1/link_layer"
+    mutate.unreadable(host, layer)
+    reader, opened, _ = counting_reader(host)
+    assert port_of(reader.observe(at(0))).link_layer is None
+    mutate.readable(host, layer)
+    assert port_of(reader.observe(at(1))).link_layer == "InfiniBand"
+    reads = reader.files.reads
+    reader.observe(at(2))
+    assert opened.count(str(host / layer)) == 2  # failed, then read once more
+    assert reader.files.reads - reads == reader.files.open_files - 1  # not read per poll

@@ -148,12 +148,13 @@ def test_watchdog_fed_only_while_polls_complete(sim_host: Callable[..., SimHost]
     notify.wait_for("READY=1")
     fed = [m for m in notify.collect(2.0) if "WATCHDOG=1" in m]
     assert len(fed) >= 3
-    # Hang the poller on a real blocking read: a port's state file becomes a FIFO with no
-    # writer, and removing a device makes the reader rediscover (re-open) its files.
-    state = host.root / "sys/class/infiniband/mlx5_0/ports/1/state"
-    state.unlink()
-    os.mkfifo(state)
-    mutate.remove_device(host.root, "mlx5_5")
+    # Hang the poller on a real blocking read: a new device appears whose ``device/uevent``
+    # is a FIFO with no writer, so discovering it blocks in open().
+    fifo = host.root / "hang.fifo"
+    os.mkfifo(fifo)
+    hung = host.root / "sys/class/infiniband/mlx5_hang"
+    (hung / "device").mkdir(parents=True)
+    (hung / "device/uevent").symlink_to(fifo)
     notify.collect(1.5)  # the last poll may still have been inside the watchdog period
     silent = notify.collect(2.5)
     assert [m for m in silent if "WATCHDOG=1" in m] == []
