@@ -7,6 +7,7 @@ never has to guess why the daemon refused to start (exit status 2).
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import socket
@@ -62,12 +63,14 @@ class CounterSpec:
     velocity_unit: str = ""
     description: str = ""
 
-    @property
+    # Cached (asked for every counter of every port on every poll); a frozen dataclass
+    # keeps them valid, and they are not fields, so equality and replace() ignore them.
+    @functools.cached_property
     def window_seconds(self) -> float:
         """The velocity window (1 s / 1 min / 1 h); 0 for delta counters."""
         return VELOCITY_UNITS.get(self.velocity_unit, 0.0) if self.is_velocity else 0.0
 
-    @property
+    @functools.cached_property
     def is_velocity(self) -> bool:
         return self.threshold_type == "velocity"
 
@@ -171,7 +174,7 @@ class Config:
     def state_dir(self) -> str:
         return os.path.dirname(os.path.abspath(self.state_file))
 
-    @property
+    @functools.cached_property  # asked for per port per poll; the config is frozen
     def active_counters(self) -> tuple[CounterSpec, ...]:
         """Enabled counters, or none when counter detection is switched off."""
         if not self.counter_detection_enabled:

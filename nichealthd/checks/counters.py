@@ -13,7 +13,7 @@ import functools
 import posixpath
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import MutableMapping, Optional
+from typing import MutableMapping, NamedTuple, Optional
 
 from ..config import CounterSpec
 from ..events import HealthEvent, make_event, port_entities
@@ -51,9 +51,11 @@ def window_tolerance(window: float) -> float:
     return min(0.02 * window, 0.05)
 
 
-@dataclass(frozen=True)
-class CounterObservation:
-    """What the last poll computed for one counter entry (for D-Bus and metrics)."""
+class CounterObservation(NamedTuple):
+    """What the last poll computed for one counter entry (for D-Bus and metrics).
+
+    A NamedTuple: one is made for every counter of every port on every poll.
+    """
 
     value: Optional[int]
     delta: Optional[int]
@@ -69,6 +71,9 @@ class CounterMemory:
 
     last_values: dict[str, int] = field(default_factory=dict)
     last_times: dict[str, datetime] = field(default_factory=dict)
+    # The last closed window of each velocity counter: while the next one fills, its delta
+    # and rate are what the counter shows.
+    closed_windows: dict[str, CounterObservation] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -125,6 +130,8 @@ def evaluate_port_counters(
     # Built once per port, not once per counter: they are only used when an event is made.
     entities = port_entities(port.device, port.port)
     where = f"port {port.device} port {port.port}"
+    snapshots, last_values, last_times = (previous.counter_snapshots, memory.last_values,
+                                          memory.last_times)
     for spec in specs:
         check = checks.for_counter(spec)
         if check not in enabled_checks:
@@ -135,11 +142,42 @@ def evaluate_port_counters(
             observations[key] = CounterObservation(None, None, None)
             continue
         assert isinstance(reading, int)
-        events.extend(_evaluate_one(port, spec, check, key, reading, previous, next_state,
-                                    memory, observations, now, baseline, entities, where))
-        memory.last_values[key] = reading
-        memory.last_times[key] = now
+        snap = snapshots.get(key)
+        if (snap is None or reading != snap.value or last_values.get(key) != reading
+                or not _idle(spec, key, snap, next_state, memory, observations, now)):
+            events.extend(_evaluate_one(port, spec, check, key, reading, previous, next_state,
+                                        memory, observations, now, baseline, entities, where))
+        last_values[key] = reading
+        last_times[key] = now
     return events
+
+
+def _idle(spec: CounterSpec, key: str, snap: CounterSnap, next_state: MonitorState,
+          memory: CounterMemory, observations: MutableMapping[str, CounterObservation],
+          now: datetime) -> bool:
+    """The fast path of a counter that has not moved since its snapshot and the last poll.
+
+    Most counters on a healthy host. The full evaluation would reach the same result (no
+    event; a value at its saturation limit was reported when the snapshot took it), only
+    slower. Returns False when it must run after all: a wall clock that went back past the
+    snapshot.
+    """
+    if now < snap.timestamp:
+        return False
+    value = snap.value
+    if key in next_state.breach_flags:
+        observation = CounterObservation(value, 0, None)
+    elif not spec.is_velocity:
+        observation = CounterObservation(value, 0, 0.0)
+    else:
+        window = spec.window_seconds
+        if (now - snap.timestamp).total_seconds() < window - window_tolerance(window):
+            observation = _carry(memory.closed_windows.get(key), value)
+        else:  # a quiet window closed: a rate of zero, and the next window starts now
+            next_state.counter_snapshots[key] = CounterSnap(value, now)
+            observation = memory.closed_windows[key] = CounterObservation(value, 0, 0.0)
+    observations[key] = observation
+    return True
 
 
 def _evaluate_one(port: PortSnapshot, spec: CounterSpec, check: str, key: str, value: int,
@@ -171,6 +209,7 @@ def _evaluate_one(port: PortSnapshot, spec: CounterSpec, check: str, key: str, v
         # clear a latched breach with a recovery carrying the breach's own check name.
         next_state.counter_snapshots[key] = CounterSnap(value, now)
         observations[key] = CounterObservation(value, None, None)
+        memory.closed_windows.pop(key, None)
         flag = next_state.breach_flags.pop(key, None)
         if flag is not None:
             events.append(make_event(
@@ -182,12 +221,12 @@ def _evaluate_one(port: PortSnapshot, spec: CounterSpec, check: str, key: str, v
     events.extend(_saturation(spec, key, path, value, check_degraded(check, spec), where,
                               entities, next_state, now))
     delta = wrapped_delta(path, snap.value, value)
-    if delta is None:  # increments that overflowed the window: start a fresh one
-        next_state.counter_snapshots[key] = CounterSnap(value, now)
-        return events
     elapsed = (now - snap.timestamp).total_seconds()
-    if elapsed < 0:  # the wall clock went backwards: the window is meaningless, restart it
+    if delta is None or elapsed < 0:
+        # Increments that overflowed the window, or a wall clock that went backwards (the
+        # window is meaningless): start a fresh one.
         next_state.counter_snapshots[key] = CounterSnap(value, now)
+        observations[key] = CounterObservation(value, None, None)
         return events
 
     if key in next_state.breach_flags:
@@ -197,7 +236,7 @@ def _evaluate_one(port: PortSnapshot, spec: CounterSpec, check: str, key: str, v
     if spec.is_velocity:
         window = spec.window_seconds
         if elapsed < window - window_tolerance(window):
-            observations[key] = _carry(observations.get(key), value)
+            observations[key] = _carry(memory.closed_windows.get(key), value)
             return events  # window not full yet: keep the snapshot, never extrapolate
         rate = delta / elapsed * window
         next_state.counter_snapshots[key] = CounterSnap(value, now)
@@ -209,7 +248,9 @@ def _evaluate_one(port: PortSnapshot, spec: CounterSpec, check: str, key: str, v
         rate = delta / interval if interval > 0 else 0.0
         if delta:
             next_state.counter_snapshots[key] = CounterSnap(value, now)
-    observations[key] = CounterObservation(value, delta, rate)
+    observations[key] = observation = CounterObservation(value, delta, rate)
+    if spec.is_velocity:
+        memory.closed_windows[key] = observation
     breached = (rate if spec.is_velocity else delta) > spec.threshold
     if breached:
         next_state.breach_flags[key] = BreachFlag(check, spec.is_fatal, now)

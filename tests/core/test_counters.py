@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import random
+from typing import Any
+
+import pytest
+
+from nichealthd.checks import counters
 from nichealthd.model import ABSENT, Unreadable
 from nichealthd.state import CounterSnap, MonitorState
 
@@ -117,6 +123,17 @@ def test_velocity_rate_is_computed_over_the_real_elapsed_time() -> None:
     assert poll(runner, 120, link_error_recovery=9).events == ()
     event = poll(runner, 180, link_error_recovery=15).events[0]  # 6 in the next minute
     assert "delta=6, rate=6.00/min" in event.message
+
+
+def test_a_filling_velocity_window_shows_the_last_full_windows_figures() -> None:
+    runner = Runner()
+    poll(runner, 0, link_error_recovery=0)
+    poll(runner, 60, link_error_recovery=3)  # a full minute: 3 per minute
+    key = "mlx5_0:1:link_error_recovery"
+    assert runner.last is not None and runner.last.observations[key] == (3, 3, 3.0)
+    for second in (61, 90):  # the next window fills: the value is current, the rate carried
+        poll(runner, second, link_error_recovery=4)
+        assert runner.last.observations[key] == (4, 3, 3.0)
 
 
 def test_two_tier_symbol_error() -> None:
@@ -262,3 +279,43 @@ def test_messages_never_contain_semicolons() -> None:
     poll(runner, 0, link_downed=0)
     event = poll(runner, 1, link_downed=1).events[0]
     assert ";" not in event.message
+
+
+def test_the_quiet_counter_shortcut_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Random polls through two runners, one without the shortcut for quiet counters.
+
+    Counters mostly sit still (as on a healthy host), sometimes rise, breach, reset; the
+    clock steps by fractions of a second to minutes and now and then goes backwards.
+    """
+    rng = random.Random(20261122)
+    names = [spec.name for spec in config().active_counters if spec.name != "symbol_error_fatal"]
+    values = {name: 0 for name in names}
+    polls = []
+    now = 0.0
+    for _ in range(1500):
+        now += rng.choice((0.3, 1, 1, 1, 1, 2, 5, 30, 61, -40 if rng.random() < 0.05 else 1))
+        if rng.random() < 0.3:
+            name = rng.choice(names)
+            values[name] = 0 if rng.random() < 0.2 else values[name] + rng.randint(1, 40)
+        readings = {**values, "symbol_error_fatal": values["symbol_error"]}
+        polls.append(host(device(ports=(counters_port(readings),)), when=now))
+
+    def run() -> list[tuple[object, ...]]:
+        runner = Runner()
+        return [(r.events, r.observations, r.state.to_json())
+                for r in map(runner.poll, polls)]
+
+    taken = 0
+    real_idle = counters._idle
+
+    def counted_idle(*args: Any) -> bool:
+        nonlocal taken
+        quiet = real_idle(*args)
+        taken += quiet
+        return quiet
+
+    monkeypatch.setattr(counters, "_idle", counted_idle)
+    with_shortcut = run()
+    monkeypatch.setattr(counters, "_idle", lambda *args: False)
+    assert with_shortcut == run()
+    assert taken > 5000  # most counter readings took the shortcut
