@@ -21,7 +21,7 @@ import os
 import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Callable, Iterable, Optional, Union
+from typing import Callable, Iterable, Mapping, Optional, Union
 
 from .config import Config, CounterSpec
 from .model import ABSENT, CounterReading, DeviceSnapshot, HostSnapshot, PortSnapshot, Unreadable
@@ -147,6 +147,12 @@ class _PortPlan:
     attribute_paths: tuple[str, str, str, str] = ("", "", "", "")
     operstate_path: Optional[str] = None
     counter_reads: tuple[tuple[str, Optional[str]], ...] = ()
+    counter_paths: tuple[str, ...] = ()  # each counter file once (two entries may share one)
+    # The raw bytes of the last clean read of the counter files and what they parsed to: a
+    # port read again with the same bytes reuses the mapping (and the evaluator then knows
+    # it is unchanged at a glance).
+    last_raw: Optional[list[Union[bytes, OSError, None]]] = None
+    last_counters: Mapping[str, CounterReading] = field(default_factory=dict)
 
 
 @dataclass
@@ -303,6 +309,7 @@ class SysfsReader:
             plan.operstate_path = os.path.join(self.config.sys_class_net, netdev, "operstate")
         plan.counter_reads = tuple((spec.name, plan.counter_files.get(spec.name))
                                    for spec in self.config.active_counters)
+        plan.counter_paths = tuple(dict.fromkeys(plan.counter_files.values()))
         return plan
 
     def _counter_path(self, spec: CounterSpec, port_dir: str, netdev: Optional[str]
@@ -346,17 +353,7 @@ class SysfsReader:
         operstate = None
         if plan.operstate_path and link_layer == "Ethernet":
             operstate = attribute(plan.operstate_path)
-        counters: dict[str, CounterReading] = {}
-        values_by_path: dict[str, CounterReading] = {}
-        reads = () if plan.device in self.skip_counters else plan.counter_reads
-        for name, path in reads:
-            if path is None:
-                counters[name] = ABSENT
-                continue
-            reading = values_by_path.get(path)
-            if reading is None:  # two entries may share a file (symbol_error)
-                reading = values_by_path[path] = self._counter(path)
-            counters[name] = reading
+        counters = {} if plan.device in self.skip_counters else self._read_counters(plan)
         return PortSnapshot(
             device=plan.device, port=plan.port, link_layer=link_layer, state=state,
             phys_state=phys_state, rate=rate, operstate=operstate, netdev=plan.netdev,
@@ -380,12 +377,35 @@ class SysfsReader:
         self.problems.clear(path)
         return text
 
-    def _counter(self, path: str) -> CounterReading:
-        if path in self.einval:
+    def _read_counters(self, plan: _PortPlan) -> Mapping[str, CounterReading]:
+        """Every configured counter of a port: name -> value, ABSENT or Unreadable."""
+        raws: list[Union[bytes, OSError, None]] = []
+        einval, read = self.einval, self.files.read
+        for path in plan.counter_paths:
+            if path in einval:
+                raws.append(None)
+                continue
+            try:
+                raws.append(read(path))
+            except OSError as exc:
+                raws.append(exc)  # never equal to a last read: the port is parsed afresh
+        if raws == plan.last_raw:
+            return plan.last_counters
+        values = {path: self._counter(path, raw) for path, raw in zip(plan.counter_paths, raws)}
+        counters = {name: ABSENT if path is None else values[path]
+                    for name, path in plan.counter_reads}
+        clean = all(isinstance(raw, bytes) and isinstance(values[path], int) or raw is None
+                    for path, raw in zip(plan.counter_paths, raws))
+        plan.last_raw = raws if clean else None
+        plan.last_counters = counters
+        return counters
+
+    def _counter(self, path: str, raw: Union[bytes, OSError, None]) -> CounterReading:
+        """Parse one counter read (None: a file remembered for EINVAL, not read)."""
+        if raw is None:
             return Unreadable("EINVAL (not read again)")
-        try:
-            raw = self.files.read(path)
-        except OSError as exc:
+        if isinstance(raw, OSError):
+            exc = raw
             if exc.errno == errno.EINVAL:
                 self.einval.add(path)
                 self.files.forget(path)

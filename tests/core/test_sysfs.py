@@ -260,3 +260,25 @@ def test_link_layer_is_read_until_known(host: Path) -> None:
     reader.observe(at(2))
     assert opened.count(str(host / layer)) == 2  # failed, then read once more
     assert reader.files.reads - reads == reader.files.open_files - 1  # not read per poll
+
+
+def test_unchanged_counter_files_reuse_the_last_mapping(host: Path) -> None:
+    reader = reader_for(host)
+    first = port_of(reader.observe(at(0)))
+    second = port_of(reader.observe(at(1)))
+    assert second.counters is first.counters  # same bytes: not parsed again
+    mutate.counter(host, "mlx5_0", 1, "link_downed", add=2)
+    third = port_of(reader.observe(at(2)))
+    assert third.counters is not first.counters and third.counters["link_downed"] == 2
+    assert port_of(reader.observe(at(3))).counters is third.counters
+
+
+def test_a_garbage_counter_is_parsed_and_counted_every_poll(host: Path) -> None:
+    mutate.garbage(host, "sys/class/infiniband/mlx5_0/ports/1/counters/symbol_error", "oops")
+    reader = reader_for(host)
+    seen = [port_of(reader.observe(at(second))).counters for second in range(3)]
+    assert all(isinstance(c["symbol_error"], Unreadable) for c in seen)
+    assert seen[1] is not seen[0]  # an unclean read is never reused
+    assert reader.unreadable_reads == 3  # the file two entries share: once per poll
+    mutate.counter(host, "mlx5_0", 1, "symbol_error", set_to=7)
+    assert port_of(reader.observe(at(3))).counters["symbol_error"] == 7
