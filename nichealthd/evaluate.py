@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Optional
+from typing import Iterable, Optional
 
 from .checks.counters import CheckNames, CounterMemory, CounterObservation, evaluate_port_counters
 from .checks.devices import card_events, device_missing, device_present
@@ -80,6 +80,9 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
     verdicts, modes = anomalous_cards(cards.values(), previous.group_modes)
     next_state.group_modes.update(modes)
     anomalous = set(verdicts)
+    recorded_ports: dict[str, list[str]] = {}  # device -> its port keys in the state
+    for key, record in previous.port_states.items():
+        recorded_ports.setdefault(record.device, []).append(key)
 
     for device in monitored:
         events.extend(device_present(device.name, next_state, now, STATE_CHECK_OF))
@@ -90,7 +93,8 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
         names = CHECK_NAMES_OF[layer]
         if names.state in enabled:
             events.extend(_evaluate_ports(device, layer, names.state, previous, next_state,
-                                          now, baseline, device.card in anomalous, notes))
+                                          now, baseline, device.card in anomalous, notes,
+                                          recorded_ports.get(device.name, ())))
         for port in device.ports:
             events.extend(evaluate_port_counters(
                 port, config.active_counters, CHECK_NAMES_OF.get(port.link_layer or layer, names),
@@ -159,7 +163,7 @@ def _recorded_layer(state: MonitorState, device: str) -> Optional[str]:
 
 def _evaluate_ports(device: DeviceSnapshot, layer: str, check: str, previous: MonitorState,
                     next_state: MonitorState, now: datetime, baseline: bool, evidence: bool,
-                    notes: list[str]) -> list[HealthEvent]:
+                    notes: list[str], recorded: Iterable[str]) -> list[HealthEvent]:
     events: list[HealthEvent] = []
     seen = set()
     for port in device.ports:
@@ -180,9 +184,9 @@ def _evaluate_ports(device: DeviceSnapshot, layer: str, check: str, previous: Mo
                          f"uncabled, not reported")
         next_state.port_states[port.key] = new_record
     if device.ports_listed:
-        for key, record in previous.port_states.items():
-            if record.device == device.name and key not in seen:
-                new_record, port_events = missing_port(record, check, now)
+        for key in recorded:
+            if key not in seen:
+                new_record, port_events = missing_port(previous.port_states[key], check, now)
                 next_state.port_states[key] = new_record
                 events.extend(port_events)
     return events

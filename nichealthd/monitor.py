@@ -21,7 +21,7 @@ from .checks.counters import CounterMemory
 from .config import Config
 from .evaluate import CycleResult, Topology, evaluate
 from .model import HostSnapshot
-from .state import MonitorState, split_counter_key
+from .state import MonitorState
 from .store import CommitError, Journal, JournalEntry, load_state, save_state
 from .sysfs import SysfsReader
 from .topology import Role
@@ -210,8 +210,7 @@ def _significant_change(old: MonitorState, new: MonitorState,
     if old.counter_snapshots.keys() != new.counter_snapshots.keys():
         return True
     for key, snap in new.counter_snapshots.items():
-        if old.counter_snapshots[key] != snap:
-            parts = split_counter_key(key)
-            if parts is None or parts[2] not in velocity_names:
-                return True
+        was = old.counter_snapshots[key]
+        if was is not snap and was != snap and key.split(":", 2)[-1] not in velocity_names:
+            return True  # <device>:<port>:<name>, and a name may hold a colon
     return False

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Optional
+from typing import Any
 
 from .events import format_timestamp, parse_timestamp
 
@@ -227,11 +227,3 @@ def _epoch() -> datetime:
 def counter_key(device: str, port: int, name: str) -> str:
     """``<device>:<port>:<counter name>`` (DESIGN §2.5)."""
     return f"{device}:{port}:{name}"
-
-
-def split_counter_key(key: str) -> Optional[tuple[str, int, str]]:
-    device, _, rest = key.partition(":")
-    port, _, name = rest.partition(":")
-    if not port.isdigit():
-        return None
-    return device, int(port), name

@@ -127,6 +127,9 @@ def transition(previous: Optional[PortRecord], port: PortSnapshot, link_layer: s
     elif health == DEGRADED and told == HEALTHY:
         events.append(state_event(check, port, link_layer, DEGRADED, now))
         told, since = DEGRADED, now
+    if (previous.state, previous.physical_state, previous.link_layer, previous.health,
+            previous.since, previous.misses) == (state, phys, link_layer, told, since, 0):
+        return previous, events  # the common case: nothing changed, no new object
     record = replace(previous, state=state, physical_state=phys, link_layer=link_layer,
                      health=told, since=since, misses=0)
     return record, events

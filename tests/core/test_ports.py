@@ -137,8 +137,8 @@ def test_first_poll_down_port_without_evidence_is_suppressed() -> None:
     later = runner.poll(host(*devices, when=1))
     fatal = [e for e in later.events if e.is_fatal]
     assert sorted(e.error_code[0] for e in fatal) == ["card_active_ports", "port_state"]
-    card = next(e for e in fatal if e.error_code == ("card_active_ports",))
-    assert card.message == "Card 0000:20:00 (compute) has 0 active ports, expected 1"
+    card_event = next(e for e in fatal if e.error_code == ("card_active_ports",))
+    assert card_event.message == "Card 0000:20:00 (compute) has 0 active ports, expected 1"
     # Recovery of the card once it is back at the mode.
     devices[0] = replace(devices[0], ports=(port("mlx5_0", 1, ACTIVE, LINKUP),))
     healed = runner.poll(host(*devices, when=2))
