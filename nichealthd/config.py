@@ -71,6 +71,18 @@ class CounterSpec:
         return VELOCITY_UNITS.get(self.velocity_unit, 0.0) if self.is_velocity else 0.0
 
     @functools.cached_property
+    def window_full_after(self) -> float:
+        """Seconds after its start at which a velocity window counts as full.
+
+        The window less the scheduling jitter accepted on it, 2 % of it and at most 50 ms: a
+        1 s poll wakes a few milliseconds late or early, and without this a 1 s window would
+        be evaluated only every other poll. The rate is always computed over the real
+        elapsed time.
+        """
+        window = self.window_seconds
+        return window - min(0.02 * window, 0.05)
+
+    @functools.cached_property
     def is_velocity(self) -> bool:
         return self.threshold_type == "velocity"
 

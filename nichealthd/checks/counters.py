@@ -17,7 +17,7 @@ from typing import MutableMapping, NamedTuple, Optional
 
 from ..config import CounterSpec
 from ..events import HealthEvent, make_event, port_entities
-from ..model import PortSnapshot, is_value
+from ..model import PortSnapshot
 from ..state import BreachFlag, CounterSnap, MonitorState, counter_key
 
 WRAP_MODULUS = 2**32
@@ -40,15 +40,6 @@ PMA_SATURATION = {
     "excessive_buffer_overrun_errors": 2**4 - 1,
     "port_xmit_wait": 2**32 - 1,
 }
-
-
-def window_tolerance(window: float) -> float:
-    """Scheduling jitter accepted on a velocity window: 2 % of it, at most 50 ms.
-
-    A 1 s poll wakes a few milliseconds late or early; without this a 1 s window would be
-    evaluated only every other poll. The rate is always computed over the real elapsed time.
-    """
-    return min(0.02 * window, 0.05)
 
 
 class CounterObservation(NamedTuple):
@@ -74,6 +65,34 @@ class CounterMemory:
     # The last closed window of each velocity counter: while the next one fills, its delta
     # and rate are what the counter shows.
     closed_windows: dict[str, CounterObservation] = field(default_factory=dict)
+    # Each port's counter entries under the current config, so that a poll does not work
+    # out again which counters a port has, under which check and state key.
+    port_entries: dict[tuple[str, int], PortEntries] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PortEntries:
+    """The enabled counter entries of one port: (spec, check name, state key) each."""
+
+    specs: tuple[CounterSpec, ...]
+    checks: CheckNames
+    enabled: frozenset[str]
+    entries: tuple[tuple[CounterSpec, str, str], ...]
+
+    @classmethod
+    def of(cls, port: PortSnapshot, specs: tuple[CounterSpec, ...], checks: CheckNames,
+           enabled: frozenset[str], memory: CounterMemory) -> PortEntries:
+        """The port's entries, remembered in ``memory`` while the config stays the same."""
+        known = memory.port_entries.get((port.device, port.port))
+        if (known is not None and known.specs is specs and known.checks is checks
+                and known.enabled == enabled):
+            return known
+        entries = tuple((spec, checks.for_counter(spec), counter_key(port.device, port.port,
+                                                                     spec.name))
+                        for spec in specs if checks.for_counter(spec) in enabled)
+        made = memory.port_entries[(port.device, port.port)] = cls(specs, checks, enabled,
+                                                                   entries)
+        return made
 
 
 @dataclass(frozen=True)
@@ -132,16 +151,12 @@ def evaluate_port_counters(
     where = f"port {port.device} port {port.port}"
     snapshots, last_values, last_times = (previous.counter_snapshots, memory.last_values,
                                           memory.last_times)
-    for spec in specs:
-        check = checks.for_counter(spec)
-        if check not in enabled_checks:
-            continue
-        reading = port.counters.get(spec.name)
-        key = counter_key(port.device, port.port, spec.name)
-        if not is_value(reading):
+    readings = port.counters
+    for spec, check, key in PortEntries.of(port, specs, checks, enabled_checks, memory).entries:
+        reading = readings.get(spec.name)
+        if type(reading) is not int:  # ABSENT or Unreadable (is_value, inline: a hot loop)
             observations[key] = CounterObservation(None, None, None)
             continue
-        assert isinstance(reading, int)
         snap = snapshots.get(key)
         if (snap is None or reading != snap.value or last_values.get(key) != reading
                 or not _idle(spec, key, snap, next_state, memory, observations, now)):
@@ -170,8 +185,7 @@ def _idle(spec: CounterSpec, key: str, snap: CounterSnap, next_state: MonitorSta
     elif not spec.is_velocity:
         observation = CounterObservation(value, 0, 0.0)
     else:
-        window = spec.window_seconds
-        if (now - snap.timestamp).total_seconds() < window - window_tolerance(window):
+        if (now - snap.timestamp).total_seconds() < spec.window_full_after:
             observation = _carry(memory.closed_windows.get(key), value)
         else:  # a quiet window closed: a rate of zero, and the next window starts now
             next_state.counter_snapshots[key] = CounterSnap(value, now)
@@ -234,11 +248,10 @@ def _evaluate_one(port: PortSnapshot, spec: CounterSpec, check: str, key: str, v
         return events  # latched: nothing to say until a reset or a reboot
 
     if spec.is_velocity:
-        window = spec.window_seconds
-        if elapsed < window - window_tolerance(window):
+        if elapsed < spec.window_full_after:
             observations[key] = _carry(memory.closed_windows.get(key), value)
             return events  # window not full yet: keep the snapshot, never extrapolate
-        rate = delta / elapsed * window
+        rate = delta / elapsed * spec.window_seconds
         next_state.counter_snapshots[key] = CounterSnap(value, now)
     else:
         # Delta over one poll interval. The snapshot only moves when the value does, so an

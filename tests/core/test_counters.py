@@ -319,3 +319,14 @@ def test_the_quiet_counter_shortcut_changes_nothing(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(counters, "_idle", lambda *args: False)
     assert with_shortcut == run()
     assert taken > 5000  # most counter readings took the shortcut
+
+
+def test_a_reloaded_config_changes_the_counters_a_port_is_evaluated_for() -> None:
+    runner = Runner()
+    poll(runner, 0, link_downed=0, port_rcv_errors=0)
+    assert runner.last is not None and "mlx5_0:1:link_downed" in runner.last.observations
+    runner.config = config(counters=[{"name": "link_downed", "enabled": False}])
+    poll(runner, 1, link_downed=5, port_rcv_errors=0)
+    assert "mlx5_0:1:link_downed" not in runner.last.observations
+    assert "mlx5_0:1:port_rcv_errors" in runner.last.observations
+    assert runner.last.events == ()  # the disabled counter's rise is not evaluated
