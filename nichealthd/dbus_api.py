@@ -45,7 +45,7 @@ from .dbus_common import (
 )
 from .events import CODE_PORT_MISSING, CODE_PORT_STATE, ENTITY_NIC, ENTITY_PORT
 from .store import JournalEntry
-from .views import counter_records, device_records, port_records
+from .views import counter_records, device_records, port_health, port_records
 
 log = logging.getLogger("nichealthd.dbus")
 
@@ -264,8 +264,7 @@ class DbusService:
                       self.daemon.config)
         self._cache.clear()
         self._status = self.daemon.status()
-        ports = self._port_records()
-        self._signal_ports(ports, outcome.committed)
+        self._signal_ports(outcome.committed)
         if self.interface is not None:
             for entry in outcome.committed:
                 self.interface.EventEmitted(self._event_variants(entry))
@@ -468,11 +467,10 @@ class DbusService:
         if changed and self.interface is not None:
             self.interface.emit_properties_changed(changed)
 
-    def _signal_ports(self, ports: List[Dict[str, Any]], committed: List[JournalEntry]) -> None:
+    def _signal_ports(self, committed: List[JournalEntry]) -> None:
         """PortHealthChanged for port-state events and for any change of reported health."""
-        current = {(r["device"], r["port"]): (r["health"], bool(r["fatal"]))
-                   for r in ports if r["monitored"] and r["health"]}
-        by_key = {(r["device"], r["port"]): r for r in ports}
+        snapshot, result, state, _ = self._require_view()
+        current = port_health(snapshot, result, state)
         messages: Dict[Tuple[str, int], str] = {}
         for entry in committed:
             event = entry.event
@@ -496,7 +494,8 @@ class DbusService:
             if not health:  # the event names a port that is gone from the view
                 health = "fatal" if message and "missing" in message else "unknown"
             if message is None:
-                record = by_key.get(key, {})
+                record = next((r for r in self._port_records()
+                               if (r["device"], r["port"]) == key), {})
                 message = (f"{key[0]} port {key[1]}: {health} "
                            f"({record.get('state', '?')}, {record.get('phys_state', '?')})")
             self.interface.PortHealthChanged(key[0], key[1], health, fatal, message)

@@ -44,7 +44,6 @@ from .state import DEGRADED, FATAL, HEALTHY, SUPPRESSED, MonitorState
 from .views import (
     counter_records,
     device_records,
-    monitored_port_keys,
     overall_health,
     port_records,
 )
@@ -351,7 +350,7 @@ def _host_families(picture: _Picture) -> list[Metric]:
     overall = GaugeMetricFamily(
         PREFIX + "health", "Overall health of the host's NICs: 0 healthy, 1 degraded, 2 fatal "
         "(ports, latched counter breaches, missing devices, card anomalies)",
-        value=HEALTH_VALUE[overall_health(state, monitored_port_keys(snapshot, result))])
+        value=HEALTH_VALUE[overall_health(state, picture.outcome.monitored_ports)])
 
     state_id = GaugeMetricFamily(
         PREFIX + "port_state_id", "Port state: 0 NOP, 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, "

@@ -11,6 +11,7 @@ computes an honest rate over its real elapsed time.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from .state import MonitorState
 from .store import CommitError, Journal, JournalEntry, load_state, save_state
 from .sysfs import SysfsReader
 from .topology import Role
+from .views import monitored_port_keys
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +46,11 @@ class PollOutcome:
     committed: list[JournalEntry] = field(default_factory=list)
     duration: float = 0.0
     commit_error: Optional[str] = None
+
+    @functools.cached_property
+    def monitored_ports(self) -> frozenset[str]:
+        """Port-state keys of the monitored ports (the status line and D-Bus both ask)."""
+        return frozenset(monitored_port_keys(self.snapshot, self.result))
 
 
 class Monitor:

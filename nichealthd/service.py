@@ -28,7 +28,7 @@ from .eventlog import EventLog
 from .events import format_timestamp
 from .monitor import PollOutcome
 from .notify import Notifier
-from .views import monitored_port_keys, overall_health, port_summary
+from .views import overall_health, port_summary
 
 log = logging.getLogger("nichealthd")
 
@@ -98,13 +98,13 @@ class Daemon:
 
     def health(self) -> str:
         last = self.monitor.last
-        keys = monitored_port_keys(last.snapshot, last.result) if last else set()
+        keys = last.monitored_ports if last else frozenset()
         return overall_health(self.monitor.state, keys)
 
     def status_line(self) -> str:
         """``32 ports: 30 healthy, 1 degraded, 1 fatal; connector connected; last poll …``"""
         last = self.monitor.last
-        keys = monitored_port_keys(last.snapshot, last.result) if last else set()
+        keys = last.monitored_ports if last else frozenset()
         counts = port_summary(self.monitor.state, keys)
         parts = [f"{counts['total']} ports: {counts['healthy']} healthy, "
                  f"{counts['degraded']} degraded, {counts['fatal']} fatal"]
@@ -315,7 +315,7 @@ class Daemon:
     def status(self) -> dict[str, Any]:
         """Daemon status for D-Bus properties and ``nichealthctl status``."""
         last = self.monitor.last
-        keys = monitored_port_keys(last.snapshot, last.result) if last else set()
+        keys = last.monitored_ports if last else frozenset()
         counts = port_summary(self.monitor.state, keys)
         return {
             "version": __version__,

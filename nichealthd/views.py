@@ -7,14 +7,14 @@ every surface tells the same story.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import AbstractSet, Any, Optional
 
 from .checks.ports import is_active, split_state
 from .config import Config
 from .evaluate import CycleResult
 from .events import format_timestamp
-from .model import HostSnapshot, Unreadable, is_value
-from .state import DEGRADED, FATAL, HEALTHY, SUPPRESSED, MonitorState, counter_key
+from .model import HostSnapshot, PortSnapshot, Unreadable, is_value
+from .state import DEGRADED, FATAL, HEALTHY, SUPPRESSED, MonitorState, PortRecord, counter_key
 
 HEALTH_ORDER = (HEALTHY, DEGRADED, FATAL)
 
@@ -25,11 +25,10 @@ def port_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorStat
     records = []
     for device in snapshot.devices:
         role = result.roles.get(device.name)
+        monitored = bool(role and role.monitored)
         for port in device.ports:
             record = state.port_states.get(port.key)
-            monitored = bool(role and role.monitored)
-            health = record.health if (record and monitored) else (
-                "unknown" if not port.readable else "")
+            health = _reported_health(port, record, monitored)
             records.append({
                 "device": device.name,
                 "port": port.port,
@@ -50,6 +49,31 @@ def port_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorStat
                 "gid_count": port.gid_count if port.gid_count is not None else -1,
             })
     return records
+
+
+def port_health(snapshot: HostSnapshot, result: CycleResult, state: MonitorState
+                ) -> dict[tuple[str, int], tuple[str, bool]]:
+    """(device, port) -> (health, fatal) of every monitored port with a reported health.
+
+    What :func:`port_records` says about health, without building the records: the D-Bus
+    service compares it every poll to signal changes.
+    """
+    health = {}
+    for device in snapshot.devices:
+        role = result.roles.get(device.name)
+        if not (role and role.monitored):
+            continue
+        for port in device.ports:
+            reported = _reported_health(port, state.port_states.get(port.key), True)
+            if reported:
+                health[(device.name, port.port)] = (reported, reported == FATAL)
+    return health
+
+
+def _reported_health(port: PortSnapshot, record: Optional[PortRecord], monitored: bool) -> str:
+    if record is not None and monitored:
+        return record.health
+    return "unknown" if not port.readable else ""
 
 
 def device_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorState
@@ -127,7 +151,8 @@ def counter_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorS
     return records
 
 
-def overall_health(state: MonitorState, monitored_ports: Optional[set[str]] = None) -> str:
+def overall_health(state: MonitorState, monitored_ports: Optional[AbstractSet[str]] = None
+                   ) -> str:
     """``fatal``, ``degraded`` or ``healthy`` over everything the daemon currently reports."""
     ports = [r for k, r in state.port_states.items()
              if monitored_ports is None or k in monitored_ports]
@@ -139,7 +164,7 @@ def overall_health(state: MonitorState, monitored_ports: Optional[set[str]] = No
     return HEALTHY
 
 
-def port_summary(state: MonitorState, monitored_ports: set[str]) -> dict[str, int]:
+def port_summary(state: MonitorState, monitored_ports: AbstractSet[str]) -> dict[str, int]:
     """Counts of monitored ports by reported health (uncabled = suppressed)."""
     counts = {HEALTHY: 0, DEGRADED: 0, FATAL: 0, SUPPRESSED: 0}
     for key in monitored_ports:
