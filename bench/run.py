@@ -44,7 +44,9 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "tests" / "dbus")]
+
+from testbus import start_bus  # noqa: E402
 
 from nichealthd.config import load_config  # noqa: E402
 from nichealthd.daemon import load_topology, prepare_state_dir  # noqa: E402
@@ -74,6 +76,7 @@ class Settings:
     faults: int
     workdir: Path
     keep: bool
+    bus_address: Optional[str] = None  # a private system bus for the daemon's D-Bus service
 
 
 @dataclass
@@ -228,20 +231,26 @@ def bench_cycle(root: Path, settings: Settings, report: Report) -> None:
 # ------------------------------------------------------------- 2. daemon
 
 class DaemonProcess:
-    """A real nichealthd on the tree: 1 s polling, metrics on a free port, event log on."""
+    """A real nichealthd on the tree, configured as deployed: 1 s polling, metrics on a free
+    port, event log on, the D-Bus service on a private system bus (when ``bus_address``), and
+    a connector target whose socket does not exist (a host without NVSentinel: "down")."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, bus_address: Optional[str]) -> None:
         self.root = root
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.event_log = root / "events.jsonl"
         self.log = open(root / "daemon.log", "w")  # noqa: SIM115 - closed in stop()
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        if bus_address:
+            env["DBUS_SYSTEM_BUS_ADDRESS"] = bus_address
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "nichealthd.daemon", "--config", str(root / "nichealthd.toml"),
              "--polling-interval", "1s", "--metrics-listen", f"127.0.0.1:{self.port}",
-             "--event-log", str(self.event_log), "--log-level", "warning"],
-            cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=self.log,
-            stderr=subprocess.STDOUT)
+             "--event-log", str(self.event_log), "--log-level", "warning",
+             "--dbus", "system" if bus_address else "none",
+             "--platform-connector-socket", f"unix://{root}/no-connector.sock"],
+            cwd=REPO, env=env, stdout=self.log, stderr=subprocess.STDOUT)
         wait_until(lambda: http_get(self.url + "/healthz").startswith("ok"), 30,
                    "nichealthd to answer /healthz")
 
@@ -475,7 +484,7 @@ def run_size(devices: int, settings: Settings) -> Report:
     print(f"\n== {devices} devices (synthetic profile), 1 s polling ==", flush=True)
     root = build_host(settings.workdir, devices)
     bench_cycle(root, settings, report)
-    daemon = DaemonProcess(root)
+    daemon = DaemonProcess(root, settings.bus_address)
     try:
         bench_daemon(daemon, settings, report)
         bench_syscalls(daemon, root, settings, report)
@@ -529,11 +538,18 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(f"targets for the {TARGET_HOST}-device host: <= 5 ms CPU per cycle, <= 0.5 % of one "
           f"core, peak RSS <= 60 MiB; every host: <= 1.5 syscalls per counter value, CPU per "
           f"cycle <= node_exporter's per scrape, event latency <= interval + 50 ms")
+    bus = start_bus() if shutil.which("dbus-daemon") else None
+    settings.bus_address = bus.address if bus else None
+    print("the daemon runs as deployed: metrics, event log, connector target (absent: down), "
+          + ("D-Bus service on a private system bus" if bus else
+             "no D-Bus (dbus-daemon is not installed)"))
     reports = []
     try:
         for devices in settings.sizes:
             reports.append(run_size(devices, settings))
     finally:
+        if bus is not None:
+            bus.stop()
         if not settings.keep:
             shutil.rmtree(settings.workdir, ignore_errors=True)
     failed = [f"{r.devices}:{k}" for r in reports for k, ok in r.verdicts.items() if not ok]
