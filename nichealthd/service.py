@@ -70,6 +70,7 @@ class Daemon:
         self.notifier = notifier or Notifier.from_environment()
         self.version = __version__
         self.started_at = time.time()
+        self.pid = os.getpid()
         self.last_poll_monotonic: Optional[float] = None
         self.last_poll_wall: Optional[datetime] = None
         self.reload_error = ""
@@ -77,9 +78,12 @@ class Daemon:
         self.services: list[Service] = []
         self._poll_listeners: list[Callable[[PollOutcome], None]] = []
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="poll")
-        self._stop = asyncio.Event()
-        self._wake = asyncio.Event()
+        # Plain flags and one future at a time, not asyncio Events and tasks: an idle cycle
+        # then costs the event loop a handful of wake-ups and system calls (issue 7).
+        self._stop_requested = False
         self._reload_requested = False
+        self._waiter: Optional[asyncio.Future[None]] = None  # the wait between polls
+        self._polling: Optional[asyncio.Future[PollOutcome]] = None  # the poll in progress
         self._withholding = False
         self.poll_abandoned = False
 
@@ -89,12 +93,19 @@ class Daemon:
         self._poll_listeners.append(callback)
 
     def request_stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
+        """Stop after the poll in progress; one that hangs gets ``STOP_POLL_GRACE`` seconds."""
+        if self._stop_requested:
+            return
+        self._stop_requested = True
+        _resolve(self._waiter)
+        polling = self._polling
+        if polling is not None and not polling.done():
+            asyncio.get_running_loop().call_later(STOP_POLL_GRACE, self._abandon, polling)
 
     def request_reload(self) -> None:
+        """Reload after the poll in progress, or at once when between polls."""
         self._reload_requested = True
-        self._wake.set()
+        _resolve(self._waiter)
 
     def health(self) -> str:
         last = self.monitor.last
@@ -161,7 +172,7 @@ class Daemon:
         origin = time.monotonic()
         ticks = 0
         first = True
-        while not self._stop.is_set():
+        while not self._stop_requested:
             outcome = await self._poll(loop)
             if outcome is None:
                 break
@@ -178,34 +189,41 @@ class Daemon:
             # Drift-free: the schedule is origin + k * interval; a late cycle skips ticks
             # instead of shifting every later one.
             ticks = max(ticks + 1, int((time.monotonic() - origin) / interval) + 1)
-            delay = origin + ticks * interval - time.monotonic()
-            self._wake.clear()
-            if delay > 0:
-                try:
-                    await asyncio.wait_for(self._wake.wait(), delay)
-                except asyncio.TimeoutError:
-                    pass
+            await self._sleep(loop, origin + ticks * interval - time.monotonic())
+
+    async def _sleep(self, loop: asyncio.AbstractEventLoop, delay: float) -> None:
+        """Wait for the next tick; a stop or reload request ends the wait early."""
+        if delay <= 0 or self._stop_requested or self._reload_requested:
+            return
+        waiter = self._waiter = loop.create_future()
+        timer = loop.call_later(delay, _resolve, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
 
     async def _poll(self, loop: asyncio.AbstractEventLoop) -> Optional[PollOutcome]:
-        """One poll in the worker thread. On stop, a poll that hangs (a sysfs read that
-        never returns) gets ``STOP_POLL_GRACE`` seconds, then is abandoned."""
+        """One poll in the worker thread; None when a stop abandoned it (see request_stop)."""
         log.debug("poll started at monotonic %.4f", time.monotonic())
-        future: asyncio.Future[PollOutcome] = loop.run_in_executor(
-            self._executor, self.monitor.poll)
-        stop: asyncio.Future[Any] = asyncio.ensure_future(self._stop.wait())
+        polling = self._polling = loop.run_in_executor(self._executor, self.monitor.poll)
         try:
-            await asyncio.wait([future, stop], return_when=asyncio.FIRST_COMPLETED)
+            return await polling
+        except asyncio.CancelledError:
+            if not self.poll_abandoned:
+                raise
+            return None
         finally:
-            stop.cancel()
-        if not future.done():
-            try:
-                return await asyncio.wait_for(asyncio.shield(future), STOP_POLL_GRACE)
-            except asyncio.TimeoutError:
-                log.error("the poll in progress did not finish within %.0f s; stopping "
-                          "without it", STOP_POLL_GRACE)
-                self.poll_abandoned = True
-                return None
-        return future.result()
+            self._polling = None
+
+    def _abandon(self, polling: asyncio.Future[PollOutcome]) -> None:
+        """A stop's grace for a hanging poll (a sysfs read that never returns) is over."""
+        if polling.done():
+            return
+        log.error("the poll in progress did not finish within %.0f s; stopping without it",
+                  STOP_POLL_GRACE)
+        self.poll_abandoned = True
+        polling.cancel()
 
     def _after_poll(self, outcome: PollOutcome) -> None:
         self.last_poll_wall = outcome.snapshot.taken_at
@@ -336,7 +354,7 @@ class Daemon:
             "started_at": format_timestamp(datetime.fromtimestamp(self.started_at).astimezone()),
             "config_path": self.args.config,
             "reload_error": self.reload_error,
-            "pid": os.getpid(),
+            "pid": self.pid,
         }
 
 
@@ -353,3 +371,8 @@ def run_service(startup: Startup, args: argparse.Namespace) -> int:
         logging.shutdown()
         os._exit(status)  # the hung poll thread would keep the interpreter from exiting
     return status
+
+
+def _resolve(waiter: Optional[asyncio.Future[None]]) -> None:
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)
