@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import selectors
 import socket
 import socketserver
 import threading
@@ -57,6 +58,7 @@ PREFIX = "nichealthd_"
 # Not ``nichealthd_counter_value`` / ``_counter_breached``: promtool's linter rejects a metric
 # name that contains a type name (``_counter_``), and passing promtool is part of the contract.
 STALE_INTERVALS = 3
+CLOSE_WAIT_SECONDS = 5.0  # for the HTTP thread to leave its wait when the server closes
 # Poll cycles take about a millisecond per 8 devices; a hung sysfs read takes seconds.
 DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
                     2.5, 5.0, 10.0)
@@ -115,6 +117,28 @@ class _Server(socketserver.ThreadingMixIn, WSGIServer):
         self.server_name = "nichealthd"
         self.server_port = self.server_address[1]
         self.setup_environ()
+        self._wake_read, self._wake_write = socket.socketpair()
+        self._stopped = threading.Event()
+
+    def serve_until_closed(self) -> None:
+        """Serve until :meth:`close`. Unlike ``serve_forever``, which wakes every 0.5 s to
+        look for a shutdown request, this sleeps until a request or the close arrives."""
+        try:
+            with selectors.DefaultSelector() as selector:
+                selector.register(self, selectors.EVENT_READ)
+                selector.register(self._wake_read, selectors.EVENT_READ)
+                while not any(key.fileobj is self._wake_read for key, _ in selector.select()):
+                    self.handle_request()  # the listening socket is readable: no blocking
+        finally:
+            self._stopped.set()
+
+    def close(self) -> None:
+        """Stop serving (from any thread, once) and close the sockets."""
+        self._wake_write.send(b"x")
+        self._stopped.wait(CLOSE_WAIT_SECONDS)
+        self.server_close()
+        self._wake_write.close()
+        self._wake_read.close()
 
 
 class _Server6(_Server):
@@ -130,7 +154,7 @@ class _QuietHandler(WSGIRequestHandler):
         log.debug("%s %s", self.address_string(), format % args)
 
 
-def make_http_server(listen: str, app: Callable[..., Iterable[bytes]]) -> WSGIServer:
+def make_http_server(listen: str, app: Callable[..., Iterable[bytes]]) -> _Server:
     """Bind ``[HOST]:PORT``; an empty host means every address (IPv6 and IPv4 when possible)."""
     parsed = parse_listen(listen)
     if parsed is None:
@@ -138,11 +162,11 @@ def make_http_server(listen: str, app: Callable[..., Iterable[bytes]]) -> WSGISe
     host, port = parsed
     if not host:
         try:
-            return make_server("::", port, app, _Server6, _QuietHandler)
+            return make_server("::", port, app, _Server6, _QuietHandler)  # type: ignore[return-value]
         except OSError:
             host = "0.0.0.0"
     server_class = _Server6 if ":" in host else _Server
-    return make_server(host, port, app, server_class, _QuietHandler)
+    return make_server(host, port, app, server_class, _QuietHandler)  # type: ignore[return-value]
 
 
 class _Collector:
@@ -170,7 +194,7 @@ class MetricsService:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))
         self._metrics_app = make_wsgi_app(self.registry)
-        self._server: Optional[WSGIServer] = None
+        self._server: Optional[_Server] = None
         self._thread: Optional[threading.Thread] = None
         self._lock = threading.Lock()
         self._picture: Optional[_Picture] = None
@@ -232,7 +256,7 @@ class MetricsService:
         except OSError as exc:
             raise RuntimeError(f"cannot serve metrics on {listen}: "
                                f"{exc.strerror or exc}") from None
-        thread = threading.Thread(target=server.serve_forever, name="metrics-http",
+        thread = threading.Thread(target=server.serve_until_closed, name="metrics-http",
                                   daemon=True)
         thread.start()
         self._server, self._thread = server, thread
@@ -405,6 +429,5 @@ def _host_families(picture: _Picture) -> list[Metric]:
     return [overall, state_id, phys_id, rate, health, value, breached, info]
 
 
-def _close(server: WSGIServer) -> None:
-    server.shutdown()
-    server.server_close()
+def _close(server: _Server) -> None:
+    server.close()

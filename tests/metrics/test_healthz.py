@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
+import socket
 import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Callable
 
+import pytest
+
 from nichealthd.metrics import MetricsService
 
-from .conftest import INTERVAL, RunningDaemon, get
+from .conftest import INTERVAL, RunningDaemon, free_port, get
 
 Start = Callable[[Path], RunningDaemon]
 
@@ -69,3 +73,25 @@ def test_healthz_before_the_first_poll() -> None:
 def test_empty_listen_disables_the_service() -> None:
     assert _service("").enabled is False
     assert _service(":2112").enabled is True
+
+
+def test_a_new_listen_address_on_reload_and_a_prompt_stop() -> None:
+    """The HTTP thread sleeps until a request or the close (no 0.5 s polling), so closing
+    must wake it: after a reload the old port is closed at once and stop() is immediate."""
+    first, second = free_port(), free_port()
+    service = _service(f"127.0.0.1:{first}")
+    asyncio.run(service.start())
+    assert get(f"http://127.0.0.1:{first}/healthz")[0] == 503  # serving, no poll yet
+    old_thread = service._thread
+    service.on_reload(SimpleNamespace(metrics_listen=f"127.0.0.1:{second}"))  # type: ignore[arg-type]
+    assert get(f"http://127.0.0.1:{second}/healthz")[0] == 503
+    assert old_thread is not None
+    old_thread.join(2)
+    assert not old_thread.is_alive()
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", first), timeout=2).close()
+    thread = service._thread
+    started = time.monotonic()
+    asyncio.run(service.stop())
+    assert time.monotonic() - started < 1.0
+    assert thread is not None and not thread.is_alive()
