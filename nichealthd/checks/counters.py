@@ -87,11 +87,13 @@ class PortEntries:
         if (known is not None and known.specs is specs and known.checks is checks
                 and known.enabled == enabled):
             return known
-        entries = tuple((spec, checks.for_counter(spec), counter_key(port.device, port.port,
-                                                                     spec.name))
-                        for spec in specs if checks.for_counter(spec) in enabled)
-        made = memory.port_entries[(port.device, port.port)] = cls(specs, checks, enabled,
-                                                                   entries)
+        entries = []
+        for spec in specs:
+            check = checks.for_counter(spec)
+            if check in enabled:
+                entries.append((spec, check, counter_key(port.device, port.port, spec.name)))
+        made = cls(specs, checks, enabled, tuple(entries))
+        memory.port_entries[(port.device, port.port)] = made
         return made
 
 
