@@ -58,6 +58,19 @@ def _ipv4_hex(addr: str) -> str:
     return bytes(int(x) for x in addr.split("."))[::-1].hex().upper()
 
 
+def _pf_address(index: int, default_route: bool) -> str:
+    """A unique IPv4 address per PF index (up to 4096 PFs, the synthetic profile's limit).
+
+    Each PF gets its own /24 (172.16.0.0/12 holds 4096 of them), the default-route PF one
+    in 10.0.<n>.0/24; every octet stays below 256 however many devices a host has.
+    """
+    if default_route:
+        high, low = divmod(index, 240)
+        return f"10.0.{high}.{10 + low}"
+    high, low = divmod(index, 256)
+    return f"172.{16 + high}.{low}.10"
+
+
 def _pci_dir(root: Path, pci: str) -> Path:
     """ROOT/sys/devices/pci<dom>:<root bus>/<pci>; functions of a card share a root."""
     dom, bus, _, _ = parse_pci(pci)
@@ -221,7 +234,7 @@ class _Builder:
         write_new(pdir / "sriov_totalvfs", f"{SRIOV_TOTALVFS}\n")
         write_new(pdir / "sriov_numvfs", f"{nic.vfs}\n")
         up = nic.state == "ACTIVE"
-        ip = f"10.0.0.{10 + index}" if nic.default_route else f"172.16.{index}.10"
+        ip = _pf_address(index, nic.default_route)
         idir = self.ib_device(
             pdir,
             nic.name,
