@@ -29,6 +29,7 @@ from .evaluate import Topology
 from .eventlog import EventLog
 from .logsetup import setup_logging
 from .monitor import Monitor
+from .rlimit import raise_nofile_limit
 from .topology import GpuTopology, MetadataError, load_gpu_topology, read_default_route_devices
 
 log = logging.getLogger("nichealthd")
@@ -146,6 +147,7 @@ def start(args: argparse.Namespace) -> Startup:
     overrides = flag_overrides(args)
     config = load_config(args.config, overrides)
     setup_logging(config.log_level)
+    raise_nofile_limit()  # before the reader sizes its fd budget from the limit
     for notice in config.notices:
         log.warning("%s", notice)
     topology = load_topology(config)

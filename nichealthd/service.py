@@ -177,7 +177,9 @@ class Daemon:
             if outcome is None:
                 break
             self._after_poll(outcome)
-            if first:
+            # READY=1 only once a poll has been committed: a daemon that cannot read or
+            # write (fds exhausted, state directory broken) must not report itself started.
+            if first and outcome.commit_error is None:
                 self.notifier.ready(self.status_line())
                 log.info("nichealthd %s ready: %s", __version__, self.status_line())
                 first = False

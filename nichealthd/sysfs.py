@@ -10,6 +10,12 @@ attributes, GIDs) runs only when the device list changes, when a cached file goe
 every ``REDISCOVER_SECONDS`` as a safety net. Files that fail with EINVAL (restricted
 functions, where each read logs a kernel error — REFERENCE §3) are remembered and not read
 again.
+
+Open files are budgeted (:func:`fd_budget`, from the soft ``RLIMIT_NOFILE``): files beyond the
+budget are read with open/read/close each poll instead of being kept open, so a host with
+hundreds of devices stays monitored under a small limit, at two extra syscalls per such read.
+Every attribute is opened with ``O_NONBLOCK``: a FIFO put in place of a sysfs file reads as
+unreadable instead of hanging the poll.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import contextlib
 import errno
 import logging
 import os
+import resource
 import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -33,6 +40,39 @@ MAX_COUNTER = 2**64 - 1
 GID_SCAN_LIMIT = 32
 _GONE = (errno.ENOENT, errno.ENODEV, errno.ESTALE, errno.ENXIO)
 _READ_SIZE = 128
+# O_NONBLOCK: a FIFO (or anything else that blocks on open) must not hang the poll; sysfs
+# attributes ignore the flag.
+_OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
+_FD_EXHAUSTED = (errno.EMFILE, errno.ENFILE)
+# File descriptors left for everything but kept sysfs files: D-Bus, gRPC, the metrics HTTP
+# server and its clients, the journal, the state and outbox files, discovery's own reads.
+FD_RESERVE = 128
+
+
+def fd_budget(soft_limit: Optional[int] = None) -> Optional[int]:
+    """How many sysfs files may be kept open under the soft NOFILE limit (None: no limit).
+
+    The reserve is ``FD_RESERVE`` or an eighth of the limit, whichever is larger, so a big
+    limit also leaves room for many metrics clients; a limit at or below the reserve keeps
+    nothing open (every read is open/read/close).
+    """
+    if soft_limit is None:
+        soft_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft_limit == resource.RLIM_INFINITY or soft_limit < 0:
+        return None
+    return max(0, soft_limit - max(FD_RESERVE, soft_limit // 8))
+
+
+def parse_decimal(text: str, signed: bool = False) -> Optional[int]:
+    """An ASCII decimal integer, or None: never raises (``--1``, ``²``, ``1e3`` are None).
+
+    ``str.isdigit`` accepts superscripts that ``int()`` rejects, and ``int()`` accepts
+    underscores, spaces and non-ASCII digits that sysfs never prints, so both are avoided.
+    """
+    digits = text[1:] if signed and text.startswith("-") else text
+    if not digits or not digits.isascii() or not digits.isdecimal():
+        return None
+    return int(text)
 
 
 class ProblemLog:
@@ -64,17 +104,23 @@ class AttributeFiles:
     """
 
     def __init__(self, opener: Callable[[str, int], int] = os.open,
-                 preader: Callable[[int, int, int], bytes] = os.pread) -> None:
+                 preader: Callable[[int, int, int], bytes] = os.pread,
+                 budget: Optional[int] = None) -> None:
         self._open = opener
         self._pread = preader
         self._fds: dict[str, int] = {}
         self.reads = 0
+        # At most this many files stay open (None: all); the rest are opened for each read.
+        self.budget = budget
+        self.transient_reads = 0
 
     def read(self, path: str) -> bytes:
         """Current content; raises OSError (ENOENT when the file does not exist)."""
         fd = self._fds.get(path)
         if fd is None:
-            fd = self._open(path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = self._open_file(path)
+            if self.budget is not None and len(self._fds) >= self.budget:
+                return self._read_once(path, fd)
             self._fds[path] = fd
         self.reads += 1
         try:
@@ -84,6 +130,31 @@ class AttributeFiles:
             # repaired, and a failing file is rare enough that the extra open costs nothing.
             self.forget(path)
             raise
+
+    def _open_file(self, path: str) -> int:
+        """Open ``path``; when the process is out of fds, keep fewer open and try once more."""
+        try:
+            return self._open(path, _OPEN_FLAGS)
+        except OSError as exc:
+            if exc.errno not in _FD_EXHAUSTED or not self._fds:
+                raise
+        # The limit is smaller than the budget assumed (fds used elsewhere): shed an eighth
+        # of the kept files (at least 16) for good, so this does not repeat every poll.
+        shed = max(16, len(self._fds) // 8)
+        self.budget = max(0, len(self._fds) - shed)
+        for kept in list(self._fds)[self.budget:]:
+            self.forget(kept)
+        return self._open(path, _OPEN_FLAGS)
+
+    def _read_once(self, path: str, fd: int) -> bytes:
+        """A read that does not fit the budget: the file is closed again at once."""
+        self.reads += 1
+        self.transient_reads += 1
+        try:
+            return self._pread(fd, _READ_SIZE, 0)
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def __contains__(self, path: str) -> bool:
         return path in self._fds
@@ -168,7 +239,7 @@ class SysfsReader:
                  problems: Optional[ProblemLog] = None,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self.config = config
-        self.files = files or AttributeFiles()
+        self.files = files or AttributeFiles(budget=fd_budget())
         self.problems = problems or ProblemLog()
         self._monotonic = monotonic
         self._plans: list[_DevicePlan] = []
@@ -182,6 +253,7 @@ class SysfsReader:
         self.skip_counters: frozenset[str] = frozenset()
         self.unreadable_reads = 0
         self.discoveries = 0
+        self._fd_exhausted = False  # this poll saw EMFILE/ENFILE (logged once, not per file)
 
     # ----------------------------------------------------------------- public
 
@@ -199,7 +271,10 @@ class SysfsReader:
         if (self._dirty or names != self._names
                 or self._monotonic() - self._discovered_at >= REDISCOVER_SECONDS):
             self._discover(names)
+        self._fd_exhausted = False
         devices = tuple(self._read_device(plan) for plan in self._plans)
+        if not self._fd_exhausted:
+            self.problems.clear("fd-exhausted")
         complete = all(plan.info.ports_listed or plan.info.is_vf for plan in self._plans)
         return HostSnapshot(now, boot_id, devices, complete=complete)
 
@@ -252,10 +327,26 @@ class SysfsReader:
                        for name in sorted(names)]
         self.files.retain(path for plan in self._plans for port in plan.ports
                           for path in _polled_paths(port))
+        self._report_budget()
         self._names = names
         self._discovered_at = self._monotonic()
         self._dirty = False
         self.discoveries += 1
+
+    def _report_budget(self) -> None:
+        """One line when the open-file budget cannot keep every polled file open."""
+        budget = self.files.budget
+        total = sum(len(tuple(_polled_paths(port))) for plan in self._plans
+                    for port in plan.ports)
+        if budget is None or total <= budget:
+            self.problems.clear("fd-budget")
+            return
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        self.problems.report(
+            "fd-budget", f"{total - budget} of {total} sysfs files are read without keeping "
+            f"them open (open-file limit {soft}, {budget} kept open): each such read costs "
+            "an open and a close; raise the limit (LimitNOFILE= in the systemd unit, "
+            "ulimit -n) to keep them all open")
 
     def _discover_device(self, name: str, previous: Optional[_DevicePlan] = None
                          ) -> _DevicePlan:
@@ -270,8 +361,8 @@ class SysfsReader:
         known = {port.port: port for port in previous.ports} if previous else {}
         ports = []
         for port_name in sorted(port_names or (), key=_port_sort_key):
-            if port_name.isdigit():
-                number = int(port_name)
+            number = parse_decimal(port_name)
+            if number is not None:
                 ports.append(self._discover_port(name, number,
                                                  os.path.join(base, "ports", port_name),
                                                  pci, netdevs, known.get(number)))
@@ -426,9 +517,15 @@ class SysfsReader:
         return value
 
     def _failed(self, path: str, exc: OSError) -> None:
+        self.unreadable_reads += 1
+        if exc.errno in _FD_EXHAUSTED:  # one line for the whole host, not one per file
+            self._fd_exhausted = True
+            self.problems.report("fd-exhausted", "out of file descriptors (EMFILE/ENFILE): "
+                                 "some sysfs values are unknown this poll; raise the open-file "
+                                 "limit (LimitNOFILE= in the systemd unit)")
+            return
         if exc.errno in _GONE:
             self._dirty = True  # the device or port may be gone: rediscover next poll
-        self.unreadable_reads += 1
         self.problems.report(path, f"{path}: {exc.strerror or exc}; value unknown this poll")
 
     def _read_boot_id(self) -> Optional[str]:
@@ -448,7 +545,7 @@ def _read_facts(name: str, base: str, pci: str) -> DeviceSnapshot:
     slot = next((line.split("=", 1)[1] for line in uevent.splitlines()
                  if line.startswith("PCI_SLOT_NAME=")), None)
     numa_text = _read_text(os.path.join(pci, "numa_node"))
-    numa = int(numa_text) if numa_text and numa_text.lstrip("-").isdigit() else None
+    numa = parse_decimal(numa_text, signed=True) if numa_text else None
     try:
         driver: Optional[str] = os.path.basename(os.readlink(os.path.join(pci, "driver")))
     except OSError:
@@ -487,7 +584,7 @@ def _read_text(path: str, whole: bool = False) -> Optional[str]:
     Three syscalls (open, read, close): discovery reads hundreds of these on a big host.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, _OPEN_FLAGS)
         try:
             raw = os.read(fd, 4096)
         finally:
@@ -506,7 +603,8 @@ def _listdir(path: str) -> Optional[list[str]]:
 
 
 def _port_sort_key(name: str) -> tuple[int, str]:
-    return (int(name), "") if name.isdigit() else (1 << 30, name)
+    number = parse_decimal(name)
+    return (number, "") if number is not None else (1 << 30, name)
 
 
 def _netdev_for_port(pci: str, netdevs: Iterable[str], port: int) -> Optional[str]:
@@ -514,7 +612,7 @@ def _netdev_for_port(pci: str, netdevs: Iterable[str], port: int) -> Optional[st
     netdevs = list(netdevs)
     for name in netdevs:
         dev_port = _read_text(os.path.join(pci, "net", name, "dev_port"))
-        if dev_port is not None and dev_port.isdigit() and int(dev_port) == port - 1:
+        if dev_port is not None and parse_decimal(dev_port) == port - 1:
             return name
     return netdevs[0] if netdevs else None
 
@@ -525,7 +623,8 @@ def _count_gids(port_dir: str) -> Optional[int]:
     if names is None:
         return None
     count = 0
-    for name in sorted((n for n in names if n.isdigit()), key=int)[:GID_SCAN_LIMIT]:
+    numbered = ((parse_decimal(n), n) for n in names)
+    for _, name in sorted((i, n) for i, n in numbered if i is not None)[:GID_SCAN_LIMIT]:
         gid = _read_text(os.path.join(port_dir, "gids", name)) or ""
         if gid.replace("0", "").replace(":", ""):
             count += 1

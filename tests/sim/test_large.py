@@ -32,7 +32,6 @@ def test_more_than_255_devices_build(tmp_path: Path) -> None:
     _check_unique(root, manifest, 257)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("count", [512, 1024])
 def test_512_and_1024_device_hosts_build(tmp_path: Path, count: int) -> None:
     root = tmp_path / "host"

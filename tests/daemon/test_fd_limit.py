@@ -1,0 +1,46 @@
+"""A big host under a small open-file limit stays monitored (issue 12 class 4)."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from typing import Callable
+
+from .conftest import REPO, SimHost
+from .test_service import NotifySocket, notify  # noqa: F401  (fixture)
+
+
+def _small_limit() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+
+
+def test_128_devices_become_healthy_under_a_nofile_limit_of_256(
+        sim_host: Callable[..., SimHost], notify: NotifySocket) -> None:  # noqa: F811
+    host = sim_host("synthetic", devices=128)
+    env = dict(os.environ, NOTIFY_SOCKET=str(notify.path))
+    env.pop("JOURNAL_STREAM", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nichealthd.daemon", "--config", str(host.config),
+         "--polling-interval", "500ms", "--log-level", "debug"],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=_small_limit)
+    try:
+        ready = notify.wait_for("READY=1", seconds=60)
+        assert "128 ports: 128 healthy" in ready, ready
+        time.sleep(2)  # polls keep completing after the first
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert err.count("poll started") >= 4, err[-2000:]
+    state = json.loads(host.state_file.read_text())
+    ports = state["port_states"]
+    assert len(ports) == 128 and all(p["health"] == "healthy" for p in ports.values()), ports
+    assert "Too many open files" not in err and "out of file descriptors" not in err, err
+    budget = [line for line in err.splitlines() if "read without keeping them open" in line]
+    assert len(budget) == 1, err
+    assert "open-file limit 256" in budget[0] and "LimitNOFILE=" in budget[0]
