@@ -156,3 +156,10 @@ def test_unit_contract():
     # The file is plain INI that other tools (rpmlint, dh_installsystemd) can parse.
     cp = configparser.ConfigParser(strict=False, interpolation=None)
     cp.read_string(UNIT.read_text())
+
+
+def test_unit_sets_an_open_file_limit_the_daemon_cannot_set_itself():
+    """~15 sysfs fds per device: the default soft limit of 1024 is too small for VF-heavy
+    hosts, and ~@resources (setrlimit) stops the daemon from raising it (issue 12 class 4)."""
+    d = directives()
+    assert int(d[("Service", "LimitNOFILE")][-1]) >= 65536

@@ -44,3 +44,26 @@ def test_128_devices_become_healthy_under_a_nofile_limit_of_256(
     budget = [line for line in err.splitlines() if "read without keeping them open" in line]
     assert len(budget) == 1, err
     assert "open-file limit 256" in budget[0] and "LimitNOFILE=" in budget[0]
+
+
+def test_ready_waits_for_a_committed_poll(
+        sim_host: Callable[..., SimHost], notify: NotifySocket) -> None:  # noqa: F811
+    """A poll whose commit fails is not "started": READY=1 comes with the first commit."""
+    host = sim_host()
+    host.state_file.mkdir(parents=True)  # the state path is a directory: commits fail
+    env = dict(os.environ, NOTIFY_SOCKET=str(notify.path))
+    env.pop("JOURNAL_STREAM", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nichealthd.daemon", "--config", str(host.config),
+         "--polling-interval", "200ms"],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        early = notify.collect(3)
+        assert not any("READY=1" in m for m in early), early
+        host.state_file.rmdir()
+        notify.wait_for("READY=1", seconds=10)
+        assert host.state_file.is_file()
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
