@@ -268,11 +268,15 @@ class SysfsReader:
         names = self._list_devices()
         if names is None:
             return HostSnapshot(now, boot_id, (), complete=False)
-        if (self._dirty or names != self._names
-                or self._monotonic() - self._discovered_at >= REDISCOVER_SECONDS):
+        discovered = (self._dirty or names != self._names
+                      or self._monotonic() - self._discovered_at >= REDISCOVER_SECONDS)
+        if discovered:
             self._discover(names)
         self._fd_exhausted = False
+        reads, transient = self.files.reads, self.files.transient_reads
         devices = tuple(self._read_device(plan) for plan in self._plans)
+        if discovered:
+            self._report_budget(self.files.reads - reads, self.files.transient_reads - transient)
         if not self._fd_exhausted:
             self.problems.clear("fd-exhausted")
         complete = all(plan.info.ports_listed or plan.info.is_vf for plan in self._plans)
@@ -327,24 +331,25 @@ class SysfsReader:
                        for name in sorted(names)]
         self.files.retain(path for plan in self._plans for port in plan.ports
                           for path in _polled_paths(port))
-        self._report_budget()
         self._names = names
         self._discovered_at = self._monotonic()
         self._dirty = False
         self.discoveries += 1
 
-    def _report_budget(self) -> None:
-        """One line when the open-file budget cannot keep every polled file open."""
-        budget = self.files.budget
-        total = sum(len(tuple(_polled_paths(port))) for plan in self._plans
-                    for port in plan.ports)
-        if budget is None or total <= budget:
+    def _report_budget(self, total: int, transient: int) -> None:
+        """One line when the open-file budget cannot keep every polled file open.
+
+        Judged on the first poll after a discovery (what was really read), so the line
+        changes only when the device set does.
+        """
+        if not transient:
             self.problems.clear("fd-budget")
             return
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         self.problems.report(
-            "fd-budget", f"{total - budget} of {total} sysfs files are read without keeping "
-            f"them open (open-file limit {soft}, {budget} kept open): each such read costs "
+            "fd-budget", f"{transient} of {total} sysfs files are read without keeping "
+            f"them open (open-file limit {soft}, {self.files.budget} kept open): each such "
+            "read costs "
             "an open and a close; raise the limit (LimitNOFILE= in the systemd unit, "
             "ulimit -n) to keep them all open")
 
