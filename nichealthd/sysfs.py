@@ -87,9 +87,9 @@ class ProblemLog:
             self._active[key] = message
             self._logger.log(level, "%s", message)
 
-    def clear(self, key: str) -> None:
+    def clear(self, key: str, message: Optional[str] = None) -> None:
         if self._active.pop(key, None) is not None:
-            self._logger.info("%s: readable again", key)
+            self._logger.info("%s", message or f"{key}: readable again")
 
     @property
     def active(self) -> int:
@@ -278,7 +278,7 @@ class SysfsReader:
         if discovered:
             self._report_budget(self.files.reads - reads, self.files.transient_reads - transient)
         if not self._fd_exhausted:
-            self.problems.clear("fd-exhausted")
+            self.problems.clear("fd-exhausted", "file descriptors are available again")
         complete = all(plan.info.ports_listed or plan.info.is_vf for plan in self._plans)
         return HostSnapshot(now, boot_id, devices, complete=complete)
 
@@ -343,7 +343,7 @@ class SysfsReader:
         changes only when the device set does.
         """
         if not transient:
-            self.problems.clear("fd-budget")
+            self.problems.clear("fd-budget", "every polled sysfs file is kept open again")
             return
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         self.problems.report(
