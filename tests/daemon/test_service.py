@@ -17,6 +17,7 @@ import pytest
 
 from nichealthd.sim import mutate
 
+from ..threadstop import ThreadStopper
 from .conftest import REPO, SimHost
 
 
@@ -91,53 +92,6 @@ class Daemon:
             self.proc.kill()
             _, err = self.proc.communicate()
         return self.proc.returncode, err
-
-
-class ThreadStopper:
-    """Stops the daemon's poll thread (and only it) with ptrace while it is idle."""
-
-    SEIZE, INTERRUPT, DETACH = 0x4206, 0x4207, 17
-    FUTEX = 202  # x86_64
-
-    def __init__(self, pid: int) -> None:
-        import ctypes
-        if os.uname().machine != "x86_64":
-            pytest.skip("the idle check reads x86_64 syscall numbers")
-        self.libc = ctypes.CDLL(None, use_errno=True)
-        self.libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p,
-                                     ctypes.c_void_p]
-        self.tid = self._busiest_thread(pid)
-        deadline = time.monotonic() + 5
-        # Wait until it sleeps in futex (waiting for the next poll, the GIL not held).
-        while time.monotonic() < deadline:
-            if self._syscall() == self.FUTEX:
-                break
-            time.sleep(0.001)
-        if self.libc.ptrace(self.SEIZE, self.tid, None, None) != 0:
-            pytest.skip(f"ptrace not permitted here (errno {ctypes.get_errno()})")
-        assert self.libc.ptrace(self.INTERRUPT, self.tid, None, None) == 0
-
-    @staticmethod
-    def _busiest_thread(pid: int) -> int:
-        """The poll thread: the non-main thread that ran most over one second."""
-        def runtimes() -> dict[int, int]:
-            out = {}
-            for tid in os.listdir(f"/proc/{pid}/task"):
-                with open(f"/proc/{pid}/task/{tid}/schedstat") as handle:
-                    out[int(tid)] = int(handle.read().split()[0])
-            return out
-        before = runtimes()
-        time.sleep(1.0)
-        after = runtimes()
-        return max((t for t in after if t != pid), key=lambda t: after[t] - before.get(t, 0))
-
-    def _syscall(self) -> int:
-        with open(f"/proc/{self.tid}/syscall") as handle:
-            field = handle.read().split()[0]
-        return int(field) if field.lstrip("-").isdigit() else -1
-
-    def resume(self) -> None:
-        self.libc.ptrace(self.DETACH, self.tid, None, None)
 
 
 @pytest.fixture

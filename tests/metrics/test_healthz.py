@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-import shutil
 import socket
 import time
 from pathlib import Path
@@ -16,26 +13,23 @@ import pytest
 
 from nichealthd.metrics import MetricsService
 
+from ..threadstop import ThreadStopper
 from .conftest import INTERVAL, RunningDaemon, free_port, get
 
 Start = Callable[[Path], RunningDaemon]
 
 
 def test_healthz_503_while_a_sysfs_read_hangs(sim: Callable[..., Path], daemon: Start) -> None:
-    """A real hung read: a new device appears whose ``device/uevent`` is a FIFO with no writer.
+    """A hung poller: the poll thread is stopped (ptrace) while it waits for work.
 
-    The new name triggers a re-discovery, which opens ``uevent`` and blocks there. SIGSTOP
-    would freeze the HTTP server too; this blocks only the poll thread, which is exactly the
-    failure /healthz exists to reveal.
+    SIGSTOP would freeze the HTTP server too; this stops only the poll thread, as a sysfs
+    read stuck in the kernel would, which is exactly the failure /healthz exists to reveal.
+    (A FIFO in place of a sysfs file no longer hangs a poll: files are opened O_NONBLOCK.)
     """
     root = sim("synthetic", devices=2)
     running = daemon(root)
     assert get(running.base + "/healthz") == (200, "ok\n")
-    fifo = root / "hang.fifo"
-    os.mkfifo(fifo)
-    hung = root / "sys/class/infiniband/mlx5_hang"
-    (hung / "device").mkdir(parents=True)
-    (hung / "device/uevent").symlink_to(fifo)
+    poller = ThreadStopper(running.proc.pid)
     try:
         running.wait_for(lambda: get(running.base + "/healthz")[0] == 503,
                          timeout=3 * INTERVAL + 5, what="/healthz 503")
@@ -45,11 +39,7 @@ def test_healthz_503_while_a_sysfs_read_hangs(sim: Callable[..., Path], daemon: 
         # /metrics keeps answering from the last completed poll.
         assert "nichealthd_port_state_id" in running.text()
     finally:
-        shutil.rmtree(hung)  # later polls re-discover without it
-        with contextlib.suppress(OSError):  # ENXIO: the poller was not blocked on it
-            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # the hung open is the reader
-            os.write(fd, b"PCI_SLOT_NAME=0000:ff:00.0\n")
-            os.close(fd)
+        poller.resume()
     running.wait_for(lambda: get(running.base + "/healthz")[0] == 200, what="/healthz 200")
 
 
