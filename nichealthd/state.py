@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Optional
 
 from .events import format_timestamp, parse_timestamp
 
@@ -35,12 +35,19 @@ class CounterSnap:
 
 @dataclass(frozen=True)
 class BreachFlag:
-    """A latched threshold breach; cleared only by a counter reset or a reboot."""
+    """A latched threshold breach; cleared only by a counter reset or a reboot.
+
+    ``last_value`` is the last value seen while latched (None in state files written before
+    it existed). A latched counter keeps moving; after a restart a decrease must be judged
+    against where it was last seen, not against the snapshot of the breach: 2 at the breach,
+    2^32-1 before the restart and 1 after it is a wrap, not a reset.
+    """
 
     check_name: str
     is_fatal: bool
     since: datetime
     breached: bool = True
+    last_value: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -120,7 +127,8 @@ class MonitorState:
                 for k, s in sorted(self.counter_snapshots.items())},
             "breach_flags": {
                 k: {"breached": b.breached, "check_name": b.check_name, "is_fatal": b.is_fatal,
-                    "since": ts(b.since)}
+                    "since": ts(b.since),
+                    **({} if b.last_value is None else {"last_value": b.last_value})}
                 for k, b in sorted(self.breach_flags.items())},
             "port_states": {
                 k: {"state": p.state, "physical_state": p.physical_state, "device": p.device,
@@ -188,7 +196,8 @@ def _parse_state(data: Any) -> MonitorState:
             for k, v in _table(data, "counter_snapshots").items()},
         breach_flags={
             _str(k): BreachFlag(_str(v["check_name"]), bool(v["is_fatal"]), when(v["since"]),
-                                bool(v.get("breached", True)))
+                                bool(v.get("breached", True)),
+                                _nonnegative(v["last_value"]) if "last_value" in v else None)
             for k, v in _table(data, "breach_flags").items() if v.get("breached", True)},
         port_states={
             _str(k): PortRecord(_str(v["device"]), _int(v["port"]), _str(v["state"]),

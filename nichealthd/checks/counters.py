@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import posixpath
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import MutableMapping, NamedTuple, Optional
 
@@ -219,7 +219,10 @@ def _evaluate_one(port: PortSnapshot, spec: CounterSpec, check: str, key: str, v
                                   entities, next_state, now))
         return events
 
-    last = memory.last_values.get(key, snap.value)
+    flag = next_state.breach_flags.get(key)
+    last = memory.last_values.get(key)
+    if last is None:  # first poll after a restart: the last value persisted with a latch
+        last = snap.value if flag is None or flag.last_value is None else flag.last_value
     if wrapped_delta(path, last, value) is None:
         # Reset (driver reload, device reset, admin clear): restart the window from here and
         # clear a latched breach with a recovery carrying the breach's own check name.
@@ -234,6 +237,10 @@ def _evaluate_one(port: PortSnapshot, spec: CounterSpec, check: str, key: str, v
         next_state.saturated.pop(key, None)
         return events
 
+    if flag is not None and flag.last_value != value:
+        # Latched and still moving: persist where it is, so that a wrap across a restart is
+        # judged against the last value seen, not against the breach's snapshot.
+        next_state.breach_flags[key] = replace(flag, last_value=value)
     events.extend(_saturation(spec, key, path, value, check_degraded(check, spec), where,
                               entities, next_state, now))
     delta = wrapped_delta(path, snap.value, value)
@@ -268,7 +275,7 @@ def _evaluate_one(port: PortSnapshot, spec: CounterSpec, check: str, key: str, v
         memory.closed_windows[key] = observation
     breached = (rate if spec.is_velocity else delta) > spec.threshold
     if breached:
-        next_state.breach_flags[key] = BreachFlag(check, spec.is_fatal, now)
+        next_state.breach_flags[key] = BreachFlag(check, spec.is_fatal, now, last_value=value)
         events.append(make_event(
             check, fatal=spec.is_fatal, healthy=False, error_code=spec.name, entities=entities,
             message=(f"Port {port.device} port {port.port}: {spec.name} - {spec.description} "

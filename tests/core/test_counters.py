@@ -330,3 +330,45 @@ def test_a_reloaded_config_changes_the_counters_a_port_is_evaluated_for() -> Non
     assert "mlx5_0:1:link_downed" not in runner.last.observations
     assert "mlx5_0:1:port_rcv_errors" in runner.last.observations
     assert runner.last.events == ()  # the disabled counter's rise is not evaluated
+
+
+def test_latched_hw_counter_that_wraps_across_a_restart_is_not_a_reset() -> None:
+    """Issue #21.4: latched at 2, seen at 2^32-1, wraps to 1 while the daemon restarts."""
+    runner = Runner()
+    poll(runner, 0, rnr_nak_retry_err=0)
+    breach = poll(runner, 1, rnr_nak_retry_err=2)
+    assert [(e.error_code[0], e.is_fatal) for e in breach.events] == [("rnr_nak_retry_err", True)]
+    assert poll(runner, 2, rnr_nak_retry_err=2**32 - 1).events == ()
+    runner.restart()  # through JSON: only what the state file holds survives
+    key = "mlx5_0:1:rnr_nak_retry_err"
+    assert runner.state.breach_flags[key].last_value == 2**32 - 1
+    assert poll(runner, 3, rnr_nak_retry_err=1).events == ()  # a wrap: still latched
+    assert key in runner.state.breach_flags
+    runner.restart()
+    recovery = poll(runner, 4, rnr_nak_retry_err=0)  # a real admin clear still recovers
+    assert [(e.error_code[0], e.is_healthy) for e in recovery.events] == [
+        ("rnr_nak_retry_err", True)]
+
+
+def test_latched_counter_reset_during_a_restart_is_seen_against_the_last_value() -> None:
+    """Cleared and climbing again past the breach's value while the daemon was down."""
+    runner = Runner()
+    poll(runner, 0, link_downed=0)
+    poll(runner, 1, link_downed=1)  # latched with the snapshot at 1
+    poll(runner, 2, link_downed=9)
+    runner.restart()
+    recovery = poll(runner, 3, link_downed=4)  # 4 < 9: cleared and risen again
+    assert [e.is_healthy for e in recovery.events] == [True]
+
+
+def test_breach_flag_without_last_value_still_loads() -> None:
+    data = MonitorState(boot_id="b").to_json()
+    data["breach_flags"] = {"mlx5_0:1:link_downed": {
+        "breached": True, "check_name": "InfiniBandStateCheck", "is_fatal": True,
+        "since": "2026-01-01T12:00:00Z"}}
+    state = MonitorState.from_json(data)
+    assert state.breach_flags["mlx5_0:1:link_downed"].last_value is None
+    runner = Runner(state=state, baseline=False)
+    state.counter_snapshots["mlx5_0:1:link_downed"] = CounterSnap(1, at(0))
+    assert poll(runner, 1, link_downed=3).events == ()  # latched; the last value is recorded
+    assert runner.state.breach_flags["mlx5_0:1:link_downed"].last_value == 3

@@ -105,3 +105,25 @@ def test_missing_metadata_is_a_clear_startup_error(sim_host: Callable[..., SimHo
     assert run.returncode == 1
     assert "gpu_metadata.json does not exist" in run.stderr
     assert "Traceback" not in run.stderr and run.stderr.count("\n") == 1
+
+
+def test_latched_hw_counter_wrapping_between_runs_is_no_recovery(
+        sim_host: Callable[..., SimHost]) -> None:
+    """Issue #21.4 end to end: each ``--once`` is a restart; the wrap happens between two."""
+    host = sim_host()
+    assert host.once().returncode == 0
+    mutate.counter(host.root, "mlx5_0", 1, "rnr_nak_retry_err", add=2)
+    breach = host.once()
+    assert [(e["errorCode"], e["isFatal"]) for e in breach.events] == [
+        (["rnr_nak_retry_err"], True)]
+    mutate.counter(host.root, "mlx5_0", 1, "rnr_nak_retry_err", set_to=2**32 - 1)
+    assert host.once().events == []  # latched
+    mutate.counter(host.root, "mlx5_0", 1, "rnr_nak_retry_err", add=2, hardware_semantics=True)
+    wrapped = host.once()
+    assert wrapped.returncode == 0, wrapped.stderr
+    assert wrapped.events == []  # a wrap to 1, not a reset: the fatal condition stays
+    assert "mlx5_0:1:rnr_nak_retry_err" in json.loads(host.state_file.read_text())[
+        "breach_flags"]
+    mutate.counter(host.root, "mlx5_0", 1, "rnr_nak_retry_err", set_to=0)
+    assert [(e["isHealthy"], e["errorCode"]) for e in host.once().events] == [
+        (True, ["rnr_nak_retry_err"])]
