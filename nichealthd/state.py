@@ -95,7 +95,10 @@ class MonitorState:
     device_misses: dict[str, int] = field(default_factory=dict)
     missing_devices: dict[str, MissingDevice] = field(default_factory=dict)
     card_anomalies: dict[str, CardAnomaly] = field(default_factory=dict)
+    # Counter files stuck at their saturation value, keyed by ``<device>:<port>:<file name>``:
+    # those reported with an event (error counters) and those only shown (traffic counters).
     saturated: dict[str, datetime] = field(default_factory=dict)
+    saturated_quiet: dict[str, datetime] = field(default_factory=dict)
     group_modes: dict[str, int] = field(default_factory=dict)
     event_seq: int = 0
     version: int = STATE_VERSION
@@ -112,6 +115,7 @@ class MonitorState:
             missing_devices=dict(self.missing_devices),
             card_anomalies=dict(self.card_anomalies),
             saturated=dict(self.saturated),
+            saturated_quiet=dict(self.saturated_quiet),
             group_modes=dict(self.group_modes),
             event_seq=self.event_seq,
             version=self.version,
@@ -145,6 +149,8 @@ class MonitorState:
                     "check_name": a.check_name, "since": ts(a.since)}
                 for k, a in sorted(self.card_anomalies.items())},
             "saturated_counters": {k: ts(v) for k, v in sorted(self.saturated.items())},
+            "saturated_quiet_counters": {
+                k: ts(v) for k, v in sorted(self.saturated_quiet.items())},
             "group_modes": dict(sorted(self.group_modes.items())),
             "event_seq": self.event_seq,
         }
@@ -216,6 +222,8 @@ def _parse_state(data: Any) -> MonitorState:
                                  _str(v["check_name"]), when(v["since"]))
             for k, v in _table(data, "card_anomalies").items()},
         saturated={_str(k): when(v) for k, v in _table(data, "saturated_counters").items()},
+        saturated_quiet={_str(k): when(v)
+                         for k, v in _table(data, "saturated_quiet_counters").items()},
         group_modes={_str(k): _int(v) for k, v in _table(data, "group_modes").items()},
         event_seq=_int(data.get("event_seq", 0)),
         version=version,
