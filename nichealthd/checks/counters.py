@@ -115,6 +115,9 @@ class PortEntries:
     paths: Mapping[str, str]
     entries: tuple[tuple[CounterSpec, str, str], ...]
     saturating: tuple[SaturatingFile, ...] = ()
+    # Entry keys of saturating files that are not the file's key (symbol_error_fatal): where
+    # state files written before saturation was kept per file recorded it a second time.
+    stale: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, port: PortSnapshot, specs: tuple[CounterSpec, ...], checks: CheckNames,
@@ -128,19 +131,27 @@ class PortEntries:
             return known
         entries = []
         saturating: dict[str, SaturatingFile] = {}
+        stale = []
         for spec in specs:
             check = checks.for_counter(spec)
             if check not in enabled:
                 continue
-            entries.append((spec, check, counter_key(port.device, port.port, spec.name)))
+            key = counter_key(port.device, port.port, spec.name)
+            entries.append((spec, check, key))
             path = paths.get(spec.name, spec.path)
             limit = saturation_limit(path)
-            if limit is not None and path not in saturating:
-                file = posixpath.basename(path)
+            if limit is None:
+                continue
+            file = posixpath.basename(path)
+            if file != spec.name:
+                stale.append(key)
+            if path not in saturating:
                 saturating[path] = SaturatingFile(
                     spec.name, file, counter_key(port.device, port.port, file), limit,
                     file not in TRAFFIC_COUNTERS and checks.degradation in enabled)
-        made = cls(specs, checks, enabled, paths, tuple(entries), tuple(saturating.values()))
+        files = {sat.key for sat in saturating.values()}
+        made = cls(specs, checks, enabled, paths, tuple(entries), tuple(saturating.values()),
+                   tuple(k for k in stale if k not in files))
         memory.port_entries[(port.device, port.port)] = made
         return made
 
@@ -206,6 +217,7 @@ def evaluate_port_counters(
     snapshots, last_values, last_times = (previous.counter_snapshots, memory.last_values,
                                           memory.last_times)
     readings = port.counters
+    remembered = memory.port_entries.get((port.device, port.port))
     known = PortEntries.of(port, specs, checks, enabled_checks, memory)
     for spec, check, key in known.entries:
         reading = readings.get(spec.name)
@@ -221,7 +233,7 @@ def evaluate_port_counters(
         last_times[key] = now
     if known.saturating or next_state.saturated or next_state.saturated_quiet:
         _saturation(known, port, readings, next_state, events, notes, checks.degradation,
-                    entities, where, now)
+                    entities, where, now, rebuilt=known is not remembered)
     return events
 
 
@@ -231,9 +243,8 @@ def _idle(spec: CounterSpec, key: str, snap: CounterSnap, next_state: MonitorSta
     """The fast path of a counter that has not moved since its snapshot and the last poll.
 
     Most counters on a healthy host. The full evaluation would reach the same result (no
-    event; a value at its saturation limit was reported when the snapshot took it), only
-    slower. Returns False when it must run after all: a wall clock that went back past the
-    snapshot.
+    event), only slower; saturation is judged outside both paths, so neither can skip it.
+    Returns False when it must run after all: a wall clock that went back past the snapshot.
     """
     if now < snap.timestamp:
         return False
@@ -352,11 +363,11 @@ def saturation_key(device: str, port: int, path: str) -> Optional[str]:
 def _saturation(known: PortEntries, port: PortSnapshot, readings: Mapping[str, object],
                 next_state: MonitorState, events: list[HealthEvent],
                 notes: Optional[list[str]], check: str, entities: tuple[tuple[str, str], ...],
-                where: str, now: datetime) -> None:
+                where: str, now: datetime, rebuilt: bool) -> None:
     """Open or close the saturation report of each counter file of the port (module doc)."""
     reported, quiet = next_state.saturated, next_state.saturated_quiet
     if reported or quiet:
-        _forget_unknown(known, port, reported, quiet)
+        _forget_unknown(known, port, reported, quiet, rebuilt)
     for sat in known.saturating:
         value = readings.get(sat.name)
         if type(value) is not int:
@@ -401,13 +412,25 @@ def _same_identity(events: list[HealthEvent], check: str, name: str, healthy: bo
 
 
 def _forget_unknown(known: PortEntries, port: PortSnapshot, reported: dict[str, datetime],
-                    quiet: dict[str, datetime]) -> None:
+                    quiet: dict[str, datetime], rebuilt: bool) -> None:
     """Drop this port's saturation records that no longer match a file it reads.
 
     A config change, or a state file written before saturation was kept per file (it held
     ``symbol_error_fatal`` beside ``symbol_error``, and ``port_xmit_wait`` as an event). A
-    record that changed kind moves to its table silently: what was said stays said.
+    record that changed kind moves to its table silently: what was said stays said. Both
+    happen when the port's entries are built (start, reload): then every record of the port
+    is checked; otherwise only the port's own keys, so that a busy host with saturated
+    traffic counters on every port does not scan the whole table for each port.
     """
+    if not rebuilt:
+        for key in known.stale:
+            reported.pop(key, None)
+            quiet.pop(key, None)
+        for sat in known.saturating:
+            wrong = quiet if sat.reported else reported
+            if sat.key in wrong:
+                (reported if sat.reported else quiet).setdefault(sat.key, wrong.pop(sat.key))
+        return
     prefix = f"{port.device}:{port.port}:"
     kinds = {sat.key: sat.reported for sat in known.saturating}
     for table, is_reported in ((reported, True), (quiet, False)):

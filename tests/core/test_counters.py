@@ -301,6 +301,15 @@ def test_saturation_records_of_an_older_state_file_are_migrated() -> None:
     assert runner.state.saturated_quiet == {"mlx5_0:1:port_xmit_wait": at(0)}
     cleared = poll(runner, 2, symbol_error=0, port_xmit_wait=0)
     assert [(e.is_healthy, e.error_code) for e in cleared.events] == [(True, ("symbol_error",))]
+    # The same records in a state adopted while the port's entries are remembered (a commit
+    # that failed at the first poll keeps the old state): still put right.
+    runner.state.saturated.update({"mlx5_0:1:symbol_error_fatal": at(0),
+                                   "mlx5_0:1:port_xmit_wait": at(0)})
+    moved = poll(runner, 3, symbol_error=0, port_xmit_wait=0)
+    assert moved.events == ()  # no close event: port_xmit_wait's record became quiet
+    assert any(n.startswith("port_xmit_wait on port mlx5_0 port 1 is no longer saturated")
+               for n in moved.notes)
+    assert runner.state.saturated == {} and runner.state.saturated_quiet == {}
 
 
 def test_absent_and_unreadable_values_are_skipped_without_events() -> None:
