@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
@@ -382,7 +383,7 @@ def test_the_quiet_counter_shortcut_changes_nothing(monkeypatch: pytest.MonkeyPa
 
     Counters mostly sit still (as on a healthy host), sometimes rise, breach, reset (to 0,
     to their saturation limit, to an arbitrary value); the clock steps by fractions of a
-    second to minutes and now and then goes backwards.
+    second to minutes and now and then goes backwards; now and then the daemon restarts.
     """
     rng = random.Random(seed)
     names = [spec.name for spec in config().active_counters if spec.name != "symbol_error_fatal"]
@@ -406,10 +407,17 @@ def test_the_quiet_counter_shortcut_changes_nothing(monkeypatch: pytest.MonkeyPa
         readings = {**values, "symbol_error_fatal": values["symbol_error"]}
         polls.append(host(device(ports=(counters_port(readings),)), when=now))
 
+    restarts = {index for index in range(len(polls)) if rng.random() < 0.02}
+
     def run() -> list[tuple[object, ...]]:
         runner = Runner()
-        return [(r.events, r.observations, r.state.to_json())
-                for r in map(runner.poll, polls)]
+        results = []
+        for index, snapshot in enumerate(polls):
+            if index in restarts:
+                runner.restart()  # memory lost: the persisted state (and latches) stand in
+            result = runner.poll(snapshot)
+            results.append((result.events, result.observations, result.state.to_json()))
+        return results
 
     taken = 0
     real_idle = counters._idle
@@ -445,7 +453,9 @@ def test_latched_hw_counter_that_wraps_across_a_restart_is_not_a_reset() -> None
     breach = poll(runner, 1, rnr_nak_retry_err=2)
     assert [(e.error_code[0], e.is_fatal) for e in breach.events] == [("rnr_nak_retry_err", True)]
     assert poll(runner, 2, rnr_nak_retry_err=2**32 - 1).events == ()
-    runner.restart()  # through JSON: only what the state file holds survives
+    # A restart: only what the state file holds survives (through its JSON text).
+    runner.state = MonitorState.from_json(json.loads(json.dumps(runner.state.to_json())))
+    runner.memory = counters.CounterMemory()
     key = "mlx5_0:1:rnr_nak_retry_err"
     assert runner.state.breach_flags[key].last_value == 2**32 - 1
     assert poll(runner, 3, rnr_nak_retry_err=1).events == ()  # a wrap: still latched
