@@ -98,7 +98,8 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
         for port in device.ports:
             events.extend(evaluate_port_counters(
                 port, config.active_counters, CHECK_NAMES_OF.get(port.link_layer or layer, names),
-                enabled, previous, next_state, memory, observations, now, baseline))
+                enabled, previous, next_state, memory, observations, now, baseline,
+                notes))
 
     present = {d.name for d in snapshot.devices}
     monitored_names = {d.name for d in monitored}

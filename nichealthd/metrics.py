@@ -38,6 +38,7 @@ from prometheus_client.core import (
 from prometheus_client.utils import floatToGoString
 
 from . import __version__
+from .checks.counters import saturation_limit
 from .checks.ports import split_state
 from .config import Config
 from .monitor import PollOutcome
@@ -410,12 +411,20 @@ def _host_families(picture: _Picture) -> list[Metric]:
     breached = GaugeMetricFamily(
         PREFIX + "threshold_breached", "1 while a counter's threshold breach is latched, "
         "else 0", labels=[*_PORT, "counter", "fatal"])
+    saturated = GaugeMetricFamily(
+        PREFIX + "saturated", "1 while a counter file is stuck at its saturation value (an IB "
+        "PMA counter: blind until cleared), else 0; only counters that can saturate",
+        labels=[*_PORT, "counter", "file"])
     for record in counter_records(snapshot, result, state, picture.config):
         labels = [record["device"], str(record["port"]), record["counter"]]
+        file = record["path"].rsplit("/", 1)[-1]
         if record["value"] is not None:
-            value.add_metric([*labels, record["path"].rsplit("/", 1)[-1]], record["value"])
+            value.add_metric([*labels, file], record["value"])
         if record["value"] is not None or record["breached"]:
             breached.add_metric([*labels, _flag(record["fatal"])], int(record["breached"]))
+        if record["saturated"] or (record["value"] is not None
+                                   and saturation_limit(record["path"]) is not None):
+            saturated.add_metric([*labels, file], int(record["saturated"]))
 
     info = GaugeMetricFamily(
         PREFIX + "device_info", "RDMA device facts (always 1)",
@@ -426,7 +435,7 @@ def _host_families(picture: _Picture) -> list[Metric]:
             info.add_metric([record["device"], record["hca_type"], record["fw_ver"],
                              record["board_id"], record["role"], record["pci_address"],
                              str(record["numa_node"]), ",".join(record["netdevs"])], 1)
-    return [overall, state_id, phys_id, rate, health, value, breached, info]
+    return [overall, state_id, phys_id, rate, health, value, breached, saturated, info]
 
 
 def _close(server: _Server) -> None:

@@ -209,10 +209,11 @@ def _significant_change(old: MonitorState, new: MonitorState,
                         velocity_names: frozenset[str]) -> bool:
     """True unless the only difference is velocity snapshots that advanced."""
     if (old.boot_id, old.breach_flags, old.port_states, old.known_devices, old.device_misses,
-            old.missing_devices, old.card_anomalies, old.saturated, old.group_modes) != (
+            old.missing_devices, old.card_anomalies, old.saturated, old.group_modes,
+            old.saturated_quiet) != (
             new.boot_id, new.breach_flags, new.port_states, new.known_devices,
             new.device_misses, new.missing_devices, new.card_anomalies, new.saturated,
-            new.group_modes):
+            new.group_modes, new.saturated_quiet):
         return True
     if old.counter_snapshots.keys() != new.counter_snapshots.keys():
         return True

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Optional
 
 from .events import format_timestamp, parse_timestamp
 
@@ -35,12 +35,19 @@ class CounterSnap:
 
 @dataclass(frozen=True)
 class BreachFlag:
-    """A latched threshold breach; cleared only by a counter reset or a reboot."""
+    """A latched threshold breach; cleared only by a counter reset or a reboot.
+
+    ``last_value`` is the last value seen while latched (None in state files written before
+    it existed). A latched counter keeps moving; after a restart a decrease must be judged
+    against where it was last seen, not against the snapshot of the breach: 2 at the breach,
+    2^32-1 before the restart and 1 after it is a wrap, not a reset.
+    """
 
     check_name: str
     is_fatal: bool
     since: datetime
     breached: bool = True
+    last_value: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -88,7 +95,10 @@ class MonitorState:
     device_misses: dict[str, int] = field(default_factory=dict)
     missing_devices: dict[str, MissingDevice] = field(default_factory=dict)
     card_anomalies: dict[str, CardAnomaly] = field(default_factory=dict)
+    # Counter files stuck at their saturation value, keyed by ``<device>:<port>:<file name>``:
+    # those reported with an event (error counters) and those only shown (traffic counters).
     saturated: dict[str, datetime] = field(default_factory=dict)
+    saturated_quiet: dict[str, datetime] = field(default_factory=dict)
     group_modes: dict[str, int] = field(default_factory=dict)
     event_seq: int = 0
     version: int = STATE_VERSION
@@ -105,6 +115,7 @@ class MonitorState:
             missing_devices=dict(self.missing_devices),
             card_anomalies=dict(self.card_anomalies),
             saturated=dict(self.saturated),
+            saturated_quiet=dict(self.saturated_quiet),
             group_modes=dict(self.group_modes),
             event_seq=self.event_seq,
             version=self.version,
@@ -120,7 +131,8 @@ class MonitorState:
                 for k, s in sorted(self.counter_snapshots.items())},
             "breach_flags": {
                 k: {"breached": b.breached, "check_name": b.check_name, "is_fatal": b.is_fatal,
-                    "since": ts(b.since)}
+                    "since": ts(b.since),
+                    **({} if b.last_value is None else {"last_value": b.last_value})}
                 for k, b in sorted(self.breach_flags.items())},
             "port_states": {
                 k: {"state": p.state, "physical_state": p.physical_state, "device": p.device,
@@ -137,6 +149,8 @@ class MonitorState:
                     "check_name": a.check_name, "since": ts(a.since)}
                 for k, a in sorted(self.card_anomalies.items())},
             "saturated_counters": {k: ts(v) for k, v in sorted(self.saturated.items())},
+            "saturated_quiet_counters": {
+                k: ts(v) for k, v in sorted(self.saturated_quiet.items())},
             "group_modes": dict(sorted(self.group_modes.items())),
             "event_seq": self.event_seq,
         }
@@ -188,7 +202,8 @@ def _parse_state(data: Any) -> MonitorState:
             for k, v in _table(data, "counter_snapshots").items()},
         breach_flags={
             _str(k): BreachFlag(_str(v["check_name"]), bool(v["is_fatal"]), when(v["since"]),
-                                bool(v.get("breached", True)))
+                                bool(v.get("breached", True)),
+                                _nonnegative(v["last_value"]) if "last_value" in v else None)
             for k, v in _table(data, "breach_flags").items() if v.get("breached", True)},
         port_states={
             _str(k): PortRecord(_str(v["device"]), _int(v["port"]), _str(v["state"]),
@@ -207,6 +222,8 @@ def _parse_state(data: Any) -> MonitorState:
                                  _str(v["check_name"]), when(v["since"]))
             for k, v in _table(data, "card_anomalies").items()},
         saturated={_str(k): when(v) for k, v in _table(data, "saturated_counters").items()},
+        saturated_quiet={_str(k): when(v)
+                         for k, v in _table(data, "saturated_quiet_counters").items()},
         group_modes={_str(k): _int(v) for k, v in _table(data, "group_modes").items()},
         event_seq=_int(data.get("event_seq", 0)),
         version=version,

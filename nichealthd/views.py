@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import AbstractSet, Any, Optional
 
+from .checks.counters import saturation_key
 from .checks.ports import is_active, split_state
 from .config import Config
 from .evaluate import CycleResult
@@ -128,6 +129,8 @@ def counter_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorS
                 continue
             for spec in config.active_counters:
                 key = counter_key(dev.name, p.port, spec.name)
+                path = p.counter_paths.get(spec.name, spec.path)
+                file_key = saturation_key(dev.name, p.port, path)
                 reading = p.counters.get(spec.name)
                 seen = result.observations.get(key)
                 flag = state.breach_flags.get(key)
@@ -135,7 +138,7 @@ def counter_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorS
                     "device": dev.name,
                     "port": p.port,
                     "counter": spec.name,
-                    "path": p.counter_paths.get(spec.name, spec.path),
+                    "path": path,
                     "value": reading if is_value(reading) else None,
                     "error": reading.reason if isinstance(reading, Unreadable) else "",
                     "delta": seen.delta if seen else None,
@@ -146,7 +149,9 @@ def counter_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorS
                     "fatal": spec.is_fatal,
                     "breached": flag is not None,
                     "since": format_timestamp(flag.since) if flag else "",
-                    "saturated": key in state.saturated,
+                    # Per file (both symbol_error entries), reported or only shown.
+                    "saturated": file_key is not None and (
+                        file_key in state.saturated or file_key in state.saturated_quiet),
                 })
     return records
 

@@ -1,19 +1,37 @@
 """Counter evaluation (spec §6.3, §10.4): delta and velocity thresholds with latching breaches.
 
 Pure: it reads a port's counter values from the snapshot and the previous state, and writes
-the next state into the ``next_state`` it is given. Two rules beyond the spec (REFERENCE §3):
-a 32-bit ``hw_counters`` value that drops from near 2^32 wrapped (it is not a reset), and a PMA
-error counter pinned at its saturation value is reported once, because from then on a delta
-monitor cannot see anything on it until the counter is cleared.
+the next state into the ``next_state`` it is given. Rules beyond the spec (REFERENCE §3):
+
+- A 32-bit ``hw_counters`` value that drops from near 2^32 wrapped (it is not a reset). While
+  a breach is latched, the last value seen is persisted with it, so that a wrap across a
+  restart is judged against that value and not against the snapshot taken at the breach.
+- Saturation. IB PMA counters under ``counters/`` stop at all-ones (``PMA_SATURATION``); a
+  delta monitor is blind on such a counter until it is cleared. Saturation is judged once per
+  counter *file* of a port (``symbol_error`` and ``symbol_error_fatal`` read one file: one
+  report), every poll, on the value read, outside the per-entry rules (so no shortcut can skip
+  it). What it is depends on the counter:
+
+  * an **error counter** (``symbol_error``, ``link_downed``, ``port_rcv_errors``, ...) that
+    goes blind is one non-fatal event under the layer's degradation check, ``errorCode`` the
+    file's counter name; when the counter leaves the limit (cleared) one healthy event closes
+    it. An event of the same identity in the same poll (the threshold breach that took the
+    counter to its limit, the recovery of its latched breach when it is cleared) carries the
+    news instead, so the platform never gets two reports of one fact;
+  * a **traffic or congestion counter** (``port_xmit_wait``, ``port_{xmit,rcv}_data``,
+    ``*_packets``: ``TRAFFIC_COUNTERS``) reaches its limit on a healthy busy host
+    (``port_xmit_wait`` at 5,000 ticks/s in about ten days): no event, only a log line and
+    the ``saturated`` flag (views, D-Bus, the ``nichealthd_saturated`` metric). The same holds
+    for an error counter while the degradation check is disabled.
 """
 
 from __future__ import annotations
 
 import functools
 import posixpath
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import MutableMapping, NamedTuple, Optional
+from typing import Mapping, MutableMapping, NamedTuple, Optional
 
 from ..config import CounterSpec
 from ..events import HealthEvent, make_event, port_entities
@@ -40,6 +58,15 @@ PMA_SATURATION = {
     "excessive_buffer_overrun_errors": 2**4 - 1,
     "port_xmit_wait": 2**32 - 1,
 }
+
+# Traffic and congestion counters: saturation is what a busy healthy host does, not a fault.
+# Of these only port_xmit_wait is in PMA_SATURATION (mlx5 shows the data and packet counters
+# as 64-bit extended counters); the others are listed so that the rule holds if one is added.
+TRAFFIC_COUNTERS = frozenset({
+    "port_xmit_wait", "port_xmit_data", "port_rcv_data", "port_xmit_packets",
+    "port_rcv_packets", "unicast_xmit_packets", "unicast_rcv_packets",
+    "multicast_xmit_packets", "multicast_rcv_packets",
+})
 
 
 class CounterObservation(NamedTuple):
@@ -70,6 +97,16 @@ class CounterMemory:
     port_entries: dict[tuple[str, int], PortEntries] = field(default_factory=dict)
 
 
+class SaturatingFile(NamedTuple):
+    """A counter file of a port that can saturate, read through the entry ``name``."""
+
+    name: str  # the first enabled entry reading the file: its reading is the file's value
+    file: str  # the counter's own name (the file name): errorCode of the report
+    key: str  # ``<device>:<port>:<file>``, the key in MonitorState.saturated(_quiet)
+    limit: int
+    reported: bool  # an event (error counter, degradation check enabled), else quiet
+
+
 @dataclass(frozen=True)
 class PortEntries:
     """The enabled counter entries of one port: (spec, check name, state key) each."""
@@ -77,22 +114,46 @@ class PortEntries:
     specs: tuple[CounterSpec, ...]
     checks: CheckNames
     enabled: frozenset[str]
+    paths: Mapping[str, str]
     entries: tuple[tuple[CounterSpec, str, str], ...]
+    saturating: tuple[SaturatingFile, ...] = ()
+    # Entry keys of saturating files that are not the file's key (symbol_error_fatal): where
+    # state files written before saturation was kept per file recorded it a second time.
+    stale: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, port: PortSnapshot, specs: tuple[CounterSpec, ...], checks: CheckNames,
            enabled: frozenset[str], memory: CounterMemory) -> PortEntries:
-        """The port's entries, remembered in ``memory`` while the config stays the same."""
+        """The port's entries, remembered in ``memory`` while config and files stay the same."""
         known = memory.port_entries.get((port.device, port.port))
+        paths = port.counter_paths
         if (known is not None and known.specs is specs and known.checks is checks
-                and known.enabled == enabled):
+                and known.enabled == enabled
+                and (known.paths is paths or known.paths == paths)):
             return known
         entries = []
+        saturating: dict[str, SaturatingFile] = {}
+        stale = []
         for spec in specs:
             check = checks.for_counter(spec)
-            if check in enabled:
-                entries.append((spec, check, counter_key(port.device, port.port, spec.name)))
-        made = cls(specs, checks, enabled, tuple(entries))
+            if check not in enabled:
+                continue
+            key = counter_key(port.device, port.port, spec.name)
+            entries.append((spec, check, key))
+            path = paths.get(spec.name, spec.path)
+            limit = saturation_limit(path)
+            if limit is None:
+                continue
+            file = posixpath.basename(path)
+            if file != spec.name:
+                stale.append(key)
+            if path not in saturating:
+                saturating[path] = SaturatingFile(
+                    spec.name, file, counter_key(port.device, port.port, file), limit,
+                    file not in TRAFFIC_COUNTERS and checks.degradation in enabled)
+        files = {sat.key for sat in saturating.values()}
+        made = cls(specs, checks, enabled, paths, tuple(entries), tuple(saturating.values()),
+                   tuple(k for k in stale if k not in files))
         memory.port_entries[(port.device, port.port)] = made
         return made
 
@@ -145,8 +206,12 @@ def evaluate_port_counters(
     observations: MutableMapping[str, CounterObservation],
     now: datetime,
     baseline: bool,
+    notes: Optional[list[str]] = None,
 ) -> list[HealthEvent]:
-    """Evaluate every configured counter of one port; returns the events in order."""
+    """Evaluate every configured counter of one port; returns the events in order.
+
+    ``notes`` receives the log lines of saturation that is not an event (traffic counters).
+    """
     events: list[HealthEvent] = []
     # Built once per port, not once per counter: they are only used when an event is made.
     entities = port_entities(port.device, port.port)
@@ -154,7 +219,9 @@ def evaluate_port_counters(
     snapshots, last_values, last_times = (previous.counter_snapshots, memory.last_values,
                                           memory.last_times)
     readings = port.counters
-    for spec, check, key in PortEntries.of(port, specs, checks, enabled_checks, memory).entries:
+    remembered = memory.port_entries.get((port.device, port.port))
+    known = PortEntries.of(port, specs, checks, enabled_checks, memory)
+    for spec, check, key in known.entries:
         reading = readings.get(spec.name)
         if type(reading) is not int:  # ABSENT or Unreadable (is_value, inline: a hot loop)
             observations[key] = CounterObservation(None, None, None)
@@ -166,6 +233,9 @@ def evaluate_port_counters(
                                         memory, observations, now, baseline, entities, where))
         last_values[key] = reading
         last_times[key] = now
+    if known.saturating or next_state.saturated or next_state.saturated_quiet:
+        _saturation(known, port, readings, next_state, events, notes, checks.degradation,
+                    entities, where, now, rebuilt=known is not remembered)
     return events
 
 
@@ -175,9 +245,8 @@ def _idle(spec: CounterSpec, key: str, snap: CounterSnap, next_state: MonitorSta
     """The fast path of a counter that has not moved since its snapshot and the last poll.
 
     Most counters on a healthy host. The full evaluation would reach the same result (no
-    event; a value at its saturation limit was reported when the snapshot took it), only
-    slower. Returns False when it must run after all: a wall clock that went back past the
-    snapshot.
+    event), only slower; saturation is judged outside both paths, so neither can skip it.
+    Returns False when it must run after all: a wall clock that went back past the snapshot.
     """
     if now < snap.timestamp:
         return False
@@ -215,11 +284,12 @@ def _evaluate_one(port: PortSnapshot, spec: CounterSpec, check: str, key: str, v
             events.append(make_event(
                 check, fatal=False, healthy=True, error_code=spec.name, entities=entities,
                 message=f"Counter {spec.name} healthy after reboot on {where}", at=now))
-        events.extend(_saturation(spec, key, path, value, check_degraded(check, spec), where,
-                                  entities, next_state, now))
         return events
 
-    last = memory.last_values.get(key, snap.value)
+    flag = next_state.breach_flags.get(key)
+    last = memory.last_values.get(key)
+    if last is None:  # first poll after a restart: the last value persisted with a latch
+        last = snap.value if flag is None or flag.last_value is None else flag.last_value
     if wrapped_delta(path, last, value) is None:
         # Reset (driver reload, device reset, admin clear): restart the window from here and
         # clear a latched breach with a recovery carrying the breach's own check name.
@@ -231,11 +301,12 @@ def _evaluate_one(port: PortSnapshot, spec: CounterSpec, check: str, key: str, v
             events.append(make_event(
                 flag.check_name, fatal=False, healthy=True, error_code=spec.name,
                 entities=entities, message=f"Counter {spec.name} recovered on {where}", at=now))
-        next_state.saturated.pop(key, None)
         return events
 
-    events.extend(_saturation(spec, key, path, value, check_degraded(check, spec), where,
-                              entities, next_state, now))
+    if flag is not None and flag.last_value != value:
+        # Latched and still moving: persist where it is, so that a wrap across a restart is
+        # judged against the last value seen, not against the breach's snapshot.
+        next_state.breach_flags[key] = replace(flag, last_value=value)
     delta = wrapped_delta(path, snap.value, value)
     elapsed = (now - snap.timestamp).total_seconds()
     if delta is None or elapsed < 0:
@@ -268,7 +339,7 @@ def _evaluate_one(port: PortSnapshot, spec: CounterSpec, check: str, key: str, v
         memory.closed_windows[key] = observation
     breached = (rate if spec.is_velocity else delta) > spec.threshold
     if breached:
-        next_state.breach_flags[key] = BreachFlag(check, spec.is_fatal, now)
+        next_state.breach_flags[key] = BreachFlag(check, spec.is_fatal, now, last_value=value)
         events.append(make_event(
             check, fatal=spec.is_fatal, healthy=False, error_code=spec.name, entities=entities,
             message=(f"Port {port.device} port {port.port}: {spec.name} - {spec.description} "
@@ -284,21 +355,88 @@ def _carry(previous: Optional[CounterObservation], value: int) -> CounterObserva
     return CounterObservation(value, previous.delta, previous.rate)
 
 
-def check_degraded(check: str, spec: CounterSpec) -> str:
-    """Saturation is a degradation signal: file it under the degradation check of the layer."""
-    if spec.is_fatal:
-        return check.replace("StateCheck", "DegradationCheck")
-    return check
+def saturation_key(device: str, port: int, path: str) -> Optional[str]:
+    """A counter file's key in ``MonitorState.saturated(_quiet)``; None if it cannot saturate."""
+    if saturation_limit(path) is None:
+        return None
+    return counter_key(device, port, posixpath.basename(path))
 
 
-def _saturation(spec: CounterSpec, key: str, path: str, value: int, check: str, where: str,
-                entities: tuple[tuple[str, str], ...], next_state: MonitorState,
-                now: datetime) -> list[HealthEvent]:
-    limit = saturation_limit(path)
-    if limit is None or value != limit or key in next_state.saturated:
-        return []
-    next_state.saturated[key] = now
-    return [make_event(
-        check, fatal=False, healthy=False, error_code=spec.name, entities=entities, at=now,
-        message=(f"Counter {spec.name} on {where} is saturated at {value} - monitoring of this "
-                 f"counter is blind until it is cleared"))]
+def _saturation(known: PortEntries, port: PortSnapshot, readings: Mapping[str, object],
+                next_state: MonitorState, events: list[HealthEvent],
+                notes: Optional[list[str]], check: str, entities: tuple[tuple[str, str], ...],
+                where: str, now: datetime, rebuilt: bool) -> None:
+    """Open or close the saturation report of each counter file of the port (module doc)."""
+    reported, quiet = next_state.saturated, next_state.saturated_quiet
+    if reported or quiet:
+        _forget_unknown(known, port, reported, quiet, rebuilt)
+    for sat in known.saturating:
+        value = readings.get(sat.name)
+        if type(value) is not int:
+            continue  # absent or unreadable: nothing is known, the report stays as it is
+        table = reported if sat.reported else quiet
+        if value == sat.limit:
+            if sat.key in table:
+                continue
+            table[sat.key] = now
+            if not sat.reported:
+                if notes is not None:
+                    notes.append(f"{sat.file} on {where} is saturated at {value}: a traffic "
+                                 f"counter (or the degradation check is off), no event")
+                continue
+            news = (f"saturated at {value} - monitoring of this counter is blind until it is "
+                    f"cleared")
+            same = _same_identity(events, check, sat.file, healthy=False)
+            if same is not None:  # the breach that took it there says it too
+                events[same] = replace(events[same], message=f"{events[same].message} - {news}")
+            else:
+                events.append(make_event(
+                    check, fatal=False, healthy=False, error_code=sat.file, entities=entities,
+                    at=now, message=f"Counter {sat.file} on {where} is {news}"))
+        elif table.pop(sat.key, None) is not None:
+            if not sat.reported:
+                if notes is not None:
+                    notes.append(f"{sat.file} on {where} is no longer saturated ({value})")
+            elif _same_identity(events, check, sat.file, healthy=True) is None:
+                events.append(make_event(
+                    check, fatal=False, healthy=True, error_code=sat.file, entities=entities,
+                    at=now, message=(f"Counter {sat.file} on {where} is no longer saturated "
+                                     f"(value={value})")))
+
+
+def _same_identity(events: list[HealthEvent], check: str, name: str, healthy: bool
+                   ) -> Optional[int]:
+    for index, event in enumerate(events):
+        if (event.check_name == check and event.error_code == (name,)
+                and event.is_healthy == healthy and event.entities):
+            return index
+    return None
+
+
+def _forget_unknown(known: PortEntries, port: PortSnapshot, reported: dict[str, datetime],
+                    quiet: dict[str, datetime], rebuilt: bool) -> None:
+    """Drop this port's saturation records that no longer match a file it reads.
+
+    A config change, or a state file written before saturation was kept per file (it held
+    ``symbol_error_fatal`` beside ``symbol_error``, and ``port_xmit_wait`` as an event). A
+    record that changed kind moves to its table silently: what was said stays said. Both
+    happen when the port's entries are built (start, reload): then every record of the port
+    is checked; otherwise only the port's own keys, so that a busy host with saturated
+    traffic counters on every port does not scan the whole table for each port.
+    """
+    if not rebuilt:
+        for key in known.stale:
+            reported.pop(key, None)
+            quiet.pop(key, None)
+        for sat in known.saturating:
+            wrong = quiet if sat.reported else reported
+            if sat.key in wrong:
+                (reported if sat.reported else quiet).setdefault(sat.key, wrong.pop(sat.key))
+        return
+    prefix = f"{port.device}:{port.port}:"
+    kinds = {sat.key: sat.reported for sat in known.saturating}
+    for table, is_reported in ((reported, True), (quiet, False)):
+        for key in [k for k in table if k.startswith(prefix) and kinds.get(k) is not is_reported]:
+            since = table.pop(key)
+            if key in kinds:
+                (reported if kinds[key] else quiet).setdefault(key, since)

@@ -111,7 +111,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
 def _profiles(_: argparse.Namespace) -> None:
     for name, make in PROFILES.items():
-        print(f"{name:<14} {make().description}")
+        print(f"{name:<18} {make().description}")
 
 
 def _create(a: argparse.Namespace) -> None:

@@ -80,14 +80,24 @@ class Profile:
     description: str
     gpus: Tuple[GpuSpec, ...]
     nics: Tuple[NicSpec, ...]
+    # How the default route reaches the flagged NICs: "" their own netdev, "bond" bond0 with
+    # their netdevs as slaves, "vlan" vlan100 on the (single) flagged netdev.
+    uplink: str = ""
+    # The flagged NICs' default route is IPv6 only (/proc/net/ipv6_route), none in IPv4.
+    ipv6_only: bool = False
 
     @property
     def default_route_iface(self) -> str:
-        """Netdev carrying the default route: the flagged NIC's, else a non-Mellanox eno1."""
+        """Netdev carrying the default route: the flagged NIC's (or its bond/VLAN), else eno1."""
+        if self.uplink:
+            return UPLINKS[self.uplink]
         for nic in resolved_nics(self):
             if nic.default_route and nic.netdev:
                 return nic.netdev
         return "eno1"
+
+
+UPLINKS = {"bond": "bond0", "vlan": "vlan100"}
 
 
 def parse_pci(pci: str) -> Tuple[int, int, int, int]:
@@ -297,6 +307,40 @@ def _l40s_onprem() -> Profile:
     )
 
 
+def _l40s_onprem_bond() -> Profile:
+    base = _l40s_onprem()
+    mgmt = [NicSpec(f"0000:0d:00.{fn}", 0, ETH, MANAGEMENT, hca="cx6", default_route=True)
+            for fn in (0, 1)]
+    return dataclasses.replace(
+        base,
+        name="l40s-onprem-bond",
+        description="l40s-onprem with a dual-port management card whose two functions are "
+        "the slaves of bond0, which carries the default route",
+        nics=(*mgmt, *base.nics[1:]),
+        uplink="bond",
+    )
+
+
+def _l40s_onprem_vlan() -> Profile:
+    return dataclasses.replace(
+        _l40s_onprem(),
+        name="l40s-onprem-vlan",
+        description="l40s-onprem with the default route on vlan100 (vlan100@<management "
+        "netdev>), not on the management NIC's own netdev",
+        uplink="vlan",
+    )
+
+
+def _l40s_onprem_ipv6() -> Profile:
+    return dataclasses.replace(
+        _l40s_onprem(),
+        name="l40s-onprem-ipv6",
+        description="l40s-onprem, IPv6-only management: its default route is in "
+        "/proc/net/ipv6_route, /proc/net/route has none",
+        ipv6_only=True,
+    )
+
+
 def _gb200_nvl4() -> Profile:
     gpus = (
         GpuSpec("0008:01:00.0", 0),
@@ -379,6 +423,9 @@ PROFILES: Dict[str, Callable[[], Profile]] = {
     "a100-roce": _a100_roce,
     "l40s-oci": _l40s_oci,
     "l40s-onprem": _l40s_onprem,
+    "l40s-onprem-bond": _l40s_onprem_bond,
+    "l40s-onprem-vlan": _l40s_onprem_vlan,
+    "l40s-onprem-ipv6": _l40s_onprem_ipv6,
     "gb200-nvl4": _gb200_nvl4,
     "h100-34": _h100_34,
     "l40-dualport": _l40_dualport,

@@ -381,6 +381,60 @@ class _Builder:
         write_new(ndir / "ifindex", "1\n")
         symlink(self.root / "sys/class/net/lo", ndir)
 
+    def uplink(self, kind: str, name: str, slaves: List[str]) -> None:
+        """A bond or VLAN netdev over `slaves`, as the kernel shows it; it takes their routes.
+
+        Virtual (no device link): bond0 lists its slaves in bonding/slaves, and both kinds
+        link their lower devices as lower_<slave> (the slaves link back as upper_<name>).
+        """
+        ndir = self.root / "sys/devices/virtual/net" / name
+        self.ifindex += 1
+        slave_dirs = [(self.root / "sys/class/net" / slave).resolve() for slave in slaves]
+        address = (slave_dirs[0] / "address").read_text()
+        for attr, value in (("operstate", "up\n"), ("carrier_changes", "0\n"),
+                            ("ifindex", f"{self.ifindex}\n"), ("type", "1\n"),
+                            ("mtu", "9000\n"), ("address", address)):
+            write_new(ndir / attr, value)
+        for slave, sdir in zip(slaves, slave_dirs):
+            symlink(ndir / f"lower_{slave}", sdir)
+            symlink(sdir / f"upper_{name}", ndir)
+            if kind == "bond":
+                symlink(sdir / "master", ndir)
+        if kind == "bond":
+            write_new(ndir / "bonding/slaves", " ".join(slaves) + "\n")
+            write_new(ndir / "bonding/mode", "802.3ad 4\n")
+        symlink(self.root / "sys/class/net" / name, ndir)
+        routes: List[Tuple[str, str, str, int, str]] = []
+        for route in self.routes:
+            if route[0] in slaves:
+                route = (name, *route[1:])
+            if route not in routes:
+                routes.append(route)
+        self.routes = routes
+
+    def ipv6_route_table(self, ipv6_only: List[str]) -> str:
+        """/proc/net/ipv6_route: link-local routes of every routed netdev, lo's reject default.
+
+        Netdevs in `ipv6_only` lose their IPv4 routes and get a global prefix and the IPv6
+        default route (via a link-local router, as router advertisements install it).
+        """
+        zero = "0" * 32
+        lines = []
+        for iface in ipv6_only:
+            lines.append(f"{zero} 00 {zero} 00 fe800000000000000000000000000001 00000400 "
+                         f"00000001 00000000 00450003 {iface:>8}")
+            lines.append(f"20010db8000000000000000000000000 40 {zero} 00 {zero} 00000100 "
+                         f"00000001 00000000 00000001 {iface:>8}")
+        self.routes = [r for r in self.routes if r[0] not in ipv6_only]
+        for iface in dict.fromkeys([*ipv6_only, *(r[0] for r in self.routes)]):
+            lines.append(f"fe800000000000000000000000000000 40 {zero} 00 {zero} 00000100 "
+                         f"00000001 00000000 00000001 {iface:>8}")
+        lines.append(f"{'0' * 31}1 80 {zero} 00 {zero} 00000000 00000002 00000000 80200001 "
+                     f"{'lo':>8}")
+        lines.append(f"{zero} 00 {zero} 00 {zero} ffffffff 00000001 00000000 00200200 "
+                     f"{'lo':>8}")
+        return "".join(line + "\n" for line in lines)
+
     def route_table(self) -> str:
         """/proc/net/route exactly as fib_trie prints it (lines padded to 127 columns)."""
         lines = [
@@ -473,6 +527,11 @@ def create(
     default_iface = prof.default_route_iface
     if default_iface == "eno1":
         builder.non_mellanox_eno1()
+    flagged = [nic.netdev for nic in nics if nic.default_route and nic.netdev]
+    if prof.uplink:  # the default route goes through a bond or VLAN over the flagged netdevs
+        builder.uplink(prof.uplink, default_iface, flagged)
+    ipv6 = builder.ipv6_route_table([default_iface] if prof.ipv6_only else [])
+    write_new(top / "proc/net/ipv6_route", ipv6)
     write_new(top / "proc/net/route", builder.route_table())
     write_new(top / BOOT_ID, f"{uuid.uuid4()}\n")
     node_name = f"{prof.name}-sim"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
@@ -200,22 +201,116 @@ def test_pma_counter_wrap_rule_does_not_apply_to_counters_dir() -> None:
     assert runner.state.counter_snapshots["mlx5_0:1:port_xmit_wait"].value == 3
 
 
-def test_saturated_pma_counter_is_reported_once_and_cleared_by_reset() -> None:
+def unhealthy(result: Any) -> list[Any]:
+    return [e for e in result.events if not e.is_healthy]
+
+
+def healthy(result: Any) -> list[Any]:
+    return [e for e in result.events if e.is_healthy and e.entities]
+
+
+def test_saturated_error_counter_is_one_report_per_file_closed_when_cleared() -> None:
+    """Issue #21.3: symbol_error and symbol_error_fatal read one file: one report."""
     runner = Runner()
     poll(runner, 0, symbol_error=65000)
-    first = poll(runner, 3600, symbol_error=65535)
+    first = poll(runner, 3600, symbol_error=65535)  # 535/hour: the fatal tier breaches too
     saturation = [e for e in first.events if "saturated" in e.message]
-    assert len(saturation) == 2  # both entries that read the file are blind now
-    assert all(not e.is_fatal and not e.is_healthy for e in saturation)
-    assert all(e.check_name == "InfiniBandDegradationCheck" for e in saturation)
-    assert saturation[0].message.startswith("Counter symbol_error")
-    assert "blind until it is cleared" in saturation[0].message
-    assert [e for e in poll(runner, 7200, symbol_error=65535).events
-            if "saturated" in e.message] == []
-    poll(runner, 7201, symbol_error=0)  # cleared
+    assert len(saturation) == 1
+    event = saturation[0]
+    assert (event.is_fatal, event.is_healthy, event.check_name, event.error_code) == (
+        False, False, "InfiniBandDegradationCheck", ("symbol_error",))
+    assert event.message == ("Counter symbol_error on port mlx5_0 port 1 is saturated at 65535 "
+                             "- monitoring of this counter is blind until it is cleared")
+    assert runner.state.saturated == {"mlx5_0:1:symbol_error": at(3600)}
+    assert [e for e in poll(runner, 7200, symbol_error=65535).events] == []
+    cleared = poll(runner, 7201, symbol_error=0)
+    closes = [e for e in cleared.events if e.error_code == ("symbol_error",)]
+    assert [(e.is_healthy, e.check_name) for e in closes] == [
+        (True, "InfiniBandDegradationCheck")]
+    assert closes[0].message == ("Counter symbol_error on port mlx5_0 port 1 is no longer "
+                                 "saturated (value=0)")
     assert runner.state.saturated == {}
     again = poll(runner, 7202, symbol_error=65535)
     assert any("saturated" in e.message for e in again.events)
+
+
+def test_a_jump_to_the_limit_is_one_event_and_clearing_it_one_healthy_event() -> None:
+    """The "done when" of issue #21.3: the breach that took it there carries the news."""
+    runner = Runner()
+    poll(runner, 0, symbol_error=0)
+    jump = poll(runner, 1, symbol_error=65535)
+    assert len(jump.events) == 1
+    event = jump.events[0]
+    assert event.error_code == ("symbol_error",) and not event.is_fatal
+    assert event.message.startswith("Port mlx5_0 port 1: symbol_error - ")
+    assert event.message.endswith("- saturated at 65535 - monitoring of this counter is blind "
+                                  "until it is cleared")
+    assert "mlx5_0:1:symbol_error" in runner.state.saturated
+    cleared = poll(runner, 2, symbol_error=0)
+    assert [(e.is_healthy, e.error_code) for e in cleared.events] == [
+        (True, ("symbol_error",))]  # the latched breach's recovery closes both
+    assert runner.state.saturated == {} and runner.state.breach_flags == {}
+
+
+def test_saturated_at_the_first_poll_is_reported_once() -> None:
+    runner = Runner()
+    first = poll(runner, 0, symbol_error=65535, link_downed=255)
+    assert sorted(e.error_code[0] for e in unhealthy(first)) == ["link_downed", "symbol_error"]
+    assert all(e.check_name == "InfiniBandDegradationCheck" for e in unhealthy(first))
+    assert poll(runner, 1, symbol_error=65535, link_downed=255).events == ()
+    cleared = poll(runner, 2, symbol_error=65535, link_downed=0)
+    assert [(e.is_healthy, e.error_code) for e in cleared.events] == [(True, ("link_downed",))]
+
+
+def test_a_saturated_traffic_counter_is_a_log_line_and_a_flag_not_an_event() -> None:
+    """port_xmit_wait on a healthy busy host reaches 2^32-1 in about ten days."""
+    runner = Runner()
+    poll(runner, 0, port_xmit_wait=2**32 - 5000)
+    full = poll(runner, 1, port_xmit_wait=2**32 - 1)
+    assert full.events == ()
+    assert runner.state.saturated == {}
+    assert runner.state.saturated_quiet == {"mlx5_0:1:port_xmit_wait": at(1)}
+    assert [n for n in full.notes if "port_xmit_wait" in n] == [
+        "port_xmit_wait on port mlx5_0 port 1 is saturated at 4294967295: a traffic counter "
+        "(or the degradation check is off), no event"]
+    still = poll(runner, 2, port_xmit_wait=2**32 - 1)
+    assert still.events == () and not still.notes
+    cleared = poll(runner, 3, port_xmit_wait=0)
+    assert cleared.events == () and runner.state.saturated_quiet == {}
+    assert any("no longer saturated" in n for n in cleared.notes)
+
+
+def test_saturation_of_an_error_counter_is_quiet_while_the_degradation_check_is_off() -> None:
+    runner = Runner(config(checks="InfiniBandStateCheck"))
+    poll(runner, 0, link_downed=255)
+    assert unhealthy(runner.last) == []
+    assert runner.state.saturated_quiet == {"mlx5_0:1:link_downed": at(0)}
+
+
+def test_saturation_records_of_an_older_state_file_are_migrated() -> None:
+    """Per-entry keys (symbol_error_fatal) and port_xmit_wait as an event, from before #21.3."""
+    state = MonitorState(boot_id="boot-1")
+    for name, value in (("symbol_error", 65535), ("symbol_error_fatal", 65535),
+                        ("port_xmit_wait", 2**32 - 1)):
+        state.counter_snapshots[f"mlx5_0:1:{name}"] = CounterSnap(value, at(0))
+        state.saturated[f"mlx5_0:1:{name}"] = at(0)
+    data = state.to_json()
+    del data["saturated_quiet_counters"]  # a file written before the key existed
+    runner = Runner(state=MonitorState.from_json(data), baseline=False)
+    assert poll(runner, 1, symbol_error=65535, port_xmit_wait=2**32 - 1).events == ()
+    assert runner.state.saturated == {"mlx5_0:1:symbol_error": at(0)}
+    assert runner.state.saturated_quiet == {"mlx5_0:1:port_xmit_wait": at(0)}
+    cleared = poll(runner, 2, symbol_error=0, port_xmit_wait=0)
+    assert [(e.is_healthy, e.error_code) for e in cleared.events] == [(True, ("symbol_error",))]
+    # The same records in a state adopted while the port's entries are remembered (a commit
+    # that failed at the first poll keeps the old state): still put right.
+    runner.state.saturated.update({"mlx5_0:1:symbol_error_fatal": at(0),
+                                   "mlx5_0:1:port_xmit_wait": at(0)})
+    moved = poll(runner, 3, symbol_error=0, port_xmit_wait=0)
+    assert moved.events == ()  # no close event: port_xmit_wait's record became quiet
+    assert any(n.startswith("port_xmit_wait on port mlx5_0 port 1 is no longer saturated")
+               for n in moved.notes)
+    assert runner.state.saturated == {} and runner.state.saturated_quiet == {}
 
 
 def test_absent_and_unreadable_values_are_skipped_without_events() -> None:
@@ -281,13 +376,16 @@ def test_messages_never_contain_semicolons() -> None:
     assert ";" not in event.message
 
 
-def test_the_quiet_counter_shortcut_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("seed", [20261122, 1, 2, 3])
+def test_the_quiet_counter_shortcut_changes_nothing(monkeypatch: pytest.MonkeyPatch,
+                                                    seed: int) -> None:
     """Random polls through two runners, one without the shortcut for quiet counters.
 
-    Counters mostly sit still (as on a healthy host), sometimes rise, breach, reset; the
-    clock steps by fractions of a second to minutes and now and then goes backwards.
+    Counters mostly sit still (as on a healthy host), sometimes rise, breach, reset (to 0,
+    to their saturation limit, to an arbitrary value); the clock steps by fractions of a
+    second to minutes and now and then goes backwards; now and then the daemon restarts.
     """
-    rng = random.Random(20261122)
+    rng = random.Random(seed)
     names = [spec.name for spec in config().active_counters if spec.name != "symbol_error_fatal"]
     values = {name: 0 for name in names}
     polls = []
@@ -296,14 +394,30 @@ def test_the_quiet_counter_shortcut_changes_nothing(monkeypatch: pytest.MonkeyPa
         now += rng.choice((0.3, 1, 1, 1, 1, 2, 5, 30, 61, -40 if rng.random() < 0.05 else 1))
         if rng.random() < 0.3:
             name = rng.choice(names)
-            values[name] = 0 if rng.random() < 0.2 else values[name] + rng.randint(1, 40)
+            limit = counters.PMA_SATURATION.get(name, 2**32 - 1)
+            draw = rng.random()
+            if draw < 0.1:
+                values[name] = 0
+            elif draw < 0.2:  # a reset (or a rise) that lands on the saturation limit
+                values[name] = limit
+            elif draw < 0.25:  # a reset to an arbitrary value
+                values[name] = rng.randint(0, max(values[name], 1))
+            else:  # a test value may pass the limit: a decrease to the limit is then a reset
+                values[name] += rng.randint(1, 40)
         readings = {**values, "symbol_error_fatal": values["symbol_error"]}
         polls.append(host(device(ports=(counters_port(readings),)), when=now))
 
+    restarts = {index for index in range(len(polls)) if rng.random() < 0.02}
+
     def run() -> list[tuple[object, ...]]:
         runner = Runner()
-        return [(r.events, r.observations, r.state.to_json())
-                for r in map(runner.poll, polls)]
+        results = []
+        for index, snapshot in enumerate(polls):
+            if index in restarts:
+                runner.restart()  # memory lost: the persisted state (and latches) stand in
+            result = runner.poll(snapshot)
+            results.append((result.events, result.observations, result.state.to_json()))
+        return results
 
     taken = 0
     real_idle = counters._idle
@@ -330,3 +444,47 @@ def test_a_reloaded_config_changes_the_counters_a_port_is_evaluated_for() -> Non
     assert "mlx5_0:1:link_downed" not in runner.last.observations
     assert "mlx5_0:1:port_rcv_errors" in runner.last.observations
     assert runner.last.events == ()  # the disabled counter's rise is not evaluated
+
+
+def test_latched_hw_counter_that_wraps_across_a_restart_is_not_a_reset() -> None:
+    """Issue #21.4: latched at 2, seen at 2^32-1, wraps to 1 while the daemon restarts."""
+    runner = Runner()
+    poll(runner, 0, rnr_nak_retry_err=0)
+    breach = poll(runner, 1, rnr_nak_retry_err=2)
+    assert [(e.error_code[0], e.is_fatal) for e in breach.events] == [("rnr_nak_retry_err", True)]
+    assert poll(runner, 2, rnr_nak_retry_err=2**32 - 1).events == ()
+    # A restart: only what the state file holds survives (through its JSON text).
+    runner.state = MonitorState.from_json(json.loads(json.dumps(runner.state.to_json())))
+    runner.memory = counters.CounterMemory()
+    key = "mlx5_0:1:rnr_nak_retry_err"
+    assert runner.state.breach_flags[key].last_value == 2**32 - 1
+    assert poll(runner, 3, rnr_nak_retry_err=1).events == ()  # a wrap: still latched
+    assert key in runner.state.breach_flags
+    runner.restart()
+    recovery = poll(runner, 4, rnr_nak_retry_err=0)  # a real admin clear still recovers
+    assert [(e.error_code[0], e.is_healthy) for e in recovery.events] == [
+        ("rnr_nak_retry_err", True)]
+
+
+def test_latched_counter_reset_during_a_restart_is_seen_against_the_last_value() -> None:
+    """Cleared and climbing again past the breach's value while the daemon was down."""
+    runner = Runner()
+    poll(runner, 0, link_downed=0)
+    poll(runner, 1, link_downed=1)  # latched with the snapshot at 1
+    poll(runner, 2, link_downed=9)
+    runner.restart()
+    recovery = poll(runner, 3, link_downed=4)  # 4 < 9: cleared and risen again
+    assert [e.is_healthy for e in recovery.events] == [True]
+
+
+def test_breach_flag_without_last_value_still_loads() -> None:
+    data = MonitorState(boot_id="b").to_json()
+    data["breach_flags"] = {"mlx5_0:1:link_downed": {
+        "breached": True, "check_name": "InfiniBandStateCheck", "is_fatal": True,
+        "since": "2026-01-01T12:00:00Z"}}
+    state = MonitorState.from_json(data)
+    assert state.breach_flags["mlx5_0:1:link_downed"].last_value is None
+    runner = Runner(state=state, baseline=False)
+    state.counter_snapshots["mlx5_0:1:link_downed"] = CounterSnap(1, at(0))
+    assert poll(runner, 1, link_downed=3).events == ()  # latched; the last value is recorded
+    assert runner.state.breach_flags["mlx5_0:1:link_downed"].last_value == 3

@@ -10,6 +10,7 @@ import pytest
 
 from nichealthd.model import DeviceSnapshot
 from nichealthd.topology import (
+    MAX_NETDEV_DEPTH,
     CardCount,
     GpuTopology,
     MetadataError,
@@ -17,6 +18,9 @@ from nichealthd.topology import (
     classify,
     group_mode,
     load_gpu_topology,
+    lower_netdevs,
+    parse_default_routes_v4,
+    parse_default_routes_v6,
     read_default_route_devices,
 )
 
@@ -166,3 +170,135 @@ def test_a_tie_uses_the_last_decisive_mode_of_the_boot() -> None:
     assert anomalous_cards(dropped)[0] == {}  # at first sight a tie is no evidence
     verdicts, modes = anomalous_cards(dropped, {"compute": 1})
     assert list(verdicts) == ["a"] and modes == {}
+
+
+# ------------------------------------------- default routes through bonds, VLANs, IPv6 (#21.5)
+
+ROUTE_HEAD = "Iface\tDestination\tGateway\tFlags\tRefCnt\tUse\tMetric\tMask\tMTU\tWindow\tIRTT\n"
+V6_ZERO = "0" * 32
+
+
+def v4_default(iface: str, metric: int = 100, flags: str = "0003") -> str:
+    return f"{iface}\t00000000\t0100000A\t{flags}\t0\t0\t{metric}\t00000000\t0\t0\t0\n"
+
+
+def v6_line(dest: str, plen: str, iface: str, flags: str = "00450003") -> str:
+    return (f"{dest} {plen} {V6_ZERO} 00 fe800000000000000000000000000001 00000400 00000001 "
+            f"00000000 {flags} {iface:>8}\n")
+
+
+class Host:
+    """A /proc and /sys/class/net with real directories and symlinks, as the kernel lays out."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.proc = root / "proc"
+        self.net = root / "sys/class/net"
+        (self.proc / "net").mkdir(parents=True)
+        self.net.mkdir(parents=True)
+
+    def routes(self, v4: str = "", v6: str = "") -> None:
+        (self.proc / "net/route").write_text(ROUTE_HEAD + v4)
+        (self.proc / "net/ipv6_route").write_text(v6)
+
+    def physical(self, iface: str, ib_device: str) -> None:
+        pci = self.root / "sys/devices/pci0000:00" / ib_device
+        (pci / "infiniband" / ib_device).mkdir(parents=True)
+        ndir = pci / "net" / iface
+        ndir.mkdir(parents=True)
+        (ndir / "device").symlink_to(pci)
+        (self.net / iface).symlink_to(ndir)
+
+    def virtual(self, iface: str, lowers: tuple[str, ...] = (), slaves: str = "") -> None:
+        ndir = self.root / "sys/devices/virtual/net" / iface
+        ndir.mkdir(parents=True)
+        for lower in lowers:
+            (ndir / f"lower_{lower}").symlink_to(self.net / lower)
+        if slaves:
+            (ndir / "bonding").mkdir()
+            (ndir / "bonding/slaves").write_text(slaves + "\n")
+        (self.net / iface).symlink_to(ndir)
+
+    def devices(self) -> frozenset[str]:
+        return read_default_route_devices(str(self.proc), str(self.net))
+
+
+def onprem_roles(default_route: frozenset[str]) -> dict[str, str]:
+    """The on-prem L40S host: mlx5_0/mlx5_5 are Ethernet NODE to GPUs, storage by topology."""
+    nics = [nic("mlx5_0", 0, "Ethernet"), nic("mlx5_5", 0, "Ethernet")] + [
+        nic(f"mlx5_{i}", i % 2) for i in range(1, 5)]
+    topo = {d.name: ["NODE"] * 4 + ["SYS"] * 4 for d in nics}
+    return roles(nics, {0, 1}, topo, default_route)
+
+
+def test_parsers_find_every_default_route_and_skip_reject_routes() -> None:
+    v4 = (ROUTE_HEAD + v4_default("eth0", 100) + v4_default("eth1", 200)
+          + "eth2\t00000000\t00000000\t0001\t0\t0\t0\t000000FF\t0\t0\t0\n"  # 0.0.0.0/8
+          + v4_default("*", 0, "0201") + v4_default("eth3", 0, "0201") + "short line\n")
+    assert parse_default_routes_v4(v4) == ["eth0", "eth1"]
+    v6 = (v6_line(V6_ZERO, "00", "eth0") + v6_line(V6_ZERO, "00", "eth4")
+          + v6_line("fe800000000000000000000000000000", "40", "eth5", "00000001")
+          + v6_line(V6_ZERO, "00", "lo", "00200200") + v6_line(V6_ZERO, "00", "eth6", "00200200")
+          + "garbage\n")
+    assert parse_default_routes_v6(v6) == ["eth0", "eth4"]
+
+
+@pytest.mark.parametrize("how", ["slaves-file", "lower-links", "both"])
+def test_management_nic_behind_a_bond_is_excluded(tmp_path: Path, how: str) -> None:
+    host = Host(tmp_path)
+    host.physical("ens1f0np0", "mlx5_0")
+    host.physical("ens1f1np1", "mlx5_5")
+    lowers = ("ens1f0np0", "ens1f1np1") if how != "slaves-file" else ()
+    host.virtual("bond0", lowers, "ens1f0np0 ens1f1np1" if how != "lower-links" else "")
+    host.routes(v4=v4_default("bond0"))
+    assert host.devices() == {"mlx5_0", "mlx5_5"}
+    result = onprem_roles(host.devices())
+    assert (result["mlx5_0"], result["mlx5_5"]) == ("management", "management")
+    assert onprem_roles(frozenset())["mlx5_0"] == "storage"  # without the route: storage
+
+
+def test_management_nic_behind_a_vlan_and_a_vlan_on_a_bond(tmp_path: Path) -> None:
+    host = Host(tmp_path)
+    host.physical("ens1f0np0", "mlx5_0")
+    host.physical("ens2f0np0", "mlx5_5")
+    host.virtual("vlan100", ("ens1f0np0",))
+    host.routes(v4=v4_default("vlan100"))
+    assert host.devices() == {"mlx5_0"}
+    assert onprem_roles(host.devices())["mlx5_0"] == "management"
+    host.virtual("bond1", ("ens2f0np0",), "ens2f0np0")
+    host.virtual("bond1.200", ("bond1",))
+    host.routes(v4=v4_default("vlan100") + v4_default("bond1.200", metric=300))
+    assert host.devices() == {"mlx5_0", "mlx5_5"}  # every default route, whatever its metric
+
+
+def test_ipv6_only_default_route(tmp_path: Path) -> None:
+    host = Host(tmp_path)
+    host.physical("ens1f0np0", "mlx5_0")
+    host.routes(v6=v6_line(V6_ZERO, "00", "lo", "00200200")
+                + v6_line(V6_ZERO, "00", "ens1f0np0"))
+    assert host.devices() == {"mlx5_0"}
+    assert onprem_roles(host.devices())["mlx5_0"] == "management"
+    (host.proc / "net/ipv6_route").unlink()  # IPv6 disabled: no table, no route
+    assert host.devices() == frozenset()
+
+
+def test_lower_links_loops_and_depth_are_bounded(tmp_path: Path) -> None:
+    host = Host(tmp_path)
+    host.physical("ens1f0np0", "mlx5_0")
+    for name, lower in (("a", "b"), ("b", "a")):  # a loop sysfs should never show
+        ndir = tmp_path / "sys/devices/virtual/net" / name
+        ndir.mkdir(parents=True)
+        (ndir / f"lower_{lower}").symlink_to(tmp_path / "sys/devices/virtual/net" / lower)
+        (host.net / name).symlink_to(ndir)
+    assert lower_netdevs(str(host.net), "a") == ["a", "b"]
+    chain = [f"v{i}" for i in range(12)]
+    host.virtual(chain[-1], ("ens1f0np0",))
+    for upper, lower in zip(reversed(chain[:-1]), reversed(chain[1:])):
+        host.virtual(upper, (lower,))
+    assert len(lower_netdevs(str(host.net), "v0")) == MAX_NETDEV_DEPTH + 1
+    host.routes(v4=v4_default("v9"))  # 3 levels above the NIC: found
+    assert host.devices() == {"mlx5_0"}
+    host.routes(v4=v4_default("v0"))  # 12 levels: beyond any real stack, not followed
+    assert host.devices() == frozenset()
+    host.routes(v4=v4_default("a") + v4_default("nonexistent"))
+    assert host.devices() == frozenset()

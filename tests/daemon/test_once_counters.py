@@ -105,3 +105,51 @@ def test_missing_metadata_is_a_clear_startup_error(sim_host: Callable[..., SimHo
     assert run.returncode == 1
     assert "gpu_metadata.json does not exist" in run.stderr
     assert "Traceback" not in run.stderr and run.stderr.count("\n") == 1
+
+
+def test_latched_hw_counter_wrapping_between_runs_is_no_recovery(
+        sim_host: Callable[..., SimHost]) -> None:
+    """Issue #21.4 end to end: each ``--once`` is a restart; the wrap happens between two."""
+    host = sim_host()
+    assert host.once().returncode == 0
+    mutate.counter(host.root, "mlx5_0", 1, "rnr_nak_retry_err", add=2)
+    breach = host.once()
+    assert [(e["errorCode"], e["isFatal"]) for e in breach.events] == [
+        (["rnr_nak_retry_err"], True)]
+    mutate.counter(host.root, "mlx5_0", 1, "rnr_nak_retry_err", set_to=2**32 - 1)
+    assert host.once().events == []  # latched
+    mutate.counter(host.root, "mlx5_0", 1, "rnr_nak_retry_err", add=2, hardware_semantics=True)
+    wrapped = host.once()
+    assert wrapped.returncode == 0, wrapped.stderr
+    assert wrapped.events == []  # a wrap to 1, not a reset: the fatal condition stays
+    assert "mlx5_0:1:rnr_nak_retry_err" in json.loads(host.state_file.read_text())[
+        "breach_flags"]
+    mutate.counter(host.root, "mlx5_0", 1, "rnr_nak_retry_err", set_to=0)
+    assert [(e["isHealthy"], e["errorCode"]) for e in host.once().events] == [
+        (True, ["rnr_nak_retry_err"])]
+
+
+def test_saturation_one_report_per_file_and_none_for_a_traffic_counter(
+        sim_host: Callable[..., SimHost]) -> None:
+    """Issue #21.3 "done when", end to end."""
+    host = sim_host()
+    mutate.counter(host.root, "mlx5_0", 1, "port_xmit_wait", set_to=2**32 - 3)
+    assert host.once().fatal() == []
+    mutate.counter(host.root, "mlx5_0", 1, "port_xmit_wait", add=5, hardware_semantics=True)
+    quiet = host.once("--log-level", "info")
+    assert quiet.events == []  # 2^32-1 on a healthy busy host: no unhealthy event
+    assert "port_xmit_wait on port mlx5_0 port 1 is saturated at 4294967295" in quiet.stderr
+    state = json.loads(host.state_file.read_text())
+    assert state["saturated_quiet_counters"].keys() == {"mlx5_0:1:port_xmit_wait"}
+
+    mutate.counter(host.root, "mlx5_0", 1, "symbol_error", set_to=65535)
+    saturated = host.once()
+    assert [(e["errorCode"], e["isHealthy"], e["isFatal"]) for e in saturated.events] == [
+        (["symbol_error"], False, False)]
+    assert "saturated at 65535" in saturated.events[0]["message"]
+    assert host.once().events == []
+    mutate.counter(host.root, "mlx5_0", 1, "symbol_error", set_to=0)
+    cleared = host.once()
+    assert [(e["errorCode"], e["isHealthy"]) for e in cleared.events] == [
+        (["symbol_error"], True)]
+    assert cleared.events[0]["checkName"] == "InfiniBandDegradationCheck"

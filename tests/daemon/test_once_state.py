@@ -12,7 +12,8 @@ from nichealthd.sim import mutate
 from .conftest import SimHost
 
 PROFILES = ["dgx-h100", "oci-h100", "a100-roce", "l40s-oci", "l40s-onprem", "gb200-nvl4",
-            "h100-34", "l40-dualport"]
+            "h100-34", "l40-dualport", "l40s-onprem-bond", "l40s-onprem-vlan",
+            "l40s-onprem-ipv6"]
 
 
 @pytest.mark.parametrize("profile", PROFILES)
@@ -25,6 +26,24 @@ def test_classification_matches_the_spec_tables(sim_host: Callable[..., SimHost]
     assert logged == host.manifest["roles"]
     # Nothing unhealthy is reported on a healthy host at first sight.
     assert run.fatal() == []
+
+
+@pytest.mark.parametrize("profile", ["l40s-onprem-bond", "l40s-onprem-vlan",
+                                     "l40s-onprem-ipv6"])
+def test_management_nic_behind_bond_vlan_or_ipv6_route_is_not_monitored(
+        sim_host: Callable[..., SimHost], profile: str) -> None:
+    """Issue #21.5: without following the route it would be a storage NIC (NODE to GPUs)."""
+    host = sim_host(profile)
+    first = host.once("--log-level", "info")
+    assert first.returncode == 0, first.stderr
+    management = sorted(d for d, r in host.manifest["roles"].items() if r == "management")
+    for name in management:
+        assert f"NIC {name}: management (carries the host's default route)" in first.stderr
+        assert not [e for e in first.events if ["NIC", name] in
+                    [[x["entityType"], x["entityValue"]] for x in e["entitiesImpacted"]]]
+        mutate.counter(host.root, name, 1, "link_downed", add=1)
+        mutate.set_port(host.root, name, 1, state="DOWN", phys_state="Disabled")
+    assert host.once().events == []
 
 
 def test_vfs_down_never_produce_events(sim_host: Callable[..., SimHost]) -> None:

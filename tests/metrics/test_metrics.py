@@ -106,6 +106,31 @@ def test_fatal_breach_sets_the_flag(sim: Callable[..., Path], daemon: Start) -> 
                  healthy="false") == 1
 
 
+def test_saturation_is_shown_per_counter_and_degrades_only_for_error_counters(
+        sim: Callable[..., Path], daemon: Start) -> None:
+    """Issue #21.3: a saturated traffic counter is a flag, not a degradation."""
+    root = sim("dgx-h100")
+    # A long-running busy host: the congestion counter has reached its limit (a jump there
+    # within one poll would be a rate breach of its own).
+    mutate.counter(root, "mlx5_0", 1, "port_xmit_wait", set_to=2**32 - 1)
+    running = daemon(root)
+    wait = {"device": "mlx5_0", "port": "1", "counter": "port_xmit_wait",
+            "file": "port_xmit_wait"}
+    s = running.scrape()
+    assert value(s, "nichealthd_saturated", **wait) == 1
+    assert value(s, "nichealthd_saturated", **{**wait, "device": "mlx5_1"}) == 0
+    assert series(s, "nichealthd_saturated", counter="rnr_nak_retry_err") == []
+    assert value(s, "nichealthd_health") == 0
+    assert (value(s, "nichealthd_events_total", check="InfiniBandDegradationCheck",
+                  fatal="false", healthy="false") or 0) == 0
+    mutate.counter(root, "mlx5_0", 1, "symbol_error", set_to=65535)
+    s = running.next_polls()
+    for name in ("symbol_error", "symbol_error_fatal"):  # one file, shown on both entries
+        assert value(s, "nichealthd_saturated", device="mlx5_0", port="1", counter=name,
+                     file="symbol_error") == 1
+    assert value(s, "nichealthd_health") == 1
+
+
 def test_missing_counter_file_gives_no_series(sim: Callable[..., Path], daemon: Start) -> None:
     root = sim("dgx-h100")
     path = mutate.counter_path(root, "mlx5_0", 1, "out_of_sequence")

@@ -61,6 +61,18 @@ def test_create_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert (hw / "lifespan").exists() and not (hw / "req_rnr_retries_exceeded").exists()
 
 
+@pytest.mark.parametrize("profile,via", [("l40s-onprem-bond", "bond0"),
+                                         ("l40s-onprem-vlan", "vlan100"),
+                                         ("l40s-onprem-ipv6", "enp13s0np0")])
+def test_create_routing_profiles(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                 profile: str, via: str) -> None:
+    path = str(tmp_path / profile)
+    code, out, _ = run(capsys, "create", path, "--profile", profile)
+    assert code == 0 and "management" in out
+    code, out, _ = run(capsys, "show", path)
+    assert code == 0 and out.rstrip().endswith(f"default route via {via}")
+
+
 def test_every_mutation_subcommand(root: str, capsys: pytest.CaptureFixture[str]) -> None:
     port = Path(root) / "sys/class/infiniband/mlx5_0/ports/1"
     ok = [

@@ -30,6 +30,9 @@ EXPECTED = {
     "a100-roce": {"compute": 16, "management": 2},
     "l40s-oci": {"storage": 6},
     "l40s-onprem": {"compute": 4, "management": 1},
+    "l40s-onprem-bond": {"compute": 4, "management": 2},
+    "l40s-onprem-vlan": {"compute": 4, "management": 1},
+    "l40s-onprem-ipv6": {"compute": 4, "management": 1},
     "gb200-nvl4": {"compute": 4, "management": 2},
     "h100-34": {"compute": 16, "storage": 2, "vf": 16},
     "l40-dualport": {"compute": 4},
@@ -57,18 +60,34 @@ def default_route_iface(root: Path) -> str:
         "IRTT",
     ]
     defaults = [ln.split()[0] for ln in lines[1:] if ln.split()[1] == "00000000"]
+    # IPv6 (proc/net/ipv6_route): destination ::/0, not the reject route the kernel keeps on lo.
+    for line in read(root / "proc/net/ipv6_route").splitlines():
+        fields = line.split()
+        assert len(fields) == 10 and len(fields[0]) == 32
+        if fields[:2] == ["0" * 32, "00"] and fields[9] != "lo":
+            defaults.append(fields[9])
     assert len(defaults) == 1
     return defaults[0]
+
+
+def physical_netdevs(root: Path, iface: str) -> List[str]:
+    """The netdevs under a bond (bonding/slaves) or VLAN (lower_*), or the netdev itself."""
+    ndir = root / "sys/class/net" / iface
+    if (ndir / "bonding/slaves").exists():
+        return read(ndir / "bonding/slaves").split()
+    lowers = [e[len("lower_"):] for e in os.listdir(ndir) if e.startswith("lower_")]
+    return lowers or [iface]
 
 
 def classify(root: Path) -> Dict[str, str]:
     """The spec's §4.2 classification, computed only from the files a daemon would read."""
     meta = json.loads(read(root / "gpu_metadata.json"))
     gpu_numas = {g["numa_node"] for g in meta["gpus"] if g["numa_node"] != -1}
-    default_dev = None
-    dr = root / "sys/class/net" / default_route_iface(root) / "device/infiniband"
-    if dr.is_dir():
-        (default_dev,) = os.listdir(dr)
+    default_devs = set()
+    for netdev in physical_netdevs(root, default_route_iface(root)):
+        dr = root / "sys/class/net" / netdev / "device/infiniband"
+        if dr.is_dir():
+            default_devs.update(os.listdir(dr))
     roles = {}
     for name in sorted(os.listdir(root / "sys/class/infiniband")):
         dev = root / "sys/class/infiniband" / name
@@ -78,7 +97,7 @@ def classify(root: Path) -> Dict[str, str]:
         numa = int(read(dev / "device/numa_node"))
         topo = meta["nic_topology"][name]
         link = read(dev / "ports/1/link_layer").strip()
-        if name == default_dev or numa not in gpu_numas:
+        if name in default_devs or numa not in gpu_numas:
             roles[name] = "management"
         elif {"PIX", "PXB"} & set(topo) or link == "InfiniBand":
             roles[name] = "compute"
@@ -178,14 +197,16 @@ def test_proc_metadata_and_config(built, profile: str) -> None:
     # Default route: through the management NIC's netdev, which maps back to its IB device.
     iface = default_route_iface(root)
     assert iface == manifest["default_route_iface"]
-    ib = root / "sys/class/net" / iface / "device/infiniband"
     if iface == "eno1":
+        ib = root / "sys/class/net" / iface / "device/infiniband"
         assert (root / "sys/class/net/eno1/device/vendor").read_text() == "0x8086\n"
         assert not ib.exists()
     else:
-        (dev,) = os.listdir(ib)
-        assert (ib / dev).resolve() == (root / "sys/class/infiniband" / dev).resolve()
-        assert manifest["roles"][dev] == "management"
+        for netdev in physical_netdevs(root, iface):  # a bond's slaves, a VLAN's parent
+            ib = root / "sys/class/net" / netdev / "device/infiniband"
+            (dev,) = os.listdir(ib)
+            assert (ib / dev).resolve() == (root / "sys/class/infiniband" / dev).resolve()
+            assert manifest["roles"][dev] == "management"
     assert all(len(line) == 128 for line in read(root / "proc/net/route").splitlines(True))
 
     meta = json.loads(read(root / "gpu_metadata.json"))
@@ -236,6 +257,31 @@ def test_dgx_h100_details(built) -> None:
     assert len({d["physfn"] for d in vfs}) == 2
     meta = json.loads(read(root / "gpu_metadata.json"))
     assert {g["numa_node"] for g in meta["gpus"]} == {0, 1}
+
+
+def test_default_route_through_bond_vlan_and_ipv6(built) -> None:
+    """Issue #21.5: the management NIC is reached through a stacked netdev or IPv6 only."""
+    bond = built("l40s-onprem-bond")
+    net = bond / "sys/class/net"
+    assert default_route_iface(bond) == "bond0"
+    assert read(net / "bond0/bonding/slaves") == "enp13s0f0np0 enp13s0f1np1\n"
+    for slave in ("enp13s0f0np0", "enp13s0f1np1"):
+        assert (net / "bond0" / f"lower_{slave}").resolve() == (net / slave).resolve()
+        assert (net / slave / "master").resolve() == (net / "bond0").resolve()
+    assert not (net / "bond0/device").exists()  # virtual
+    vlan = built("l40s-onprem-vlan")
+    assert default_route_iface(vlan) == "vlan100"
+    assert [e for e in os.listdir(vlan / "sys/class/net/vlan100") if e.startswith("lower_")] == [
+        "lower_enp13s0np0"]
+    ipv6 = built("l40s-onprem-ipv6")
+    assert default_route_iface(ipv6) == "enp13s0np0"
+    v4 = [ln.split() for ln in read(ipv6 / "proc/net/route").splitlines()[1:]]
+    assert [f for f in v4 if f[1] == "00000000"] == []  # no IPv4 default route
+    assert "enp13s0np0" not in {f[0] for f in v4}
+    plain = built("l40s-onprem")
+    lo_reject = [ln for ln in read(plain / "proc/net/ipv6_route").splitlines()
+                 if ln.endswith(" lo") and ln.split()[8] == "00200200"]
+    assert len(lo_reject) == 1  # every tree has the kernel's reject route, never a default
 
 
 def test_a100_management_by_numa(built) -> None:
