@@ -44,6 +44,11 @@ def is_active(state: Optional[str], phys_state: Optional[str]) -> bool:
             and split_state(phys_state)[0] == _PHYS_LINKUP)
 
 
+def is_known(state: Optional[str], phys_state: Optional[str]) -> bool:
+    """Both readings carry their number: anything else is unknown, never evidence (#21)."""
+    return split_state(state)[0] is not None and split_state(phys_state)[0] is not None
+
+
 def port_health(state: Optional[str], phys_state: Optional[str], link_layer: str) -> str:
     """Classify one reading as HEALTHY, FATAL, DEGRADED or QUIET."""
     logical, physical = split_state(state)[0], split_state(phys_state)[0]
@@ -78,6 +83,8 @@ def state_event(check: str, port: PortSnapshot, link_layer: str, health: str,
     if health == HEALTHY:
         message = (f"{label}: healthy ({state_name(port.state)}, "
                    f"{state_name(port.phys_state)})")
+    elif health == FATAL:
+        message = f"{label}: {describe(port, link_layer)} - no connectivity"  # spec §3.4
     else:
         message = f"{label}: {describe(port, link_layer)}"
     return make_event(check, fatal=health == FATAL, healthy=health == HEALTHY, message=message,
