@@ -170,7 +170,11 @@ def _runtime_verdicts(verdicts: dict[str, CardVerdict], snapshot: HostSnapshot,
 
 def _short_classes(devices: tuple[str, ...], snapshot: HostSnapshot,
                    state: MonitorState) -> set[str]:
-    """Health classes of the card's inactive ports, leaving out those uncabled at first sight."""
+    """Health classes of the card's inactive ports not yet told as fatal on their own.
+
+    Ports uncabled at first sight (suppressed) and ports with their own fatal event are left
+    out: what remains is what a card verdict would add to the port events.
+    """
     classes = set()
     for name in devices:
         device = snapshot.device(name)
@@ -178,7 +182,7 @@ def _short_classes(devices: tuple[str, ...], snapshot: HostSnapshot,
             continue
         for port in device.ports:
             record = state.port_states.get(port.key)
-            if record is not None and record.health == SUPPRESSED:
+            if record is not None and record.health in (SUPPRESSED, FATAL):
                 continue
             if port.readable and is_known(port.state, port.phys_state):
                 reading = (port.state, port.phys_state)
@@ -210,11 +214,14 @@ def _short_ports(snapshot: HostSnapshot, cards: dict[str, CardCount],
     same role have inactive is uncabled by design: the card is not short of it, and it is
     never reported fatal on the card's verdict. A position no peer has counts as short.
     """
+    if not verdicts:
+        return set()
+    by_name = {d.name: d for d in snapshot.devices}
     layout: dict[str, dict[tuple[int, int], bool]] = {}
     for card, count in cards.items():
         positions = {}
         for index, name in enumerate(count.devices):
-            device = snapshot.device(name)
+            device = by_name.get(name)
             for port in device.ports if device else ():
                 reading: tuple[Optional[str], Optional[str]] = (port.state, port.phys_state)
                 if not (port.readable and is_known(*reading)):
@@ -227,7 +234,7 @@ def _short_ports(snapshot: HostSnapshot, cards: dict[str, CardCount],
         peers = [layout[c] for c, n in cards.items()
                  if c != card and n.role == verdict.count.role and n.known and not n.exempt]
         for index, name in enumerate(verdict.count.devices):
-            device = snapshot.device(name)
+            device = by_name.get(name)
             for port in device.ports if device else ():
                 position = (index, port.port)
                 if layout[card].get(position):

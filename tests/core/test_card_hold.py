@@ -3,7 +3,6 @@ short only of the ports its peers have active, and its release clears what it ra
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Optional
 
 import pytest
@@ -296,4 +295,21 @@ def test_fully_cabled_dual_port_card_down_at_baseline_reports_the_down_port() ->
     devices = dual_port((DOWN, DISABLED))
     result = runner.poll(host(*devices, when=0))
     assert sorted(e.error_code[0] for e in fatal(result)) == ["card_active_ports", "port_state"]
-    replace(devices[0])  # the builder is pure
+
+
+def test_dual_port_card_with_one_port_down_and_one_in_init_holds_the_init_part() -> None:
+    """The DOWN port is told by its own fatal; the INIT one waits like any transient."""
+    runner = Runner()
+    devices = [device(f"mlx5_{c}", pci=f"0000:{0x40 + c:02x}:00.0",
+                      ports=(port(f"mlx5_{c}", 1), port(f"mlx5_{c}", 2))) for c in range(4)]
+    runner.poll(host(*devices, when=0))
+    mixed = list(devices)
+    mixed[0] = device("mlx5_0", pci="0000:40:00.0",
+                      ports=(port("mlx5_0", 1, "2: INIT", LINKUP),
+                             port("mlx5_0", 2, DOWN, DISABLED)))
+    first = runner.poll(host(*mixed, when=1))
+    assert [e.error_code for e in fatal(first)] == [("port_state",)]
+    assert fatal(runner.poll(host(*mixed, when=HOLD))) == []
+    stuck = runner.poll(host(*mixed, when=1 + HOLD))
+    assert [e.message for e in fatal(stuck)] == [
+        "Card 0000:40:00 (compute) has 0 active ports, expected 2"]
