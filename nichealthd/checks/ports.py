@@ -35,7 +35,9 @@ def split_state(raw: Optional[str]) -> tuple[Optional[int], str]:
 
 
 def state_name(raw: Optional[str]) -> str:
-    return split_state(raw)[1] or "unknown"
+    """The name for messages; a reading with unprintable bytes is shown as ``unknown``."""
+    name = split_state(raw)[1]
+    return name if name and name.isprintable() else "unknown"
 
 
 def is_active(state: Optional[str], phys_state: Optional[str]) -> bool:

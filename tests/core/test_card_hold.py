@@ -313,3 +313,10 @@ def test_dual_port_card_with_one_port_down_and_one_in_init_holds_the_init_part()
     stuck = runner.poll(host(*mixed, when=1 + HOLD))
     assert [e.message for e in fatal(stuck)] == [
         "Card 0000:40:00 (compute) has 0 active ports, expected 2"]
+
+
+def test_garbage_state_is_named_unknown_in_the_port_event() -> None:
+    runner, build = live("single-port")
+    result = runner.poll(host(*build(GARBAGE["garbage state"]), when=1))
+    assert [e.message for e in result.events] == [
+        "Port mlx5_0 port 1: state unknown, phys_state LinkUp"]
