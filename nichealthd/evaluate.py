@@ -150,6 +150,12 @@ def _runtime_verdicts(verdicts: dict[str, CardVerdict], snapshot: HostSnapshot,
     since-time is persisted (``card_pending``), so a restart neither restarts the clock nor
     reports early. A card short of a DOWN/Disabled port keeps the rule of
     :func:`_explained_by_ports`.
+
+    The default hold, 4 minutes, is gpud's drop rule (REFERENCE §4: a port down for >= 4 min
+    is "dropped"), the peer threshold for "stuck" rather than "retraining". The shorter
+    anchors do not fit: the spec's 30 s INIT hint is shorter than a subnet-manager re-sweep
+    of a large fabric (the issue's "done when" requires 30 s in INIT to stay non-fatal), and
+    NVIDIA's 30 s ``rdma_linkflap_fatal`` is about a DOWN outage, which is fatal here at once.
     """
     hold = timedelta(seconds=config.card_verdict_hold_time)
     kept = {}
