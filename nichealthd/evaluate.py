@@ -216,33 +216,33 @@ def _short_ports(snapshot: HostSnapshot, cards: dict[str, CardCount],
                  verdicts: dict[str, CardVerdict], previous: MonitorState) -> set[str]:
     """Port keys an anomalous card is short of: inactive where its peers are active (#21.2).
 
-    A port position (function index on the card, port number) that most peer cards of the
+    A port position (PCI function on the card, port number) that most peer cards of the
     same role have inactive is uncabled by design: the card is not short of it, and it is
     never reported fatal on the card's verdict. A position no peer has counts as short.
     """
     if not verdicts:
         return set()
     by_name = {d.name: d for d in snapshot.devices}
-    layout: dict[str, dict[tuple[int, int], bool]] = {}
+    layout: dict[str, dict[tuple[str, int], bool]] = {}
     for card, count in cards.items():
         positions = {}
-        for index, name in enumerate(count.devices):
+        for name in count.devices:
             device = by_name.get(name)
             for port in device.ports if device else ():
                 reading: tuple[Optional[str], Optional[str]] = (port.state, port.phys_state)
                 if not (port.readable and is_known(*reading)):
                     record = previous.port_states.get(port.key)
                     reading = (record.state, record.physical_state) if record else (None, None)
-                positions[(index, port.port)] = is_active(*reading)
+                positions[(_function(device), port.port)] = is_active(*reading)
         layout[card] = positions
     short: set[str] = set()
     for card, verdict in verdicts.items():
         peers = [layout[c] for c, n in cards.items()
                  if c != card and n.role == verdict.count.role and n.known and not n.exempt]
-        for index, name in enumerate(verdict.count.devices):
+        for name in verdict.count.devices:
             device = by_name.get(name)
             for port in device.ports if device else ():
-                position = (index, port.port)
+                position = (_function(device), port.port)
                 if layout[card].get(position):
                     continue
                 seen = [p[position] for p in peers if position in p]
@@ -250,6 +250,12 @@ def _short_ports(snapshot: HostSnapshot, cards: dict[str, CardCount],
                     continue  # inactive on most peers too: uncabled like them
                 short.add(port.key)
     return short
+
+
+def _function(device: Optional[DeviceSnapshot]) -> str:
+    """The PCI function of a device (``1`` of ``0000:47:00.1``): a port's place on its card."""
+    address = (device.pci_address if device else None) or ""
+    return address.rpartition(".")[2]
 
 
 def _release_raised_ports(previous: MonitorState, state: MonitorState,

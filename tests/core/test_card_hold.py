@@ -320,3 +320,21 @@ def test_garbage_state_is_named_unknown_in_the_port_event() -> None:
     result = runner.poll(host(*build(GARBAGE["garbage state"]), when=1))
     assert [e.message for e in result.events] == [
         "Port mlx5_0 port 1: state unknown, phys_state LinkUp"]
+
+
+def test_port_positions_follow_the_pci_function_not_the_device_name() -> None:
+    """mlx5_9/mlx5_10 share a card: name order would put function 1 first."""
+    names = [("mlx5_0", "mlx5_1"), ("mlx5_2", "mlx5_3"), ("mlx5_9", "mlx5_10"),
+             ("mlx5_4", "mlx5_5")]
+    devices = []
+    for card, (fn0, fn1) in enumerate(names):
+        first = (DOWN, DISABLED) if card == 2 else (ACTIVE, LINKUP)
+        devices.append(device(fn0, pci=f"0000:{0x50 + card:02x}:00.0",
+                              ports=(port(fn0, 1, *first),)))
+        devices.append(device(fn1, pci=f"0000:{0x50 + card:02x}:00.1",
+                              ports=(port(fn1, 1, DOWN, POLLING),)))
+    runner = Runner()
+    result = runner.poll(host(*devices, when=0))
+    ports = [e.entities[0][1] for e in fatal(result) if e.error_code == ("port_state",)]
+    assert ports == ["mlx5_9"]
+    assert runner.state.port_states["mlx5_10_1"].health == "suppressed"
