@@ -157,6 +157,7 @@ class Config:
     log_level: str = "info"
     connector_batch_interval: float = 5.0
     connector_timeout: float = 5.0
+    card_verdict_hold_time: float = 240.0  # gpud's 4-minute drop rule (REFERENCE §4)
     outbox_max_events: int = 100_000
     outbox_max_bytes: int = 64 * 1024 * 1024
     event_history_size: int = 1000
@@ -294,6 +295,7 @@ SCALAR_KEYS: dict[str, tuple[str, Any]] = {
     "logLevel": ("log_level", _choice(LOG_LEVELS, lower=True)),
     "connectorBatchInterval": ("connector_batch_interval", _duration),
     "connectorTimeout": ("connector_timeout", _duration),
+    "cardVerdictHoldTime": ("card_verdict_hold_time", _duration),
     "outboxMaxEvents": ("outbox_max_events", _positive_int),
     "outboxMaxBytes": ("outbox_max_bytes", _positive_int),
     "eventHistorySize": ("event_history_size", _positive_int),

@@ -81,6 +81,7 @@ class CardAnomaly:
     expected: int
     check_name: str
     since: datetime
+    ports: tuple[str, ...] = ()  # port keys whose fatal event rested on this verdict
 
 
 @dataclass
@@ -100,6 +101,8 @@ class MonitorState:
     saturated: dict[str, datetime] = field(default_factory=dict)
     saturated_quiet: dict[str, datetime] = field(default_factory=dict)
     group_modes: dict[str, int] = field(default_factory=dict)
+    # card -> since when its shortfall rests only on non-fatal ports (verdict held, #21)
+    card_pending: dict[str, datetime] = field(default_factory=dict)
     event_seq: int = 0
     version: int = STATE_VERSION
 
@@ -117,6 +120,7 @@ class MonitorState:
             saturated=dict(self.saturated),
             saturated_quiet=dict(self.saturated_quiet),
             group_modes=dict(self.group_modes),
+            card_pending=dict(self.card_pending),
             event_seq=self.event_seq,
             version=self.version,
         )
@@ -146,12 +150,13 @@ class MonitorState:
                 for k, m in sorted(self.missing_devices.items())},
             "card_anomalies": {
                 k: {"role": a.role, "active": a.active, "expected": a.expected,
-                    "check_name": a.check_name, "since": ts(a.since)}
+                    "check_name": a.check_name, "since": ts(a.since), "ports": list(a.ports)}
                 for k, a in sorted(self.card_anomalies.items())},
             "saturated_counters": {k: ts(v) for k, v in sorted(self.saturated.items())},
             "saturated_quiet_counters": {
                 k: ts(v) for k, v in sorted(self.saturated_quiet.items())},
             "group_modes": dict(sorted(self.group_modes.items())),
+            "card_pending": {k: ts(v) for k, v in sorted(self.card_pending.items())},
             "event_seq": self.event_seq,
         }
 
@@ -175,6 +180,12 @@ def _int(value: Any) -> int:
 def _str(value: Any) -> str:
     if not isinstance(value, str):
         raise TypeError(f"expected a string, got {value!r}")
+    return value
+
+
+def _list(value: Any, key: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise TypeError(f"{key} must be a list")
     return value
 
 
@@ -219,12 +230,14 @@ def _parse_state(data: Any) -> MonitorState:
             for k, v in _table(data, "missing_devices").items()},
         card_anomalies={
             _str(k): CardAnomaly(_str(v["role"]), _int(v["active"]), _int(v["expected"]),
-                                 _str(v["check_name"]), when(v["since"]))
+                                 _str(v["check_name"]), when(v["since"]),
+                                 tuple(_str(p) for p in _list(v.get("ports", []), "ports")))
             for k, v in _table(data, "card_anomalies").items()},
         saturated={_str(k): when(v) for k, v in _table(data, "saturated_counters").items()},
         saturated_quiet={_str(k): when(v)
                          for k, v in _table(data, "saturated_quiet_counters").items()},
         group_modes={_str(k): _int(v) for k, v in _table(data, "group_modes").items()},
+        card_pending={_str(k): when(v) for k, v in _table(data, "card_pending").items()},
         event_seq=_int(data.get("event_seq", 0)),
         version=version,
     )

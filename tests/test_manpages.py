@@ -36,7 +36,7 @@ CONFIG_KEYS = {
     "pollingInterval", "checks", "metricsListen", "dbus", "eventLog", "logLevel",
     "connectorBatchInterval", "connectorTimeout", "outboxMaxEvents", "outboxMaxBytes",
     "eventHistorySize", "nicExclusionRegex", "nicInclusionRegexOverride",
-    "sysClassInfinibandPath", "sysClassNetPath",
+    "sysClassInfinibandPath", "sysClassNetPath", "cardVerdictHoldTime",
 }  # fmt: skip
 COUNTER_FIELDS = {
     "name", "path", "enabled", "isFatal", "thresholdType", "threshold", "velocityUnit",

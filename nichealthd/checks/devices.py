@@ -8,7 +8,7 @@ A card below its group's mode is latched until it is back at the expected count.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Mapping
+from typing import Mapping, Optional, Sequence
 
 from ..events import (
     CODE_CARD_PORTS,
@@ -53,8 +53,13 @@ def device_present(name: str, next_state: MonitorState, now: datetime,
 
 def card_events(cards: Mapping[str, CardCount], verdicts: Mapping[str, CardVerdict],
                 next_state: MonitorState, check_of: Mapping[str, str],
-                enabled: frozenset[str], now: datetime) -> list[HealthEvent]:
-    """Latch newly anomalous cards (fatal) and release recovered ones (healthy)."""
+                enabled: frozenset[str], now: datetime,
+                raised: Optional[Mapping[str, Sequence[str]]] = None) -> list[HealthEvent]:
+    """Latch newly anomalous cards (fatal) and release recovered ones (healthy).
+
+    ``raised``: per card, the ports reported fatal on its verdict at this poll; the latch
+    remembers them so that the card's release clears them too (#21.2).
+    """
     events: list[HealthEvent] = []
     for card_id, verdict in sorted(verdicts.items()):
         count = verdict.count
@@ -62,7 +67,9 @@ def card_events(cards: Mapping[str, CardCount], verdicts: Mapping[str, CardVerdi
         if card_id in next_state.card_anomalies or check not in enabled:
             continue
         next_state.card_anomalies[card_id] = CardAnomaly(
-            count.role, count.active, verdict.expected, check, now)
+            count.role, count.active, verdict.expected, check, now,
+            tuple(sorted((raised or {}).get(card_id, ()))))
+        next_state.card_pending.pop(card_id, None)
         events.append(make_event(
             check, fatal=True, healthy=False, error_code=CODE_CARD_PORTS,
             entities=tuple((ENTITY_NIC, d) for d in count.devices), at=now,

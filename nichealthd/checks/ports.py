@@ -35,13 +35,20 @@ def split_state(raw: Optional[str]) -> tuple[Optional[int], str]:
 
 
 def state_name(raw: Optional[str]) -> str:
-    return split_state(raw)[1] or "unknown"
+    """The name for messages; a reading with unprintable bytes is shown as ``unknown``."""
+    name = split_state(raw)[1]
+    return name if name and name.isprintable() else "unknown"
 
 
 def is_active(state: Optional[str], phys_state: Optional[str]) -> bool:
     """ACTIVE and LinkUp: the definition of a healthy, counted-as-active port."""
     return (split_state(state)[0] == _STATE_ACTIVE
             and split_state(phys_state)[0] == _PHYS_LINKUP)
+
+
+def is_known(state: Optional[str], phys_state: Optional[str]) -> bool:
+    """Both readings carry their number: anything else is unknown, never evidence (#21)."""
+    return split_state(state)[0] is not None and split_state(phys_state)[0] is not None
 
 
 def port_health(state: Optional[str], phys_state: Optional[str], link_layer: str) -> str:
@@ -78,6 +85,8 @@ def state_event(check: str, port: PortSnapshot, link_layer: str, health: str,
     if health == HEALTHY:
         message = (f"{label}: healthy ({state_name(port.state)}, "
                    f"{state_name(port.phys_state)})")
+    elif health == FATAL:
+        message = f"{label}: {describe(port, link_layer)} - no connectivity"  # spec §3.4
     else:
         message = f"{label}: {describe(port, link_layer)}"
     return make_event(check, fatal=health == FATAL, healthy=health == HEALTHY, message=message,

@@ -59,7 +59,7 @@ def test_runtime_down_disabled_is_one_fatal_event_with_the_spec_message() -> Non
     events = state_events(result)
     assert len(events) == 1
     event = events[0]
-    assert event.message == "Port mlx5_0 port 1: state DOWN, phys_state Disabled"
+    assert event.message == "Port mlx5_0 port 1: state DOWN, phys_state Disabled - no connectivity"
     assert (event.is_fatal, event.is_healthy, event.recommended_action) == (
         True, False, "REPLACE_VM")
     assert event.check_name == "InfiniBandStateCheck"
@@ -104,7 +104,7 @@ def test_roce_messages_include_operstate() -> None:
                                      operstate="down"), when=1))
     event = state_events(result)[0]
     assert event.message == ("RoCE port mlx5_0 port 1: state DOWN, phys_state Disabled, "
-                             "operstate down")
+                             "operstate down - no connectivity")
     assert event.check_name == "EthernetStateCheck"
 
 
@@ -152,7 +152,7 @@ def test_first_poll_down_port_on_anomalous_card_is_fatal() -> None:
     fatal = [e for e in result.events if e.is_fatal]
     assert sorted(e.message for e in fatal) == [
         "Card 0000:13:00 (compute) has 0 active ports, expected 1",
-        "Port mlx5_3 port 1: state DOWN, phys_state Disabled",
+        "Port mlx5_3 port 1: state DOWN, phys_state Disabled - no connectivity",
     ]
 
 
@@ -219,7 +219,7 @@ def test_reboot_baselines_healthy_ports_and_only_proven_anomalies() -> None:
     healthy = [e for e in state_events(result) if e.is_healthy]
     assert len(healthy) == 7
     fatal = [e.message for e in result.events if e.is_fatal]
-    assert "Port mlx5_5 port 1: state DOWN, phys_state Disabled" in fatal
+    assert "Port mlx5_5 port 1: state DOWN, phys_state Disabled - no connectivity" in fatal
 
 
 def test_management_and_vf_devices_are_not_monitored() -> None:

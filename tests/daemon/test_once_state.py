@@ -74,7 +74,7 @@ def test_runtime_down_recovery_and_intermediate_states(
     fatal_ib = [e for e in down.events
                 if e["isFatal"] and e["checkName"] == "InfiniBandStateCheck"]
     assert [e["message"] for e in fatal_ib] == [
-        "Port mlx5_0 port 1: state DOWN, phys_state Disabled"]
+        "Port mlx5_0 port 1: state DOWN, phys_state Disabled - no connectivity"]
     mutate.set_port(host.root, "mlx5_0", 1, state="DOWN", phys_state="Polling")
     assert host.once().events == []
     mutate.set_port(host.root, "mlx5_0", 1, state="ACTIVE", phys_state="LinkUp")
@@ -121,5 +121,5 @@ def test_reboot_reports_healthy_ports_and_only_proven_anomalies(
     healthy_ports = [e for e in run.by_code("port_state") if e["isHealthy"]]
     assert len(healthy_ports) == 11  # 12 monitored ports, one of them down
     fatal = sorted(e["message"] for e in run.fatal())
-    assert "Port mlx5_5 port 1: state DOWN, phys_state Disabled" in fatal
+    assert "Port mlx5_5 port 1: state DOWN, phys_state Disabled - no connectivity" in fatal
     assert all("mlx5_5" in m or "Card" in m for m in fatal)

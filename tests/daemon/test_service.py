@@ -116,7 +116,8 @@ def test_ready_after_first_commit_status_and_clean_stop(
     assert "STATUS=12 ports: 12 healthy, 0 degraded, 0 fatal" in ready
     mutate.set_port(host.root, "mlx5_0", 1, state="DOWN", phys_state="Disabled")
     notify.wait_for("1 fatal", seconds=5)
-    assert any(e["message"] == "Port mlx5_0 port 1: state DOWN, phys_state Disabled"
+    assert any(e["message"] == ("Port mlx5_0 port 1: state DOWN, phys_state Disabled"
+                                " - no connectivity")
                for e in events(host))
     code, err = daemon.stop()
     assert code == 0, err
