@@ -91,7 +91,8 @@ def pytest_configure(config: pytest.Config) -> None:
         config._nichealthd_tmp = config.option.basetemp  # type: ignore[attr-defined]
     for marker, text in (("slow", "takes more than ~10 s"),
                          ("e2e", "boots a real systemd in a container"),
-                         ("packaging", "builds the .deb/.rpm packages")):
+                         ("packaging", "builds the .deb/.rpm packages"),
+                         ("root", "acts as root and as other users: needs root, else skipped")):
         config.addinivalue_line("markers", f"{marker}: {text}")
 
 
