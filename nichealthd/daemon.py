@@ -35,6 +35,22 @@ from .topology import GpuTopology, MetadataError, load_gpu_topology, read_defaul
 log = logging.getLogger("nichealthd")
 
 EXIT_OK, EXIT_STARTUP, EXIT_USAGE = 0, 1, 2
+# An unexpected exception (a bug): systemd restarts the unit after it. Not 1, which
+# RestartPreventExitStatus= reserves for start-up failures only the operator can fix.
+EXIT_CRASH = 70  # EX_SOFTWARE
+# Under systemd (INVOCATION_ID set) statuses 1 and 2 are not restarted, so they keep the
+# start budget for the operator's retry; the message says how.
+UNDER_SYSTEMD_HINT = ("; systemd does not restart nichealthd after this: fix it, then run "
+                      "`systemctl restart nichealthd`")
+PRIVATE_TMP_HINT = ("; if nichealthd runs as the installed service, note that it runs with "
+                    "PrivateTmp=yes: /tmp and /var/tmp are private to it, so put the tree "
+                    "elsewhere (e.g. /srv/nichealthd-sim)")
+
+
+def sandbox_hint(path: str) -> str:
+    """Why a path an operator sees may be missing for the service: PrivateTmp=."""
+    under_tmp = any(path == d or path.startswith(d + "/") for d in ("/tmp", "/var/tmp"))
+    return PRIVATE_TMP_HINT if under_tmp and not os.path.exists(path) else ""
 
 # flag dest -> config key: every flag is also a config key, and flags win.
 FLAG_KEYS = {
@@ -116,7 +132,7 @@ def load_topology(config: Config) -> Topology:
         try:
             gpus = load_gpu_topology(config.metadata_path)
         except MetadataError as exc:
-            raise StartupError(str(exc)) from None
+            raise StartupError(str(exc) + sandbox_hint(config.metadata_path)) from None
     return Topology(gpus, read_default_route_devices(config.proc_root, config.sys_class_net))
 
 
@@ -193,18 +209,26 @@ def deliver_once(config: Config, monitor: Monitor) -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    hint = UNDER_SYSTEMD_HINT if os.environ.get("INVOCATION_ID") and not args.once else ""
     try:
         startup = start(args)
     except ConfigError as exc:
-        print(f"nichealthd: invalid configuration: {exc}", file=sys.stderr)
+        print(f"nichealthd: invalid configuration: {exc}{hint}", file=sys.stderr)
         return EXIT_USAGE
     except StartupError as exc:
-        print(f"nichealthd: cannot start: {exc}", file=sys.stderr)
+        print(f"nichealthd: cannot start: {exc}{hint}", file=sys.stderr)
         return EXIT_STARTUP
+    except Exception:  # a bug, not the operator's input: systemd may retry
+        log.critical("nichealthd failed to start on an unexpected error", exc_info=True)
+        return EXIT_CRASH
     if args.once:
         return run_once(startup)
     from .service import run_service
-    return run_service(startup, args)
+    try:
+        return run_service(startup, args)
+    except Exception:  # a bug: log it, and exit with a status systemd restarts after
+        log.critical("nichealthd stopped on an unexpected error", exc_info=True)
+        return EXIT_CRASH
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -62,3 +62,10 @@ class Notifier:
 
     def stopping(self) -> None:
         self._send("STOPPING=1\nSTATUS=stopping")
+
+    def close(self) -> None:
+        """Close the notify socket (sdnotify opens one and never closes it); sends nothing more."""
+        sock = getattr(self._notifier, "socket", None)
+        if sock is not None:
+            sock.close()
+        self._notifier = None

@@ -313,6 +313,7 @@ class Daemon:
         if not self.poll_abandoned:
             await loop.run_in_executor(self._executor, self.monitor.close)
         self._executor.shutdown(wait=False)
+        self.notifier.close()
 
     def _make_services(self) -> list[Service]:
         services: list[Service] = []

@@ -1,3 +1,3 @@
 """Fixtures of the connector tests (helpers live in connector_fixtures.py)."""
 
-from .connector_fixtures import connector, sockdir  # noqa: F401
+from .connector_fixtures import close_senders, connector, sockdir  # noqa: F401

@@ -179,11 +179,25 @@ def running(sender: Sender) -> Iterator[threading.Thread]:
         thread.join(10)
 
 
+# Every sender a test makes: one used through drain() (not run()) keeps its gRPC channel
+# (an epoll fd and an eventfd) until closed, so close_senders closes them after each test.
+_senders: list[Sender] = []
+
+
+@pytest.fixture(autouse=True)
+def close_senders() -> Iterator[None]:
+    yield
+    while _senders:
+        _senders.pop().link.close()
+
+
 def fast_sender(config: Config, journal: Journal, **kw: Any) -> Sender:
     kw.setdefault("backoff_base", 0.02)
     kw.setdefault("backoff_cap", 0.2)
     kw.setdefault("probe_cap", 0.1)
-    return Sender(config, journal, **kw)
+    sender = Sender(config, journal, **kw)
+    _senders.append(sender)
+    return sender
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:

@@ -6,6 +6,7 @@ import errno
 import logging
 import os
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -37,8 +38,22 @@ def host(tmp_path: Path) -> Path:
     return root
 
 
+# Every reader a test makes: each holds one fd per polled file until closed (a DGX-H100 tree
+# is ~200), so the autouse fixture below closes them after each test.
+_readers: list[SysfsReader] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_readers() -> Iterator[None]:
+    yield
+    while _readers:
+        _readers.pop().close()
+
+
 def reader_for(root: Path, files: AttributeFiles | None = None) -> SysfsReader:
-    return SysfsReader(load_config(str(root / "nichealthd.toml")), files=files)
+    reader = SysfsReader(load_config(str(root / "nichealthd.toml")), files=files)
+    _readers.append(reader)
+    return reader
 
 
 def port_of(snapshot, name: str = "mlx5_0"):  # type: ignore[no-untyped-def]
@@ -179,6 +194,7 @@ def counting_reader(root: Path) -> tuple[SysfsReader, list[str], Clock]:
     clock = Clock()
     reader = SysfsReader(load_config(str(root / "nichealthd.toml")),
                          files=AttributeFiles(opener), monotonic=clock)
+    _readers.append(reader)
     return reader, opened, clock
 
 

@@ -14,12 +14,20 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 import pytest
-from dbushelpers import DaemonProcess, make_sim
+from dbushelpers import DaemonProcess, make_sim, remove_readable_copies
 from testbus import TestBus, start_bus
 
 for tool in ("dbus-daemon", "setpriv"):
     if shutil.which(tool) is None:
         pytest.skip(f"{tool} is not installed", allow_module_level=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _readable_copies() -> Iterator[None]:
+    """The world-readable copy of the package source_for makes for other users goes at the end
+    (it used to stay behind in /tmp)."""
+    yield
+    remove_readable_copies()
 
 
 @pytest.fixture(scope="session")

@@ -109,6 +109,12 @@ def source_for(user: Optional[list[str]]) -> Path:
     return _READABLE[0]
 
 
+def remove_readable_copies() -> None:
+    """Remove what source_for copied (called once at the end of the session)."""
+    while _READABLE:
+        shutil.rmtree(_READABLE.pop(), ignore_errors=True)
+
+
 def ctl(*args: str, env: Optional[dict[str, str]] = None, user: Optional[list[str]] = None,
         timeout: float = 30) -> subprocess.CompletedProcess[str]:
     """Run ``nichealthctl`` (as ``python -m nichealthd.ctl``, the console script's target)."""

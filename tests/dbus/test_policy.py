@@ -9,7 +9,13 @@ import subprocess
 import sys
 from typing import Any
 
+import pytest
 from dbushelpers import NOBODY, busctl, ctl, source_for
+
+# Acts as root and as user nobody (setpriv): CI runs these in its root stage.
+pytestmark = [pytest.mark.root,
+              pytest.mark.skipif(os.geteuid() != 0,
+                                 reason="acts as root and as nobody (setpriv): needs root")]
 
 NAME = "org.nichealthd.NicHealth1"
 PATH = "/org/nichealthd/NicHealth1"

@@ -9,6 +9,7 @@ caller running as nobody can connect.
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import signal
 import subprocess
@@ -65,7 +66,29 @@ class TestBus:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        for pipe in (self.process.stdout, self.process.stderr):
+            if pipe is not None:
+                pipe.close()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def policy_for_this_user(policy_dir: Path, directory: str) -> Path:
+    """The shipped policy as root; as any other user (the README's ``python -m pytest`` run by
+    a developer or CI's unprivileged stage) a copy in which this user stands in for root, so
+    the daemon it starts may own the name and call Reload. Tests of the policy's users
+    themselves (root vs nobody) need root and are marked ``root``."""
+    if os.geteuid() == 0:
+        return policy_dir
+    try:
+        me = pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        me = str(os.geteuid())
+    copy = Path(directory) / "system.d"
+    copy.mkdir()
+    for source in policy_dir.glob("*.conf"):
+        text = source.read_text(encoding="utf-8").replace('user="root"', f'user="{me}"')
+        (copy / source.name).write_text(text, encoding="utf-8")
+    return copy
 
 
 def start_bus(policy_dir: Path = POLICY_DIR, directory: str = "") -> TestBus:
@@ -74,6 +97,7 @@ def start_bus(policy_dir: Path = POLICY_DIR, directory: str = "") -> TestBus:
     os.chmod(directory, 0o755)  # nobody must reach the socket
     socket_path = os.path.join(directory, "system_bus_socket")
     config = os.path.join(directory, "system.conf")
+    policy_dir = policy_for_this_user(policy_dir, directory)
     with open(config, "w", encoding="utf-8") as handle:
         handle.write(BUS_CONFIG.format(socket=socket_path, policy_dir=policy_dir))
     process = subprocess.Popen(
@@ -85,6 +109,7 @@ def start_bus(policy_dir: Path = POLICY_DIR, directory: str = "") -> TestBus:
     if not address:
         err = process.stderr.read() if process.stderr else ""
         process.kill()
+        process.communicate()
         shutil.rmtree(directory, ignore_errors=True)
         raise RuntimeError(f"dbus-daemon did not start: {err}")
     return TestBus(address, process, directory)

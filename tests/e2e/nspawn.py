@@ -15,6 +15,9 @@ The recipe is REFERENCE.md section 5, proven on these hosts:
   a tiny shell that first moves itself into its own cgroup in both the named systemd
   v1 hierarchy and the unified one (the host runs cgroup v1 "hybrid"), so the container's
   systemd gets a subtree of its own and the test process is never captured.
+* Each container has a private network namespace (``--private-network``: loopback only),
+  so what it binds (the daemon's ``:2112``) never collides with the host or another test;
+  nothing at test time needs the network (apt resolves from the pre-fetched archive cache).
 * The container is driven with ``nsenter -t <container pid 1> -a CMD``; teardown always
   runs (poweroff, then SIGTERM/SIGKILL of nspawn, cgroup removal, rootfs copy deletion).
 
@@ -261,7 +264,7 @@ class Container:
         enter = "".join(f'echo $$ > "{d}/cgroup.procs" && ' for d in self._cgroups)
         script = (
             f"{enter}exec systemd-nspawn -q -D {self.root} -b --register=no --keep-unit "
-            f"--console=passive --machine={self.name[:64]}"
+            f"--console=passive --private-network --machine={self.name[:64]}"
         )
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
