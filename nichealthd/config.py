@@ -8,6 +8,7 @@ never has to guess why the daemon refused to start (exit status 2).
 from __future__ import annotations
 
 import functools
+import math
 import os
 import re
 import socket
@@ -428,6 +429,9 @@ def _counter_field(source: str | None, key: str, attr: str, raw: Any) -> Any:
     if attr == "threshold":
         if isinstance(raw, bool) or not isinstance(raw, (int, float)):
             raise ConfigError(source, key, f"expected a number, got {raw!r}")
+        if not math.isfinite(raw):
+            raise ConfigError(source, key, f"threshold must be a finite number, got {raw!r}; "
+                                           "to switch a counter off set enabled = false")
         if raw < 0:
             raise ConfigError(source, key, f"threshold must be >= 0, got {raw!r}")
         return float(raw)

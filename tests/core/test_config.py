@@ -104,6 +104,9 @@ threshold = 100
 @pytest.mark.parametrize("entry,key,problem", [
     ('name = "x"\npath = "counters/x"\nthresholdType = "rate"', "thresholdType", "delta"),
     ('name = "link_downed"\nthreshold = -1', "threshold", ">= 0"),
+    ('name = "link_downed"\nthreshold = nan', "counters[link_downed].threshold", "enabled = false"),
+    ('name = "link_downed"\nthreshold = inf', "counters[link_downed].threshold", "finite"),
+    ('name = "symbol_error"\nthreshold = -inf', "counters[symbol_error].threshold", "finite"),
     ('name = "symbol_error"\nvelocityUnit = "day"', "velocityUnit", "second"),
     ('name = "brand_new"', "path", "needs a path"),
     ('name = "link_downed"\nthreshold = "0"', "threshold", "number"),
