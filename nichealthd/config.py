@@ -8,6 +8,7 @@ never has to guess why the daemon refused to start (exit status 2).
 from __future__ import annotations
 
 import functools
+import math
 import os
 import re
 import socket
@@ -15,7 +16,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-from .duration import parse_duration
+from .duration import format_duration, parse_duration
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -222,6 +223,17 @@ def _duration(value: Any) -> float:
     return parse_duration(value)
 
 
+def _duration_between(low: float, high: float):  # type: ignore[no-untyped-def]
+    """A duration converter with bounds, so a typo like ``0.000001ms`` or ``1e308`` is caught."""
+    def convert(value: Any) -> float:
+        seconds = parse_duration(value)
+        if not low <= seconds <= high:
+            raise ValueError(f"must be between {format_duration(low)} and "
+                             f"{format_duration(high)}, got {value!r}")
+        return seconds
+    return convert
+
+
 def _regex_list(value: Any) -> tuple[str, ...]:
     if isinstance(value, str):
         items = [part.strip() for part in value.split(",") if part.strip()]
@@ -287,15 +299,15 @@ SCALAR_KEYS: dict[str, tuple[str, Any]] = {
     "platformConnectorSocket": ("platform_connector_socket", _connector_target),
     "platformConnectorTokenPath": ("platform_connector_token_path", _string),
     "processingStrategy": ("processing_strategy", _choice(PROCESSING_STRATEGIES)),
-    "pollingInterval": ("polling_interval", _duration),
+    "pollingInterval": ("polling_interval", _duration_between(0.1, 3600.0)),
     "checks": ("checks", _checks),
     "metricsListen": ("metrics_listen", _listen),
     "dbus": ("dbus", _choice(DBUS_MODES)),
     "eventLog": ("event_log", _string),
     "logLevel": ("log_level", _choice(LOG_LEVELS, lower=True)),
-    "connectorBatchInterval": ("connector_batch_interval", _duration),
-    "connectorTimeout": ("connector_timeout", _duration),
-    "cardVerdictHoldTime": ("card_verdict_hold_time", _duration),
+    "connectorBatchInterval": ("connector_batch_interval", _duration_between(0.01, 3600.0)),
+    "connectorTimeout": ("connector_timeout", _duration_between(0.1, 600.0)),
+    "cardVerdictHoldTime": ("card_verdict_hold_time", _duration_between(0.0, 86400.0)),
     "outboxMaxEvents": ("outbox_max_events", _positive_int),
     "outboxMaxBytes": ("outbox_max_bytes", _positive_int),
     "eventHistorySize": ("event_history_size", _positive_int),
@@ -430,6 +442,9 @@ def _counter_field(source: str | None, key: str, attr: str, raw: Any) -> Any:
     if attr == "threshold":
         if isinstance(raw, bool) or not isinstance(raw, (int, float)):
             raise ConfigError(source, key, f"expected a number, got {raw!r}")
+        if not math.isfinite(raw):
+            raise ConfigError(source, key, f"threshold must be a finite number, got {raw!r}; "
+                                           "to switch a counter off set enabled = false")
         if raw < 0:
             raise ConfigError(source, key, f"threshold must be >= 0, got {raw!r}")
         return float(raw)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -19,6 +20,8 @@ def parse_duration(text: str | float | int) -> float:
         if not match:
             raise ValueError(f"expected a duration like '1s', '500ms' or '2m', got {text!r}")
         seconds = float(match.group(1)) * _UNITS[match.group(2) or "s"]
+    if not math.isfinite(seconds):
+        raise ValueError(f"duration must be a finite number, got {text!r}")
     if seconds <= 0:
         raise ValueError(f"duration must be positive, got {text!r}")
     return seconds
