@@ -122,6 +122,7 @@ class Journal:
         self._lock = threading.RLock()
         self._rewrite_deferred = False
         self._high_seq = 0  # newest seq ever committed: trimming the newest entry keeps it
+        self._cursors_lost = False  # cursors.json gone or unreadable: restart from the oldest
 
     # ------------------------------------------------------------ recovery
 
@@ -163,17 +164,35 @@ class Journal:
         return dropped
 
     def _load_cursors(self) -> dict[str, int]:
+        """Read the cursors. Missing (with a journal to deliver) or unreadable marks them
+        lost: every consumer then restarts from the oldest entry, as the warning says."""
+        self._cursors_lost = False
+        problem: Optional[str] = None
+        cursors: dict[str, int] = {}
         try:
             with open(self.cursors_path, "rb") as handle:
                 data = json.loads(handle.read())
-            return {str(k): int(v) for k, v in data.items()}
+            if not isinstance(data, dict):
+                raise TypeError("not a JSON object")
+            for key, value in data.items():
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise TypeError(f"cursor {key!r} is not an integer")
+                if 0 <= value <= self.last_seq:
+                    cursors[str(key)] = value
+                else:  # implausible: beyond the newest entry it would skip pending events
+                    problem = f"cursor {key!r} = {value} is outside 0..{self.last_seq}"
         except FileNotFoundError:
-            return {}
-        except (OSError, ValueError, AttributeError, TypeError) as exc:
+            if self._entries:
+                problem = "it is missing"
+        except (OSError, ValueError, RecursionError, AttributeError, TypeError) as exc:
+            problem = str(exc)
+            cursors = {}
+        if problem is not None:
+            self._cursors_lost = True
             log.warning("%s is unreadable (%s); consumers restart from the oldest journal "
                         "entry (events may be delivered twice, never lost)",
-                        self.cursors_path, exc)
-            return {}
+                        self.cursors_path, problem)
+        return cursors
 
     # -------------------------------------------------------------- commit
 
@@ -244,10 +263,15 @@ class Journal:
             if name not in wanted:
                 del self._cursors[name]
                 changed = True
+        # A consumer new to a healthy cursors file starts after the newest entry; when the
+        # file was lost, nobody knows what was delivered: start before the oldest.
+        start = (self._entries[0].seq - 1 if self._entries else self.last_seq) \
+            if self._cursors_lost else self.last_seq
         for name in wanted:
             if name not in self._cursors:
-                self._cursors[name] = self.last_seq
+                self._cursors[name] = start
                 changed = True
+        self._cursors_lost = False
         if changed:
             self._save_cursors()
 
