@@ -23,8 +23,15 @@ from .config import Config
 from .evaluate import CycleResult, Topology, evaluate
 from .model import HostSnapshot
 from .state import MonitorState
-from .store import (CommitError, Journal, JournalEntry, LoadedState, load_state, move_aside,
-                    save_state)
+from .store import (
+    CommitError,
+    Journal,
+    JournalEntry,
+    LoadedState,
+    load_state,
+    move_aside,
+    save_state,
+)
 from .sysfs import SysfsReader
 from .topology import Role
 from .views import monitored_port_keys
