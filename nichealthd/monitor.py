@@ -23,7 +23,15 @@ from .config import Config
 from .evaluate import CycleResult, Topology, evaluate
 from .model import HostSnapshot
 from .state import MonitorState
-from .store import CommitError, Journal, JournalEntry, load_state, save_state
+from .store import (
+    CommitError,
+    Journal,
+    JournalEntry,
+    LoadedState,
+    load_state,
+    move_aside,
+    save_state,
+)
 from .sysfs import SysfsReader
 from .topology import Role
 from .views import monitored_port_keys
@@ -84,10 +92,23 @@ class Monitor:
         if loaded.problem:
             log.warning("%s; starting with fresh state (healthy baselines will be sent)",
                         loaded.problem)
-        dropped = self.journal.recover(None if loaded.fresh else loaded.state.event_seq)
-        if dropped:
+        self.journal.recover(None if loaded.fresh else loaded.state.event_seq)
+        recovery = self.journal.last_recovery
+        if recovery.mismatch:  # the state is wrong, not the journal: nothing was dropped
+            moved = move_aside(self.config.state_file)
+            log.warning("%s is corrupt (%s)%s; starting with fresh state (healthy baselines "
+                        "will be sent)", self.config.state_file, recovery.mismatch,
+                        f"; moved aside to {moved}" if moved else "")
+            loaded = LoadedState(MonitorState(), True, recovery.mismatch)
+        if recovery.unfinished:
             log.warning("dropped %d journal line(s) of an unfinished commit; that poll is "
-                        "evaluated again", dropped)
+                        "evaluated again", recovery.unfinished)
+        if recovery.damaged:
+            log.error("%s is damaged: %d committed line(s) could not be read and are lost, "
+                      "%d readable entries kept%s", self.journal.path, recovery.damaged,
+                      recovery.kept,
+                      f" (the damaged file is kept as {recovery.copy})" if recovery.copy
+                      else "")
         state = loaded.state
         if loaded.fresh:
             self.baseline = True

@@ -167,19 +167,48 @@ class MonitorState:
             return _parse_state(data)
         except StateCorrupt:
             raise
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             raise StateCorrupt(f"unexpected content ({type(exc).__name__}: {exc})") from None
 
 
-def _int(value: Any) -> int:
+# Plausible bounds: a value outside them is a corrupt state file, never a reason to drop
+# journal entries or to write back what the next start rejects (issue 12, classes 2 and 9).
+MAX_INT = 2**64  # counters are at most 64-bit; sequence numbers and counts far less
+MAX_SEQ = 2**63
+MIN_YEAR, MAX_YEAR = 1970, 9999
+
+
+def _int(value: Any, high: int = MAX_INT) -> int:
+    """A non-negative integer below ``high``; nothing in the state is negative."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"expected an integer, got {value!r}")
+        raise TypeError(f"expected an integer, got {_short(value)}")
+    if not 0 <= value < high:
+        raise ValueError(f"implausible number {_short(value)}")
     return value
+
+
+def _bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"expected true or false, got {_short(value)}")
+    return value
+
+
+def _when(value: Any) -> datetime:
+    """A timestamp the writer can write back as it was read (years 1970-9999, UTC)."""
+    moment = parse_timestamp(_str(value))
+    if not MIN_YEAR <= moment.year <= MAX_YEAR:
+        raise ValueError(f"implausible timestamp {_short(value)}")
+    return moment
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _str(value: Any) -> str:
     if not isinstance(value, str):
-        raise TypeError(f"expected a string, got {value!r}")
+        raise TypeError(f"expected a string, got {_short(value)}")
     return value
 
 
@@ -202,7 +231,7 @@ def _parse_state(data: Any) -> MonitorState:
     version = _int(data.get("version", STATE_VERSION))
     if version != STATE_VERSION:
         raise StateCorrupt(f"unsupported state version {version}")
-    when = parse_timestamp
+    when = _when
     known = data.get("known_devices", [])
     if not isinstance(known, list):
         raise TypeError("known_devices must be a list")
@@ -212,12 +241,12 @@ def _parse_state(data: Any) -> MonitorState:
             _str(k): CounterSnap(_nonnegative(v["value"]), when(v["timestamp"]))
             for k, v in _table(data, "counter_snapshots").items()},
         breach_flags={
-            _str(k): BreachFlag(_str(v["check_name"]), bool(v["is_fatal"]), when(v["since"]),
-                                bool(v.get("breached", True)),
+            _str(k): BreachFlag(_str(v["check_name"]), _bool(v["is_fatal"]), when(v["since"]),
+                                _bool(v.get("breached", True)),
                                 _nonnegative(v["last_value"]) if "last_value" in v else None)
-            for k, v in _table(data, "breach_flags").items() if v.get("breached", True)},
+            for k, v in _table(data, "breach_flags").items() if _bool(v.get("breached", True))},
         port_states={
-            _str(k): PortRecord(_str(v["device"]), _int(v["port"]), _str(v["state"]),
+            _str(k): PortRecord(_str(v["device"]), _int(v["port"], 2**16), _str(v["state"]),
                                 _str(v["physical_state"]), _str(v.get("link_layer", "")),
                                 _str(v.get("health", HEALTHY)),
                                 when(v["since"]) if "since" in v else _epoch(),
@@ -238,16 +267,15 @@ def _parse_state(data: Any) -> MonitorState:
                          for k, v in _table(data, "saturated_quiet_counters").items()},
         group_modes={_str(k): _int(v) for k, v in _table(data, "group_modes").items()},
         card_pending={_str(k): when(v) for k, v in _table(data, "card_pending").items()},
-        event_seq=_int(data.get("event_seq", 0)),
+        event_seq=_int(data.get("event_seq", 0), MAX_SEQ),
         version=version,
     )
 
 
 def _nonnegative(value: Any) -> int:
-    number = _int(value)
-    if number < 0:
-        raise ValueError(f"negative counter snapshot {number}")
-    return number
+    if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+        raise ValueError(f"negative counter snapshot {value}")
+    return _int(value)
 
 
 def _epoch() -> datetime:

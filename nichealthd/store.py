@@ -26,8 +26,10 @@ import contextlib
 import json
 import logging
 import os
+import stat
 import tempfile
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
@@ -39,6 +41,7 @@ log = logging.getLogger(__name__)
 
 JOURNAL_NAME = "outbox.jsonl"
 CURSORS_NAME = "cursors.json"
+MAX_SEQ = 2**63  # sequence numbers are int64 on the wire (and plausible far below this)
 
 
 class CommitError(Exception):
@@ -82,22 +85,68 @@ class LoadedState:
 
 
 def load_state(path: str) -> LoadedState:
-    """Read the state file. Missing or corrupt gives a fresh state and says why (spec §6.6)."""
+    """Read the state file. Missing or unusable gives a fresh state and says why (spec §6.6);
+    an unusable one (corrupt, implausible, not a regular file) is moved aside to
+    ``<path>.corrupt-<time>`` so that it is reported once, not at every start."""
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read()
+        info = os.stat(path)
     except FileNotFoundError:
         return LoadedState(MonitorState(), True, None)
     except OSError as exc:
         return LoadedState(MonitorState(), True, f"cannot read {path}: {exc.strerror}")
+    if not stat.S_ISREG(info.st_mode):  # a directory, a FIFO (open would block), a device
+        return _corrupt(path, "not a regular file")
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except OSError as exc:
+        return LoadedState(MonitorState(), True, f"cannot read {path}: {exc.strerror}")
     try:
         return LoadedState(MonitorState.from_json(json.loads(raw)), False)
-    except (ValueError, StateCorrupt) as exc:
-        return LoadedState(MonitorState(), True, f"{path} is corrupt ({exc})")
+    except RecursionError:
+        return _corrupt(path, "nested too deeply")
+    except (ValueError, StateCorrupt) as exc:  # UnicodeDecodeError is a ValueError
+        return _corrupt(path, str(exc))
+
+
+def _corrupt(path: str, reason: str) -> LoadedState:
+    where = move_aside(path)
+    kept = f"; moved aside to {where}" if where else ""
+    return LoadedState(MonitorState(), True, f"{path} is corrupt ({reason}){kept}")
+
+
+def move_aside(path: str) -> Optional[str]:
+    """Rename an unusable file to ``<path>.corrupt-<time>``; None if that fails."""
+    target = f"{path}.corrupt-{_stamp()}"
+    try:
+        os.replace(path, target)
+    except OSError as exc:
+        log.warning("cannot move %s aside: %s", path, exc.strerror)
+        return None
+    _fsync_dir(os.path.dirname(os.path.abspath(path)))
+    return target
 
 
 def save_state(path: str, state: MonitorState) -> None:
     atomic_write(path, json.dumps(state.to_json(), indent=1, sort_keys=False).encode() + b"\n")
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """What :meth:`Journal.recover` found: lines of an unfinished commit (the torn tail and
+    lines past the state's sequence number: that poll is evaluated again), damaged committed
+    lines (unreadable or out of order: lost, a copy of the file is kept), the entries kept, and
+    whether the state's sequence number contradicts the journal (the state is then corrupt)."""
+
+    unfinished: int = 0
+    damaged: int = 0
+    kept: int = 0
+    mismatch: Optional[str] = None
+    copy: Optional[str] = None
+
+    @property
+    def dropped(self) -> int:
+        return self.unfinished + self.damaged
 
 
 @dataclass(frozen=True)
@@ -122,58 +171,118 @@ class Journal:
         self._lock = threading.RLock()
         self._rewrite_deferred = False
         self._high_seq = 0  # newest seq ever committed: trimming the newest entry keeps it
+        self.last_recovery = Recovery()
+        self._cursors_lost = False  # cursors.json gone or unreadable: restart from the oldest
 
     # ------------------------------------------------------------ recovery
 
     def recover(self, committed_seq: Optional[int]) -> int:
-        """Load the journal, dropping torn lines and lines past ``committed_seq`` (an
-        unfinished commit; None when the state file was lost and every whole line counts).
-        Returns how many lines were dropped."""
+        """Load the journal, dropping lines past ``committed_seq`` (an unfinished commit;
+        None when the state file was lost and every whole line counts) and lines that cannot
+        be read. Returns how many lines were dropped; :attr:`last_recovery` says which kind."""
         with self._lock:
-            return self._recover(committed_seq)
+            self.last_recovery = self._recover(committed_seq)
+            return self.last_recovery.dropped
 
-    def _recover(self, committed_seq: Optional[int]) -> int:
-        entries: list[JournalEntry] = []
-        sizes: dict[int, int] = {}
-        dropped = 0
+    def _recover(self, committed_seq: Optional[int]) -> Recovery:
         try:
             with open(self.path, "rb") as handle:
-                lines = handle.read().splitlines()
+                raw = handle.read()
         except FileNotFoundError:
-            lines = []
+            raw = b""
+        lines = raw.split(b"\n")
+        unterminated = lines.pop()  # b"" when the file ends with a newline
+        entries: list[JournalEntry] = []
+        sizes: dict[int, int] = {}
+        damaged = 0
         for line in lines:
-            try:
-                record = json.loads(line)
-                entry = JournalEntry(int(record["seq"]), HealthEvent.from_json(record["event"]))
-            except (ValueError, KeyError, TypeError):
-                dropped += 1
-                continue
-            beyond = committed_seq is not None and entry.seq > committed_seq
-            if beyond or (entries and entry.seq <= entries[-1].seq):
-                dropped += 1
+            entry = _decode(line)
+            if entry is None or (entries and entry.seq <= entries[-1].seq):
+                damaged += 1  # a whole (newline-terminated) line: it was written completely
                 continue
             entries.append(entry)
             sizes[entry.seq] = len(line) + 1
+        torn = bool(unterminated.strip())
+        if torn:
+            entry = _decode(unterminated)  # a whole record whose newline is missing
+            if entry is not None and not (entries and entry.seq <= entries[-1].seq):
+                entries.append(entry)
+                sizes[entry.seq] = len(unterminated) + 1
+                torn = False
+        unfinished = 0
+        mismatch: Optional[str] = None
+        beyond = [e for e in entries if committed_seq is not None and e.seq > committed_seq]
+        if beyond and committed_seq is not None and beyond[0].seq != committed_seq + 1:
+            # An unfinished commit always starts right after the committed sequence number:
+            # the state cannot be right, and it must not cost the journal anything.
+            mismatch = (f"event_seq {committed_seq} does not match the journal (its next "
+                        f"entry is {beyond[0].seq})")
+            beyond = []
+        if beyond:
+            unfinished = len(beyond)
+            entries = entries[:-unfinished]
+            for entry in beyond:
+                sizes.pop(entry.seq, None)
+        if torn:
+            # A torn last line is the unfinished commit when the state never advanced past
+            # the readable entries; otherwise a committed line was cut later: damage.
+            last = entries[-1].seq if entries else 0
+            if unfinished or committed_seq is None or committed_seq <= last:
+                unfinished += 1
+            else:
+                damaged += 1
         self._entries = entries
         self._sizes = sizes
         self._high_seq = entries[-1].seq if entries else 0
-        if dropped:
+        recovery = Recovery(unfinished, damaged, len(entries), mismatch)
+        if damaged:
+            recovery = Recovery(unfinished, damaged, len(entries), mismatch,
+                                self._keep_copy(raw))
+        if recovery.dropped:
             self._rewrite()
         self._cursors = self._load_cursors()
-        return dropped
+        return recovery
+
+    def _keep_copy(self, raw: bytes) -> Optional[str]:
+        """Keep the damaged journal as it was, for whoever investigates the damage."""
+        copy = f"{self.path}.corrupt-{_stamp()}"
+        try:
+            atomic_write(copy, raw)
+        except OSError as exc:
+            log.warning("cannot keep a copy of the damaged %s: %s", self.path, exc.strerror)
+            return None
+        return copy
 
     def _load_cursors(self) -> dict[str, int]:
+        """Read the cursors. Missing (with a journal to deliver) or unreadable marks them
+        lost: every consumer then restarts from the oldest entry, as the warning says."""
+        self._cursors_lost = False
+        problem: Optional[str] = None
+        cursors: dict[str, int] = {}
         try:
             with open(self.cursors_path, "rb") as handle:
                 data = json.loads(handle.read())
-            return {str(k): int(v) for k, v in data.items()}
+            if not isinstance(data, dict):
+                raise TypeError("not a JSON object")
+            for key, value in data.items():
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise TypeError(f"cursor {key!r} is not an integer")
+                if 0 <= value <= self.last_seq:
+                    cursors[str(key)] = value
+                else:  # implausible: beyond the newest entry it would skip pending events
+                    problem = f"cursor {key!r} = {value} is outside 0..{self.last_seq}"
         except FileNotFoundError:
-            return {}
-        except (OSError, ValueError, AttributeError, TypeError) as exc:
+            if self._entries:
+                problem = "it is missing"
+        except (OSError, ValueError, RecursionError, AttributeError, TypeError) as exc:
+            problem = str(exc)
+            cursors = {}
+        if problem is not None:
+            self._cursors_lost = True
             log.warning("%s is unreadable (%s); consumers restart from the oldest journal "
                         "entry (events may be delivered twice, never lost)",
-                        self.cursors_path, exc)
-            return {}
+                        self.cursors_path, problem)
+        return cursors
 
     # -------------------------------------------------------------- commit
 
@@ -244,10 +353,15 @@ class Journal:
             if name not in wanted:
                 del self._cursors[name]
                 changed = True
+        # A consumer new to a healthy cursors file starts after the newest entry; when the
+        # file was lost, nobody knows what was delivered: start before the oldest.
+        start = (self._entries[0].seq - 1 if self._entries else self.last_seq) \
+            if self._cursors_lost else self.last_seq
         for name in wanted:
             if name not in self._cursors:
-                self._cursors[name] = self.last_seq
+                self._cursors[name] = start
                 changed = True
+        self._cursors_lost = False
         if changed:
             self._save_cursors()
 
@@ -384,6 +498,23 @@ def _index_after(entries: list[JournalEntry], seq: int) -> int:
         else:
             high = mid
     return low
+
+
+def _decode(line: bytes) -> Optional[JournalEntry]:
+    """One journal line, or None when it cannot be read (damaged or torn)."""
+    try:
+        record = json.loads(line)
+        seq = record["seq"]
+        if isinstance(seq, bool) or not isinstance(seq, int) or not 0 < seq < MAX_SEQ:
+            return None
+        return JournalEntry(seq, HealthEvent.from_json(record["event"]))
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError, RecursionError):
+        return None
+
+
+def _stamp() -> str:
+    """A UTC time for the names of files moved aside (``state.json.corrupt-<time>``)."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
 
 
 def _encode(entry: JournalEntry) -> bytes:
