@@ -6,16 +6,16 @@ import errno
 import logging
 import os
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 from nichealthd.config import load_config
 from nichealthd.model import ABSENT, Unreadable
-from nichealthd.sim import mutate, tree
+from nichealthd.sim import mutate
 from nichealthd.sysfs import AttributeFiles, SysfsReader, parse_counter
 
 from .builders import at
+from .conftest import open_readers, reader_for
 
 
 @pytest.mark.parametrize("raw,expected", [
@@ -29,31 +29,6 @@ from .builders import at
 ])
 def test_parse_counter(raw: bytes, expected: object) -> None:
     assert parse_counter(raw) == expected
-
-
-@pytest.fixture
-def host(tmp_path: Path) -> Path:
-    root = tmp_path / "host"
-    tree.create(root, "dgx-h100")
-    return root
-
-
-# Every reader a test makes: each holds one fd per polled file until closed (a DGX-H100 tree
-# is ~200), so the autouse fixture below closes them after each test.
-_readers: list[SysfsReader] = []
-
-
-@pytest.fixture(autouse=True)
-def _close_readers() -> Iterator[None]:
-    yield
-    while _readers:
-        _readers.pop().close()
-
-
-def reader_for(root: Path, files: AttributeFiles | None = None) -> SysfsReader:
-    reader = SysfsReader(load_config(str(root / "nichealthd.toml")), files=files)
-    _readers.append(reader)
-    return reader
 
 
 def port_of(snapshot, name: str = "mlx5_0"):  # type: ignore[no-untyped-def]
@@ -194,7 +169,7 @@ def counting_reader(root: Path) -> tuple[SysfsReader, list[str], Clock]:
     clock = Clock()
     reader = SysfsReader(load_config(str(root / "nichealthd.toml")),
                          files=AttributeFiles(opener), monotonic=clock)
-    _readers.append(reader)
+    open_readers.append(reader)
     return reader, opened, clock
 
 

@@ -11,26 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from nichealthd.config import load_config
 from nichealthd.model import ABSENT, Unreadable
-from nichealthd.sim import tree
-from nichealthd.sysfs import AttributeFiles, SysfsReader, fd_budget, parse_decimal
+from nichealthd.sysfs import AttributeFiles, fd_budget, parse_decimal
 
 from .builders import at
+from .conftest import reader_for
 
 IB = "sys/class/infiniband/mlx5_0"
 PORT = f"{IB}/ports/1"
-
-
-@pytest.fixture
-def host(tmp_path: Path) -> Path:
-    root = tmp_path / "host"
-    tree.create(root, "dgx-h100")
-    return root
-
-
-def reader_for(root: Path, files: AttributeFiles | None = None) -> SysfsReader:
-    return SysfsReader(load_config(str(root / "nichealthd.toml")), files=files)
 
 
 # ----------------------------------------------------------------- fd budget

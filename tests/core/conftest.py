@@ -1,0 +1,37 @@
+"""Fixtures shared by the sysfs reader tests: a simulated host and readers that are closed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from nichealthd.config import load_config
+from nichealthd.sim import tree
+from nichealthd.sysfs import AttributeFiles, SysfsReader
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> Path:
+    root = tmp_path / "host"
+    tree.create(root, "dgx-h100")
+    return root
+
+
+# Every reader a test makes: each holds one fd per polled file until closed (a DGX-H100 tree
+# is ~200), so the autouse fixture below closes them after each test.
+open_readers: list[SysfsReader] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_readers() -> Iterator[None]:
+    yield
+    while open_readers:
+        open_readers.pop().close()
+
+
+def reader_for(root: Path, files: AttributeFiles | None = None) -> SysfsReader:
+    reader = SysfsReader(load_config(str(root / "nichealthd.toml")), files=files)
+    open_readers.append(reader)
+    return reader

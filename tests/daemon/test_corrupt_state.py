@@ -1,0 +1,61 @@
+"""Issue 12 class 9 through the real daemon (``--once``): a corrupt state file gives one
+warning, is moved aside to ``state.json.corrupt-<time>`` and the daemon starts fresh; the next
+start is quiet. Never a traceback, never a crash loop."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from .conftest import SimHost
+
+
+def deep(_: dict[str, Any]) -> bytes:
+    return b"[" * 200_000 + b"]" * 200_000
+
+
+def year_one(state: dict[str, Any]) -> bytes:
+    for snap in state["counter_snapshots"].values():
+        snap["timestamp"] = "0001-01-01T00:00:00Z"
+    return json.dumps(state).encode()
+
+
+def negative_seq(state: dict[str, Any]) -> bytes:
+    state["event_seq"] = -1
+    return json.dumps(state).encode()
+
+
+def invalid_utf8(_: dict[str, Any]) -> bytes:
+    return b'{"version": 1, "boot_id": "\xff"}'
+
+
+@pytest.mark.parametrize("damage", [deep, year_one, negative_seq, invalid_utf8, "directory"],
+                         ids=["deep-nesting", "year-1", "negative-event-seq", "invalid-utf8",
+                              "directory"])
+def test_a_corrupt_state_file_is_moved_aside_and_the_daemon_starts_fresh(
+        sim_host: Callable[..., SimHost], damage: Any) -> None:
+    host = sim_host()
+    first = host.once()
+    assert first.returncode == 0 and first.events
+    history = (host.root / "events.jsonl").read_text()
+    state = json.loads(host.state_file.read_text())
+    if damage == "directory":
+        host.state_file.unlink()
+        host.state_file.mkdir()
+    else:
+        host.state_file.write_bytes(damage(state))
+    run = host.once()
+    assert run.returncode == 0, run.stderr
+    assert "Traceback" not in run.stderr
+    warnings = [line for line in run.stderr.splitlines() if "is corrupt" in line]
+    assert len(warnings) == 1 and "moved aside to" in warnings[0], run.stderr
+    assert len(list(host.state_file.parent.glob("state.json.corrupt-*"))) == 1
+    assert host.state_file.is_file()  # the fresh state was committed
+    assert all(e["isHealthy"] for e in run.events)  # a fresh start: healthy baselines
+    # The journal lost nothing: the old history is still the event log's prefix.
+    assert (host.root / "events.jsonl").read_text().startswith(history)
+    again = host.once()
+    assert again.returncode == 0 and "corrupt" not in again.stderr
