@@ -18,6 +18,11 @@ def _small_limit() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
 
 
+def _no_file_growth() -> None:
+    _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, hard))
+
+
 def test_128_devices_become_healthy_under_a_nofile_limit_of_256(
         sim_host: Callable[..., SimHost], notify: NotifySocket) -> None:  # noqa: F811
     host = sim_host("synthetic", devices=128)
@@ -48,19 +53,24 @@ def test_128_devices_become_healthy_under_a_nofile_limit_of_256(
 
 def test_ready_waits_for_a_committed_poll(
         sim_host: Callable[..., SimHost], notify: NotifySocket) -> None:  # noqa: F811
-    """A poll whose commit fails is not "started": READY=1 comes with the first commit."""
+    """A poll whose commit fails is not "started": READY=1 comes with the first commit.
+
+    Commits fail as on a full disk: a file-size limit of 0 makes every write to a regular
+    file fail with EFBIG (Python ignores SIGXFSZ), until the test lifts it with prlimit."""
     host = sim_host()
-    host.state_file.mkdir(parents=True)  # the state path is a directory: commits fail
     env = dict(os.environ, NOTIFY_SOCKET=str(notify.path))
     env.pop("JOURNAL_STREAM", None)
     proc = subprocess.Popen(
         [sys.executable, "-m", "nichealthd.daemon", "--config", str(host.config),
          "--polling-interval", "200ms"],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=_no_file_growth)
     try:
         early = notify.collect(3)
         assert not any("READY=1" in m for m in early), early
-        host.state_file.rmdir()
+        assert not host.state_file.exists()
+        _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+        resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (hard, hard))
         notify.wait_for("READY=1", seconds=10)
         assert host.state_file.is_file()
     finally:
