@@ -169,8 +169,13 @@ def start(args: argparse.Namespace) -> Startup:
     topology = load_topology(config)
     prepare_state_dir(config)
     monitor = Monitor(config, topology)
-    monitor.start()
-    event_log = EventLog(config.event_log, monitor.journal) if config.event_log else None
+    try:
+        monitor.start()
+        event_log = EventLog(config.event_log, monitor.journal) if config.event_log else None
+    except OSError as exc:
+        # The journal and the event log hold undelivered events: never move them aside.
+        raise StartupError(f"cannot read {exc.filename or config.state_dir}: {exc.strerror} "
+                           f"(move the file or directory out of the way, then restart)") from None
     return Startup(config, overrides, monitor, event_log)
 
 

@@ -5,7 +5,6 @@ start is quiet. Never a traceback, never a crash loop."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any, Callable
 
 import pytest
@@ -59,3 +58,16 @@ def test_a_corrupt_state_file_is_moved_aside_and_the_daemon_starts_fresh(
     assert (host.root / "events.jsonl").read_text().startswith(history)
     again = host.once()
     assert again.returncode == 0 and "corrupt" not in again.stderr
+
+
+def test_a_journal_that_cannot_be_read_is_a_clear_start_error(
+        sim_host: Callable[..., SimHost]) -> None:
+    """The journal holds undelivered events, so it is never moved aside: the operator is told."""
+    host = sim_host()
+    journal = host.state_file.parent / "outbox.jsonl"
+    journal.mkdir(parents=True)
+    run = host.once()
+    assert run.returncode == 1
+    assert "Traceback" not in run.stderr
+    assert f"cannot read {journal}: Is a directory" in run.stderr
+    assert "move the file or directory out of the way" in run.stderr
