@@ -374,7 +374,7 @@ def _gb200_nvl4() -> Profile:
     )
 
 
-def _l40_dualport() -> Profile:
+def _l40_dualport(buses: Tuple[Tuple[str, int], ...] = (("1a", 0), ("9b", 1))) -> Profile:
     gpus = (
         GpuSpec("0000:31:00.0", 0),
         GpuSpec("0000:4b:00.0", 0),
@@ -382,19 +382,26 @@ def _l40_dualport() -> Profile:
         GpuSpec("0000:ca:00.0", 1),
     )
     nics: List[NicSpec] = []
-    for bus, numa in (("1a", 0), ("9b", 1)):
+    for bus, numa in buses:
         nics.append(NicSpec(f"0000:{bus}:00.0", numa, IB, COMPUTE, hca="cx6"))
         nics.append(
             NicSpec(
                 f"0000:{bus}:00.1", numa, IB, COMPUTE, hca="cx6", state="DOWN", phys_state="Polling"
             )
         )
+    name = "l40-dualport" if len(buses) == 2 else f"l40-dualport-{len(buses)}"
     return Profile(
-        "l40-dualport",
-        "L40: 2 dual-port IB compute cards, port of function .1 uncabled (DOWN/Polling) on each",
+        name,
+        f"L40: {len(buses)} dual-port IB compute cards, port of function .1 uncabled "
+        f"(DOWN/Polling) on each",
         gpus,
         tuple(nics),
     )
+
+
+def _l40_dualport_3() -> Profile:
+    """Three cards: the fewest whose mode is no tie, so a short card is judged at first poll."""
+    return _l40_dualport((("1a", 0), ("5e", 0), ("9b", 1)))
 
 
 def synthetic(devices: int) -> Profile:
@@ -429,6 +436,7 @@ PROFILES: Dict[str, Callable[[], Profile]] = {
     "gb200-nvl4": _gb200_nvl4,
     "h100-34": _h100_34,
     "l40-dualport": _l40_dualport,
+    "l40-dualport-3": _l40_dualport_3,
     "synthetic": lambda: synthetic(8),
 }
 

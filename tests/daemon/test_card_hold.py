@@ -132,3 +132,27 @@ def test_once_short_dual_port_card_clears_everything_on_repair(
     state = json.loads(host.state_file.read_text())
     assert state["card_anomalies"] == {}
     assert [k for k, v in state["port_states"].items() if v["health"] == "fatal"] == []
+
+
+def test_once_short_card_at_first_poll_reports_only_what_it_lacks(
+        sim_host: Callable[..., SimHost]) -> None:
+    """#21.2 at first sight: three dual-port cards, function .1 uncabled on every card, and
+    card 1a's port 1 down too. Only the card is short of a port; its uncabled function .1 is
+    like its peers' and never gets a fatal of its own; the repair clears everything."""
+    host = sim_host("l40-dualport-3")
+    names = {d["pci"]: d["name"] for d in host.manifest["devices"]}
+    short, uncabled = names["0000:1a:00.0"], names["0000:1a:00.1"]
+    mutate.uncable(host.root, short, 1)
+    first = host.once()
+    assert first.returncode == 0, first.stderr
+    assert [e["message"] for e in fatal_cards(first.events)] != []
+    assert all(uncabled not in e["message"] for e in first.fatal()), first.fatal()
+    assert all(e["message"].startswith(("Card 0000:1a:00", f"Port {short} port 1: "))
+               for e in first.fatal()), first.fatal()
+    sim_port(host, short, "--state", "ACTIVE", "--phys-state", "LinkUp")
+    repaired = host.once()
+    assert repaired.fatal() == []
+    state = json.loads(host.state_file.read_text())
+    assert state["card_anomalies"] == {}
+    assert [k for k, v in state["port_states"].items() if v["health"] == "fatal"] == []
+    assert state["port_states"][f"{short}_1"]["health"] == "healthy"

@@ -12,7 +12,7 @@ from nichealthd.sim import mutate
 from .conftest import SimHost
 
 PROFILES = ["dgx-h100", "oci-h100", "a100-roce", "l40s-oci", "l40s-onprem", "gb200-nvl4",
-            "h100-34", "l40-dualport", "l40s-onprem-bond", "l40s-onprem-vlan",
+            "h100-34", "l40-dualport", "l40-dualport-3", "l40s-onprem-bond", "l40s-onprem-vlan",
             "l40s-onprem-ipv6"]
 
 

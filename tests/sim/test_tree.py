@@ -36,6 +36,7 @@ EXPECTED = {
     "gb200-nvl4": {"compute": 4, "management": 2},
     "h100-34": {"compute": 16, "storage": 2, "vf": 16},
     "l40-dualport": {"compute": 4},
+    "l40-dualport-3": {"compute": 6},
     "synthetic": {"compute": 8},
 }
 
