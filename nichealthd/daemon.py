@@ -35,8 +35,8 @@ from .topology import GpuTopology, MetadataError, load_gpu_topology, read_defaul
 log = logging.getLogger("nichealthd")
 
 EXIT_OK, EXIT_STARTUP, EXIT_USAGE = 0, 1, 2
-# An unexpected exception (a bug): systemd restarts the unit after it. Not 1, which
-# RestartPreventExitStatus= reserves for start-up failures only the operator can fix.
+# An unexpected exception in the running daemon (a bug): systemd restarts the unit after it.
+# Not 1, which RestartPreventExitStatus= reserves for start-up failures (DESIGN §2.3).
 EXIT_CRASH = 70  # EX_SOFTWARE
 # Under systemd (INVOCATION_ID set) statuses 1 and 2 are not restarted, so they keep the
 # start budget for the operator's retry; the message says how.
@@ -223,9 +223,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except StartupError as exc:
         print(f"nichealthd: cannot start: {exc}{hint}", file=sys.stderr)
         return EXIT_STARTUP
-    except Exception:  # a bug, not the operator's input: systemd may retry
-        log.critical("nichealthd failed to start on an unexpected error", exc_info=True)
-        return EXIT_CRASH
+    except Exception:  # a bug; DESIGN §2.3 makes every start failure status 1
+        log.critical("nichealthd failed to start on an unexpected error (a bug: please report "
+                     "it with this log)", exc_info=True)
+        return EXIT_STARTUP
     if args.once:
         return run_once(startup)
     from .service import run_service
