@@ -2,7 +2,9 @@
 
 No files, no clock, no threads: every rule of both specs is a table of snapshots in the tests.
 The only memory besides the persisted state is :class:`CounterMemory` (the last value read of
-each counter, spec §6.3 ``lastPollValue``), which a restart legitimately loses.
+each counter, spec §6.3 ``lastPollValue``), which a restart legitimately loses. Neither input
+is changed: the result carries the next state and the next memory, which the monitor adopts
+only once the poll is committed.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class CycleResult:
 
     events: tuple[HealthEvent, ...]
     state: MonitorState
+    memory: CounterMemory
     roles: dict[str, Role]
     cards: dict[str, CardCount]
     observations: dict[str, CounterObservation]
@@ -83,6 +86,7 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
     """
     enabled = frozenset(config.checks)
     next_state = previous.copy()
+    memory = memory.copy()
     if snapshot.boot_id:
         next_state.boot_id = snapshot.boot_id
     events: list[HealthEvent] = []
@@ -138,7 +142,8 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
     events.extend(card_events(cards, verdicts, next_state, STATE_CHECK_OF, enabled, now,
                               raised))
     events.extend(_release_raised_ports(previous, next_state, now))
-    return CycleResult(tuple(events), next_state, roles, cards, observations, tuple(notes))
+    return CycleResult(tuple(events), next_state, memory, roles, cards, observations,
+                       tuple(notes))
 
 
 def _runtime_verdicts(verdicts: dict[str, CardVerdict], snapshot: HostSnapshot,

@@ -159,7 +159,7 @@ class Monitor:
         if not significant:
             if next_state.counter_snapshots != self.state.counter_snapshots:
                 self._unflushed = True
-            self.state = next_state
+            self.state, self.memory = next_state, result.memory
             if self.monotonic() - self._flushed_at >= FLUSH_SECONDS:
                 self.flush()
             return []
@@ -179,7 +179,7 @@ class Monitor:
             if entries:
                 self.journal.truncate(size)
             raise CommitError(f"cannot write {self.config.state_file}: {exc.strerror}") from exc
-        self.state = next_state
+        self.state, self.memory = next_state, result.memory
         self._flushed_at, self._unflushed = self.monotonic(), False
         return self.journal.committed()
 

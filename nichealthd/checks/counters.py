@@ -1,7 +1,8 @@
 """Counter evaluation (spec §6.3, §10.4): delta and velocity thresholds with latching breaches.
 
 Pure: it reads a port's counter values from the snapshot and the previous state, and writes
-the next state into the ``next_state`` it is given. Rules beyond the spec (REFERENCE §3):
+the next state into the ``next_state`` and the next :class:`CounterMemory` it is given (both
+copies the caller adopts only when the poll is committed). Rules beyond the spec (REFERENCE §3):
 
 - A 32-bit ``hw_counters`` value that drops from near 2^32 wrapped (it is not a reset). While
   a breach is latched, the last value seen is persisted with it, so that a wrap across a
@@ -82,9 +83,13 @@ class CounterObservation(NamedTuple):
 
 @dataclass
 class CounterMemory:
-    """The last value read of each counter and when (spec §6.3 ``lastPollValue``).
+    """The volatile part of the state: the last value read of each counter and when (spec
+    §6.3 ``lastPollValue``), and each velocity counter's last closed window.
 
-    Not persisted: after a restart the persisted snapshot stands in for it.
+    Not persisted: after a restart the persisted snapshot stands in for it. Like the
+    persisted state it is a value of one poll: evaluation works on a :meth:`copy` and the
+    monitor adopts it only with the commit, so a poll whose commit failed leaves no trace
+    (a reset it saw is seen again by the next poll, and its recovery is sent).
     """
 
     last_values: dict[str, int] = field(default_factory=dict)
@@ -93,8 +98,14 @@ class CounterMemory:
     # and rate are what the counter shows.
     closed_windows: dict[str, CounterObservation] = field(default_factory=dict)
     # Each port's counter entries under the current config, so that a poll does not work
-    # out again which counters a port has, under which check and state key.
+    # out again which counters a port has, under which check and state key. A cache of
+    # what config and files determine, not state: copies share it.
     port_entries: dict[tuple[str, int], PortEntries] = field(default_factory=dict)
+
+    def copy(self) -> CounterMemory:
+        """A copy whose values can change without touching this one (the cache is shared)."""
+        return CounterMemory(dict(self.last_values), dict(self.last_times),
+                             dict(self.closed_windows), self.port_entries)
 
 
 class SaturatingFile(NamedTuple):

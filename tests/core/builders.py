@@ -71,10 +71,19 @@ class Runner:
         self.last: Optional[CycleResult] = None
 
     def poll(self, snapshot: HostSnapshot) -> CycleResult:
-        result = evaluate(self.state, snapshot, self.config, self.topology, self.memory,
-                          snapshot.taken_at, baseline=self.baseline)
-        self.state, self.baseline, self.last = result.state, False, result
+        result = self.evaluate(snapshot)
+        self.adopt(result)
         return result
+
+    def evaluate(self, snapshot: HostSnapshot) -> CycleResult:
+        """One poll's evaluation, not adopted: as the monitor does when the commit fails."""
+        return evaluate(self.state, snapshot, self.config, self.topology, self.memory,
+                        snapshot.taken_at, baseline=self.baseline)
+
+    def adopt(self, result: CycleResult) -> None:
+        """What the monitor does after a successful commit."""
+        self.state, self.memory, self.baseline, self.last = (result.state, result.memory,
+                                                             False, result)
 
     def restart(self) -> None:
         """A process restart: persisted state survives (through JSON), memory does not."""
