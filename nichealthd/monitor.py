@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Callable, Optional
 
+from .boot import decide_start
 from .checks.counters import CounterMemory
 from .config import Config
 from .evaluate import CycleResult, Topology, evaluate
@@ -109,19 +110,13 @@ class Monitor:
                       recovery.kept,
                       f" (the damaged file is kept as {recovery.copy})" if recovery.copy
                       else "")
-        state = loaded.state
-        if loaded.fresh:
-            self.baseline = True
-            state = MonitorState(boot_id=boot_id or "")
-        elif boot_id and state.boot_id != boot_id:
-            log.info("boot ID changed (%s -> %s): host rebooted; clearing all state and "
-                     "sending healthy baselines", state.boot_id or "none", boot_id)
-            self.baseline = True
-            state = MonitorState(boot_id=boot_id)
-        elif not boot_id:
-            log.warning("boot ID unreadable; assuming the same boot as the saved state")
-        state.event_seq = max(state.event_seq, self.journal.last_seq)
-        self.state = state
+        decision = decide_start(None if loaded.fresh else loaded.state, boot_id,
+                                self.journal.last_seq)
+        if decision.warn:
+            log.warning("%s", decision.reason)
+        elif decision.baseline and not loaded.fresh:
+            log.info("%s", decision.reason)
+        self.state, self.baseline = decision.state, decision.baseline
 
     # ---------------------------------------------------------------- cycle
 
