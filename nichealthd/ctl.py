@@ -498,7 +498,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     def add(name: str, func: Callable[..., Any], help_text: str,
             into: Any = sub) -> argparse.ArgumentParser:
-        p = into.add_parser(name, help=help_text, description=help_text)
+        p: argparse.ArgumentParser = into.add_parser(name, help=help_text,
+                                                     description=help_text)
         global_options(p, False)
         p.set_defaults(func=func)
         return p

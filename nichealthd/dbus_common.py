@@ -40,8 +40,8 @@ try:  # dbus-fast is the maintained fork; dbus-next has the same API (Debian, ol
     )
     from dbus_fast import introspection as intr
     from dbus_fast.aio import MessageBus
+    from dbus_fast.constants import PropertyAccess
     from dbus_fast.service import (
-        PropertyAccess,
         ServiceInterface,
         dbus_property,
         method,
@@ -60,8 +60,8 @@ except ImportError:  # pragma: no cover - exercised only where dbus-fast is miss
     )
     from dbus_next import introspection as intr  # type: ignore[no-redef]
     from dbus_next.aio import MessageBus  # type: ignore[no-redef]
+    from dbus_next.constants import PropertyAccess  # type: ignore[no-redef]
     from dbus_next.service import (  # type: ignore[no-redef]
-        PropertyAccess,
         ServiceInterface,
         dbus_property,
         method,

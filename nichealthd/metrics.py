@@ -332,7 +332,7 @@ class MetricsService:
         cumulative, running = [], 0
         for bound, n in zip(DURATION_BUCKETS, buckets):
             running += n
-            cumulative.append((floatToGoString(bound), running))
+            cumulative.append((floatToGoString(bound), running))  # type: ignore[no-untyped-call]
         cumulative.append(("+Inf", count))
         out.append(HistogramMetricFamily(
             PREFIX + "poll_duration_seconds",

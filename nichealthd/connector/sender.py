@@ -100,7 +100,7 @@ class Link:
     def _connect(self) -> pb_grpc.PlatformConnectorStub:
         if self._stub is None:
             self._channel = grpc.insecure_channel(self.target)
-            self._stub = pb_grpc.PlatformConnectorStub(self._channel)
+            self._stub = pb_grpc.PlatformConnectorStub(self._channel)  # type: ignore[no-untyped-call]
             self.connects += 1
         return self._stub
 
@@ -418,7 +418,7 @@ class Sender:
 
     def _backoff(self, cap: float) -> float:
         """Exponential backoff with full jitter: uniform(0, min(cap, base * 2^attempt))."""
-        ceiling = min(cap, self.backoff_base * (2 ** min(self._attempt, 30)))
+        ceiling = min(cap, self.backoff_base * 2.0 ** min(self._attempt, 30))
         self._attempt += 1
         delay = max(0.01, self.jitter() * ceiling)
         self._retry_at = self.clock() + delay

@@ -14,7 +14,7 @@ import os
 import shutil
 import uuid
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, cast
 
 from . import kernel
 from .fsio import PathLike, PortId, SimError, symlink, write_new
@@ -568,7 +568,7 @@ def device(manifest: Manifest, name: str) -> Dict[str, Any]:
     """A device record by IB device name; SimError names the known ones otherwise."""
     for dev in manifest["devices"]:
         if dev["name"] == name:
-            return dev
+            return cast(Dict[str, Any], dev)
     known = [d["name"] for d in manifest["devices"]]
     shown = ", ".join(known[:8]) + (", ..." if len(known) > 8 else "")
     raise SimError(f"unknown device {name!r} (this host has: {shown})")
@@ -586,7 +586,7 @@ def port_record(dev: Dict[str, Any], port: PortId) -> Dict[str, Any]:
 def port_dir(root: PathLike, dev: Dict[str, Any], port: PortId) -> Path:
     """The live ports/<n> dir (via the devices tree, so hide-class does not affect it)."""
     port_record(dev, port)
-    path = Path(root) / dev["ib_path"] / "ports" / str(port)
+    path = Path(root) / str(dev["ib_path"]) / "ports" / str(port)
     if not path.is_dir():
         raise SimError(f"{dev['name']} port {port} is removed (restore it first)")
     return path

@@ -3,10 +3,11 @@ short only of the ports its peers have active, and its release clears what it ra
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import pytest
 
+from nichealthd.model import DeviceSnapshot
 from nichealthd.state import MonitorState
 
 from .builders import (
@@ -74,7 +75,10 @@ def card_events(result) -> list:
     return [e for e in result.events if e.error_code == ("card_active_ports",)]
 
 
-def live(layout: str, **cfg: object) -> tuple[Runner, object]:
+Build = Callable[..., list[DeviceSnapshot]]
+
+
+def live(layout: str, **cfg: object) -> tuple[Runner, Build]:
     build, _ = LAYOUTS[layout]
     runner = Runner(config(**cfg) if cfg else None)
     runner.poll(host(*build(), when=0))

@@ -411,7 +411,7 @@ def test_the_quiet_counter_shortcut_changes_nothing(monkeypatch: pytest.MonkeyPa
 
     def run() -> list[tuple[object, ...]]:
         runner = Runner()
-        results = []
+        results: list[tuple[object, ...]] = []
         for index, snapshot in enumerate(polls):
             if index in restarts:
                 runner.restart()  # memory lost: the persisted state (and latches) stand in

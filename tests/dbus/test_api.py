@@ -28,7 +28,7 @@ def records(reply: Any) -> list[dict[str, Any]]:
 def monitored_ports(root: Any) -> set[tuple[str, int]]:
     """What the sim built as monitored (compute + storage PF ports)."""
     manifest = tree.load(root)
-    out = set()
+    out: set[tuple[str, int]] = set()
     for dev in manifest["devices"]:
         if dev["role"] in ("compute", "storage"):
             out.update((dev["name"], int(port)) for port in dev["ports"])

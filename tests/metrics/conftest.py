@@ -15,7 +15,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -54,8 +54,16 @@ def parse(text: str) -> Samples:
             for family in text_string_to_metric_families(text) for s in family.samples}
 
 
-def value(samples: Samples, name: str, **labels: str) -> Optional[float]:
-    return samples.get((name, frozenset(labels.items())))
+def value(samples: Samples, name: str, **labels: str) -> float:
+    """The sample's value; a missing sample fails the test, naming it."""
+    found = samples.get((name, frozenset(labels.items())))
+    assert found is not None, f"no sample {name}{labels}"
+    return found
+
+
+def count(samples: Samples, name: str, **labels: str) -> float:
+    """A counter's value, 0 when no such series was exported yet (nothing counted)."""
+    return samples.get((name, frozenset(labels.items())), 0.0)
 
 
 def series(samples: Samples, name: str, **labels: str) -> list[dict[str, str]]:
