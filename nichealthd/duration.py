@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import re
 
+from .config_errors import show
+
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 
@@ -15,7 +17,7 @@ def parse_duration(text: object, *, allow_zero: bool = False) -> float:
     Anything but a string or a number (a TOML table, an array, a boolean) is a ValueError
     too, and so is a number too large for a float: callers validate, they never crash.
     """
-    shown = _show(text)
+    shown = show(text)
     if isinstance(text, bool) or not isinstance(text, (str, int, float)):
         raise ValueError(f"expected a duration like '1s' or '500ms', got {shown}")
     try:
@@ -34,17 +36,6 @@ def parse_duration(text: object, *, allow_zero: bool = False) -> float:
         raise ValueError(f"duration must be {'>= 0' if allow_zero else 'positive'}, "
                          f"got {shown}")
     return seconds
-
-
-def _show(value: object) -> str:
-    if isinstance(value, dict):
-        return "a table"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10 ** 30:
-        return "a number too large for a duration"
-    text = repr(value)
-    return text if len(text) <= 80 else text[:76] + "...'"
 
 
 def format_duration(seconds: float) -> str:
