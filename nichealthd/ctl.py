@@ -456,8 +456,8 @@ def cmd_config_check(args: argparse.Namespace) -> int:
         else:
             for message in exc.messages:
                 print(message, file=sys.stderr)
-            count = len(exc.problems)
-            print(f"{path}: invalid ({count} error{'s' if count > 1 else ''})", file=sys.stderr)
+            if len(exc.problems) > 1:
+                print(f"{path}: invalid ({len(exc.problems)} errors)", file=sys.stderr)
         return EXIT_USAGE
     if args.json:
         emit_json({"file": path, "ok": True, "notices": list(config.notices)})
