@@ -286,9 +286,12 @@ def _listen(value: Any) -> str:
     text = _string(value).strip()
     if not text:
         return ""
-    _, sep, port = text.rpartition(":")
-    if not sep or not re.fullmatch(r"[0-9]{1,5}", port) or not 0 < int(port) < 65536:
-        raise ValueError(f"expected [HOST]:PORT (for example ':2112'), got {show(value)}")
+    host, sep, port = text.rpartition(":")
+    bracketed = host.startswith("[") or host.endswith("]") or ":" in host
+    if (not sep or not re.fullmatch(r"[0-9]{1,5}", port) or not 0 < int(port) < 65536
+            or (bracketed and not re.fullmatch(r"\[[0-9A-Fa-f:.]+(%[\w.-]+)?\]", host))):
+        raise ValueError(f"expected [HOST]:PORT (for example ':2112', '127.0.0.1:2112' or "
+                         f"'[::1]:2112'), got {show(value)}")
     return text
 
 

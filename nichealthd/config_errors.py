@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, List, Optional, Sequence, TypeVar
+from typing import Any, Callable, List, Optional, Sequence, TypeVar, Union
 
 T = TypeVar("T")
 COMMAND_LINE = "<command line>"
+SUMMARY_PROBLEMS = 5  # in the one-line form (STATUS=, D-Bus replies, logs)
 
 
 @dataclass(frozen=True)
@@ -37,18 +38,26 @@ class Problem:
 class ConfigError(Exception):
     """An invalid configuration: one or more :class:`Problem`.
 
-    ``str()`` is one line (it goes into STATUS= and D-Bus replies); :attr:`messages` has one
-    line per problem for a terminal. ``key`` and ``problem`` are the first problem's.
+    ``str()`` is one line of the first few problems (it goes into STATUS= and D-Bus replies);
+    :attr:`messages` has one line per problem for a terminal. ``key`` and ``problem`` are the
+    first problem's. ``ConfigError(source, key, problem)`` is the short form for one problem.
     """
 
-    def __init__(self, problems: Sequence[Problem]) -> None:
+    def __init__(self, problems: Union[Sequence[Problem], str, None], key: str = "",
+                 problem: str = "") -> None:
+        if problems is None or isinstance(problems, str):  # the short form: one problem
+            problems = [Problem(problems or COMMAND_LINE, key, problem)]
         if not problems:
             raise ValueError("a ConfigError needs at least one problem")
         self.problems: List[Problem] = list(problems)
         first = self.problems[0]
         self.source, self.key, self.problem, self.line = (first.source, first.key,
                                                           first.problem, first.line)
-        super().__init__("; ".join(self.messages))
+        shown = self.messages[:SUMMARY_PROBLEMS]
+        more = len(self.problems) - len(shown)
+        if more:
+            shown.append(f"and {more} more (nichealthctl config check lists them all)")
+        super().__init__("; ".join(shown))
 
     @classmethod
     def one(cls, source: Optional[str], key: str, problem: str,

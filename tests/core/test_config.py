@@ -142,6 +142,8 @@ def test_duplicate_counter_names_are_rejected(tmp_path: Path) -> None:
     ('connectorTimeout = "1h"', "connectorTimeout"),
     ('connectorBatchInterval = "1ms"', "connectorBatchInterval"),
     ('metricsListen = "2112"', "metricsListen"),
+    ('metricsListen = "[::1:2112"', "metricsListen"),
+    ('metricsListen = "::1:2112"', "metricsListen"),
     ('processingStrategy = "NOW"', "processingStrategy"),
     ('nicExclusionRegex = "(["', "nicExclusionRegex"),
     ("this is not toml", ""),

@@ -13,6 +13,7 @@ from typing import Callable
 import pytest
 
 from nichealthd.config import ConfigError, load_config
+from nichealthd.config_errors import Problem
 from nichealthd.daemon import main as daemon_main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -221,3 +222,23 @@ def test_config_check_gives_the_parsers_line_and_column(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stderr.splitlines()[0].startswith(f"{path}:1:18: not valid TOML: ")
     assert ": -: " not in result.stderr
+
+
+@pytest.mark.parametrize("listen", [":2112", "127.0.0.1:2112", "[::1]:2112", "[::]:2112",
+                                    "[fe80::1%eth0]:2112", "localhost:2112", ""])
+def test_valid_listen_addresses(tmp_path: Path, listen: str) -> None:
+    path = write(tmp_path, f'metricsListen = "{listen}"\n'.encode())
+    assert load_config(path).metrics_listen == listen
+
+
+def test_the_one_line_form_is_short_and_the_short_constructor_still_works(
+        tmp_path: Path) -> None:
+    path = write(tmp_path, "".join(f"unknown{i} = 1\n" for i in range(40)).encode())
+    with pytest.raises(ConfigError) as raised:
+        load_config(path)
+    assert len(raised.value.messages) == 40
+    assert str(raised.value).count("unknown key") == 5
+    assert str(raised.value).endswith("; and 35 more (nichealthctl config check lists them all)")
+    short = ConfigError("f.toml", "pollingInterval", "bad")
+    assert short.problems == [Problem("f.toml", "pollingInterval", "bad")]
+    assert str(short) == "f.toml: pollingInterval: bad"
