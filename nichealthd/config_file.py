@@ -63,11 +63,14 @@ class KeyLines:
         return found
 
     def line(self, table: str, key: str = "", index: int = 0) -> Optional[int]:
-        """The key's line; else the line of its table's header; else None."""
+        """The key's line (or its own ``[table.key]`` header); else its table's header line."""
         if key:
-            for where in ((table, index, key), ("", 0, f"{table}.{key}" if table else key)):
+            dotted = f"{table}.{key}" if table else key
+            for where in ((table, index, key), ("", 0, dotted)):
                 if where in self.keys:
                     return self.keys[where]
+            if (dotted, 0) in self.tables:
+                return self.tables[(dotted, 0)]
         return self.tables.get((table, index))
 
 

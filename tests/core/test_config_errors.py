@@ -186,6 +186,16 @@ def test_dotted_keys_are_found_too(tmp_path: Path) -> None:
     assert (raised.value.line, raised.value.key) == (2, "counterDetection.enabled")
 
 
+def test_unknown_tables_point_at_their_header(tmp_path: Path) -> None:
+    path = write(tmp_path, b'nodeName = "a"\n[counterDetection]\nenabled = true\n'
+                           b"[counterDetection.countres]\nx = 1\n[pollingInterval]\n")
+    with pytest.raises(ConfigError) as raised:
+        load_config(path)
+    assert [(p.line, p.key) for p in raised.value.problems] == [
+        (6, "pollingInterval"), (4, "counterDetection.countres")]
+    assert "did you mean 'counters'?" in raised.value.problems[1].problem
+
+
 def test_the_daemon_prints_every_problem_and_exits_2(tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     path = write(tmp_path, MANY_ERRORS)
