@@ -1,27 +1,26 @@
-"""Configuration: built-in defaults, TOML loading, merging by counter name, and validation.
+"""Configuration: built-in defaults, merging by counter name, and validation.
 
-One validator serves the daemon (start and reload) and ``nichealthctl config check``: every
-problem is a :class:`ConfigError` naming the file, the key and what is wrong, so an operator
-never has to guess why the daemon refused to start (exit status 2).
+One validator serves the daemon (start and reload) and ``nichealthctl config check``. It makes
+one pass over the file and collects every problem (file, line, key, what is wrong) into one
+:class:`ConfigError`, so an operator never has to guess why the daemon refused to start (exit
+status 2) and fixes a file in one round. Unknown keys are errors: a typo must not silently
+fall back to a default. Reading and parsing the file is :mod:`nichealthd.config_file`.
 """
 
 from __future__ import annotations
 
+import difflib
 import functools
 import math
 import os
 import re
 import socket
-import sys
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
+from .config_errors import Collector, ConfigError, Problem, show
+from .config_file import KeyLines, read_config_file
 from .duration import format_duration, parse_duration
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on Python < 3.11 only
-    import tomli as tomllib
 
 DEFAULT_CONFIG_PATH = "/etc/nichealthd/config.toml"
 
@@ -39,16 +38,6 @@ THRESHOLD_TYPES = ("delta", "velocity")
 _COUNTER_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _SPEC_CARRIER_PATH = "/sys/class/net/{interface}/statistics/carrier_changes"
 REAL_CARRIER_PATH = "/sys/class/net/{interface}/carrier_changes"
-
-
-class ConfigError(Exception):
-    """An invalid configuration value; ``str()`` names the file, the key and the problem."""
-
-    def __init__(self, source: str | None, key: str, problem: str) -> None:
-        self.source = source or "<command line>"
-        self.key = key
-        self.problem = problem
-        super().__init__(f"{self.source}: {key}: {problem}")
 
 
 @dataclass(frozen=True)
@@ -196,69 +185,98 @@ class Config:
         return tuple(c for c in self.counters if c.enabled)
 
 
-# Config key -> (Config field, converter). Flags use the same keys (see daemon.py).
+# ------------------------------------------------------------------ bounds
+
+# Every numeric key has bounds (issue #12.6, #23): nan, inf and values that would stop or spin
+# the daemon, or silently switch a check off, are rejected. Documented in nichealthd.toml(5).
+DURATION_BOUNDS: Dict[str, Tuple[float, float]] = {
+    "pollingInterval": (0.1, 3600.0),
+    "connectorBatchInterval": (0.01, 3600.0),
+    "connectorTimeout": (0.1, 600.0),
+    "cardVerdictHoldTime": (0.0, 86400.0),
+}
+INTEGER_BOUNDS: Dict[str, Tuple[int, int]] = {
+    "outboxMaxEvents": (1, 10_000_000),
+    "outboxMaxBytes": (64 * 1024, 16 * 1024 ** 3),
+    "eventHistorySize": (1, 100_000),
+}
+# A counter is at most 64 bits: a larger threshold could never be breached.
+THRESHOLD_MAX = float(2 ** 64)
+SWITCH_OFF_HINT = "to switch a counter off set enabled = false"
+
+
+# ------------------------------------------------------------- converters
+# Each takes a raw TOML (or flag) value and returns the Config value or raises ValueError
+# with a message; the Collector turns that into a Problem.
+
 def _string(value: Any) -> str:
     if not isinstance(value, str):
-        raise ValueError(f"expected a string, got {value!r}")
+        raise ValueError(f"expected a string, got {show(value)}")
+    if "\0" in value:
+        raise ValueError("must not contain a NUL byte")
     return value
 
 
-def _choice(options: tuple[str, ...], lower: bool = False):  # type: ignore[no-untyped-def]
+def _choice(options: Tuple[str, ...], lower: bool = False) -> Callable[[Any], str]:
     def convert(value: Any) -> str:
         text = _string(value)
         text = text.lower() if lower else text
         if text not in options:
-            raise ValueError(f"expected one of {', '.join(options)}, got {value!r}")
+            raise ValueError(f"expected one of {', '.join(options)}, got {show(value)}")
         return text
     return convert
 
 
-def _positive_int(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"expected a positive integer, got {value!r}")
-    return value
+def _integer_between(low: int, high: int) -> Callable[[Any], int]:
+    def convert(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"expected a whole number between {low} and {high}, "
+                             f"got {show(value)}")
+        if not low <= value <= high:
+            raise ValueError(f"must be between {low} and {high}, got {show(value)}")
+        return value
+    return convert
 
 
-def _duration(value: Any) -> float:
-    return parse_duration(value)
-
-
-def _duration_between(low: float, high: float):  # type: ignore[no-untyped-def]
+def _duration_between(low: float, high: float) -> Callable[[Any], float]:
     """A duration converter with bounds, so a typo like ``0.000001ms`` or ``1e308`` is caught."""
     def convert(value: Any) -> float:
-        seconds = parse_duration(value)
+        seconds = parse_duration(value, allow_zero=low == 0)
         if not low <= seconds <= high:
             raise ValueError(f"must be between {format_duration(low)} and "
-                             f"{format_duration(high)}, got {value!r}")
+                             f"{format_duration(high)}, got {show(value)}")
         return seconds
     return convert
 
 
-def _regex_list(value: Any) -> tuple[str, ...]:
+def _regex_list(value: Any) -> Tuple[str, ...]:
     if isinstance(value, str):
-        items = [part.strip() for part in value.split(",") if part.strip()]
+        items = [part.strip() for part in _string(value).split(",") if part.strip()]
     elif isinstance(value, list) and all(isinstance(v, str) for v in value):
-        items = [v.strip() for v in value if v.strip()]
+        items = [_string(v).strip() for v in value if v.strip()]
     else:
-        raise ValueError(f"expected a comma-separated string of regular expressions, got {value!r}")
+        raise ValueError(f"expected a comma-separated string of regular expressions, "
+                         f"got {show(value)}")
     for item in items:
         try:
             re.compile(item)
-        except re.error as exc:
-            raise ValueError(f"invalid regular expression {item!r}: {exc}") from None
+        except (re.error, RecursionError, OverflowError) as exc:
+            reason = str(exc) if isinstance(exc, re.error) else "nested too deeply"
+            raise ValueError(f"invalid regular expression {show(item)}: {reason}") from None
     return tuple(items)
 
 
-def _checks(value: Any) -> tuple[str, ...]:
+def _checks(value: Any) -> Tuple[str, ...]:
     if isinstance(value, str):
         names = [part.strip() for part in value.split(",") if part.strip()]
     elif isinstance(value, list) and all(isinstance(v, str) for v in value):
         names = [v.strip() for v in value]
     else:
-        raise ValueError(f"expected a comma-separated list of check names, got {value!r}")
+        raise ValueError(f"expected a comma-separated list of check names, got {show(value)}")
     unknown = [n for n in names if n not in ALL_CHECKS]
     if unknown:
-        raise ValueError(f"unknown check {unknown[0]!r}; known checks: {', '.join(ALL_CHECKS)}")
+        raise ValueError(f"unknown check {show(unknown[0])}{_hint(unknown[0], ALL_CHECKS)}; "
+                         f"known checks: {', '.join(ALL_CHECKS)}")
     if not names:
         raise ValueError("at least one check must be enabled")
     return tuple(dict.fromkeys(names))
@@ -269,9 +287,11 @@ def _listen(value: Any) -> str:
     if not text:
         return ""
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"expected [HOST]:PORT (for example ':2112'), got {value!r}")
-    del host
+    bracketed = host.startswith("[") or host.endswith("]") or ":" in host
+    if (not sep or not re.fullmatch(r"[0-9]{1,5}", port) or not 0 < int(port) < 65536
+            or (bracketed and not re.fullmatch(r"\[[0-9A-Fa-f:.]+(%[\w.-]+)?\]", host))):
+        raise ValueError(f"expected [HOST]:PORT (for example ':2112', '127.0.0.1:2112' or "
+                         f"'[::1]:2112'), got {show(value)}")
     return text
 
 
@@ -279,17 +299,64 @@ def _connector_target(value: Any) -> str:
     text = _string(value).strip()
     if text and not (text.startswith("unix:") or text.startswith("dns:") or ":" in text):
         raise ValueError(f"expected a gRPC target such as unix:///run/nvsentinel/nvsentinel.sock, "
-                         f"got {value!r}")
+                         f"got {show(value)}")
     return text
 
 
 def _bool(value: Any) -> bool:
     if not isinstance(value, bool):
-        raise ValueError(f"expected true or false, got {value!r}")
+        raise ValueError(f"expected true or false, got {show(value)}")
     return value
 
 
-SCALAR_KEYS: dict[str, tuple[str, Any]] = {
+def _threshold(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"expected a number, got {show(value)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"threshold must be a finite number, got {show(value)}; "
+                         f"{SWITCH_OFF_HINT}")
+    if value < 0:
+        raise ValueError(f"threshold must be >= 0, got {show(value)}")
+    if value > THRESHOLD_MAX:
+        raise ValueError(f"threshold must be at most 2^64 (a larger one is never breached), "
+                         f"got {show(value)}; {SWITCH_OFF_HINT}")
+    return float(value)
+
+
+def _counter_name(value: Any) -> str:
+    if not isinstance(value, str) or not _COUNTER_NAME.match(value):
+        raise ValueError(f"expected a counter name of letters, digits, '_', '.', '-', "
+                         f"got {show(value)}")
+    return value
+
+
+def _velocity_unit(value: Any) -> str:
+    text = _string(value)
+    if text not in VELOCITY_UNITS and text != "":
+        raise ValueError(f"expected 'second', 'minute' or 'hour', got {show(value)}")
+    return text
+
+
+def _threshold_type(value: Any) -> str:
+    text = _string(value)
+    if text not in THRESHOLD_TYPES:
+        raise ValueError(f"expected 'delta' or 'velocity', got {show(value)}")
+    return text
+
+
+def _hint(key: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'pollingInterval'?)`` for a near miss, else ``""``."""
+    by_lower = {k.lower(): k for k in known}
+    close = difflib.get_close_matches(key.lower(), list(by_lower), n=1, cutoff=0.6)
+    return f" (did you mean {by_lower[close[0]]!r}?)" if close else ""
+
+
+def _key_label(key: str) -> str:
+    """A key as it appears in a message (an absurd key from a fuzzer stays short)."""
+    return key if len(key) <= 60 and key.isprintable() else show(key)
+
+
+SCALAR_KEYS: Dict[str, Tuple[str, Callable[[Any], Any]]] = {
     "sysfsRoot": ("sysfs_root", _string),
     "procRoot": ("proc_root", _string),
     "bootIdPath": ("boot_id_path_setting", _string),
@@ -299,178 +366,224 @@ SCALAR_KEYS: dict[str, tuple[str, Any]] = {
     "platformConnectorSocket": ("platform_connector_socket", _connector_target),
     "platformConnectorTokenPath": ("platform_connector_token_path", _string),
     "processingStrategy": ("processing_strategy", _choice(PROCESSING_STRATEGIES)),
-    "pollingInterval": ("polling_interval", _duration_between(0.1, 3600.0)),
     "checks": ("checks", _checks),
     "metricsListen": ("metrics_listen", _listen),
     "dbus": ("dbus", _choice(DBUS_MODES)),
     "eventLog": ("event_log", _string),
     "logLevel": ("log_level", _choice(LOG_LEVELS, lower=True)),
-    "connectorBatchInterval": ("connector_batch_interval", _duration_between(0.01, 3600.0)),
-    "connectorTimeout": ("connector_timeout", _duration_between(0.1, 600.0)),
-    "cardVerdictHoldTime": ("card_verdict_hold_time", _duration_between(0.0, 86400.0)),
-    "outboxMaxEvents": ("outbox_max_events", _positive_int),
-    "outboxMaxBytes": ("outbox_max_bytes", _positive_int),
-    "eventHistorySize": ("event_history_size", _positive_int),
     "nicExclusionRegex": ("nic_exclusion_regex", _regex_list),
     "nicInclusionRegexOverride": ("nic_inclusion_regex_override", _regex_list),
     "sysClassInfinibandPath": ("sys_class_infiniband_setting", _string),
     "sysClassNetPath": ("sys_class_net_setting", _string),
+    "pollingInterval": ("polling_interval", _duration_between(*DURATION_BOUNDS["pollingInterval"])),
+    "connectorBatchInterval": ("connector_batch_interval",
+                               _duration_between(*DURATION_BOUNDS["connectorBatchInterval"])),
+    "connectorTimeout": ("connector_timeout",
+                         _duration_between(*DURATION_BOUNDS["connectorTimeout"])),
+    "cardVerdictHoldTime": ("card_verdict_hold_time",
+                            _duration_between(*DURATION_BOUNDS["cardVerdictHoldTime"])),
+    "outboxMaxEvents": ("outbox_max_events",
+                        _integer_between(*INTEGER_BOUNDS["outboxMaxEvents"])),
+    "outboxMaxBytes": ("outbox_max_bytes", _integer_between(*INTEGER_BOUNDS["outboxMaxBytes"])),
+    "eventHistorySize": ("event_history_size",
+                         _integer_between(*INTEGER_BOUNDS["eventHistorySize"])),
+}
+DETECTION = "counterDetection"
+DETECTION_KEYS = ("enabled", "counters")
+COUNTERS_TABLE = "counterDetection.counters"
+
+# Counter field -> (CounterSpec attribute, converter).
+COUNTER_FIELDS: Dict[str, Tuple[str, Callable[[Any], Any]]] = {
+    "name": ("name", _counter_name),
+    "path": ("path", _string),
+    "enabled": ("enabled", _bool),
+    "isFatal": ("is_fatal", _bool),
+    "thresholdType": ("threshold_type", _threshold_type),
+    "threshold": ("threshold", _threshold),
+    "velocityUnit": ("velocity_unit", _velocity_unit),
+    "description": ("description", _string),
 }
 
-_COUNTER_FIELDS = {
-    "name": "name", "path": "path", "enabled": "enabled", "isFatal": "is_fatal",
-    "thresholdType": "threshold_type", "threshold": "threshold",
-    "velocityUnit": "velocity_unit", "description": "description",
-}
 
+# ------------------------------------------------------------------ loading
 
-def load_config(path: str | None, overrides: Mapping[str, Any] | None = None,
+def load_config(path: Optional[str], overrides: Optional[Mapping[str, Any]] = None,
                 *, must_exist: bool = False) -> Config:
     """Load ``path`` (missing file = built-in defaults unless ``must_exist``), apply overrides.
 
     ``overrides`` uses the config keys (camelCase); command-line flags arrive this way so
-    that they are validated exactly like the file. Raises :class:`ConfigError`.
+    that they are validated exactly like the file. Raises :class:`ConfigError` and nothing
+    else, whatever the file holds.
     """
-    data: dict[str, Any] = {}
+    data: Mapping[str, Any] = {}
+    lines = KeyLines()
     if path:
-        try:
-            with open(path, "rb") as handle:
-                data = tomllib.load(handle)
-        except FileNotFoundError:
-            if must_exist:
-                raise ConfigError(path, "-", "file not found") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(path, "-", f"not valid TOML: {exc}") from None
-        except OSError as exc:
-            raise ConfigError(path, "-", f"cannot read: {exc.strerror}") from None
-    return build_config(data, path, overrides or {})
+        parsed = read_config_file(path)
+        if parsed is None and must_exist:
+            raise ConfigError.one(path, "", "file not found")
+        if parsed is not None:
+            data, lines = parsed.data, parsed.lines
+    return build_config(data, path, overrides or {}, lines)
 
 
-def build_config(data: Mapping[str, Any], source: str | None,
-                 overrides: Mapping[str, Any]) -> Config:
-    """Validate parsed TOML plus flag overrides into a :class:`Config`."""
-    values: dict[str, Any] = {"source": source}
-    notices: list[str] = []
+def build_config(data: Mapping[str, Any], source: Optional[str],
+                 overrides: Mapping[str, Any], lines: Optional[KeyLines] = None) -> Config:
+    """Validate parsed TOML plus flag overrides into a :class:`Config`.
+
+    One pass: every problem is collected, then all are raised together.
+    """
+    lines = lines or KeyLines()
+    errors = Collector()
+    values: Dict[str, Any] = {"source": source}
     for key, raw in data.items():
-        if key == "counterDetection":
-            continue
-        if key not in SCALAR_KEYS:
-            notices.append(f"{source}: {key}: unknown key ignored")
-            continue
-        values.update(_convert(source, key, raw))
+        if key != DETECTION:
+            _scalar(values, errors, source, key, raw, lines.line("", key))
     for key, raw in overrides.items():
-        values.update(_convert(None, key, raw))
-    detection = data.get("counterDetection", {})
-    if not isinstance(detection, dict):
-        raise ConfigError(source, "counterDetection", "expected a table")
-    if "enabled" in detection:
-        try:
-            values["counter_detection_enabled"] = _bool(detection["enabled"])
-        except ValueError as exc:
-            raise ConfigError(source, "counterDetection.enabled", str(exc)) from None
-    for key in detection:
-        if key not in ("enabled", "counters"):
-            notices.append(f"{source}: counterDetection.{key}: unknown key ignored")
-    counters, counter_notices = merge_counters(detection.get("counters", []), source)
-    values["counters"] = counters
-    notices.extend(counter_notices)
+        _scalar(values, errors, None, key, raw, None)
+    notices: List[str] = []
+    detection = _counter_detection(data.get(DETECTION, {}), source, lines, errors, notices)
+    errors.raise_if_any()
+    values.update(detection)
     if not values.get("node_name"):
         values["node_name"] = os.environ.get("NODE_NAME") or socket.gethostname()
     return replace(Config(), **values, notices=tuple(notices))
 
 
-def _convert(source: str | None, key: str, raw: Any) -> dict[str, Any]:
+def _scalar(values: Dict[str, Any], errors: Collector, source: Optional[str], key: str,
+            raw: Any, line: Optional[int]) -> None:
     if key not in SCALAR_KEYS:
-        raise ConfigError(source, key, "unknown key")
+        errors.add(source, _key_label(key),
+                   f"unknown key{_hint(key, [*SCALAR_KEYS, DETECTION])}; the keys are listed "
+                   f"in nichealthd.toml(5)", line)
+        return
     attr, convert = SCALAR_KEYS[key]
-    try:
-        return {attr: convert(raw)}
-    except ValueError as exc:
-        raise ConfigError(source, key, str(exc)) from None
+    value = errors.convert(source, key, convert, raw, line)
+    if value is not None:
+        values[attr] = value
 
 
-def merge_counters(entries: Any, source: str | None
-                   ) -> tuple[tuple[CounterSpec, ...], list[str]]:
-    """Merge user entries over the defaults by ``name`` (override / disable / add)."""
-    if not isinstance(entries, list):
-        raise ConfigError(source, "counterDetection.counters", "expected an array of tables")
+def _counter_detection(detection: Any, source: Optional[str], lines: KeyLines,
+                       errors: Collector, notices: List[str]) -> Dict[str, Any]:
+    """The ``[counterDetection]`` table: its switch and the merged counters."""
+    if not isinstance(detection, dict):
+        errors.add(source, DETECTION, f"expected a table, got {show(detection)}",
+                   lines.line("", DETECTION))
+        return {}
+    values: Dict[str, Any] = {}
+    for key, raw in detection.items():
+        line = lines.line(DETECTION, key)
+        if key == "enabled":
+            enabled = errors.convert(source, f"{DETECTION}.enabled", _bool, raw, line)
+            if enabled is not None:
+                values["counter_detection_enabled"] = enabled
+        elif key != "counters":
+            errors.add(source, f"{DETECTION}.{_key_label(key)}",
+                       f"unknown key{_hint(key, DETECTION_KEYS)}; [counterDetection] has "
+                       f"only enabled and [[counterDetection.counters]]", line)
+    counters, counter_notices = merge_counters(detection.get("counters", []), source,
+                                               lines, errors)
+    values["counters"] = counters
+    notices.extend(counter_notices)
+    return values
+
+
+def merge_counters(entries: Any, source: Optional[str], lines: Optional[KeyLines] = None,
+                   errors: Optional[Collector] = None
+                   ) -> Tuple[Tuple[CounterSpec, ...], List[str]]:
+    """Merge user entries over the defaults by ``name`` (override / disable / add).
+
+    Problems go to ``errors`` (raised at once when no collector is given).
+    """
+    own = errors is None
+    errors = errors if errors is not None else Collector()
+    lines = lines or KeyLines()
     merged = {c.name: c for c in DEFAULT_COUNTERS}
     order = [c.name for c in DEFAULT_COUNTERS]
+    notices: List[str] = []
+    if not isinstance(entries, list):
+        errors.add(source, COUNTERS_TABLE, f"expected an array of tables, got {show(entries)}",
+                   lines.line(DETECTION, "counters"))
+        entries = []
     seen: set[str] = set()
-    notices: list[str] = []
     for index, entry in enumerate(entries):
-        where = f"counterDetection.counters[{index}]"
-        if not isinstance(entry, dict):
-            raise ConfigError(source, where, "expected a table")
-        name = entry.get("name")
-        if not isinstance(name, str) or not _COUNTER_NAME.match(name):
-            raise ConfigError(source, f"{where}.name",
-                              f"expected a counter name of letters, digits, '_', '.', '-', "
-                              f"got {name!r}")
-        where = f"counterDetection.counters[{name}]"
-        if name in seen:
-            raise ConfigError(source, f"{where}.name", "duplicate counter name")
-        seen.add(name)
-        base = merged.get(name)
-        if base is None:
-            if "path" not in entry:
-                raise ConfigError(source, f"{where}.path",
-                                  "a new counter needs a path (relative to the port directory, "
-                                  "or absolute with {interface})")
-            base = CounterSpec(name=name, path="")
-            order.append(name)
-        fields: dict[str, Any] = {}
-        for key, raw in entry.items():
-            attr = _COUNTER_FIELDS.get(key)
-            if attr is None:
-                raise ConfigError(source, f"{where}.{key}", "unknown counter field")
-            fields[attr] = _counter_field(source, f"{where}.{key}", attr, raw)
-        spec = replace(base, **fields)
-        if spec.path == _SPEC_CARRIER_PATH:
-            notices.append(f"{source}: {where}.path: {_SPEC_CARRIER_PATH} does not exist on any "
-                           f"kernel; reading {REAL_CARRIER_PATH} instead")
-            spec = replace(spec, path=REAL_CARRIER_PATH)
-        merged[name] = _check_counter(source, where, spec)
+        spec = _counter_entry(index, entry, merged, seen, source, lines, errors, notices)
+        if spec is not None:
+            if spec.name not in merged:
+                order.append(spec.name)
+            merged[spec.name] = spec
+    if own:
+        errors.raise_if_any()
     return tuple(merged[n] for n in order), notices
 
 
-def _counter_field(source: str | None, key: str, attr: str, raw: Any) -> Any:
-    if attr in ("enabled", "is_fatal"):
-        if not isinstance(raw, bool):
-            raise ConfigError(source, key, f"expected true or false, got {raw!r}")
-        return raw
-    if attr == "threshold":
-        if isinstance(raw, bool) or not isinstance(raw, (int, float)):
-            raise ConfigError(source, key, f"expected a number, got {raw!r}")
-        if not math.isfinite(raw):
-            raise ConfigError(source, key, f"threshold must be a finite number, got {raw!r}; "
-                                           "to switch a counter off set enabled = false")
-        if raw < 0:
-            raise ConfigError(source, key, f"threshold must be >= 0, got {raw!r}")
-        return float(raw)
-    if not isinstance(raw, str):
-        raise ConfigError(source, key, f"expected a string, got {raw!r}")
-    if attr == "threshold_type" and raw not in THRESHOLD_TYPES:
-        raise ConfigError(source, key, f"expected 'delta' or 'velocity', got {raw!r}")
-    if attr == "velocity_unit" and raw not in VELOCITY_UNITS and raw != "":
-        raise ConfigError(source, key, f"expected 'second', 'minute' or 'hour', got {raw!r}")
-    return raw
+def _counter_entry(index: int, entry: Any, merged: Mapping[str, CounterSpec], seen: set[str],
+                   source: Optional[str], lines: KeyLines, errors: Collector,
+                   notices: List[str]) -> Optional[CounterSpec]:
+    """One ``[[counterDetection.counters]]`` entry merged over its default; None if invalid."""
+    def line(key: str = "") -> Optional[int]:
+        return lines.line(COUNTERS_TABLE, key, index) or lines.line(DETECTION, "counters")
 
-
-def _check_counter(source: str | None, where: str, spec: CounterSpec) -> CounterSpec:
-    if spec.is_velocity and spec.velocity_unit not in VELOCITY_UNITS:
-        raise ConfigError(source, f"{where}.velocityUnit",
-                          "a velocity counter needs velocityUnit 'second', 'minute' or 'hour'")
-    path = spec.path
-    if not path:
-        raise ConfigError(source, f"{where}.path", "must not be empty")
-    if ".." in path.split("/"):
-        raise ConfigError(source, f"{where}.path", "must not contain '..'")
-    placeholders = set(re.findall(r"{([^}]*)}", path))
-    if placeholders - {"interface"}:
-        raise ConfigError(source, f"{where}.path",
-                          "the only placeholder allowed is {interface}")
-    if placeholders and not path.startswith("/"):
-        raise ConfigError(source, f"{where}.path",
-                          "{interface} is only allowed in absolute paths")
+    where = f"{COUNTERS_TABLE}[{index}]"
+    if not isinstance(entry, dict):
+        errors.add(source, where, f"expected a table, got {show(entry)}", line())
+        return None
+    name = errors.convert(source, f"{where}.name", _counter_name, entry.get("name"),
+                          line("name"))
+    if name is None:
+        return None
+    where = f"{COUNTERS_TABLE}[{name}]"
+    if name in seen:
+        errors.add(source, f"{where}.name", "duplicate counter name", line("name"))
+        return None
+    seen.add(name)
+    before = len(errors.problems)
+    base = merged.get(name)
+    if base is None:
+        if "path" not in entry:
+            errors.add(source, f"{where}.path", "a new counter needs a path (relative to the "
+                       "port directory, or absolute with {interface})", line())
+        base = CounterSpec(name=name, path="")
+    fields: Dict[str, Any] = {}
+    for key, raw in entry.items():
+        if key not in COUNTER_FIELDS:
+            errors.add(source, f"{where}.{_key_label(key)}",
+                       f"unknown counter field{_hint(key, COUNTER_FIELDS)}; the fields are "
+                       f"{', '.join(COUNTER_FIELDS)}", line(key))
+            continue
+        attr, convert = COUNTER_FIELDS[key]
+        value = errors.convert(source, f"{where}.{key}", convert, raw, line(key))
+        if value is not None:
+            fields[attr] = value
+    if len(errors.problems) > before:
+        return None
+    spec = replace(base, **fields)
+    if spec.path == _SPEC_CARRIER_PATH:
+        notices.append(f"{source}: {where}.path: {_SPEC_CARRIER_PATH} does not exist on any "
+                       f"kernel; reading {REAL_CARRIER_PATH} instead")
+        spec = replace(spec, path=REAL_CARRIER_PATH)
+    for key, problem in _counter_problems(spec):
+        errors.add(source, f"{where}.{key}", problem, line(key) or line())
     return spec
+
+
+def _counter_problems(spec: CounterSpec) -> List[Tuple[str, str]]:
+    """What is wrong with a merged counter as a whole: (field, problem) pairs."""
+    problems = []
+    if spec.is_velocity and spec.velocity_unit not in VELOCITY_UNITS:
+        problems.append(("velocityUnit",
+                         "a velocity counter needs velocityUnit 'second', 'minute' or 'hour'"))
+    path = spec.path
+    placeholders = set(re.findall(r"{([^}]*)}", path))
+    if not path:
+        problems.append(("path", "must not be empty"))
+    elif ".." in path.split("/"):
+        problems.append(("path", "must not contain '..'"))
+    elif placeholders - {"interface"}:
+        problems.append(("path", "the only placeholder allowed is {interface}"))
+    elif placeholders and not path.startswith("/"):
+        problems.append(("path", "{interface} is only allowed in absolute paths"))
+    return problems
+
+
+__all__ = ["Config", "ConfigError", "CounterSpec", "Problem", "build_config", "load_config",
+           "merge_counters", "DEFAULT_COUNTERS", "DEFAULT_CONFIG_PATH"]

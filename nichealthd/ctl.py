@@ -442,15 +442,22 @@ def check_line(code: int, status: dict[str, Any], problems: list[str]) -> str:
 
 
 def cmd_config_check(args: argparse.Namespace) -> int:
+    """Every problem of the file in one run, one line each: FILE[:LINE]: KEY: PROBLEM."""
     path = args.file or DEFAULT_CONFIG_PATH
     try:
         config = load_config(path, must_exist=True)
     except ConfigError as exc:
         if args.json:
             emit_json({"file": path, "ok": False, "key": exc.key, "problem": exc.problem,
-                       "error": str(exc)})
+                       "error": exc.messages[0],
+                       "errors": [{"line": p.line, "column": p.column, "key": p.key,
+                                   "problem": p.problem, "message": str(p)}
+                                  for p in exc.problems]})
         else:
-            print(str(exc), file=sys.stderr)
+            for message in exc.messages:
+                print(message, file=sys.stderr)
+            if len(exc.problems) > 1:
+                print(f"{path}: invalid ({len(exc.problems)} errors)", file=sys.stderr)
         return EXIT_USAGE
     if args.json:
         emit_json({"file": path, "ok": True, "notices": list(config.notices)})

@@ -217,8 +217,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     hint = UNDER_SYSTEMD_HINT if os.environ.get("INVOCATION_ID") and not args.once else ""
     try:
         startup = start(args)
-    except ConfigError as exc:
-        print(f"nichealthd: invalid configuration: {exc}{hint}", file=sys.stderr)
+    except ConfigError as exc:  # every problem of the file, one line each
+        for number, message in enumerate(exc.messages, 1):
+            end = hint if number == len(exc.messages) else ""
+            print(f"nichealthd: invalid configuration: {message}{end}", file=sys.stderr)
         return EXIT_USAGE
     except StartupError as exc:
         print(f"nichealthd: cannot start: {exc}{hint}", file=sys.stderr)

@@ -265,6 +265,12 @@ class Daemon:
             log.error("reload rejected, keeping the running configuration: %s", exc)
             self.notifier.ready(self.status_line())
             return
+        except Exception as exc:  # a bug in validation must not stop a running daemon
+            self.reload_error = f"unexpected error: {type(exc).__name__}: {exc}"
+            log.exception("reload rejected on an unexpected error (a bug: please report it), "
+                          "keeping the running configuration")
+            self.notifier.ready(self.status_line())
+            return
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._executor, self.monitor.reconfigure, config, topology)
         self.config = config

@@ -142,9 +142,11 @@ def test_duplicate_counter_names_are_rejected(tmp_path: Path) -> None:
     ('connectorTimeout = "1h"', "connectorTimeout"),
     ('connectorBatchInterval = "1ms"', "connectorBatchInterval"),
     ('metricsListen = "2112"', "metricsListen"),
+    ('metricsListen = "[::1:2112"', "metricsListen"),
+    ('metricsListen = "::1:2112"', "metricsListen"),
     ('processingStrategy = "NOW"', "processingStrategy"),
     ('nicExclusionRegex = "(["', "nicExclusionRegex"),
-    ("this is not toml", "-"),
+    ("this is not toml", ""),
 ])
 def test_invalid_scalars(tmp_path: Path, text: str, key: str) -> None:
     with pytest.raises(ConfigError) as raised:
@@ -168,6 +170,11 @@ def test_daemon_exits_2_naming_file_and_key(tmp_path: Path,
     assert err.count("\n") == 1
 
 
-def test_unknown_top_level_key_is_a_notice_not_an_error(tmp_path: Path) -> None:
-    config = load_config(write(tmp_path, 'someFutureKey = 1\n'))
-    assert any("someFutureKey" in n for n in config.notices)
+def test_unknown_top_level_key_is_an_error_with_a_hint(tmp_path: Path) -> None:
+    """A typo must not silently fall back to the default (issue #24)."""
+    path = write(tmp_path, 'pollingIntervall = "2s"\n')
+    with pytest.raises(ConfigError) as raised:
+        load_config(path)
+    assert raised.value.key == "pollingIntervall"
+    assert "unknown key (did you mean 'pollingInterval'?)" in raised.value.problem
+    assert raised.value.line == 1

@@ -234,7 +234,7 @@ def test_config_check(tmp_path: Path) -> None:
     out = ctl("config", "check", str(bad))
     assert out.returncode == 2
     line = assert_one_line_no_traceback(out)
-    assert line.startswith(f"{bad}: pollingInterval: ")
+    assert line.startswith(f"{bad}:1: pollingInterval: ")
     data = json.loads(ctl("config", "check", str(bad), "--json").stdout)
     assert data["ok"] is False and data["key"] == "pollingInterval"
     missing = ctl("config", "check", str(tmp_path / "absent.toml"))
