@@ -8,14 +8,13 @@ and never an unbounded read.
 
 from __future__ import annotations
 
-import os
 import re
-import stat
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
 from .config_errors import ConfigError
+from .safefile import UnusableFile, read_small_file
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -27,9 +26,6 @@ _TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
 _HEADER = re.compile(r"^\s*(\[\[?)([^\]\[#]*)\]\]?\s*(?:#.*)?$")
 _KEY = re.compile(r"""^\s*(?:"([^"]*)"|'([^']*)'|([A-Za-z0-9_.\-]+))\s*=""")
 _LONG_NUMBER = re.compile(r"[0-9a-fA-FxX_]{1000,}")
-_FILE_TYPES = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
-               (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-               (stat.S_ISSOCK, "a socket"))
 
 
 @dataclass
@@ -103,38 +99,13 @@ def read_config_file(path: str) -> Optional[ConfigFile]:
 
 def _read_bytes(path: str) -> Optional[bytes]:
     """Read a regular file of at most MAX_CONFIG_BYTES without blocking on a FIFO."""
-    if "\0" in path:
-        raise ConfigError.one(path.replace("\0", "\\0"), "", "the path contains a NUL byte")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise ConfigError.one(path, "", f"cannot open: {exc.strerror}") from None
-    try:
-        info = os.fstat(fd)
-        mode = info.st_mode
-        if stat.S_ISCHR(mode) and (os.major(info.st_rdev), os.minor(info.st_rdev)) == (1, 3):
-            return b""  # /dev/null: the usual way to say "no config file", defaults
-        for test, what in _FILE_TYPES:
-            if test(mode):
-                raise ConfigError.one(path, "", f"is {what}, not a regular file")
-        chunks = []
-        size = 0
-        while size <= MAX_CONFIG_BYTES:
-            chunk = os.read(fd, MAX_CONFIG_BYTES + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    except OSError as exc:
-        raise ConfigError.one(path, "", f"cannot read: {exc.strerror}") from None
-    finally:
-        os.close(fd)
-    if size > MAX_CONFIG_BYTES:
-        raise ConfigError.one(path, "", f"larger than {MAX_CONFIG_BYTES // 1024} KiB; "
-                                        f"not a config file")
-    return b"".join(chunks)
+        return read_small_file(path, MAX_CONFIG_BYTES)
+    except UnusableFile as exc:
+        problem = str(exc)
+        if problem.startswith("larger than"):
+            problem += "; not a config file"
+        raise ConfigError.one(path.replace("\0", "\\0"), "", problem) from None
 
 
 def _parse(path: str, text: str) -> Dict[str, Any]:

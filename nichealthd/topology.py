@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional
 
 from .model import DeviceSnapshot
+from .safefile import UnusableFile, read_small_file
 
 COMPUTE = "compute"
 STORAGE = "storage"
@@ -24,6 +25,7 @@ EXCLUDED = "excluded"
 UNSUPPORTED = "unsupported"
 MONITORED_ROLES = (COMPUTE, STORAGE)
 
+MAX_METADATA_BYTES = 16 * 1024 * 1024  # a 72-GPU host's file is a few hundred KiB
 BLUEFIELD_HCA_TYPES = frozenset({"MT41682", "MT41686", "MT41692"})
 _PCIE_NEAR = {"PIX", "PXB"}
 _HOST_NEAR = {"NODE", "PHB"}
@@ -63,14 +65,16 @@ def load_gpu_topology(path: str) -> GpuTopology:
     hint = ("it is written by the NVSentinel metadata collector; start the collector, or set "
             "nicInclusionRegexOverride to pin the devices to monitor by hand")
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except FileNotFoundError:
-        raise MetadataError(f"GPU metadata file {path} does not exist ({hint})") from None
-    except OSError as exc:
-        raise MetadataError(f"GPU metadata file {path} cannot be read: {exc.strerror}") from None
-    except ValueError as exc:
-        raise MetadataError(f"GPU metadata file {path} is not valid JSON: {exc}") from None
+        raw = read_small_file(path, MAX_METADATA_BYTES)
+    except UnusableFile as exc:
+        raise MetadataError(f"GPU metadata file {path} {exc}") from None
+    if raw is None:
+        raise MetadataError(f"GPU metadata file {path} does not exist ({hint})")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise MetadataError(f"GPU metadata file {path} is not valid JSON: {reason}") from None
     if not isinstance(data, dict):
         raise MetadataError(f"GPU metadata file {path}: top level is not an object")
     gpus = data.get("gpus")

@@ -4,12 +4,16 @@ homogeneity rules (§4.3, REFERENCE §2)."""
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
 from nichealthd.model import DeviceSnapshot
 from nichealthd.topology import (
+    MAX_METADATA_BYTES,
     MAX_NETDEV_DEPTH,
     CardCount,
     GpuTopology,
@@ -145,6 +149,28 @@ def test_metadata_is_a_hard_dependency(tmp_path: Path) -> None:
     topology = load_gpu_topology(good)
     assert topology.gpu_numa_nodes == {0}
     assert topology.nic_topology["mlx5_0"] == ("PIX", "SYS")
+
+
+@pytest.mark.parametrize("make, reason", [
+    (lambda p: os.mkfifo(p), "is a FIFO, not a regular file"),
+    (lambda p: os.mkdir(p), "is a directory, not a regular file"),
+    (lambda p: p.write_bytes(b"\xff\xfe{}"), "not valid JSON"),
+    (lambda p: p.write_text("[" * 100_000 + "]" * 100_000), "not valid JSON"),
+    (lambda p: p.write_bytes(b" " * (MAX_METADATA_BYTES + 1)), "larger than"),
+])
+def test_metadata_that_is_not_a_small_json_file_is_a_clear_error(
+        tmp_path: Path, make: Callable[[Path], object], reason: str) -> None:
+    """A FIFO (would block), /dev/zero (a read that never ends), a directory, bytes that are
+    not UTF-8, JSON nested past the recursion limit: one MetadataError naming the file."""
+    path = tmp_path / "gpu_metadata.json"
+    make(path)
+    with pytest.raises(MetadataError, match=re.escape(f"{path} ") + ".*" + re.escape(reason)):
+        load_gpu_topology(str(path))
+
+
+def test_dev_zero_as_metadata_is_refused_at_once() -> None:
+    with pytest.raises(MetadataError, match="is a character device, not a regular file"):
+        load_gpu_topology("/dev/zero")
 
 
 def test_default_route_maps_to_the_ib_device(tmp_path: Path) -> None:
