@@ -79,6 +79,14 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]], width: i
         if cut > 0:
             widths[col] -= cut
             excess -= cut
+    for entry in shrink:  # still too wide: the same columns below their floors (headers too)
+        if excess <= 0:
+            break
+        col = entry[0] if isinstance(entry, tuple) else entry
+        cut = min(excess, widths[col] - 2)
+        if cut > 0:
+            widths[col] -= cut
+            excess -= cut
     lines = []
     for r, row in enumerate([list(headers), *[list(r) for r in rows]]):
         cells = []
@@ -186,7 +194,7 @@ def ports_table(records: list[dict[str, Any]], style: Style, width: int = 80) ->
         return padded
 
     reason = len(headers) - 1
-    lines = render_table(headers, rows, width, shrink=((reason, 16), 2, 4, 5, reason),
+    lines = render_table(headers, rows, width, shrink=((reason, 16), 2, 4, 5, reason, 3, 1, 0),
                          colour=colour)
     excluded = [r for r in records if not r.get("monitored")]
     if excluded:
@@ -299,7 +307,8 @@ def status_lines(status: dict[str, Any], systemd: dict[str, Any], style: Style,
     """The status block; the fatal and degraded ports are named with their reasons, long
     values are cut to ``width`` (``--wide``/``--json`` for everything)."""
     health = str(status.get("health", "unknown"))
-    head = (f"nichealthd {status.get('version', '?')} on {status.get('node_name', '?')}: "
+    node = fit(str(status.get("node_name", "?")), max(width - 40, 10))
+    head = (f"nichealthd {status.get('version', '?')} on {node}: "
             f"{style.health(health, health.upper())}")
     ports = (f"{status.get('ports_total', 0)} monitored: {status.get('ports_healthy', 0)} "
              f"healthy, {status.get('ports_degraded', 0)} degraded, "

@@ -200,3 +200,15 @@ def test_events_status_and_devices_fit_80_columns_unless_wide() -> None:
                 "ports": 1, "present": True, "netdevs": ["enp170s0f0np0", "enp170s0f1np1"]}
                for i in range(12)]
     assert all(len(line) <= 80 for line in devices_table(devices, Style(False)))
+
+
+def test_a_table_of_absurdly_long_cells_still_fits() -> None:
+    record = {"device": "d" * 40, "pci_address": "p" * 40, "hca_type": "h" * 40,
+              "fw_ver": "f" * 40, "role": "r" * 40, "ports": 1, "present": True,
+              "netdevs": ["n" * 40]}
+    assert all(len(line) <= 80 for line in devices_table([record], Style(False)))
+    port_record = {"device": "d" * 30, "port": 1, "link_layer": "l" * 30, "role": "r" * 30,
+                   "state": "s" * 30, "phys_state": "p" * 30, "rate": "x" * 30,
+                   "netdev": "n" * 30, "monitored": True, "health": "fatal",
+                   "reasons": ["why" * 30]}
+    assert all(len(line) <= 80 for line in ports_table([port_record], Style(False)))

@@ -96,12 +96,15 @@ def dbus_ports() -> dict[str, dict[str, Any]]:
             if p["monitored"]}
 
 
-def metric_health(port: int) -> dict[str, float]:
+def metric_health(port: int) -> tuple[dict[str, float], float]:
+    """(``nichealthd_port_health`` by port, ``nichealthd_health``)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         text = response.read().decode()
-    return {f"{s.labels['device']}/{s.labels['port']}": s.value
-            for family in text_string_to_metric_families(text) for s in family.samples
-            if s.name == "nichealthd_port_health"}
+    samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
+    overall = [s.value for s in samples if s.name == "nichealthd_health"]
+    assert len(overall) == 1
+    return ({f"{s.labels['device']}/{s.labels['port']}": s.value
+             for s in samples if s.name == "nichealthd_port_health"}, overall[0])
 
 
 def table_health(text: str) -> dict[str, tuple[str, str]]:
@@ -146,10 +149,10 @@ def assert_surfaces_agree(daemon: DaemonProcess, metrics_port: int, notify: Noti
     assert {n: h for n, (h, _) in wide.items() if h != "-"} == expected
     assert reason in wide[port][1]
 
-    metrics = metric_health(metrics_port)
-    assert metrics == {n: float(METRIC_VALUE[h]) for n, h in expected.items()}
-
     overall = "fatal" if fatal else "degraded" if degraded else "healthy"
+    metrics, host_metric = metric_health(metrics_port)
+    assert metrics == {n: float(METRIC_VALUE[h]) for n, h in expected.items()}
+    assert host_metric == METRIC_VALUE[overall]
     wanted = f"{len(fatal)} fatal"
     wait_until(lambda: bool(notify.statuses) and wanted in notify.statuses[-1]
                and f"{len(degraded)} degraded" in notify.statuses[-1], f"STATUS= {wanted}")
