@@ -22,8 +22,8 @@ from typing import Any, Callable, NoReturn, Optional, Sequence
 from . import __version__
 from .config import DEFAULT_CONFIG_PATH, ConfigError, load_config
 from .ctl_format import (
+    BaselineFilter,
     Style,
-    baseline_filter,
     counters_table,
     devices_table,
     event_line,
@@ -318,13 +318,14 @@ async def cmd_events(args: argparse.Namespace) -> int:
         if args.follow:
             await _subscribe(client, queue)
         events: list[dict[str, Any]] = []
+        baselines = BaselineFilter()
         if args.lines:
             # Boot baselines are hidden unless --all: ask for the whole history, drop them,
             # keep the last N (184 "healthy after reboot" lines must not push the rest out).
             events = await client.records("ListEvents", "u", [args.lines if args.all else 0])
             last_seq = int(events[-1]["seq"]) if events else 0
             if not args.all:
-                events = baseline_filter(events)
+                events = [e for e in events if not baselines.is_baseline(e)]
             events = events[-args.lines:]
         else:
             last_seq = 0
@@ -336,7 +337,8 @@ async def cmd_events(args: argparse.Namespace) -> int:
             return EXIT_OK
         for event in events:
             _print_event(event, args.json, style, width)
-        return await _follow(client, queue, last_seq, args.json, style, width)
+        shown = None if args.all else baselines
+        return await _follow(client, queue, last_seq, args.json, style, width, shown)
 
 
 def _print_event(event: dict[str, Any], as_json: bool, style: Style, width: int) -> None:
@@ -373,7 +375,8 @@ async def _subscribe(client: Client, queue: asyncio.Queue[Any]) -> None:
 
 
 async def _follow(client: Client, queue: asyncio.Queue[Any], last_seq: int, as_json: bool,
-                  style: Style, width: int) -> int:
+                  style: Style, width: int, baselines: Optional[BaselineFilter]) -> int:
+    """Print each new event (the boot baselines of a restart too only with --all)."""
     assert client.bus is not None
     disconnected = asyncio.ensure_future(client.bus.wait_for_disconnect())
     while True:
@@ -395,6 +398,8 @@ async def _follow(client: Client, queue: asyncio.Queue[Any], last_seq: int, as_j
         if seq and seq <= last_seq:
             continue
         last_seq = max(last_seq, seq)
+        if baselines is not None and baselines.is_baseline(value):
+            continue
         _print_event(value, as_json, style, width)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import IO, Any, Optional, Sequence, Union
 
 from .events import parse_timestamp
@@ -273,33 +273,40 @@ def is_check_clear(event: dict[str, Any]) -> bool:
             and CLEAR_MARK in str(event.get("message", "")))
 
 
-def baseline_filter(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The events without the boot baselines: the check-scoped clears and the healthy events
-    of the same first poll (stamped just after them), and every "healthy after reboot".
+class BaselineFilter:
+    """Tells the boot baselines apart, event by event (also while following): the
+    check-scoped clears, the healthy events of the same first poll (stamped just after
+    them), and every "healthy after reboot".
 
     Recoveries and every unhealthy event are kept: a first poll cannot recover anything,
     so its healthy events only restate the baseline.
     """
-    starts = []
-    for event in events:
-        if is_check_clear(event):
-            try:
-                starts.append(parse_timestamp(str(event.get("generatedTimestamp", ""))))
-            except ValueError:
-                continue
 
-    def baseline(event: dict[str, Any]) -> bool:
+    def __init__(self) -> None:
+        self.starts: list[datetime] = []
+
+    def is_baseline(self, event: dict[str, Any]) -> bool:
         if not event.get("isHealthy"):
             return False
-        if is_check_clear(event) or BASELINE_MARK in str(event.get("message", "")):
-            return True
         try:
-            moment = parse_timestamp(str(event.get("generatedTimestamp", "")))
+            moment: Optional[datetime] = parse_timestamp(
+                str(event.get("generatedTimestamp", "")))
         except ValueError:
-            return False
-        return any(start <= moment <= start + BASELINE_WINDOW for start in starts)
+            moment = None
+        if is_check_clear(event):
+            if moment is not None:
+                self.starts.append(moment)
+            return True
+        if BASELINE_MARK in str(event.get("message", "")):
+            return True
+        return moment is not None and any(
+            start <= moment <= start + BASELINE_WINDOW for start in self.starts[-16:])
 
-    return [e for e in events if not baseline(e)]
+
+def baseline_filter(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The events without the boot baselines (see :class:`BaselineFilter`)."""
+    baselines = BaselineFilter()
+    return [e for e in events if not baselines.is_baseline(e)]
 
 
 def status_lines(status: dict[str, Any], systemd: dict[str, Any], style: Style,

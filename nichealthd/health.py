@@ -98,6 +98,9 @@ def assess(state: MonitorState, snapshot: HostSnapshot, roles: Mapping[str, Role
     bases: dict[PortId, tuple[str, list[str], bool]] = {}
     card_of: dict[str, str] = {}
     present_devices = set()
+    recorded: dict[str, list[PortRecord]] = {}  # device -> its port records (one pass)
+    for each in state.port_states.values():
+        recorded.setdefault(each.device, []).append(each)
     for device in snapshot.devices:
         present_devices.add(device.name)
         role = roles.get(device.name)
@@ -107,18 +110,16 @@ def assess(state: MonitorState, snapshot: HostSnapshot, roles: Mapping[str, Role
         seen = set()
         for port in device.ports:
             seen.add(port.port)
-            record = state.port_states.get(port.key)
-            bases[(device.name, port.port)] = (*_base(port, record), True)
-        for record in state.port_states.values():
-            if record.device == device.name and record.port not in seen:
+            bases[(device.name, port.port)] = (
+                *_base(port, state.port_states.get(port.key)), True)
+        for record in recorded.get(device.name, ()):
+            if record.port not in seen:
                 health, why = _base(None, record)
                 if record.misses >= MISSES_BEFORE_GONE:
                     health, why = FATAL, [*why, "port missing"]
                 bases[(record.device, record.port)] = (health, why, False)
     absent = set(state.known_devices) - present_devices
-    for record in state.port_states.values():
-        if record.device not in absent:
-            continue
+    for record in (r for name in sorted(absent) for r in recorded.get(name, ())):
         health, why = _base(None, record)
         if record.device in state.missing_devices:
             health, why = FATAL, [f"{record.device} missing"]
@@ -147,11 +148,15 @@ def assess(state: MonitorState, snapshot: HostSnapshot, roles: Mapping[str, Role
                 continue
             worsen(parsed[0], health, f"{parsed[1]} {kind}")
 
+    on_card: dict[str, list[PortId]] = {}
+    if state.card_anomalies:
+        for key in bases:
+            on_card.setdefault(card_of.get(key[0], ""), []).append(key)
     for card, anomaly in sorted(state.card_anomalies.items()):
         reason = f"card {card} has {anomaly.active} of {anomaly.expected} ports active"
-        short = [key for key, (h, _, _) in bases.items()
-                 if card_of.get(key[0]) == card
-                 and (f"{key[0]}_{key[1]}" in anomaly.ports or h in (DEGRADED, FATAL))]
+        short = [key for key in on_card.get(card, ())
+                 if f"{key[0]}_{key[1]}" in anomaly.ports
+                 or bases[key][0] in (DEGRADED, FATAL)]
         for key in short:
             worsen(key, FATAL, reason)
         if not short:

@@ -85,10 +85,22 @@ def _health_keys(judged: Optional[PortHealth], state: Optional[str], phys: Optio
             "health": judged.health, "reasons": list(judged.reasons)}
 
 
+_LAST: list[tuple[HostSnapshot, CycleResult, MonitorState, HostHealth]] = []
+
+
 def assess_host(snapshot: HostSnapshot, result: CycleResult, state: MonitorState
                 ) -> HostHealth:
-    """The one health model (:mod:`nichealthd.health`) over a poll's picture."""
-    return assess(state, snapshot, result.roles)
+    """The one health model (:mod:`nichealthd.health`) over a poll's picture.
+
+    STATUS=, GetStatus, the D-Bus signal and the metrics all ask about the same picture each
+    poll: the last answer is kept (the picture is immutable: each poll makes a new one).
+    """
+    last = _LAST[0] if _LAST else None
+    if last is not None and last[0] is snapshot and last[1] is result and last[2] is state:
+        return last[3]
+    host = assess(state, snapshot, result.roles)
+    _LAST[:] = [(snapshot, result, state, host)]
+    return host
 
 
 def port_health(snapshot: HostSnapshot, result: CycleResult, state: MonitorState

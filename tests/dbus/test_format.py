@@ -17,6 +17,7 @@ from nichealthd.ctl import (
     unmonitored_devices,
 )
 from nichealthd.ctl_format import (
+    BaselineFilter,
     Style,
     baseline_filter,
     devices_table,
@@ -176,6 +177,9 @@ def test_baseline_filter_hides_the_first_poll_of_a_boot_and_keeps_recoveries() -
     down = event("Port mlx5_0 port 1: state DOWN", "2026-01-01T00:00:00.001Z", healthy=False)
     later = event("Port mlx5_0 port 1: healthy (ACTIVE, LinkUp)", "2026-01-01T00:05:00Z")
     assert baseline_filter([clear, first, counter, down, later]) == [down, later]
+    following = BaselineFilter()  # events --follow: one event at a time, across a restart
+    assert [following.is_baseline(e) for e in (down, clear, first, later)] == \
+        [False, True, True, False]
 
 
 def test_events_status_and_devices_fit_80_columns_unless_wide() -> None:
