@@ -485,7 +485,9 @@ class DbusService:
         previous, self._port_health = self._port_health, current
         changed = set(messages)
         if previous:
-            changed.update(k for k, v in current.items() if previous.get(k) != v)
+            # health and fatal, not the reasons' wording (a "not seen (N polls)" count)
+            changed.update(k for k, v in current.items()
+                           if previous.get(k, ("", False, ""))[:2] != v[:2])
         if self.interface is None:
             return
         for key in sorted(changed):
