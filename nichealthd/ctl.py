@@ -3,8 +3,9 @@
 Every command is one or two method calls on ``org.nichealthd.NicHealth1``; the answers are the
 records of :mod:`nichealthd.views`, so ``--json`` prints what the daemon knows, unchanged.
 Failures are one line and an exit status, never a traceback: 3 when the daemon cannot be
-reached (also ``check``'s UNKNOWN, the monitoring-plugin convention), 2 for a bad argument or
-an invalid config file.
+reached and for a usage error (``check``'s UNKNOWN: a typo in a monitoring system's command
+must never read as CRITICAL), 2 only for ``config check`` of an invalid file. With ``--json``
+every path prints JSON, failures an object with ``error`` and ``exit``.
 """
 
 from __future__ import annotations
@@ -16,17 +17,17 @@ import os
 import sys
 import time
 from datetime import datetime, timezone
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, NoReturn, Optional, Sequence
 
 from . import __version__
 from .config import DEFAULT_CONFIG_PATH, ConfigError, load_config
 from .ctl_format import (
+    BaselineFilter,
     Style,
     counters_table,
     devices_table,
     event_line,
     output_width,
-    port_name,
     ports_table,
     status_lines,
 )
@@ -47,8 +48,10 @@ from .dbus_common import (
 from .duration import parse_duration
 
 EXIT_OK, EXIT_DEGRADED, EXIT_FATAL, EXIT_UNREACHABLE = 0, 1, 2, 3
-EXIT_USAGE = 2
+EXIT_USAGE = 3  # the monitoring-plugin UNKNOWN, never CRITICAL (issue #22)
+EXIT_INVALID_CONFIG = 2  # config check: the file is invalid
 EXIT_FAILURE = 1
+WIDE = 10_000  # --wide: no column is cut
 DEFAULT_TIMEOUT = 5.0
 SYSTEMD_RUN_DIR = "/run/systemd/system"
 UNIT = "nichealthd.service"
@@ -174,6 +177,11 @@ def _style() -> Style:
     return Style.for_stream(sys.stdout)
 
 
+def _width(args: argparse.Namespace) -> int:
+    """The terminal's width (80 when piped); no limit with ``--wide``."""
+    return WIDE if getattr(args, "wide", False) else output_width(sys.stdout)
+
+
 def counter_json(record: dict[str, Any]) -> dict[str, Any]:
     """Absent values are null in JSON (``value`` is int or null, DESIGN §2.7)."""
     out = dict(record)
@@ -258,7 +266,8 @@ async def cmd_status(args: argparse.Namespace) -> int:
         emit_json({**status, "systemd": systemd})
     else:
         print_lines(status_lines(status, systemd, _style(),
-                                 seconds_since(str(status.get("last_poll", "")))))
+                                 seconds_since(str(status.get("last_poll", ""))),
+                                 _width(args)))
     return EXIT_OK
 
 
@@ -270,7 +279,7 @@ async def _show_records(args: argparse.Namespace, method: str,
     if args.json:
         emit_json(records)
     else:
-        print_lines(table(records, _style(), output_width(sys.stdout)))
+        print_lines(table(records, _style(), _width(args)))
     return EXIT_OK
 
 
@@ -291,7 +300,7 @@ async def cmd_show_counters(args: argparse.Namespace) -> int:
     elif not records:
         print("no counters (no monitored ports)")
     else:
-        print_lines(counters_table(records, _style(), output_width(sys.stdout)))
+        print_lines(counters_table(records, _style(), _width(args)))
     return EXIT_OK
 
 
@@ -303,28 +312,40 @@ async def cmd_events(args: argparse.Namespace) -> int:
     if args.lines < 0:
         raise CtlError("-n must be 0 or more", EXIT_USAGE)
     style = _style()
+    width = _width(args)
     async with Client(args.bus, args.timeout) as client:
         queue: asyncio.Queue[Any] = asyncio.Queue()
         if args.follow:
             await _subscribe(client, queue)
-        events = await client.records("ListEvents", "u", [args.lines]) if args.lines else []
-        last_seq = int(events[-1]["seq"]) if events else 0
+        events: list[dict[str, Any]] = []
+        baselines = BaselineFilter()
+        if args.lines:
+            # Boot baselines are hidden unless --all: ask for the whole history, drop them,
+            # keep the last N (184 "healthy after reboot" lines must not push the rest out).
+            events = await client.records("ListEvents", "u", [args.lines if args.all else 0])
+            last_seq = int(events[-1]["seq"]) if events else 0
+            if not args.all:
+                events = [e for e in events if not baselines.is_baseline(e)]
+            events = events[-args.lines:]
+        else:
+            last_seq = 0
         if not args.follow:
             if args.json:
                 emit_json([_event_json(e) for e in events])
             else:
-                print_lines([event_line(e, style) for e in events])
+                print_lines([event_line(e, style, width) for e in events])
             return EXIT_OK
         for event in events:
-            _print_event(event, args.json, style)
-        return await _follow(client, queue, last_seq, args.json, style)
+            _print_event(event, args.json, style, width)
+        shown = None if args.all else baselines
+        return await _follow(client, queue, last_seq, args.json, style, width, shown)
 
 
-def _print_event(event: dict[str, Any], as_json: bool, style: Style) -> None:
+def _print_event(event: dict[str, Any], as_json: bool, style: Style, width: int) -> None:
     if as_json:  # --follow --json: one object per line, so it can stream
         print(json.dumps(_event_json(event)), flush=True)
     else:
-        print(event_line(event, style), flush=True)
+        print(event_line(event, style, width), flush=True)
 
 
 async def _subscribe(client: Client, queue: asyncio.Queue[Any]) -> None:
@@ -354,7 +375,8 @@ async def _subscribe(client: Client, queue: asyncio.Queue[Any]) -> None:
 
 
 async def _follow(client: Client, queue: asyncio.Queue[Any], last_seq: int, as_json: bool,
-                  style: Style) -> int:
+                  style: Style, width: int, baselines: Optional[BaselineFilter]) -> int:
+    """Print each new event (the boot baselines of a restart too only with --all)."""
     assert client.bus is not None
     disconnected = asyncio.ensure_future(client.bus.wait_for_disconnect())
     while True:
@@ -376,49 +398,53 @@ async def _follow(client: Client, queue: asyncio.Queue[Any], last_seq: int, as_j
         if seq and seq <= last_seq:
             continue
         last_seq = max(last_seq, seq)
-        _print_event(value, as_json, style)
+        if baselines is not None and baselines.is_baseline(value):
+            continue
+        _print_event(value, as_json, style, width)
 
 
 async def cmd_check(args: argparse.Namespace) -> int:
     async with Client(args.bus, args.timeout) as client:
         status = await client.status()
         health = str(status.get("health", ""))
-        ports = await client.records("ListPorts") if health != "healthy" else []
-        counters = await client.records("ListCounters", "su", ["", 0]) \
-            if health != "healthy" else []
-        devices = await client.records("ListDevices") if health != "healthy" else []
+        devices = await client.records("ListDevices") \
+            if not int(status.get("ports_total", 0) or 0) else []
     code = {"healthy": EXIT_OK, "degraded": EXIT_DEGRADED, "fatal": EXIT_FATAL}.get(
         health, EXIT_UNREACHABLE)
-    problems = check_problems(ports, counters, devices)
+    problems = [str(p) for p in status.get("problems") or []]
+    unmonitored = unmonitored_devices(devices)
+    if code == EXIT_OK and unmonitored:
+        code = EXIT_DEGRADED
+        problems.append(f"{len(unmonitored)} RDMA devices present but none monitored: "
+                        + ", ".join(unmonitored))
     line = check_line(code, status, problems)
     if args.json:
         emit_json({"status": CHECK_LABELS[code], "exit": code, "health": health,
-                   "summary": line, "problems": problems})
+                   "summary": line, "problems": problems,
+                   "fatal_ports": list(status.get("fatal_ports") or []),
+                   "degraded_ports": list(status.get("degraded_ports") or [])})
     else:
         print(line)
     return code
 
 
-def check_problems(ports: list[dict[str, Any]], counters: list[dict[str, Any]],
-                   devices: list[dict[str, Any]]) -> list[str]:
-    """Most severe first: fatal ports, missing devices, fatal breaches, then the rest."""
-    fatal: list[str] = []
-    degraded: list[str] = []
-    for p in ports:
-        if p.get("monitored") and p.get("health") in ("fatal", "degraded"):
-            text = f"{port_name(p)} {p.get('state', '?')}/{p.get('phys_state', '?')}"
-            (fatal if p["health"] == "fatal" else degraded).append(text)
-    for d in devices:
-        if not d.get("present", True):
-            fatal.append(f"{d.get('device', '?')} missing")
-    for c in counters:
-        if c.get("breached"):
-            text = f"{port_name(c)} {c.get('counter', '?')} breached"
-            (fatal if c.get("fatal") else degraded).append(text)
-    return fatal + degraded
+def unmonitored_devices(devices: list[dict[str, Any]]) -> list[str]:
+    """``mlx5_0 (management: default route)`` for each present device when none is monitored.
+
+    A host with no RDMA device at all is OK (nothing to watch); one whose devices are all
+    excluded is not: a wrong exclusion or a topology mismatch would otherwise read as healthy.
+    """
+    present = [d for d in devices if d.get("present", True)]
+    if not present or any(d.get("monitored") for d in present):
+        return []
+    return [f"{d.get('device', '?')} ({d.get('role') or '?'}"
+            + (f": {d['role_reason']}" if d.get("role_reason") else "") + ")"
+            for d in present]
 
 
 def check_line(code: int, status: dict[str, Any], problems: list[str]) -> str:
+    """The one line of ``check``: the counts are those of the daemon's health model, the
+    same that decided the verdict; the problems name each fatal and degraded port and why."""
     total = int(status.get("ports_total", 0))
     healthy = int(status.get("ports_healthy", 0))
     degraded = int(status.get("ports_degraded", 0))
@@ -441,6 +467,28 @@ def check_line(code: int, status: dict[str, Any], problems: list[str]) -> str:
     return label + text + perf
 
 
+async def cmd_reload(args: argparse.Namespace) -> int:
+    """D-Bus ``Reload`` (root only, by the bus policy): re-read the config file."""
+    if os.geteuid() != 0:
+        raise CtlError("reload changes the running daemon and is for root only "
+                       "(try: sudo nichealthctl reload, or systemctl reload nichealthd)",
+                       EXIT_FAILURE)
+    async with Client(args.bus, args.timeout) as client:
+        try:
+            accepted, message = await client.call("Reload")
+        except CtlError as exc:
+            if "denied" in exc.message:
+                raise CtlError(exc.message, EXIT_FAILURE) from None
+            raise
+    if args.json:
+        emit_json({"accepted": bool(accepted), "message": str(message)})
+    elif accepted:
+        print(str(message))
+    else:
+        print(f"nichealthctl: {message}", file=sys.stderr)
+    return EXIT_OK if accepted else EXIT_FAILURE
+
+
 def cmd_config_check(args: argparse.Namespace) -> int:
     """Every problem of the file in one run, one line each: FILE[:LINE]: KEY: PROBLEM."""
     path = args.file or DEFAULT_CONFIG_PATH
@@ -458,7 +506,7 @@ def cmd_config_check(args: argparse.Namespace) -> int:
                 print(message, file=sys.stderr)
             if len(exc.problems) > 1:
                 print(f"{path}: invalid ({len(exc.problems)} errors)", file=sys.stderr)
-        return EXIT_USAGE
+        return EXIT_INVALID_CONFIG
     if args.json:
         emit_json({"file": path, "ok": True, "notices": list(config.notices)})
     else:
@@ -477,6 +525,22 @@ def _timeout(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+class UsageError(Exception):
+    """A bad command line: reported by :func:`main` (exit 3, JSON with ``--json``)."""
+
+    def __init__(self, message: str, usage: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.usage = usage
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse exits 2 on a usage error, CRITICAL to a monitoring system; raise instead."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: error: {message}", self.format_usage())
+
+
 def build_parser() -> argparse.ArgumentParser:
     # Global options work before or after the command (`nichealthctl show ports --json`):
     # the main parser has the defaults, each command's parser a copy that leaves them alone.
@@ -484,7 +548,11 @@ def build_parser() -> argparse.ArgumentParser:
         def default(value: Any) -> Any:
             return value if defaults else argparse.SUPPRESS
         into.add_argument("--json", action="store_true", default=default(False),
-                          help="print JSON (an array; an object for status and check)")
+                          help="print JSON (an array; an object for status, check, reload "
+                               "and every failure)")
+        into.add_argument("--wide", action="store_true", default=default(False),
+                          help="do not cut long cells to the terminal's width (80 when "
+                               "piped)")
         into.add_argument("--bus", choices=("system", "session"), default=default("system"),
                           help="bus to find nichealthd on (default system; "
                                "DBUS_SYSTEM_BUS_ADDRESS is honoured)")
@@ -493,11 +561,12 @@ def build_parser() -> argparse.ArgumentParser:
                           help=f"how long to wait for the bus and the daemon "
                                f"(default {DEFAULT_TIMEOUT:g}s; 500ms, 2s …)")
 
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="nichealthctl",
         description="Query nichealthd, the NIC health daemon, over D-Bus.",
-        epilog="exit status: 0 ok; check: 1 degraded, 2 fatal; 2 bad argument or invalid "
-               "config; 3 nichealthd unreachable")
+        epilog="exit status: 0 ok; 1 failure (reload rejected or not root); check: 1 "
+               "degraded, 2 fatal; config check: 2 invalid config; 3 nichealthd unreachable "
+               "or usage error")
     global_options(parser, True)
     parser.add_argument("--version", action="version", version=f"nichealthctl {__version__}")
     parser.set_defaults(func=None)
@@ -529,8 +598,12 @@ def build_parser() -> argparse.ArgumentParser:
     events.add_argument("-f", "--follow", action="store_true",
                         help="keep printing new events as they are committed "
                              "(with --json: one object per line)")
-    add("check", cmd_check, "monitoring-plugin check: exit 0 healthy, 1 degraded, 2 fatal, "
-        "3 unreachable")
+    events.add_argument("-a", "--all", action="store_true",
+                        help="include the boot baselines (\"healthy after reboot\" and the "
+                             "clears of a first poll), hidden by default")
+    add("check", cmd_check, "monitoring-plugin check: exit 0 healthy, 1 degraded (or devices "
+        "present but none monitored), 2 fatal, 3 unreachable")
+    add("reload", cmd_reload, "re-read the daemon's config file (root only; D-Bus Reload)")
     config = sub.add_parser("config", help="offline checks of a config file")
     config_sub = config.add_subparsers(dest="what", metavar="WHAT")
     config.set_defaults(func=None, show_parser=config)
@@ -543,22 +616,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as exc:
+        return _usage_error(exc.message, exc.usage, "--json" in argv)
     if args.func is None:
-        (getattr(args, "show_parser", None) or parser).print_usage(sys.stderr)
-        return EXIT_USAGE
+        usage = (getattr(args, "show_parser", None) or parser).format_usage()
+        return _usage_error("nichealthctl: a command is required", usage, args.json)
     is_check = args.func is cmd_check
     started = time.monotonic()
     try:
         result = args.func(args)
         code = run(result) if asyncio.iscoroutine(result) else int(result)
     except CtlError as exc:
-        if is_check:
+        code = EXIT_UNREACHABLE if is_check else exc.code
+        if args.json:
+            _json_error(exc.message, code, is_check)
+        elif is_check:
             print(f"NICHEALTH UNKNOWN - {exc.message}")
-            return EXIT_UNREACHABLE
-        print(f"nichealthctl: {exc.message}", file=sys.stderr)
-        return exc.code
+        else:
+            print(f"nichealthctl: {exc.message}", file=sys.stderr)
+        return code
     except KeyboardInterrupt:
         return EXIT_OK if getattr(args, "follow", False) else 130
     except BrokenPipeError:  # `nichealthctl events | head`
@@ -570,12 +650,35 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except Exception as exc:  # never a traceback for the operator
         if os.environ.get("NICHEALTHCTL_DEBUG"):
             raise
-        label = "NICHEALTH UNKNOWN - " if is_check else "nichealthctl: "
-        print(f"{label}unexpected error after {time.monotonic() - started:.1f} s: "
-              f"{type(exc).__name__}: {exc} (set NICHEALTHCTL_DEBUG=1 for details)",
-              file=sys.stdout if is_check else sys.stderr)
-        return EXIT_UNREACHABLE if is_check else EXIT_FAILURE
+        text = (f"unexpected error after {time.monotonic() - started:.1f} s: "
+                f"{type(exc).__name__}: {exc} (set NICHEALTHCTL_DEBUG=1 for details)")
+        code = EXIT_UNREACHABLE if is_check else EXIT_FAILURE
+        if args.json:
+            _json_error(text, code, is_check)
+        else:
+            print(f"{'NICHEALTH UNKNOWN - ' if is_check else 'nichealthctl: '}{text}",
+                  file=sys.stdout if is_check else sys.stderr)
+        return code
     return code
+
+
+def _usage_error(message: str, usage: str, as_json: bool) -> int:
+    """Exit 3 (UNKNOWN): usage on stderr, and with --json an error object on stdout."""
+    sys.stderr.write(usage)
+    print(message, file=sys.stderr)
+    if as_json:
+        emit_json({"error": message, "exit": EXIT_USAGE})
+    return EXIT_USAGE
+
+
+def _json_error(message: str, code: int, is_check: bool) -> None:
+    """A failure as JSON on stdout (``check`` keeps its object's keys: status UNKNOWN)."""
+    if is_check:
+        emit_json({"status": CHECK_LABELS[EXIT_UNREACHABLE], "exit": code, "health": "",
+                   "summary": f"NICHEALTH UNKNOWN - {message}", "problems": [],
+                   "error": message})
+    else:
+        emit_json({"error": message, "exit": code})
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -10,7 +10,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from typing import IO, Any, Optional, Sequence
+from datetime import datetime, timedelta
+from typing import IO, Any, Optional, Sequence, Union
+
+from .events import parse_timestamp
 
 ELLIPSIS = "…"
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec")
@@ -56,21 +59,31 @@ def fit(text: str, width: int) -> str:
 
 
 def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]], width: int = 80,
-                 shrink: Sequence[int] = (), right: Sequence[int] = (),
+                 shrink: Sequence[Union[int, tuple[int, int]]] = (), right: Sequence[int] = (),
                  colour: Optional[Any] = None, gap: int = 2) -> list[str]:
     """Columns sized to their content; if the table is wider than ``width``, the columns in
-    ``shrink`` (in that order) are cut with an ellipsis. ``colour(col, cell, padded)`` may
-    decorate a padded cell (after sizing, so escapes never count as width)."""
+    ``shrink`` (in that order; ``(col, floor)`` to stop a column at ``floor`` characters) are
+    cut with an ellipsis. ``colour(col, cell, padded)`` may decorate a padded cell (after
+    sizing, so escapes never count as width)."""
     widths = [len(h) for h in headers]
     for row in rows:
         for i, cell in enumerate(row):
             widths[i] = max(widths[i], len(cell))
     excess = sum(widths) + gap * (len(widths) - 1) - width
-    for col in shrink:
+    for entry in shrink:
         if excess <= 0:
             break
-        floor = max(len(headers[col]), 4)
+        col, floor = entry if isinstance(entry, tuple) else (entry, 0)
+        floor = max(len(headers[col]), 4, floor)
         cut = min(excess, widths[col] - floor)
+        if cut > 0:
+            widths[col] -= cut
+            excess -= cut
+    for entry in shrink:  # still too wide: the same columns below their floors (headers too)
+        if excess <= 0:
+            break
+        col = entry[0] if isinstance(entry, tuple) else entry
+        cut = min(excess, widths[col] - 2)
         if cut > 0:
             widths[col] -= cut
             excess -= cut
@@ -100,9 +113,9 @@ def port_name(record: dict[str, Any]) -> str:
 
 
 def short_rate(rate: str) -> str:
-    """``400 Gb/sec (4X NDR)`` -> ``400 Gb/s``."""
+    """``400 Gb/sec (4X NDR)`` -> ``400G`` (the table must leave room for REASON)."""
     match = _RATE.match(rate or "")
-    return f"{match.group(1)} Gb/s" if match else (rate or "-")
+    return f"{match.group(1)}G" if match else (rate or "-")
 
 
 def short_link(link_layer: str) -> str:
@@ -148,21 +161,41 @@ def counter_limit(record: dict[str, Any]) -> str:
 
 # ---------------------------------------------------------------------- tables
 
+def port_reason(record: dict[str, Any]) -> str:
+    """Why a monitored port is not healthy (``link_downed breached``), ``-`` when nothing."""
+    if not record.get("monitored"):
+        return "-"
+    reasons = record.get("reasons") or []
+    return ", ".join(str(r) for r in reasons) or "-"
+
+
 def ports_table(records: list[dict[str, Any]], style: Style, width: int = 80) -> list[str]:
-    headers = ("PORT", "LINK", "ROLE", "STATE", "PHYS", "RATE", "NETDEV", "HEALTH")
+    """Every port with its health and its reasons (the daemon's one health model); why
+    a port is not monitored below the table. When the table is wider than
+    ``width``, NETDEV is left out first (``--wide``/``--json`` show it), then cells are cut."""
+    headers = ["PORT", "LINK", "ROLE", "STATE", "PHYS", "RATE", "NETDEV", "HEALTH", "REASON"]
     records = sorted(records, key=natural_key)
-    rows = [(port_name(r), short_link(r.get("link_layer", "")), r.get("role") or "-",
-             r.get("state") or "?", r.get("phys_state") or "?", short_rate(r.get("rate", "")),
-             r.get("netdev") or "-", port_health(r)) for r in records]
+    rows = [[port_name(r), short_link(r.get("link_layer", "")), r.get("role") or "-",
+             r.get("state") or "?", r.get("phys_state") or "?",
+             short_rate(r.get("rate", "")) if r.get("present", True) else "-",
+             r.get("netdev") or "-", port_health(r), port_reason(r)] for r in records]
+    health_col = 7
+    if max((len(line) for line in render_table(headers, rows, 10**6)), default=0) > width:
+        del headers[6]
+        for row in rows:
+            del row[6]
+        health_col = 6
 
     def colour(col: int, text: str, padded: str) -> str:
-        if col == 7:
+        if col == health_col:
             return style.health(text, padded)
         if col in (3, 4) and text not in ("ACTIVE", "LinkUp", "?"):
             return style.paint(padded, "yellow")
         return padded
 
-    lines = render_table(headers, rows, width, shrink=(6, 2, 4), colour=colour)
+    reason = len(headers) - 1
+    lines = render_table(headers, rows, width, shrink=((reason, 16), 2, 4, 5, reason, 3, 1, 0),
+                         colour=colour)
     excluded = [r for r in records if not r.get("monitored")]
     if excluded:
         lines.append("")
@@ -185,7 +218,8 @@ def devices_table(records: list[dict[str, Any]], style: Style, width: int = 80) 
             return style.paint(padded, "red")
         return padded
 
-    return render_table(headers, rows, width, shrink=(7, 3, 1), right=(5,), colour=colour)
+    return render_table(headers, rows, width, shrink=(7, 3, 2, 1, 4), right=(5,),
+                        colour=colour)
 
 
 def counters_table(records: list[dict[str, Any]], style: Style, width: int = 80) -> list[str]:
@@ -218,17 +252,70 @@ def counters_table(records: list[dict[str, Any]], style: Style, width: int = 80)
     return lines
 
 
-def event_line(event: dict[str, Any], style: Style) -> str:
-    """``2026-01-01T00:00:00Z  fatal     Port mlx5_0 port 1: …`` (messages are not cut)."""
+def event_line(event: dict[str, Any], style: Style, width: int = 80) -> str:
+    """``2026-01-01T00:00:00Z  fatal     Port mlx5_0 port 1: …``, cut to ``width`` with an
+    ellipsis (``--wide`` or ``--json`` for the whole message)."""
     severity = str(event.get("severity") or "")
-    return (f"{event.get('generatedTimestamp', '?')}  {style.health(severity, severity.ljust(8))}"
-            f"  {event.get('message', '')}")
+    stamp = str(event.get("generatedTimestamp", "?"))
+    head = f"{stamp}  {severity.ljust(8)}  "
+    message = fit(str(event.get("message", "")), max(width - len(head), 10))
+    return f"{stamp}  {style.health(severity, severity.ljust(8))}  {message}"
+
+
+CLEAR_MARK = "no state from this boot"
+BASELINE_MARK = "healthy after reboot"
+BASELINE_WINDOW = timedelta(seconds=1)
+
+
+def is_check_clear(event: dict[str, Any]) -> bool:
+    """The check-scoped clear a first poll after a reboot (or without state) starts with."""
+    return (bool(event.get("isHealthy")) and not event.get("entitiesImpacted")
+            and CLEAR_MARK in str(event.get("message", "")))
+
+
+class BaselineFilter:
+    """Tells the boot baselines apart, event by event (also while following): the
+    check-scoped clears, the healthy events of the same first poll (stamped just after
+    them), and every "healthy after reboot".
+
+    Recoveries and every unhealthy event are kept: a first poll cannot recover anything,
+    so its healthy events only restate the baseline.
+    """
+
+    def __init__(self) -> None:
+        self.starts: list[datetime] = []
+
+    def is_baseline(self, event: dict[str, Any]) -> bool:
+        if not event.get("isHealthy"):
+            return False
+        try:
+            moment: Optional[datetime] = parse_timestamp(
+                str(event.get("generatedTimestamp", "")))
+        except ValueError:
+            moment = None
+        if is_check_clear(event):
+            if moment is not None:
+                self.starts.append(moment)
+            return True
+        if BASELINE_MARK in str(event.get("message", "")):
+            return True
+        return moment is not None and any(
+            start <= moment <= start + BASELINE_WINDOW for start in self.starts[-16:])
+
+
+def baseline_filter(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The events without the boot baselines (see :class:`BaselineFilter`)."""
+    baselines = BaselineFilter()
+    return [e for e in events if not baselines.is_baseline(e)]
 
 
 def status_lines(status: dict[str, Any], systemd: dict[str, Any], style: Style,
-                 ago: Optional[float]) -> list[str]:
+                 ago: Optional[float], width: int = 80) -> list[str]:
+    """The status block; the fatal and degraded ports are named with their reasons, long
+    values are cut to ``width`` (``--wide``/``--json`` for everything)."""
     health = str(status.get("health", "unknown"))
-    head = (f"nichealthd {status.get('version', '?')} on {status.get('node_name', '?')}: "
+    node = fit(str(status.get("node_name", "?")), max(width - 40, 10))
+    head = (f"nichealthd {status.get('version', '?')} on {node}: "
             f"{style.health(health, health.upper())}")
     ports = (f"{status.get('ports_total', 0)} monitored: {status.get('ports_healthy', 0)} "
              f"healthy, {status.get('ports_degraded', 0)} degraded, "
@@ -240,18 +327,29 @@ def status_lines(status: dict[str, Any], systemd: dict[str, Any], style: Style,
     last = status.get("last_poll") or "never"
     if ago is not None and status.get("last_poll"):
         last += f" ({ago:.1f} s ago)"
-    rows = [
-        ("ports", ports),
-        ("last poll", f"{last}, {status.get('poll_count', 0)} polls, every {every}"),
-        ("connector", f"{status.get('connector_state', '?')}; outbox "
-                      f"{status.get('outbox_depth', 0)}, dead letters "
-                      f"{status.get('dead_letters', 0)}"),
-        ("boot ID", str(status.get("boot_id") or "-")),
-        ("started", f"{status.get('started_at', '?')}, pid {status.get('pid', '?')}"),
-        ("config", str(status.get("config_path", "?"))),
+    rows: list[tuple[str, str, Optional[str]]] = [("ports", ports, None)]
+    for problem in status.get("problems") or []:
+        text = str(problem)
+        severity = "fatal" if any(text.startswith(p + " ")
+                                  for p in status.get("fatal_ports") or []) else None
+        rows.append(("", text, "red" if severity else "yellow"))
+    connector = (f"{status.get('connector_state', '?')}; outbox "
+                 f"{status.get('outbox_depth', 0)}, dead letters "
+                 f"{status.get('dead_letters', 0)}")
+    rows += [
+        ("last poll", f"{last}, {status.get('poll_count', 0)} polls, every {every}", None),
+        ("connector", connector, None),
+    ]
+    if status.get("connector_last_error"):
+        rows.append(("", f"last error: {status['connector_last_error']}", "yellow"))
+    rows += [
+        ("boot ID", str(status.get("boot_id") or "-"), None),
+        ("started", f"{status.get('started_at', '?')}, pid {status.get('pid', '?')}", None),
+        ("config", str(status.get("config_path", "?")), None),
     ]
     if status.get("reload_error"):
-        rows.append(("reload", style.paint(f"last reload rejected: {status['reload_error']}",
-                                           "yellow")))
-    rows.append(("systemd", str(systemd.get("summary", "?"))))
-    return [head] + [f"  {label:<11}{value}" for label, value in rows]
+        rows.append(("reload", f"last reload rejected: {status['reload_error']}", "yellow"))
+    rows.append(("systemd", str(systemd.get("summary", "?")), None))
+    room = max(width - 13, 10)
+    return [head] + [f"  {label:<11}{style.paint(fit(value, room), colour)}"
+                     for label, value, colour in rows]

@@ -27,7 +27,7 @@ from .config import (
 )
 from .evaluate import Topology
 from .eventlog import EventLog
-from .logsetup import setup_logging
+from .logsetup import log_start_failure, setup_logging
 from .monitor import Monitor
 from .rlimit import raise_nofile_limit
 from .topology import GpuTopology, MetadataError, load_gpu_topology, read_default_route_devices
@@ -76,8 +76,17 @@ class StartupError(Exception):
     """A start-up failure that is not a config error (exit 1); the text says what to do."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """A bad flag is a start failure too: logged at ERROR, then exit 2 as argparse does."""
+
+    def error(self, message: str) -> Any:
+        self.print_usage(sys.stderr)
+        log_start_failure(f"invalid command line: {message}")
+        sys.exit(EXIT_USAGE)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="nichealthd",
         description="NIC health daemon: watches InfiniBand/RoCE ports and error counters in "
                     "sysfs and reports health events (see nichealthd(8)).")
@@ -220,12 +229,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ConfigError as exc:  # every problem of the file, one line each
         for number, message in enumerate(exc.messages, 1):
             end = hint if number == len(exc.messages) else ""
-            print(f"nichealthd: invalid configuration: {message}{end}", file=sys.stderr)
+            log_start_failure(f"invalid configuration: {message}{end}")
         return EXIT_USAGE
     except StartupError as exc:
-        print(f"nichealthd: cannot start: {exc}{hint}", file=sys.stderr)
+        log_start_failure(f"cannot start: {exc}{hint}")
         return EXIT_STARTUP
     except Exception:  # a bug; DESIGN §2.3 makes every start failure status 1
+        if not logging.getLogger().handlers:
+            setup_logging("info")
         log.critical("nichealthd failed to start on an unexpected error (a bug: please report "
                      "it with this log)", exc_info=True)
         return EXIT_STARTUP

@@ -240,7 +240,7 @@ class DbusService:
         self._event_cache: Dict[int, Dict[str, Any]] = {}
         self._status: Dict[str, Any] = {}
         self._props: Dict[str, Any] = {}
-        self._port_health: Dict[Tuple[str, int], Tuple[str, bool]] = {}
+        self._port_health: Dict[Tuple[str, int], Tuple[str, bool, str]] = {}
         self._reload_waiters: List[Tuple[int, asyncio.Future[Tuple[bool, str]]]] = []
         self._task: Optional[asyncio.Future[None]] = None
         self._stopping = False
@@ -485,19 +485,25 @@ class DbusService:
         previous, self._port_health = self._port_health, current
         changed = set(messages)
         if previous:
-            changed.update(k for k, v in current.items() if previous.get(k) != v)
+            # health and fatal, not the reasons' wording (a "not seen (N polls)" count)
+            changed.update(k for k, v in current.items()
+                           if previous.get(k, ("", False, ""))[:2] != v[:2])
         if self.interface is None:
             return
         for key in sorted(changed):
-            health, fatal = current.get(key, ("", False))
+            # The one health model (nichealthd.health), as in ListPorts and the metric.
+            health, fatal, reasons = current.get(key, ("", False, ""))
             message = messages.get(key)
             if not health:  # the event names a port that is gone from the view
                 health = "fatal" if message and "missing" in message else "unknown"
+                fatal = health == "fatal"
             if message is None:
                 record = next((r for r in self._port_records()
                                if (r["device"], r["port"]) == key), {})
                 message = (f"{key[0]} port {key[1]}: {health} "
                            f"({record.get('state', '?')}, {record.get('phys_state', '?')})")
+                if reasons:
+                    message += f": {reasons}"
             self.interface.PortHealthChanged(key[0], key[1], health, fatal, message)
 
     # ----------------------------------------------------------- reload

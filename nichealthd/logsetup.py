@@ -2,6 +2,8 @@
 
 Under systemd (``JOURNAL_STREAM`` set) each line carries a ``<N>`` syslog priority prefix
 that journald turns into the entry's priority, and no timestamp (journald adds its own).
+A start failure goes through :func:`log_start_failure` at ERROR (``<3>``): printed plainly it
+was an info entry, missing from ``systemctl status`` and ``journalctl -p warning`` (#22).
 """
 
 from __future__ import annotations
@@ -68,3 +70,11 @@ def setup_logging(level: str, stream: Optional[object] = None) -> None:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(getattr(logging, level.upper(), logging.INFO))
+
+
+def log_start_failure(message: str, logger: str = "nichealthd") -> None:
+    """Log why the daemon cannot start at ERROR priority, setting up logging if the failure
+    came before the config that configures it (an invalid config, a bad flag)."""
+    if not logging.getLogger().handlers:
+        setup_logging("info")
+    logging.getLogger(logger).error("%s", message)

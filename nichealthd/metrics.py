@@ -41,12 +41,13 @@ from . import __version__
 from .checks.counters import saturation_limit
 from .checks.ports import split_state
 from .config import Config
+from .health import UNCABLED
 from .monitor import PollOutcome
 from .state import DEGRADED, FATAL, HEALTHY, SUPPRESSED, MonitorState
 from .views import (
+    assess_host,
     counter_records,
     device_records,
-    overall_health,
     port_records,
 )
 
@@ -64,7 +65,7 @@ CLOSE_WAIT_SECONDS = 5.0  # for the HTTP thread to leave its wait when the serve
 DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
                     2.5, 5.0, 10.0)
 # Uncabled-at-first-sight ports (suppressed) are not reported by the daemon: they count as 0.
-HEALTH_VALUE = {HEALTHY: 0, SUPPRESSED: 0, DEGRADED: 1, FATAL: 2}
+HEALTH_VALUE = {HEALTHY: 0, SUPPRESSED: 0, UNCABLED: 0, DEGRADED: 1, FATAL: 2}
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)b/s(?:ec)?\b", re.IGNORECASE)
 _RATE_SCALE = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 _PORT = ("device", "port")
@@ -372,10 +373,11 @@ def _host_families(picture: _Picture) -> list[Metric]:
     snapshot, result = picture.outcome.snapshot, picture.outcome.result
     state = picture.state
     raw = {(d.name, p.port): p for d in snapshot.devices for p in d.ports}
+    host = assess_host(snapshot, result, state)  # the one health model (nichealthd.health)
     overall = GaugeMetricFamily(
         PREFIX + "health", "Overall health of the host's NICs: 0 healthy, 1 degraded, 2 fatal "
         "(ports, latched counter breaches, missing devices, card anomalies)",
-        value=HEALTH_VALUE[overall_health(state, picture.outcome.monitored_ports)])
+        value=HEALTH_VALUE[host.health])
 
     state_id = GaugeMetricFamily(
         PREFIX + "port_state_id", "Port state: 0 NOP, 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, "
@@ -387,9 +389,10 @@ def _host_families(picture: _Picture) -> list[Metric]:
     rate = GaugeMetricFamily(PREFIX + "port_rate_bytes_per_second",
                              "Port data rate in bytes per second", labels=_PORT)
     health = GaugeMetricFamily(
-        PREFIX + "port_health", "Reported health of a monitored port: 0 healthy, "
-        "1 degraded, 2 fatal", labels=_PORT)
-    for record in port_records(snapshot, result, state):
+        PREFIX + "port_health", "Health of a monitored port, the worst of its state and "
+        "every open condition on it (counter breach, saturation, short card, missing): "
+        "0 healthy or uncabled, 1 degraded, 2 fatal", labels=_PORT)
+    for record in port_records(snapshot, result, state, host):
         labels = [record["device"], str(record["port"])]
         port = raw.get((record["device"], record["port"]))
         if port is not None:

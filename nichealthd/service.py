@@ -28,7 +28,7 @@ from .eventlog import EventLog
 from .events import format_timestamp
 from .monitor import PollOutcome
 from .notify import Notifier
-from .views import overall_health, port_summary
+from .views import health_status, status_summary
 
 log = logging.getLogger("nichealthd")
 
@@ -108,19 +108,17 @@ class Daemon:
         _resolve(self._waiter)
 
     def health(self) -> str:
+        return str(self.health_status()["health"])
+
+    def health_status(self) -> dict[str, Any]:
+        """Health keys of the status: :func:`nichealthd.views.health_status` (one model)."""
         last = self.monitor.last
-        keys = last.monitored_ports if last else frozenset()
-        return overall_health(self.monitor.state, keys)
+        return health_status(last.snapshot if last else None, last.result if last else None,
+                             self.monitor.state)
 
     def status_line(self) -> str:
         """``32 ports: 30 healthy, 1 degraded, 1 fatal; connector connected; last poll …``"""
-        last = self.monitor.last
-        keys = last.monitored_ports if last else frozenset()
-        counts = port_summary(self.monitor.state, keys)
-        parts = [f"{counts['total']} ports: {counts['healthy']} healthy, "
-                 f"{counts['degraded']} degraded, {counts['fatal']} fatal"]
-        if counts.get("suppressed"):
-            parts[0] += f", {counts['suppressed']} uncabled"
+        parts = [status_summary(self.health_status())]
         parts.append(self._connector_summary())
         if self.last_poll_wall is not None:
             parts.append(f"last poll {self.last_poll_wall.astimezone():%H:%M:%S}")
@@ -341,9 +339,6 @@ class Daemon:
 
     def status(self) -> dict[str, Any]:
         """Daemon status for D-Bus properties and ``nichealthctl status``."""
-        last = self.monitor.last
-        keys = last.monitored_ports if last else frozenset()
-        counts = port_summary(self.monitor.state, keys)
         return {
             "version": __version__,
             "node_name": self.config.node_name,
@@ -354,12 +349,8 @@ class Daemon:
             "connector_state": self.connector_state.get("state", "disabled"),
             "outbox_depth": int(self.connector_state.get("outbox_depth", 0)),
             "dead_letters": int(self.connector_state.get("dead_letters", 0)),
-            "health": overall_health(self.monitor.state, keys),
-            "ports_total": counts["total"],
-            "ports_healthy": counts["healthy"],
-            "ports_degraded": counts["degraded"],
-            "ports_fatal": counts["fatal"],
-            "ports_uncabled": counts.get("suppressed", 0),
+            **self.health_status(),
+            "connector_last_error": str(self.connector_state.get("last_error") or ""),
             "started_at": format_timestamp(datetime.fromtimestamp(self.started_at).astimezone()),
             "config_path": self.args.config,
             "reload_error": self.reload_error,

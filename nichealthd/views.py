@@ -7,29 +7,37 @@ every surface tells the same story.
 
 from __future__ import annotations
 
-from typing import AbstractSet, Any, Optional
+from typing import Any, Optional
 
 from .checks.counters import saturation_key
 from .checks.ports import is_active, split_state
 from .config import Config
 from .evaluate import CycleResult
 from .events import format_timestamp
-from .model import HostSnapshot, PortSnapshot, Unreadable, is_value
-from .state import DEGRADED, FATAL, HEALTHY, SUPPRESSED, MonitorState, PortRecord, counter_key
+from .health import UNCABLED, UNKNOWN, HostHealth, PortHealth, assess
+from .model import HostSnapshot, Unreadable, is_value
+from .state import DEGRADED, FATAL, HEALTHY, MonitorState, counter_key
 
 HEALTH_ORDER = (HEALTHY, DEGRADED, FATAL)
 
 
-def port_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorState
-                 ) -> list[dict[str, Any]]:
-    """Every port of every non-VF device, monitored or not (then with the reason)."""
+def port_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorState,
+                 host: Optional[HostHealth] = None) -> list[dict[str, Any]]:
+    """Every port of every non-VF device, monitored or not (then with the reason), and the
+    recorded ports of monitored devices that this poll no longer sees (``present`` False).
+
+    ``health``/``healthy``/``fatal``/``reasons`` of a monitored port come from
+    :func:`nichealthd.health.assess`; a port that is not monitored is never judged: its
+    ``health`` is empty and ``healthy`` says only whether its link is ACTIVE/LinkUp.
+    """
+    host = host if host is not None else assess_host(snapshot, result, state)
     records = []
     for device in snapshot.devices:
         role = result.roles.get(device.name)
         monitored = bool(role and role.monitored)
         for port in device.ports:
             record = state.port_states.get(port.key)
-            health = _reported_health(port, record, monitored)
+            judged = host.ports.get((device.name, port.port)) if monitored else None
             records.append({
                 "device": device.name,
                 "port": port.port,
@@ -42,39 +50,68 @@ def port_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorStat
                 "role": role.role if role else "",
                 "monitored": monitored,
                 "excluded": "" if monitored else (role.reason if role else "unknown"),
-                "healthy": is_active(port.state, port.phys_state),
-                "fatal": monitored and health == FATAL,
-                "health": health,
+                **_health_keys(judged, port.state, port.phys_state, port.readable),
                 "since": format_timestamp(record.since) if record else "",
                 "pci_address": device.pci_address or "",
                 "gid_count": port.gid_count if port.gid_count is not None else -1,
+                "present": True,
             })
+    roles = {d.name: result.roles.get(d.name) for d in snapshot.devices}
+    for key, judged in sorted(host.ports.items()):
+        if judged.present:
+            continue
+        gone = state.port_states.get(f"{key[0]}_{key[1]}")
+        role = roles.get(key[0])
+        records.append({
+            "device": key[0], "port": key[1],
+            "link_layer": gone.link_layer if gone else "",
+            "state": split_state(gone.state)[1] if gone else "",
+            "phys_state": split_state(gone.physical_state)[1] if gone else "",
+            "rate": "", "operstate": "", "netdev": "",
+            "role": role.role if role else "", "monitored": True, "excluded": "",
+            **_health_keys(judged, None, None, False),
+            "since": format_timestamp(gone.since) if gone else "",
+            "pci_address": "", "gid_count": -1, "present": False,
+        })
     return records
 
 
+def _health_keys(judged: Optional[PortHealth], state: Optional[str], phys: Optional[str],
+                 readable: bool) -> dict[str, Any]:
+    if judged is None:  # not monitored: not judged
+        return {"healthy": is_active(state, phys), "fatal": False,
+                "health": "" if readable else UNKNOWN, "reasons": []}
+    return {"healthy": judged.health == HEALTHY, "fatal": judged.fatal,
+            "health": judged.health, "reasons": list(judged.reasons)}
+
+
+_LAST: list[tuple[HostSnapshot, CycleResult, MonitorState, HostHealth]] = []
+
+
+def assess_host(snapshot: HostSnapshot, result: CycleResult, state: MonitorState
+                ) -> HostHealth:
+    """The one health model (:mod:`nichealthd.health`) over a poll's picture.
+
+    STATUS=, GetStatus, the D-Bus signal and the metrics all ask about the same picture each
+    poll: the last answer is kept (the picture is immutable: each poll makes a new one).
+    """
+    last = _LAST[0] if _LAST else None
+    if last is not None and last[0] is snapshot and last[1] is result and last[2] is state:
+        return last[3]
+    host = assess(state, snapshot, result.roles)
+    _LAST[:] = [(snapshot, result, state, host)]
+    return host
+
+
 def port_health(snapshot: HostSnapshot, result: CycleResult, state: MonitorState
-                ) -> dict[tuple[str, int], tuple[str, bool]]:
-    """(device, port) -> (health, fatal) of every monitored port with a reported health.
+                ) -> dict[tuple[str, int], tuple[str, bool, str]]:
+    """(device, port) -> (health, fatal, reasons) of every monitored port.
 
     What :func:`port_records` says about health, without building the records: the D-Bus
     service compares it every poll to signal changes.
     """
-    health = {}
-    for device in snapshot.devices:
-        role = result.roles.get(device.name)
-        if not (role and role.monitored):
-            continue
-        for port in device.ports:
-            reported = _reported_health(port, state.port_states.get(port.key), True)
-            if reported:
-                health[(device.name, port.port)] = (reported, reported == FATAL)
-    return health
-
-
-def _reported_health(port: PortSnapshot, record: Optional[PortRecord], monitored: bool) -> str:
-    if record is not None and monitored:
-        return record.health
-    return "unknown" if not port.readable else ""
+    return {key: (p.health, p.fatal, ", ".join(p.reasons))
+            for key, p in assess_host(snapshot, result, state).ports.items()}
 
 
 def device_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorState
@@ -156,28 +193,45 @@ def counter_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorS
     return records
 
 
-def overall_health(state: MonitorState, monitored_ports: Optional[AbstractSet[str]] = None
-                   ) -> str:
-    """``fatal``, ``degraded`` or ``healthy`` over everything the daemon currently reports."""
-    ports = [r for k, r in state.port_states.items()
-             if monitored_ports is None or k in monitored_ports]
-    if (any(r.health == FATAL for r in ports) or state.missing_devices or state.card_anomalies
-            or any(f.is_fatal for f in state.breach_flags.values())):
-        return FATAL
-    if (any(r.health == DEGRADED for r in ports) or state.breach_flags or state.saturated):
-        return DEGRADED
-    return HEALTHY
+def health_status(snapshot: Optional[HostSnapshot], result: Optional[CycleResult],
+                  state: MonitorState) -> dict[str, Any]:
+    """The health keys of the daemon status (D-Bus GetStatus, ``nichealthctl status``, the
+    STATUS= line): overall health, counts by health, and the fatal and degraded ports by name
+    with their reasons. Before the first poll nothing is judged: all zero, ``healthy``."""
+    if snapshot is None or result is None:
+        host = HostHealth({})
+    else:
+        host = assess_host(snapshot, result, state)
+    counts = host.counts()
+    return {
+        "health": host.health,
+        "ports_total": counts["total"],
+        "ports_healthy": counts[HEALTHY],
+        "ports_degraded": counts[DEGRADED],
+        "ports_fatal": counts[FATAL],
+        "ports_uncabled": counts[UNCABLED],
+        "ports_unknown": counts[UNKNOWN],
+        "fatal_ports": host.names(FATAL),
+        "degraded_ports": host.names(DEGRADED),
+        "problems": host.problems(),
+    }
 
 
-def port_summary(state: MonitorState, monitored_ports: AbstractSet[str]) -> dict[str, int]:
-    """Counts of monitored ports by reported health (uncabled = suppressed)."""
-    counts = {HEALTHY: 0, DEGRADED: 0, FATAL: 0, SUPPRESSED: 0}
-    for key in monitored_ports:
-        record = state.port_states.get(key)
-        if record is not None:
-            counts[record.health] = counts.get(record.health, 0) + 1
-    counts["total"] = len(monitored_ports)
-    return counts
+def status_summary(health: dict[str, Any]) -> str:
+    """``12 ports: 11 healthy, 0 degraded, 1 fatal (mlx5_5/1 link_downed breached)``: the
+    first part of STATUS=, from :func:`health_status`."""
+    text = (f"{health['ports_total']} ports: {health['ports_healthy']} healthy, "
+            f"{health['ports_degraded']} degraded, {health['ports_fatal']} fatal")
+    if health["ports_uncabled"]:
+        text += f", {health['ports_uncabled']} uncabled"
+    problems = health["problems"]
+    if problems:
+        shown = problems[:3]
+        more = f" and {len(problems) - 3} more" if len(problems) > 3 else ""
+        text += f" ({'; '.join(shown)}{more})"
+    elif health["health"] != HEALTHY:
+        text += f" (health {health['health']})"
+    return text
 
 
 def monitored_port_keys(snapshot: HostSnapshot, result: CycleResult) -> set[str]:

@@ -115,7 +115,7 @@ def test_daemon_page_documents_the_contract_flags():
 def test_ctl_page_documents_commands_json_keys_and_exit_codes():
     text = roff("nichealthctl.1")
     for cmd in ("status", "show ports", "show devices", "show counters", "events", "check",
-                "config check"):  # fmt: skip
+                "reload", "config check"):  # fmt: skip
         assert f"\n.B {cmd}" in text or f'\n.BR "{cmd}' in text or f".BR {cmd} " in text, cmd
     json_section = section("nichealthctl.1", "JSON OUTPUT")
     for key in ("device", "port", "link_layer", "state", "phys_state", "healthy", "fatal",
@@ -215,7 +215,7 @@ def test_daemon_help_matches_man_page():
 
 CTL_COMMANDS = [
     [], ["status"], ["show", "ports"], ["show", "devices"], ["show", "counters"],
-    ["events"], ["check"], ["config", "check"],
+    ["events"], ["check"], ["reload"], ["config", "check"],
 ]  # fmt: skip
 
 

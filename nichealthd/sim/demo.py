@@ -67,8 +67,8 @@ def run_demo(profile: str = "dgx-h100", root: Optional[str] = None) -> int:
             time.sleep(1.5)
             _banner("nichealthctl show ports")
             _ctl(env, "show", "ports")
-            _banner("nichealthctl events -n 3")
-            _ctl(env, "events", "-n", "3")
+            _banner("nichealthctl events -n 3 --wide")  # --wide: whole messages
+            _ctl(env, "events", "-n", "3", "--wide")
             _banner("nichealthctl check")
             code = _ctl(env, "check")
             return 0 if code == 2 else 1

@@ -4,6 +4,7 @@ the loader, through the daemon (exit 2), and the bounds are the ones nichealthd.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 import subprocess
 import sys
@@ -101,13 +102,13 @@ def test_loader_accepts_the_bounds(tmp_path: Path, key: str, value: str) -> None
 
 @pytest.mark.parametrize("key,value", [(k, v) for k, v in REJECTED
                                        if v in ("nan", "inf", "-inf")])
-def test_daemon_exits_2_naming_file_and_key(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+def test_daemon_exits_2_naming_file_and_key(tmp_path: Path, caplog: pytest.LogCaptureFixture,
                                             key: str, value: str) -> None:
     path = config_file(tmp_path, key, value)
     assert daemon_main(["--config", path, "--once"]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith(f"nichealthd: invalid configuration: {path}:")
-    assert f": {key}: " in err and "Traceback" not in err
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert errors and errors[0].startswith(f"invalid configuration: {path}:")
+    assert f": {key}: " in errors[0]
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])

@@ -14,7 +14,6 @@ import pytest
 
 from nichealthd.config import ConfigError, load_config
 from nichealthd.config_errors import Problem
-from nichealthd.daemon import main as daemon_main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -196,14 +195,17 @@ def test_unknown_tables_point_at_their_header(tmp_path: Path) -> None:
     assert "did you mean 'counters'?" in raised.value.problems[1].problem
 
 
-def test_the_daemon_prints_every_problem_and_exits_2(tmp_path: Path,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_daemon_prints_every_problem_and_exits_2(tmp_path: Path) -> None:
     path = write(tmp_path, MANY_ERRORS)
-    assert daemon_main(["--config", path, "--once"]) == 2
-    lines = capsys.readouterr().err.splitlines()
-    assert len(lines) == len(EXPECTED)
+    done = subprocess.run([sys.executable, "-m", "nichealthd.daemon", "--config", path, "--once"],
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == len(EXPECTED), done.stderr
     for text, (line, key, _) in zip(lines, EXPECTED):
-        assert text.startswith(f"nichealthd: invalid configuration: {path}:{line}: {key}: ")
+        # logged at ERROR priority (issue #22): "<time> ERROR   nichealthd: invalid ..."
+        assert " ERROR " in text and "Traceback" not in text
+        assert f"nichealthd: invalid configuration: {path}:{line}: {key}: " in text
 
 
 def ctl(*args: str) -> subprocess.CompletedProcess[str]:

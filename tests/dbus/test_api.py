@@ -316,3 +316,18 @@ def test_port_recovery_emits_healthy_port_health_changed(start_daemon: Any) -> N
 
     signal = run(go())
     assert signal.body[2] == "healthy" and signal.body[3] is False
+
+
+def test_a_fatal_counter_breach_signals_the_port_fatal_with_the_reason(daemon: Any) -> None:
+    """#22: the port stays ACTIVE/LinkUp; its health is fatal all the same, as in ListPorts."""
+    async def go() -> Any:
+        async with BusClient() as client:
+            await client.subscribe(f"type='signal',path='{OBJECT_PATH}',"
+                                   f"member='PortHealthChanged'")
+            mutate.counter(daemon.root, "mlx5_5", 1, "link_downed", add=1)
+            return await client.wait_signal(lambda m: m.body[0] == "mlx5_5")
+
+    signal = run(go())
+    device, number, health, fatal, message = signal.body
+    assert (device, number, health, fatal) == ("mlx5_5", 1, "fatal", True)
+    assert "link_downed breached" in message and "ACTIVE" in message

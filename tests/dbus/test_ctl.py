@@ -9,9 +9,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from dbushelpers import POLL, ctl
+import pytest
+from dbushelpers import NOBODY, POLL, ctl, make_sim
 from testbus import REPO
 
 from nichealthd.sim import mutate, tree
@@ -74,7 +75,7 @@ def test_port_down_shows_unhealthy_within_two_polls_and_check_exits_2(daemon: An
     assert "mlx5_0/1 DOWN/Disabled" in check.stdout
     assert len(check.stdout.splitlines()) == 1
     human = ctl("show", "ports").stdout
-    assert re.search(r"^mlx5_0/1 .*DOWN\s+Disabled.*fatal$", human, re.M)
+    assert re.search(r"^mlx5_0/1 .*DOWN\s+Disabled.*fatal\s+DOWN/Disabled$", human, re.M)
 
 
 def test_check_ok_line_and_json(daemon: Any) -> None:
@@ -128,15 +129,15 @@ def test_show_counters_all_device_port_and_bad_arguments(daemon: Any) -> None:
     assert "link_downed" in human.stdout
     assert all(len(line) <= 80 for line in human.stdout.splitlines())
     bad = ctl("show", "counters", "mlx5_99")
-    assert bad.returncode == 2 and "no NIC named mlx5_99" in assert_one_line_no_traceback(bad)
+    assert bad.returncode == 3 and "no NIC named mlx5_99" in assert_one_line_no_traceback(bad)
     bad = ctl("show", "counters", "mlx5_0/x")
-    assert bad.returncode == 2 and "PORT must be a number" in assert_one_line_no_traceback(bad)
+    assert bad.returncode == 3 and "PORT must be a number" in assert_one_line_no_traceback(bad)
 
 
 def test_events_history_json_and_follow(daemon: Any) -> None:
-    out = ctl("events", "-n", "5")
+    out = ctl("events", "-n", "5", "--all")  # a fresh start: only baselines, shown by --all
     assert out.returncode == 0 and len(out.stdout.splitlines()) == 5
-    events = json.loads(ctl("events", "-n", "5", "--json").stdout)
+    events = json.loads(ctl("events", "-n", "5", "--json", "--all").stdout)
     assert len(events) == 5 and [e["seq"] for e in events] == sorted(e["seq"] for e in events)
     assert {"checkName", "isFatal", "isHealthy", "entitiesImpacted", "generatedTimestamp",
             "nodeName", "processingStrategy", "recommendedAction"} <= set(events[0])
@@ -202,13 +203,21 @@ def test_colour_only_on_a_tty_and_never_with_no_color(daemon: Any) -> None:
 
 def test_daemon_not_running_gives_one_line_and_exit_3(system_bus: Any) -> None:
     for args in (("status",), ("show", "ports"), ("show", "devices"), ("show", "counters"),
-                 ("events",), ("events", "--follow"), ("show", "ports", "--json")):
+                 ("events",), ("events", "--follow")):
         out = ctl(*args)
         assert out.returncode == 3, (args, out.stdout, out.stderr)
         line = assert_one_line_no_traceback(out)
         assert line == ("nichealthctl: cannot reach nichealthd on the system bus "
                         "(org.nichealthd.NicHealth1): is the daemon running? Try: "
                         "systemctl status nichealthd"), line
+    for json_args in (("show", "ports", "--json"), ("--json", "status"), ("events", "--json")):
+        out = ctl(*json_args)
+        assert out.returncode == 3 and "Traceback" not in out.stderr, (json_args, out.stderr)
+        assert json.loads(out.stdout) == {
+            "error": "cannot reach nichealthd on the system bus (org.nichealthd.NicHealth1): "
+                     "is the daemon running? Try: systemctl status nichealthd", "exit": 3}
+    data = json.loads(ctl("check", "--json").stdout)
+    assert (data["status"], data["exit"]) == ("UNKNOWN", 3)
     check = ctl("check")
     assert check.returncode == 3
     assert check.stdout.startswith("NICHEALTH UNKNOWN - cannot reach nichealthd")
@@ -242,3 +251,78 @@ def test_config_check(tmp_path: Path) -> None:
     broken = tmp_path / "broken.toml"
     broken.write_text("pollingInterval = \n")
     assert ctl("config", "check", str(broken)).returncode == 2
+
+
+def wait_for(predicate: Any, what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_events_hide_the_boot_baselines_unless_all(daemon: Any) -> None:
+    everything = json.loads(ctl("events", "-n", "1000", "--all", "--json").stdout)
+    assert any("healthy after reboot" in e["message"] for e in everything)
+    assert any(not e["entitiesImpacted"] for e in everything)  # the check-scoped clears
+    assert json.loads(ctl("events", "--json").stdout) == []  # a fresh boot: only baselines
+    mutate.set_port(daemon.root, "mlx5_5", 1, state="DOWN", phys_state="Disabled")
+    wait_for(lambda: json.loads(ctl("events", "--json").stdout), "the DOWN event")
+    shown = json.loads(ctl("events", "--json").stdout)
+    assert [e["isFatal"] for e in shown] == [True] and "mlx5_5" in shown[0]["message"]
+    human = ctl("events", "-n", "5").stdout.splitlines()
+    assert len(human) == 1 and len(human[0]) <= 80
+    assert len(ctl("events", "-n", "5", "--all").stdout.splitlines()) == 5
+    assert ctl("events", "--wide").stdout.strip().endswith("no connectivity")
+
+
+def test_tables_fit_80_columns(daemon: Any) -> None:
+    mutate.counter(daemon.root, "mlx5_5", 1, "link_downed", add=1)
+    wait_for(lambda: ctl("check").returncode == 2, "the breach")
+    for args in (("show", "ports"), ("show", "devices"), ("status",), ("events", "--all"),
+                 ("show", "counters")):
+        out = ctl(*args)
+        assert out.returncode == 0, (args, out.stderr)
+        assert all(len(line) <= 80 for line in out.stdout.splitlines()), (args, out.stdout)
+    assert "link_downed breached" in ctl("show", "ports").stdout
+
+
+def test_check_is_a_warning_when_every_device_is_excluded(
+        start_daemon: Callable[..., Any]) -> None:
+    root = make_sim()
+    config = root / "nichealthd.toml"
+    config.write_text(config.read_text() + 'nicExclusionRegex = "^mlx5_"\n')
+    start_daemon(root)
+    out = ctl("check")
+    assert out.returncode == 1, out.stdout
+    assert out.stdout.startswith("NICHEALTH WARNING - ")
+    assert "RDMA devices present but none monitored: mlx5_0 (excluded" in out.stdout
+
+
+def test_status_shows_the_connector_last_error(start_daemon: Callable[..., Any],
+                                               tmp_path: Path) -> None:
+    socket_path = tmp_path / "no-connector.sock"
+    start_daemon(extra=["--platform-connector-socket", f"unix://{socket_path}"])
+    wait_for(lambda: json.loads(ctl("status", "--json").stdout).get("connector_last_error"),
+             "a connector error")
+    status = json.loads(ctl("status", "--json").stdout)
+    human = ctl("status", "--wide").stdout
+    assert f"last error: {status['connector_last_error']}" in human
+
+
+def test_reload_is_for_root_and_says_what_happened(daemon: Any) -> None:
+    ok = ctl("reload")
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.startswith("configuration reloaded from ")
+    data = json.loads(ctl("reload", "--json").stdout)
+    assert data["accepted"] is True
+    config = daemon.root / "nichealthd.toml"
+    config.write_text(config.read_text() + 'pollingInterval = "soon"\n')
+    bad = ctl("reload")
+    assert bad.returncode == 1 and "pollingInterval" in bad.stderr, (bad.stdout, bad.stderr)
+    nobody = ctl("reload", user=NOBODY)
+    if "ModuleNotFoundError" in nobody.stderr:  # as in test_policy: site-packages unreadable
+        pytest.skip("user nobody cannot import the D-Bus library on this machine")
+    assert nobody.returncode == 1
+    assert "root only" in assert_one_line_no_traceback(nobody)

@@ -3,12 +3,29 @@
 from __future__ import annotations
 
 import io
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from nichealthd.ctl import CtlError, check_line, check_problems, counter_json, parse_target
-from nichealthd.ctl_format import Style, ports_table, render_table
+from nichealthd.ctl import (
+    CtlError,
+    check_line,
+    counter_json,
+    parse_target,
+    unmonitored_devices,
+)
+from nichealthd.ctl_format import (
+    BaselineFilter,
+    Style,
+    baseline_filter,
+    devices_table,
+    event_line,
+    ports_table,
+    render_table,
+    status_lines,
+)
 from nichealthd.dbus_common import from_variants, harden_writer, signature_of, to_variants
 
 
@@ -69,19 +86,14 @@ def test_parse_target() -> None:
     for bad in ("/1", "mlx5_0/0", "mlx5_0/x"):
         with pytest.raises(CtlError) as info:
             parse_target(bad)
-        assert info.value.code == 2
+        assert info.value.code == 3  # a usage error is UNKNOWN, never CRITICAL
 
 
 def test_check_line_and_problems() -> None:
     status = {"ports_total": 8, "ports_healthy": 8, "ports_degraded": 0, "ports_fatal": 0}
     assert check_line(0, status, []).startswith("NICHEALTH OK - 8 ports healthy | healthy=8")
-    ports = [dict(port("mlx5_3", "fatal"), state="DOWN", phys_state="Disabled")]
-    counters = [{"device": "mlx5_1", "port": 1, "counter": "symbol_error", "breached": True,
-                 "fatal": False}]
-    devices = [{"device": "mlx5_9", "present": False}]
-    problems = check_problems(ports, counters, devices)
-    assert problems == ["mlx5_3/1 DOWN/Disabled", "mlx5_9 missing",
-                        "mlx5_1/1 symbol_error breached"]
+    problems = ["mlx5_3/1 DOWN/Disabled", "mlx5_9/1 mlx5_9 missing",
+                "mlx5_1/1 symbol_error breached"]
     line = check_line(2, dict(status, ports_healthy=7, ports_fatal=1), problems)
     assert line.startswith("NICHEALTH CRITICAL - 1 fatal, 0 degraded of 8 ports: mlx5_3/1")
     assert counter_json({"counter": "x"})["value"] is None
@@ -102,3 +114,105 @@ def test_harden_writer_turns_eagain_into_a_short_write() -> None:
     assert harden_writer(bus)
     assert bus._writer.sock.send(b"abc") == 0
     assert harden_writer(object()) is False
+
+
+def test_usage_errors_exit_3_never_2_and_json_says_so(capsys: pytest.CaptureFixture[str]
+                                                      ) -> None:
+    from nichealthd.ctl import main
+    assert main(["chek"]) == 3
+    captured = capsys.readouterr()
+    assert "invalid choice: 'chek'" in captured.err and captured.out == ""
+    assert main(["--json", "chek"]) == 3
+    data = json.loads(capsys.readouterr().out)
+    assert data["exit"] == 3 and "chek" in data["error"]
+    assert main(["show", "counters", "mlx5_0/x", "--json"]) == 3
+    data = json.loads(capsys.readouterr().out)
+    assert data["exit"] == 3 and "PORT must be a number" in data["error"]
+    assert main(["events", "--no-such-option"]) == 3
+    assert main(["show"]) == 3  # a command without what to show
+
+
+def test_json_on_every_path_when_the_daemon_is_unreachable(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from nichealthd.ctl import main
+    monkeypatch.setenv("DBUS_SYSTEM_BUS_ADDRESS", f"unix:path={tmp_path}/no-such-socket")
+    assert main(["--json", "check"]) == 3
+    data = json.loads(capsys.readouterr().out)
+    assert data["status"] == "UNKNOWN" and data["exit"] == 3
+    assert "no-such-socket" in data["error"] and data["summary"].startswith("NICHEALTH UNKNOWN")
+    for args in (["status"], ["show", "ports"], ["events", "-n", "3"], ["reload"]):
+        code = main([*args, "--json"])
+        out = capsys.readouterr().out
+        data = json.loads(out)
+        assert code == data["exit"] and data["error"], (args, out)
+
+
+def test_check_warns_when_devices_are_present_but_none_monitored() -> None:
+    assert unmonitored_devices([]) == []  # no RDMA device at all: nothing to watch, OK
+    devices = [{"device": "mlx5_0", "present": True, "monitored": False, "role": "management",
+                "role_reason": "carries the host's default route"},
+               {"device": "mlx5_1", "present": True, "monitored": False, "role": "excluded",
+                "role_reason": ""}]
+    assert unmonitored_devices(devices) == [
+        "mlx5_0 (management: carries the host's default route)", "mlx5_1 (excluded)"]
+    devices.append({"device": "mlx5_2", "present": True, "monitored": True})
+    assert unmonitored_devices(devices) == []
+
+
+def event(message: str, when: str, healthy: bool = True, entities: bool = True,
+          seq: int = 0) -> dict[str, Any]:
+    return {"seq": seq, "message": message, "generatedTimestamp": when, "isHealthy": healthy,
+            "severity": "healthy" if healthy else "fatal",
+            "entitiesImpacted": [{"entityType": "NIC", "entityValue": "mlx5_0"}]
+            if entities else []}
+
+
+def test_baseline_filter_hides_the_first_poll_of_a_boot_and_keeps_recoveries() -> None:
+    clear = event("InfiniBandStateCheck: no state from this boot - clearing conditions of "
+                  "earlier boots", "2026-01-01T00:00:00.000Z", entities=False)
+    first = event("Port mlx5_0 port 1: healthy (ACTIVE, LinkUp)", "2026-01-01T00:00:00.001Z")
+    counter = event("Counter link_downed healthy after reboot on mlx5_0 port 1",
+                    "2026-01-01T00:00:00.001Z")
+    down = event("Port mlx5_0 port 1: state DOWN", "2026-01-01T00:00:00.001Z", healthy=False)
+    later = event("Port mlx5_0 port 1: healthy (ACTIVE, LinkUp)", "2026-01-01T00:05:00Z")
+    assert baseline_filter([clear, first, counter, down, later]) == [down, later]
+    following = BaselineFilter()  # events --follow: one event at a time, across a restart
+    assert [following.is_baseline(e) for e in (down, clear, first, later)] == \
+        [False, True, True, False]
+
+
+def test_events_status_and_devices_fit_80_columns_unless_wide() -> None:
+    long = event("Port mlx5_0 port 1: " + "x" * 200, "2026-01-01T00:00:00Z", healthy=False)
+    line = event_line(long, Style(False))
+    assert len(line) == 80 and line.endswith("…")
+    assert event_line(long, Style(False), 10_000).endswith("x" * 200)
+    status = {"health": "fatal", "ports_total": 12, "ports_healthy": 11, "ports_fatal": 1,
+              "fatal_ports": ["mlx5_5/1"], "problems": ["mlx5_5/1 link_downed breached"],
+              "connector_state": "down",
+              "connector_last_error": "StatusCode.UNAVAILABLE: " + "y" * 100,
+              "config_path": "/etc/nichealthd/" + "z" * 100}
+    lines = status_lines(status, {"summary": "systemd is not running on this host"},
+                         Style(False), None)
+    assert all(len(line) <= 80 for line in lines), lines
+    text = "\n".join(lines)
+    assert "mlx5_5/1 link_downed breached" in text and "last error: StatusCode" in text
+    wide = "\n".join(status_lines(status, {}, Style(False), None, 10_000))
+    assert "y" * 100 in wide
+    devices = [{"device": f"mlx5_{i}", "pci_address": "0000:18:00.0", "hca_type": "MT4129",
+                "fw_ver": "28.41.1000-long-firmware-name", "role": "management",
+                "ports": 1, "present": True, "netdevs": ["enp170s0f0np0", "enp170s0f1np1"]}
+               for i in range(12)]
+    assert all(len(line) <= 80 for line in devices_table(devices, Style(False)))
+
+
+def test_a_table_of_absurdly_long_cells_still_fits() -> None:
+    record = {"device": "d" * 40, "pci_address": "p" * 40, "hca_type": "h" * 40,
+              "fw_ver": "f" * 40, "role": "r" * 40, "ports": 1, "present": True,
+              "netdevs": ["n" * 40]}
+    assert all(len(line) <= 80 for line in devices_table([record], Style(False)))
+    port_record = {"device": "d" * 30, "port": 1, "link_layer": "l" * 30, "role": "r" * 30,
+                   "state": "s" * 30, "phys_state": "p" * 30, "rate": "x" * 30,
+                   "netdev": "n" * 30, "monitored": True, "health": "fatal",
+                   "reasons": ["why" * 30]}
+    assert all(len(line) <= 80 for line in ports_table([port_record], Style(False)))
