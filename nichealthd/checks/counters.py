@@ -2,12 +2,15 @@
 
 Pure: it reads a port's counter values from the snapshot and the previous state, and writes
 the next state into the ``next_state`` and the next :class:`CounterMemory` it is given (both
-copies the caller adopts only when the poll is committed). Rules beyond the spec (REFERENCE §3):
+copies the caller adopts only when the poll is committed). What a counter is comes from the
+reader as data (``PortSnapshot.counter_kinds``, a :class:`~nichealthd.model.CounterKind`):
+this module never looks at a file's path. Rules beyond the spec (REFERENCE §3):
 
-- A 32-bit ``hw_counters`` value that drops from near 2^32 wrapped (it is not a reset). While
-  a breach is latched, the last value seen is persisted with it, so that a wrap across a
-  restart is judged against that value and not against the snapshot taken at the breach.
-- Saturation. IB PMA counters under ``counters/`` stop at all-ones (``PMA_SATURATION``); a
+- A wrapping counter (a 32-bit ``hw_counters`` value) that drops from near 2^32 wrapped (it
+  is not a reset). While a breach is latched, the last value seen is persisted with it, so
+  that a wrap across a restart is judged against that value and not against the snapshot
+  taken at the breach.
+- Saturation. A saturating counter (IB PMA under ``counters/``) stops at all-ones; a
   delta monitor is blind on such a counter until it is cleared. Saturation is judged once per
   counter *file* of a port (``symbol_error`` and ``symbol_error_fatal`` read one file: one
   report), every poll, on the value read, outside the per-entry rules (so no shortcut can skip
@@ -28,41 +31,18 @@ copies the caller adopts only when the poll is committed). Rules beyond the spec
 
 from __future__ import annotations
 
-import functools
-import posixpath
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Mapping, MutableMapping, NamedTuple, Optional
 
 from ..config import CounterSpec
 from ..events import HealthEvent, make_event, port_entities
-from ..model import PortSnapshot
+from ..model import CounterKind, PortSnapshot
 from ..state import BreachFlag, CounterSnap, MonitorState, counter_key
 
-WRAP_MODULUS = 2**32
-_WRAP_HIGH = WRAP_MODULUS * 3 // 4
-_WRAP_LOW = WRAP_MODULUS // 4
-
-# IB PMA PortCounters widths: these stop at all-ones instead of wrapping (REFERENCE §3).
-PMA_SATURATION = {
-    "symbol_error": 2**16 - 1,
-    "port_rcv_errors": 2**16 - 1,
-    "port_xmit_discards": 2**16 - 1,
-    "port_rcv_remote_physical_errors": 2**16 - 1,
-    "port_rcv_switch_relay_errors": 2**16 - 1,
-    "VL15_dropped": 2**16 - 1,
-    "link_downed": 2**8 - 1,
-    "link_error_recovery": 2**8 - 1,
-    "port_rcv_constraint_errors": 2**8 - 1,
-    "port_xmit_constraint_errors": 2**8 - 1,
-    "local_link_integrity_errors": 2**4 - 1,
-    "excessive_buffer_overrun_errors": 2**4 - 1,
-    "port_xmit_wait": 2**32 - 1,
-}
-
 # Traffic and congestion counters: saturation is what a busy healthy host does, not a fault.
-# Of these only port_xmit_wait is in PMA_SATURATION (mlx5 shows the data and packet counters
-# as 64-bit extended counters); the others are listed so that the rule holds if one is added.
+# Of these only port_xmit_wait saturates (mlx5 shows the data and packet counters as 64-bit
+# extended counters); the others are listed so that the rule holds if one is added.
 TRAFFIC_COUNTERS = frozenset({
     "port_xmit_wait", "port_xmit_data", "port_rcv_data", "port_xmit_packets",
     "port_rcv_packets", "unicast_xmit_packets", "unicast_rcv_packets",
@@ -125,8 +105,8 @@ class PortEntries:
     specs: tuple[CounterSpec, ...]
     checks: CheckNames
     enabled: frozenset[str]
-    paths: Mapping[str, str]
-    entries: tuple[tuple[CounterSpec, str, str], ...]
+    kinds: Mapping[str, CounterKind]
+    entries: tuple[tuple[CounterSpec, str, str, CounterKind], ...]
     saturating: tuple[SaturatingFile, ...] = ()
     # Entry keys of saturating files that are not the file's key (symbol_error_fatal): where
     # state files written before saturation was kept per file recorded it a second time.
@@ -137,10 +117,10 @@ class PortEntries:
            enabled: frozenset[str], memory: CounterMemory) -> PortEntries:
         """The port's entries, remembered in ``memory`` while config and files stay the same."""
         known = memory.port_entries.get((port.device, port.port))
-        paths = port.counter_paths
+        kinds = port.counter_kinds
         if (known is not None and known.specs is specs and known.checks is checks
                 and known.enabled == enabled
-                and (known.paths is paths or known.paths == paths)):
+                and (known.kinds is kinds or known.kinds == kinds)):
             return known
         entries = []
         saturating: dict[str, SaturatingFile] = {}
@@ -150,20 +130,20 @@ class PortEntries:
             if check not in enabled:
                 continue
             key = counter_key(port.device, port.port, spec.name)
-            entries.append((spec, check, key))
-            path = paths.get(spec.name, spec.path)
-            limit = saturation_limit(path)
+            kind = kinds.get(spec.name, PLAIN)
+            entries.append((spec, check, key, kind))
+            limit = kind.limit
             if limit is None:
                 continue
-            file = posixpath.basename(path)
+            file = kind.file
             if file != spec.name:
                 stale.append(key)
-            if path not in saturating:
-                saturating[path] = SaturatingFile(
+            if file not in saturating:
+                saturating[file] = SaturatingFile(
                     spec.name, file, counter_key(port.device, port.port, file), limit,
                     file not in TRAFFIC_COUNTERS and checks.degradation in enabled)
         files = {sat.key for sat in saturating.values()}
-        made = cls(specs, checks, enabled, paths, tuple(entries), tuple(saturating.values()),
+        made = cls(specs, checks, enabled, kinds, tuple(entries), tuple(saturating.values()),
                    tuple(k for k in stale if k not in files))
         memory.port_entries[(port.device, port.port)] = made
         return made
@@ -181,29 +161,22 @@ class CheckNames:
         return self.state if spec.is_fatal else self.degradation
 
 
-def wrapped_delta(path: str, old: int, new: int) -> Optional[int]:
+# A counter the reader said nothing about (no file, a test's bare snapshot): 64-bit, plain.
+PLAIN = CounterKind("")
+
+
+def wrapped_delta(kind: CounterKind, old: int, new: int) -> Optional[int]:
     """The increase from ``old`` to ``new``, or None when the counter was reset.
 
-    A decrease of a 32-bit ``hw_counters`` value from the top quarter to the bottom quarter of
-    its range is a wrap: the increase is ``new + 2^32 - old``.
+    A decrease of a wrapping counter (a 32-bit ``hw_counters`` value) from the top quarter to
+    the bottom quarter of its range is a wrap: the increase is ``new + 2^width - old``.
     """
     if new >= old:
         return new - old
-    if "hw_counters/" in path and _WRAP_HIGH <= old < WRAP_MODULUS and new < _WRAP_LOW:
-        return new + WRAP_MODULUS - old
+    modulus = kind.modulus
+    if modulus is not None and modulus * 3 // 4 <= old < modulus and new < modulus // 4:
+        return new + modulus - old
     return None
-
-
-@functools.lru_cache(maxsize=8192)
-def saturation_limit(path: str) -> Optional[int]:
-    """The value a PMA counter under ``counters/`` sticks at, if it is one.
-
-    Cached: it is asked for every counter of every port on every poll, for the same paths.
-    """
-    directory, name = posixpath.split(path)
-    if posixpath.basename(directory) != "counters":
-        return None
-    return PMA_SATURATION.get(name)
 
 
 def evaluate_port_counters(
@@ -232,7 +205,7 @@ def evaluate_port_counters(
     readings = port.counters
     remembered = memory.port_entries.get((port.device, port.port))
     known = PortEntries.of(port, specs, checks, enabled_checks, memory)
-    for spec, check, key in known.entries:
+    for spec, check, key, kind in known.entries:
         reading = readings.get(spec.name)
         if type(reading) is not int:  # ABSENT or Unreadable (is_value, inline: a hot loop)
             observations[key] = CounterObservation(None, None, None)
@@ -240,8 +213,9 @@ def evaluate_port_counters(
         snap = snapshots.get(key)
         if (snap is None or reading != snap.value or last_values.get(key) != reading
                 or not _idle(spec, key, snap, next_state, memory, observations, now)):
-            events.extend(_evaluate_one(port, spec, check, key, reading, previous, next_state,
-                                        memory, observations, now, baseline, entities, where))
+            events.extend(_evaluate_one(port, spec, check, key, kind, reading, previous,
+                                        next_state, memory, observations, now, baseline,
+                                        entities, where))
         last_values[key] = reading
         last_times[key] = now
     if known.saturating or next_state.saturated or next_state.saturated_quiet:
@@ -276,14 +250,13 @@ def _idle(spec: CounterSpec, key: str, snap: CounterSnap, next_state: MonitorSta
     return True
 
 
-def _evaluate_one(port: PortSnapshot, spec: CounterSpec, check: str, key: str, value: int,
-                  previous: MonitorState, next_state: MonitorState,
+def _evaluate_one(port: PortSnapshot, spec: CounterSpec, check: str, key: str,
+                  kind: CounterKind, value: int, previous: MonitorState, next_state: MonitorState,
                   memory: CounterMemory,
                   observations: MutableMapping[str, CounterObservation],
                   now: datetime, baseline: bool, entities: tuple[tuple[str, str], ...],
                   where: str) -> list[HealthEvent]:
     snap = previous.counter_snapshots.get(key)
-    path = port.counter_paths.get(spec.name, spec.path)
     events: list[HealthEvent] = []
 
     if snap is None:
@@ -301,7 +274,7 @@ def _evaluate_one(port: PortSnapshot, spec: CounterSpec, check: str, key: str, v
     last = memory.last_values.get(key)
     if last is None:  # first poll after a restart: the last value persisted with a latch
         last = snap.value if flag is None or flag.last_value is None else flag.last_value
-    if wrapped_delta(path, last, value) is None:
+    if wrapped_delta(kind, last, value) is None:
         # Reset (driver reload, device reset, admin clear): restart the window from here and
         # clear a latched breach with a recovery carrying the breach's own check name.
         next_state.counter_snapshots[key] = CounterSnap(value, now)
@@ -318,7 +291,7 @@ def _evaluate_one(port: PortSnapshot, spec: CounterSpec, check: str, key: str, v
         # Latched and still moving: persist where it is, so that a wrap across a restart is
         # judged against the last value seen, not against the breach's snapshot.
         next_state.breach_flags[key] = replace(flag, last_value=value)
-    delta = wrapped_delta(path, snap.value, value)
+    delta = wrapped_delta(kind, snap.value, value)
     elapsed = (now - snap.timestamp).total_seconds()
     if delta is None or elapsed < 0:
         # Increments that overflowed the window, or a wall clock that went backwards (the
@@ -366,11 +339,11 @@ def _carry(previous: Optional[CounterObservation], value: int) -> CounterObserva
     return CounterObservation(value, previous.delta, previous.rate)
 
 
-def saturation_key(device: str, port: int, path: str) -> Optional[str]:
+def saturation_key(device: str, port: int, kind: Optional[CounterKind]) -> Optional[str]:
     """A counter file's key in ``MonitorState.saturated(_quiet)``; None if it cannot saturate."""
-    if saturation_limit(path) is None:
+    if kind is None or kind.limit is None:
         return None
-    return counter_key(device, port, posixpath.basename(path))
+    return counter_key(device, port, kind.file)
 
 
 def _saturation(known: PortEntries, port: PortSnapshot, readings: Mapping[str, object],

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from nichealthd.checks import counters
-from nichealthd.model import ABSENT, Unreadable
+from nichealthd.model import ABSENT, CounterKind, Unreadable
 from nichealthd.state import CounterSnap, MonitorState
+from nichealthd.sysfs import PMA_WIDTHS
 
 from .builders import (
     Runner,
@@ -20,6 +22,7 @@ from .builders import (
     device,
     host,
     non_baseline,
+    port,
 )
 
 
@@ -394,7 +397,7 @@ def test_the_quiet_counter_shortcut_changes_nothing(monkeypatch: pytest.MonkeyPa
         now += rng.choice((0.3, 1, 1, 1, 1, 2, 5, 30, 61, -40 if rng.random() < 0.05 else 1))
         if rng.random() < 0.3:
             name = rng.choice(names)
-            limit = counters.PMA_SATURATION.get(name, 2**32 - 1)
+            limit = 2**PMA_WIDTHS.get(name, 32) - 1
             draw = rng.random()
             if draw < 0.1:
                 values[name] = 0
@@ -488,3 +491,44 @@ def test_breach_flag_without_last_value_still_loads() -> None:
     state.counter_snapshots["mlx5_0:1:link_downed"] = CounterSnap(1, at(0))
     assert poll(runner, 1, link_downed=3).events == ()  # latched; the last value is recorded
     assert runner.state.breach_flags["mlx5_0:1:link_downed"].last_value == 3
+
+
+def kinded_poll(runner: Runner, when: float, kind: CounterKind, value: int, path: str):
+    """One poll of a hw-counter entry whose kind contradicts its path: the kind must win."""
+    snapshot = port(counters={"rnr_nak_retry_err": value},
+                    paths={"rnr_nak_retry_err": path})
+    snapshot = replace(snapshot, counter_kinds={"rnr_nak_retry_err": kind})
+    return runner.poll(host(device(ports=(snapshot,)), when=when))
+
+
+def test_the_counter_kind_not_the_path_decides_a_wrap() -> None:
+    """#20.3: the evaluator reads what a counter is from the snapshot, never from its path."""
+    wrapping = CounterKind("rnr_nak_retry_err", 32)
+    runner = Runner()
+    kinded_poll(runner, 0, wrapping, 2**32 - 10, "/elsewhere/rnr_nak_retry_err")
+    wrap = kinded_poll(runner, 1, wrapping, 5, "/elsewhere/rnr_nak_retry_err")
+    assert [e.error_code for e in wrap.events] == [("rnr_nak_retry_err",)]  # delta 15 > 0
+    assert wrap.events[0].is_fatal and not wrap.events[0].is_healthy
+    assert wrap.observations["mlx5_0:1:rnr_nak_retry_err"].delta == 15
+
+    plain = CounterKind("rnr_nak_retry_err")  # 64-bit, though the path says hw_counters/
+    runner = Runner()
+    path = "/sys/class/infiniband/mlx5_0/ports/1/hw_counters/rnr_nak_retry_err"
+    kinded_poll(runner, 0, plain, 2**32 - 10, path)
+    reset = kinded_poll(runner, 1, plain, 5, path)
+    assert reset.events == ()  # a decrease of a 64-bit counter is a reset: no breach
+    assert reset.observations["mlx5_0:1:rnr_nak_retry_err"].delta is None
+
+
+def test_the_counter_kind_not_the_path_decides_saturation() -> None:
+    runner = Runner()
+    sat = CounterKind("rnr_nak_retry_err", 8, saturating=True)
+    kinded_poll(runner, 0, sat, 0, "/elsewhere/rnr_nak_retry_err")
+    result = kinded_poll(runner, 1, sat, 0, "/elsewhere/rnr_nak_retry_err")
+    assert result.events == ()
+    full = kinded_poll(runner, 2, sat, 255, "/elsewhere/rnr_nak_retry_err")
+    assert [(e.check_name, e.is_fatal, e.is_healthy) for e in full.events] == [
+        ("InfiniBandStateCheck", True, False),  # the breach
+        ("InfiniBandDegradationCheck", False, False)]  # the file is blind from now on
+    assert "saturated at 255" in full.events[1].message
+    assert "mlx5_0:1:rnr_nak_retry_err" in runner.state.saturated
