@@ -13,7 +13,7 @@ this module never looks at a file's path. Rules beyond the spec (REFERENCE §3):
 - Saturation. A saturating counter (IB PMA under ``counters/``) stops at all-ones; a
   delta monitor is blind on such a counter until it is cleared. Saturation is judged once per
   counter *file* of a port (``symbol_error`` and ``symbol_error_fatal`` read one file: one
-  report), every poll, on the value read, outside the per-entry rules (so no shortcut can skip
+  report), every poll, on the value read, outside the per-entry rules (so no branch of them can skip
   it). What it is depends on the counter:
 
   * an **error counter** (``symbol_error``, ``link_downed``, ``port_rcv_errors``, ...) that
@@ -194,28 +194,27 @@ def evaluate_port_counters(
 ) -> list[HealthEvent]:
     """Evaluate every configured counter of one port; returns the events in order.
 
-    ``notes`` receives the log lines of saturation that is not an event (traffic counters).
+    Every reading takes the one path of :func:`_evaluate_one` (#20.4: the quiet-counter
+    shortcut that re-implemented four of its branches is gone). ``notes`` receives the log
+    lines of saturation that is not an event (traffic counters).
     """
     events: list[HealthEvent] = []
     # Built once per port, not once per counter: they are only used when an event is made.
     entities = port_entities(port.device, port.port)
     where = f"port {port.device} port {port.port}"
-    snapshots, last_values, last_times = (previous.counter_snapshots, memory.last_values,
-                                          memory.last_times)
+    last_values, last_times = memory.last_values, memory.last_times
     readings = port.counters
     remembered = memory.port_entries.get((port.device, port.port))
     known = PortEntries.of(port, specs, checks, enabled_checks, memory)
     for spec, check, key, kind in known.entries:
         reading = readings.get(spec.name)
         if type(reading) is not int:  # ABSENT or Unreadable (is_value, inline: a hot loop)
-            observations[key] = CounterObservation(None, None, None)
+            observations[key] = _UNKNOWN
             continue
-        snap = snapshots.get(key)
-        if (snap is None or reading != snap.value or last_values.get(key) != reading
-                or not _idle(spec, key, snap, next_state, memory, observations, now)):
-            events.extend(_evaluate_one(port, spec, check, key, kind, reading, previous,
-                                        next_state, memory, observations, now, baseline,
-                                        entities, where))
+        event = _evaluate_one(port, spec, check, key, kind, reading, previous, next_state,
+                              memory, observations, now, baseline, entities, where)
+        if event is not None:
+            events.append(event)
         last_values[key] = reading
         last_times[key] = now
     if known.saturating or next_state.saturated or next_state.saturated_quiet:
@@ -224,112 +223,102 @@ def evaluate_port_counters(
     return events
 
 
-def _idle(spec: CounterSpec, key: str, snap: CounterSnap, next_state: MonitorState,
-          memory: CounterMemory, observations: MutableMapping[str, CounterObservation],
-          now: datetime) -> bool:
-    """The fast path of a counter that has not moved since its snapshot and the last poll.
-
-    Most counters on a healthy host. The full evaluation would reach the same result (no
-    event), only slower; saturation is judged outside both paths, so neither can skip it.
-    Returns False when it must run after all: a wall clock that went back past the snapshot.
-    """
-    if now < snap.timestamp:
-        return False
-    value = snap.value
-    if key in next_state.breach_flags:
-        observation = CounterObservation(value, 0, None)
-    elif not spec.is_velocity:
-        observation = CounterObservation(value, 0, 0.0)
-    else:
-        if (now - snap.timestamp).total_seconds() < spec.window_full_after:
-            observation = _carry(memory.closed_windows.get(key), value)
-        else:  # a quiet window closed: a rate of zero, and the next window starts now
-            next_state.counter_snapshots[key] = CounterSnap(value, now)
-            observation = memory.closed_windows[key] = CounterObservation(value, 0, 0.0)
-    observations[key] = observation
-    return True
+_UNKNOWN = CounterObservation(None, None, None)
 
 
 def _evaluate_one(port: PortSnapshot, spec: CounterSpec, check: str, key: str,
-                  kind: CounterKind, value: int, previous: MonitorState, next_state: MonitorState,
-                  memory: CounterMemory,
+                  kind: CounterKind, value: int, previous: MonitorState,
+                  next_state: MonitorState, memory: CounterMemory,
                   observations: MutableMapping[str, CounterObservation],
                   now: datetime, baseline: bool, entities: tuple[tuple[str, str], ...],
-                  where: str) -> list[HealthEvent]:
-    snap = previous.counter_snapshots.get(key)
-    events: list[HealthEvent] = []
+                  where: str) -> Optional[HealthEvent]:
+    """One reading of one counter entry: its observation, next snapshot, latch, and event.
 
+    Ordered so that the common case (a counter that has not moved) costs a few dictionary
+    look-ups and comparisons; the arithmetic of a delta or a window runs only when needed.
+    """
+    snap = previous.counter_snapshots.get(key)
     if snap is None:
         # First poll for this key: establish the baseline; after a reboot (or with no state)
         # tell the platform the counter is healthy, clearing any stale condition.
         next_state.counter_snapshots[key] = CounterSnap(value, now)
         observations[key] = CounterObservation(value, None, None)
-        if baseline:
-            events.append(make_event(
-                check, fatal=False, healthy=True, error_code=spec.name, entities=entities,
-                message=f"Counter {spec.name} healthy after reboot on {where}", at=now))
-        return events
+        if not baseline:
+            return None
+        return make_event(
+            check, fatal=False, healthy=True, error_code=spec.name, entities=entities,
+            message=f"Counter {spec.name} healthy after reboot on {where}", at=now)
 
     flag = next_state.breach_flags.get(key)
     last = memory.last_values.get(key)
     if last is None:  # first poll after a restart: the last value persisted with a latch
         last = snap.value if flag is None or flag.last_value is None else flag.last_value
-    if wrapped_delta(kind, last, value) is None:
+    if value < last and wrapped_delta(kind, last, value) is None:
         # Reset (driver reload, device reset, admin clear): restart the window from here and
         # clear a latched breach with a recovery carrying the breach's own check name.
         next_state.counter_snapshots[key] = CounterSnap(value, now)
         observations[key] = CounterObservation(value, None, None)
         memory.closed_windows.pop(key, None)
-        flag = next_state.breach_flags.pop(key, None)
-        if flag is not None:
-            events.append(make_event(
-                flag.check_name, fatal=False, healthy=True, error_code=spec.name,
-                entities=entities, message=f"Counter {spec.name} recovered on {where}", at=now))
-        return events
+        if next_state.breach_flags.pop(key, None) is None or flag is None:
+            return None
+        return make_event(
+            flag.check_name, fatal=False, healthy=True, error_code=spec.name,
+            entities=entities, message=f"Counter {spec.name} recovered on {where}", at=now)
 
     if flag is not None and flag.last_value != value:
         # Latched and still moving: persist where it is, so that a wrap across a restart is
         # judged against the last value seen, not against the breach's snapshot.
         next_state.breach_flags[key] = replace(flag, last_value=value)
-    delta = wrapped_delta(kind, snap.value, value)
-    elapsed = (now - snap.timestamp).total_seconds()
-    if delta is None or elapsed < 0:
+    old = snap.value
+    delta = value - old if value >= old else wrapped_delta(kind, old, value)
+    if delta is None or now < snap.timestamp:
         # Increments that overflowed the window, or a wall clock that went backwards (the
         # window is meaningless): start a fresh one.
         next_state.counter_snapshots[key] = CounterSnap(value, now)
         observations[key] = CounterObservation(value, None, None)
-        return events
+        return None
 
-    if key in next_state.breach_flags:
+    if flag is not None:
         observations[key] = CounterObservation(value, delta, None)
-        return events  # latched: nothing to say until a reset or a reboot
+        return None  # latched: nothing to say until a reset or a reboot
 
     if spec.is_velocity:
+        elapsed = (now - snap.timestamp).total_seconds()
         if elapsed < spec.window_full_after:
             observations[key] = _carry(memory.closed_windows.get(key), value)
-            return events  # window not full yet: keep the snapshot, never extrapolate
+            return None  # window not full yet: keep the snapshot, never extrapolate
         rate = delta / elapsed * spec.window_seconds
         next_state.counter_snapshots[key] = CounterSnap(value, now)
+        observations[key] = memory.closed_windows[key] = CounterObservation(value, delta, rate)
+        breached = rate > spec.threshold
+    elif not delta:
+        # Quiet over the poll: no rate to work out, and the snapshot stays (an idle counter
+        # never forces a state write).
+        observations[key] = CounterObservation(value, 0, 0.0)
+        return None  # a delta of 0 never exceeds a threshold (config: threshold >= 0)
     else:
-        # Delta over one poll interval. The snapshot only moves when the value does, so an
-        # idle counter never forces a state write; the rate shown uses the last poll's time.
+        # Delta over one poll interval; the rate shown uses the last poll's time.
         since = memory.last_times.get(key, snap.timestamp)
         interval = (now - since).total_seconds()
         rate = delta / interval if interval > 0 else 0.0
-        if delta:
-            next_state.counter_snapshots[key] = CounterSnap(value, now)
-    observations[key] = observation = CounterObservation(value, delta, rate)
-    if spec.is_velocity:
-        memory.closed_windows[key] = observation
-    breached = (rate if spec.is_velocity else delta) > spec.threshold
-    if breached:
-        next_state.breach_flags[key] = BreachFlag(check, spec.is_fatal, now, last_value=value)
-        events.append(make_event(
-            check, fatal=spec.is_fatal, healthy=False, error_code=spec.name, entities=entities,
-            message=(f"Port {port.device} port {port.port}: {spec.name} - {spec.description} "
-                     f"(value={value}, delta={delta}, rate={rate:.2f}{spec.unit_label})"),
-            at=now))
-    return events
+        next_state.counter_snapshots[key] = CounterSnap(value, now)
+        observations[key] = CounterObservation(value, delta, rate)
+        breached = delta > spec.threshold
+    if not breached:
+        return None
+    return _breach(port, spec, check, key, value, delta, rate, next_state, entities, now)
+
+
+def _breach(port: PortSnapshot, spec: CounterSpec, check: str, key: str, value: int,
+            delta: int, rate: float, next_state: MonitorState,
+            entities: tuple[tuple[str, str], ...], now: datetime) -> HealthEvent:
+    """Latch a threshold breach (the last value seen is kept with it) and make its event."""
+    next_state.breach_flags[key] = BreachFlag(check, spec.is_fatal, now, last_value=value)
+    return make_event(
+        check, fatal=spec.is_fatal, healthy=False, error_code=spec.name, entities=entities,
+        message=(f"Port {port.device} port {port.port}: {spec.name} - {spec.description} "
+                 f"(value={value}, delta={delta}, rate={rate:.2f}{spec.unit_label})"),
+        at=now)
 
 
 def _carry(previous: Optional[CounterObservation], value: int) -> CounterObservation:

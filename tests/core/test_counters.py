@@ -379,21 +379,19 @@ def test_messages_never_contain_semicolons() -> None:
     assert ";" not in event.message
 
 
-@pytest.mark.parametrize("seed", [20261122, 1, 2, 3])
-def test_the_quiet_counter_shortcut_changes_nothing(monkeypatch: pytest.MonkeyPatch,
-                                                    seed: int) -> None:
-    """Random polls through two runners, one without the shortcut for quiet counters.
+def random_trace(seed: int, length: int = 1500) -> tuple[list[Any], set[int], set[int]]:
+    """Random polls of one port, with the polls whose commit fails and the restarts.
 
     Counters mostly sit still (as on a healthy host), sometimes rise, breach, reset (to 0,
     to their saturation limit, to an arbitrary value); the clock steps by fractions of a
-    second to minutes and now and then goes backwards; now and then the daemon restarts.
+    second to minutes and now and then goes backwards.
     """
     rng = random.Random(seed)
     names = [spec.name for spec in config().active_counters if spec.name != "symbol_error_fatal"]
     values = {name: 0 for name in names}
     polls = []
     now = 0.0
-    for _ in range(1500):
+    for _ in range(length):
         now += rng.choice((0.3, 1, 1, 1, 1, 2, 5, 30, 61, -40 if rng.random() < 0.05 else 1))
         if rng.random() < 0.3:
             name = rng.choice(names)
@@ -409,33 +407,75 @@ def test_the_quiet_counter_shortcut_changes_nothing(monkeypatch: pytest.MonkeyPa
                 values[name] += rng.randint(1, 40)
         readings = {**values, "symbol_error_fatal": values["symbol_error"]}
         polls.append(host(device(ports=(counters_port(readings),)), when=now))
+    failed = {index for index in range(length) if rng.random() < 0.05}
+    restarts = {index for index in range(length) if rng.random() < 0.02}
+    return polls, failed, restarts
 
-    restarts = {index for index in range(len(polls)) if rng.random() < 0.02}
 
-    def run() -> list[tuple[object, ...]]:
+@pytest.mark.parametrize("seed", [20261122, 1, 2, 3])
+def test_random_polls_failed_commits_leave_no_trace_and_the_limit_is_always_reported(
+        seed: int) -> None:
+    """#20.4: one path per rule, explored with resets to 0, to the saturation limit and to
+    arbitrary values, clock steps, failed commits and restarts.
+
+    A poll whose commit fails is evaluated and dropped (as the monitor does): the run must be
+    the run without that poll. After every committed poll, each saturating error-counter file
+    at its limit is reported as saturated (in ``state.saturated``) and no other is.
+    """
+    polls, failed, restarts = random_trace(seed)
+
+    def run(drop_failed: bool) -> list[tuple[object, ...]]:
         runner = Runner()
         results: list[tuple[object, ...]] = []
         for index, snapshot in enumerate(polls):
             if index in restarts:
                 runner.restart()  # memory lost: the persisted state (and latches) stand in
+            if index in failed:
+                if not drop_failed:
+                    runner.evaluate(snapshot)  # its commit fails: nothing adopted
+                continue
             result = runner.poll(snapshot)
             results.append((result.events, result.observations, result.state.to_json()))
+            values = snapshot.devices[0].ports[0].counters
+            at_limit = {f"mlx5_0:1:{name}" for name, width in PMA_WIDTHS.items()
+                        if name in values and values[name] == 2**width - 1
+                        and name not in counters.TRAFFIC_COUNTERS}
+            assert set(runner.state.saturated) == at_limit, index
         return results
 
-    taken = 0
-    real_idle = counters._idle
+    assert run(drop_failed=False) == run(drop_failed=True)
 
-    def counted_idle(*args: Any) -> bool:
-        nonlocal taken
-        quiet = real_idle(*args)
-        taken += quiet
-        return quiet
 
-    monkeypatch.setattr(counters, "_idle", counted_idle)
-    with_shortcut = run()
-    monkeypatch.setattr(counters, "_idle", lambda *args: False)
-    assert with_shortcut == run()
-    assert taken > 5000  # most counter readings took the shortcut
+def test_a_reset_to_the_saturation_limit_reports_saturation() -> None:
+    """#20 "done when": a counter reset to its limit is reported saturated, latched or not,
+    with or without the counter's last value in memory (the one path there is)."""
+    for restart in (False, True):
+        runner = Runner()
+        poll(runner, 0, link_downed=300, symbol_error=70000)  # test values above the limits
+        if restart:
+            runner.restart()
+        reset = poll(runner, 1, link_downed=255, symbol_error=65535)  # decreases: resets
+        assert sorted(e.error_code[0] for e in unhealthy(reset)) == [
+            "link_downed", "symbol_error"]
+        assert all("saturated" in e.message for e in unhealthy(reset))
+        assert set(runner.state.saturated) == {"mlx5_0:1:link_downed",
+                                               "mlx5_0:1:symbol_error"}
+
+    runner = Runner()  # latched, then reset to the limit: the recovery and the saturation
+    poll(runner, 0, link_downed=300)
+    assert unhealthy(poll(runner, 1, link_downed=301))  # the breach latches
+    reset = poll(runner, 2, link_downed=255)
+    assert [(e.is_healthy, e.check_name) for e in reset.events] == [
+        (True, "InfiniBandStateCheck"), (False, "InfiniBandDegradationCheck")]
+    assert "saturated at 255" in reset.events[1].message
+    assert runner.state.breach_flags == {}
+
+    runner = Runner()  # quiet at the limit in a state file that never recorded it
+    poll(runner, 0, link_downed=255)
+    runner.state.saturated.clear()
+    runner.restart()
+    again = poll(runner, 1, link_downed=255)
+    assert [e.error_code for e in unhealthy(again)] == [("link_downed",)]
 
 
 def test_a_reloaded_config_changes_the_counters_a_port_is_evaluated_for() -> None:
