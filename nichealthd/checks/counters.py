@@ -21,7 +21,9 @@ this module never looks at a file's path. Rules beyond the spec (REFERENCE §3):
     file's counter name; when the counter leaves the limit (cleared) one healthy event closes
     it. An event of the same identity in the same poll (the threshold breach that took the
     counter to its limit, the recovery of its latched breach when it is cleared) carries the
-    news instead, so the platform never gets two reports of one fact;
+    news instead; and while the identity is open already (a latched breach of that check on
+    the counter, or the saturation report itself when a velocity window fills only after the
+    counter reached its limit) no second unhealthy event is sent: one report per condition;
   * a **traffic or congestion counter** (``port_xmit_wait``, ``port_{xmit,rcv}_data``,
     ``*_packets``: ``TRAFFIC_COUNTERS``) reaches its limit on a healthy busy host
     (``port_xmit_wait`` at 5,000 ticks/s in about ten days): no event, only a log line and
@@ -350,6 +352,12 @@ def _saturation(known: PortEntries, port: PortSnapshot, readings: Mapping[str, o
         table = reported if sat.reported else quiet
         if value == sat.limit:
             if sat.key in table:
+                if sat.reported:
+                    # Told already. A breach of the same identity now (a velocity window
+                    # that filled after the counter reached its limit) would say it twice.
+                    same = _same_identity(events, check, sat.file, healthy=False)
+                    if same is not None:
+                        del events[same]
                 continue
             table[sat.key] = now
             if not sat.reported:
@@ -360,8 +368,15 @@ def _saturation(known: PortEntries, port: PortSnapshot, readings: Mapping[str, o
             news = (f"saturated at {value} - monitoring of this counter is blind until it is "
                     f"cleared")
             same = _same_identity(events, check, sat.file, healthy=False)
+            flag = next_state.breach_flags.get(sat.key)
             if same is not None:  # the breach that took it there says it too
                 events[same] = replace(events[same], message=f"{events[same].message} - {news}")
+            elif flag is not None and flag.check_name == check:
+                # A breach of the same identity is latched: the platform holds the condition
+                # open already; its recovery (the counter's reset) closes both.
+                if notes is not None:
+                    notes.append(f"{sat.file} on {where} is {news} (its latched breach is "
+                                 f"the open report)")
             else:
                 events.append(make_event(
                     check, fatal=False, healthy=False, error_code=sat.file, entities=entities,

@@ -403,7 +403,9 @@ def random_trace(seed: int, length: int = 1500) -> tuple[list[Any], set[int], se
                 values[name] = limit
             elif draw < 0.25:  # a reset to an arbitrary value
                 values[name] = rng.randint(0, max(values[name], 1))
-            else:  # a test value may pass the limit: a decrease to the limit is then a reset
+            elif name in PMA_WIDTHS:  # a PMA counter sticks at its limit, as the hardware does
+                values[name] = min(values[name] + rng.randint(1, 40), limit)
+            else:
                 values[name] += rng.randint(1, 40)
         readings = {**values, "symbol_error_fatal": values["symbol_error"]}
         polls.append(host(device(ports=(counters_port(readings),)), when=now))
@@ -420,13 +422,15 @@ def test_random_polls_failed_commits_leave_no_trace_and_the_limit_is_always_repo
 
     A poll whose commit fails is evaluated and dropped (as the monitor does): the run must be
     the run without that poll. After every committed poll, each saturating error-counter file
-    at its limit is reported as saturated (in ``state.saturated``) and no other is.
+    at its limit is reported as saturated (in ``state.saturated``) and no other is, and no
+    condition gets a second unhealthy event while it is open (#21.3: one report per file).
     """
     polls, failed, restarts = random_trace(seed)
 
     def run(drop_failed: bool) -> list[tuple[object, ...]]:
         runner = Runner()
         results: list[tuple[object, ...]] = []
+        open_reports: set[tuple[object, ...]] = set()  # one unhealthy report per identity
         for index, snapshot in enumerate(polls):
             if index in restarts:
                 runner.restart()  # memory lost: the persisted state (and latches) stand in
@@ -436,6 +440,13 @@ def test_random_polls_failed_commits_leave_no_trace_and_the_limit_is_always_repo
                 continue
             result = runner.poll(snapshot)
             results.append((result.events, result.observations, result.state.to_json()))
+            for event in result.events:
+                identity = (event.check_name, event.error_code, event.entities)
+                if not event.is_healthy:
+                    assert identity not in open_reports, (index, event.message)
+                    open_reports.add(identity)
+                else:
+                    open_reports.discard(identity)
             values = snapshot.devices[0].ports[0].counters
             at_limit = {f"mlx5_0:1:{name}" for name, width in PMA_WIDTHS.items()
                         if name in values and values[name] == 2**width - 1
@@ -572,3 +583,38 @@ def test_the_counter_kind_not_the_path_decides_saturation() -> None:
         ("InfiniBandDegradationCheck", False, False)]  # the file is blind from now on
     assert "saturated at 255" in full.events[1].message
     assert "mlx5_0:1:rnr_nak_retry_err" in runner.state.saturated
+
+
+def test_saturation_before_the_velocity_window_fills_is_still_one_event() -> None:
+    """Found by the outside audit of #21.3 (live, 200 ms polling): the counter reaches its
+    limit while symbol_error's 1 s window is still filling, so the saturation report comes
+    first and the breach a poll later; the platform must get one unhealthy event, not two."""
+    runner = Runner()
+    poll(runner, 0, symbol_error=0)
+    first = poll(runner, 0.4, symbol_error=65535)
+    assert [(e.error_code, e.check_name) for e in unhealthy(first)] == [
+        (("symbol_error",), "InfiniBandDegradationCheck")]
+    assert "saturated at 65535" in unhealthy(first)[0].message
+    full = poll(runner, 1.0, symbol_error=65535)  # the window is full: the breach latches
+    assert unhealthy(full) == []
+    assert "mlx5_0:1:symbol_error" in runner.state.breach_flags
+    assert poll(runner, 1.4, symbol_error=65535).events == ()
+    cleared = poll(runner, 2.0, symbol_error=0)
+    assert [(e.is_healthy, e.error_code) for e in cleared.events] == [
+        (True, ("symbol_error",))]
+    assert runner.state.saturated == {} and runner.state.breach_flags == {}
+
+
+def test_saturation_while_a_breach_of_the_same_check_is_latched_is_no_second_event() -> None:
+    runner = Runner()
+    poll(runner, 0, symbol_error=0)
+    breach = poll(runner, 1, symbol_error=100)
+    assert [e.error_code for e in unhealthy(breach)] == [("symbol_error",)]
+    full = poll(runner, 2, symbol_error=65535)
+    assert unhealthy(full) == []
+    assert any("latched breach is the open report" in n for n in full.notes)
+    assert "mlx5_0:1:symbol_error" in runner.state.saturated  # still shown as saturated
+    cleared = poll(runner, 3, symbol_error=0)
+    assert [(e.is_healthy, e.error_code) for e in cleared.events] == [
+        (True, ("symbol_error",))]
+    assert runner.state.saturated == {}
