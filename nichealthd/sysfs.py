@@ -437,10 +437,13 @@ class SysfsReader:
                          link_layer=link_layer)
         for spec in self.config.active_counters:
             path = self._counter_path(spec, directory, netdev)
-            if path is not None and path not in self.einval and (
-                    path in self.files or os.path.exists(path)):
+            if path is None:
+                continue
+            # What the counter is does not change while its file is briefly absent: the
+            # evaluator keeps judging (and keeps the saturation record of) a known kind.
+            plan.counter_kinds[spec.name] = counter_kind(path)
+            if path not in self.einval and (path in self.files or os.path.exists(path)):
                 plan.counter_files[spec.name] = path
-                plan.counter_kinds[spec.name] = counter_kind(path)
         plan.attribute_paths = (os.path.join(directory, "state"),
                                 os.path.join(directory, "phys_state"),
                                 os.path.join(directory, "link_layer"),

@@ -71,6 +71,15 @@ def test_the_reader_says_what_each_counter_is(host: Path) -> None:
     assert set(kinds) == set(port.counter_paths)
 
 
+def test_a_counter_file_that_vanishes_keeps_its_kind(host: Path) -> None:
+    """A saturating counter absent for a poll (rediscovered without it) is still known as
+    saturating, so its saturation record is not dropped and its clear is still reported."""
+    mutate.remove_file(host, "sys/class/infiniband/mlx5_0/ports/1/counters/symbol_error")
+    port = port_of(reader_for(host).observe(at(0)))  # discovered without the file
+    assert port.counters["symbol_error"] is ABSENT and "symbol_error" not in port.counter_paths
+    assert port.counter_kinds["symbol_error"] == CounterKind("symbol_error", 16, saturating=True)
+
+
 @pytest.mark.parametrize("path,kind", [
     ("/s/counters/symbol_error", CounterKind("symbol_error", 16, True)),
     ("/s/counters/port_xmit_data", CounterKind("port_xmit_data")),  # 64-bit extended
