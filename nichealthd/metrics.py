@@ -38,7 +38,6 @@ from prometheus_client.core import (
 from prometheus_client.utils import floatToGoString
 
 from . import __version__
-from .checks.counters import saturation_limit
 from .checks.ports import split_state
 from .config import Config
 from .health import UNCABLED
@@ -418,7 +417,9 @@ def _host_families(picture: _Picture) -> list[Metric]:
         PREFIX + "saturated", "1 while a counter file is stuck at its saturation value (an IB "
         "PMA counter: blind until cleared), else 0; only counters that can saturate",
         labels=[*_PORT, "counter", "file"])
+    kinds = {(d.name, p.port): p.counter_kinds for d in snapshot.devices for p in d.ports}
     for record in counter_records(snapshot, result, state, picture.config):
+        kind = kinds.get((record["device"], record["port"]), {}).get(record["counter"])
         labels = [record["device"], str(record["port"]), record["counter"]]
         file = record["path"].rsplit("/", 1)[-1]
         if record["value"] is not None:
@@ -426,7 +427,7 @@ def _host_families(picture: _Picture) -> list[Metric]:
         if record["value"] is not None or record["breached"]:
             breached.add_metric([*labels, _flag(record["fatal"])], int(record["breached"]))
         if record["saturated"] or (record["value"] is not None
-                                   and saturation_limit(record["path"]) is not None):
+                                   and kind is not None and kind.limit is not None):
             saturated.add_metric([*labels, file], int(record["saturated"]))
 
     info = GaugeMetricFamily(

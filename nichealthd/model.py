@@ -45,6 +45,31 @@ class Unreadable:
 CounterReading = Union[int, _Absent, Unreadable]
 
 
+@dataclass(frozen=True)
+class CounterKind:
+    """What a counter file is, decided by the reader from where it lives (REFERENCE §3).
+
+    The evaluator judges wraps and saturation from this and never looks at a path: an IB PMA
+    counter under ``counters/`` is narrow and *saturating* (it sticks at all-ones), a
+    ``hw_counters/`` value is a 32-bit *wrapping* counter, anything else is taken as 64-bit
+    (a decrease is a reset).
+    """
+
+    file: str  # the file's own name: two config entries reading one file share it
+    width: int = 64  # bits of the hardware counter
+    saturating: bool = False  # stops at 2^width-1 instead of wrapping to 0
+
+    @property
+    def limit(self) -> Optional[int]:
+        """The value a saturating counter sticks at; None for one that wraps."""
+        return (1 << self.width) - 1 if self.saturating else None
+
+    @property
+    def modulus(self) -> Optional[int]:
+        """2^width of a counter that wraps inside the value range (narrower than 64 bits)."""
+        return 1 << self.width if not self.saturating and self.width < 64 else None
+
+
 def is_value(reading: object) -> bool:
     """True for a real counter value (bool is excluded on purpose)."""
     return isinstance(reading, int) and not isinstance(reading, bool)
@@ -65,6 +90,8 @@ class PortSnapshot:
     gid_count: Optional[int] = None
     counters: Mapping[str, CounterReading] = field(default_factory=dict)
     counter_paths: Mapping[str, str] = field(default_factory=dict)
+    # What each counter read is (config name -> kind); a counter without one is 64-bit.
+    counter_kinds: Mapping[str, CounterKind] = field(default_factory=dict)
 
     @property
     def key(self) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import logging
 import os
 import resource
@@ -31,7 +32,15 @@ from datetime import datetime
 from typing import Callable, Iterable, Mapping, Optional, Union
 
 from .config import Config, CounterSpec
-from .model import ABSENT, CounterReading, DeviceSnapshot, HostSnapshot, PortSnapshot, Unreadable
+from .model import (
+    ABSENT,
+    CounterKind,
+    CounterReading,
+    DeviceSnapshot,
+    HostSnapshot,
+    PortSnapshot,
+    Unreadable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -202,6 +211,39 @@ def parse_counter(raw: bytes) -> Union[int, Unreadable]:
     return value
 
 
+# IB PMA PortCounters widths (IBTA vol. 1 §16.1.3.5): under ``counters/`` these stick at
+# all-ones instead of wrapping (REFERENCE §3). The others there are 64-bit extended counters.
+PMA_WIDTHS = {
+    "symbol_error": 16,
+    "port_rcv_errors": 16,
+    "port_xmit_discards": 16,
+    "port_rcv_remote_physical_errors": 16,
+    "port_rcv_switch_relay_errors": 16,
+    "VL15_dropped": 16,
+    "link_downed": 8,
+    "link_error_recovery": 8,
+    "port_rcv_constraint_errors": 8,
+    "port_xmit_constraint_errors": 8,
+    "local_link_integrity_errors": 4,
+    "excessive_buffer_overrun_errors": 4,
+    "port_xmit_wait": 32,
+}
+HW_COUNTER_WIDTH = 32  # mlx5 hw_counters are 32-bit firmware counters that wrap
+
+
+@functools.lru_cache(maxsize=8192)
+def counter_kind(path: str) -> CounterKind:
+    """What the counter file at ``path`` is, from its directory and name (decided once, at
+    discovery: the evaluator gets it as data on the snapshot)."""
+    directory, name = os.path.split(path)
+    parent = os.path.basename(directory)
+    if parent == "counters" and name in PMA_WIDTHS:
+        return CounterKind(name, PMA_WIDTHS[name], saturating=True)
+    if parent == "hw_counters":
+        return CounterKind(name, HW_COUNTER_WIDTH)
+    return CounterKind(name)
+
+
 @dataclass
 class _PortPlan:
     device: str
@@ -209,6 +251,7 @@ class _PortPlan:
     directory: str
     netdev: Optional[str]
     counter_files: dict[str, str] = field(default_factory=dict)  # counter name -> path
+    counter_kinds: dict[str, CounterKind] = field(default_factory=dict)  # name -> its kind
     gid_count: Optional[int] = None
     # A port's link layer is fixed while its device is registered (an IB/Ethernet change
     # re-creates the device), so it is read until known, then not again.
@@ -394,8 +437,12 @@ class SysfsReader:
                          link_layer=link_layer)
         for spec in self.config.active_counters:
             path = self._counter_path(spec, directory, netdev)
-            if path is not None and path not in self.einval and (
-                    path in self.files or os.path.exists(path)):
+            if path is None:
+                continue
+            # What the counter is does not change while its file is briefly absent: the
+            # evaluator keeps judging (and keeps the saturation record of) a known kind.
+            plan.counter_kinds[spec.name] = counter_kind(path)
+            if path not in self.einval and (path in self.files or os.path.exists(path)):
                 plan.counter_files[spec.name] = path
         plan.attribute_paths = (os.path.join(directory, "state"),
                                 os.path.join(directory, "phys_state"),
@@ -453,7 +500,8 @@ class SysfsReader:
         return PortSnapshot(
             device=plan.device, port=plan.port, link_layer=link_layer, state=state,
             phys_state=phys_state, rate=rate, operstate=operstate, netdev=plan.netdev,
-            gid_count=plan.gid_count, counters=counters, counter_paths=plan.counter_files)
+            gid_count=plan.gid_count, counters=counters, counter_paths=plan.counter_files,
+            counter_kinds=plan.counter_kinds)
 
     def _attribute(self, path: str) -> Optional[str]:
         """A text attribute; None (unknown) when it cannot be read, logged once."""

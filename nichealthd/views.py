@@ -167,7 +167,7 @@ def counter_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorS
             for spec in config.active_counters:
                 key = counter_key(dev.name, p.port, spec.name)
                 path = p.counter_paths.get(spec.name, spec.path)
-                file_key = saturation_key(dev.name, p.port, path)
+                file_key = saturation_key(dev.name, p.port, p.counter_kinds.get(spec.name))
                 reading = p.counters.get(spec.name)
                 seen = result.observations.get(key)
                 flag = state.breach_flags.get(key)

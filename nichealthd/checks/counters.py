@@ -2,15 +2,18 @@
 
 Pure: it reads a port's counter values from the snapshot and the previous state, and writes
 the next state into the ``next_state`` and the next :class:`CounterMemory` it is given (both
-copies the caller adopts only when the poll is committed). Rules beyond the spec (REFERENCE §3):
+copies the caller adopts only when the poll is committed). What a counter is comes from the
+reader as data (``PortSnapshot.counter_kinds``, a :class:`~nichealthd.model.CounterKind`):
+this module never looks at a file's path. Rules beyond the spec (REFERENCE §3):
 
-- A 32-bit ``hw_counters`` value that drops from near 2^32 wrapped (it is not a reset). While
-  a breach is latched, the last value seen is persisted with it, so that a wrap across a
-  restart is judged against that value and not against the snapshot taken at the breach.
-- Saturation. IB PMA counters under ``counters/`` stop at all-ones (``PMA_SATURATION``); a
+- A wrapping counter (a 32-bit ``hw_counters`` value) that drops from near 2^32 wrapped (it
+  is not a reset). While a breach is latched, the last value seen is persisted with it, so
+  that a wrap across a restart is judged against that value and not against the snapshot
+  taken at the breach.
+- Saturation. A saturating counter (IB PMA under ``counters/``) stops at all-ones; a
   delta monitor is blind on such a counter until it is cleared. Saturation is judged once per
   counter *file* of a port (``symbol_error`` and ``symbol_error_fatal`` read one file: one
-  report), every poll, on the value read, outside the per-entry rules (so no shortcut can skip
+  report), every poll, on the value read, outside the per-entry rules (so no branch of them can skip
   it). What it is depends on the counter:
 
   * an **error counter** (``symbol_error``, ``link_downed``, ``port_rcv_errors``, ...) that
@@ -18,7 +21,9 @@ copies the caller adopts only when the poll is committed). Rules beyond the spec
     file's counter name; when the counter leaves the limit (cleared) one healthy event closes
     it. An event of the same identity in the same poll (the threshold breach that took the
     counter to its limit, the recovery of its latched breach when it is cleared) carries the
-    news instead, so the platform never gets two reports of one fact;
+    news instead; and while the identity is open already (a latched breach of that check on
+    the counter, or the saturation report itself when a velocity window fills only after the
+    counter reached its limit) no second unhealthy event is sent: one report per condition;
   * a **traffic or congestion counter** (``port_xmit_wait``, ``port_{xmit,rcv}_data``,
     ``*_packets``: ``TRAFFIC_COUNTERS``) reaches its limit on a healthy busy host
     (``port_xmit_wait`` at 5,000 ticks/s in about ten days): no event, only a log line and
@@ -28,41 +33,18 @@ copies the caller adopts only when the poll is committed). Rules beyond the spec
 
 from __future__ import annotations
 
-import functools
-import posixpath
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Mapping, MutableMapping, NamedTuple, Optional
 
 from ..config import CounterSpec
 from ..events import HealthEvent, make_event, port_entities
-from ..model import PortSnapshot
+from ..model import CounterKind, PortSnapshot
 from ..state import BreachFlag, CounterSnap, MonitorState, counter_key
 
-WRAP_MODULUS = 2**32
-_WRAP_HIGH = WRAP_MODULUS * 3 // 4
-_WRAP_LOW = WRAP_MODULUS // 4
-
-# IB PMA PortCounters widths: these stop at all-ones instead of wrapping (REFERENCE §3).
-PMA_SATURATION = {
-    "symbol_error": 2**16 - 1,
-    "port_rcv_errors": 2**16 - 1,
-    "port_xmit_discards": 2**16 - 1,
-    "port_rcv_remote_physical_errors": 2**16 - 1,
-    "port_rcv_switch_relay_errors": 2**16 - 1,
-    "VL15_dropped": 2**16 - 1,
-    "link_downed": 2**8 - 1,
-    "link_error_recovery": 2**8 - 1,
-    "port_rcv_constraint_errors": 2**8 - 1,
-    "port_xmit_constraint_errors": 2**8 - 1,
-    "local_link_integrity_errors": 2**4 - 1,
-    "excessive_buffer_overrun_errors": 2**4 - 1,
-    "port_xmit_wait": 2**32 - 1,
-}
-
 # Traffic and congestion counters: saturation is what a busy healthy host does, not a fault.
-# Of these only port_xmit_wait is in PMA_SATURATION (mlx5 shows the data and packet counters
-# as 64-bit extended counters); the others are listed so that the rule holds if one is added.
+# Of these only port_xmit_wait saturates (mlx5 shows the data and packet counters as 64-bit
+# extended counters); the others are listed so that the rule holds if one is added.
 TRAFFIC_COUNTERS = frozenset({
     "port_xmit_wait", "port_xmit_data", "port_rcv_data", "port_xmit_packets",
     "port_rcv_packets", "unicast_xmit_packets", "unicast_rcv_packets",
@@ -125,8 +107,8 @@ class PortEntries:
     specs: tuple[CounterSpec, ...]
     checks: CheckNames
     enabled: frozenset[str]
-    paths: Mapping[str, str]
-    entries: tuple[tuple[CounterSpec, str, str], ...]
+    kinds: Mapping[str, CounterKind]
+    entries: tuple[tuple[CounterSpec, str, str, CounterKind], ...]
     saturating: tuple[SaturatingFile, ...] = ()
     # Entry keys of saturating files that are not the file's key (symbol_error_fatal): where
     # state files written before saturation was kept per file recorded it a second time.
@@ -137,10 +119,10 @@ class PortEntries:
            enabled: frozenset[str], memory: CounterMemory) -> PortEntries:
         """The port's entries, remembered in ``memory`` while config and files stay the same."""
         known = memory.port_entries.get((port.device, port.port))
-        paths = port.counter_paths
+        kinds = port.counter_kinds
         if (known is not None and known.specs is specs and known.checks is checks
                 and known.enabled == enabled
-                and (known.paths is paths or known.paths == paths)):
+                and (known.kinds is kinds or known.kinds == kinds)):
             return known
         entries = []
         saturating: dict[str, SaturatingFile] = {}
@@ -150,20 +132,20 @@ class PortEntries:
             if check not in enabled:
                 continue
             key = counter_key(port.device, port.port, spec.name)
-            entries.append((spec, check, key))
-            path = paths.get(spec.name, spec.path)
-            limit = saturation_limit(path)
+            kind = kinds.get(spec.name, PLAIN)
+            entries.append((spec, check, key, kind))
+            limit = kind.limit
             if limit is None:
                 continue
-            file = posixpath.basename(path)
+            file = kind.file
             if file != spec.name:
                 stale.append(key)
-            if path not in saturating:
-                saturating[path] = SaturatingFile(
+            if file not in saturating:
+                saturating[file] = SaturatingFile(
                     spec.name, file, counter_key(port.device, port.port, file), limit,
                     file not in TRAFFIC_COUNTERS and checks.degradation in enabled)
         files = {sat.key for sat in saturating.values()}
-        made = cls(specs, checks, enabled, paths, tuple(entries), tuple(saturating.values()),
+        made = cls(specs, checks, enabled, kinds, tuple(entries), tuple(saturating.values()),
                    tuple(k for k in stale if k not in files))
         memory.port_entries[(port.device, port.port)] = made
         return made
@@ -181,29 +163,22 @@ class CheckNames:
         return self.state if spec.is_fatal else self.degradation
 
 
-def wrapped_delta(path: str, old: int, new: int) -> Optional[int]:
+# A counter the reader said nothing about (no file, a test's bare snapshot): 64-bit, plain.
+PLAIN = CounterKind("")
+
+
+def wrapped_delta(kind: CounterKind, old: int, new: int) -> Optional[int]:
     """The increase from ``old`` to ``new``, or None when the counter was reset.
 
-    A decrease of a 32-bit ``hw_counters`` value from the top quarter to the bottom quarter of
-    its range is a wrap: the increase is ``new + 2^32 - old``.
+    A decrease of a wrapping counter (a 32-bit ``hw_counters`` value) from the top quarter to
+    the bottom quarter of its range is a wrap: the increase is ``new + 2^width - old``.
     """
     if new >= old:
         return new - old
-    if "hw_counters/" in path and _WRAP_HIGH <= old < WRAP_MODULUS and new < _WRAP_LOW:
-        return new + WRAP_MODULUS - old
+    modulus = kind.modulus
+    if modulus is not None and modulus * 3 // 4 <= old < modulus and new < modulus // 4:
+        return new + modulus - old
     return None
-
-
-@functools.lru_cache(maxsize=8192)
-def saturation_limit(path: str) -> Optional[int]:
-    """The value a PMA counter under ``counters/`` sticks at, if it is one.
-
-    Cached: it is asked for every counter of every port on every poll, for the same paths.
-    """
-    directory, name = posixpath.split(path)
-    if posixpath.basename(directory) != "counters":
-        return None
-    return PMA_SATURATION.get(name)
 
 
 def evaluate_port_counters(
@@ -221,27 +196,27 @@ def evaluate_port_counters(
 ) -> list[HealthEvent]:
     """Evaluate every configured counter of one port; returns the events in order.
 
-    ``notes`` receives the log lines of saturation that is not an event (traffic counters).
+    Every reading takes the one path of :func:`_evaluate_one` (#20.4: the quiet-counter
+    shortcut that re-implemented four of its branches is gone). ``notes`` receives the log
+    lines of saturation that is not an event (traffic counters).
     """
     events: list[HealthEvent] = []
     # Built once per port, not once per counter: they are only used when an event is made.
     entities = port_entities(port.device, port.port)
     where = f"port {port.device} port {port.port}"
-    snapshots, last_values, last_times = (previous.counter_snapshots, memory.last_values,
-                                          memory.last_times)
+    last_values, last_times = memory.last_values, memory.last_times
     readings = port.counters
     remembered = memory.port_entries.get((port.device, port.port))
     known = PortEntries.of(port, specs, checks, enabled_checks, memory)
-    for spec, check, key in known.entries:
+    for spec, check, key, kind in known.entries:
         reading = readings.get(spec.name)
         if type(reading) is not int:  # ABSENT or Unreadable (is_value, inline: a hot loop)
-            observations[key] = CounterObservation(None, None, None)
+            observations[key] = _UNKNOWN
             continue
-        snap = snapshots.get(key)
-        if (snap is None or reading != snap.value or last_values.get(key) != reading
-                or not _idle(spec, key, snap, next_state, memory, observations, now)):
-            events.extend(_evaluate_one(port, spec, check, key, reading, previous, next_state,
-                                        memory, observations, now, baseline, entities, where))
+        event = _evaluate_one(port, spec, check, key, kind, reading, previous, next_state,
+                              memory, observations, now, baseline, entities, where)
+        if event is not None:
+            events.append(event)
         last_values[key] = reading
         last_times[key] = now
     if known.saturating or next_state.saturated or next_state.saturated_quiet:
@@ -250,113 +225,102 @@ def evaluate_port_counters(
     return events
 
 
-def _idle(spec: CounterSpec, key: str, snap: CounterSnap, next_state: MonitorState,
-          memory: CounterMemory, observations: MutableMapping[str, CounterObservation],
-          now: datetime) -> bool:
-    """The fast path of a counter that has not moved since its snapshot and the last poll.
-
-    Most counters on a healthy host. The full evaluation would reach the same result (no
-    event), only slower; saturation is judged outside both paths, so neither can skip it.
-    Returns False when it must run after all: a wall clock that went back past the snapshot.
-    """
-    if now < snap.timestamp:
-        return False
-    value = snap.value
-    if key in next_state.breach_flags:
-        observation = CounterObservation(value, 0, None)
-    elif not spec.is_velocity:
-        observation = CounterObservation(value, 0, 0.0)
-    else:
-        if (now - snap.timestamp).total_seconds() < spec.window_full_after:
-            observation = _carry(memory.closed_windows.get(key), value)
-        else:  # a quiet window closed: a rate of zero, and the next window starts now
-            next_state.counter_snapshots[key] = CounterSnap(value, now)
-            observation = memory.closed_windows[key] = CounterObservation(value, 0, 0.0)
-    observations[key] = observation
-    return True
+_UNKNOWN = CounterObservation(None, None, None)
 
 
-def _evaluate_one(port: PortSnapshot, spec: CounterSpec, check: str, key: str, value: int,
-                  previous: MonitorState, next_state: MonitorState,
-                  memory: CounterMemory,
+def _evaluate_one(port: PortSnapshot, spec: CounterSpec, check: str, key: str,
+                  kind: CounterKind, value: int, previous: MonitorState,
+                  next_state: MonitorState, memory: CounterMemory,
                   observations: MutableMapping[str, CounterObservation],
                   now: datetime, baseline: bool, entities: tuple[tuple[str, str], ...],
-                  where: str) -> list[HealthEvent]:
-    snap = previous.counter_snapshots.get(key)
-    path = port.counter_paths.get(spec.name, spec.path)
-    events: list[HealthEvent] = []
+                  where: str) -> Optional[HealthEvent]:
+    """One reading of one counter entry: its observation, next snapshot, latch, and event.
 
+    Ordered so that the common case (a counter that has not moved) costs a few dictionary
+    look-ups and comparisons; the arithmetic of a delta or a window runs only when needed.
+    """
+    snap = previous.counter_snapshots.get(key)
     if snap is None:
         # First poll for this key: establish the baseline; after a reboot (or with no state)
         # tell the platform the counter is healthy, clearing any stale condition.
         next_state.counter_snapshots[key] = CounterSnap(value, now)
         observations[key] = CounterObservation(value, None, None)
-        if baseline:
-            events.append(make_event(
-                check, fatal=False, healthy=True, error_code=spec.name, entities=entities,
-                message=f"Counter {spec.name} healthy after reboot on {where}", at=now))
-        return events
+        if not baseline:
+            return None
+        return make_event(
+            check, fatal=False, healthy=True, error_code=spec.name, entities=entities,
+            message=f"Counter {spec.name} healthy after reboot on {where}", at=now)
 
     flag = next_state.breach_flags.get(key)
     last = memory.last_values.get(key)
     if last is None:  # first poll after a restart: the last value persisted with a latch
         last = snap.value if flag is None or flag.last_value is None else flag.last_value
-    if wrapped_delta(path, last, value) is None:
+    if value < last and wrapped_delta(kind, last, value) is None:
         # Reset (driver reload, device reset, admin clear): restart the window from here and
         # clear a latched breach with a recovery carrying the breach's own check name.
         next_state.counter_snapshots[key] = CounterSnap(value, now)
         observations[key] = CounterObservation(value, None, None)
         memory.closed_windows.pop(key, None)
-        flag = next_state.breach_flags.pop(key, None)
-        if flag is not None:
-            events.append(make_event(
-                flag.check_name, fatal=False, healthy=True, error_code=spec.name,
-                entities=entities, message=f"Counter {spec.name} recovered on {where}", at=now))
-        return events
+        if next_state.breach_flags.pop(key, None) is None or flag is None:
+            return None
+        return make_event(
+            flag.check_name, fatal=False, healthy=True, error_code=spec.name,
+            entities=entities, message=f"Counter {spec.name} recovered on {where}", at=now)
 
     if flag is not None and flag.last_value != value:
         # Latched and still moving: persist where it is, so that a wrap across a restart is
         # judged against the last value seen, not against the breach's snapshot.
         next_state.breach_flags[key] = replace(flag, last_value=value)
-    delta = wrapped_delta(path, snap.value, value)
-    elapsed = (now - snap.timestamp).total_seconds()
-    if delta is None or elapsed < 0:
+    old = snap.value
+    delta = value - old if value >= old else wrapped_delta(kind, old, value)
+    if delta is None or now < snap.timestamp:
         # Increments that overflowed the window, or a wall clock that went backwards (the
         # window is meaningless): start a fresh one.
         next_state.counter_snapshots[key] = CounterSnap(value, now)
         observations[key] = CounterObservation(value, None, None)
-        return events
+        return None
 
-    if key in next_state.breach_flags:
+    if flag is not None:
         observations[key] = CounterObservation(value, delta, None)
-        return events  # latched: nothing to say until a reset or a reboot
+        return None  # latched: nothing to say until a reset or a reboot
 
     if spec.is_velocity:
+        elapsed = (now - snap.timestamp).total_seconds()
         if elapsed < spec.window_full_after:
             observations[key] = _carry(memory.closed_windows.get(key), value)
-            return events  # window not full yet: keep the snapshot, never extrapolate
+            return None  # window not full yet: keep the snapshot, never extrapolate
         rate = delta / elapsed * spec.window_seconds
         next_state.counter_snapshots[key] = CounterSnap(value, now)
+        observations[key] = memory.closed_windows[key] = CounterObservation(value, delta, rate)
+        breached = rate > spec.threshold
+    elif not delta:
+        # Quiet over the poll: no rate to work out, and the snapshot stays (an idle counter
+        # never forces a state write).
+        observations[key] = CounterObservation(value, 0, 0.0)
+        return None  # a delta of 0 never exceeds a threshold (config: threshold >= 0)
     else:
-        # Delta over one poll interval. The snapshot only moves when the value does, so an
-        # idle counter never forces a state write; the rate shown uses the last poll's time.
+        # Delta over one poll interval; the rate shown uses the last poll's time.
         since = memory.last_times.get(key, snap.timestamp)
         interval = (now - since).total_seconds()
         rate = delta / interval if interval > 0 else 0.0
-        if delta:
-            next_state.counter_snapshots[key] = CounterSnap(value, now)
-    observations[key] = observation = CounterObservation(value, delta, rate)
-    if spec.is_velocity:
-        memory.closed_windows[key] = observation
-    breached = (rate if spec.is_velocity else delta) > spec.threshold
-    if breached:
-        next_state.breach_flags[key] = BreachFlag(check, spec.is_fatal, now, last_value=value)
-        events.append(make_event(
-            check, fatal=spec.is_fatal, healthy=False, error_code=spec.name, entities=entities,
-            message=(f"Port {port.device} port {port.port}: {spec.name} - {spec.description} "
-                     f"(value={value}, delta={delta}, rate={rate:.2f}{spec.unit_label})"),
-            at=now))
-    return events
+        next_state.counter_snapshots[key] = CounterSnap(value, now)
+        observations[key] = CounterObservation(value, delta, rate)
+        breached = delta > spec.threshold
+    if not breached:
+        return None
+    return _breach(port, spec, check, key, value, delta, rate, next_state, entities, now)
+
+
+def _breach(port: PortSnapshot, spec: CounterSpec, check: str, key: str, value: int,
+            delta: int, rate: float, next_state: MonitorState,
+            entities: tuple[tuple[str, str], ...], now: datetime) -> HealthEvent:
+    """Latch a threshold breach (the last value seen is kept with it) and make its event."""
+    next_state.breach_flags[key] = BreachFlag(check, spec.is_fatal, now, last_value=value)
+    return make_event(
+        check, fatal=spec.is_fatal, healthy=False, error_code=spec.name, entities=entities,
+        message=(f"Port {port.device} port {port.port}: {spec.name} - {spec.description} "
+                 f"(value={value}, delta={delta}, rate={rate:.2f}{spec.unit_label})"),
+        at=now)
 
 
 def _carry(previous: Optional[CounterObservation], value: int) -> CounterObservation:
@@ -366,11 +330,11 @@ def _carry(previous: Optional[CounterObservation], value: int) -> CounterObserva
     return CounterObservation(value, previous.delta, previous.rate)
 
 
-def saturation_key(device: str, port: int, path: str) -> Optional[str]:
+def saturation_key(device: str, port: int, kind: Optional[CounterKind]) -> Optional[str]:
     """A counter file's key in ``MonitorState.saturated(_quiet)``; None if it cannot saturate."""
-    if saturation_limit(path) is None:
+    if kind is None or kind.limit is None:
         return None
-    return counter_key(device, port, posixpath.basename(path))
+    return counter_key(device, port, kind.file)
 
 
 def _saturation(known: PortEntries, port: PortSnapshot, readings: Mapping[str, object],
@@ -388,6 +352,12 @@ def _saturation(known: PortEntries, port: PortSnapshot, readings: Mapping[str, o
         table = reported if sat.reported else quiet
         if value == sat.limit:
             if sat.key in table:
+                if sat.reported:
+                    # Told already. A breach of the same identity now (a velocity window
+                    # that filled after the counter reached its limit) would say it twice.
+                    same = _same_identity(events, check, sat.file, healthy=False)
+                    if same is not None:
+                        del events[same]
                 continue
             table[sat.key] = now
             if not sat.reported:
@@ -398,8 +368,15 @@ def _saturation(known: PortEntries, port: PortSnapshot, readings: Mapping[str, o
             news = (f"saturated at {value} - monitoring of this counter is blind until it is "
                     f"cleared")
             same = _same_identity(events, check, sat.file, healthy=False)
+            flag = next_state.breach_flags.get(sat.key)
             if same is not None:  # the breach that took it there says it too
                 events[same] = replace(events[same], message=f"{events[same].message} - {news}")
+            elif flag is not None and flag.check_name == check:
+                # A breach of the same identity is latched: the platform holds the condition
+                # open already; its recovery (the counter's reset) closes both.
+                if notes is not None:
+                    notes.append(f"{sat.file} on {where} is {news} (its latched breach is "
+                                 f"the open report)")
             else:
                 events.append(make_event(
                     check, fatal=False, healthy=False, error_code=sat.file, entities=entities,

@@ -341,6 +341,18 @@ def _l40s_onprem_ipv6() -> Profile:
     )
 
 
+def _l40s_onprem_multiroute() -> Profile:
+    base = _l40s_onprem()
+    second = NicSpec("0000:0e:00.0", 0, ETH, MANAGEMENT, hca="cx6", default_route=True)
+    return dataclasses.replace(
+        base,
+        name="l40s-onprem-multiroute",
+        description="l40s-onprem with two default routes (two uplinks), each through its own "
+        "management NIC: every default route counts, both NICs are excluded",
+        nics=(base.nics[0], second, *base.nics[1:]),
+    )
+
+
 def _gb200_nvl4() -> Profile:
     gpus = (
         GpuSpec("0008:01:00.0", 0),
@@ -433,6 +445,7 @@ PROFILES: Dict[str, Callable[[], Profile]] = {
     "l40s-onprem-bond": _l40s_onprem_bond,
     "l40s-onprem-vlan": _l40s_onprem_vlan,
     "l40s-onprem-ipv6": _l40s_onprem_ipv6,
+    "l40s-onprem-multiroute": _l40s_onprem_multiroute,
     "gb200-nvl4": _gb200_nvl4,
     "h100-34": _h100_34,
     "l40-dualport": _l40_dualport,

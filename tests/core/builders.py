@@ -11,6 +11,7 @@ from nichealthd.config import Config, build_config
 from nichealthd.evaluate import CycleResult, Topology, evaluate
 from nichealthd.model import DeviceSnapshot, HostSnapshot, PortSnapshot
 from nichealthd.state import MonitorState
+from nichealthd.sysfs import counter_kind
 from nichealthd.topology import GpuTopology
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
@@ -31,13 +32,22 @@ def config(**overrides: Any) -> Config:
     return build_config(data, "test.toml", {})
 
 
+# Where the shipped config reads each counter: what the reader's kinds are decided from.
+DEFAULT_PATHS = {spec.name: spec.path for spec in config().active_counters}
+
+
 def port(device: str = "mlx5_0", number: int = 1, state: Optional[str] = ACTIVE,
          phys: Optional[str] = LINKUP, layer: Optional[str] = "InfiniBand",
          counters: Optional[dict[str, Any]] = None, operstate: Optional[str] = None,
          paths: Optional[dict[str, str]] = None) -> PortSnapshot:
+    """A port; each counter gets the kind the reader would give its file (``paths``, else
+    the shipped config's path)."""
+    paths = paths or {}
+    kinds = {name: counter_kind(paths.get(name) or DEFAULT_PATHS.get(name, name))
+             for name in counters or {}}
     return PortSnapshot(device=device, port=number, link_layer=layer, state=state,
                         phys_state=phys, operstate=operstate, counters=counters or {},
-                        counter_paths=paths or {})
+                        counter_paths=paths, counter_kinds=kinds)
 
 
 def device(name: str = "mlx5_0", pci: str = "0000:47:00.0", numa: int = 0,
@@ -96,7 +106,10 @@ def counters_port(values: dict[str, Any], **kw: Any) -> PortSnapshot:
 
 
 def with_counters(p: PortSnapshot, **values: Any) -> PortSnapshot:
-    return replace(p, counters={**p.counters, **values})
+    kinds = {name: counter_kind(p.counter_paths.get(name) or DEFAULT_PATHS.get(name, name))
+             for name in values}
+    return replace(p, counters={**p.counters, **values},
+                   counter_kinds={**p.counter_kinds, **kinds})
 
 
 def messages(result: CycleResult) -> list[str]:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from nichealthd.checks import counters
-from nichealthd.model import ABSENT, Unreadable
+from nichealthd.model import ABSENT, CounterKind, Unreadable
 from nichealthd.state import CounterSnap, MonitorState
+from nichealthd.sysfs import PMA_WIDTHS
 
 from .builders import (
     Runner,
@@ -20,6 +22,7 @@ from .builders import (
     device,
     host,
     non_baseline,
+    port,
 )
 
 
@@ -376,25 +379,23 @@ def test_messages_never_contain_semicolons() -> None:
     assert ";" not in event.message
 
 
-@pytest.mark.parametrize("seed", [20261122, 1, 2, 3])
-def test_the_quiet_counter_shortcut_changes_nothing(monkeypatch: pytest.MonkeyPatch,
-                                                    seed: int) -> None:
-    """Random polls through two runners, one without the shortcut for quiet counters.
+def random_trace(seed: int, length: int = 1500) -> tuple[list[Any], set[int], set[int]]:
+    """Random polls of one port, with the polls whose commit fails and the restarts.
 
     Counters mostly sit still (as on a healthy host), sometimes rise, breach, reset (to 0,
     to their saturation limit, to an arbitrary value); the clock steps by fractions of a
-    second to minutes and now and then goes backwards; now and then the daemon restarts.
+    second to minutes and now and then goes backwards.
     """
     rng = random.Random(seed)
     names = [spec.name for spec in config().active_counters if spec.name != "symbol_error_fatal"]
     values = {name: 0 for name in names}
     polls = []
     now = 0.0
-    for _ in range(1500):
+    for _ in range(length):
         now += rng.choice((0.3, 1, 1, 1, 1, 2, 5, 30, 61, -40 if rng.random() < 0.05 else 1))
         if rng.random() < 0.3:
             name = rng.choice(names)
-            limit = counters.PMA_SATURATION.get(name, 2**32 - 1)
+            limit = 2**PMA_WIDTHS.get(name, 32) - 1
             draw = rng.random()
             if draw < 0.1:
                 values[name] = 0
@@ -402,37 +403,90 @@ def test_the_quiet_counter_shortcut_changes_nothing(monkeypatch: pytest.MonkeyPa
                 values[name] = limit
             elif draw < 0.25:  # a reset to an arbitrary value
                 values[name] = rng.randint(0, max(values[name], 1))
-            else:  # a test value may pass the limit: a decrease to the limit is then a reset
+            elif name in PMA_WIDTHS:  # a PMA counter sticks at its limit, as the hardware does
+                values[name] = min(values[name] + rng.randint(1, 40), limit)
+            else:
                 values[name] += rng.randint(1, 40)
         readings = {**values, "symbol_error_fatal": values["symbol_error"]}
         polls.append(host(device(ports=(counters_port(readings),)), when=now))
+    failed = {index for index in range(length) if rng.random() < 0.05}
+    restarts = {index for index in range(length) if rng.random() < 0.02}
+    return polls, failed, restarts
 
-    restarts = {index for index in range(len(polls)) if rng.random() < 0.02}
 
-    def run() -> list[tuple[object, ...]]:
+@pytest.mark.parametrize("seed", [20261122, 1, 2, 3])
+def test_random_polls_failed_commits_leave_no_trace_and_the_limit_is_always_reported(
+        seed: int) -> None:
+    """#20.4: one path per rule, explored with resets to 0, to the saturation limit and to
+    arbitrary values, clock steps, failed commits and restarts.
+
+    A poll whose commit fails is evaluated and dropped (as the monitor does): the run must be
+    the run without that poll. After every committed poll, each saturating error-counter file
+    at its limit is reported as saturated (in ``state.saturated``) and no other is, and no
+    condition gets a second unhealthy event while it is open (#21.3: one report per file).
+    """
+    polls, failed, restarts = random_trace(seed)
+
+    def run(drop_failed: bool) -> list[tuple[object, ...]]:
         runner = Runner()
         results: list[tuple[object, ...]] = []
+        open_reports: set[tuple[object, ...]] = set()  # one unhealthy report per identity
         for index, snapshot in enumerate(polls):
             if index in restarts:
                 runner.restart()  # memory lost: the persisted state (and latches) stand in
+            if index in failed:
+                if not drop_failed:
+                    runner.evaluate(snapshot)  # its commit fails: nothing adopted
+                continue
             result = runner.poll(snapshot)
             results.append((result.events, result.observations, result.state.to_json()))
+            for event in result.events:
+                identity = (event.check_name, event.error_code, event.entities)
+                if not event.is_healthy:
+                    assert identity not in open_reports, (index, event.message)
+                    open_reports.add(identity)
+                else:
+                    open_reports.discard(identity)
+            values = snapshot.devices[0].ports[0].counters
+            at_limit = {f"mlx5_0:1:{name}" for name, width in PMA_WIDTHS.items()
+                        if name in values and values[name] == 2**width - 1
+                        and name not in counters.TRAFFIC_COUNTERS}
+            assert set(runner.state.saturated) == at_limit, index
         return results
 
-    taken = 0
-    real_idle = counters._idle
+    assert run(drop_failed=False) == run(drop_failed=True)
 
-    def counted_idle(*args: Any) -> bool:
-        nonlocal taken
-        quiet = real_idle(*args)
-        taken += quiet
-        return quiet
 
-    monkeypatch.setattr(counters, "_idle", counted_idle)
-    with_shortcut = run()
-    monkeypatch.setattr(counters, "_idle", lambda *args: False)
-    assert with_shortcut == run()
-    assert taken > 5000  # most counter readings took the shortcut
+def test_a_reset_to_the_saturation_limit_reports_saturation() -> None:
+    """#20 "done when": a counter reset to its limit is reported saturated, latched or not,
+    with or without the counter's last value in memory (the one path there is)."""
+    for restart in (False, True):
+        runner = Runner()
+        poll(runner, 0, link_downed=300, symbol_error=70000)  # test values above the limits
+        if restart:
+            runner.restart()
+        reset = poll(runner, 1, link_downed=255, symbol_error=65535)  # decreases: resets
+        assert sorted(e.error_code[0] for e in unhealthy(reset)) == [
+            "link_downed", "symbol_error"]
+        assert all("saturated" in e.message for e in unhealthy(reset))
+        assert set(runner.state.saturated) == {"mlx5_0:1:link_downed",
+                                               "mlx5_0:1:symbol_error"}
+
+    runner = Runner()  # latched, then reset to the limit: the recovery and the saturation
+    poll(runner, 0, link_downed=300)
+    assert unhealthy(poll(runner, 1, link_downed=301))  # the breach latches
+    reset = poll(runner, 2, link_downed=255)
+    assert [(e.is_healthy, e.check_name) for e in reset.events] == [
+        (True, "InfiniBandStateCheck"), (False, "InfiniBandDegradationCheck")]
+    assert "saturated at 255" in reset.events[1].message
+    assert runner.state.breach_flags == {}
+
+    runner = Runner()  # quiet at the limit in a state file that never recorded it
+    poll(runner, 0, link_downed=255)
+    runner.state.saturated.clear()
+    runner.restart()
+    again = poll(runner, 1, link_downed=255)
+    assert [e.error_code for e in unhealthy(again)] == [("link_downed",)]
 
 
 def test_a_reloaded_config_changes_the_counters_a_port_is_evaluated_for() -> None:
@@ -488,3 +542,79 @@ def test_breach_flag_without_last_value_still_loads() -> None:
     state.counter_snapshots["mlx5_0:1:link_downed"] = CounterSnap(1, at(0))
     assert poll(runner, 1, link_downed=3).events == ()  # latched; the last value is recorded
     assert runner.state.breach_flags["mlx5_0:1:link_downed"].last_value == 3
+
+
+def kinded_poll(runner: Runner, when: float, kind: CounterKind, value: int, path: str):
+    """One poll of a hw-counter entry whose kind contradicts its path: the kind must win."""
+    snapshot = port(counters={"rnr_nak_retry_err": value},
+                    paths={"rnr_nak_retry_err": path})
+    snapshot = replace(snapshot, counter_kinds={"rnr_nak_retry_err": kind})
+    return runner.poll(host(device(ports=(snapshot,)), when=when))
+
+
+def test_the_counter_kind_not_the_path_decides_a_wrap() -> None:
+    """#20.3: the evaluator reads what a counter is from the snapshot, never from its path."""
+    wrapping = CounterKind("rnr_nak_retry_err", 32)
+    runner = Runner()
+    kinded_poll(runner, 0, wrapping, 2**32 - 10, "/elsewhere/rnr_nak_retry_err")
+    wrap = kinded_poll(runner, 1, wrapping, 5, "/elsewhere/rnr_nak_retry_err")
+    assert [e.error_code for e in wrap.events] == [("rnr_nak_retry_err",)]  # delta 15 > 0
+    assert wrap.events[0].is_fatal and not wrap.events[0].is_healthy
+    assert wrap.observations["mlx5_0:1:rnr_nak_retry_err"].delta == 15
+
+    plain = CounterKind("rnr_nak_retry_err")  # 64-bit, though the path says hw_counters/
+    runner = Runner()
+    path = "/sys/class/infiniband/mlx5_0/ports/1/hw_counters/rnr_nak_retry_err"
+    kinded_poll(runner, 0, plain, 2**32 - 10, path)
+    reset = kinded_poll(runner, 1, plain, 5, path)
+    assert reset.events == ()  # a decrease of a 64-bit counter is a reset: no breach
+    assert reset.observations["mlx5_0:1:rnr_nak_retry_err"].delta is None
+
+
+def test_the_counter_kind_not_the_path_decides_saturation() -> None:
+    runner = Runner()
+    sat = CounterKind("rnr_nak_retry_err", 8, saturating=True)
+    kinded_poll(runner, 0, sat, 0, "/elsewhere/rnr_nak_retry_err")
+    result = kinded_poll(runner, 1, sat, 0, "/elsewhere/rnr_nak_retry_err")
+    assert result.events == ()
+    full = kinded_poll(runner, 2, sat, 255, "/elsewhere/rnr_nak_retry_err")
+    assert [(e.check_name, e.is_fatal, e.is_healthy) for e in full.events] == [
+        ("InfiniBandStateCheck", True, False),  # the breach
+        ("InfiniBandDegradationCheck", False, False)]  # the file is blind from now on
+    assert "saturated at 255" in full.events[1].message
+    assert "mlx5_0:1:rnr_nak_retry_err" in runner.state.saturated
+
+
+def test_saturation_before_the_velocity_window_fills_is_still_one_event() -> None:
+    """Found by the outside audit of #21.3 (live, 200 ms polling): the counter reaches its
+    limit while symbol_error's 1 s window is still filling, so the saturation report comes
+    first and the breach a poll later; the platform must get one unhealthy event, not two."""
+    runner = Runner()
+    poll(runner, 0, symbol_error=0)
+    first = poll(runner, 0.4, symbol_error=65535)
+    assert [(e.error_code, e.check_name) for e in unhealthy(first)] == [
+        (("symbol_error",), "InfiniBandDegradationCheck")]
+    assert "saturated at 65535" in unhealthy(first)[0].message
+    full = poll(runner, 1.0, symbol_error=65535)  # the window is full: the breach latches
+    assert unhealthy(full) == []
+    assert "mlx5_0:1:symbol_error" in runner.state.breach_flags
+    assert poll(runner, 1.4, symbol_error=65535).events == ()
+    cleared = poll(runner, 2.0, symbol_error=0)
+    assert [(e.is_healthy, e.error_code) for e in cleared.events] == [
+        (True, ("symbol_error",))]
+    assert runner.state.saturated == {} and runner.state.breach_flags == {}
+
+
+def test_saturation_while_a_breach_of_the_same_check_is_latched_is_no_second_event() -> None:
+    runner = Runner()
+    poll(runner, 0, symbol_error=0)
+    breach = poll(runner, 1, symbol_error=100)
+    assert [e.error_code for e in unhealthy(breach)] == [("symbol_error",)]
+    full = poll(runner, 2, symbol_error=65535)
+    assert unhealthy(full) == []
+    assert any("latched breach is the open report" in n for n in full.notes)
+    assert "mlx5_0:1:symbol_error" in runner.state.saturated  # still shown as saturated
+    cleared = poll(runner, 3, symbol_error=0)
+    assert [(e.is_healthy, e.error_code) for e in cleared.events] == [
+        (True, ("symbol_error",))]
+    assert runner.state.saturated == {}

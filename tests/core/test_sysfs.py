@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from nichealthd.config import load_config
-from nichealthd.model import ABSENT, Unreadable
+from nichealthd.model import ABSENT, CounterKind, Unreadable
 from nichealthd.sim import mutate
-from nichealthd.sysfs import AttributeFiles, SysfsReader, parse_counter
+from nichealthd.sysfs import AttributeFiles, SysfsReader, counter_kind, parse_counter
 
 from .builders import at
 from .conftest import open_readers, reader_for
@@ -51,6 +51,45 @@ def test_snapshot_of_a_healthy_host(host: Path) -> None:
     assert port.counter_paths["carrier_changes"].endswith(f"/{port.netdev}/carrier_changes")
     vfs = [d for d in snapshot.devices if d.is_vf]
     assert vfs and all(d.ports == () for d in vfs)  # VFs are never read
+
+
+def test_the_reader_says_what_each_counter_is(host: Path) -> None:
+    """#20.3: width and saturating/wrapping come from the reader, decided by the file's
+    directory and name, as data on the snapshot."""
+    port = port_of(reader_for(host).observe(at(0)))
+    kinds = port.counter_kinds
+    assert kinds["symbol_error"] == CounterKind("symbol_error", 16, saturating=True)
+    assert kinds["symbol_error_fatal"] == kinds["symbol_error"]  # one file, one kind
+    assert kinds["link_downed"] == CounterKind("link_downed", 8, saturating=True)
+    assert kinds["local_link_integrity_errors"].limit == 15
+    assert kinds["port_xmit_wait"].limit == 2**32 - 1
+    assert kinds["rnr_nak_retry_err"] == CounterKind("rnr_nak_retry_err", 32)
+    assert kinds["rnr_nak_retry_err"].modulus == 2**32
+    assert kinds["rnr_nak_retry_err"].limit is None
+    assert kinds["carrier_changes"] == CounterKind("carrier_changes")  # 64-bit, plain
+    assert (kinds["carrier_changes"].limit, kinds["carrier_changes"].modulus) == (None, None)
+    assert set(kinds) == set(port.counter_paths)
+
+
+def test_a_counter_file_that_vanishes_keeps_its_kind(host: Path) -> None:
+    """A saturating counter absent for a poll (rediscovered without it) is still known as
+    saturating, so its saturation record is not dropped and its clear is still reported."""
+    mutate.remove_file(host, "sys/class/infiniband/mlx5_0/ports/1/counters/symbol_error")
+    port = port_of(reader_for(host).observe(at(0)))  # discovered without the file
+    assert port.counters["symbol_error"] is ABSENT and "symbol_error" not in port.counter_paths
+    assert port.counter_kinds["symbol_error"] == CounterKind("symbol_error", 16, saturating=True)
+
+
+@pytest.mark.parametrize("path,kind", [
+    ("/s/counters/symbol_error", CounterKind("symbol_error", 16, True)),
+    ("/s/counters/port_xmit_data", CounterKind("port_xmit_data")),  # 64-bit extended
+    ("/s/hw_counters/symbol_error", CounterKind("symbol_error", 32)),
+    ("/s/hw_counters/out_of_sequence", CounterKind("out_of_sequence", 32)),
+    ("/s/statistics/symbol_error", CounterKind("symbol_error")),
+    ("counters/link_downed", CounterKind("link_downed", 8, True)),
+])
+def test_counter_kind_by_directory_and_name(path: str, kind: CounterKind) -> None:
+    assert counter_kind(path) == kind
 
 
 def test_files_stay_open_and_see_in_place_updates(host: Path) -> None:

@@ -153,3 +153,26 @@ def test_saturation_one_report_per_file_and_none_for_a_traffic_counter(
     assert [(e["errorCode"], e["isHealthy"]) for e in cleared.events] == [
         (["symbol_error"], True)]
     assert cleared.events[0]["checkName"] == "InfiniBandDegradationCheck"
+
+
+def test_saturation_report_survives_a_vanished_file_and_its_clear_is_reported(
+        sim_host: Callable[..., SimHost]) -> None:
+    """A saturated error counter whose file is absent for a while (a poll rediscovers the
+    port without it) keeps its report: when it comes back cleared, the healthy event closes
+    the condition the platform holds open."""
+    host = sim_host()
+    assert host.once().fatal() == []
+    mutate.counter(host.root, "mlx5_0", 1, "symbol_error", set_to=65535)
+    saturated = host.once()
+    assert [(e["errorCode"], e["isHealthy"]) for e in saturated.events] == [
+        (["symbol_error"], False)]
+    counter = "sys/class/infiniband/mlx5_0/ports/1/counters/symbol_error"
+    mutate.remove_file(host.root, counter)
+    assert host.once().events == []
+    assert "mlx5_0:1:symbol_error" in json.loads(host.state_file.read_text())[
+        "saturated_counters"]
+    mutate.restore_file(host.root, counter)
+    mutate.counter(host.root, "mlx5_0", 1, "symbol_error", set_to=0)
+    cleared = host.once()
+    assert [(e["errorCode"], e["isHealthy"]) for e in cleared.events] == [
+        (["symbol_error"], True)]

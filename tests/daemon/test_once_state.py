@@ -13,7 +13,7 @@ from .conftest import SimHost
 
 PROFILES = ["dgx-h100", "oci-h100", "a100-roce", "l40s-oci", "l40s-onprem", "gb200-nvl4",
             "h100-34", "l40-dualport", "l40-dualport-3", "l40s-onprem-bond", "l40s-onprem-vlan",
-            "l40s-onprem-ipv6"]
+            "l40s-onprem-ipv6", "l40s-onprem-multiroute"]
 
 
 @pytest.mark.parametrize("profile", PROFILES)
@@ -29,10 +29,11 @@ def test_classification_matches_the_spec_tables(sim_host: Callable[..., SimHost]
 
 
 @pytest.mark.parametrize("profile", ["l40s-onprem-bond", "l40s-onprem-vlan",
-                                     "l40s-onprem-ipv6"])
+                                     "l40s-onprem-ipv6", "l40s-onprem-multiroute"])
 def test_management_nic_behind_bond_vlan_or_ipv6_route_is_not_monitored(
         sim_host: Callable[..., SimHost], profile: str) -> None:
-    """Issue #21.5: without following the route it would be a storage NIC (NODE to GPUs)."""
+    """Issue #21.5: without following the route it would be a storage NIC (NODE to GPUs);
+    with several default routes, every one of them counts."""
     host = sim_host(profile)
     first = host.once("--log-level", "info")
     assert first.returncode == 0, first.stderr

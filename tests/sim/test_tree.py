@@ -33,6 +33,7 @@ EXPECTED = {
     "l40s-onprem-bond": {"compute": 4, "management": 2},
     "l40s-onprem-vlan": {"compute": 4, "management": 1},
     "l40s-onprem-ipv6": {"compute": 4, "management": 1},
+    "l40s-onprem-multiroute": {"compute": 4, "management": 2},
     "gb200-nvl4": {"compute": 4, "management": 2},
     "h100-34": {"compute": 16, "storage": 2, "vf": 16},
     "l40-dualport": {"compute": 4},
@@ -46,6 +47,13 @@ def read(path: Path) -> str:
 
 
 def default_route_iface(root: Path) -> str:
+    """The one default route's interface (most profiles have exactly one)."""
+    (only,) = default_route_ifaces(root)
+    return only
+
+
+def default_route_ifaces(root: Path) -> List[str]:
+    """Every default route's interface, IPv4 then IPv6."""
     lines = read(root / "proc/net/route").splitlines()
     assert lines[0].split() == [
         "Iface",
@@ -67,8 +75,8 @@ def default_route_iface(root: Path) -> str:
         assert len(fields) == 10 and len(fields[0]) == 32
         if fields[:2] == ["0" * 32, "00"] and fields[9] != "lo":
             defaults.append(fields[9])
-    assert len(defaults) == 1
-    return defaults[0]
+    assert defaults
+    return defaults
 
 
 def physical_netdevs(root: Path, iface: str) -> List[str]:
@@ -85,7 +93,7 @@ def classify(root: Path) -> Dict[str, str]:
     meta = json.loads(read(root / "gpu_metadata.json"))
     gpu_numas = {g["numa_node"] for g in meta["gpus"] if g["numa_node"] != -1}
     default_devs = set()
-    for netdev in physical_netdevs(root, default_route_iface(root)):
+    for netdev in (n for i in default_route_ifaces(root) for n in physical_netdevs(root, i)):
         dr = root / "sys/class/net" / netdev / "device/infiniband"
         if dr.is_dir():
             default_devs.update(os.listdir(dr))
@@ -196,14 +204,16 @@ def test_proc_metadata_and_config(built, profile: str) -> None:
     boot_id = read(root / "proc/sys/kernel/random/boot_id")
     assert boot_id.endswith("\n") and uuid.UUID(boot_id.strip()).version == 4
     # Default route: through the management NIC's netdev, which maps back to its IB device.
-    iface = default_route_iface(root)
-    assert iface == manifest["default_route_iface"]
+    ifaces = default_route_ifaces(root)
+    assert manifest["default_route_iface"] in ifaces
+    assert len(ifaces) == (2 if profile == "l40s-onprem-multiroute" else 1)
+    iface = manifest["default_route_iface"]
     if iface == "eno1":
         ib = root / "sys/class/net" / iface / "device/infiniband"
         assert (root / "sys/class/net/eno1/device/vendor").read_text() == "0x8086\n"
         assert not ib.exists()
     else:
-        for netdev in physical_netdevs(root, iface):  # a bond's slaves, a VLAN's parent
+        for netdev in (n for i in ifaces for n in physical_netdevs(root, i)):  # bond, VLAN
             ib = root / "sys/class/net" / netdev / "device/infiniband"
             (dev,) = os.listdir(ib)
             assert (ib / dev).resolve() == (root / "sys/class/infiniband" / dev).resolve()
@@ -279,6 +289,8 @@ def test_default_route_through_bond_vlan_and_ipv6(built) -> None:
     v4 = [ln.split() for ln in read(ipv6 / "proc/net/route").splitlines()[1:]]
     assert [f for f in v4 if f[1] == "00000000"] == []  # no IPv4 default route
     assert "enp13s0np0" not in {f[0] for f in v4}
+    multi = built("l40s-onprem-multiroute")
+    assert default_route_ifaces(multi) == ["enp14s0np0", "enp13s0np0"]  # two uplinks
     plain = built("l40s-onprem")
     lo_reject = [ln for ln in read(plain / "proc/net/ipv6_route").splitlines()
                  if ln.endswith(" lo") and ln.split()[8] == "00200200"]
