@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -161,13 +162,14 @@ def test_every_flag_is_a_config_key_and_flags_win(tmp_path: Path) -> None:
 
 
 def test_daemon_exits_2_naming_file_and_key(tmp_path: Path,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+                                            caplog: pytest.LogCaptureFixture) -> None:
     path = write(tmp_path, '[[counterDetection.counters]]\nname = "link_downed"\n'
                            'thresholdType = "sometimes"\n')
     assert main(["--config", path, "--once"]) == 2
-    err = capsys.readouterr().err
-    assert path in err and "thresholdType" in err and "'delta' or 'velocity'" in err
-    assert err.count("\n") == 1
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1  # one problem, one line, at error priority (issue #22)
+    assert path in errors[0] and "thresholdType" in errors[0]
+    assert "'delta' or 'velocity'" in errors[0]
 
 
 def test_unknown_top_level_key_is_an_error_with_a_hint(tmp_path: Path) -> None:
