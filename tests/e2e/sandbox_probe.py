@@ -113,12 +113,12 @@ async def main():
         json.dump(results, fh, indent=1, sort_keys=True)
     os.replace(tmp, "/var/lib/nichealthd/probe.json")
 
-    import sdnotify
+    from nichealthd.notify import Notifier
 
-    n = sdnotify.SystemdNotifier()
-    n.notify("READY=1\nSTATUS=sandbox probe: all checks recorded")
+    n = Notifier.from_environment()
+    n.ready("sandbox probe: all checks recorded")
     while True:
-        n.notify("WATCHDOG=1")
+        n.watchdog()
         await asyncio.sleep(1)
     del bus
 
