@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Dict, Set, TypedDict
 
 import pytest
 
@@ -54,9 +55,15 @@ def rpm_fedora() -> Path:
     return _build("build-rpm.sh", RPM_TOOLS, "--target", "fedora42")
 
 
+class Target(TypedDict):
+    python: str
+    dist: str
+    ships: Set[str]
+
+
 # What each rpm target ships (packaging/rpm/README.md gives the source of each line):
 # RHEL 9 BaseOS/AppStream plus EPEL 9; Fedora 42.
-TARGETS = {
+TARGETS: Dict[str, Target] = {
     "rhel9": {
         "python": "3.9",
         "dist": ".el9",
