@@ -99,16 +99,3 @@ def built_deb() -> Path:
         raise AssertionError(f"build-deb.sh failed:\n{res.stdout}\n{res.stderr}")
     line = [ln for ln in res.stdout.splitlines() if ln.startswith("build-deb: ")][-1]
     return Path(line.split(": ", 1)[1])
-
-
-def sim_host_from_outside(c: Container, root: str = "/srv/simhost") -> str:
-    """Build the sim tree into the container with this checkout's nichealthd-sim (for tests
-    that configure the daemon before its package is installed)."""
-    import sys
-
-    subprocess.run(
-        [sys.executable, "-m", "nichealthd.sim.cli", "create", str(c.path(root)),
-         "--profile", "dgx-h100"],
-        check=True, capture_output=True, cwd=REPO,
-    )  # fmt: skip
-    return root
