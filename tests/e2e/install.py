@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import shutil
@@ -24,6 +25,7 @@ def _env() -> dict:
 def wheel() -> Path:
     """Build the project's wheel once per session with Debian's python3 (= the container's)."""
     out = Path(tempfile.mkdtemp(prefix="nichealthd-wheel-"))
+    atexit.register(shutil.rmtree, out, True)  # nothing left in /tmp after the session
     src = out / "src"
     files = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
