@@ -35,6 +35,6 @@ fi
 
 if [ "${1:-}" != "--no-rootfs" ]; then
     start=$(date +%s)
-    /usr/bin/python3 "$here/tests/e2e/nspawn.py" build base deps trixie trixie-lint
+    /usr/bin/python3 "$here/tests/e2e/nspawn.py" build base deps trixie trixie-build
     echo "system-deps: e2e rootfs ready in $(( $(date +%s) - start ))s"
 fi

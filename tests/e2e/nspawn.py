@@ -12,8 +12,9 @@ The recipe is REFERENCE.md section 5, proven on these hosts:
   pip and without depending on the network at test time) and ``deps`` (``base`` with
   those dependencies installed, for the source-install test).
 * Debian 13 (trixie) flavours: ``trixie`` (as ``base``: minbase + systemd + dbus + python3,
-  the daemon's dependencies downloaded only) and ``trixie-lint`` (``trixie`` with trixie's
-  lintian installed, to lint the .deb with the lintian of the release it targets). They are
+  the daemon's dependencies downloaded only) and ``trixie-build`` (``trixie`` with trixie's
+  debhelper, dh-python and lintian installed, to build and lint the .deb with the tools of
+  the release it targets). They are
   cached beside the bookworm ones in ``<cache>-trixie`` (a harness of an older checkout
   removes the trees it does not know from its own cache directory).
 * Every test boots a throw-away copy of a flavour. ``systemd-nspawn`` is started from
@@ -46,12 +47,16 @@ from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
 SUITE = "bookworm"
+# Debian 13's packaging tools: packaging/build-deb.sh and its lintian run inside trixie.
+TRIXIE_BUILD = ("build-essential", "lintian", "debhelper", "dh-python",
+                "pybuild-plugin-pyproject", "python3-all", "python3-setuptools", "python3-wheel",
+                "dpkg-dev", "fakeroot")  # fmt: skip
 # flavour -> (Debian suite, built from, packages installed on top of it)
 FLAVOURS = {
     "base": ("bookworm", None, ()),
     "deps": ("bookworm", "base", "DAEMON_DEPS"),
     "trixie": ("trixie", None, ()),
-    "trixie-lint": ("trixie", "trixie", ("lintian",)),
+    "trixie-build": ("trixie", "trixie", TRIXIE_BUILD),
 }
 MIRROR = os.environ.get("NICHEALTHD_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 CACHE_ROOT = Path(os.environ.get("NICHEALTHD_ROOTFS_CACHE", "/var/tmp/nichealthd-rootfs"))
