@@ -1,8 +1,8 @@
 #!/bin/sh
 # Install the Debian packages the tests need (systemd tools, dbus, packaging and lint tools,
-# the real-systemd harness) and prebuild the cached Debian 12 rootfs of tests/e2e.
+# the real-systemd harness) and prebuild the cached Debian 12 and 13 rootfs trees of tests/e2e.
 # Called by .ci/run; safe to run again (apt-get is idempotent, the rootfs is cached under
-# /var/tmp/nichealthd-rootfs and rebuilt only when its package list changes).
+# /var/tmp/nichealthd-rootfs{,-trixie} and rebuilt only when its package list changes).
 # Usage: .ci/system-deps.sh [--no-rootfs]
 set -eu
 
@@ -35,6 +35,6 @@ fi
 
 if [ "${1:-}" != "--no-rootfs" ]; then
     start=$(date +%s)
-    /usr/bin/python3 "$here/tests/e2e/nspawn.py" build
+    /usr/bin/python3 "$here/tests/e2e/nspawn.py" build base deps trixie trixie-build
     echo "system-deps: e2e rootfs ready in $(( $(date +%s) - start ))s"
 fi

@@ -1,16 +1,43 @@
 """sd_notify: READY, STATUS, WATCHDOG, RELOADING, STOPPING for a ``Type=notify`` unit.
 
-Uses the sdnotify package (it silently does nothing without ``NOTIFY_SOCKET``). The watchdog
-period comes from ``WATCHDOG_USEC``, honoured only when ``WATCHDOG_PID`` is unset or ours.
+The protocol is spoken here (one datagram per message to ``$NOTIFY_SOCKET``, a path or an
+abstract ``@name``), not through the sdnotify package: RHEL 9 ships that only in EPEL, and
+the few lines below are all of it. Nothing is sent without ``NOTIFY_SOCKET``; a failed send is
+logged once and never stops the daemon. The watchdog period comes from ``WATCHDOG_USEC``,
+honoured only when ``WATCHDOG_PID`` is unset or ours.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import socket
 import time
 from typing import Optional
 
-import sdnotify
+log = logging.getLogger(__name__)
+
+
+def notify_address(socket_path: str) -> str:
+    """The socket address of a ``NOTIFY_SOCKET`` value (``@name``: abstract namespace)."""
+    return "\0" + socket_path[1:] if socket_path.startswith("@") else socket_path
+
+
+class _Socket:
+    """An unconnected AF_UNIX datagram socket that sends to the notify address."""
+
+    def __init__(self, socket_path: str) -> None:
+        self.address = notify_address(socket_path)
+        self.socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+        self._warned = False
+
+    def notify(self, message: str) -> None:
+        try:
+            self.socket.sendto(message.encode(), self.address)
+        except OSError as exc:
+            if not self._warned:  # the service manager went away: nothing to tell it
+                log.warning("sd_notify to %s failed: %s", self.address.lstrip("\0"), exc)
+                self._warned = True
 
 
 class Notifier:
@@ -19,7 +46,7 @@ class Notifier:
     def __init__(self, socket_path: Optional[str], watchdog_seconds: float = 0.0) -> None:
         self.enabled = bool(socket_path)
         self.watchdog_seconds = watchdog_seconds if self.enabled else 0.0
-        self._notifier = sdnotify.SystemdNotifier() if self.enabled else None
+        self._notifier = _Socket(socket_path) if socket_path else None
         self._last_status = ""
         self._last_summary = ""
         self._sent_at = float("-inf")
@@ -64,7 +91,7 @@ class Notifier:
         self._send("STOPPING=1\nSTATUS=stopping")
 
     def close(self) -> None:
-        """Close the notify socket (sdnotify opens one and never closes it); sends nothing more."""
+        """Close the notify socket; sends nothing more."""
         sock = getattr(self._notifier, "socket", None)
         if sock is not None:
             sock.close()

@@ -3,7 +3,8 @@
 # (dpkg-buildpackage, debhelper 13, dh-python/pybuild with pyproject) and lint it.
 #   packaging/build-deb.sh [--no-lintian]
 # Needs: debhelper dh-python pybuild-plugin-pyproject python3-all python3-setuptools
-# dpkg-dev fakeroot lintian (.ci/system-deps.sh installs them).
+# dpkg-dev fakeroot lintian (.ci/system-deps.sh installs them). Runs from a git clone or
+# from a release tarball.
 set -eu
 
 # pybuild must see Debian's python3, not a pyenv/venv one that happens to be first on PATH.
@@ -24,14 +25,11 @@ if [ "$version" != "$deb_version" ]; then
     exit 1
 fi
 
-work=$(mktemp -d /tmp/nichealthd-deb.XXXXXX)
+work=$(mktemp -d "${TMPDIR:-/tmp}/nichealthd-deb.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 src="$work/nichealthd-$version"
-mkdir "$src"
-# The files git knows about (committed or staged), as they are in the working tree.
-(cd "$repo" && git ls-files -z --cached --others --exclude-standard) |
-    (cd "$repo" && xargs -0 cp --parents -P -t "$src" 2>/dev/null || true)
-rm -rf "$src/packaging/out" "$src/debian"
+"$repo/packaging/copy-source.sh" "$repo" "$src"
+rm -rf "$src/debian"
 # debian/ holds symlinks into the tree (unit, sysusers): copy it dereferenced.
 cp -rL "$repo/packaging/deb/debian" "$src/debian"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import shutil
@@ -24,6 +25,7 @@ def _env() -> dict:
 def wheel() -> Path:
     """Build the project's wheel once per session with Debian's python3 (= the container's)."""
     out = Path(tempfile.mkdtemp(prefix="nichealthd-wheel-"))
+    atexit.register(shutil.rmtree, out, True)  # nothing left in /tmp after the session
     src = out / "src"
     files = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
@@ -99,16 +101,3 @@ def built_deb() -> Path:
         raise AssertionError(f"build-deb.sh failed:\n{res.stdout}\n{res.stderr}")
     line = [ln for ln in res.stdout.splitlines() if ln.startswith("build-deb: ")][-1]
     return Path(line.split(": ", 1)[1])
-
-
-def sim_host_from_outside(c: Container, root: str = "/srv/simhost") -> str:
-    """Build the sim tree into the container with this checkout's nichealthd-sim (for tests
-    that configure the daemon before its package is installed)."""
-    import sys
-
-    subprocess.run(
-        [sys.executable, "-m", "nichealthd.sim.cli", "create", str(c.path(root)),
-         "--profile", "dgx-h100"],
-        check=True, capture_output=True, cwd=REPO,
-    )  # fmt: skip
-    return root

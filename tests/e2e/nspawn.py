@@ -1,4 +1,4 @@
-"""Real-systemd test harness: a cached Debian 12 rootfs booted with systemd-nspawn.
+"""Real-systemd test harness: cached Debian 12 and 13 rootfs trees booted with systemd-nspawn.
 
 The recipe is REFERENCE.md section 5, proven on these hosts:
 
@@ -11,6 +11,12 @@ The recipe is REFERENCE.md section 5, proven on these hosts:
   ``apt-get install ./nichealthd_*.deb`` resolves them from Debian's index without
   pip and without depending on the network at test time) and ``deps`` (``base`` with
   those dependencies installed, for the source-install test).
+* Debian 13 (trixie) flavours: ``trixie`` (as ``base``: minbase + systemd + dbus + python3,
+  the daemon's dependencies downloaded only) and ``trixie-build`` (``trixie`` with trixie's
+  debhelper, dh-python and lintian installed, to build and lint the .deb with the tools of
+  the release it targets). They are
+  cached beside the bookworm ones in ``<cache>-trixie`` (a harness of an older checkout
+  removes the trees it does not know from its own cache directory).
 * Every test boots a throw-away copy of a flavour. ``systemd-nspawn`` is started from
   a tiny shell that first moves itself into its own cgroup in both the named systemd
   v1 hierarchy and the unified one (the host runs cgroup v1 "hybrid"), so the container's
@@ -41,6 +47,17 @@ from pathlib import Path
 from typing import Iterator, Optional, Sequence
 
 SUITE = "bookworm"
+# Debian 13's packaging tools: packaging/build-deb.sh and its lintian run inside trixie.
+TRIXIE_BUILD = ("build-essential", "lintian", "debhelper", "dh-python",
+                "pybuild-plugin-pyproject", "python3-all", "python3-setuptools", "python3-wheel",
+                "dpkg-dev", "fakeroot")  # fmt: skip
+# flavour -> (Debian suite, built from, packages installed on top of it)
+FLAVOURS = {
+    "base": ("bookworm", None, ()),
+    "deps": ("bookworm", "base", "DAEMON_DEPS"),
+    "trixie": ("trixie", None, ()),
+    "trixie-build": ("trixie", "trixie", TRIXIE_BUILD),
+}
 MIRROR = os.environ.get("NICHEALTHD_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 CACHE_ROOT = Path(os.environ.get("NICHEALTHD_ROOTFS_CACHE", "/var/tmp/nichealthd-rootfs"))
 BASE_INCLUDE = ["systemd", "systemd-sysv", "dbus", "python3"]
@@ -97,9 +114,27 @@ def unusable_reason() -> Optional[str]:
     return None
 
 
+def suite_of(flavour: str) -> str:
+    return FLAVOURS[flavour][0]
+
+
+def _cache_dir(suite: str) -> Path:
+    return CACHE_ROOT if suite == SUITE else CACHE_ROOT.with_name(f"{CACHE_ROOT.name}-{suite}")
+
+
+def _extra(flavour: str) -> list:
+    extra = FLAVOURS[flavour][2]
+    return list(DAEMON_DEPS) if extra == "DAEMON_DEPS" else list(extra)
+
+
 def _key(flavour: str) -> str:
-    text = "|".join([SUITE, MIRROR, ",".join(BASE_INCLUDE), ",".join(DAEMON_DEPS), "v2"])
-    return f"{flavour}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+    suite = suite_of(flavour)
+    text = "|".join([suite, MIRROR, ",".join(BASE_INCLUDE), ",".join(DAEMON_DEPS), "v2"])
+    if suite != SUITE:
+        text += "|" + ",".join(_extra(flavour))
+    # The first two (bookworm) keep the key of earlier checkouts: one shared cache.
+    name = flavour if suite == SUITE else flavour.replace(f"{suite}-", "").replace(suite, "base")
+    return f"{name}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
 
 
 @contextlib.contextmanager
@@ -117,7 +152,7 @@ def _chroot(root: Path, *cmd: str) -> None:
     _run(["chroot", str(root), *cmd])
 
 
-def _finish_rootfs(root: Path) -> None:
+def _finish_rootfs(root: Path, suite: str) -> None:
     """Make a fresh debootstrap tree boot cleanly and quietly under nspawn."""
     (root / "etc/hostname").write_text("nichealthd-e2e\n")
     # An empty machine-id makes systemd generate a transient one at each boot.
@@ -128,7 +163,10 @@ def _finish_rootfs(root: Path) -> None:
         if not link.exists():
             link.parent.mkdir(parents=True, exist_ok=True)
             link.symlink_to("/dev/null")
-    (root / "etc/apt/sources.list").write_text(f"deb {MIRROR} {SUITE} main\n")
+    (root / "etc/apt/sources.list").write_text(f"deb {MIRROR} {suite} main\n")
+    # trixie's debootstrap writes deb822 sources too; one source of packages is enough.
+    with contextlib.suppress(FileNotFoundError):
+        (root / "etc/apt/sources.list.d/debian.sources").unlink()
     # Keep downloaded .debs: the base flavour ships the daemon's dependencies pre-fetched.
     (root / "etc/apt/apt.conf.d/99nichealthd-keep-debs").write_text(
         'Binary::apt::APT::Keep-Downloaded-Packages "true";\n'
@@ -139,7 +177,7 @@ def _finish_rootfs(root: Path) -> None:
     )
 
 
-def _build_base(dest: Path) -> None:
+def _build_base(dest: Path, suite: str) -> None:
     tmp = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     _run(
@@ -147,26 +185,26 @@ def _build_base(dest: Path) -> None:
             "debootstrap",
             "--variant=minbase",
             "--include=" + ",".join(BASE_INCLUDE),
-            SUITE,
+            suite,
             str(tmp),
             MIRROR,
         ],
         stdout=subprocess.DEVNULL,
     )
-    _finish_rootfs(tmp)
+    _finish_rootfs(tmp, suite)
     with _chroot_mounts(tmp):
         _chroot(tmp, "apt-get", "update", "-qq")
         _chroot(tmp, "apt-get", "install", "-y", "-qq", "--download-only", *DAEMON_DEPS)
     os.replace(tmp, dest)
 
 
-def _build_deps(base: Path, dest: Path) -> None:
+def _build_deps(base: Path, dest: Path, packages: Sequence[str]) -> None:
     tmp = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     _run(["cp", "-a", "--reflink=auto", str(base), str(tmp)])
     with _chroot_mounts(tmp):
         _run(
-            ["chroot", str(tmp), "apt-get", "install", "-y", "-qq", *DAEMON_DEPS],
+            ["chroot", str(tmp), "apt-get", "install", "-y", "-qq", *packages],
             stdout=subprocess.DEVNULL,
         )
     os.replace(tmp, dest)
@@ -202,23 +240,28 @@ def _chroot_mounts(root: Path) -> Iterator[None]:
 
 
 def ensure_rootfs(flavour: str = "base") -> Path:
-    """Return the cached rootfs of FLAVOUR (``base`` or ``deps``), building it if needed."""
-    if flavour not in ("base", "deps"):
+    """Return the cached rootfs of FLAVOUR (see FLAVOURS), building it if needed."""
+    if flavour not in FLAVOURS:
         raise ValueError(flavour)
+    suite, parent, _ = FLAVOURS[flavour]
+    cache = _cache_dir(suite)
     with _lock():
-        current = {_key("base"), _key("deps")}
-        for stale in CACHE_ROOT.iterdir():  # rootfs trees of older package lists
+        cache.mkdir(parents=True, exist_ok=True)
+        current = {_key(f) for f in FLAVOURS if suite_of(f) == suite}
+        for stale in cache.iterdir():  # rootfs trees of older package lists
             if stale.is_dir() and stale.name not in current:
                 _run(["rm", "-rf", "--one-file-system", str(stale)], check=False)
-        base = CACHE_ROOT / _key("base")
-        if not base.is_dir():
-            _build_base(base)
-        if flavour == "base":
-            return base
-        deps = CACHE_ROOT / _key("deps")
-        if not deps.is_dir():
-            _build_deps(base, deps)
-        return deps
+        dest = cache / _key(flavour)
+        if dest.is_dir():
+            return dest
+        if parent is None:
+            _build_base(dest, suite)
+            return dest
+    base = ensure_rootfs(parent)
+    with _lock():
+        if not dest.is_dir():
+            _build_deps(base, dest, _extra(flavour))
+    return dest
 
 
 def _cgroup_dirs(name: str) -> list:
@@ -446,7 +489,7 @@ def main(argv: Sequence[str]) -> int:
         print(reason, file=sys.stderr)
         return 1
     if cmd == "build":
-        for flavour in ("base", "deps"):
+        for flavour in argv[1:] or ("base", "deps"):
             t0 = time.monotonic()
             path = ensure_rootfs(flavour)
             print(f"{flavour}: {path} ({time.monotonic() - t0:.0f}s)")
@@ -456,7 +499,9 @@ def main(argv: Sequence[str]) -> int:
             print(f"booted {c.name}, leader pid {c.leader}; exit the shell to power off")
             subprocess.call(["nsenter", "-t", str(c.leader), "-a", "bash", "-l"], env=_env())
         return 0
-    print("usage: nspawn.py [build | shell [base|deps]]", file=sys.stderr)
+    flavours = ", ".join(FLAVOURS)
+    print(f"usage: nspawn.py [build [FLAVOUR...] | shell [FLAVOUR]]; flavours: {flavours}",
+          file=sys.stderr)  # fmt: skip
     return 2
 
 

@@ -1,41 +1,55 @@
-"""Issue 8: the .deb in a fresh Debian 12 container under real systemd.
+"""Issues 8, 22, 24: the .deb on fresh Debian 12 and Debian 13 containers under real systemd.
 
-One container for the module, the steps in order: install with apt from Debian only (the
-daemon's dependencies come from Debian's archive; the cached rootfs holds them downloaded,
-not installed), enabled and active on a sim host configured in /etc/nichealthd/config.toml,
-nichealthctl lists the host's ports, remove stops it and keeps the state, purge deletes it.
+One container per Debian release, the steps in order, as a new operator meets them:
+
+1. ``apt-get install ./nichealthd_*.deb`` on a fresh host with the DEFAULT configuration
+   (nothing written before): the dependencies come from Debian only (pre-fetched into apt's
+   cache), the unit is enabled; it cannot start without GPU metadata, and apt says so in one
+   line, without deb-systemd-invoke's "Could not execute systemctl" noise;
+2. the operator keeps trying (``systemctl restart``, failing) and then fixes it the way the
+   README says (a nichealthd-sim host under /srv, its host keys copied into
+   /etc/nichealthd/config.toml), then a plain ``systemctl restart`` starts it: a start failure
+   the operator must fix burns no restart budget, no ``reset-failed`` needed;
+3. nichealthctl lists the host's ports, as root and as any user;
+4. remove stops it and keeps the state; purge deletes it, without dpkg warnings.
+
+Debian 13 itself builds the .deb from a release tarball with its own debhelper, and its
+lintian (not the host's Debian 12 one) finds nothing in either build.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import subprocess
 from importlib.util import find_spec
+from pathlib import Path
+from typing import Iterator
 
 import nspawn
 import pytest
-from install import built_deb, sim_host_from_outside
+from install import REPO, built_deb
 
 pytestmark = pytest.mark.e2e
 
 UNIT = "nichealthd.service"
 CTL_MISSING = find_spec("nichealthd.ctl") is None
+SIM = "/srv/simhost"
+# The README's recipe (Install: "Trying the installed service on a simulated host"), as written.
+SIM_CONFIG = (
+    f"nichealthd-sim create {SIM} --profile dgx-h100 && "
+    f"grep -E '^(sysfsRoot|procRoot|metadataPath|nodeName) ' {SIM}/nichealthd.toml "
+    "> /etc/nichealthd/config.toml"
+)
 
 
-@pytest.fixture(scope="module")
-def box(e2e_ready):
+@pytest.fixture(scope="module", params=["base", "trixie"], ids=["debian12", "debian13"])
+def box(request, e2e_ready) -> Iterator[nspawn.Container]:
     deb = built_deb()
-    c = nspawn.Container("base")
+    c = nspawn.Container(request.param)
     try:
         c.start()
-        root = sim_host_from_outside(c)
-        conf = c.path("/etc/nichealthd/config.toml")
-        conf.parent.mkdir(parents=True)
-        conf.write_text(
-            f'sysfsRoot = "{root}/sys"\nprocRoot = "{root}/proc"\n'
-            f'metadataPath = "{root}/gpu_metadata.json"\nnodeName = "e2e-deb"\n'
-            'eventLog = "/var/log/nichealthd/events.jsonl"\n'
-        )
         shutil.copy(deb, c.path("/root/" + deb.name))
         c.deb_name = deb.name  # type: ignore[attr-defined]
         yield c
@@ -49,29 +63,53 @@ def apt(c, *args: str):
     )
 
 
-def test_apt_install_pulls_debian_deps_and_starts(box):
+def test_fresh_host_install_with_default_config(box):
     c = box
+    assert not c.path("/etc/nichealthd").exists()  # nothing prepared: a fresh host
     assert c.run(["dpkg-query", "-W", "python3-grpcio"], check=False).returncode != 0
     res = apt(c, "install", f"/root/{c.deb_name}")
+    output = res.stdout + res.stderr
+    assert "Could not execute systemctl" not in output, output
     assert "pip" not in res.stdout.lower()
-    for pkg in ("python3-dbus-fast", "python3-sdnotify", "python3-grpcio", "python3-protobuf",
+    for pkg in ("python3-dbus-fast", "python3-grpcio", "python3-protobuf",
                 "python3-prometheus-client", "dbus"):  # fmt: skip
         st = c.run(["dpkg-query", "-W", "-f", "${Status}", pkg]).stdout
         assert st == "install ok installed", (pkg, st)
     # Nothing came from outside Debian's packages: no pip-installed Python modules.
     assert not list(c.path("/usr/local/lib").glob("python3*/dist-packages/*"))
-    assert c.run(["dpkg", "-S", "/usr/lib/python3/dist-packages/dbus_fast"]).stdout.startswith(
-        "python3-dbus-fast:"
-    )
+    assert c.run(["dpkg", "-S", "dbus_fast"]).stdout.startswith("python3-dbus-fast:")
+    assert c.path("/usr/lib/systemd/system/nichealthd.service").is_file()
     assert c.run(["systemctl", "is-enabled", UNIT]).stdout.strip() == "enabled"
-    c.wait_for(lambda: c.show(UNIT, "SubState") == "running", 30, what="unit running")
-    status = c.run(["systemctl", "status", "--no-pager", UNIT], check=False).stdout
-    assert "active (running)" in status, status + c.journal(UNIT)
-    assert " ports: " in c.show(UNIT, "StatusText")
     assert c.run(["id", "-un", "nichealthd"]).stdout.strip() == "nichealthd"
-    assert c.path("/var/lib/nichealthd/state.json").exists()
     assert c.path("/usr/share/dbus-1/system.d/org.nichealthd.NicHealth1.conf").exists()
     assert c.path("/usr/share/man/man8/nichealthd.8.gz").exists()
+    # The shipped config is the commented defaults: no GPU metadata here, so no start
+    # (unless the daemon learns to run without it: then it must be running).
+    c.wait_for(lambda: c.show(UNIT, "ActiveState") in ("failed", "active"), 30,
+               what="the first start to end")  # fmt: skip
+    if c.show(UNIT, "ActiveState") == "failed":
+        assert "nichealthd: installed, but the service did not start" in output, output
+        assert "systemctl status nichealthd" in output
+        assert c.show(UNIT, "NRestarts") == "0"  # an input to fix is not restarted
+        status = c.run(["systemctl", "status", "--no-pager", "-n", "20", UNIT],
+                       check=False).stdout  # fmt: skip
+        assert "gpu_metadata.json" in status, status
+    else:
+        assert "did not start" not in output, output
+
+
+def test_failed_starts_then_fix_then_plain_restart(box):
+    c = box
+    for _ in range(3):  # the operator retries before reading the docs
+        c.run(["systemctl", "restart", UNIT], check=False)
+    c.sh(SIM_CONFIG, timeout=120)
+    assert "stateFile" not in c.path("/etc/nichealthd/config.toml").read_text()
+    c.run(["nichealthctl", "config", "check", "/etc/nichealthd/config.toml"])
+    res = c.run(["systemctl", "restart", UNIT], check=False)  # no reset-failed before it
+    assert res.returncode == 0, res.stderr + c.journal(UNIT)
+    c.wait_for(lambda: c.show(UNIT, "SubState") == "running", 30, what="unit running")
+    assert " ports: " in c.show(UNIT, "StatusText")
+    assert c.path("/var/lib/nichealthd/state.json").exists()
 
 
 @pytest.mark.skipif(CTL_MISSING, reason="nichealthctl (nichealthd.ctl) not on this branch yet")
@@ -85,9 +123,6 @@ def test_nichealthctl_show_ports_lists_the_sim_host(box):
     ports = json.loads(c.run(["nichealthctl", "--json", "show", "ports"]).stdout)
     devices = {p["device"] for p in ports}
     assert {f"mlx5_{i}" for i in range(8)} <= devices, devices
-    for p in ports:
-        assert {"device", "port", "link_layer", "state", "phys_state", "healthy", "fatal",
-                "role"} <= set(p)  # fmt: skip
     # Any user may read.
     user = c.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
                   "nichealthctl", "show", "ports"])  # fmt: skip
@@ -103,10 +138,57 @@ def test_apt_remove_stops_and_keeps_state(box):
     assert c.path("/etc/nichealthd/config.toml").exists()  # conffiles stay until purge
 
 
-def test_apt_purge_removes_state(box):
+def test_apt_purge_removes_state_without_warnings(box):
     c = box
-    apt(c, "purge", "nichealthd")
+    res = apt(c, "purge", "nichealthd")
+    output = res.stdout + res.stderr
+    # Debian 13 with units under /lib: "directory '/lib/systemd/system' not empty".
+    assert not re.search(r"warning|not empty", output, re.I), output
     assert not c.path("/var/lib/nichealthd").exists()
     assert not c.path("/var/log/nichealthd").exists()
     assert not c.path("/etc/nichealthd/config.toml").exists()
     assert c.run(["dpkg-query", "-W", "nichealthd"], check=False).returncode != 0
+
+
+def release_tarball(dest: Path) -> None:
+    """The tree as `git archive` ships it (no .git): a release tarball, unpacked."""
+    tree = subprocess.run(["git", "stash", "create"], cwd=REPO, capture_output=True,
+                          text=True, check=True).stdout.strip() or "HEAD"  # fmt: skip
+    archive = subprocess.run(["git", "archive", "--format=tar", tree], cwd=REPO,
+                             capture_output=True, check=True).stdout  # fmt: skip
+    dest.mkdir(parents=True)
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+
+
+def test_debian13_builds_it_lintian_clean_and_the_same(e2e_ready):
+    """With Debian 13's debhelper and lintian (the host has Debian 12's): the README's build
+    command from a release tarball, lintian with warnings fatal (its first complaint was
+    4 x aliased-location for /lib/systemd/system), and the host-built .deb lints clean too
+    and holds the same files."""
+    if not (REPO / ".git").exists():
+        pytest.skip("this checkout is itself a release tarball")
+    deb = built_deb()
+    with nspawn.Container("trixie-build") as c:
+        release_tarball(c.path("/root/nichealthd"))
+        build = c.sh("cd /root/nichealthd && packaging/build-deb.sh", check=False, timeout=600)
+        assert build.returncode == 0, build.stdout + build.stderr
+        assert "build-deb: lintian clean" in build.stdout
+        shutil.copy(deb, c.path("/root/" + deb.name))
+        lint = c.run(["lintian", "--fail-on", "error,warning", "--display-info",
+                      "--tag-display-limit", "0", f"/root/{deb.name}"], check=False,
+                     timeout=300)  # fmt: skip
+        version = c.run(["dpkg-query", "-W", "-f", "${Version}", "lintian"]).stdout
+        ours = c.run(["dpkg-deb", "-c", f"/root/{deb.name}"]).stdout
+        theirs = c.run(["dpkg-deb", "-c", f"/root/nichealthd/packaging/out/{deb.name}"]).stdout
+    assert version.startswith("2.12"), version  # trixie's lintian, 2.122 or later
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    assert not re.search(r"^[EW]: ", lint.stdout, re.M), lint.stdout
+
+    def names(listing: str) -> set:
+        """Paths, without the installer's bookkeeping in dist-info (Debian 12's pybuild
+        keeps RECORD, Debian 13's writes INSTALLER instead)."""
+        paths = {line.split()[5] for line in listing.splitlines()}
+        return {p for p in paths if not re.search(r"\.dist-info/(RECORD|INSTALLER)$", p)}
+
+    assert "./usr/lib/systemd/system/nichealthd.service" in names(theirs)
+    assert names(ours) == names(theirs), names(ours) ^ names(theirs)
