@@ -29,7 +29,9 @@ def split_state(raw: Optional[str]) -> tuple[Optional[int], str]:
     if not raw:
         return None, ""
     number, sep, name = raw.partition(":")
-    if sep and number.strip().isdigit():
+    number = number.strip()
+    # isdigit() accepts "²", which int() rejects: only ASCII decimals are a state number.
+    if sep and number.isascii() and number.isdecimal():
         return int(number), name.strip()
     return None, raw.strip()
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Optional
 
 import pytest
+
+from nichealthd.checks.ports import is_active, split_state
 
 from .builders import (
     ACTIVE,
@@ -238,3 +241,17 @@ def test_management_and_vf_devices_are_not_monitored() -> None:
     mgmt2 = replace(mgmt, ports=(port("mlx5_8", 1, DOWN, DISABLED, "Ethernet",
                                       counters={"link_downed": 9}),))
     assert runner.poll(host(*devices, mgmt2, when=1)).events == ()
+
+
+@pytest.mark.parametrize("raw, expected", [
+    ("4: ACTIVE", (4, "ACTIVE")),
+    (" 1 : DOWN\n", (1, "DOWN")),
+    ("²: ACTIVE", (None, "²: ACTIVE")),  # isdigit() says yes, int() raises
+    ("٤: ACTIVE", (None, "٤: ACTIVE")),  # an Arabic-Indic four is no sysfs state number
+    ("--1: DOWN", (None, "--1: DOWN")),
+    ("", (None, "")),
+])
+def test_split_state_never_raises_and_takes_only_ascii_numbers(
+        raw: str, expected: tuple[Optional[int], str]) -> None:
+    assert split_state(raw) == expected
+    assert is_active(raw, "5: LinkUp") == (expected[0] == 4)
