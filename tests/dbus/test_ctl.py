@@ -312,7 +312,8 @@ def test_status_shows_the_connector_last_error(start_daemon: Callable[..., Any],
 
 
 @pytest.mark.root
-@pytest.mark.skipif(os.geteuid() != 0, reason="reloads as root and is refused as nobody: needs root")
+@pytest.mark.skipif(os.geteuid() != 0,
+                    reason="reloads as root and is refused as nobody: needs root")
 def test_reload_is_for_root_and_says_what_happened(daemon: Any) -> None:
     ok = ctl("reload")
     assert ok.returncode == 0, ok.stderr
