@@ -250,6 +250,8 @@ def status_lines(status: dict[str, Any], systemd: dict[str, Any], style: Style,
         ("started", f"{status.get('started_at', '?')}, pid {status.get('pid', '?')}"),
         ("config", str(status.get("config_path", "?"))),
     ]
+    if status.get("poll_error"):
+        rows.append(("failing", style.paint(str(status["poll_error"]), "red")))
     if status.get("reload_error"):
         rows.append(("reload", style.paint(f"last reload rejected: {status['reload_error']}",
                                            "yellow")))

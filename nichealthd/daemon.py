@@ -29,6 +29,7 @@ from .evaluate import Topology
 from .eventlog import EventLog
 from .logsetup import setup_logging
 from .monitor import Monitor
+from .pollguard import PollFailed
 from .rlimit import raise_nofile_limit
 from .topology import GpuTopology, MetadataError, load_gpu_topology, read_default_route_devices
 
@@ -193,7 +194,11 @@ def run_once(startup: Startup) -> int:
     """One poll, commit, deliver what can be delivered, exit."""
     monitor = startup.monitor
     monitor.journal.register(consumers(startup.config, startup.event_log))
-    outcome = monitor.poll()
+    try:
+        outcome = monitor.poll()
+    except PollFailed:  # logged by the monitor: nothing was committed
+        monitor.close()
+        return EXIT_STARTUP
     if startup.event_log is not None:
         startup.event_log.publish(outcome.committed)
     deliver_once(startup.config, monitor)

@@ -283,18 +283,23 @@ class MetricsService:
         return [body]
 
     def healthz(self) -> tuple[bool, str]:
-        """(True, "ok") while the last poll completed within 3 intervals; else the reason."""
+        """(True, "ok") while the last poll completed within 3 intervals and nothing fails
+        (reading, evaluating, committing); else the reason."""
         interval = self.daemon.config.polling_interval
         limit = STALE_INTERVALS * interval
         last = self.daemon.last_poll_monotonic
+        failing = self.daemon.monitor.guard.reason()
         now = time.monotonic()
         if last is None:
-            return False, (f"no poll has completed yet (started "
-                           f"{time.time() - self.daemon.started_at:.1f} s ago)")
+            return False, failing or (f"no poll has completed yet (started "
+                                      f"{time.time() - self.daemon.started_at:.1f} s ago)")
         age = now - last
         if age > limit:
             return False, (f"last poll completed {age:.1f} s ago, more than {STALE_INTERVALS} "
-                           f"polling intervals ({limit:g} s): the poller is stuck")
+                           f"polling intervals ({limit:g} s): the poller is stuck"
+                           + (f"; {failing}" if failing else ""))
+        if failing:
+            return False, failing
         return True, "ok"
 
     # -------------------------------------------------------------- families
@@ -341,6 +346,12 @@ class MetricsService:
         counter("polls", "Poll cycles completed", monitor.polls)
         counter("commit_errors", "Polls whose events and state could not be committed",
                 commit_errors)
+        failures = CounterMetricFamily(PREFIX + "poll_failures",
+                                       "Polls that failed, by the step that failed (read, "
+                                       "evaluate, commit)", labels=["cause"])
+        for cause, n in monitor.guard.totals().items():
+            failures.add_metric([cause], n)
+        out.append(failures)
         if daemon.last_poll_wall is not None:
             gauge("last_poll_timestamp_seconds", "When the last poll read sysfs (Unix time)",
                   daemon.last_poll_wall.timestamp())

@@ -18,7 +18,7 @@ import os
 import signal
 import time
 from datetime import datetime
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol, Union
 
 from . import __version__
 from .config import Config, ConfigError, load_config
@@ -28,6 +28,7 @@ from .eventlog import EventLog
 from .events import format_timestamp
 from .monitor import PollOutcome
 from .notify import Notifier
+from .pollguard import PollFailed
 from .views import overall_health, port_summary
 
 log = logging.getLogger("nichealthd")
@@ -126,6 +127,9 @@ class Daemon:
             parts.append(f"last poll {self.last_poll_wall.astimezone():%H:%M:%S}")
         if self.reload_error:
             parts.append(f"reload rejected: {self.reload_error}")
+        problem = self.monitor.guard.reason()
+        if problem:
+            parts.append(problem)
         return "; ".join(parts)
 
     def _connector_summary(self) -> str:
@@ -176,10 +180,15 @@ class Daemon:
             outcome = await self._poll(loop)
             if outcome is None:
                 break
-            self._after_poll(outcome)
+            if isinstance(outcome, PollFailed):
+                # Logged and counted by the monitor's guard; the watchdog keepalive stops
+                # only if polls keep failing past its interval (last_poll_monotonic is old).
+                self.notifier.status(self.status_line(), refresh=STATUS_REFRESH_SECONDS)
+            else:
+                self._after_poll(outcome)
             # READY=1 only once a poll has been committed: a daemon that cannot read or
             # write (fds exhausted, state directory broken) must not report itself started.
-            if first and outcome.commit_error is None:
+            if first and isinstance(outcome, PollOutcome) and outcome.commit_error is None:
                 self.notifier.ready(self.status_line())
                 log.info("nichealthd %s ready: %s", __version__, self.status_line())
                 first = False
@@ -205,12 +214,16 @@ class Daemon:
             timer.cancel()
             self._waiter = None
 
-    async def _poll(self, loop: asyncio.AbstractEventLoop) -> Optional[PollOutcome]:
-        """One poll in the worker thread; None when a stop abandoned it (see request_stop)."""
+    async def _poll(self, loop: asyncio.AbstractEventLoop
+                    ) -> Union[PollOutcome, PollFailed, None]:
+        """One poll in the worker thread; the failure when it could not read or evaluate;
+        None when a stop abandoned it (see request_stop)."""
         log.debug("poll started at monotonic %.4f", time.monotonic())
         polling = self._polling = loop.run_in_executor(self._executor, self.monitor.poll)
         try:
             return await polling
+        except PollFailed as failed:
+            return failed
         except asyncio.CancelledError:
             if not self.poll_abandoned:
                 raise
@@ -357,6 +370,7 @@ class Daemon:
             "started_at": format_timestamp(datetime.fromtimestamp(self.started_at).astimezone()),
             "config_path": self.args.config,
             "reload_error": self.reload_error,
+            "poll_error": self.monitor.guard.reason(),
             "pid": self.pid,
         }
 

@@ -4,6 +4,7 @@ disk has room again -> the recovery event arrives."""
 
 from __future__ import annotations
 
+import contextlib
 import resource
 import threading
 import time
@@ -30,6 +31,18 @@ class Lines:
     def _read(self) -> None:
         for line in self._stream:
             self.lines.append(line)
+
+    def wait_until(self, predicate: Callable[[], bool], what: str, seconds: float,
+                   daemon: Daemon) -> None:
+        """Wait for ``predicate``; fails at once, with the log, if the daemon exits."""
+        end = time.monotonic() + seconds
+        while True:
+            assert daemon.proc.poll() is None, f"exited: {''.join(self.lines[-20:])}"
+            with contextlib.suppress(OSError):
+                if predicate():
+                    return
+            assert time.monotonic() < end, f"no {what} in {seconds} s: {self.lines[-5:]}"
+            time.sleep(0.05)
 
     def wait_for(self, needle: str, count: int = 1, seconds: float = 20.0) -> None:
         end = time.monotonic() + seconds

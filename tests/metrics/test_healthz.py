@@ -12,6 +12,7 @@ from typing import Callable
 import pytest
 
 from nichealthd.metrics import MetricsService
+from nichealthd.pollguard import COMMIT, PollGuard
 
 from ..threadstop import ThreadStopper
 from .conftest import INTERVAL, RunningDaemon, free_port, get
@@ -45,7 +46,8 @@ def test_healthz_503_while_a_sysfs_read_hangs(sim: Callable[..., Path], daemon: 
 
 def _service(listen: str = "127.0.0.1:0") -> MetricsService:
     config = SimpleNamespace(metrics_listen=listen, polling_interval=1.0)
-    fake = SimpleNamespace(config=config, last_poll_monotonic=None, started_at=time.time())
+    fake = SimpleNamespace(config=config, last_poll_monotonic=None, started_at=time.time(),
+                           monitor=SimpleNamespace(guard=PollGuard()))
     return MetricsService(fake)  # type: ignore[arg-type]
 
 
@@ -58,6 +60,18 @@ def test_healthz_before_the_first_poll() -> None:
     service.daemon.last_poll_monotonic = time.monotonic() - 3.5
     ok, reason = service.healthz()
     assert not ok and "3 polling intervals (3 s)" in reason
+
+
+def test_healthz_503_with_the_reason_while_commits_fail() -> None:
+    service = _service()
+    service.daemon.last_poll_monotonic = time.monotonic()
+    guard = service.daemon.monitor.guard
+    guard.failed(COMMIT, "cannot write /s/state.json: File too large", "%s")
+    ok, reason = service.healthz()
+    assert not ok and reason.startswith("commits failing since ")
+    assert reason.endswith("(1 in a row): cannot write /s/state.json: File too large")
+    guard.succeeded(COMMIT)
+    assert service.healthz() == (True, "ok")
 
 
 def test_empty_listen_disables_the_service() -> None:
