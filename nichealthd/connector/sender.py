@@ -24,6 +24,7 @@ from typing import Any, Callable, Optional
 
 import grpc
 
+from ..appendfile import append as append_file
 from ..config import Config
 from ..events import format_timestamp
 from ..store import Journal, JournalEntry
@@ -391,10 +392,7 @@ class Sender:
         }, separators=(",", ":")) + "\n" for e in batch)
         try:
             self._rotate_deadletters()
-            with open(self.deadletter_path, "a", encoding="utf-8") as handle:
-                handle.write(lines)
-                handle.flush()
-                os.fsync(handle.fileno())
+            append_file(self.deadletter_path, lines.encode(), 0o666)  # all or none, fsynced
         except OSError as exc2:
             self._set_state("down", f"cannot write {self.deadletter_path}: {exc2.strerror}",
                             code="DEADLETTER")
