@@ -234,6 +234,6 @@ def test_empty_target_disables_forwarding(host: Path) -> None:
     service = Daemon(startup, args)
     services = service._make_services()
     assert not any(s.name == "platform connector" for s in services)
-    assert service.connector_state["state"] == "disabled"
+    assert service.connector.state == "disabled"
     assert "connector disabled" in service.status_line()
     startup.monitor.close()

@@ -9,10 +9,10 @@ import pytest
 from pyfakefs.fake_filesystem import FakeFilesystem
 
 from nichealthd.config import load_config
-from nichealthd.daemon import load_topology
 from nichealthd.events import HealthEvent, make_event
 from nichealthd.monitor import Monitor
 from nichealthd.sim import mutate, tree
+from nichealthd.startup import load_topology
 from nichealthd.state import MonitorState
 from nichealthd.store import Journal, load_state, save_state
 

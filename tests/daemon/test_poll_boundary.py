@@ -23,12 +23,12 @@ from typing import Callable, Iterator
 import pytest
 
 from nichealthd.config import load_config
-from nichealthd.daemon import Startup, load_topology
 from nichealthd.model import HostSnapshot
 from nichealthd.monitor import Monitor
 from nichealthd.notify import Notifier
 from nichealthd.service import Daemon as ServiceDaemon
 from nichealthd.sim import mutate
+from nichealthd.startup import Startup, load_topology
 from nichealthd.sysfs import SysfsReader
 
 from ..metrics.conftest import free_port, get, parse
