@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
 import resource
 import shutil
 import threading
-import time
 from datetime import datetime
 from typing import Callable, Iterator
 
@@ -31,9 +29,9 @@ from nichealthd.sim import mutate
 from nichealthd.startup import Startup, load_topology
 from nichealthd.sysfs import SysfsReader
 
+from ..harness import wait_until
 from ..metrics.conftest import free_port, get, parse
 from .conftest import SimHost
-from .test_failed_commit_recovery import Lines
 from .test_service import Daemon, NotifySocket, notify  # noqa: F401 (fixture)
 
 
@@ -44,8 +42,9 @@ class Running:
         self.host = host
         self.notify = notify
         self.base = f"http://127.0.0.1:{free_port()}"
-        self.daemon = Daemon(host, notify, "--metrics-listen", self.base[len("http://"):])
-        self.lines = Lines(self.daemon)
+        self.daemon = Daemon(host, notify, "--metrics-listen", self.base[len("http://"):],
+                             "--log-level", "info")
+        self.lines = self.daemon.lines
         notify.wait_for("READY=1")
 
     def healthz(self) -> tuple[int, str]:
@@ -57,8 +56,8 @@ class Running:
         samples = parse(text)
         return samples[("nichealthd_poll_failures_total", frozenset({("cause", cause)}))]
 
-    def wait_for(self, predicate: Callable[[], bool], what: str, seconds: float = 20.0) -> None:
-        self.lines.wait_until(predicate, what, seconds, self.daemon)
+    def wait_for(self, predicate: Callable[[], bool], what: str) -> None:
+        self.daemon.wait_until(predicate, what)
 
 
 @pytest.fixture
@@ -67,8 +66,8 @@ def running(sim_host: Callable[..., SimHost], notify: NotifySocket  # noqa: F811
     daemon = Running(sim_host(), notify)
     assert daemon.healthz() == (200, "ok\n")
     yield daemon
-    code = daemon.daemon.stop()[0]
-    assert code == 0, "".join(daemon.lines.lines[-20:])
+    code, err = daemon.daemon.stop()
+    assert code == 0, err[-2000:]
 
 
 class RaisingReader(SysfsReader):
@@ -151,17 +150,17 @@ def test_a_poll_that_raises_every_time_leaves_the_daemon_running_and_says_so(
     polls: list[int] = []
 
     def drive() -> None:
-        wait(lambda: running.healthz() == (200, "ok\n"), "/healthz 200")
+        wait_until(lambda: running.healthz() == (200, "ok\n"), "/healthz 200")
         polls.append(running.monitor.polls)
         running.reader.failing = True
-        wait(lambda: running.failures("read") >= 5, "5 failed polls")
+        wait_until(lambda: running.failures("read") >= 5, "5 failed polls")
         polls.append(running.monitor.polls)
         status, seen["healthz"] = running.healthz()
         assert status == 503, seen["healthz"]
         seen["poll_error"] = str(running.daemon.status()["poll_error"])
         seen["notify"] = notify.wait_for("polls failing")
         running.reader.failing = False
-        wait(lambda: running.healthz() == (200, "ok\n"), "/healthz 200 again")
+        wait_until(lambda: running.healthz() == (200, "ok\n"), "/healthz 200 again")
 
     with caplog.at_level(logging.INFO):
         running.run(drive)
@@ -187,35 +186,25 @@ def test_the_watchdog_is_withheld_only_while_polls_keep_failing_past_its_interva
         return sum("WATCHDOG=1" in m for _, m in notify.messages)
 
     def drive() -> None:
-        wait(lambda: keepalives() >= 1, "a keepalive")
+        wait_until(lambda: keepalives() >= 1, "a keepalive")
         running.reader.failing = True  # briefly: about 0.5 s
-        wait(lambda: running.failures("read") >= 5, "5 failed polls")
+        wait_until(lambda: running.failures("read") >= 5, "5 failed polls")
         running.reader.failing = False
-        wait(lambda: running.healthz()[0] == 200, "/healthz 200")
+        wait_until(lambda: running.healthz()[0] == 200, "/healthz 200")
         assert not [r for r in caplog.records if "withholding" in r.getMessage()]
         before = keepalives()
         running.reader.failing = True  # now for good
-        wait(lambda: any("withholding" in r.getMessage() for r in caplog.records),
+        wait_until(lambda: any("withholding" in r.getMessage() for r in caplog.records),
              "the keepalive withheld")
         withheld = keepalives()
-        wait(lambda: running.failures("read") >= 30, "3 s more of failed polls")
+        wait_until(lambda: running.failures("read") >= 30, "3 s more of failed polls")
         assert keepalives() == withheld and withheld >= before
         running.reader.failing = False
-        wait(lambda: keepalives() > withheld, "the keepalive again")
+        wait_until(lambda: keepalives() > withheld, "the keepalive again")
 
     with caplog.at_level(logging.INFO):
         running.run(drive)
     assert any("watchdog resumed" in r.getMessage() for r in caplog.records)
-
-
-def wait(predicate: Callable[[], bool], what: str, seconds: float = 20.0) -> None:
-    end = time.monotonic() + seconds
-    while True:
-        with contextlib.suppress(OSError):
-            if predicate():
-                return
-        assert time.monotonic() < end, f"no {what} within {seconds} s"
-        time.sleep(0.02)
 
 
 def test_commits_failing_on_a_full_disk_make_healthz_503_until_there_is_room(
@@ -236,7 +225,7 @@ def test_commits_failing_on_a_full_disk_make_healthz_503_until_there_is_room(
     finally:
         resource.prlimit(pid, resource.RLIMIT_FSIZE, (hard, hard))  # room again
     running.wait_for(lambda: running.healthz() == (200, "ok\n"), "/healthz 200")
-    running.lines.wait_for("commit works again after")
+    running.lines.wait_for("commit works again after", proc=running.daemon.proc)
 
 
 def test_a_state_path_that_is_a_directory_makes_healthz_503(running: Running) -> None:
