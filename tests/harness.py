@@ -12,7 +12,7 @@ import contextlib
 import subprocess
 import threading
 import time
-from typing import IO, Callable, Optional
+from typing import IO, Any, Callable, Optional
 
 DEADLINE = 30.0  # seconds; reached only when the awaited thing never comes
 CHECK_EVERY = 0.02  # between two checks of the condition (not a synchronisation)
@@ -20,7 +20,7 @@ POLL_STARTED = "poll started at monotonic"  # one debug line per poll (nichealth
 
 
 def wait_until(predicate: Callable[[], bool], what: str, timeout: float = DEADLINE,
-               proc: Optional[subprocess.Popen[str]] = None,
+               proc: Optional[subprocess.Popen[Any]] = None,
                detail: Callable[[], str] = str) -> None:
     """Return once ``predicate()`` is true; fail naming ``what`` (and ``detail()``) at the
     deadline, or at once if ``proc`` exited. OSError from the predicate counts as false."""
