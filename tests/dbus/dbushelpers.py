@@ -213,3 +213,15 @@ def wait_polls(more: int, timeout: float = 30.0) -> int:
                 await asyncio.sleep(0.05)
 
     return int(run(go()))
+
+
+def wait_log(daemon: DaemonProcess, needle: str, count: int = 1, timeout: float = 30.0) -> str:
+    """Until the daemon logged ``needle`` ``count`` times; returns the log then."""
+    deadline = time.monotonic() + timeout
+    while True:
+        log = daemon.log()
+        if log.count(needle) >= count:
+            return log
+        assert daemon.proc.poll() is None, f"nichealthd exited:\n{log}"
+        assert time.monotonic() < deadline, f"{needle!r} x{count} not logged:\n{log}"
+        time.sleep(0.05)
