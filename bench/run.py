@@ -49,9 +49,9 @@ sys.path[:0] = [str(REPO), str(REPO / "tests" / "dbus")]
 from testbus import start_bus  # noqa: E402
 
 from nichealthd.config import load_config  # noqa: E402
-from nichealthd.daemon import load_topology, prepare_state_dir  # noqa: E402
 from nichealthd.monitor import Monitor  # noqa: E402
 from nichealthd.sim import mutate, tree  # noqa: E402
+from nichealthd.startup import load_topology, prepare_state_dir  # noqa: E402
 from nichealthd.sysfs import SysfsReader  # noqa: E402
 
 TARGET_HOST = 34

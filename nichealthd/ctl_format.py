@@ -347,6 +347,8 @@ def status_lines(status: dict[str, Any], systemd: dict[str, Any], style: Style,
         ("started", f"{status.get('started_at', '?')}, pid {status.get('pid', '?')}", None),
         ("config", str(status.get("config_path", "?")), None),
     ]
+    if status.get("poll_error"):
+        rows.append(("failing", str(status["poll_error"]), "red"))
     if status.get("reload_error"):
         rows.append(("reload", f"last reload rejected: {status['reload_error']}", "yellow"))
     rows.append(("systemd", str(systemd.get("summary", "?")), None))

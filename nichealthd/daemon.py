@@ -1,4 +1,5 @@
-"""``nichealthd``: command line, start-up checks, ``--once``, and the long-running service.
+"""``nichealthd``: the command-line entry: parse, load, start-up checks, ``--once``; then it
+hands the validated start to the runtime, :mod:`nichealthd.service` (which never imports this).
 
 Start-up failures exit with a status an operator can act on: 2 for an invalid command line or
 config (the message names the file, the key and the problem), 1 for anything else (the
@@ -11,7 +12,6 @@ import argparse
 import logging
 import os
 import sys
-from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 from . import __version__
@@ -25,16 +25,29 @@ from .config import (
     ConfigError,
     load_config,
 )
-from .evaluate import Topology
+from .connector.sender import deliver_pending_once
 from .eventlog import EventLog
 from .logsetup import log_start_failure, setup_logging
 from .monitor import Monitor
+from .pollguard import PollFailed
 from .rlimit import raise_nofile_limit
-from .topology import GpuTopology, MetadataError, load_gpu_topology, read_default_route_devices
+from .service import run_service
+from .startup import (
+    EXIT_OK,
+    EXIT_STARTUP,
+    EXIT_USAGE,
+    Startup,
+    StartupError,
+    consumers,
+    load_topology,
+    prepare_state_dir,
+)
+
+__all__ = ["EXIT_CRASH", "EXIT_OK", "EXIT_STARTUP", "EXIT_USAGE", "build_parser", "main",
+           "run_once", "start"]
 
 log = logging.getLogger("nichealthd")
 
-EXIT_OK, EXIT_STARTUP, EXIT_USAGE = 0, 1, 2
 # An unexpected exception in the running daemon (a bug): systemd restarts the unit after it.
 # Not 1, which RestartPreventExitStatus= reserves for start-up failures (DESIGN §2.3).
 EXIT_CRASH = 70  # EX_SOFTWARE
@@ -42,16 +55,6 @@ EXIT_CRASH = 70  # EX_SOFTWARE
 # start budget for the operator's retry; the message says how.
 UNDER_SYSTEMD_HINT = ("; systemd does not restart nichealthd after this: fix it, then run "
                       "`systemctl restart nichealthd`")
-PRIVATE_TMP_HINT = ("; if nichealthd runs as the installed service, note that it runs with "
-                    "PrivateTmp=yes: /tmp and /var/tmp are private to it, so put the tree "
-                    "elsewhere (e.g. /srv/nichealthd-sim)")
-
-
-def sandbox_hint(path: str) -> str:
-    """Why a path an operator sees may be missing for the service: PrivateTmp=."""
-    under_tmp = any(path == d or path.startswith(d + "/") for d in ("/tmp", "/var/tmp"))
-    return PRIVATE_TMP_HINT if under_tmp and not os.path.exists(path) else ""
-
 # flag dest -> config key: every flag is also a config key, and flags win.
 FLAG_KEYS = {
     "sysfs_root": "sysfsRoot",
@@ -70,10 +73,6 @@ FLAG_KEYS = {
     "event_log": "eventLog",
     "log_level": "logLevel",
 }
-
-
-class StartupError(Exception):
-    """A start-up failure that is not a config error (exit 1); the text says what to do."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -133,40 +132,6 @@ def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
             if getattr(args, dest) is not None}
 
 
-def load_topology(config: Config) -> Topology:
-    """GPU metadata (a hard dependency unless devices are pinned) and the default route."""
-    if config.nic_inclusion_regex_override:
-        gpus = GpuTopology.empty()
-    else:
-        try:
-            gpus = load_gpu_topology(config.metadata_path)
-        except MetadataError as exc:
-            raise StartupError(str(exc) + sandbox_hint(config.metadata_path)) from None
-    return Topology(gpus, read_default_route_devices(config.proc_root, config.sys_class_net))
-
-
-def prepare_state_dir(config: Config) -> None:
-    try:
-        os.makedirs(config.state_dir, exist_ok=True)
-    except OSError as exc:
-        raise StartupError(f"cannot create the state directory {config.state_dir}: "
-                           f"{exc.strerror} (run as root, or set --state-file to a writable "
-                           f"path)") from None
-    if not os.access(config.state_dir, os.W_OK):
-        raise StartupError(f"the state directory {config.state_dir} is not writable by this "
-                           f"user (set --state-file to a writable path)")
-
-
-@dataclass
-class Startup:
-    """Everything a validated start produced."""
-
-    config: Config
-    overrides: dict[str, Any]
-    monitor: Monitor
-    event_log: Optional[EventLog]
-
-
 def start(args: argparse.Namespace) -> Startup:
     """Validate everything that can be validated before the first poll."""
     overrides = flag_overrides(args)
@@ -188,21 +153,15 @@ def start(args: argparse.Namespace) -> Startup:
     return Startup(config, overrides, monitor, event_log)
 
 
-def consumers(config: Config, event_log: Optional[EventLog]) -> list[str]:
-    """Journal consumers of this configuration (each keeps its own delivery cursor)."""
-    names = []
-    if event_log is not None and event_log.durable:
-        names.append(event_log.name)
-    if config.platform_connector_socket:
-        names.append("connector")
-    return names
-
-
 def run_once(startup: Startup) -> int:
     """One poll, commit, deliver what can be delivered, exit."""
     monitor = startup.monitor
     monitor.journal.register(consumers(startup.config, startup.event_log))
-    outcome = monitor.poll()
+    try:
+        outcome = monitor.poll()
+    except PollFailed:  # logged by the monitor: nothing was committed
+        monitor.close()
+        return EXIT_STARTUP
     if startup.event_log is not None:
         startup.event_log.publish(outcome.committed)
     deliver_once(startup.config, monitor)
@@ -212,13 +171,8 @@ def run_once(startup: Startup) -> int:
 
 def deliver_once(config: Config, monitor: Monitor) -> None:
     """Forward pending events when a connector is configured and its socket exists."""
-    if not config.platform_connector_socket:
-        return
-    try:
-        from .connector.sender import deliver_pending_once
-    except ImportError:  # forwarding is not built yet: events stay in the outbox
-        return
-    deliver_pending_once(config, monitor.journal)
+    if config.platform_connector_socket:
+        deliver_pending_once(config, monitor.journal)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -242,7 +196,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_STARTUP
     if args.once:
         return run_once(startup)
-    from .service import run_service
     try:
         return run_service(startup, args)
     except Exception:  # a bug: log it, and exit with a status systemd restarts after

@@ -20,6 +20,7 @@ import logging
 import os
 from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
+from .context import ServiceContext
 from .dbus_common import (
     BUS_NAME,
     DBUS_LIBRARY,
@@ -229,9 +230,9 @@ class DbusService:
 
     name = "D-Bus API"
 
-    def __init__(self, daemon: Any) -> None:
-        self.daemon = daemon
-        self.mode = daemon.config.dbus
+    def __init__(self, context: ServiceContext) -> None:
+        self.context = context
+        self.mode = context.config().dbus
         self.enabled = self.mode != "none"
         self.bus: Optional[Any] = None
         self.interface: Optional[NicHealthInterface] = None
@@ -250,7 +251,7 @@ class DbusService:
 
     async def start(self) -> None:
         """Connect (waiting at most CONNECT_TIMEOUT), then keep the connection up."""
-        self._status = self.daemon.status()
+        self._status = self.context.status()
         self._props = self._prop_values(self._status)
         first = asyncio.Event()
         self._task = asyncio.ensure_future(self._supervise(first))
@@ -260,22 +261,23 @@ class DbusService:
             pass
 
     def on_poll(self, outcome: Any) -> None:
-        self._view = (outcome.snapshot, outcome.result, self.daemon.monitor.state,
-                      self.daemon.config)
+        view = self.context.view()
+        if view is not None:  # after a completed poll, always
+            self._view = (outcome.snapshot, outcome.result, view.state, view.config)
         self._cache.clear()
-        self._status = self.daemon.status()
+        self._status = self.context.status()
         self._signal_ports(outcome.committed)
         if self.interface is not None:
             for entry in outcome.committed:
                 self.interface.EventEmitted(self._event_variants(entry))
         self._signal_properties()
-        self._settle_reloads(self.daemon.reload_error)
+        self._settle_reloads(self.context.reload_error())
 
     def on_reload(self, config: Any) -> None:
         if config.dbus != self.mode:
             log.warning("dbus = %r takes effect at the next restart (serving on the %s bus)",
                         config.dbus, self.mode)
-        self._resolve_reloads(True, f"configuration reloaded from {self.daemon.args.config}")
+        self._resolve_reloads(True, f"configuration reloaded from {self.context.config_path}")
 
     async def stop(self) -> None:
         self._stopping = True
@@ -376,12 +378,12 @@ class DbusService:
 
     def _require_view(self) -> Tuple[Any, Any, Any, Any]:
         if self._view is None:
-            last = self.daemon.monitor.last
-            if last is None:
+            view = self.context.view()
+            if view is None:
                 raise DBusError(ERROR_PREFIX + "NotReady",
                                 "nichealthd has not completed its first poll yet")
-            self._view = (last.snapshot, last.result, self.daemon.monitor.state,
-                          self.daemon.config)
+            self._view = (view.outcome.snapshot, view.outcome.result, view.state,
+                          self.context.config())
         return self._view
 
     def _port_records(self) -> List[Dict[str, Any]]:
@@ -431,8 +433,8 @@ class DbusService:
                             f"{device} has no port {port} (ports: {ports})")
 
     def list_events(self, limit: int) -> List[Dict[str, Any]]:
-        journal = self.daemon.monitor.journal
-        size = max(int(self.daemon.config.event_history_size), 1)
+        journal = self.context.journal
+        size = max(int(self.context.config().event_history_size), 1)
         entries = journal.history(min(limit, size) if limit else size)
         if len(self._event_cache) > 4 * size:
             keep = {e.seq for e in entries}
@@ -446,7 +448,7 @@ class DbusService:
         return cached
 
     def get_status(self) -> Dict[str, Any]:
-        status = dict(self.daemon.status())
+        status = dict(self.context.status())
         status["dbus_library"] = DBUS_LIBRARY
         return to_variants(status)
 
@@ -511,9 +513,9 @@ class DbusService:
     async def reload(self) -> Tuple[bool, str]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Tuple[bool, str]] = loop.create_future()
-        self._reload_waiters.append((self.daemon.monitor.polls, future))
+        self._reload_waiters.append((self.context.stats().polls, future))
         log.info("reload requested over D-Bus")
-        self.daemon.request_reload()
+        self.context.request_reload()
         try:
             return await asyncio.wait_for(asyncio.shield(future), RELOAD_WAIT)
         except asyncio.TimeoutError:
@@ -523,7 +525,7 @@ class DbusService:
     def _settle_reloads(self, reload_error: str) -> None:
         """A reload is attempted right after the poll that follows the request; by the
         second poll after it, a waiter that on_reload did not resolve was rejected."""
-        polls = self.daemon.monitor.polls
+        polls = self.context.stats().polls
         still = []
         for requested_at, future in self._reload_waiters:
             if future.done():

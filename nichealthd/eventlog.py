@@ -12,6 +12,7 @@ import os
 import sys
 from typing import Iterable
 
+from .appendfile import append as append_file
 from .store import Journal, JournalEntry
 
 log = logging.getLogger(__name__)
@@ -44,12 +45,9 @@ class EventLog:
         entries = self.journal.pending(self.name)
         if not entries:
             return
-        data = "".join(json.dumps(e.event.to_json()) + "\n" for e in entries)
+        data = "".join(json.dumps(e.event.to_json()) + "\n" for e in entries).encode()
         try:
-            with open(self.path, "a", encoding="utf-8") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
+            append_file(self.path, data, 0o666)  # all lines or none, fsynced (umask applies)
         except OSError as exc:
             if not self._broken:
                 log.error("cannot append to event log %s: %s (events are kept and written "

@@ -51,7 +51,7 @@ from .views import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .service import Daemon
+    from .context import ServiceContext
 
 log = logging.getLogger(__name__)
 
@@ -188,9 +188,9 @@ class MetricsService:
 
     name = "metrics"
 
-    def __init__(self, daemon: Daemon) -> None:
-        self.daemon = daemon
-        self.listen = daemon.config.metrics_listen
+    def __init__(self, context: ServiceContext) -> None:
+        self.context = context
+        self.listen = context.config().metrics_listen
         self.enabled = bool(self.listen.strip())
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))
@@ -211,7 +211,10 @@ class MetricsService:
         self._serve(self.listen)
 
     def on_poll(self, outcome: PollOutcome) -> None:
-        picture = _Picture(outcome, self.daemon.monitor.state, self.daemon.monitor.config)
+        view = self.context.view()
+        if view is None:  # not after a completed poll: nothing to publish
+            return
+        picture = _Picture(outcome, view.state, view.config)
         with self._lock:
             for entry in outcome.committed:
                 event = entry.event
@@ -283,18 +286,23 @@ class MetricsService:
         return [body]
 
     def healthz(self) -> tuple[bool, str]:
-        """(True, "ok") while the last poll completed within 3 intervals; else the reason."""
-        interval = self.daemon.config.polling_interval
+        """(True, "ok") while the last poll completed within 3 intervals and nothing fails
+        (reading, evaluating, committing); else the reason."""
+        interval = self.context.config().polling_interval
         limit = STALE_INTERVALS * interval
-        last = self.daemon.last_poll_monotonic
+        stats = self.context.stats()
+        last, failing = stats.last_poll_monotonic, stats.failing
         now = time.monotonic()
         if last is None:
-            return False, (f"no poll has completed yet (started "
-                           f"{time.time() - self.daemon.started_at:.1f} s ago)")
+            return False, failing or (f"no poll has completed yet (started "
+                                      f"{time.time() - stats.started_at:.1f} s ago)")
         age = now - last
         if age > limit:
             return False, (f"last poll completed {age:.1f} s ago, more than {STALE_INTERVALS} "
-                           f"polling intervals ({limit:g} s): the poller is stuck")
+                           f"polling intervals ({limit:g} s): the poller is stuck"
+                           + (f"; {failing}" if failing else ""))
+        if failing:
+            return False, failing
         return True, "ok"
 
     # -------------------------------------------------------------- families
@@ -314,9 +322,8 @@ class MetricsService:
 
     def _daemon_families(self, events: dict[tuple[str, str, str], int], commit_errors: int,
                          buckets: list[int], count: int, total: float) -> list[Metric]:
-        daemon = self.daemon
-        monitor = daemon.monitor
-        connector = daemon.connector_state
+        stats = self.context.stats()
+        connector = self.context.connector()
         out: list[Metric] = []
 
         def gauge(name: str, doc: str, value: float) -> None:
@@ -338,12 +345,18 @@ class MetricsService:
             PREFIX + "poll_duration_seconds",
             "Wall time of one poll cycle (read sysfs, evaluate, commit)",
             buckets=cumulative, sum_value=total))
-        counter("polls", "Poll cycles completed", monitor.polls)
+        counter("polls", "Poll cycles completed", stats.polls)
         counter("commit_errors", "Polls whose events and state could not be committed",
                 commit_errors)
-        if daemon.last_poll_wall is not None:
+        failures = CounterMetricFamily(PREFIX + "poll_failures",
+                                       "Polls that failed, by the step that failed (read, "
+                                       "evaluate, commit)", labels=["cause"])
+        for cause, n in stats.failures.items():
+            failures.add_metric([cause], n)
+        out.append(failures)
+        if stats.last_poll_wall is not None:
             gauge("last_poll_timestamp_seconds", "When the last poll read sysfs (Unix time)",
-                  daemon.last_poll_wall.timestamp())
+                  stats.last_poll_wall.timestamp())
         family = CounterMetricFamily(PREFIX + "events",
                                      "Health events committed, by check and severity",
                                      labels=["check", "fatal", "healthy"])
@@ -351,19 +364,19 @@ class MetricsService:
             family.add_metric(list(key), events[key])
         out.append(family)
         counter("connector_sends", "Events the platform connector accepted",
-                int(connector.get("sent", 0)))
+                connector.sent)
         counter("connector_errors", "Failed sends to the platform connector",
-                int(connector.get("errors", 0)))
+                connector.errors)
         gauge("connector_up", "1 while connected to the platform connector, else 0",
-              1 if connector.get("state") == "connected" else 0)
+              1 if connector.state == "connected" else 0)
         gauge("outbox_depth", "Committed events not yet delivered to the platform connector",
-              int(connector.get("outbox_depth", 0)))
+              connector.outbox_depth)
         gauge("dead_letters", "Events the platform connector rejected permanently",
-              int(connector.get("dead_letters", 0)))
+              connector.dead_letters)
         counter("unreadable_reads", "sysfs reads that gave no usable value",
-                monitor.reader.unreadable_reads)
+                stats.unreadable_reads)
         gauge("einval_ignored_files", "Counter files that failed with EINVAL and are no "
-              "longer read (restricted functions)", len(monitor.reader.einval))
+              "longer read (restricted functions)", stats.einval_files)
         return out
 
 

@@ -23,6 +23,7 @@ from .checks.counters import CounterMemory
 from .config import Config
 from .evaluate import CycleResult, Topology, evaluate
 from .model import HostSnapshot
+from .pollguard import COMMIT, EVALUATE, READ, PollFailed, PollGuard, describe_exception
 from .state import MonitorState
 from .store import (
     CommitError,
@@ -79,6 +80,7 @@ class Monitor:
         self.memory = CounterMemory()
         self.baseline = False
         self.polls = 0
+        self.guard = PollGuard(monotonic)
         self.last: Optional[PollOutcome] = None
         self._last_roles: dict[str, Role] = {}
         self._flushed_at = monotonic()
@@ -121,14 +123,29 @@ class Monitor:
     # ---------------------------------------------------------------- cycle
 
     def poll(self) -> PollOutcome:
-        """Observe, evaluate and commit one cycle. Never raises for sysfs or disk problems."""
+        """Observe, evaluate and commit one cycle.
+
+        The boundary around the poll: an exception from a reader or a rule raises
+        :class:`PollFailed` (logged once per cause, counted, nothing committed, the state
+        unchanged); a commit that fails is reported in the outcome. Either way the next poll
+        starts from the last committed state.
+        """
         started = self.monotonic()
         now = self.clock()
-        snapshot = self.reader.observe(now)
-        if self.polls == 0:
-            self._log_counter_availability()
-        result = evaluate(self.state, snapshot, self.config, self.topology, self.memory, now,
-                          baseline=self.baseline)
+        stage = READ
+        try:
+            snapshot = self.reader.observe(now)
+            stage = EVALUATE
+            if self.polls == 0:
+                self._log_counter_availability()
+            result = evaluate(self.state, snapshot, self.config, self.topology, self.memory,
+                              now, baseline=self.baseline)
+        except Exception as exc:
+            detail = describe_exception(exc)
+            raise PollFailed(self.guard.failed(
+                stage, detail, f"poll failed to {stage}: %s; nothing is committed and the "
+                f"next poll tries again (repeats are counted, not logged)", exc)) from exc
+        self.guard.succeeded(READ, EVALUATE)
         for note in result.notes:
             log.info("%s", note)
         self._log_roles(result.roles)
@@ -136,18 +153,22 @@ class Monitor:
             name for name, role in result.roles.items() if not role.monitored)
         outcome = PollOutcome(result, snapshot)
         try:
-            outcome.committed = self._commit(result)
+            outcome.committed, wrote = self._commit(result)
             self.baseline = False
+            if wrote:
+                self.guard.succeeded(COMMIT)
         except CommitError as exc:
             outcome.commit_error = str(exc)
-            log.error("commit failed, the state is unchanged and this poll will be evaluated "
-                      "again: %s", exc)
+            self.guard.failed(COMMIT, str(exc), "commit failed, the state is unchanged and "
+                              "this poll will be evaluated again: %s")
         self.polls += 1
         outcome.duration = self.monotonic() - started
         self.last = outcome
         return outcome
 
-    def _commit(self, result: CycleResult) -> list[JournalEntry]:
+    def _commit(self, result: CycleResult) -> tuple[list[JournalEntry], bool]:
+        """Commit events and state; returns the committed entries and whether a write
+        happened (and succeeded). Raises :class:`CommitError` and leaves both unchanged."""
         next_state = result.state
         significant = bool(result.events) or _significant_change(
             self.state, next_state, self._velocity_names())
@@ -156,8 +177,8 @@ class Monitor:
                 self._unflushed = True
             self.state, self.memory = next_state, result.memory
             if self.monotonic() - self._flushed_at >= FLUSH_SECONDS:
-                self.flush()
-            return []
+                return [], self.flush()
+            return [], False
         entries = self.journal.stamp(result.events, next_state.event_seq + 1,
                                      self.config.node_name, self.config.processing_strategy)
         if entries:
@@ -166,28 +187,31 @@ class Monitor:
         try:
             if entries:
                 size = self.journal.append(entries)
-        except OSError as exc:
-            raise CommitError(f"cannot append to {self.journal.path}: {exc.strerror}") from exc
+        except Exception as exc:  # the append undid itself (store.Journal.append)
+            raise CommitError(f"cannot append to {self.journal.path}: {_why(exc)}") from exc
         try:
             save_state(self.config.state_file, next_state)
-        except OSError as exc:
+        except Exception as exc:  # not only OSError: the append must be undone either way
             if entries:
                 self.journal.truncate(size)
-            raise CommitError(f"cannot write {self.config.state_file}: {exc.strerror}") from exc
+            raise CommitError(f"cannot write {self.config.state_file}: {_why(exc)}") from exc
         self.state, self.memory = next_state, result.memory
         self._flushed_at, self._unflushed = self.monotonic(), False
-        return self.journal.committed()
+        return self.journal.committed(), True
 
-    def flush(self) -> None:
-        """Write deferred (velocity-only) state changes; called periodically and at stop."""
+    def flush(self) -> bool:
+        """Write deferred (velocity-only) state changes; called periodically and at stop.
+        True when a write happened and succeeded; a failure counts as a failed commit."""
         if not self._unflushed:
-            return
+            return False
         try:
             save_state(self.config.state_file, self.state)
-            self._flushed_at, self._unflushed = self.monotonic(), False
-        except OSError as exc:
-            log.warning("cannot write %s: %s (will retry)", self.config.state_file,
-                        exc.strerror)
+        except Exception as exc:
+            self.guard.failed(COMMIT, f"cannot write {self.config.state_file}: {_why(exc)}",
+                              "cannot write the state (will retry): %s")
+            return False
+        self._flushed_at, self._unflushed = self.monotonic(), False
+        return True
 
     def reconfigure(self, config: Config, topology: Topology) -> None:
         """Apply a reloaded config; snapshots and breach latches are kept."""
@@ -219,6 +243,13 @@ class Monitor:
             if self._last_roles.get(name) != role:
                 log.info("NIC %s: %s (%s)", name, role.role, role.reason)
         self._last_roles = dict(roles)
+
+
+def _why(exc: BaseException) -> str:
+    """``File too large`` for an OSError, ``ValueError: …`` for anything else."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return describe_exception(exc)
 
 
 def _significant_change(old: MonitorState, new: MonitorState,

@@ -1,10 +1,14 @@
-"""The long-running daemon: a drift-free poll loop, sd_notify, signals, and the plug-in services.
+"""The runtime: a drift-free poll loop, sd_notify, signals, and the plug-in services.
 
 One asyncio loop runs everything. The poll itself runs in a single worker thread so that a
 sysfs read that hangs cannot freeze the D-Bus API — and so that the watchdog can tell: the
 keepalive is sent only while polls keep completing, so systemd restarts a stuck poller even
 though the event loop is alive. Services (D-Bus, metrics, platform connector) plug in through
-:class:`Service` and are told about every poll; none of them can delay one.
+:class:`Service` and are told about every poll; none of them can delay one. They receive a
+:class:`~nichealthd.context.ServiceContext`, never this module's :class:`Daemon`.
+
+The command-line entry (:mod:`nichealthd.daemon`) starts this with a validated
+:class:`~nichealthd.startup.Startup`; this module does not import that one.
 """
 
 from __future__ import annotations
@@ -12,22 +16,27 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
-import importlib
 import logging
 import os
 import signal
 import time
 from datetime import datetime
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol, Union
 
 from . import __version__
 from .config import Config, ConfigError, load_config
-from .daemon import EXIT_OK, Startup, StartupError, consumers, load_topology
+from .connector.service import ConnectorService
+from .connector.status import ConnectorStatus
+from .context import PollStats, ServiceContext, View
+from .dbus_api import DbusService
 from .duration import format_duration
 from .eventlog import EventLog
 from .events import format_timestamp
+from .metrics import MetricsService
 from .monitor import PollOutcome
 from .notify import Notifier
+from .pollguard import PollFailed
+from .startup import EXIT_OK, Startup, StartupError, consumers, load_topology
 from .views import health_status, status_summary
 
 log = logging.getLogger("nichealthd")
@@ -36,11 +45,8 @@ STOP_DELIVERY_SECONDS = 5.0
 STOP_POLL_GRACE = 10.0
 STATUS_REFRESH_SECONDS = 10.0
 HEALTHY_EVENTS_LOGGED = 10
-SERVICE_MODULES = (
-    ("nichealthd.connector.service", "ConnectorService"),
-    ("nichealthd.dbus_api", "DbusService"),
-    ("nichealthd.metrics", "MetricsService"),
-)
+SERVICES: tuple[Callable[[ServiceContext], Service], ...] = (
+    ConnectorService, DbusService, MetricsService)
 
 
 class Service(Protocol):
@@ -58,7 +64,7 @@ class Service(Protocol):
 
 
 class Daemon:
-    """Shared context of the running daemon; services receive it at construction."""
+    """The running daemon: owns the monitor and the loop; services get :meth:`context`."""
 
     def __init__(self, startup: Startup, args: argparse.Namespace,
                  notifier: Optional[Notifier] = None) -> None:
@@ -74,7 +80,7 @@ class Daemon:
         self.last_poll_monotonic: Optional[float] = None
         self.last_poll_wall: Optional[datetime] = None
         self.reload_error = ""
-        self.connector_state: dict[str, Any] = {"state": "disabled"}
+        self.connector = ConnectorStatus()  # replaced (never changed) by the connector
         self.services: list[Service] = []
         self._poll_listeners: list[Callable[[PollOutcome], None]] = []
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="poll")
@@ -124,21 +130,24 @@ class Daemon:
             parts.append(f"last poll {self.last_poll_wall.astimezone():%H:%M:%S}")
         if self.reload_error:
             parts.append(f"reload rejected: {self.reload_error}")
+        problem = self.monitor.guard.reason()
+        if problem:
+            parts.append(problem)
         return "; ".join(parts)
 
     def _connector_summary(self) -> str:
         """``connector down since <time> (<error>), 12 queued, 2 dead letters`` (issue 6)."""
-        state = self.connector_state
-        text = f"connector {state.get('state', 'disabled')}"
-        if state.get("state") == "down":
-            if state.get("since"):
-                text += f" since {state['since']}"
-            if state.get("last_error"):
-                text += f" ({state['last_error']})"
-        if state.get("outbox_depth"):
-            text += f", {state['outbox_depth']} queued"
-        if state.get("dead_letters"):
-            text += f", {state['dead_letters']} dead letters"
+        status = self.connector
+        text = f"connector {status.state}"
+        if status.state == "down":
+            if status.since:
+                text += f" since {status.since}"
+            if status.last_error:
+                text += f" ({status.last_error})"
+        if status.outbox_depth:
+            text += f", {status.outbox_depth} queued"
+        if status.dead_letters:
+            text += f", {status.dead_letters} dead letters"
         return text
 
     # ------------------------------------------------------------- main loop
@@ -174,10 +183,15 @@ class Daemon:
             outcome = await self._poll(loop)
             if outcome is None:
                 break
-            self._after_poll(outcome)
+            if isinstance(outcome, PollFailed):
+                # Logged and counted by the monitor's guard; the watchdog keepalive stops
+                # only if polls keep failing past its interval (last_poll_monotonic is old).
+                self.notifier.status(self.status_line(), refresh=STATUS_REFRESH_SECONDS)
+            else:
+                self._after_poll(outcome)
             # READY=1 only once a poll has been committed: a daemon that cannot read or
             # write (fds exhausted, state directory broken) must not report itself started.
-            if first and outcome.commit_error is None:
+            if first and isinstance(outcome, PollOutcome) and outcome.commit_error is None:
                 self.notifier.ready(self.status_line())
                 log.info("nichealthd %s ready: %s", __version__, self.status_line())
                 first = False
@@ -203,12 +217,16 @@ class Daemon:
             timer.cancel()
             self._waiter = None
 
-    async def _poll(self, loop: asyncio.AbstractEventLoop) -> Optional[PollOutcome]:
-        """One poll in the worker thread; None when a stop abandoned it (see request_stop)."""
+    async def _poll(self, loop: asyncio.AbstractEventLoop
+                    ) -> Union[PollOutcome, PollFailed, None]:
+        """One poll in the worker thread; the failure when it could not read or evaluate;
+        None when a stop abandoned it (see request_stop)."""
         log.debug("poll started at monotonic %.4f", time.monotonic())
         polling = self._polling = loop.run_in_executor(self._executor, self.monitor.poll)
         try:
             return await polling
+        except PollFailed as failed:
+            return failed
         except asyncio.CancelledError:
             if not self.poll_abandoned:
                 raise
@@ -320,20 +338,37 @@ class Daemon:
         self.notifier.close()
 
     def _make_services(self) -> list[Service]:
-        services: list[Service] = []
-        for module_name, class_name in SERVICE_MODULES:
-            try:
-                module = importlib.import_module(module_name)
-            except ImportError as exc:
-                if exc.name and module_name.startswith(exc.name):
-                    continue  # that part is not part of this build
-                log.error("%s unavailable: %s", module_name, exc)
-                continue
-            factory = getattr(module, class_name)
-            service = factory(self)
-            if service is not None and getattr(service, "enabled", True):
-                services.append(service)
-        return services
+        context = self.context()
+        services = [factory(context) for factory in SERVICES]
+        return [s for s in services if getattr(s, "enabled", True)]
+
+    # ----------------------------------------------------------- context
+
+    def context(self) -> ServiceContext:
+        """What services may read and do; bound methods of this daemon, nothing else."""
+        return ServiceContext(
+            journal=self.monitor.journal, config_path=self.args.config,
+            config=lambda: self.config, view=self.view, stats=self.stats,
+            status=self.status, reload_error=lambda: self.reload_error,
+            request_reload=self.request_reload, connector=lambda: self.connector,
+            publish_connector=self._publish_connector)
+
+    def view(self) -> Optional[View]:
+        """The last completed poll, the committed state and the monitor's config."""
+        last = self.monitor.last
+        return None if last is None else View(last, self.monitor.state, self.monitor.config)
+
+    def stats(self) -> PollStats:
+        guard, reader = self.monitor.guard, self.monitor.reader
+        return PollStats(
+            polls=self.monitor.polls, started_at=self.started_at,
+            last_poll_monotonic=self.last_poll_monotonic, last_poll_wall=self.last_poll_wall,
+            failing=guard.reason(), failures=guard.totals(),
+            unreadable_reads=reader.unreadable_reads, einval_files=len(reader.einval))
+
+    def _publish_connector(self, status: ConnectorStatus) -> None:
+        """The connector's status callback (any thread): one reference swap."""
+        self.connector = status
 
     # ------------------------------------------------------------ status
 
@@ -346,14 +381,15 @@ class Daemon:
             "last_poll": format_timestamp(self.last_poll_wall) if self.last_poll_wall else "",
             "poll_count": self.monitor.polls,
             "polling_interval": self.config.polling_interval,
-            "connector_state": self.connector_state.get("state", "disabled"),
-            "outbox_depth": int(self.connector_state.get("outbox_depth", 0)),
-            "dead_letters": int(self.connector_state.get("dead_letters", 0)),
+            "connector_state": self.connector.state,
+            "outbox_depth": self.connector.outbox_depth,
+            "dead_letters": self.connector.dead_letters,
             **self.health_status(),
-            "connector_last_error": str(self.connector_state.get("last_error") or ""),
+            "connector_last_error": self.connector.last_error,
             "started_at": format_timestamp(datetime.fromtimestamp(self.started_at).astimezone()),
             "config_path": self.args.config,
             "reload_error": self.reload_error,
+            "poll_error": self.monitor.guard.reason(),
             "pid": self.pid,
         }
 

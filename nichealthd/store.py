@@ -34,6 +34,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
+from .appendfile import append as append_file
 from .events import HealthEvent
 from .state import MonitorState, StateCorrupt
 
@@ -297,20 +298,8 @@ class Journal:
         """Append and fsync; returns the file size before, for :meth:`truncate`."""
         encoded = [_encode(e) for e in entries]
         data = b"".join(encoded)
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
         with self._lock:
-            fd = os.open(self.path, flags, 0o640)
-            try:
-                before = os.fstat(fd).st_size
-                try:
-                    os.write(fd, data)
-                    os.fsync(fd)
-                except OSError:
-                    with contextlib.suppress(OSError):
-                        os.ftruncate(fd, before)
-                    raise
-            finally:
-                os.close(fd)
+            before = append_file(self.path, data)  # all or nothing, fsynced
             self._pending = entries
             for entry, line in zip(entries, encoded):
                 self._sizes[entry.seq] = len(line)

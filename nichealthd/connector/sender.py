@@ -19,16 +19,19 @@ import os
 import random
 import threading
 import time
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, Callable, Optional
 
 import grpc
 
+from ..appendfile import append as append_file
 from ..config import Config
 from ..events import format_timestamp
 from ..store import Journal, JournalEntry
 from . import health_event_pb2_grpc as pb_grpc
 from .convert import to_batch
+from .status import ConnectorStatus
 
 log = logging.getLogger("nichealthd.connector")
 
@@ -187,7 +190,8 @@ class Sender:
                  probe_cap: float = PROBE_CAP, max_batch: int = MAX_BATCH,
                  clock: Callable[[], float] = time.monotonic,
                  wall: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
-                 jitter: Callable[[], float] = random.random) -> None:
+                 jitter: Callable[[], float] = random.random,
+                 on_status: Callable[[ConnectorStatus], None] = lambda status: None) -> None:
         self.config = config
         self.journal = journal
         self.backoff_base = backoff_base
@@ -199,17 +203,14 @@ class Sender:
         self.jitter = jitter
         self.link = Link(config.platform_connector_socket, config.platform_connector_token_path)
         self.deadletter_path = os.path.join(config.state_dir, DEADLETTER_NAME)
-        self.state: dict[str, Any] = {
-            "state": "down",
-            "since": format_timestamp(wall()),
-            "last_error": "",
-            "outbox_depth": journal.depth(CONSUMER),
-            "dead_letters": _count_lines(self.deadletter_path),
-            "sent": 0,
-            "errors": 0,
-            "dropped": 0,
-            "target": config.platform_connector_socket,
-        }
+        self.on_status = on_status
+        self._status_lock = threading.Lock()  # the loop (outbox depth) and this thread update
+        self.status = ConnectorStatus(
+            state="down", since=format_timestamp(wall()),
+            outbox_depth=journal.depth(CONSUMER),
+            dead_letters=_count_lines(self.deadletter_path),
+            target=config.platform_connector_socket)
+        on_status(self.status)
         self.calls = 0
         self._verified = False  # state "connected" was confirmed by a call or a probe
         self._attempt = 0
@@ -229,6 +230,12 @@ class Sender:
         self._stop.set()
         self._wake.set()
 
+    def update(self, **changes: Any) -> None:
+        """Replace the status value with one that has ``changes`` and publish it."""
+        with self._status_lock:
+            status = self.status = replace(self.status, **changes)
+        self.on_status(status)
+
     def reconfigure(self, config: Config) -> None:
         """Apply a reloaded config (a new target or token path takes a fresh channel)."""
         with self._lock:
@@ -238,7 +245,7 @@ class Sender:
                 self.link = Link(config.platform_connector_socket,
                                  config.platform_connector_token_path)
                 self._retry_at, self._attempt, self._verified = 0.0, 0, False
-                self.state["target"] = config.platform_connector_socket
+                self.update(target=config.platform_connector_socket)
             self.config = config
         self.wake()
 
@@ -265,7 +272,7 @@ class Sender:
 
     def _step(self) -> float:
         self.trim()
-        self.state["outbox_depth"] = self.journal.depth(CONSUMER)
+        self.update(outbox_depth=self.journal.depth(CONSUMER))
         if not self.config.platform_connector_socket:
             self._set_state("disabled", "")
             return IDLE_SECONDS
@@ -298,7 +305,7 @@ class Sender:
         is ``connector_batch_interval`` old (spec §11.2), or until a full batch is waiting.
         """
         pending = self.journal.pending(CONSUMER, self._limit)
-        self.state["outbox_depth"] = self.journal.depth(CONSUMER)
+        self.update(outbox_depth=self.journal.depth(CONSUMER))
         if not pending:
             return [], None
         if not flush and len(pending) < self._limit and all(
@@ -316,7 +323,7 @@ class Sender:
         try:
             self.link.send(to_batch(e.event for e in batch), timeout)
         except SendError as exc:
-            self.state["errors"] += 1
+            self.update(errors=self.status.errors + 1)
             if exc.transient:
                 if exc.code == "RESOURCE_EXHAUSTED" and self._limit > 1:
                     self._limit = max(1, self._limit // 2)  # perhaps the message is too big
@@ -328,11 +335,11 @@ class Sender:
             self._connected(error=str(exc))  # the connector answered: the link is up
         else:
             accepted = len(batch)
-            self.state["sent"] += len(batch)
+            self.update(sent=self.status.sent + len(batch))
             self._limit = self.max_batch
             self._connected()
         self.journal.advance(CONSUMER, batch[-1].seq)
-        self.state["outbox_depth"] = self.journal.depth(CONSUMER)
+        self.update(outbox_depth=self.journal.depth(CONSUMER))
         return accepted
 
     def drain(self, deadline: float) -> int:
@@ -370,15 +377,15 @@ class Sender:
                                             self.config.outbox_max_bytes)
         if not dropped:
             return
-        self.state["dropped"] += len(dropped)
+        self.update(dropped=self.status.dropped + len(dropped))
         log.warning("outbox over its bound (%d events or %d bytes) while the platform "
                     "connector is %s: dropped the %d oldest degraded event(s) (seq %d..%d, "
                     "committed %s..%s); fatal and healthy events are kept; %d dropped since "
                     "start", self.config.outbox_max_events, self.config.outbox_max_bytes,
-                    self.state["state"], len(dropped), dropped[0].seq, dropped[-1].seq,
+                    self.status.state, len(dropped), dropped[0].seq, dropped[-1].seq,
                     format_timestamp(dropped[0].event.generated_at),
-                    format_timestamp(dropped[-1].event.generated_at), self.state["dropped"])
-        self.state["outbox_depth"] = self.journal.depth(CONSUMER)
+                    format_timestamp(dropped[-1].event.generated_at), self.status.dropped)
+        self.update(outbox_depth=self.journal.depth(CONSUMER))
 
     # ---------------------------------------------------------- dead letters
 
@@ -391,15 +398,12 @@ class Sender:
         }, separators=(",", ":")) + "\n" for e in batch)
         try:
             self._rotate_deadletters()
-            with open(self.deadletter_path, "a", encoding="utf-8") as handle:
-                handle.write(lines)
-                handle.flush()
-                os.fsync(handle.fileno())
+            append_file(self.deadletter_path, lines.encode(), 0o666)  # all or none, fsynced
         except OSError as exc2:
             self._set_state("down", f"cannot write {self.deadletter_path}: {exc2.strerror}",
                             code="DEADLETTER")
             return False
-        self.state["dead_letters"] += len(batch)
+        self.update(dead_letters=self.status.dead_letters + len(batch))
         log.error("platform connector refused %d event(s) (seq %d..%d) with %s: %s; moved them "
                   "to %s and continuing with later events", len(batch), batch[0].seq,
                   batch[-1].seq, exc.code, exc.detail, self.deadletter_path)
@@ -432,10 +436,9 @@ class Sender:
         if state != "connected":
             self._verified = False
         if error:
-            self.state["last_error"] = error
-        if state != self.state["state"]:
-            self.state["state"] = state
-            self.state["since"] = format_timestamp(self.wall())
+            self.update(last_error=error)
+        if state != self.status.state:
+            self.update(state=state, since=format_timestamp(self.wall()))
         key = (state, code)
         if key == self._logged:
             return

@@ -3,7 +3,8 @@
 The sender runs in its own thread with the synchronous gRPC API rather than ``grpc.aio`` on
 the event loop: its journal I/O (cursor fsyncs, an occasional rewrite of a large outbox) and
 any call to a hung connector then stay off the loop, so neither can delay a poll or the
-watchdog. The loop only sets an event (``on_poll``) and reads ``daemon.connector_state``.
+watchdog. The loop only sets an event (``on_poll``); the sender publishes its status as an
+immutable :class:`~nichealthd.connector.status.ConnectorStatus` through the context.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from typing import TYPE_CHECKING, Optional
 from ..config import Config
 from ..monitor import PollOutcome
 from .sender import CONSUMER, Sender
+from .status import ConnectorStatus
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..service import Daemon
+    from ..context import ServiceContext
 
 log = logging.getLogger("nichealthd.connector")
 
@@ -31,16 +33,17 @@ class ConnectorService:
 
     name = "platform connector"
 
-    def __init__(self, daemon: Daemon) -> None:
-        self.daemon = daemon
-        self.enabled = bool(daemon.config.platform_connector_socket)
+    def __init__(self, context: ServiceContext) -> None:
+        self.journal = context.journal
+        config = context.config()
+        self.enabled = bool(config.platform_connector_socket)
         self.sender: Optional[Sender] = None
         self._thread: Optional[threading.Thread] = None
         if not self.enabled:
-            daemon.connector_state = {"state": "disabled", "outbox_depth": 0, "dead_letters": 0}
+            context.publish_connector(ConnectorStatus())
             return
-        self.sender = Sender(daemon.config, daemon.monitor.journal)
-        daemon.connector_state = self.sender.state  # the sender keeps it current
+        # The sender publishes every change of its status through the context's callback.
+        self.sender = Sender(config, self.journal, on_status=context.publish_connector)
 
     async def start(self) -> None:
         if self.sender is None:
@@ -52,7 +55,7 @@ class ConnectorService:
     def on_poll(self, outcome: PollOutcome) -> None:
         if self.sender is None:
             return
-        self.sender.state["outbox_depth"] = self.daemon.monitor.journal.depth(CONSUMER)
+        self.sender.update(outbox_depth=self.journal.depth(CONSUMER))
         if outcome.committed:
             self.sender.wake()
 
@@ -71,4 +74,4 @@ class ConnectorService:
         if self._thread.is_alive():
             log.warning("platform connector did not finish within %.0f s; %d event(s) stay "
                         "in the outbox for the next start", STOP_DRAIN_SECONDS,
-                        self.daemon.monitor.journal.depth(CONSUMER))
+                        self.journal.depth(CONSUMER))

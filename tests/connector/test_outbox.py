@@ -101,8 +101,8 @@ def test_sender_applies_the_bound_and_logs_once_per_burst(
         sender.step()
     drops = [r for r in caplog.records if "dropped" in r.getMessage()]
     assert len(drops) == 1
-    assert sender.state["dropped"] == 62  # 152 -> 90
-    assert sender.state["outbox_depth"] == 90
+    assert sender.status.dropped == 62  # 152 -> 90
+    assert sender.status.outbox_depth == 90
     connector.start()
     assert sender.drain(sender.clock() + 5) == 90
     ids = connector.event_ids()

@@ -16,10 +16,10 @@ from typing import Any, Callable
 import pytest
 
 from nichealthd.config import load_config
-from nichealthd.daemon import load_topology
 from nichealthd.events import HealthEvent, make_event
 from nichealthd.monitor import Monitor
 from nichealthd.sim import tree
+from nichealthd.startup import load_topology
 from nichealthd.state import MonitorState
 from nichealthd.store import Journal, load_state, save_state
 

@@ -9,10 +9,10 @@ import pytest
 from pyfakefs.fake_filesystem import FakeFilesystem
 
 from nichealthd.config import load_config
-from nichealthd.daemon import load_topology
 from nichealthd.events import HealthEvent, make_event
-from nichealthd.monitor import Monitor
+from nichealthd.monitor import FLUSH_SECONDS, Monitor
 from nichealthd.sim import mutate, tree
+from nichealthd.startup import load_topology
 from nichealthd.state import MonitorState
 from nichealthd.store import Journal, load_state, save_state
 
@@ -126,3 +126,32 @@ def test_unreadable_cursors_file_is_not_fatal(tmp_path: Path, text: str) -> None
     journal.recover(0)
     journal.register(["log"])
     assert journal.cursor("log") == 0
+
+
+def test_a_deferred_write_that_fails_counts_as_a_failing_commit(tmp_path: Path) -> None:
+    """Issue 12 item 5 on a quiet host: no event to commit, only the periodic write of the
+    velocity windows, and that fails (the state path is a directory): the commit problem is
+    reported until a write works again (#20.5)."""
+    root = tmp_path / "host"
+    tree.create(root, "dgx-h100")
+    cfg = load_config(str(root / "nichealthd.toml"))
+    clock = iter(at(n) for n in range(100))
+    ticks = iter(float(n) * FLUSH_SECONDS for n in range(100))  # every poll is due to flush
+    monitor = Monitor(cfg, load_topology(cfg), clock=lambda: next(clock),
+                      monotonic=lambda: next(ticks))
+    monitor.start()
+    monitor.poll()
+    state_file = Path(cfg.state_file)
+    state_file.unlink()
+    state_file.mkdir()
+    try:
+        for _ in range(3):
+            assert monitor.poll().commit_error is None  # nothing to commit: the poll is fine
+        problems = monitor.guard.problems()
+        assert [p.cause for p in problems] == ["commit"] and problems[0].failures == 3
+        assert "Is a directory" in monitor.guard.reason()
+    finally:
+        state_file.rmdir()
+    monitor.poll()
+    assert monitor.guard.reason() == "" and state_file.is_file()
+    monitor.close()

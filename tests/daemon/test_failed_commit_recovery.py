@@ -5,9 +5,7 @@ disk has room again -> the recovery event arrives."""
 from __future__ import annotations
 
 import resource
-import threading
-import time
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -17,64 +15,43 @@ from .conftest import SimHost
 from .test_service import Daemon, NotifySocket, events, notify  # noqa: F401 (fixture)
 
 
-class Lines:
-    """The daemon's stderr, read as it comes (a full pipe would stall the daemon)."""
+def wait_for_event(daemon: Daemon, host: SimHost, match: Callable[[dict[str, Any]], bool]
+                   ) -> dict[str, Any]:
+    found: list[dict[str, Any]] = []
 
-    def __init__(self, daemon: Daemon) -> None:
-        self.lines: list[str] = []
-        assert daemon.proc.stderr is not None
-        self._stream = daemon.proc.stderr
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
+    def seen() -> bool:
+        found[:] = [e for e in events(host) if match(e)]
+        return bool(found)
 
-    def _read(self) -> None:
-        for line in self._stream:
-            self.lines.append(line)
-
-    def wait_for(self, needle: str, count: int = 1, seconds: float = 20.0) -> None:
-        end = time.monotonic() + seconds
-        while sum(needle in line for line in self.lines) < count:
-            assert time.monotonic() < end, f"{needle!r} x{count} not logged: {self.lines[-5:]}"
-            time.sleep(0.05)
-
-
-def wait_for_event(host: SimHost, match: Callable[[dict], bool], seconds: float = 20.0
-                   ) -> dict:
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        found = [e for e in events(host) if match(e)]
-        if found:
-            return found[-1]
-        time.sleep(0.05)
-    raise AssertionError(f"no such event within {seconds} s")
+    daemon.wait_until(seen, "the event")
+    return found[-1]
 
 
 @pytest.fixture
 def daemon(sim_host: Callable[..., SimHost], notify: NotifySocket  # noqa: F811
-           ) -> Iterator[tuple[SimHost, Daemon, Lines]]:
+           ) -> Iterator[tuple[SimHost, Daemon]]:
     host = sim_host()
-    running = Daemon(host, notify, "--log-level", "debug")  # one line per poll started
-    lines = Lines(running)
+    running = Daemon(host, notify)
     notify.wait_for("READY=1")
-    yield host, running, lines
-    code = running.stop()[0]
-    assert code == 0, "".join(lines.lines[-20:])
+    yield host, running
+    code, err = running.stop()
+    assert code == 0, err[-2000:]
 
 
 def test_a_reset_while_commits_fail_is_recovered_when_the_disk_has_room(
-        daemon: tuple[SimHost, Daemon, Lines]) -> None:
-    host, running, lines = daemon
+        daemon: tuple[SimHost, Daemon]) -> None:
+    host, running = daemon
     link_downed = ["link_downed"]
     mutate.counter(host.root, "mlx5_0", 1, "link_downed", add=1)
-    wait_for_event(host, lambda e: e["errorCode"] == link_downed and e["isFatal"])
+    wait_for_event(running, host, lambda e: e["errorCode"] == link_downed and e["isFatal"])
     _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     resource.prlimit(running.proc.pid, resource.RLIMIT_FSIZE, (0, hard))  # the disk is full
     mutate.counter(host.root, "mlx5_0", 1, "link_downed", set_to=0)  # reset while full
-    lines.wait_for("commit failed")  # logged once: repeats of a line are rate-limited
-    polls = sum("poll started" in line for line in lines.lines)
-    lines.wait_for("poll started", count=polls + 3)  # three more polls saw the reset
+    running.lines.wait_for("commit failed", proc=running.proc)  # logged once per cause
+    running.wait_polls(3)  # three more polls saw the reset
+    assert running.lines.count("commit failed") == 1
     recovered = "Counter link_downed recovered on port mlx5_0 port 1"
     assert not [e for e in events(host) if e["message"] == recovered]
     resource.prlimit(running.proc.pid, resource.RLIMIT_FSIZE, (hard, hard))  # room again
-    recovery = wait_for_event(host, lambda e: e["message"] == recovered)
+    recovery = wait_for_event(running, host, lambda e: e["message"] == recovered)
     assert recovery["errorCode"] == link_downed and recovery["isHealthy"]

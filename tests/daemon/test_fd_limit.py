@@ -7,9 +7,9 @@ import os
 import resource
 import subprocess
 import sys
-import time
 from typing import Callable
 
+from ..harness import Lines
 from .conftest import REPO, SimHost
 from .test_service import NotifySocket, notify  # noqa: F401  (fixture)
 
@@ -31,15 +31,19 @@ def test_128_devices_become_healthy_under_a_nofile_limit_of_256(
     proc = subprocess.Popen(
         [sys.executable, "-m", "nichealthd.daemon", "--config", str(host.config),
          "--polling-interval", "500ms", "--log-level", "debug"],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         preexec_fn=_small_limit)
+    assert proc.stderr is not None
+    lines = Lines(proc.stderr)
     try:
         ready = notify.wait_for("READY=1", seconds=60)
         assert "128 ports: 128 healthy" in ready, ready
-        time.sleep(2)  # polls keep completing after the first
+        lines.wait_polls(3, proc=proc)  # polls keep completing after the first
     finally:
         proc.terminate()
-        _, err = proc.communicate(timeout=30)
+        proc.wait(30)
+        err = lines.join()
+        proc.stderr.close()
     assert proc.returncode == 0, err
     assert err.count("poll started") >= 4, err[-2000:]
     state = json.loads(host.state_file.read_text())
@@ -62,12 +66,15 @@ def test_ready_waits_for_a_committed_poll(
     env.pop("JOURNAL_STREAM", None)
     proc = subprocess.Popen(
         [sys.executable, "-m", "nichealthd.daemon", "--config", str(host.config),
-         "--polling-interval", "200ms"],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+         "--polling-interval", "200ms", "--log-level", "debug"],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         preexec_fn=_no_file_growth)
+    assert proc.stderr is not None
+    lines = Lines(proc.stderr)
     try:
-        early = notify.collect(3)
-        assert not any("READY=1" in m for m in early), early
+        lines.wait_for("commit failed", proc=proc)  # a poll ran and could not commit
+        lines.wait_polls(3, proc=proc)  # more polls, and still no commit
+        assert not any("READY=1" in m for _, m in notify.messages), notify.messages
         assert not host.state_file.exists()
         _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
         resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (hard, hard))
@@ -75,5 +82,7 @@ def test_ready_waits_for_a_committed_poll(
         assert host.state_file.is_file()
     finally:
         proc.terminate()
-        _, err = proc.communicate(timeout=30)
+        proc.wait(30)
+        err = lines.join()
+        proc.stderr.close()
     assert proc.returncode == 0, err

@@ -17,6 +17,7 @@ import pytest
 
 from nichealthd.sim import mutate
 
+from ..harness import DEADLINE, Lines, wait_until
 from ..threadstop import ThreadStopper
 from .conftest import REPO, SimHost
 
@@ -72,6 +73,9 @@ class NotifySocket:
 
 
 class Daemon:
+    """``nichealthd`` as a subprocess at 200 ms polls and ``--log-level debug`` (one line per
+    poll started: :meth:`Lines.wait_polls`); its stderr is read as it comes into ``lines``."""
+
     def __init__(self, host: SimHost, notify: NotifySocket, *args: str,
                  watchdog_usec: Optional[int] = None) -> None:
         env = dict(os.environ, NOTIFY_SOCKET=str(notify.path))
@@ -80,17 +84,29 @@ class Daemon:
             env["WATCHDOG_USEC"] = str(watchdog_usec)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "nichealthd.daemon", "--config", str(host.config),
-             "--polling-interval", "200ms", *args],
-            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             "--polling-interval", "200ms", "--log-level", "debug", *args],
+            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        assert self.proc.stderr is not None
+        self.lines = Lines(self.proc.stderr)
+
+    def wait_polls(self, more: int) -> None:
+        self.lines.wait_polls(more, proc=self.proc)
+
+    def wait_until(self, predicate: Callable[[], bool], what: str,
+                   timeout: float = DEADLINE) -> None:
+        wait_until(predicate, what, timeout, self.proc, self.lines.tail)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> tuple[int, str]:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
         try:
-            _, err = self.proc.communicate(timeout=timeout)
+            self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            _, err = self.proc.communicate()
+            self.proc.wait()
+        err = self.lines.join()
+        assert self.proc.stderr is not None
+        self.proc.stderr.close()
         return self.proc.returncode, err
 
 
@@ -129,18 +145,22 @@ def test_ready_after_first_commit_status_and_clean_stop(
 def test_polls_keep_a_drift_free_schedule(sim_host: Callable[..., SimHost],
                                           notify: NotifySocket) -> None:
     host = sim_host()
-    daemon = Daemon(host, notify, "--log-level", "debug")
+    daemon = Daemon(host, notify)
     notify.wait_for("READY=1")
-    time.sleep(3.0)
+    daemon.wait_polls(16)
     code, err = daemon.stop()
     assert code == 0
     starts = [float(line.rsplit("at monotonic ", 1)[1]) for line in err.splitlines()
               if "poll started at monotonic" in line]
-    assert len(starts) >= 12
-    # Each poll starts on the grid origin + k * 200 ms: no accumulated drift.
+    assert len(starts) >= 16
+    # Each poll starts on the grid origin + k * 200 ms (a late one skips ticks): the offsets
+    # from the grid do not grow. On a loaded machine a single start may be late, so the test
+    # looks at the median of the later half, where an accumulated drift (a sleep of one
+    # interval after each poll) would show as the sum of every poll's duration.
     origin = starts[0]
-    for k, moment in enumerate(starts):
-        assert abs(moment - (origin + 0.2 * k)) < 0.08, (k, moment - origin)
+    offsets = [(m - origin) - 0.2 * round((m - origin) / 0.2) for m in starts]
+    later = sorted(abs(o) for o in offsets[len(offsets) // 2:])
+    assert later[len(later) // 2] < 0.04, offsets
 
 
 def test_watchdog_fed_only_while_polls_complete(sim_host: Callable[..., SimHost],
@@ -148,20 +168,26 @@ def test_watchdog_fed_only_while_polls_complete(sim_host: Callable[..., SimHost]
     host = sim_host()
     daemon = Daemon(host, notify, watchdog_usec=1_000_000)
     notify.wait_for("READY=1")
-    fed = [m for m in notify.collect(2.0) if "WATCHDOG=1" in m]
-    assert len(fed) >= 3
+    keepalives = lambda: sum("WATCHDOG=1" in m for _, m in notify.messages)  # noqa: E731
+    daemon.wait_until(lambda: keepalives() >= 3, "3 keepalives")
     # Hang the poller. A FIFO no longer does (sysfs files are opened with O_NONBLOCK), so
     # the poll thread is stopped with ptrace while it waits for work, as a read stuck in the
     # kernel (a firmware command) would hold it; the event loop keeps running.
     poller = ThreadStopper(daemon.proc.pid)
-    notify.collect(1.5)  # the last poll may still have been inside the watchdog period
-    silent = notify.collect(2.5)
-    assert [m for m in silent if "WATCHDOG=1" in m] == []
-    assert daemon.proc.poll() is None  # the event loop is alive; only the poller is stuck
-    poller.resume()
+    try:
+        daemon.lines.wait_for("withholding the watchdog keepalive", proc=daemon.proc)
+        withheld = keepalives()
+        # Two watchdog ticks (period / 2 each) without a keepalive: an observation window,
+        # not a synchronisation; what it checks is an absence.
+        notify.collect(1.0)
+        assert keepalives() == withheld
+        assert daemon.proc.poll() is None  # the event loop is alive; only the poller is stuck
+    finally:
+        poller.resume()
+    daemon.lines.wait_for("watchdog resumed", proc=daemon.proc)
+    daemon.wait_until(lambda: keepalives() > withheld, "a keepalive after the resume")
     code, err = daemon.stop(timeout=30)
     assert code == 0
-    assert "withholding the watchdog keepalive" in err
 
 
 def test_reload_rejects_a_broken_config_and_keeps_running(
@@ -182,10 +208,8 @@ def test_reload_rejects_a_broken_config_and_keeps_running(
     ready = notify.wait_for("READY=1")
     assert "reload rejected" not in ready
     mutate.counter(host.root, "mlx5_0", 1, "link_downed", add=1)
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and not any(
-            e["errorCode"] == ["link_downed"] and e["isFatal"] for e in events(host)):
-        time.sleep(0.1)
+    daemon.wait_until(lambda: any(e["errorCode"] == ["link_downed"] and e["isFatal"]
+                                  for e in events(host)), "the link_downed event")
     code, err = daemon.stop()
     assert code == 0, err
     assert any(e["errorCode"] == ["link_downed"] for e in events(host))
@@ -197,11 +221,12 @@ def test_sigint_stops_cleanly_and_state_survives_restart(
     daemon = Daemon(host, notify)
     notify.wait_for("READY=1")
     mutate.counter(host.root, "mlx5_1", 1, "link_downed", add=1)
-    time.sleep(0.6)
+    daemon.wait_until(lambda: any(e["errorCode"] == ["link_downed"] and not e["isHealthy"]
+                                  for e in events(host)), "the link_downed breach")
     assert daemon.stop(signal.SIGINT)[0] == 0
     before = len(events(host))
     daemon = Daemon(host, notify)
     notify.wait_for("READY=1")
-    time.sleep(0.5)
+    daemon.wait_polls(3)  # polls that would have reported the breach again
     assert daemon.stop()[0] == 0
-    assert len(events(host)) == before  # latched breach, same boot: nothing new
+    assert len(events(host)) == before, [e["message"] for e in events(host)[before - 3:]]

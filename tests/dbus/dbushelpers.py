@@ -16,7 +16,14 @@ from typing import Any, Callable, Optional
 import pytest
 from testbus import REPO
 
-from nichealthd.dbus_common import BUS_NAME, INTERFACE, OBJECT_PATH, Message, MessageBus
+from nichealthd.dbus_common import (
+    BUS_NAME,
+    INTERFACE,
+    OBJECT_PATH,
+    Message,
+    MessageBus,
+    from_variants,
+)
 from nichealthd.sim import tree
 
 POLL = 0.2
@@ -182,3 +189,39 @@ class BusClient:
 
 def run(coro: Any) -> Any:
     return asyncio.run(coro)
+
+
+async def poll_count(client: BusClient) -> int:
+    """The daemon's completed polls (GetStatus ``poll_count``)."""
+    reply = await client.call("GetStatus")
+    return int(from_variants(reply.body[0])["poll_count"])
+
+
+def wait_polls(more: int, timeout: float = 30.0) -> int:
+    """Until ``more`` polls completed after this call (so a change has been seen); returns
+    the poll count reached. Waits on the daemon's own count, not on a guessed time."""
+
+    async def go() -> int:
+        async with BusClient() as client:
+            target = await poll_count(client) + more
+            deadline = time.monotonic() + timeout
+            while True:
+                count = await poll_count(client)
+                if count >= target:
+                    return count
+                assert time.monotonic() < deadline, f"{more} polls not seen in {timeout} s"
+                await asyncio.sleep(0.05)
+
+    return int(run(go()))
+
+
+def wait_log(daemon: DaemonProcess, needle: str, count: int = 1, timeout: float = 30.0) -> str:
+    """Until the daemon logged ``needle`` ``count`` times; returns the log then."""
+    deadline = time.monotonic() + timeout
+    while True:
+        log = daemon.log()
+        if log.count(needle) >= count:
+            return log
+        assert daemon.proc.poll() is None, f"nichealthd exited:\n{log}"
+        assert time.monotonic() < deadline, f"{needle!r} x{count} not logged:\n{log}"
+        time.sleep(0.05)

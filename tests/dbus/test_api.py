@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from dbushelpers import POLL, BusClient, busctl, make_sim, run
+from dbushelpers import BusClient, busctl, make_sim, poll_count, run, wait_polls
 
 from nichealthd.dbus_api import NicHealthInterface
 from nichealthd.dbus_common import INTERFACE, OBJECT_PATH, ServiceInterface, from_variants, intr
@@ -147,7 +146,7 @@ def test_list_counters_all_one_device_one_port_and_errors(daemon: Any) -> None:
 def test_counter_value_is_absent_when_unreadable(daemon: Any) -> None:
     path = mutate.counter_path(daemon.root, "mlx5_0", 1, "symbol_error")
     mutate.garbage(daemon.root, path.relative_to(daemon.root))
-    time.sleep(3 * POLL)
+    wait_polls(2)
 
     async def go() -> list[dict[str, Any]]:
         async with BusClient() as client:
@@ -260,11 +259,16 @@ def test_properties_changed_once_per_poll_with_only_changed_values(daemon: Any) 
         async with BusClient() as client:
             await client.subscribe(f"type='signal',interface='org.freedesktop.DBus.Properties',"
                                    f"member='PropertiesChanged',path='{OBJECT_PATH}'")
-            await asyncio.sleep(6 * POLL)
+            first = await poll_count(client)
+            while await poll_count(client) < first + 6:  # six polls seen while subscribed
+                await asyncio.sleep(0.05)
+            last = await poll_count(client)
+            polls.append(last - first)
             return [m for m in client.signals if m.member == "PropertiesChanged"]
 
+    polls: list[int] = []
     signals = run(go())
-    assert 3 <= len(signals) <= 8  # one per poll (0.2 s), never more
+    assert polls[0] - 1 <= len(signals) <= polls[0] + 1  # one per poll (PollCount), no more
     for message in signals:
         assert message.body[0] == INTERFACE
         changed = message.body[1]
@@ -305,7 +309,7 @@ def test_port_recovery_emits_healthy_port_health_changed(start_daemon: Any) -> N
     root = make_sim()
     mutate.set_port(root, "mlx5_4", 1, state="DOWN", phys_state="Disabled")
     daemon = start_daemon(root=root)
-    time.sleep(2 * POLL)
+    wait_polls(2)
 
     async def go() -> Any:
         async with BusClient() as client:

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dbushelpers import POLL, BusClient, make_sim, run
+from dbushelpers import POLL, BusClient, make_sim, run, wait_log
 from testbus import start_bus
 
 from nichealthd.dbus_common import (
@@ -35,9 +35,10 @@ def test_no_bus_logs_one_error_keeps_monitoring_and_connects_later(start_daemon:
     bus_dir = Path(os.environ["DBUS_SYSTEM_BUS_ADDRESS"].split("path=")[1].split(",")[0]).parent
     missing = f"unix:path={bus_dir}/not-yet"
     root = make_sim()
-    daemon = start_daemon(root=root, wait=False, address=missing)
-    time.sleep(3.5)  # 1 + 2 s of backoff: at least two failed attempts
-    log = daemon.log()
+    daemon = start_daemon(root=root, wait=False, address=missing, extra=["--log-level", "debug"])
+    # At least two failed attempts: the first is logged as an error, the next at debug level.
+    wait_log(daemon, "D-Bus API still unavailable")
+    log = wait_log(daemon, "ready:")
     assert daemon.proc.poll() is None, log
     errors = [line for line in log.splitlines() if "D-Bus API unavailable" in line]
     assert len(errors) == 1, log
@@ -51,14 +52,11 @@ def test_reconnects_when_the_bus_appears(start_daemon: Any) -> None:
     directory = tempfile.mkdtemp(prefix="nichealthd-latebus-")
     address = f"unix:path={directory}/system_bus_socket"
     daemon = start_daemon(wait=False, address=address)
-    time.sleep(1.5)  # it has failed at least once
+    wait_log(daemon, "D-Bus API unavailable")  # it has failed at least once
     late = start_bus(directory=directory)
     try:
-        deadline = time.monotonic() + 12
-        while "D-Bus API serving" not in daemon.log() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert "D-Bus API serving" in daemon.log(), daemon.log()
-        time.sleep(0.5)
+        wait_log(daemon, "D-Bus API serving")
+
         async def health() -> Any:
             bus = await MessageBus(bus_address=late.address).connect()
             try:
@@ -81,17 +79,22 @@ def test_name_taken_logs_one_error_keeps_polling_and_takes_over_later(
         squatter = await MessageBus(bus_type=BusType.SYSTEM).connect()
         reply = await squatter.request_name(BUS_NAME, NameFlag.DO_NOT_QUEUE)
         assert reply.name == "PRIMARY_OWNER"
-        daemon = start_daemon(wait=False)
-        await asyncio.sleep(3.5)
+        daemon = start_daemon(wait=False, extra=["--log-level", "debug"])
+        deadline = time.monotonic() + 30
+        # Two failed attempts (the second logs at debug level), and polling went on.
+        while not all(n in daemon.log() for n in ("D-Bus API still unavailable", "ready:")):
+            assert daemon.proc.poll() is None, daemon.log()
+            assert time.monotonic() < deadline, daemon.log()
+            await asyncio.sleep(0.05)
         log = daemon.log()
         assert daemon.proc.poll() is None
         errors = [line for line in log.splitlines() if "D-Bus API unavailable" in line]
         assert len(errors) == 1 and "already owned" in errors[0], log
         assert "ready:" in log
         squatter.disconnect()
-        deadline = time.monotonic() + 12
+        deadline = time.monotonic() + 30
         while "D-Bus API serving" not in daemon.log() and time.monotonic() < deadline:
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(0.05)
         assert "D-Bus API serving" in daemon.log()
 
     run(scenario())

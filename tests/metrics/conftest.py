@@ -5,13 +5,11 @@ The daemon is a subprocess on a sim tree, scraped over HTTP — the same path Pr
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -21,6 +19,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from nichealthd.sim import tree
+
+from ..harness import DEADLINE, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 INTERVAL = 0.2
@@ -88,19 +88,11 @@ class RunningDaemon:
             cwd=REPO, env=env, stdout=self.log, stderr=subprocess.STDOUT)
         self.wait_for(lambda: get(self.base + "/healthz")[0] == 200, what="/healthz 200")
 
-    def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0,
+    def wait_for(self, predicate: Callable[[], bool], timeout: float = DEADLINE,
                  what: str = "condition") -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"nichealthd exited {self.proc.returncode}:\n"
-                                     f"{(self.root / 'daemon.log').read_text()}")
-            with contextlib.suppress(OSError):
-                if predicate():
-                    return
-            time.sleep(0.05)
-        raise AssertionError(f"timed out waiting for {what}:\n"
-                             f"{(self.root / 'daemon.log').read_text()}")
+        """The shared harness's wait, failing with the daemon's log."""
+        wait_until(predicate, what, timeout, self.proc,
+                   lambda: "\n" + (self.root / "daemon.log").read_text())
 
     def text(self) -> str:
         status, body = get(self.base + "/metrics")

@@ -5,13 +5,18 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Callable
+from typing import Callable, Optional
 
 import pytest
 
+from nichealthd.config import load_config
+from nichealthd.connector.status import ConnectorStatus
+from nichealthd.context import PollStats, ServiceContext
 from nichealthd.metrics import MetricsService
+from nichealthd.pollguard import COMMIT, PollGuard
+from nichealthd.store import Journal
 
 from ..threadstop import ThreadStopper
 from .conftest import INTERVAL, RunningDaemon, free_port, get
@@ -43,37 +48,71 @@ def test_healthz_503_while_a_sysfs_read_hangs(sim: Callable[..., Path], daemon: 
     running.wait_for(lambda: get(running.base + "/healthz")[0] == 200, what="/healthz 200")
 
 
-def _service(listen: str = "127.0.0.1:0") -> MetricsService:
-    config = SimpleNamespace(metrics_listen=listen, polling_interval=1.0)
-    fake = SimpleNamespace(config=config, last_poll_monotonic=None, started_at=time.time())
-    return MetricsService(fake)  # type: ignore[arg-type]
+class Loop:
+    """The poll loop's side of a :class:`ServiceContext`, set by the test (no daemon)."""
+
+    def __init__(self, listen: str) -> None:
+        self.config = load_config("/nonexistent/nichealthd.toml",
+                                  {"metricsListen": listen, "pollingInterval": "1s"})
+        self.last_poll_monotonic: Optional[float] = None
+        self.guard = PollGuard()
+        self.started_at = time.time()
+
+    def stats(self) -> PollStats:
+        return PollStats(0, self.started_at, self.last_poll_monotonic, None,
+                         self.guard.reason(), self.guard.totals(), 0, 0)
+
+    def context(self) -> ServiceContext:
+        return ServiceContext(
+            journal=Journal("/nonexistent"), config_path="/nonexistent/nichealthd.toml",
+            config=lambda: self.config, view=lambda: None, stats=self.stats,
+            status=dict, reload_error=str, request_reload=lambda: None,
+            connector=ConnectorStatus, publish_connector=lambda status: None)
+
+
+def _service(listen: str = "127.0.0.1:2112") -> tuple[MetricsService, Loop]:
+    loop = Loop(listen)
+    return MetricsService(loop.context()), loop
 
 
 def test_healthz_before_the_first_poll() -> None:
-    service = _service()
+    service, loop = _service()
     ok, reason = service.healthz()
     assert not ok and "no poll has completed yet" in reason
-    service.daemon.last_poll_monotonic = time.monotonic() - 2.9
+    loop.last_poll_monotonic = time.monotonic() - 2.9
     assert service.healthz() == (True, "ok")
-    service.daemon.last_poll_monotonic = time.monotonic() - 3.5
+    loop.last_poll_monotonic = time.monotonic() - 3.5
     ok, reason = service.healthz()
     assert not ok and "3 polling intervals (3 s)" in reason
 
 
+def test_healthz_503_with_the_reason_while_commits_fail() -> None:
+    service, loop = _service()
+    loop.last_poll_monotonic = time.monotonic()
+    guard = loop.guard
+    guard.failed(COMMIT, "cannot write /s/state.json: File too large", "%s")
+    ok, reason = service.healthz()
+    assert not ok and reason.startswith("commits failing since ")
+    assert reason.endswith("(1 in a row): cannot write /s/state.json: File too large")
+    guard.succeeded(COMMIT)
+    assert service.healthz() == (True, "ok")
+
+
 def test_empty_listen_disables_the_service() -> None:
-    assert _service("").enabled is False
-    assert _service(":2112").enabled is True
+    assert _service("")[0].enabled is False
+    assert _service(":2112")[0].enabled is True
 
 
 def test_a_new_listen_address_on_reload_and_a_prompt_stop() -> None:
     """The HTTP thread sleeps until a request or the close (no 0.5 s polling), so closing
     must wake it: after a reload the old port is closed at once and stop() is immediate."""
     first, second = free_port(), free_port()
-    service = _service(f"127.0.0.1:{first}")
+    service, loop = _service(f"127.0.0.1:{first}")
     asyncio.run(service.start())
     assert get(f"http://127.0.0.1:{first}/healthz")[0] == 503  # serving, no poll yet
     old_thread = service._thread
-    service.on_reload(SimpleNamespace(metrics_listen=f"127.0.0.1:{second}"))  # type: ignore[arg-type]
+    loop.config = replace(loop.config, metrics_listen=f"127.0.0.1:{second}")
+    service.on_reload(loop.config)
     assert get(f"http://127.0.0.1:{second}/healthz")[0] == 503
     assert old_thread is not None
     old_thread.join(2)

@@ -1,0 +1,24 @@
+"""The platform connector's status as a value: the sender thread replaces it, others read it.
+
+A frozen dataclass rather than a dict shared between threads: a reader (the event loop, the
+metrics HTTP thread) holds one consistent value, and no thread can change another's copy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ConnectorStatus:
+    """Where delivery stands; ``state`` is ``disabled``, ``down`` or ``connected``."""
+
+    state: str = "disabled"
+    since: str = ""
+    last_error: str = ""
+    outbox_depth: int = 0
+    dead_letters: int = 0
+    sent: int = 0
+    errors: int = 0
+    dropped: int = 0
+    target: str = ""
