@@ -19,6 +19,7 @@ import asyncio
 import collections
 import logging
 import os
+import time
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple, TypeVar
 
 from .dbus_common import (
@@ -67,6 +68,8 @@ CONNECT_TIMEOUT = 5.0
 RETRY_MIN, RETRY_MAX = 1.0, 60.0
 RELOAD_WAIT = 10.0
 REFUSED_LOG_SECONDS = 60.0  # at most one line per minute about clients over their budget
+REBUILD_FACTOR = 10.0  # an answer is rebuilt at most every 10x its build time
+MAX_WRITER_BACKLOG = 32  # replies waiting for the bus socket; beyond, calls wait (memory)
 MAX_WIRE_ENTRIES = 256  # prepared answers kept per poll (ListCounters has one per argument)
 BUS_DRIVER = "org.freedesktop.DBus"
 PROPERTIES_IFACE = "org.freedesktop.DBus.Properties"
@@ -262,7 +265,9 @@ class DbusService:
         self.interface: Optional[NicHealthInterface] = None
         self._view: Optional[Tuple[Any, Any, Any, Any]] = None  # snapshot, result, state, config
         self._cache: Dict[Any, Any] = {}
-        self._wire: Dict[Any, Prepared] = {}  # answers marshalled once per poll
+        # answers marshalled once per poll: key -> (answer, poll number, built at, build time)
+        self._wire: Dict[Any, Tuple[Prepared, int, float, float]] = {}
+        self._poll_no = 0
         self._lasting: Dict[Any, Prepared] = {}  # answers whose key says when they change
         self.limiter = CallLimiter()
         self._queued: Dict[str, Deque[Tuple[float, Message]]] = {}  # calls waiting for budget
@@ -296,7 +301,10 @@ class DbusService:
         self._view = (outcome.snapshot, outcome.result, self.daemon.monitor.state,
                       self.daemon.config)
         self._cache.clear()
-        self._wire.clear()
+        self._poll_no += 1
+        now = time.monotonic()
+        self._wire = {k: v for k, v in self._wire.items()
+                      if now - v[2] < REBUILD_FACTOR * v[3]}
         self._status = self.daemon.status()
         self._signal_ports(outcome.committed)
         if self.interface is not None:
@@ -421,7 +429,8 @@ class DbusService:
         sender = call.sender or ""
         readonly = self._is_readonly(call)
         queue = self._queued.get(sender)
-        if queue is None and self.limiter.allow(sender):
+        if queue is None and not (readonly and self._writer_full()) and \
+                self.limiter.allow(sender):
             return self._answer(call) if readonly else False
         if readonly and (queue is None or len(queue) < SENDER_QUEUE) \
                 and self._queued_total < MAX_QUEUED:
@@ -456,6 +465,8 @@ class DbusService:
             for sender in list(self._queued):
                 queue = self._queued[sender]
                 queued_at, call = queue[0]
+                if self._writer_full() and now - queued_at <= QUEUE_WAIT:
+                    continue  # replies are not leaving: hold the rest (bounded memory)
                 if now - queued_at > QUEUE_WAIT:
                     reply: Any = self._refuse(call)
                 elif self.limiter.allow(sender):
@@ -478,6 +489,12 @@ class DbusService:
                     del self._queued[sender]
         if self._queued:
             self._drain_timer = loop.call_later(DRAIN_PERIOD, self._drain)
+
+    def _writer_full(self) -> bool:
+        """Whether MAX_WRITER_BACKLOG replies already wait for the bus socket (each holds
+        its own copy of the bytes; a bus that reads slowly must not make memory grow)."""
+        messages = getattr(getattr(self.bus, "_writer", None), "messages", None)
+        return messages is not None and len(messages) >= MAX_WRITER_BACKLOG
 
     def _drop_queue(self) -> None:
         if self._drain_timer is not None:
@@ -549,11 +566,19 @@ class DbusService:
         return None
 
     def _wire_answer(self, key: Any, build: Callable[[], Prepared]) -> Prepared:
-        prepared = self._wire.get(key)
-        if prepared is None:
-            prepared = build()
-            if len(self._wire) < MAX_WIRE_ENTRIES:
-                self._wire[key] = prepared
+        """Built once per poll; on a big host, where building ListCounters costs tens of ms,
+        an answer is also kept until it is REBUILD_FACTOR times its build time old, so
+        rebuilding answers never takes more than ~1/REBUILD_FACTOR of the loop."""
+        now = time.monotonic()
+        entry = self._wire.get(key)
+        if entry is not None:
+            prepared, poll, built_at, cost = entry
+            if poll == self._poll_no or now - built_at < REBUILD_FACTOR * cost:
+                return prepared
+        prepared = build()
+        cost = time.monotonic() - now
+        if len(self._wire) < MAX_WIRE_ENTRIES or key in self._wire:
+            self._wire[key] = (prepared, self._poll_no, now, cost)
         return prepared
 
     def _lasting_answer(self, key: Any, build: Callable[[], Prepared]) -> Prepared:
