@@ -430,7 +430,7 @@ class DbusService:
         readonly = self._is_readonly(call)
         queue = self._queued.get(sender)
         if queue is None and not (readonly and self._writer_full()) and \
-                self.limiter.allow(sender):
+                self.limiter.allow(sender, self._reply_size(call) if readonly else 0):
             return self._answer(call) if readonly else False
         if readonly and (queue is None or len(queue) < SENDER_QUEUE) \
                 and self._queued_total < MAX_QUEUED:
@@ -469,7 +469,7 @@ class DbusService:
                     continue  # replies are not leaving: hold the rest (bounded memory)
                 if now - queued_at > QUEUE_WAIT:
                     reply: Any = self._refuse(call)
-                elif self.limiter.allow(sender):
+                elif self.limiter.allow(sender, self._reply_size(call)):
                     try:
                         reply = self._answer(call)
                     except DBusError as exc:
@@ -489,6 +489,14 @@ class DbusService:
                     del self._queued[sender]
         if self._queued:
             self._drain_timer = loop.call_later(DRAIN_PERIOD, self._drain)
+
+    def _reply_size(self, call: Message) -> int:
+        """Bytes of the prepared answer (built now if need be; an error answer is small)."""
+        try:
+            prepared = self._prepared(call)
+        except DBusError:
+            return 0
+        return len(prepared.body) if prepared is not None else 0
 
     def _writer_full(self) -> bool:
         """Whether MAX_WRITER_BACKLOG replies already wait for the bus socket (each holds

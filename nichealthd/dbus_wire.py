@@ -35,6 +35,9 @@ SENDER_QUEUE = 16  # calls of one client waiting for budget; more are refused
 MAX_QUEUED = 1024  # calls of all clients waiting; more are refused
 QUEUE_WAIT = 10.0  # seconds a call may wait (clients give up after 25 s by default)
 DRAIN_PERIOD = 0.05
+# Big answers cost more: 1 token per 64 KiB on top of 1 per call, so a 1 MiB ListCounters of
+# a 128-device host costs 17 and the bus, the clients and we are not flooded with bytes.
+REPLY_UNIT = 64 * 1024
 MAX_SENDERS = 4096  # buckets kept; full (idle) ones are forgotten first
 
 _HEADER_SIGNATURE = "yyyyuua(yv)"
@@ -87,12 +90,12 @@ class _Bucket:
     def __init__(self, tokens: float, stamp: float) -> None:
         self.tokens, self.stamp = tokens, stamp
 
-    def take(self, now: float, rate: float, burst: float) -> bool:
+    def take(self, now: float, rate: float, burst: float, cost: float = 1.0) -> bool:
         self.tokens = min(burst, self.tokens + (now - self.stamp) * rate)
         self.stamp = now
-        if self.tokens < 1.0:
+        if self.tokens < cost:
             return False
-        self.tokens -= 1.0
+        self.tokens -= cost
         return True
 
 
@@ -110,8 +113,10 @@ class CallLimiter:
         self._total = _Bucket(total_burst, clock())
         self._senders: Dict[str, _Bucket] = {}
 
-    def allow(self, sender: Optional[str]) -> bool:
-        """Whether a call from ``sender`` may be answered now (False: refuse it)."""
+    def allow(self, sender: Optional[str], size: int = 0) -> bool:
+        """Whether a call from ``sender`` may be answered now with ``size`` bytes: a call
+        costs 1 plus 1 per REPLY_UNIT bytes, at most a full burst (so any answer fits)."""
+        cost = min(1.0 + size / REPLY_UNIT, self.burst, self.total_burst)
         now = self._clock()
         key = sender or ""
         bucket = self._senders.get(key)
@@ -119,10 +124,10 @@ class CallLimiter:
             if len(self._senders) >= self.max_senders:
                 self._forget(now)
             bucket = self._senders[key] = _Bucket(self.burst, now)
-        if not bucket.take(now, self.rate, self.burst):
+        if not bucket.take(now, self.rate, self.burst, cost):
             return False
-        if not self._total.take(now, self.total_rate, self.total_burst):
-            bucket.tokens += 1.0  # not this client's fault: give its token back
+        if not self._total.take(now, self.total_rate, self.total_burst, cost):
+            bucket.tokens += cost  # not this client's fault: give its tokens back
             return False
         return True
 

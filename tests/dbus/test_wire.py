@@ -76,3 +76,14 @@ def test_refusal_is_the_standard_error() -> None:
     assert reply.message_type == MessageType.ERROR
     assert reply.error_name == LIMITS_EXCEEDED and reply.reply_serial == 7
     assert "calls/s per client" in reply.body[0]
+
+
+def test_big_answers_cost_more_but_always_fit() -> None:
+    now = [0.0]
+    limiter = CallLimiter(rate=20, burst=60, total_rate=200, total_burst=200,
+                          clock=lambda: now[0])
+    mib = 1024 * 1024
+    assert sum(limiter.allow(":1.5", mib) for _ in range(10)) == 3  # 17 tokens each
+    now[0] += 60.0
+    assert limiter.allow(":1.5", 100 * mib)  # costs a full burst, never more
+    assert not limiter.allow(":1.5", 100 * mib)
