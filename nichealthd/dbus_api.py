@@ -16,9 +16,11 @@ valid for linters and type checkers.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
-from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
+import time
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple, TypeVar
 
 from .context import ServiceContext
 from .dbus_common import (
@@ -29,7 +31,9 @@ from .dbus_common import (
     OBJECT_PATH,
     POLICY_FILE,
     DBusError,
+    Message,
     MessageBus,
+    MessageType,
     NameFlag,
     PropertyAccess,
     RequestNameReply,
@@ -44,6 +48,16 @@ from .dbus_common import (
     signal,
     to_variants,
 )
+from .dbus_wire import (
+    DRAIN_PERIOD,
+    MAX_QUEUED,
+    QUEUE_WAIT,
+    SENDER_QUEUE,
+    CallLimiter,
+    Prepared,
+    PreparedReply,
+    limits_exceeded,
+)
 from .events import CODE_PORT_MISSING, CODE_PORT_STATE, ENTITY_NIC, ENTITY_PORT
 from .store import JournalEntry
 from .views import counter_records, device_records, port_health, port_records
@@ -54,6 +68,13 @@ INTROSPECTION_XML = os.path.join(os.path.dirname(__file__), "org.nichealthd.NicH
 CONNECT_TIMEOUT = 5.0
 RETRY_MIN, RETRY_MAX = 1.0, 60.0
 RELOAD_WAIT = 10.0
+REFUSED_LOG_SECONDS = 60.0  # at most one line per minute about clients over their budget
+REBUILD_FACTOR = 10.0  # an answer is rebuilt at most every 10x its build time
+MAX_WRITER_BACKLOG = 32  # replies waiting for the bus socket; beyond, calls wait (memory)
+MAX_WIRE_ENTRIES = 256  # prepared answers kept per poll (ListCounters has one per argument)
+BUS_DRIVER = "org.freedesktop.DBus"
+PROPERTIES_IFACE = "org.freedesktop.DBus.Properties"
+INTROSPECTABLE_IFACE = "org.freedesktop.DBus.Introspectable"
 F = TypeVar("F", bound=Callable[..., Any])
 
 # property name, signature, key of Daemon.status()
@@ -70,6 +91,13 @@ PROPERTIES = (
     ("Health", "s", "health"),
 )
 _PORT_EVENT_CODES = {CODE_PORT_STATE, CODE_PORT_MISSING}
+# Read-only members answered from prepared bytes, with their input signatures.
+_READ_METHODS = {"ListPorts": "", "ListDevices": "", "ListCounters": "su", "ListEvents": "u",
+                 "GetStatus": ""}
+
+
+def _wants_reply(call: Message) -> bool:
+    return not (call.flags.value & 1)  # MessageFlag.NO_REPLY_EXPECTED
 
 
 def dbus_signature(returns: str = "", **params: str) -> Callable[[F], F]:
@@ -238,6 +266,16 @@ class DbusService:
         self.interface: Optional[NicHealthInterface] = None
         self._view: Optional[Tuple[Any, Any, Any, Any]] = None  # snapshot, result, state, config
         self._cache: Dict[Any, Any] = {}
+        # answers marshalled once per poll: key -> (answer, poll number, built at, build time)
+        self._wire: Dict[Any, Tuple[Prepared, int, float, float]] = {}
+        self._poll_no = 0
+        self._lasting: Dict[Any, Prepared] = {}  # answers whose key says when they change
+        self.limiter = CallLimiter()
+        self._queued: Dict[str, Deque[Tuple[float, Message]]] = {}  # calls waiting for budget
+        self._queued_total = 0
+        self._drain_timer: Optional[asyncio.TimerHandle] = None
+        self._refused_logged_at: Optional[float] = None
+        self._refused_since_log = 0
         self._event_cache: Dict[int, Dict[str, Any]] = {}
         self._status: Dict[str, Any] = {}
         self._props: Dict[str, Any] = {}
@@ -265,6 +303,10 @@ class DbusService:
         if view is not None:  # after a completed poll, always
             self._view = (outcome.snapshot, outcome.result, view.state, view.config)
         self._cache.clear()
+        self._poll_no += 1
+        now = time.monotonic()
+        self._wire = {k: v for k, v in self._wire.items()
+                      if now - v[2] < REBUILD_FACTOR * v[3]}
         self._status = self.context.status()
         self._signal_ports(outcome.committed)
         if self.interface is not None:
@@ -274,6 +316,7 @@ class DbusService:
         self._settle_reloads(self.context.reload_error())
 
     def on_reload(self, config: Any) -> None:
+        self._lasting.clear()
         if config.dbus != self.mode:
             log.warning("dbus = %r takes effect at the next restart (serving on the %s bus)",
                         config.dbus, self.mode)
@@ -329,6 +372,7 @@ class DbusService:
             if not harden_writer(bus):
                 log.debug("could not guard the D-Bus writer against EAGAIN (library changed?)")
             interface = NicHealthInterface(self)
+            bus.add_message_handler(self._on_call)  # before the library's own dispatch
             bus.export(OBJECT_PATH, interface)
             reply = await bus.request_name(BUS_NAME, NameFlag.DO_NOT_QUEUE)
             if reply not in (RequestNameReply.PRIMARY_OWNER, RequestNameReply.ALREADY_OWNER):
@@ -343,6 +387,7 @@ class DbusService:
         self.bus, self.interface = bus, interface
 
     def _drop_bus(self) -> None:
+        self._drop_queue()
         bus, self.bus, self.interface = self.bus, None, None
         if bus is not None:
             try:
@@ -373,6 +418,213 @@ class DbusService:
             self._last_problem = problem
         else:
             log.debug("D-Bus API still unavailable: %s (next try in %.0f s)", problem, delay)
+
+    # ------------------------------------------------- the loop's bus budget
+
+    def _on_call(self, call: Message) -> Any:
+        """Every incoming call passes here first (issue 12.11). A read-only call is answered
+        from the bytes prepared this poll if its client is within budget, else it waits in
+        the client's short queue; a call that does not fit is refused at once. Anything else
+        (Reload, Ping, other paths) goes on to the library if within budget."""
+        if call.message_type is not MessageType.METHOD_CALL or call.sender == BUS_DRIVER:
+            return False
+        sender = call.sender or ""
+        readonly = self._is_readonly(call)
+        queue = self._queued.get(sender)
+        if queue is None and not (readonly and self._writer_full()) and \
+                self.limiter.allow(sender, self._reply_size(call) if readonly else 0):
+            return self._answer(call) if readonly else False
+        if readonly and (queue is None or len(queue) < SENDER_QUEUE) \
+                and self._queued_total < MAX_QUEUED:
+            loop = asyncio.get_running_loop()
+            self._queued.setdefault(sender, collections.deque()).append((loop.time(), call))
+            self._queued_total += 1
+            if self._drain_timer is None:
+                self._drain_timer = loop.call_later(DRAIN_PERIOD, self._drain)
+            return True
+        return self._refuse(call)
+
+    def _answer(self, call: Message) -> Any:
+        prepared = self._prepared(call)  # a DBusError here is sent back by the library
+        if prepared is None:
+            return False
+        if _wants_reply(call) and self.bus is not None:
+            self.bus.send(PreparedReply(call, prepared))
+        return True
+
+    def _refuse(self, call: Message) -> Any:
+        self._note_refused(call.sender)
+        return limits_exceeded(call, self.limiter) if _wants_reply(call) else True
+
+    def _drain(self) -> None:
+        """Answer waiting calls as their clients' budget allows, oldest first per client."""
+        self._drain_timer = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        progressed = True
+        while progressed and self._queued:
+            progressed = False
+            for sender in list(self._queued):
+                queue = self._queued[sender]
+                queued_at, call = queue[0]
+                if self._writer_full() and now - queued_at <= QUEUE_WAIT:
+                    continue  # replies are not leaving: hold the rest (bounded memory)
+                if now - queued_at > QUEUE_WAIT:
+                    reply: Any = self._refuse(call)
+                elif self.limiter.allow(sender, self._reply_size(call)):
+                    try:
+                        reply = self._answer(call)
+                    except DBusError as exc:
+                        reply = exc._as_message(call)
+                    except Exception as exc:  # never let one call stop the others
+                        log.error("D-Bus %s failed: %s", call.member, exc)
+                        reply = Message.new_error(call, ERROR_PREFIX + "Failed",
+                                                  f"{call.member} failed: {exc}")
+                else:
+                    continue
+                if isinstance(reply, Message) and self.bus is not None:
+                    self.bus.send(reply)
+                queue.popleft()
+                self._queued_total -= 1
+                progressed = True
+                if not queue:
+                    del self._queued[sender]
+        if self._queued:
+            self._drain_timer = loop.call_later(DRAIN_PERIOD, self._drain)
+
+    def _reply_size(self, call: Message) -> int:
+        """Bytes of the prepared answer (built now if need be; an error answer is small)."""
+        try:
+            prepared = self._prepared(call)
+        except DBusError:
+            return 0
+        return len(prepared.body) if prepared is not None else 0
+
+    def _writer_full(self) -> bool:
+        """Whether MAX_WRITER_BACKLOG replies already wait for the bus socket (each holds
+        its own copy of the bytes; a bus that reads slowly must not make memory grow)."""
+        messages = getattr(getattr(self.bus, "_writer", None), "messages", None)
+        return messages is not None and len(messages) >= MAX_WRITER_BACKLOG
+
+    def _drop_queue(self) -> None:
+        if self._drain_timer is not None:
+            self._drain_timer.cancel()
+            self._drain_timer = None
+        self._queued.clear()
+        self._queued_total = 0
+
+    def _is_readonly(self, call: Message) -> bool:
+        """Calls :meth:`_prepared` answers (the library answers a wrong signature)."""
+        if call.path != OBJECT_PATH:
+            return False
+        if call.interface in (INTERFACE, None):
+            return _READ_METHODS.get(call.member or "") == call.signature
+        body = call.body
+        if call.interface == PROPERTIES_IFACE:
+            if call.member == "Get" and call.signature == "ss":
+                return bool(body[0] == INTERFACE and body[1] in self._props)
+            return call.member == "GetAll" and call.signature == "s" and body[0] == INTERFACE
+        return call.interface == INTROSPECTABLE_IFACE and call.member == "Introspect" and \
+            hasattr(self.bus, "_introspect_export_path")
+
+    def _note_refused(self, sender: Optional[str]) -> None:
+        """One warning at the first refusal, then at most one a minute with the count."""
+        self._refused_since_log += 1
+        now = asyncio.get_running_loop().time()
+        last = self._refused_logged_at
+        if last is not None and now - last < REFUSED_LOG_SECONDS:
+            return
+        log.warning("D-Bus clients exceed the call budget (%g calls/s per client, %g in all): "
+                    "%d call(s) refused with LimitsExceeded%s, the latest from %s; polling is "
+                    "not affected", self.limiter.rate, self.limiter.total_rate,
+                    self._refused_since_log,
+                    "" if last is None else f" in the last {now - last:.0f} s", sender)
+        self._refused_logged_at, self._refused_since_log = now, 0
+
+    def _prepared(self, call: Message) -> Optional[Prepared]:
+        """The marshalled answer to a read-only call, built at most once per poll."""
+        if call.path != OBJECT_PATH:
+            return None
+        member, signature, body = call.member, call.signature, call.body
+        if call.interface in (INTERFACE, None) and member in _READ_METHODS:
+            if _READ_METHODS[member] != signature:
+                return None  # the library answers a wrong signature with its error
+            key: Any = (member, *body)
+            if member == "ListEvents":  # events change only when one is committed
+                key = (member, self._event_limit(int(body[0])),
+                       self.context.journal.last_seq)
+                return self._lasting_answer(key, lambda: Prepared.of(
+                    "aa{sv}", [self._read_answer(member, body)]))
+            if member == "GetStatus":
+                key = (member, *self._status_key())
+            return self._wire_answer(key, lambda: Prepared.of("aa{sv}" if member != "GetStatus"
+                                                              else "a{sv}",
+                                                              [self._read_answer(member, body)]))
+        if call.interface == PROPERTIES_IFACE and member in ("Get", "GetAll") and \
+                body and body[0] == INTERFACE:
+            if member == "Get" and signature == "ss" and body[1] in self._props:
+                return self._wire_answer(("Get", body[1]), lambda: Prepared.of(
+                    "v", [self._prop_variant(body[1])]))
+            if member == "GetAll" and signature == "s":
+                return self._wire_answer(("GetAll",), lambda: Prepared.of(
+                    "a{sv}", [{name: self._prop_variant(name) for name, _, _ in PROPERTIES}]))
+            return None
+        if call.interface == INTROSPECTABLE_IFACE and member == "Introspect" and \
+                self.bus is not None and hasattr(self.bus, "_introspect_export_path"):
+            return self._lasting_answer(("Introspect",), lambda: Prepared.of(
+                "s", [self.bus._introspect_export_path(OBJECT_PATH).tostring()]))  # type: ignore[union-attr]
+        return None
+
+    def _wire_answer(self, key: Any, build: Callable[[], Prepared]) -> Prepared:
+        """Built once per poll; on a big host, where building ListCounters costs tens of ms,
+        an answer is also kept until it is REBUILD_FACTOR times its build time old, so
+        rebuilding answers never takes more than ~1/REBUILD_FACTOR of the loop."""
+        now = time.monotonic()
+        entry = self._wire.get(key)
+        if entry is not None:
+            prepared, poll, built_at, cost = entry
+            if poll == self._poll_no or now - built_at < REBUILD_FACTOR * cost:
+                return prepared
+        prepared = build()
+        cost = time.monotonic() - now
+        if len(self._wire) < MAX_WIRE_ENTRIES or key in self._wire:
+            self._wire[key] = (prepared, self._poll_no, now, cost)
+        return prepared
+
+    def _lasting_answer(self, key: Any, build: Callable[[], Prepared]) -> Prepared:
+        """An answer whose key says when it changes (kept across polls; marshalling 1000
+        events takes ~9 ms, which polls every 100 ms must not pay for nothing)."""
+        prepared = self._lasting.get(key)
+        if prepared is None:
+            if len(self._lasting) >= MAX_WIRE_ENTRIES // 4:
+                self._lasting.clear()
+            prepared = self._lasting[key] = build()
+        return prepared
+
+    def _read_answer(self, member: str, body: List[Any]) -> Any:
+        if member == "ListPorts":
+            return self.list_ports()
+        if member == "ListDevices":
+            return self.list_devices()
+        if member == "ListCounters":
+            return self.list_counters(str(body[0]), int(body[1]))
+        if member == "ListEvents":
+            return self.list_events(int(body[0]))
+        return self.get_status()
+
+    def _event_limit(self, limit: int) -> int:
+        size = max(int(self.context.config().event_history_size), 1)
+        return min(limit, size) if limit else size
+
+    def _status_key(self) -> Tuple[Any, ...]:
+        """What GetStatus depends on between two polls (the connector reports on its own)."""
+        connector = self.context.connector()
+        return (connector.state, connector.outbox_depth, connector.dead_letters,
+                connector.last_error, self.context.reload_error(), self.context.stats().failing)
+
+    def _prop_variant(self, name: str) -> Any:
+        signature = next(sig for prop, sig, _ in PROPERTIES if prop == name)
+        return Variant(signature, self._props[name])
 
     # --------------------------------------------------------------- answers
 
@@ -435,7 +687,7 @@ class DbusService:
     def list_events(self, limit: int) -> List[Dict[str, Any]]:
         journal = self.context.journal
         size = max(int(self.context.config().event_history_size), 1)
-        entries = journal.history(min(limit, size) if limit else size)
+        entries = journal.history(self._event_limit(limit))
         if len(self._event_cache) > 4 * size:
             keep = {e.seq for e in entries}
             self._event_cache = {s: v for s, v in self._event_cache.items() if s in keep}

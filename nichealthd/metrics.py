@@ -22,6 +22,7 @@ import re
 import selectors
 import socket
 import socketserver
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -60,6 +61,10 @@ PREFIX = "nichealthd_"
 # name that contains a type name (``_counter_``), and passing promtool is part of the contract.
 STALE_INTERVALS = 3
 CLOSE_WAIT_SECONDS = 5.0  # for the HTTP thread to leave its wait when the server closes
+# A normal listen backlog (socketserver's default is 5); the kernel caps it at somaxconn.
+LISTEN_BACKLOG = max(128, socket.SOMAXCONN)
+CLIENT_TIMEOUT = 10.0  # a client that sends nothing for this long is dropped
+CLIENT_ERROR_LOG_SECONDS = 60.0  # at most one line a minute about clients that misbehave
 # Poll cycles take about a millisecond per 8 devices; a hung sysfs read takes seconds.
 DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
                     2.5, 5.0, 10.0)
@@ -105,11 +110,55 @@ class _Picture:
     config: Config
 
 
+class _ClientErrors:
+    """Client errors (idle timeouts, resets) as one rate-limited line, never a traceback.
+
+    A client that connects and sends nothing is dropped after ``CLIENT_TIMEOUT``; the
+    stdlib server printed a 15-line traceback for each (issue 12.12). The first error is
+    logged at once, later ones at most every ``CLIENT_ERROR_LOG_SECONDS`` with a count.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._logged_at: Optional[float] = None
+        self._since = 0
+        self.total = 0
+
+    def report(self, client: str, exc: BaseException) -> None:
+        now = self._clock()
+        with self._lock:
+            self.total += 1
+            self._since += 1
+            last = self._logged_at
+            if last is not None and now - last < CLIENT_ERROR_LOG_SECONDS:
+                return
+            count, self._since, self._logged_at = self._since, 0, now
+        what = "timed out sending its request" if isinstance(exc, TimeoutError) else \
+            f"failed: {type(exc).__name__}: {exc}"
+        more = "" if last is None else \
+            f" ({count} client errors in the last {now - last:.0f} s)"
+        log.warning("metrics HTTP client %s %s; connection closed%s", client, what, more)
+
+
 class _Server(socketserver.ThreadingMixIn, WSGIServer):
     """Threading WSGI server; each scrape in its own daemon thread."""
 
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = LISTEN_BACKLOG
+    client_errors: Optional[_ClientErrors] = None
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client's error is the client's: one rate-limited line, no traceback."""
+        exc = sys.exc_info()[1]
+        if exc is None or not isinstance(exc, (OSError, ValueError)):
+            log.exception("metrics HTTP: unexpected error serving %s", client_address)
+            return
+        if self.client_errors is None:
+            self.client_errors = _ClientErrors()
+        host = client_address[0] if isinstance(client_address, tuple) else client_address
+        self.client_errors.report(str(host), exc)
 
     def server_bind(self) -> None:
         # HTTPServer.server_bind resolves the FQDN of the bind address, which can stall
@@ -147,9 +196,9 @@ class _Server6(_Server):
 
 
 class _QuietHandler(WSGIRequestHandler):
-    """No access log on stderr; a stuck client is dropped after 10 s."""
+    """No access log on stderr; a stuck client is dropped after ``CLIENT_TIMEOUT``."""
 
-    timeout = 10
+    timeout = CLIENT_TIMEOUT
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         log.debug("%s %s", self.address_string(), format % args)

@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import random
+import stat
 import threading
 import time
 from dataclasses import replace
@@ -82,6 +83,57 @@ class SendError(Exception):
         self.transient = transient
 
 
+MAX_TOKEN_BYTES = 64 * 1024  # a bearer token is a few KiB; more is not a token file
+_FILE_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"),
+               (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+               (stat.S_ISSOCK, "a socket"))
+
+
+def read_token(path: str, warned: set[tuple[str, int]]) -> str:
+    """The token file's text, read without ever blocking (issue 12.13).
+
+    Opened ``O_NONBLOCK`` and checked with ``fstat`` on the open fd (no race with a swap):
+    a FIFO, device, socket or directory is refused with a clear ``SendError`` (delivery is
+    marked down with that reason and retried, so replacing the file resumes it), where a
+    plain ``open`` of a FIFO used to block delivery for good without a word. A token that
+    group or others may read is used, with one warning per path and mode, as ssh warns
+    about private keys.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise SendError("TOKEN", f"cannot read token file {path}: {exc.strerror}",
+                        transient=True) from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = next((name for test, name in _FILE_KINDS if test(info.st_mode)),
+                        "not a regular file")
+            raise SendError("TOKEN", f"token file {path} is {kind}, not a regular file; "
+                            f"refusing to read it (point platformConnectorTokenPath at a "
+                            f"regular file)", transient=True)
+        mode = stat.S_IMODE(info.st_mode)
+        if mode & 0o044 and (path, mode) not in warned:
+            warned.add((path, mode))
+            log.warning("token file %s is readable by %s (mode %04o): anyone who can read it "
+                        "can send health events as this node; chmod 600 %s", path,
+                        "others" if mode & 0o004 else "its group", mode, path)
+        data = os.read(fd, MAX_TOKEN_BYTES + 1)
+    except OSError as exc:
+        raise SendError("TOKEN", f"cannot read token file {path}: {exc.strerror}",
+                        transient=True) from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_TOKEN_BYTES:
+        raise SendError("TOKEN", f"token file {path} is larger than {MAX_TOKEN_BYTES} bytes; "
+                        f"not a token", transient=True)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SendError("TOKEN", f"token file {path} is not UTF-8 text",
+                        transient=True) from None
+
+
 class Link:
     """One gRPC channel to the connector, made lazily and dropped after a transport failure
     (a fresh channel next time, so gRPC's own reconnect backoff never stacks on ours)."""
@@ -91,6 +143,7 @@ class Link:
         self.token_path = token_path
         self.path = socket_path(target)
         self.connects = 0  # channels made: lets tests prove a missing socket costs none
+        self._warned_modes: set[tuple[str, int]] = set()  # (path, mode) already warned about
         self._channel: Optional[grpc.Channel] = None
         self._stub: Optional[pb_grpc.PlatformConnectorStub] = None
 
@@ -110,12 +163,7 @@ class Link:
     def _metadata(self) -> list[tuple[str, str]]:
         if not self.token_path:
             return []
-        try:
-            with open(self.token_path, encoding="utf-8") as handle:
-                token = handle.read().strip()
-        except OSError as exc:
-            raise SendError("TOKEN", f"cannot read token file {self.token_path}: "
-                            f"{exc.strerror}", transient=True) from None
+        token = read_token(self.token_path, self._warned_modes).strip()
         if not token:
             raise SendError("TOKEN", f"token file {self.token_path} is empty", transient=True)
         return [("authorization", f"Bearer {token}")]

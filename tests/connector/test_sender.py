@@ -277,7 +277,10 @@ def test_unreadable_token_is_transient(tmp_path: Path, connector: FakeConnector,
         assert connector.received == []
         assert sender.status.state == "down"
         assert "token" in sender.status.last_error
-        token.write_text("late")
+        staged = tmp_path / "token.new"  # a private token, in place at once (issue 12.13:
+        staged.write_text("late")  # a readable one would add its own warning line)
+        staged.chmod(0o600)
+        staged.rename(token)
         wait_for(lambda: connector.accepted, what="delivery")
     assert connector.event_ids() == [entries[0].event.event_id]
     assert sender.status.dead_letters == 0

@@ -122,7 +122,10 @@ def test_polling_stays_on_schedule_while_a_client_floods_list_counters(daemon: A
 
     before, after, calls, elapsed = run(scenario())
     expected = elapsed / POLL
-    assert calls > 200, calls  # it really was a flood
+    # It really was a flood: more than its budget (60 tokens + 20/s, an 80 KB ListCounters
+    # costing 2.2; issue 12.11); the calls over it waited in its queue or came back
+    # LimitsExceeded, which also counts as an answer.
+    assert calls > 60, calls
     assert after - before >= 0.8 * expected, (before, after, expected, calls)
     # Large replies in flight fill the socket buffer; that must not cost the connection.
     assert "lost the connection" not in daemon.log()

@@ -1,0 +1,89 @@
+"""Prepared replies and the per-client call budget (issue 12.11), without a bus."""
+
+from __future__ import annotations
+
+from nichealthd.dbus_common import Message, MessageType, Variant
+from nichealthd.dbus_wire import (
+    LIMITS_EXCEEDED,
+    CallLimiter,
+    Prepared,
+    PreparedReply,
+    limits_exceeded,
+)
+
+BODY = [[{"device": Variant("s", "mlx5_0"), "port": Variant("x", 1),
+          "healthy": Variant("b", True)}]]
+
+
+def _call(serial: int = 7, sender: str = ":1.42") -> Message:
+    return Message(message_type=MessageType.METHOD_CALL, member="ListPorts", serial=serial,
+                   sender=sender, path="/org/nichealthd/NicHealth1")
+
+
+def test_prepared_reply_is_byte_identical_to_the_library_reply() -> None:
+    prepared = Prepared.of("aa{sv}", BODY)
+    for serial, sender, own_serial in ((7, ":1.42", 3), (123456, ":1.1000", 99)):
+        call = _call(serial, sender)
+        ours = PreparedReply(call, prepared)
+        ours.serial = own_serial
+        theirs = Message.new_method_return(call, "aa{sv}", BODY)
+        theirs.serial = own_serial
+        assert bytes(ours._marshall(False)) == bytes(theirs._marshall(False))
+
+
+def test_the_body_is_marshalled_once_and_shared() -> None:
+    prepared = Prepared.of("aa{sv}", BODY)
+    first, second = PreparedReply(_call(1), prepared), PreparedReply(_call(2, ":1.9"), prepared)
+    first.serial, second.serial = 10, 11
+    a, b = bytes(first._marshall(False)), bytes(second._marshall(False))
+    assert a.endswith(prepared.body) and b.endswith(prepared.body)
+    assert a != b  # each caller gets its own header (reply serial, destination)
+
+
+def test_a_sender_gets_its_burst_then_its_rate() -> None:
+    now = [0.0]
+    limiter = CallLimiter(rate=10, burst=20, total_rate=1000, total_burst=1000,
+                          clock=lambda: now[0])
+    assert sum(limiter.allow(":1.5") for _ in range(100)) == 20
+    assert limiter.allow(":1.6")  # another client is not affected
+    now[0] += 1.0
+    assert sum(limiter.allow(":1.5") for _ in range(100)) == 10
+
+
+def test_all_senders_together_are_bounded() -> None:
+    now = [0.0]
+    limiter = CallLimiter(rate=10, burst=20, total_rate=50, total_burst=100,
+                          clock=lambda: now[0])
+    # 1000 connections (unique names are free to make) get 100 answers in all, not 20000.
+    allowed = sum(limiter.allow(f":1.{i}") for i in range(1000) for _ in range(20))
+    assert allowed == 100
+    now[0] += 1.0
+    allowed = sum(limiter.allow(f":1.{i}") for i in range(1000) for _ in range(20))
+    assert allowed == 50
+
+
+def test_the_sender_table_is_bounded() -> None:
+    now = [0.0]
+    limiter = CallLimiter(rate=10, burst=20, max_senders=64, clock=lambda: now[0])
+    for i in range(10000):
+        now[0] += 0.001
+        limiter.allow(f":1.{i}")
+        assert limiter.senders() <= 64
+
+
+def test_refusal_is_the_standard_error() -> None:
+    reply = limits_exceeded(_call(), CallLimiter())
+    assert reply.message_type == MessageType.ERROR
+    assert reply.error_name == LIMITS_EXCEEDED and reply.reply_serial == 7
+    assert "calls/s per client" in reply.body[0]
+
+
+def test_big_answers_cost_more_but_always_fit() -> None:
+    now = [0.0]
+    limiter = CallLimiter(rate=20, burst=60, total_rate=200, total_burst=200,
+                          clock=lambda: now[0])
+    mib = 1024 * 1024
+    assert sum(limiter.allow(":1.5", mib) for _ in range(10)) == 3  # 17 tokens each
+    now[0] += 60.0
+    assert limiter.allow(":1.5", 100 * mib)  # costs a full burst, never more
+    assert not limiter.allow(":1.5", 100 * mib)

@@ -1,0 +1,102 @@
+"""Misbehaving HTTP clients (issue 12.12): idle sockets, backlog, one rate-limited log line.
+
+400 connections that send nothing used to make the stdlib server print a 15-line traceback
+each when it dropped them after 10 s; the listen backlog was socketserver's 5.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from nichealthd import metrics
+from nichealthd.metrics import _ClientErrors, make_http_server
+
+from .conftest import RunningDaemon, get
+
+Start = Callable[[Path], RunningDaemon]
+IDLE = 400
+
+
+def _connect_idle(port: int, count: int) -> list[socket.socket]:
+    opened = []
+    try:
+        for _ in range(count):
+            opened.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+    except BaseException:
+        for sock in opened:
+            sock.close()
+        raise
+    return opened
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    sock.settimeout(0.0)
+    try:
+        return sock.recv(1) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+@pytest.mark.slow
+def test_idle_connections_are_dropped_without_tracebacks(sim: Callable[..., Path],
+                                                         daemon: Start) -> None:
+    running = daemon(sim("synthetic", devices=2))
+    idle = _connect_idle(running.port, IDLE)
+    try:
+        # While they wait, scrapes and health checks are answered.
+        assert "nichealthd_polls_total" in running.text()
+        assert get(running.base + "/healthz")[0] == 200
+        deadline = time.monotonic() + metrics.CLIENT_TIMEOUT + 30
+        while not all(_closed_by_peer(s) for s in idle):
+            assert time.monotonic() < deadline, "the server kept idle connections open"
+            time.sleep(0.2)
+    finally:
+        for sock in idle:
+            sock.close()
+    assert "nichealthd_polls_total" in running.text()
+    log = (running.root / "daemon.log").read_text()
+    assert "Traceback" not in log, log[-3000:]
+    lines = [line for line in log.splitlines() if "metrics HTTP client" in line]
+    assert 1 <= len(lines) <= 2, lines  # the first error; any more within a minute are counted
+    assert "timed out" in lines[0]
+    assert running.proc.poll() is None
+
+
+@pytest.mark.skipif(shutil.which("ss") is None, reason="ss (iproute2) is not installed")
+def test_listen_backlog_is_normal() -> None:
+    server = make_http_server("127.0.0.1:0", lambda environ, start: [b""])
+    try:
+        port = server.server_address[1]
+        out = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True,
+                             text=True, timeout=10).stdout.split()
+        # For a listening socket ss prints the backlog as Send-Q (state, Recv-Q, Send-Q, …).
+        assert int(out[2]) >= 128, out
+    finally:
+        server.server_close()
+        server._wake_read.close()
+        server._wake_write.close()
+
+
+def test_client_errors_are_one_line_per_minute(caplog: pytest.LogCaptureFixture) -> None:
+    now = [100.0]
+    errors = _ClientErrors(clock=lambda: now[0])
+    with caplog.at_level(logging.WARNING, logger="nichealthd.metrics"):
+        for _ in range(351):
+            errors.report("127.0.0.1", TimeoutError("timed out"))
+        now[0] += metrics.CLIENT_ERROR_LOG_SECONDS + 1
+        errors.report("127.0.0.1", ConnectionResetError(104, "Connection reset by peer"))
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, lines
+    assert "127.0.0.1 timed out sending its request" in lines[0]
+    assert "ConnectionResetError" in lines[1] and "351 client errors" in lines[1]
+    assert errors.total == 352
