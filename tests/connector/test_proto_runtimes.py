@@ -44,8 +44,19 @@ assert pb.HealthEvents.FromString(raw) == batch
 assert pb.RecommendedAction.Name(25) == "REPLACE_VM" and pb.STORE_AND_ANALYSE == 3
 import importlib  # a second import of the module reuses the descriptor in the pool
 assert importlib.reload(pb).HealthEvents.FromString(raw).SerializeToString() == raw
+# The daemon's own mapping (convert.py) of a committed event, metadata and local time included.
+from datetime import datetime, timedelta, timezone
+from nichealthd.connector import convert
+from nichealthd.events import make_event
+committed = make_event("InfiniBandStateCheck", fatal=True, healthy=False,
+                       message="Port mlx5_0 port 1: link_downed #7", error_code="link_downed",
+                       entities=(("NIC", "mlx5_0"), ("NICPort", "1")),
+                       at=datetime(2026, 2, 3, 4, 5, 6, 789000,
+                                   tzinfo=timezone(timedelta(hours=2))))
+committed = committed.stamped("node-a", "STORE_ONLY", "id-7")
+daemon_raw = convert.to_batch([committed]).SerializeToString()
 out = {"protobuf": google.protobuf.__version__, "impl": api_implementation.Type(),
-       "hex": raw.hex(), "grpc": None}
+       "hex": raw.hex() + "/" + daemon_raw.hex(), "grpc": None}
 try:
     import grpc
 except ImportError:
@@ -147,7 +158,7 @@ def test_same_wire_bytes_on_every_protobuf_runtime(tmp_path: Path) -> None:
     print(f"old runtimes on {old_python}")
     for run in runs:
         print(f"protobuf {run['protobuf']} ({run['impl']}), grpcio {run['grpc']}: "
-              f"{len(run['hex']) // 2} bytes")
+              f"{len(run['hex'])} hex digits")
     assert {run["hex"] for run in runs} == {runs[0]["hex"]}, runs
     by_version = {run["protobuf"]: run for run in runs}
     assert "3.14.0" in by_version and "3.19.6" in by_version
