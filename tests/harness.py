@@ -8,11 +8,12 @@ generous because it is only reached when something is wrong.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import subprocess
 import threading
 import time
-from typing import IO, Any, Callable, Optional
+from typing import IO, Any, Awaitable, Callable, Optional
 
 DEADLINE = 30.0  # seconds; reached only when the awaited thing never comes
 CHECK_EVERY = 0.02  # between two checks of the condition (not a synchronisation)
@@ -35,6 +36,20 @@ def wait_until(predicate: Callable[[], bool], what: str, timeout: float = DEADLI
         if time.monotonic() >= end:
             raise AssertionError(f"no {what} within {timeout:g} s: {detail()}")
         time.sleep(CHECK_EVERY)
+
+
+async def wait_until_async(predicate: Callable[[], Awaitable[bool]], what: str,
+                           timeout: float = DEADLINE, detail: Callable[[], str] = str) -> None:
+    """wait_until for code on an event loop (a D-Bus client's own connection): the loop keeps
+    running between two checks, so signals and replies still arrive."""
+    end = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(OSError):
+            if await predicate():
+                return
+        if time.monotonic() >= end:
+            raise AssertionError(f"no {what} within {timeout:g} s: {detail()}")
+        await asyncio.sleep(CHECK_EVERY)
 
 
 class Lines:

@@ -25,6 +25,8 @@ from nichealthd.connector.sender import CONSUMER, Sender
 from nichealthd.events import HealthEvent, make_event, port_entities
 from nichealthd.store import Journal, JournalEntry
 
+from ..harness import DEADLINE, wait_until
+
 SERVICE = "datamodels.PlatformConnector"
 METHOD = "HealthEventOccurredV1"
 T0 = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=timezone.utc)
@@ -200,14 +202,16 @@ def fast_sender(config: Config, journal: Journal, **kw: Any) -> Sender:
     return sender
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.01)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
+def wait_for(predicate: Callable[[], Any], timeout: float = DEADLINE, what: str = "") -> Any:
+    """tests.harness.wait_until that also returns the predicate's (true) value."""
+    value: list[Any] = [None]
+
+    def holds() -> bool:
+        value[0] = predicate()
+        return bool(value[0])
+
+    wait_until(holds, what or repr(predicate), timeout)
+    return value[0]
 
 
 def ago(seconds: float) -> datetime:

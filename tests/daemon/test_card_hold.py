@@ -13,6 +13,7 @@ import pytest
 
 from nichealthd.sim import mutate
 
+from ..harness import DEADLINE, wait_until
 from .conftest import REPO, SimHost
 from .test_service import Daemon, NotifySocket, events, notify  # noqa: F401 (fixture)
 
@@ -101,16 +102,15 @@ def test_running_daemon_holds_a_transient_and_reports_a_stuck_port(
     try:
         notify.wait_for("READY=1")
         sim_port(host, "mlx5_0", "--state", "INIT", "--phys-state", "LinkUp")
-        notify.wait_for("1 degraded", seconds=5)
+        notify.wait_for("1 degraded")
         sim_port(host, "mlx5_0", "--state", "ACTIVE", "--phys-state", "LinkUp")
         notify.collect(1.0)
         assert [e for e in events(host) if e["isFatal"]] == []
         sim_port(host, "mlx5_0", "--state", "ARMED", "--phys-state", "LinkUp")
         notify.collect(HOLD / 2)
         assert [e for e in events(host) if e["isFatal"]] == []
-        deadline = time.monotonic() + HOLD + 5
-        while not fatal_cards(events(host)) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_until(lambda: bool(fatal_cards(events(host))), "the stuck port's fatal card",
+                   HOLD + DEADLINE)
         assert len(fatal_cards(events(host))) == 1
         assert [e for e in events(host) if e["isFatal"]] == fatal_cards(events(host))
     finally:

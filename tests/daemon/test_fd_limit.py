@@ -78,7 +78,7 @@ def test_ready_waits_for_a_committed_poll(
         assert not host.state_file.exists()
         _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
         resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (hard, hard))
-        notify.wait_for("READY=1", seconds=10)
+        notify.wait_for("READY=1")
         assert host.state_file.is_file()
     finally:
         proc.terminate()

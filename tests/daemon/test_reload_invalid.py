@@ -4,7 +4,6 @@ with file and key in STATUS=, the old configuration stays, and polling goes on."
 from __future__ import annotations
 
 import signal
-import time
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -12,6 +11,7 @@ import pytest
 
 from nichealthd.sim import mutate
 
+from ..harness import wait_until
 from .conftest import SimHost
 from .test_service import Daemon, NotifySocket, events
 
@@ -37,13 +37,9 @@ def notify(tmp_path: Path) -> Iterator[NotifySocket]:
     sock.close()
 
 
-def wait_for_event(host: SimHost, code: str, seconds: float = 10.0) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if any(e["errorCode"] == [code] and e["isFatal"] for e in events(host)):
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"no fatal {code} event within {seconds} s")
+def wait_for_event(host: SimHost, code: str) -> None:
+    wait_until(lambda: any(e["errorCode"] == [code] and e["isFatal"] for e in events(host)),
+               f"fatal {code} event")
 
 
 def test_sighup_with_invalid_configs_keeps_the_old_one_and_keeps_polling(

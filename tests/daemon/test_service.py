@@ -60,16 +60,21 @@ class NotifySocket:
         self._read += len(new)
         return new
 
-    def wait_for(self, needle: str, seconds: float = 10.0) -> str:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            while self._read < len(self.messages):
+    def wait_for(self, needle: str, seconds: float = DEADLINE) -> str:
+        """The next datagram (after the last one read) containing ``needle``."""
+        found: list[str] = []
+
+        def arrived() -> bool:
+            while not found and self._read < len(self.messages):
                 message = self.messages[self._read][1]
                 self._read += 1
                 if needle in message:
-                    return message
-            time.sleep(0.05)
-        raise AssertionError(f"no {needle!r} within {seconds} s; got {self.messages[-5:]}")
+                    found.append(message)
+            return bool(found)
+
+        wait_until(arrived, f"{needle!r} datagram", seconds,
+                   detail=lambda: str(self.messages[-5:]))
+        return found[0]
 
 
 class Daemon:
@@ -131,7 +136,7 @@ def test_ready_after_first_commit_status_and_clean_stop(
     assert host.state_file.exists() and events(host)
     assert "STATUS=12 ports: 12 healthy, 0 degraded, 0 fatal" in ready
     mutate.set_port(host.root, "mlx5_0", 1, state="DOWN", phys_state="Disabled")
-    notify.wait_for("1 fatal", seconds=5)
+    notify.wait_for("1 fatal")
     assert any(e["message"] == ("Port mlx5_0 port 1: state DOWN, phys_state Disabled"
                                 " - no connectivity")
                for e in events(host))

@@ -25,6 +25,7 @@ from nichealthd.dbus_common import (
     from_variants,
 )
 from nichealthd.sim import tree
+from tests.harness import DEADLINE, wait_until, wait_until_async
 
 POLL = 0.2
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
@@ -38,16 +39,24 @@ def make_sim(profile: str = "dgx-h100", **kw: Any) -> Path:
     return root
 
 
+ASK_TIMEOUT = 5.0  # one GetStatus while waiting for the daemon; unanswered = ask again
+
+
 async def _has_polled(address: str) -> bool:
+    """One question, bounded: a call that is never answered (seen once on a loaded machine
+    while the daemon was starting) must not hang the wait; the next check asks again."""
     try:
-        bus = await MessageBus(bus_address=address).connect()
+        bus = await asyncio.wait_for(MessageBus(bus_address=address).connect(), ASK_TIMEOUT)
     except Exception:
         return False
     try:
-        reply = await bus.call(Message(destination=BUS_NAME, path=OBJECT_PATH,
-                                       interface=INTERFACE, member="GetStatus"))
+        reply = await asyncio.wait_for(bus.call(Message(
+            destination=BUS_NAME, path=OBJECT_PATH, interface=INTERFACE, member="GetStatus")),
+            ASK_TIMEOUT)
         return bool(reply.message_type.name == "METHOD_RETURN"
                     and reply.body[0]["poll_count"].value > 0)
+    except asyncio.TimeoutError:
+        return False
     finally:
         bus.disconnect()
 
@@ -72,16 +81,10 @@ class DaemonProcess:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def wait_for_name(self, timeout: float = 15.0) -> None:
+    def wait_for_name(self, timeout: float = DEADLINE) -> None:
         """Until the daemon owns the name and has polled (asked with dbus-fast, not busctl)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"nichealthd exited {self.proc.returncode}:\n{self.log()}")
-            if asyncio.run(_has_polled(self.address)):
-                return
-            time.sleep(0.1)
-        raise AssertionError(f"nichealthd did not appear on the bus:\n{self.log()}")
+        wait_until(lambda: asyncio.run(_has_polled(self.address)),
+                   "nichealthd on the bus after a poll", timeout, self.proc, self.log)
 
     def stop(self) -> int:
         if self.proc.poll() is None:
@@ -176,15 +179,17 @@ class BusClient:
                                 destination="org.freedesktop.DBus", path="/org/freedesktop/DBus")
         assert reply.message_type.name == "METHOD_RETURN", reply.body
 
-    async def wait_signal(self, predicate: Callable[[Any], bool], timeout: float = 5.0) -> Any:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for message in self.signals:
-                if predicate(message):
-                    return message
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"no matching signal within {timeout} s; got "
-                             f"{[(m.interface, m.member) for m in self.signals][-10:]}")
+    async def wait_signal(self, predicate: Callable[[Any], bool],
+                          timeout: float = DEADLINE) -> Any:
+        found: list[Any] = []
+
+        async def seen() -> bool:
+            found.extend(m for m in self.signals if predicate(m))
+            return bool(found)
+
+        await wait_until_async(seen, "matching signal", timeout, lambda: str(
+            [(m.interface, m.member) for m in self.signals][-10:]))
+        return found[0]
 
 
 def run(coro: Any) -> Any:
@@ -197,31 +202,29 @@ async def poll_count(client: BusClient) -> int:
     return int(from_variants(reply.body[0])["poll_count"])
 
 
-def wait_polls(more: int, timeout: float = 30.0) -> int:
+def wait_polls(more: int, timeout: float = DEADLINE) -> int:
     """Until ``more`` polls completed after this call (so a change has been seen); returns
     the poll count reached. Waits on the daemon's own count, not on a guessed time."""
 
     async def go() -> int:
         async with BusClient() as client:
             target = await poll_count(client) + more
-            deadline = time.monotonic() + timeout
-            while True:
-                count = await poll_count(client)
-                if count >= target:
-                    return count
-                assert time.monotonic() < deadline, f"{more} polls not seen in {timeout} s"
-                await asyncio.sleep(0.05)
+            reached = [0]
+
+            async def done() -> bool:
+                reached[0] = await poll_count(client)
+                return reached[0] >= target
+
+            await wait_until_async(done, f"{more} more polls", timeout,
+                                   lambda: f"at {reached[0]} of {target}")
+            return reached[0]
 
     return int(run(go()))
 
 
-def wait_log(daemon: DaemonProcess, needle: str, count: int = 1, timeout: float = 30.0) -> str:
+def wait_log(daemon: DaemonProcess, needle: str, count: int = 1,
+             timeout: float = DEADLINE) -> str:
     """Until the daemon logged ``needle`` ``count`` times; returns the log then."""
-    deadline = time.monotonic() + timeout
-    while True:
-        log = daemon.log()
-        if log.count(needle) >= count:
-            return log
-        assert daemon.proc.poll() is None, f"nichealthd exited:\n{log}"
-        assert time.monotonic() < deadline, f"{needle!r} x{count} not logged:\n{log}"
-        time.sleep(0.05)
+    wait_until(lambda: daemon.log().count(needle) >= count, f"{needle!r} x{count} in the log",
+               timeout, daemon.proc, daemon.log)
+    return daemon.log()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import xml.etree.ElementTree as ET
 from typing import Any
@@ -12,6 +11,7 @@ from dbushelpers import BusClient, busctl, make_sim, poll_count, run, wait_polls
 from nichealthd.dbus_api import NicHealthInterface
 from nichealthd.dbus_common import INTERFACE, OBJECT_PATH, ServiceInterface, from_variants, intr
 from nichealthd.sim import mutate, tree
+from tests.harness import wait_until_async
 
 PORT_KEYS = {"device", "port", "link_layer", "state", "phys_state", "rate", "role", "healthy",
              "fatal", "since", "excluded", "monitored", "health"}
@@ -260,8 +260,11 @@ def test_properties_changed_once_per_poll_with_only_changed_values(daemon: Any) 
             await client.subscribe(f"type='signal',interface='org.freedesktop.DBus.Properties',"
                                    f"member='PropertiesChanged',path='{OBJECT_PATH}'")
             first = await poll_count(client)
-            while await poll_count(client) < first + 6:  # six polls seen while subscribed
-                await asyncio.sleep(0.05)
+
+            async def six_polls() -> bool:  # six polls seen while subscribed
+                return await poll_count(client) >= first + 6
+
+            await wait_until_async(six_polls, "six polls while subscribed")
             last = await poll_count(client)
             polls.append(last - first)
             return [m for m in client.signals if m.member == "PropertiesChanged"]

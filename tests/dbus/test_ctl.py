@@ -7,15 +7,15 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from dbushelpers import NOBODY, POLL, ctl, make_sim
+from dbushelpers import NOBODY, ctl, make_sim, wait_polls
 from testbus import REPO
 
 from nichealthd.sim import mutate, tree
+from tests.harness import Lines, wait_until
 
 ANSI = re.compile(r"\x1b\[")
 
@@ -63,7 +63,7 @@ def test_show_ports_json_has_the_design_keys(daemon: Any) -> None:
 def test_port_down_shows_unhealthy_within_two_polls_and_check_exits_2(daemon: Any) -> None:
     assert ctl("check").returncode == 0
     mutate.set_port(daemon.root, "mlx5_0", 1, state="DOWN", phys_state="Disabled")
-    time.sleep(2 * POLL)
+    wait_polls(2)  # two polls completed after the change: the second one started after it
     ports = {f"{p['device']}/{p['port']}": p for p in json.loads(ctl("show", "ports",
                                                                    "--json").stdout)}
     assert ports["mlx5_0/1"]["healthy"] is False
@@ -90,11 +90,8 @@ def test_check_ok_line_and_json(daemon: Any) -> None:
 def test_check_exits_1_on_degradation(daemon: Any) -> None:
     # carrier_changes is a non-fatal delta counter (threshold 2 per poll)
     mutate.counter(daemon.root, "mlx5_1", 1, "carrier_changes", add=50)
-    deadline = time.monotonic() + 10 * POLL
+    wait_until(lambda: ctl("check").returncode == 1, "nichealthctl check exit 1")
     out = ctl("check")
-    while out.returncode != 1 and time.monotonic() < deadline:
-        time.sleep(POLL)
-        out = ctl("check")
     assert out.returncode == 1, out.stdout
     assert out.stdout.startswith("NICHEALTH WARNING - ")
     assert "mlx5_1/1 carrier_changes breached" in out.stdout
@@ -142,21 +139,29 @@ def test_events_history_json_and_follow(daemon: Any) -> None:
     assert {"checkName", "isFatal", "isHealthy", "entitiesImpacted", "generatedTimestamp",
             "nodeName", "processingStrategy", "recommendedAction"} <= set(events[0])
 
+    # -n 1 --all: the last event is printed after the subscription (ctl subscribes first), so
+    # its line says the follower is listening before the port goes down.
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    follow = subprocess.Popen([sys.executable, "-m", "nichealthd.ctl", "events", "-n", "0",
-                               "--follow", "--json"], cwd=REPO, env=env,
+    follow = subprocess.Popen([sys.executable, "-m", "nichealthd.ctl", "events", "-n", "1",
+                               "--all", "--follow", "--json"], cwd=REPO, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert follow.stdout is not None and follow.stderr is not None
+    out = Lines(follow.stdout)
     try:
-        time.sleep(1.0)  # subscribed
+        wait_until(lambda: len(out.lines) >= 1, "the follower's history line", proc=follow)
+        assert json.loads(out.lines[0])["seq"] == events[-1]["seq"]
         mutate.set_port(daemon.root, "mlx5_5", 1, state="DOWN", phys_state="Polling")
-        assert follow.stdout is not None
-        line = follow.stdout.readline()
-        event = json.loads(line)
+        wait_until(lambda: len(out.lines) >= 2, "a followed event", proc=follow,
+                   detail=out.tail)
+        event = json.loads(out.lines[1])
         assert "mlx5_5" in event["message"] and event["isHealthy"] is False
         assert event["seq"] > events[-1]["seq"]
     finally:
         follow.terminate()
         follow.wait(10)
+        follow.stderr.close()
+        out.join()
+        follow.stdout.close()
 
 
 def test_status_human_and_json(daemon: Any) -> None:
@@ -253,22 +258,13 @@ def test_config_check(tmp_path: Path) -> None:
     assert ctl("config", "check", str(broken)).returncode == 2
 
 
-def wait_for(predicate: Any, what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_events_hide_the_boot_baselines_unless_all(daemon: Any) -> None:
     everything = json.loads(ctl("events", "-n", "1000", "--all", "--json").stdout)
     assert any("healthy after reboot" in e["message"] for e in everything)
     assert any(not e["entitiesImpacted"] for e in everything)  # the check-scoped clears
     assert json.loads(ctl("events", "--json").stdout) == []  # a fresh boot: only baselines
     mutate.set_port(daemon.root, "mlx5_5", 1, state="DOWN", phys_state="Disabled")
-    wait_for(lambda: json.loads(ctl("events", "--json").stdout), "the DOWN event")
+    wait_until(lambda: json.loads(ctl("events", "--json").stdout), "the DOWN event")
     shown = json.loads(ctl("events", "--json").stdout)
     assert [e["isFatal"] for e in shown] == [True] and "mlx5_5" in shown[0]["message"]
     human = ctl("events", "-n", "5").stdout.splitlines()
@@ -279,7 +275,7 @@ def test_events_hide_the_boot_baselines_unless_all(daemon: Any) -> None:
 
 def test_tables_fit_80_columns(daemon: Any) -> None:
     mutate.counter(daemon.root, "mlx5_5", 1, "link_downed", add=1)
-    wait_for(lambda: ctl("check").returncode == 2, "the breach")
+    wait_until(lambda: ctl("check").returncode == 2, "the breach")
     for args in (("show", "ports"), ("show", "devices"), ("status",), ("events", "--all"),
                  ("show", "counters")):
         out = ctl(*args)
@@ -304,7 +300,7 @@ def test_status_shows_the_connector_last_error(start_daemon: Callable[..., Any],
                                                tmp_path: Path) -> None:
     socket_path = tmp_path / "no-connector.sock"
     start_daemon(extra=["--platform-connector-socket", f"unix://{socket_path}"])
-    wait_for(lambda: json.loads(ctl("status", "--json").stdout).get("connector_last_error"),
+    wait_until(lambda: json.loads(ctl("status", "--json").stdout).get("connector_last_error"),
              "a connector error")
     status = json.loads(ctl("status", "--json").stdout)
     human = ctl("status", "--wide").stdout

@@ -16,10 +16,9 @@ import re
 import shutil
 import socket
 import threading
-import time
 import urllib.request
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import pytest
 from dbushelpers import BusClient, DaemonProcess, ctl, make_sim
@@ -27,6 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from nichealthd.dbus_common import from_variants
 from nichealthd.sim import mutate
+from tests.harness import wait_until
 
 METRIC_VALUE = {"healthy": 0, "uncabled": 0, "degraded": 1, "fatal": 2}
 CHECK_EXIT = {"healthy": 0, "degraded": 1, "fatal": 2}
@@ -73,15 +73,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 async def _list_ports() -> list[dict[str, Any]]:

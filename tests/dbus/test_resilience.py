@@ -21,6 +21,7 @@ from nichealthd.dbus_common import (
     MessageBus,
     NameFlag,
 )
+from tests.harness import wait_until_async
 
 
 async def get_poll_count(client: BusClient) -> int:
@@ -80,22 +81,24 @@ def test_name_taken_logs_one_error_keeps_polling_and_takes_over_later(
         reply = await squatter.request_name(BUS_NAME, NameFlag.DO_NOT_QUEUE)
         assert reply.name == "PRIMARY_OWNER"
         daemon = start_daemon(wait=False, extra=["--log-level", "debug"])
-        deadline = time.monotonic() + 30
         # Two failed attempts (the second logs at debug level), and polling went on.
-        while not all(n in daemon.log() for n in ("D-Bus API still unavailable", "ready:")):
+
+        async def retried_and_polling() -> bool:
             assert daemon.proc.poll() is None, daemon.log()
-            assert time.monotonic() < deadline, daemon.log()
-            await asyncio.sleep(0.05)
+            return all(n in daemon.log() for n in ("D-Bus API still unavailable", "ready:"))
+
+        await wait_until_async(retried_and_polling, "a retry and polling", detail=daemon.log)
         log = daemon.log()
         assert daemon.proc.poll() is None
         errors = [line for line in log.splitlines() if "D-Bus API unavailable" in line]
         assert len(errors) == 1 and "already owned" in errors[0], log
         assert "ready:" in log
         squatter.disconnect()
-        deadline = time.monotonic() + 30
-        while "D-Bus API serving" not in daemon.log() and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        assert "D-Bus API serving" in daemon.log()
+
+        async def serving() -> bool:
+            return "D-Bus API serving" in daemon.log()
+
+        await wait_until_async(serving, "the take-over of the name", detail=daemon.log)
 
     run(scenario())
 
@@ -126,6 +129,8 @@ def test_polling_stays_on_schedule_while_a_client_floods_list_counters(daemon: A
     # costing 2.2; issue 12.11); the calls over it waited in its queue or came back
     # LimitsExceeded, which also counts as an answer.
     assert calls > 60, calls
-    assert after - before >= 0.8 * expected, (before, after, expected, calls)
+    # Half the schedule: a loaded 2-core host delays polls too, while a loop starved by the
+    # flood falls far below it.
+    assert after - before >= 0.5 * expected, (before, after, expected, calls)
     # Large replies in flight fill the socket buffer; that must not cost the connection.
     assert "lost the connection" not in daemon.log()

@@ -7,12 +7,12 @@ GetStatus's ``poll_error``) say what fails and since when; the field empties onc
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
-from dbushelpers import POLL, ctl
+from dbushelpers import ctl
 
 from nichealthd.sim import mutate
+from tests.harness import wait_until
 
 
 def test_status_says_commits_fail_while_the_state_path_is_a_directory(daemon: Any) -> None:
@@ -23,13 +23,9 @@ def test_status_says_commits_fail_while_the_state_path_is_a_directory(daemon: An
     state.mkdir()  # the next commit's rename onto it fails with EISDIR
     try:
         mutate.counter(daemon.root, "mlx5_0", 1, "link_downed", add=1)  # something to commit
-        deadline = time.monotonic() + 20
-        while True:
-            data = json.loads(ctl("status", "--json").stdout)
-            if data.get("poll_error"):
-                break
-            assert time.monotonic() < deadline, data
-            time.sleep(POLL)
+        wait_until(lambda: bool(json.loads(ctl("status", "--json").stdout).get("poll_error")),
+                   "poll_error in nichealthctl status --json")
+        data = json.loads(ctl("status", "--json").stdout)
         assert "commits failing since" in data["poll_error"], data
         assert "Is a directory" in data["poll_error"], data
         out = ctl("status")
@@ -38,8 +34,6 @@ def test_status_says_commits_fail_while_the_state_path_is_a_directory(daemon: An
         assert len(failing) == 1 and "commits failing" in failing[0], out.stdout
     finally:
         state.rmdir()
-    deadline = time.monotonic() + 20
-    while json.loads(ctl("status", "--json").stdout).get("poll_error"):
-        assert time.monotonic() < deadline, "poll_error stayed after the state was writable"
-        time.sleep(POLL)
+    wait_until(lambda: not json.loads(ctl("status", "--json").stdout).get("poll_error"),
+               "poll_error emptied once the state is writable")
     assert "failing" not in ctl("status").stdout

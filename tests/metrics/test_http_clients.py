@@ -10,7 +10,6 @@ import logging
 import shutil
 import socket
 import subprocess
-import time
 from pathlib import Path
 from typing import Callable
 
@@ -19,6 +18,7 @@ import pytest
 from nichealthd import metrics
 from nichealthd.metrics import _ClientErrors, make_http_server
 
+from ..harness import DEADLINE, wait_until
 from .conftest import RunningDaemon, get
 
 Start = Callable[[Path], RunningDaemon]
@@ -56,10 +56,8 @@ def test_idle_connections_are_dropped_without_tracebacks(sim: Callable[..., Path
         # While they wait, scrapes and health checks are answered.
         assert "nichealthd_polls_total" in running.text()
         assert get(running.base + "/healthz")[0] == 200
-        deadline = time.monotonic() + metrics.CLIENT_TIMEOUT + 30
-        while not all(_closed_by_peer(s) for s in idle):
-            assert time.monotonic() < deadline, "the server kept idle connections open"
-            time.sleep(0.2)
+        wait_until(lambda: all(_closed_by_peer(s) for s in idle),
+                   "idle connections closed by the server", metrics.CLIENT_TIMEOUT + DEADLINE)
     finally:
         for sock in idle:
             sock.close()
