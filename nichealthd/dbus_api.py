@@ -426,7 +426,11 @@ class DbusService:
         from the bytes prepared this poll if its client is within budget, else it waits in
         the client's short queue; a call that does not fit is refused at once. Anything else
         (Reload, Ping, other paths) goes on to the library if within budget."""
-        if call.message_type is not MessageType.METHOD_CALL or call.sender == BUS_DRIVER:
+        if self.bus is None or call.message_type is not MessageType.METHOD_CALL \
+                or call.sender == BUS_DRIVER:
+            # Not serving yet (a call that arrives while request_name is answered, before
+            # _connect has set self.bus): the library's own dispatch answers it, so no call
+            # is ever swallowed without a reply.
             return False
         sender = call.sender or ""
         readonly = self._is_readonly(call)

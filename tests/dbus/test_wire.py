@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from nichealthd.dbus_common import Message, MessageType, Variant
 from nichealthd.dbus_wire import (
     LIMITS_EXCEEDED,
@@ -87,3 +89,26 @@ def test_big_answers_cost_more_but_always_fit() -> None:
     now[0] += 60.0
     assert limiter.allow(":1.5", 100 * mib)  # costs a full burst, never more
     assert not limiter.allow(":1.5", 100 * mib)
+
+
+def test_a_call_before_the_service_serves_goes_to_the_library(tmp_path: Path) -> None:
+    """A call can arrive while request_name is being answered, before ``_connect`` has set
+    ``bus``: the handler must pass it on to the library's dispatch (which answers it), never
+    take it and send no reply (a client then waits for its timeout)."""
+    from nichealthd.config import load_config
+    from nichealthd.connector.status import ConnectorStatus
+    from nichealthd.context import PollStats, ServiceContext
+    from nichealthd.dbus_api import DbusService
+    from nichealthd.store import Journal
+
+    (tmp_path / "c.toml").write_text(f'stateFile = "{tmp_path}/state.json"\n')
+    config = load_config(str(tmp_path / "c.toml"))
+    context = ServiceContext(
+        journal=Journal(config.state_dir), config_path=str(tmp_path / "c.toml"),
+        config=lambda: config, view=lambda: None,
+        stats=lambda: PollStats(0, 0.0, None, None, "", {}, 0, 0), status=lambda: {},
+        reload_error=lambda: "", request_reload=lambda: None,
+        connector=ConnectorStatus, publish_connector=lambda status: None)
+    service = DbusService(context)
+    assert service.bus is None
+    assert service._on_call(_call()) is False
