@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import subprocess
 import threading
 import time
-from typing import IO, Any, Awaitable, Callable, Optional
+from pathlib import Path
+from typing import IO, Any, Awaitable, Callable, Optional, Union
 
 DEADLINE = 30.0  # seconds; reached only when the awaited thing never comes
 CHECK_EVERY = 0.02  # between two checks of the condition (not a synchronisation)
@@ -88,3 +90,64 @@ class Lines:
                    proc: Optional[subprocess.Popen[str]] = None) -> None:
         """Until ``more`` polls started after this call (so a change has been seen)."""
         self.wait_for(POLL_STARTED, self.polls() + more, timeout, proc)
+
+
+class NotifySocket:
+    """An AF_UNIX datagram socket standing in for systemd's notify socket.
+
+    A thread drains it continuously, as systemd does: the kernel queues only a few datagrams.
+    """
+
+    def __init__(self, path: Union[str, Path]) -> None:
+        self.path = Path(path)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        self.sock.bind(str(path))
+        self.sock.settimeout(0.1)
+        self.messages: list[tuple[float, str]] = []
+        self._read = 0
+        self._closed = False
+        self._thread = threading.Thread(target=self._drain, daemon=True)
+        self._thread.start()
+
+    def _drain(self) -> None:
+        while not self._closed:
+            try:
+                data = self.sock.recv(65536).decode()
+            except (socket.timeout, OSError):
+                continue
+            self.messages.append((time.monotonic(), data))
+
+    @property
+    def statuses(self) -> list[str]:
+        """Every ``STATUS=`` text sent so far, oldest first."""
+        return [line[len("STATUS="):] for _, message in list(self.messages)
+                for line in message.splitlines() if line.startswith("STATUS=")]
+
+    def close(self) -> None:
+        self._closed = True
+        self._thread.join()
+        self.sock.close()
+
+    def collect(self, seconds: float) -> list[str]:
+        """Wait ``seconds``; returns the datagrams that arrived since the last call."""
+        time.sleep(seconds)
+        new = [m for _, m in self.messages[self._read:]]
+        self._read += len(new)
+        return new
+
+    def wait_for(self, needle: str, seconds: float = DEADLINE) -> str:
+        """The next datagram (after the last one read) containing ``needle``."""
+        found: list[str] = []
+
+        def arrived() -> bool:
+            while not found and self._read < len(self.messages):
+                message = self.messages[self._read][1]
+                self._read += 1
+                if needle in message:
+                    found.append(message)
+            return bool(found)
+
+        wait_until(arrived, f"{needle!r} datagram", seconds,
+                   detail=lambda: str(self.messages[-5:]))
+        return found[0]

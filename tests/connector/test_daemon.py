@@ -8,10 +8,8 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -22,6 +20,7 @@ from nichealthd import daemon as daemon_cli
 from nichealthd.service import Daemon
 from nichealthd.sim import mutate, tree
 
+from ..harness import NotifySocket
 from .connector_fixtures import FakeConnector, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -149,40 +148,13 @@ def test_once_delivers_when_the_connector_is_up(host: Path, connector: FakeConne
     assert ids and connector.event_ids() == ids
 
 
-class NotifySocket:
-    """What systemd does for a Type=notify unit: an AF_UNIX datagram socket, read by a thread
-    so that every datagram is time-stamped when it arrives."""
-
-    def __init__(self, path: str) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.bind(path)
-        self.sock.settimeout(0.05)
-        self.messages: list[tuple[float, str]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        while not self._stop.is_set():
-            try:
-                data = self.sock.recv(65536)
-            except socket.timeout:
-                continue
-            self.messages.append((time.monotonic(), data.decode()))
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self.sock.close()
-
-
 def test_hung_connector_keeps_the_poll_schedule_and_the_watchdog(
         host: Path, connector: FakeConnector, sockdir: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     connector.start()
     connector.default = "hang"
-    notify = NotifySocket(str(sockdir / "notify"))
-    monkeypatch.setenv("NOTIFY_SOCKET", notify.sock.getsockname())
+    notify = NotifySocket(sockdir / "notify")
+    monkeypatch.setenv("NOTIFY_SOCKET", str(notify.path))
     monkeypatch.setenv("WATCHDOG_USEC", "400000")
     monkeypatch.delenv("WATCHDOG_PID", raising=False)
     args = daemon_cli.build_parser().parse_args(

@@ -13,9 +13,9 @@ import pytest
 
 from nichealthd.sim import mutate
 
-from ..harness import DEADLINE, wait_until
+from ..harness import DEADLINE, NotifySocket, wait_until
 from .conftest import REPO, SimHost
-from .test_service import Daemon, NotifySocket, events, notify  # noqa: F401 (fixture)
+from .test_service import Daemon, events, notify  # noqa: F401 (fixture)
 
 HOLD = 3.0  # seconds: short, so the tests can outwait it
 

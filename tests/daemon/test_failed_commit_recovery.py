@@ -11,8 +11,9 @@ import pytest
 
 from nichealthd.sim import mutate
 
+from ..harness import NotifySocket
 from .conftest import SimHost
-from .test_service import Daemon, NotifySocket, events, notify  # noqa: F401 (fixture)
+from .test_service import Daemon, events, notify  # noqa: F401 (fixture)
 
 
 def wait_for_event(daemon: Daemon, host: SimHost, match: Callable[[dict[str, Any]], bool]

@@ -9,9 +9,9 @@ import subprocess
 import sys
 from typing import Callable
 
-from ..harness import Lines
+from ..harness import Lines, NotifySocket
 from .conftest import REPO, SimHost
-from .test_service import NotifySocket, notify  # noqa: F401  (fixture)
+from .test_service import notify  # noqa: F401  (fixture)
 
 
 def _small_limit() -> None:

@@ -29,10 +29,10 @@ from nichealthd.sim import mutate
 from nichealthd.startup import Startup, load_topology
 from nichealthd.sysfs import SysfsReader
 
-from ..harness import wait_until
+from ..harness import NotifySocket, wait_until
 from ..metrics.conftest import free_port, get, parse
 from .conftest import SimHost
-from .test_service import Daemon, NotifySocket, notify  # noqa: F401 (fixture)
+from .test_service import Daemon, notify  # noqa: F401 (fixture)
 
 
 class Running:

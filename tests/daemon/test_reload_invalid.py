@@ -11,9 +11,9 @@ import pytest
 
 from nichealthd.sim import mutate
 
-from ..harness import wait_until
+from ..harness import NotifySocket, wait_until
 from .conftest import SimHost
-from .test_service import Daemon, NotifySocket, events
+from .test_service import Daemon, events
 
 # appended to the valid sim config -> what STATUS= must name ({n}: the first added line)
 INVALID_RELOADS: list[tuple[bytes, str]] = [

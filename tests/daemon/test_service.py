@@ -5,11 +5,8 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
@@ -17,64 +14,9 @@ import pytest
 
 from nichealthd.sim import mutate
 
-from ..harness import DEADLINE, Lines, wait_until
+from ..harness import DEADLINE, Lines, NotifySocket, wait_until
 from ..threadstop import ThreadStopper
 from .conftest import REPO, SimHost
-
-
-class NotifySocket:
-    """An AF_UNIX datagram socket standing in for systemd's notify socket.
-
-    A thread drains it continuously, as systemd does: the kernel queues only a few datagrams.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-        self.sock.bind(str(path))
-        self.sock.settimeout(0.1)
-        self.messages: list[tuple[float, str]] = []
-        self._read = 0
-        self._closed = False
-        self._thread = threading.Thread(target=self._drain, daemon=True)
-        self._thread.start()
-
-    def _drain(self) -> None:
-        while not self._closed:
-            try:
-                data = self.sock.recv(4096).decode()
-            except (socket.timeout, OSError):
-                continue
-            self.messages.append((time.monotonic(), data))
-
-    def close(self) -> None:
-        self._closed = True
-        self._thread.join()
-        self.sock.close()
-
-    def collect(self, seconds: float) -> list[str]:
-        """Wait ``seconds``; returns the datagrams that arrived since the last call."""
-        time.sleep(seconds)
-        new = [m for _, m in self.messages[self._read:]]
-        self._read += len(new)
-        return new
-
-    def wait_for(self, needle: str, seconds: float = DEADLINE) -> str:
-        """The next datagram (after the last one read) containing ``needle``."""
-        found: list[str] = []
-
-        def arrived() -> bool:
-            while not found and self._read < len(self.messages):
-                message = self.messages[self._read][1]
-                self._read += 1
-                if needle in message:
-                    found.append(message)
-            return bool(found)
-
-        wait_until(arrived, f"{needle!r} datagram", seconds,
-                   detail=lambda: str(self.messages[-5:]))
-        return found[0]
 
 
 class Daemon:

@@ -15,7 +15,6 @@ import json
 import re
 import shutil
 import socket
-import threading
 import urllib.request
 from pathlib import Path
 from typing import Any, Iterator
@@ -26,39 +25,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from nichealthd.dbus_common import from_variants
 from nichealthd.sim import mutate
-from tests.harness import wait_until
+from tests.harness import NotifySocket, wait_until
 
 METRIC_VALUE = {"healthy": 0, "uncabled": 0, "degraded": 1, "fatal": 2}
 CHECK_EXIT = {"healthy": 0, "degraded": 1, "fatal": 2}
-
-
-class NotifySocket:
-    """systemd's notify socket: a thread drains it (the kernel queues only a few)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.bind(str(path))
-        self.sock.settimeout(0.1)
-        self.statuses: list[str] = []
-        self._closed = False
-        self._thread = threading.Thread(target=self._drain, daemon=True)
-        self._thread.start()
-
-    def _drain(self) -> None:
-        while not self._closed:
-            try:
-                data = self.sock.recv(65536).decode()
-            except (socket.timeout, OSError):
-                continue
-            for line in data.splitlines():
-                if line.startswith("STATUS="):
-                    self.statuses.append(line[len("STATUS="):])
-
-    def close(self) -> None:
-        self._closed = True
-        self._thread.join()
-        self.sock.close()
 
 
 @pytest.fixture
