@@ -64,7 +64,8 @@ def main() -> int:
     log_path = work / "daemon.log"
     log = open(log_path, "wb")  # noqa: SIM115
     daemon = subprocess.Popen(
-        [sys.executable, "-m", "nichealthd.daemon", "--config", str(root / "nichealthd.toml"),
+        [sys.executable, "-m", "nichealthd.runtime.daemon",
+         "--config", str(root / "nichealthd.toml"),
          "--dbus", "system", "--polling-interval", args.interval, "--metrics-listen",
          f"127.0.0.1:{port}", "--event-log", ""],
         cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO), DBUS_SYSTEM_BUS_ADDRESS=bus.address),

@@ -28,7 +28,8 @@ sys.path[:0] = [str(REPO), str(REPO / "tests" / "dbus")]
 
 from testbus import start_bus  # noqa: E402
 
-from nichealthd.dbus_common import (  # noqa: E402
+from nichealthd.sim import tree  # noqa: E402
+from nichealthd.surfaces.dbus_common import (  # noqa: E402
     BUS_NAME,
     INTERFACE,
     OBJECT_PATH,
@@ -37,7 +38,6 @@ from nichealthd.dbus_common import (  # noqa: E402
     MessageBus,
     harden_writer,
 )
-from nichealthd.sim import tree  # noqa: E402
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -98,7 +98,8 @@ def main() -> int:
     tree.create(root, "synthetic", devices=args.devices)
     log = open(work / "daemon.log", "wb")  # noqa: SIM115
     daemon = subprocess.Popen(
-        [sys.executable, "-m", "nichealthd.daemon", "--config", str(root / "nichealthd.toml"),
+        [sys.executable, "-m", "nichealthd.runtime.daemon",
+         "--config", str(root / "nichealthd.toml"),
          "--dbus", "system", "--polling-interval", args.interval, "--event-log", ""],
         cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=log,
         stderr=subprocess.STDOUT)

@@ -48,11 +48,11 @@ sys.path[:0] = [str(REPO), str(REPO / "tests" / "dbus")]
 
 from testbus import start_bus  # noqa: E402
 
-from nichealthd.config import load_config  # noqa: E402
-from nichealthd.monitor import Monitor  # noqa: E402
+from nichealthd.runtime.monitor import Monitor  # noqa: E402
+from nichealthd.runtime.startup import load_topology, prepare_state_dir  # noqa: E402
 from nichealthd.sim import mutate, tree  # noqa: E402
-from nichealthd.startup import load_topology, prepare_state_dir  # noqa: E402
-from nichealthd.sysfs import SysfsReader  # noqa: E402
+from nichealthd.sources.config_file import load_config  # noqa: E402
+from nichealthd.sources.sysfs import SysfsReader  # noqa: E402
 
 TARGET_HOST = 34
 TARGET_CYCLE_CPU = 0.005
@@ -245,7 +245,8 @@ class DaemonProcess:
         if bus_address:
             env["DBUS_SYSTEM_BUS_ADDRESS"] = bus_address
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "nichealthd.daemon", "--config", str(root / "nichealthd.toml"),
+            [sys.executable, "-m", "nichealthd.runtime.daemon",
+             "--config", str(root / "nichealthd.toml"),
              "--polling-interval", "1s", "--metrics-listen", f"127.0.0.1:{self.port}",
              "--event-log", str(self.event_log), "--log-level", "warning",
              "--dbus", "system" if bus_address else "none",

@@ -19,7 +19,7 @@ from typing import IO, Any, Awaitable, Callable, Optional, Union
 
 DEADLINE = 30.0  # seconds; reached only when the awaited thing never comes
 CHECK_EVERY = 0.02  # between two checks of the condition (not a synchronisation)
-POLL_STARTED = "poll started at monotonic"  # one debug line per poll (nichealthd.service)
+POLL_STARTED = "poll started at monotonic"  # one debug line per poll (nichealthd.runtime.service)
 
 
 def wait_until(predicate: Callable[[], bool], what: str, timeout: float = DEADLINE,

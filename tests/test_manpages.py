@@ -1,8 +1,9 @@
 """man/: the pages render cleanly and document exactly the programs' options and config keys.
 
 The --help comparisons run the real programs; they are skipped (with the reason) only while
-``nichealthd.daemon`` / ``nichealthd.ctl`` cannot be imported. The other checks compare the
-pages with the external contract (DESIGN.md section 2.3) and the shipped config file.
+``nichealthd.runtime.daemon`` / ``nichealthd.cli.ctl`` cannot be imported. The other checks
+compare the pages with the external contract (DESIGN.md section 2.3) and the shipped config
+file.
 """
 
 from __future__ import annotations
@@ -204,9 +205,10 @@ def needs(module: str):
     return pytest.mark.skipif(not found, reason=f"{module} not importable yet")
 
 
-@needs("nichealthd.daemon")
+@needs("nichealthd.runtime.daemon")
 def test_daemon_help_matches_man_page():
-    help_opts = long_options(run_help("nichealthd.daemon", "main", ["nichealthd", "--help"]))
+    help_opts = long_options(
+        run_help("nichealthd.runtime.daemon", "main", ["nichealthd", "--help"]))
     man_all = long_options(roff("nichealthd.8"))
     man_options = long_options(section("nichealthd.8", "OPTIONS"))
     assert help_opts - man_all == set(), "in --help but not in nichealthd.8"
@@ -219,11 +221,11 @@ CTL_COMMANDS = [
 ]  # fmt: skip
 
 
-@needs("nichealthd.ctl")
+@needs("nichealthd.cli.ctl")
 def test_ctl_help_matches_man_page():
     help_opts: set = set()
     for cmd in CTL_COMMANDS:
-        out = run_help("nichealthd.ctl", "main", ["nichealthctl", *cmd, "--help"])
+        out = run_help("nichealthd.cli.ctl", "main", ["nichealthctl", *cmd, "--help"])
         help_opts |= long_options(out)
     man_all = long_options(roff("nichealthctl.1"))
     man_options = long_options(
@@ -233,11 +235,12 @@ def test_ctl_help_matches_man_page():
     assert man_options - help_opts == set(), "in nichealthctl.1 but not in any --help"
 
 
-@needs("nichealthd.config")
+@needs("nichealthd.core.config")
 def test_documented_defaults_are_the_daemons(tmp_path):
     """The shipped file, every key uncommented, loads to exactly the built-in defaults, and
     the man page's counter table is the daemon's DEFAULT_COUNTERS."""
-    from nichealthd import config as cfg
+    from nichealthd.core import config as cfg
+    from nichealthd.sources.config_file import load_config
 
     text = (REPO / "etc/nichealthd/config.toml").read_text()
     lines = [ln[1:] for ln in text.splitlines() if re.match(r"^#\w+ = ", ln)]
@@ -245,8 +248,8 @@ def test_documented_defaults_are_the_daemons(tmp_path):
     lines += ["[counterDetection]", "enabled = true"]
     path = tmp_path / "config.toml"
     path.write_text("\n".join(lines) + "\n")
-    loaded = cfg.load_config(str(path), must_exist=True)
-    defaults = cfg.load_config(None)
+    loaded = load_config(str(path), must_exist=True)
+    defaults = load_config(None)
     assert not loaded.notices
     for field in type(defaults).__dataclass_fields__:
         if field in ("source", "notices"):

@@ -168,7 +168,7 @@ def test_unit_sets_an_open_file_limit_the_daemon_cannot_set_itself():
 def test_start_failures_the_operator_must_fix_keep_the_start_budget():
     """Issue 24: statuses 1 and 2 are not restarted (restarting cannot fix them, and each retry
     would burn StartLimitBurst until `systemctl restart` after the fix is refused); a crash is."""
-    from nichealthd.daemon import EXIT_CRASH, EXIT_STARTUP, EXIT_USAGE
+    from nichealthd.runtime.daemon import EXIT_CRASH, EXIT_STARTUP, EXIT_USAGE
 
     d = directives()
     prevented = {int(code) for value in d[("Service", "RestartPreventExitStatus")]

@@ -21,7 +21,7 @@ FAULT_DEVICE, FAULT_PORT = "mlx5_3", 1
 
 
 def _ctl(env: dict[str, str], *args: str, check: bool = False) -> int:
-    cmd = [sys.executable, "-m", "nichealthd.ctl", "--bus", "session", *args]
+    cmd = [sys.executable, "-m", "nichealthd.cli.ctl", "--bus", "session", *args]
     return subprocess.run(cmd, env=env, check=check).returncode
 
 
@@ -47,13 +47,14 @@ def run_demo(profile: str = "dgx-h100", root: Optional[str] = None) -> int:
         env = dict(os.environ, DBUS_SESSION_BUS_ADDRESS=address)
         env.pop("NOTIFY_SOCKET", None)
         daemon = subprocess.Popen(
-            [sys.executable, "-m", "nichealthd.daemon", "--config", str(host / "nichealthd.toml"),
+            [sys.executable, "-m", "nichealthd.runtime.daemon",
+             "--config", str(host / "nichealthd.toml"),
              "--dbus", "session", "--polling-interval", "500ms", "--log-level", "warning"],
             env=env)
         try:
             deadline = time.monotonic() + 20
             while subprocess.run(
-                    [sys.executable, "-m", "nichealthd.ctl", "--bus", "session", "status"],
+                    [sys.executable, "-m", "nichealthd.cli.ctl", "--bus", "session", "status"],
                     env=env, capture_output=True).returncode != 0:
                 if time.monotonic() > deadline or daemon.poll() is not None:
                     print("nichealthd-sim demo: the daemon did not come up", file=sys.stderr)

@@ -19,11 +19,11 @@ from typing import Any, Callable, Iterator, Optional
 import grpc
 import pytest
 
-from nichealthd.config import Config
-from nichealthd.connector import health_event_pb2 as pb
-from nichealthd.connector.sender import CONSUMER, Sender
-from nichealthd.events import HealthEvent, make_event, port_entities
-from nichealthd.store import Journal, JournalEntry
+from nichealthd.core.config import Config
+from nichealthd.core.events import HealthEvent, make_event, port_entities
+from nichealthd.storage.store import Journal, JournalEntry
+from nichealthd.surfaces.connector import health_event_pb2 as pb
+from nichealthd.surfaces.connector.sender import CONSUMER, Sender
 
 from ..harness import DEADLINE, wait_until
 

@@ -23,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def run_once(root: Path, target: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "nichealthd.daemon", "--config", str(root / "nichealthd.toml"),
+        [sys.executable, "-m", "nichealthd.runtime.daemon",
+         "--config", str(root / "nichealthd.toml"),
          "--platform-connector-socket", target, "--once"],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
         env={**os.environ, "PYTHONPATH": str(ROOT)})

@@ -16,8 +16,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from nichealthd import daemon as daemon_cli
-from nichealthd.service import Daemon
+from nichealthd.runtime import daemon as daemon_cli
+from nichealthd.runtime.service import Daemon
 from nichealthd.sim import mutate, tree
 
 from ..harness import NotifySocket
@@ -68,7 +68,8 @@ def dedupe(ids: list[str]) -> list[str]:
 def start_daemon(root: Path, target: str, *extra: str) -> subprocess.Popen[bytes]:
     log = open(root / "daemon.log", "ab")  # noqa: SIM115 - closed with the process
     return subprocess.Popen(
-        [sys.executable, "-m", "nichealthd.daemon", "--config", str(root / "nichealthd.toml"),
+        [sys.executable, "-m", "nichealthd.runtime.daemon",
+         "--config", str(root / "nichealthd.toml"),
          "--platform-connector-socket", target, *extra],
         cwd=ROOT, stdout=log, stderr=log, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
@@ -139,7 +140,8 @@ def test_outage_then_sigkill_then_restart_delivers_every_event_once_in_order(
 def test_once_delivers_when_the_connector_is_up(host: Path, connector: FakeConnector) -> None:
     connector.start()
     result = subprocess.run(
-        [sys.executable, "-m", "nichealthd.daemon", "--config", str(host / "nichealthd.toml"),
+        [sys.executable, "-m", "nichealthd.runtime.daemon",
+         "--config", str(host / "nichealthd.toml"),
          "--platform-connector-socket", connector.target, "--once"],
         cwd=ROOT, capture_output=True, text=True, timeout=60,
         env={**os.environ, "PYTHONPATH": str(ROOT)})

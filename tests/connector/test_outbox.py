@@ -11,8 +11,8 @@ from typing import Callable
 
 import pytest
 
-from nichealthd.connector.sender import CONSUMER
-from nichealthd.store import Journal
+from nichealthd.storage.store import Journal
+from nichealthd.surfaces.connector.sender import CONSUMER
 
 from .connector_fixtures import (
     FakeConnector,

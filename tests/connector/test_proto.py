@@ -16,15 +16,15 @@ from typing import Any
 import pytest
 from google.protobuf import json_format
 
-from nichealthd.connector import convert
-from nichealthd.connector import health_event_pb2 as pb
-from nichealthd.connector import health_event_pb2_grpc as pb_grpc
-from nichealthd.events import HealthEvent, make_event
+from nichealthd.core.events import HealthEvent, make_event
+from nichealthd.surfaces.connector import convert
+from nichealthd.surfaces.connector import health_event_pb2 as pb
+from nichealthd.surfaces.connector import health_event_pb2_grpc as pb_grpc
 
 from .connector_fixtures import T0, degraded, fatal, healthy
 
 ROOT = Path(__file__).resolve().parents[2]
-CONNECTOR_DIR = ROOT / "nichealthd" / "connector"
+CONNECTOR_DIR = ROOT / "nichealthd" / "surfaces" / "connector"
 
 # REFERENCE §1, copied here rather than read from our own proto, so a wrong number fails.
 HEALTH_EVENT_FIELDS = {
@@ -174,7 +174,7 @@ IMPORT_CHECK = """
 import sys
 sys.path.insert(0, sys.argv[1])
 import grpc, google.protobuf
-from nichealthd.connector import health_event_pb2 as pb, health_event_pb2_grpc as pb_grpc
+from nichealthd.surfaces.connector import health_event_pb2 as pb, health_event_pb2_grpc as pb_grpc
 m = pb.HealthEvents(version=1, events=[pb.HealthEvent(agent="nic-health-monitor",
                                        recommendedAction=pb.REPLACE_VM)])
 assert pb.HealthEvents.FromString(m.SerializeToString()) == m

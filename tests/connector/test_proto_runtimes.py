@@ -1,7 +1,7 @@
 """The wire module on every protobuf runtime the packages meet (issue #22): RHEL 9's
 python3-protobuf (3.14) with EPEL 9's python3-grpcio (1.46), Fedora 42's (3.19.6, C++ and pure
 Python), Debian 12's (3.21, apt) and the newest on PyPI must all import
-nichealthd.connector.health_event_pb2 and put the same bytes on the wire."""
+nichealthd.surfaces.connector.health_event_pb2 and put the same bytes on the wire."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import json, os, sys, threading
 sys.path.insert(0, sys.argv[1])
 import google.protobuf
 from google.protobuf.internal import api_implementation
-from nichealthd.connector import health_event_pb2 as pb
+from nichealthd.surfaces.connector import health_event_pb2 as pb
 
 event = pb.HealthEvent(
     version=1, agent="nic-health-monitor", componentClass="NIC",
@@ -46,8 +46,8 @@ import importlib  # a second import of the module reuses the descriptor in the p
 assert importlib.reload(pb).HealthEvents.FromString(raw).SerializeToString() == raw
 # The daemon's own mapping (convert.py) of a committed event, metadata and local time included.
 from datetime import datetime, timedelta, timezone
-from nichealthd.connector import convert
-from nichealthd.events import make_event
+from nichealthd.surfaces.connector import convert
+from nichealthd.core.events import make_event
 committed = make_event("InfiniBandStateCheck", fatal=True, healthy=False,
                        message="Port mlx5_0 port 1: link_downed #7", error_code="link_downed",
                        entities=(("NIC", "mlx5_0"), ("NICPort", "1")),
@@ -64,7 +64,7 @@ except ImportError:
 if grpc is not None:
     from concurrent import futures
     from google.protobuf import empty_pb2
-    from nichealthd.connector import health_event_pb2_grpc as pb_grpc
+    from nichealthd.surfaces.connector import health_event_pb2_grpc as pb_grpc
     received = []
 
     class Servicer(pb_grpc.PlatformConnectorServicer):

@@ -12,16 +12,16 @@ from pathlib import Path
 import grpc
 import pytest
 
-from nichealthd.connector import health_event_pb2 as pb
-from nichealthd.connector.sender import (
+from nichealthd.core.events import make_event
+from nichealthd.storage.store import Journal
+from nichealthd.surfaces.connector import health_event_pb2 as pb
+from nichealthd.surfaces.connector.sender import (
     CONSUMER,
     DEADLETTER_NAME,
     cut_batch,
     deliver_pending_once,
     socket_path,
 )
-from nichealthd.events import make_event
-from nichealthd.store import Journal
 
 from .connector_fixtures import (
     FakeConnector,

@@ -6,13 +6,13 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Optional
 
-from nichealthd.checks.counters import CounterMemory
-from nichealthd.config import Config, build_config
-from nichealthd.evaluate import CycleResult, Topology, evaluate
-from nichealthd.model import DeviceSnapshot, HostSnapshot, PortSnapshot
-from nichealthd.state import MonitorState
-from nichealthd.sysfs import counter_kind
-from nichealthd.topology import GpuTopology
+from nichealthd.core.checks.counters import CounterMemory
+from nichealthd.core.config import Config, build_config
+from nichealthd.core.evaluate import CycleResult, Topology, evaluate
+from nichealthd.core.model import DeviceSnapshot, HostSnapshot, PortSnapshot
+from nichealthd.core.state import MonitorState
+from nichealthd.core.topology import GpuTopology
+from nichealthd.sources.sysfs import counter_kind
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 ACTIVE, LINKUP = "4: ACTIVE", "5: LinkUp"

@@ -7,9 +7,9 @@ from typing import Iterator
 
 import pytest
 
-from nichealthd.config import load_config
 from nichealthd.sim import tree
-from nichealthd.sysfs import AttributeFiles, SysfsReader
+from nichealthd.sources.config_file import load_config
+from nichealthd.sources.sysfs import AttributeFiles, SysfsReader
 
 
 @pytest.fixture

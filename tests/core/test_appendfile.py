@@ -22,12 +22,12 @@ from typing import Iterator
 
 import pytest
 
-from nichealthd.appendfile import append
-from nichealthd.config import load_config
-from nichealthd.connector.sender import Sender, SendError
-from nichealthd.eventlog import EventLog
-from nichealthd.events import HealthEvent, make_event
-from nichealthd.store import Journal, JournalEntry
+from nichealthd.core.events import HealthEvent, make_event
+from nichealthd.sources.config_file import load_config
+from nichealthd.storage.appendfile import append
+from nichealthd.storage.store import Journal, JournalEntry
+from nichealthd.surfaces.connector.sender import Sender, SendError
+from nichealthd.surfaces.eventlog import EventLog
 
 from .builders import at
 
@@ -112,7 +112,7 @@ def test_dead_letters_append_through_it(tmp_path: Path, dribble: list[int]) -> N
 
 CHILD = textwrap.dedent("""
     import os, resource, sys
-    from nichealthd.appendfile import append
+    from nichealthd.storage.appendfile import append
     path, raw = sys.argv[1], sys.argv[2]
     size = os.path.getsize(path)
     resource.setrlimit(resource.RLIMIT_FSIZE, (size + 10, resource.RLIM_INFINITY))

@@ -7,8 +7,8 @@ from typing import Optional
 
 import pytest
 
-from nichealthd.boot import decide_start
-from nichealthd.state import BreachFlag, MonitorState
+from nichealthd.core.boot import decide_start
+from nichealthd.core.state import BreachFlag, MonitorState
 
 SINCE = datetime(2026, 11, 23, tzinfo=timezone.utc)
 

@@ -7,8 +7,8 @@ from typing import Callable, Optional
 
 import pytest
 
-from nichealthd.model import DeviceSnapshot
-from nichealthd.state import MonitorState
+from nichealthd.core.model import DeviceSnapshot
+from nichealthd.core.state import MonitorState
 
 from .builders import (
     ACTIVE,

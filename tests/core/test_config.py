@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from nichealthd.config import DEFAULT_COUNTERS, ConfigError, load_config
-from nichealthd.daemon import main
+from nichealthd.core.config import DEFAULT_COUNTERS, ConfigError
+from nichealthd.runtime.daemon import main
+from nichealthd.sources.config_file import load_config
 
 NVSENTINEL_CONFIG = '''
 nicExclusionRegex = "^veth.*,^docker.*,^br-.*,^lo$"

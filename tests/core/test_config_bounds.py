@@ -12,17 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from nichealthd.config import (
+from nichealthd.core.config import (
     DURATION_BOUNDS,
     INTEGER_BOUNDS,
     SCALAR_KEYS,
     Config,
     ConfigError,
     CounterSpec,
-    load_config,
 )
-from nichealthd.daemon import main as daemon_main
-from nichealthd.duration import format_duration
+from nichealthd.core.duration import format_duration
+from nichealthd.runtime.daemon import main as daemon_main
+from nichealthd.sources.config_file import load_config
 
 REPO = Path(__file__).resolve().parents[2]
 LINK_DOWNED = "counterDetection.counters[link_downed].threshold"
@@ -115,8 +115,8 @@ def test_daemon_exits_2_naming_file_and_key(tmp_path: Path, caplog: pytest.LogCa
 def test_issue_23_done_when(tmp_path: Path, value: str) -> None:
     """The real programs: `threshold = nan|inf|-inf` on link_downed is exit 2 from both."""
     path = config_file(tmp_path, LINK_DOWNED, value)
-    for program in (["nichealthd.daemon", "--config", path, "--once"],
-                    ["nichealthd.ctl", "config", "check", path]):
+    for program in (["nichealthd.runtime.daemon", "--config", path, "--once"],
+                    ["nichealthd.cli.ctl", "config", "check", path]):
         result = subprocess.run([sys.executable, "-m", *program], cwd=REPO,
                                 capture_output=True, text=True, timeout=60)
         assert result.returncode == 2, (program, result.stderr)

@@ -12,8 +12,9 @@ from typing import Callable
 
 import pytest
 
-from nichealthd.config import ConfigError, load_config
-from nichealthd.config_errors import Problem
+from nichealthd.core.config import ConfigError
+from nichealthd.core.config_errors import Problem
+from nichealthd.sources.config_file import load_config
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -197,7 +198,8 @@ def test_unknown_tables_point_at_their_header(tmp_path: Path) -> None:
 
 def test_the_daemon_prints_every_problem_and_exits_2(tmp_path: Path) -> None:
     path = write(tmp_path, MANY_ERRORS)
-    done = subprocess.run([sys.executable, "-m", "nichealthd.daemon", "--config", path, "--once"],
+    done = subprocess.run([sys.executable, "-m", "nichealthd.runtime.daemon",
+                           "--config", path, "--once"],
                           capture_output=True, text=True, timeout=60, cwd=REPO)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.splitlines()
@@ -209,7 +211,7 @@ def test_the_daemon_prints_every_problem_and_exits_2(tmp_path: Path) -> None:
 
 
 def ctl(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "nichealthd.ctl", *args], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "nichealthd.cli.ctl", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
 
 

@@ -16,16 +16,16 @@ import sys
 from pathlib import Path
 from typing import Callable, Dict, List, Tuple
 
-from nichealthd.config import (
+from nichealthd.core.config import (
     DURATION_BOUNDS,
     INTEGER_BOUNDS,
     SCALAR_KEYS,
     THRESHOLD_MAX,
     Config,
     ConfigError,
-    load_config,
 )
 from nichealthd.sim import tree
+from nichealthd.sources.config_file import load_config
 
 REPO = Path(__file__).resolve().parents[2]
 SEED = int(os.environ.get("NICHEALTHD_FUZZ_SEED", "20261123"))
@@ -211,8 +211,8 @@ def sample(tmp_path: Path) -> List[Tuple[str, Path]]:
 
 def test_a_sample_through_the_real_programs(tmp_path: Path) -> None:
     for kind, path in sample(tmp_path):
-        for program in (["nichealthd.ctl", "config", "check", str(path)],
-                        ["nichealthd.daemon", "--config", str(path), "--once"]):
+        for program in (["nichealthd.cli.ctl", "config", "check", str(path)],
+                        ["nichealthd.runtime.daemon", "--config", str(path), "--once"]):
             result = subprocess.run([sys.executable, "-m", *program], cwd=REPO,
                                     capture_output=True, text=True, timeout=60)
             output = result.stdout + result.stderr

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from nichealthd.checks import counters
-from nichealthd.model import ABSENT, CounterKind, Unreadable
-from nichealthd.state import CounterSnap, MonitorState
-from nichealthd.sysfs import PMA_WIDTHS
+from nichealthd.core.checks import counters
+from nichealthd.core.model import ABSENT, CounterKind, Unreadable
+from nichealthd.core.state import CounterSnap, MonitorState
+from nichealthd.sources.sysfs import PMA_WIDTHS
 
 from .builders import (
     Runner,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nichealthd.duration import parse_duration
+from nichealthd.core.duration import parse_duration
 
 
 @pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan"), "inf", "nan"])

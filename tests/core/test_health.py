@@ -1,14 +1,14 @@
 """The one health model of a port (issue #22): the worst of its state and every open condition.
 
-Table tests of :func:`nichealthd.health.assess` over hand-made states and snapshots.
+Table tests of :func:`nichealthd.core.health.assess` over hand-made states and snapshots.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from nichealthd.health import assess
-from nichealthd.state import (
+from nichealthd.core.health import assess
+from nichealthd.core.state import (
     DEGRADED,
     FATAL,
     HEALTHY,
@@ -19,7 +19,7 @@ from nichealthd.state import (
     MonitorState,
     PortRecord,
 )
-from nichealthd.topology import Role
+from nichealthd.core.topology import Role
 
 from .builders import DISABLED, DOWN, POLLING, T0, device, host, port
 

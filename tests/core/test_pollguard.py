@@ -8,7 +8,14 @@ from datetime import datetime, timezone
 
 import pytest
 
-from nichealthd.pollguard import CAUSES, COMMIT, EVALUATE, READ, PollGuard, describe_exception
+from nichealthd.runtime.pollguard import (
+    CAUSES,
+    COMMIT,
+    EVALUATE,
+    READ,
+    PollGuard,
+    describe_exception,
+)
 
 
 class Clock:

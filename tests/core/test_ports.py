@@ -7,7 +7,7 @@ from typing import Optional
 
 import pytest
 
-from nichealthd.checks.ports import is_active, split_state
+from nichealthd.core.checks.ports import is_active, split_state
 
 from .builders import (
     ACTIVE,

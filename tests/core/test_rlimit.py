@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = """
 import logging, resource, sys
 logging.basicConfig(level=logging.DEBUG, stream=sys.stdout, format="%(message)s")
-from nichealthd.rlimit import raise_nofile_limit
+from nichealthd.runtime.rlimit import raise_nofile_limit
 resource.setrlimit(resource.RLIMIT_NOFILE, (SOFT, 512))
 print("result", raise_nofile_limit(TARGET))
 print("now", resource.getrlimit(resource.RLIMIT_NOFILE)[0])

@@ -15,13 +15,13 @@ from typing import Any, Callable
 
 import pytest
 
-from nichealthd.config import load_config
-from nichealthd.events import HealthEvent, make_event
-from nichealthd.monitor import Monitor
+from nichealthd.core.events import HealthEvent, make_event
+from nichealthd.core.state import MonitorState
+from nichealthd.runtime.monitor import Monitor
+from nichealthd.runtime.startup import load_topology
 from nichealthd.sim import tree
-from nichealthd.startup import load_topology
-from nichealthd.state import MonitorState
-from nichealthd.store import Journal, load_state, save_state
+from nichealthd.sources.config_file import load_config
+from nichealthd.storage.store import Journal, load_state, save_state
 
 from .builders import at
 

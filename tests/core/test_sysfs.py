@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from nichealthd.config import load_config
-from nichealthd.model import ABSENT, CounterKind, Unreadable
+from nichealthd.core.model import ABSENT, CounterKind, Unreadable
 from nichealthd.sim import mutate
-from nichealthd.sysfs import AttributeFiles, SysfsReader, counter_kind, parse_counter
+from nichealthd.sources.config_file import load_config
+from nichealthd.sources.sysfs import AttributeFiles, SysfsReader, counter_kind, parse_counter
 
 from .builders import at
 from .conftest import open_readers, reader_for

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from nichealthd.model import ABSENT, Unreadable
-from nichealthd.sysfs import AttributeFiles, fd_budget, parse_decimal
+from nichealthd.core.model import ABSENT, Unreadable
+from nichealthd.sources.sysfs import AttributeFiles, fd_budget, parse_decimal
 
 from .builders import at
 from .conftest import reader_for
@@ -50,7 +50,7 @@ def test_files_beyond_the_budget_are_read_and_closed(tmp_path: Path) -> None:
 
 def test_a_small_budget_logs_one_line_and_reads_everything(
         host: Path, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="nichealthd.sysfs")
+    caplog.set_level(logging.INFO, logger="nichealthd.sources.sysfs")
     full = reader_for(host).observe(at(0))
     reader = reader_for(host, AttributeFiles(budget=10))
     for poll in range(3):
@@ -64,7 +64,7 @@ def test_a_small_budget_logs_one_line_and_reads_everything(
 def test_emfile_sheds_kept_files_and_never_floods_the_log(
         host: Path, caplog: pytest.LogCaptureFixture) -> None:
     """The real limit is below the budget assumed: one line, then fewer files kept open."""
-    caplog.set_level(logging.INFO, logger="nichealthd.sysfs")
+    caplog.set_level(logging.INFO, logger="nichealthd.sources.sysfs")
     kept: list[int] = []
 
     def opener(path: str, flags: int) -> int:
@@ -95,7 +95,7 @@ def _is_open(fd: int) -> bool:
 
 def test_fd_exhaustion_everywhere_is_one_log_line(
         host: Path, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="nichealthd.sysfs")
+    caplog.set_level(logging.INFO, logger="nichealthd.sources.sysfs")
 
     def opener(path: str, flags: int) -> int:
         raise OSError(errno.EMFILE, "Too many open files")

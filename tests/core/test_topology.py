@@ -11,17 +11,18 @@ from typing import Callable
 
 import pytest
 
-from nichealthd.model import DeviceSnapshot
-from nichealthd.topology import (
-    MAX_METADATA_BYTES,
-    MAX_NETDEV_DEPTH,
+from nichealthd.core.model import DeviceSnapshot
+from nichealthd.core.topology import (
     CardCount,
     GpuTopology,
     MetadataError,
     anomalous_cards,
     classify,
     group_mode,
-    load_gpu_topology,
+)
+from nichealthd.sources.gpu_metadata import MAX_METADATA_BYTES, load_gpu_topology
+from nichealthd.sources.routes import (
+    MAX_NETDEV_DEPTH,
     lower_netdevs,
     parse_default_routes_v4,
     parse_default_routes_v6,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import random
 
-from nichealthd.model import HostSnapshot
+from nichealthd.core.model import HostSnapshot
 
 from .builders import Runner, counters_port, device, host
 

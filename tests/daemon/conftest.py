@@ -47,7 +47,8 @@ class SimHost:
     def once(self, *args: str) -> Run:
         """Run ``nichealthd --once``; returns the events it appended to the event log."""
         proc = subprocess.run(
-            [sys.executable, "-m", "nichealthd.daemon", "--config", str(self.config), "--once",
+            [sys.executable, "-m", "nichealthd.runtime.daemon",
+             "--config", str(self.config), "--once",
              *self.extra_args, *args],
             cwd=REPO, capture_output=True, text=True, timeout=60)
         log = self.root / "events.jsonl"

@@ -29,7 +29,7 @@ def test_128_devices_become_healthy_under_a_nofile_limit_of_256(
     env = dict(os.environ, NOTIFY_SOCKET=str(notify.path))
     env.pop("JOURNAL_STREAM", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "nichealthd.daemon", "--config", str(host.config),
+        [sys.executable, "-m", "nichealthd.runtime.daemon", "--config", str(host.config),
          "--polling-interval", "500ms", "--log-level", "debug"],
         cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         preexec_fn=_small_limit)
@@ -65,7 +65,7 @@ def test_ready_waits_for_a_committed_poll(
     env = dict(os.environ, NOTIFY_SOCKET=str(notify.path))
     env.pop("JOURNAL_STREAM", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "nichealthd.daemon", "--config", str(host.config),
+        [sys.executable, "-m", "nichealthd.runtime.daemon", "--config", str(host.config),
          "--polling-interval", "200ms", "--log-level", "debug"],
         cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         preexec_fn=_no_file_growth)

@@ -16,7 +16,7 @@ from typing import Iterator
 
 import pytest
 
-from nichealthd.notify import Notifier, notify_address
+from nichealthd.runtime.notify import Notifier, notify_address
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -93,7 +93,7 @@ def test_daemon_signals_ready_without_sdnotify_installed(
     env["PYTHONPATH"] = os.pathsep.join([str(blocker), str(REPO), env.get("PYTHONPATH", "")])
     code = (
         "import sys\n"
-        "from nichealthd.notify import Notifier\n"
+        "from nichealthd.runtime.notify import Notifier\n"
         "try:\n    import sdnotify\nexcept ImportError:\n    pass\n"
         "else:\n    sys.exit('sdnotify importable')\n"
         "n = Notifier.from_environment(); n.ready('up'); n.close()\n"

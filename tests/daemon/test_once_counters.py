@@ -6,8 +6,8 @@ import json
 from datetime import datetime, timedelta, timezone
 from typing import Callable
 
-from nichealthd.config import load_config
 from nichealthd.sim import mutate
+from nichealthd.sources.config_file import load_config
 
 from .conftest import SimHost
 

@@ -20,14 +20,14 @@ from typing import Callable, Iterator
 
 import pytest
 
-from nichealthd.config import load_config
-from nichealthd.model import HostSnapshot
-from nichealthd.monitor import Monitor
-from nichealthd.notify import Notifier
-from nichealthd.service import Daemon as ServiceDaemon
+from nichealthd.core.model import HostSnapshot
+from nichealthd.runtime.monitor import Monitor
+from nichealthd.runtime.notify import Notifier
+from nichealthd.runtime.service import Daemon as ServiceDaemon
+from nichealthd.runtime.startup import Startup, load_topology
 from nichealthd.sim import mutate
-from nichealthd.startup import Startup, load_topology
-from nichealthd.sysfs import SysfsReader
+from nichealthd.sources.config_file import load_config
+from nichealthd.sources.sysfs import SysfsReader
 
 from ..harness import NotifySocket, wait_until
 from ..metrics.conftest import free_port, get, parse

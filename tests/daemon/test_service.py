@@ -30,7 +30,7 @@ class Daemon:
         if watchdog_usec:
             env["WATCHDOG_USEC"] = str(watchdog_usec)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "nichealthd.daemon", "--config", str(host.config),
+            [sys.executable, "-m", "nichealthd.runtime.daemon", "--config", str(host.config),
              "--polling-interval", "200ms", "--log-level", "debug", *args],
             cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         assert self.proc.stderr is not None

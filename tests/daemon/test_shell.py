@@ -11,23 +11,23 @@ from typing import Callable
 
 import pytest
 
-from nichealthd import daemon as daemon_cli
-from nichealthd import service
-from nichealthd.config import load_config
-from nichealthd.connector.sender import Sender
-from nichealthd.connector.service import ConnectorService
-from nichealthd.connector.status import ConnectorStatus
-from nichealthd.context import ServiceContext
-from nichealthd.dbus_api import DbusService
-from nichealthd.metrics import MetricsService
-from nichealthd.store import Journal
+from nichealthd.runtime import daemon as daemon_cli
+from nichealthd.runtime import service
+from nichealthd.sources.config_file import load_config
+from nichealthd.storage.store import Journal
+from nichealthd.surfaces.connector.sender import Sender
+from nichealthd.surfaces.connector.service import ConnectorService
+from nichealthd.surfaces.connector.status import ConnectorStatus
+from nichealthd.surfaces.context import ServiceContext
+from nichealthd.surfaces.dbus_api import DbusService
+from nichealthd.surfaces.metrics import MetricsService
 
 from .conftest import REPO, SimHost
 
 
 def test_the_runtime_does_not_import_the_command_line_entry() -> None:
-    probe = ("import sys, nichealthd.service\n"
-             "assert 'nichealthd.daemon' not in sys.modules, 'service imports daemon'\n")
+    probe = ("import sys, nichealthd.runtime.service\n"
+             "assert 'nichealthd.runtime.daemon' not in sys.modules, 'service imports daemon'\n")
     subprocess.run([sys.executable, "-c", probe], cwd=REPO, check=True, timeout=60)
     source = Path(service.__file__).read_text()
     assert "importlib" not in source and "from .daemon" not in source

@@ -14,7 +14,7 @@ from typing import Callable
 
 import pytest
 
-from nichealthd.daemon import EXIT_STARTUP, EXIT_USAGE
+from nichealthd.runtime.daemon import EXIT_STARTUP, EXIT_USAGE
 
 from .conftest import REPO, SimHost
 
@@ -24,7 +24,7 @@ def start(host: SimHost, *args: str, journal: bool) -> subprocess.CompletedProce
     if journal:
         env["JOURNAL_STREAM"] = "8:12345"  # what systemd sets when stderr is the journal
     return subprocess.run(
-        [sys.executable, "-m", "nichealthd.daemon", "--config", str(host.config), *args],
+        [sys.executable, "-m", "nichealthd.runtime.daemon", "--config", str(host.config), *args],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
 
 

@@ -9,7 +9,7 @@ import sys
 import uuid
 from typing import Callable
 
-from nichealthd.daemon import EXIT_STARTUP
+from nichealthd.runtime.daemon import EXIT_STARTUP
 
 from .conftest import REPO, SimHost
 
@@ -19,7 +19,7 @@ def start(host: SimHost, *args: str, **env: str) -> subprocess.CompletedProcess[
     full = {k: v for k, v in os.environ.items() if k != "INVOCATION_ID"}
     full.update(env)
     return subprocess.run(
-        [sys.executable, "-m", "nichealthd.daemon", "--config", str(host.config), *args],
+        [sys.executable, "-m", "nichealthd.runtime.daemon", "--config", str(host.config), *args],
         cwd=REPO, env=full, capture_output=True, text=True, timeout=60)
 
 

@@ -1,8 +1,8 @@
 """Fixtures: a real dbus-daemon with the project's policy, and nichealthd on a sim tree.
 
-The daemon is a real subprocess (``python -m nichealthd.daemon --dbus system``) polling a
+The daemon is a real subprocess (``python -m nichealthd.runtime.daemon --dbus system``) polling a
 ``nichealthd-sim`` DGX-H100 tree every 200 ms; clients are dbus-fast, busctl and
-``python -m nichealthd.ctl``, all pointed at the private bus by DBUS_SYSTEM_BUS_ADDRESS.
+``python -m nichealthd.cli.ctl``, all pointed at the private bus by DBUS_SYSTEM_BUS_ADDRESS.
 (tests/dbus is on sys.path: pytest's rootdir import mode, no __init__.py.)
 """
 

@@ -16,7 +16,8 @@ from typing import Any, Callable, Optional
 import pytest
 from testbus import REPO
 
-from nichealthd.dbus_common import (
+from nichealthd.sim import tree
+from nichealthd.surfaces.dbus_common import (
     BUS_NAME,
     INTERFACE,
     OBJECT_PATH,
@@ -24,7 +25,6 @@ from nichealthd.dbus_common import (
     MessageBus,
     from_variants,
 )
-from nichealthd.sim import tree
 from tests.harness import DEADLINE, wait_until, wait_until_async
 
 POLL = 0.2
@@ -73,7 +73,7 @@ class DaemonProcess:
                    PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         self.log_file = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "nichealthd.daemon", "--config",
+            [sys.executable, "-m", "nichealthd.runtime.daemon", "--config",
              str(root / "nichealthd.toml"), "--dbus", "system", "--polling-interval", interval,
              *(extra or [])],
             cwd=REPO, env=env, stdout=self.log_file, stderr=subprocess.STDOUT)
@@ -127,13 +127,13 @@ def remove_readable_copies() -> None:
 
 def ctl(*args: str, env: Optional[dict[str, str]] = None, user: Optional[list[str]] = None,
         timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    """Run ``nichealthctl`` (as ``python -m nichealthd.ctl``, the console script's target)."""
+    """Run ``nichealthctl`` (as ``python -m nichealthd.cli.ctl``, the console script's target)."""
     source = source_for(user)
     full_env = dict(os.environ, PYTHONPATH=str(source))
     full_env.pop("NO_COLOR", None)
     if env:
         full_env.update(env)
-    return subprocess.run([*(user or []), sys.executable, "-m", "nichealthd.ctl", *args],
+    return subprocess.run([*(user or []), sys.executable, "-m", "nichealthd.cli.ctl", *args],
                           cwd=source, env=full_env, capture_output=True, text=True,
                           timeout=timeout)
 
@@ -154,7 +154,7 @@ class BusClient:
         self.signals: list[Any] = []
 
     async def __aenter__(self) -> BusClient:
-        from nichealthd.dbus_common import BusType
+        from nichealthd.surfaces.dbus_common import BusType
         self.bus = await MessageBus(bus_type=BusType.SYSTEM).connect()
         self.bus.add_message_handler(self._on_message)
         return self
@@ -163,7 +163,7 @@ class BusClient:
         self.bus.disconnect()
 
     def _on_message(self, message: Any) -> None:
-        from nichealthd.dbus_common import MessageType
+        from nichealthd.surfaces.dbus_common import MessageType
         if message.message_type == MessageType.SIGNAL:
             self.signals.append(message)
 

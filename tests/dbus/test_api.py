@@ -8,9 +8,15 @@ from typing import Any
 
 from dbushelpers import BusClient, busctl, make_sim, poll_count, run, wait_polls
 
-from nichealthd.dbus_api import NicHealthInterface
-from nichealthd.dbus_common import INTERFACE, OBJECT_PATH, ServiceInterface, from_variants, intr
 from nichealthd.sim import mutate, tree
+from nichealthd.surfaces.dbus_api import NicHealthInterface
+from nichealthd.surfaces.dbus_common import (
+    INTERFACE,
+    OBJECT_PATH,
+    ServiceInterface,
+    from_variants,
+    intr,
+)
 from tests.harness import wait_until_async
 
 PORT_KEYS = {"device", "port", "link_layer", "state", "phys_state", "rate", "role", "healthy",

@@ -142,7 +142,7 @@ def test_events_history_json_and_follow(daemon: Any) -> None:
     # -n 1 --all: the last event is printed after the subscription (ctl subscribes first), so
     # its line says the follower is listening before the port goes down.
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    follow = subprocess.Popen([sys.executable, "-m", "nichealthd.ctl", "events", "-n", "1",
+    follow = subprocess.Popen([sys.executable, "-m", "nichealthd.cli.ctl", "events", "-n", "1",
                                "--all", "--follow", "--json"], cwd=REPO, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert follow.stdout is not None and follow.stderr is not None
@@ -183,7 +183,7 @@ def test_colour_only_on_a_tty_and_never_with_no_color(daemon: Any) -> None:
               "pid, fd = pty.fork()\n"
               "if pid == 0:\n"
               "    os.execvp(sys.executable,"
-              " [sys.executable, '-m', 'nichealthd.ctl', 'show', 'ports'])\n"
+              " [sys.executable, '-m', 'nichealthd.cli.ctl', 'show', 'ports'])\n"
               "out = b''\n"
               "while True:\n"
               "    try:\n"

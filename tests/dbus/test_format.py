@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from nichealthd.ctl import (
+from nichealthd.cli.ctl import (
     CtlError,
     check_line,
     counter_json,
     parse_target,
     unmonitored_devices,
 )
-from nichealthd.ctl_format import (
+from nichealthd.cli.format import (
     BaselineFilter,
     Style,
     baseline_filter,
@@ -26,7 +26,7 @@ from nichealthd.ctl_format import (
     render_table,
     status_lines,
 )
-from nichealthd.dbus_common import from_variants, harden_writer, signature_of, to_variants
+from nichealthd.surfaces.dbus_common import from_variants, harden_writer, signature_of, to_variants
 
 
 def test_variant_mapping_round_trips_and_omits_none() -> None:
@@ -118,7 +118,7 @@ def test_harden_writer_turns_eagain_into_a_short_write() -> None:
 
 def test_usage_errors_exit_3_never_2_and_json_says_so(capsys: pytest.CaptureFixture[str]
                                                       ) -> None:
-    from nichealthd.ctl import main
+    from nichealthd.cli.ctl import main
     assert main(["chek"]) == 3
     captured = capsys.readouterr()
     assert "invalid choice: 'chek'" in captured.err and captured.out == ""
@@ -135,7 +135,7 @@ def test_usage_errors_exit_3_never_2_and_json_says_so(capsys: pytest.CaptureFixt
 def test_json_on_every_path_when_the_daemon_is_unreachable(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    from nichealthd.ctl import main
+    from nichealthd.cli.ctl import main
     monkeypatch.setenv("DBUS_SYSTEM_BUS_ADDRESS", f"unix:path={tmp_path}/no-such-socket")
     assert main(["--json", "check"]) == 3
     data = json.loads(capsys.readouterr().out)

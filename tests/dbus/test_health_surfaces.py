@@ -23,8 +23,8 @@ import pytest
 from dbushelpers import BusClient, DaemonProcess, ctl, make_sim
 from prometheus_client.parser import text_string_to_metric_families
 
-from nichealthd.dbus_common import from_variants
 from nichealthd.sim import mutate
+from nichealthd.surfaces.dbus_common import from_variants
 from tests.harness import NotifySocket, wait_until
 
 METRIC_VALUE = {"healthy": 0, "uncabled": 0, "degraded": 1, "fatal": 2}

@@ -46,7 +46,7 @@ def test_nobody_gets_access_denied_on_reload_and_set(daemon: Any) -> None:
 def test_nobody_cannot_own_the_name_root_can_try(system_bus: Any) -> None:
     script = (
         "import asyncio, sys\n"
-        "from nichealthd.dbus_common import BusType, MessageBus, NameFlag\n"
+        "from nichealthd.surfaces.dbus_common import BusType, MessageBus, NameFlag\n"
         "async def main():\n"
         "    bus = await MessageBus(bus_type=BusType.SYSTEM).connect()\n"
         "    try:\n"

@@ -7,7 +7,7 @@ from typing import Any
 
 from dbushelpers import BusClient, run, wait_polls
 
-from nichealthd.dbus_common import from_variants
+from nichealthd.surfaces.dbus_common import from_variants
 
 # appended to the sim's config -> what the reply must say
 INVALID: list[tuple[bytes, str]] = [

@@ -12,7 +12,7 @@ from typing import Any
 from dbushelpers import POLL, BusClient, make_sim, run, wait_log
 from testbus import start_bus
 
-from nichealthd.dbus_common import (
+from nichealthd.surfaces.dbus_common import (
     BUS_NAME,
     INTERFACE,
     OBJECT_PATH,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nichealthd.dbus_common import Message, MessageType, Variant
-from nichealthd.dbus_wire import (
+from nichealthd.surfaces.dbus_common import Message, MessageType, Variant
+from nichealthd.surfaces.dbus_wire import (
     LIMITS_EXCEEDED,
     CallLimiter,
     Prepared,
@@ -95,11 +95,11 @@ def test_a_call_before_the_service_serves_goes_to_the_library(tmp_path: Path) ->
     """A call can arrive while request_name is being answered, before ``_connect`` has set
     ``bus``: the handler must pass it on to the library's dispatch (which answers it), never
     take it and send no reply (a client then waits for its timeout)."""
-    from nichealthd.config import load_config
-    from nichealthd.connector.status import ConnectorStatus
-    from nichealthd.context import PollStats, ServiceContext
-    from nichealthd.dbus_api import DbusService
-    from nichealthd.store import Journal
+    from nichealthd.sources.config_file import load_config
+    from nichealthd.storage.store import Journal
+    from nichealthd.surfaces.connector.status import ConnectorStatus
+    from nichealthd.surfaces.context import PollStats, ServiceContext
+    from nichealthd.surfaces.dbus_api import DbusService
 
     (tmp_path / "c.toml").write_text(f'stateFile = "{tmp_path}/state.json"\n')
     config = load_config(str(tmp_path / "c.toml"))

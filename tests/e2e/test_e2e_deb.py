@@ -34,7 +34,7 @@ from install import REPO, built_deb
 pytestmark = pytest.mark.e2e
 
 UNIT = "nichealthd.service"
-CTL_MISSING = find_spec("nichealthd.ctl") is None
+CTL_MISSING = find_spec("nichealthd.cli.ctl") is None
 SIM = "/srv/simhost"
 # The README's recipe (Install: "Trying the installed service on a simulated host"), as written.
 SIM_CONFIG = (
@@ -112,7 +112,7 @@ def test_failed_starts_then_fix_then_plain_restart(box):
     assert c.path("/var/lib/nichealthd/state.json").exists()
 
 
-@pytest.mark.skipif(CTL_MISSING, reason="nichealthctl (nichealthd.ctl) not on this branch yet")
+@pytest.mark.skipif(CTL_MISSING, reason="nichealthctl (nichealthd.cli.ctl) not on this branch yet")
 def test_nichealthctl_show_ports_lists_the_sim_host(box):
     c = box
     # READY follows the first committed poll; the D-Bus name is taken right after it.

@@ -82,7 +82,8 @@ class RunningDaemon:
         self.log = open(root / "daemon.log", "w")  # noqa: SIM115 - closed in stop()
         env = dict(os.environ, PYTHONPATH=str(REPO))
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "nichealthd.daemon", "--config", str(root / "nichealthd.toml"),
+            [sys.executable, "-m", "nichealthd.runtime.daemon",
+             "--config", str(root / "nichealthd.toml"),
              "--metrics-listen", f"127.0.0.1:{self.port}",
              "--polling-interval", f"{int(INTERVAL * 1000)}ms"],
             cwd=REPO, env=env, stdout=self.log, stderr=subprocess.STDOUT)

@@ -11,12 +11,12 @@ from typing import Callable, Optional
 
 import pytest
 
-from nichealthd.config import load_config
-from nichealthd.connector.status import ConnectorStatus
-from nichealthd.context import PollStats, ServiceContext
-from nichealthd.metrics import MetricsService
-from nichealthd.pollguard import COMMIT, PollGuard
-from nichealthd.store import Journal
+from nichealthd.runtime.pollguard import COMMIT, PollGuard
+from nichealthd.sources.config_file import load_config
+from nichealthd.storage.store import Journal
+from nichealthd.surfaces.connector.status import ConnectorStatus
+from nichealthd.surfaces.context import PollStats, ServiceContext
+from nichealthd.surfaces.metrics import MetricsService
 
 from ..threadstop import ThreadStopper
 from .conftest import INTERVAL, RunningDaemon, free_port, get

@@ -15,8 +15,8 @@ from typing import Callable
 
 import pytest
 
-from nichealthd import metrics
-from nichealthd.metrics import _ClientErrors, make_http_server
+from nichealthd.surfaces import metrics
+from nichealthd.surfaces.metrics import _ClientErrors, make_http_server
 
 from ..harness import DEADLINE, wait_until
 from .conftest import RunningDaemon, get
@@ -88,7 +88,7 @@ def test_listen_backlog_is_normal() -> None:
 def test_client_errors_are_one_line_per_minute(caplog: pytest.LogCaptureFixture) -> None:
     now = [100.0]
     errors = _ClientErrors(clock=lambda: now[0])
-    with caplog.at_level(logging.WARNING, logger="nichealthd.metrics"):
+    with caplog.at_level(logging.WARNING, logger="nichealthd.surfaces.metrics"):
         for _ in range(351):
             errors.report("127.0.0.1", TimeoutError("timed out"))
         now[0] += metrics.CLIENT_ERROR_LOG_SECONDS + 1

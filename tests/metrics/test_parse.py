@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nichealthd.metrics import parse_listen, parse_rate
+from nichealthd.surfaces.metrics import parse_listen, parse_rate
 
 
 @pytest.mark.parametrize(("text", "expected"), [

@@ -170,7 +170,7 @@ def test_deb_builds_lintian_clean_with_contract(deb_file):
     ):
         assert dep in [d.strip() for d in depends.split(",")], dep
     assert not re.search(r"python3-[\w-]+ \(>=", depends.replace("python3 (>=", "")), depends
-    assert "sdnotify" not in depends  # spoken by nichealthd.notify itself
+    assert "sdnotify" not in depends  # spoken by nichealthd.runtime.notify itself
     assert "Recommends: python3-pystemd" in info
     assert "Architecture: all" in info
     control = Path(run("mktemp", "-d").strip())
@@ -216,7 +216,7 @@ def check_target_layout(rpm: Path, target: str) -> None:
     assert rpm.name.endswith(f"{TARGETS[target]['dist']}.noarch.rpm"), rpm.name
     files = rpm_query(rpm, "-l")
     assert sitelib + "nichealthd/__init__.py" in files
-    assert sitelib + "nichealthd/daemon.py" in files
+    assert sitelib + "nichealthd/runtime/daemon.py" in files
     assert "/usr/lib/systemd/system/nichealthd.service" in files
     allowed = ("/etc/nichealthd", "/usr/bin/", sitelib, "/usr/lib/systemd/system/",
                "/usr/lib/sysusers.d/", "/usr/share/dbus-1/", "/usr/share/man/")  # fmt: skip
@@ -254,7 +254,7 @@ def test_rpm_rhel9_requires_exist_in_rhel9_epel9(rpm_file):
     check_target_requires(rpm_file, "rhel9")
     requires = "\n".join(rpm_query(rpm_file, "-R"))
     assert "python3-tomli" in requires  # Python 3.9 has no tomllib
-    assert "sdnotify" not in requires  # spoken by nichealthd.notify itself
+    assert "sdnotify" not in requires  # spoken by nichealthd.runtime.notify itself
     # Neither D-Bus library is in RHEL 9 or EPEL 9: weak, the daemon runs without its API.
     assert "dbus-fast" not in requires
     assert rpm_query(rpm_file, "--recommends")[0] == "(python3-dbus-fast or python3-dbus-next)"

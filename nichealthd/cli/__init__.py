@@ -1,0 +1,1 @@
+"""``nichealthctl``, the client: commands and their formatting."""

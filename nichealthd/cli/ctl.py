@@ -1,0 +1,686 @@
+"""``nichealthctl``: the operator's client of nichealthd's D-Bus API (DESIGN §2.7).
+
+Every command is one or two method calls on ``org.nichealthd.NicHealth1``; the answers are the
+records of :mod:`nichealthd.core.views`, so ``--json`` prints what the daemon knows, unchanged.
+Failures are one line and an exit status, never a traceback: 3 when the daemon cannot be
+reached and for a usage error (``check``'s UNKNOWN: a typo in a monitoring system's command
+must never read as CRITICAL), 2 only for ``config check`` of an invalid file. With ``--json``
+every path prints JSON, failures an object with ``error`` and ``exit``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from datetime import datetime, timezone
+from typing import Any, Callable, NoReturn, Optional, Sequence
+
+from .. import __version__
+from ..core.config import DEFAULT_CONFIG_PATH, ConfigError
+from ..core.duration import parse_duration
+from ..sources.config_file import load_config
+from ..surfaces.dbus_common import (
+    BUS_NAME,
+    ERROR_PREFIX,
+    INTERFACE,
+    OBJECT_PATH,
+    POLICY_FILE,
+    Message,
+    MessageBus,
+    MessageType,
+    bus_address,
+    bus_type,
+    from_variants,
+    harden_writer,
+)
+from .format import (
+    BaselineFilter,
+    Style,
+    counters_table,
+    devices_table,
+    event_line,
+    output_width,
+    ports_table,
+    status_lines,
+)
+
+EXIT_OK, EXIT_DEGRADED, EXIT_FATAL, EXIT_UNREACHABLE = 0, 1, 2, 3
+EXIT_USAGE = 3  # the monitoring-plugin UNKNOWN, never CRITICAL (issue #22)
+EXIT_INVALID_CONFIG = 2  # config check: the file is invalid
+EXIT_FAILURE = 1
+WIDE = 10_000  # --wide: no column is cut
+DEFAULT_TIMEOUT = 5.0
+SYSTEMD_RUN_DIR = "/run/systemd/system"
+UNIT = "nichealthd.service"
+CHECK_LABELS = {EXIT_OK: "OK", EXIT_DEGRADED: "WARNING", EXIT_FATAL: "CRITICAL",
+                EXIT_UNREACHABLE: "UNKNOWN"}
+MAX_PROBLEMS = 5
+
+_UNREACHABLE_ERRORS = {
+    "org.freedesktop.DBus.Error.ServiceUnknown",
+    "org.freedesktop.DBus.Error.NameHasNoOwner",
+    "org.freedesktop.DBus.Error.UnknownObject",
+    "org.freedesktop.DBus.Error.Disconnected",
+}
+_TIMEOUT_ERRORS = {"org.freedesktop.DBus.Error.NoReply", "org.freedesktop.DBus.Error.Timeout"}
+
+
+class CtlError(Exception):
+    """One line for the operator and the exit status that goes with it."""
+
+    def __init__(self, message: str, code: int = EXIT_UNREACHABLE) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+# --------------------------------------------------------------------- client
+
+class Client:
+    """A connection to the bus and calls on the nichealthd object (no introspection trip)."""
+
+    def __init__(self, bus: str, timeout: float) -> None:
+        self.bus_kind = bus
+        self.timeout = timeout
+        self.bus: Optional[Any] = None
+
+    async def __aenter__(self) -> Client:
+        try:
+            self.bus = await asyncio.wait_for(
+                MessageBus(bus_type=bus_type(self.bus_kind)).connect(), self.timeout)
+            harden_writer(self.bus)
+        except asyncio.TimeoutError:
+            raise CtlError(f"the {self.bus_kind} bus at {bus_address(self.bus_kind)} did not "
+                           f"answer within {self.timeout:g} s") from None
+        except Exception as exc:
+            reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+            raise CtlError(f"cannot reach the {self.bus_kind} bus at "
+                           f"{bus_address(self.bus_kind)}: {reason} (is dbus running?)"
+                           ) from None
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.bus is not None:
+            try:
+                self.bus.disconnect()
+            except Exception:
+                pass
+
+    def unreachable(self) -> CtlError:
+        return CtlError(f"cannot reach nichealthd on the {self.bus_kind} bus ({BUS_NAME}): "
+                        f"is the daemon running? Try: systemctl status nichealthd")
+
+    async def call(self, member: str, signature: str = "", body: Sequence[Any] = (),
+                   interface: str = INTERFACE, destination: str = BUS_NAME,
+                   path: str = OBJECT_PATH) -> list[Any]:
+        assert self.bus is not None
+        message = Message(destination=destination, path=path, interface=interface,
+                          member=member, signature=signature, body=list(body))
+        try:
+            reply = await asyncio.wait_for(self.bus.call(message), self.timeout)
+        except asyncio.TimeoutError:
+            raise CtlError(f"nichealthd did not answer {member} within {self.timeout:g} s on "
+                           f"the {self.bus_kind} bus (is it stuck? see journalctl -u "
+                           f"nichealthd)") from None
+        except Exception as exc:
+            raise CtlError(f"lost the {self.bus_kind} bus while calling {member}: {exc}"
+                           ) from None
+        if reply is None:
+            raise self.unreachable()
+        if reply.message_type == MessageType.ERROR:
+            raise self._error(member, reply.error_name or "", reply.body)
+        return list(reply.body)
+
+    def _error(self, member: str, name: str, body: Sequence[Any]) -> CtlError:
+        text = str(body[0]) if body else name
+        if name in _UNREACHABLE_ERRORS:
+            return self.unreachable()
+        if name in _TIMEOUT_ERRORS:
+            return CtlError(f"nichealthd did not answer {member} in time: {text}")
+        if name.endswith(".AccessDenied"):
+            return CtlError(f"the {self.bus_kind} bus denied {member} to this user ({text}); "
+                            f"check the D-Bus policy {POLICY_FILE}")
+        if name == ERROR_PREFIX + "NotReady":
+            return CtlError(f"{text}; try again in a moment")
+        if name.startswith(ERROR_PREFIX):
+            return CtlError(text, EXIT_USAGE)
+        return CtlError(f"{member} failed: {name}: {text}", EXIT_FAILURE)
+
+    async def records(self, member: str, signature: str = "",
+                      body: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        reply = await self.call(member, signature, body)
+        return [from_variants(r) for r in reply[0]]
+
+    async def status(self) -> dict[str, Any]:
+        reply = await self.call("GetStatus")
+        return from_variants(reply[0])
+
+
+def run(coro: Any) -> int:
+    return int(asyncio.run(coro))
+
+
+# ------------------------------------------------------------------- helpers
+
+def emit_json(data: Any) -> None:
+    print(json.dumps(data, indent=2))
+
+
+def print_lines(lines: Sequence[str]) -> None:
+    sys.stdout.write("".join(line + "\n" for line in lines))
+
+
+def _style() -> Style:
+    return Style.for_stream(sys.stdout)
+
+
+def _width(args: argparse.Namespace) -> int:
+    """The terminal's width (80 when piped); no limit with ``--wide``."""
+    return WIDE if getattr(args, "wide", False) else output_width(sys.stdout)
+
+
+def counter_json(record: dict[str, Any]) -> dict[str, Any]:
+    """Absent values are null in JSON (``value`` is int or null, DESIGN §2.7)."""
+    out = dict(record)
+    for key in ("value", "delta", "rate"):
+        out.setdefault(key, None)
+    return out
+
+
+def parse_target(text: Optional[str]) -> tuple[str, int]:
+    """``DEV`` or ``DEV/PORT`` -> (device, port); nothing -> all."""
+    if not text:
+        return "", 0
+    device, _, port = text.partition("/")
+    if not device:
+        raise CtlError(f"invalid port {text!r}: expected DEV or DEV/PORT, e.g. mlx5_0/1",
+                       EXIT_USAGE)
+    if not port:
+        return device, 0
+    if not port.isdigit() or int(port) < 1:
+        raise CtlError(f"invalid port {text!r}: PORT must be a number from 1, e.g. mlx5_0/1",
+                       EXIT_USAGE)
+    return device, int(port)
+
+
+def seconds_since(timestamp: str) -> Optional[float]:
+    if not timestamp:
+        return None
+    try:
+        from ..core.events import parse_timestamp
+        moment = parse_timestamp(timestamp)
+    except ValueError:
+        return None
+    return max((datetime.now(timezone.utc) - moment).total_seconds(), 0.0)
+
+
+def systemd_unit_state(run_dir: str = SYSTEMD_RUN_DIR) -> dict[str, Any]:
+    """The unit's state through pystemd when systemd runs; says plainly when it does not."""
+    if not os.path.isdir(run_dir):
+        return {"running": False, "summary": "systemd is not running on this host"}
+    try:
+        from pystemd.systemd1 import Unit
+    except ImportError:
+        return {"running": True, "unit": UNIT,
+                "summary": f"systemd is running, but pystemd is not installed, so the state "
+                           f"of {UNIT} is not shown (try: systemctl status nichealthd)"}
+    try:
+        unit = Unit(UNIT.encode())
+        unit.load()
+
+        def text(value: Any) -> str:
+            return value.decode() if isinstance(value, bytes) else str(value)
+
+        info = {
+            "running": True, "unit": UNIT,
+            "load_state": text(unit.Unit.LoadState),
+            "active_state": text(unit.Unit.ActiveState),
+            "sub_state": text(unit.Unit.SubState),
+            "unit_file_state": text(unit.Unit.UnitFileState),
+            "main_pid": int(unit.Service.MainPID),
+        }
+    except Exception as exc:
+        return {"running": True, "unit": UNIT,
+                "summary": f"cannot query {UNIT} through pystemd: {exc}"}
+    info["summary"] = (f"{UNIT} {info['active_state']} ({info['sub_state']}), "
+                       f"{info['unit_file_state'] or info['load_state']}, "
+                       f"main PID {info['main_pid'] or '-'}")
+    return info
+
+
+# ------------------------------------------------------------------ commands
+
+async def cmd_status(args: argparse.Namespace) -> int:
+    systemd = systemd_unit_state()
+    try:
+        async with Client(args.bus, args.timeout) as client:
+            status = await client.status()
+    except CtlError as exc:
+        if not args.json and systemd.get("running"):
+            print(f"nichealthctl: {systemd['summary']}", file=sys.stderr)
+        raise exc
+    if args.json:
+        emit_json({**status, "systemd": systemd})
+    else:
+        print_lines(status_lines(status, systemd, _style(),
+                                 seconds_since(str(status.get("last_poll", ""))),
+                                 _width(args)))
+    return EXIT_OK
+
+
+async def _show_records(args: argparse.Namespace, method: str,
+                        table: Callable[..., list[str]]) -> int:
+    """Shared body of ``show ports`` / ``show devices``: one list call, JSON or a table."""
+    async with Client(args.bus, args.timeout) as client:
+        records = await client.records(method)
+    if args.json:
+        emit_json(records)
+    else:
+        print_lines(table(records, _style(), _width(args)))
+    return EXIT_OK
+
+
+async def cmd_show_ports(args: argparse.Namespace) -> int:
+    return await _show_records(args, "ListPorts", ports_table)
+
+
+async def cmd_show_devices(args: argparse.Namespace) -> int:
+    return await _show_records(args, "ListDevices", devices_table)
+
+
+async def cmd_show_counters(args: argparse.Namespace) -> int:
+    device, port = parse_target(args.target)
+    async with Client(args.bus, args.timeout) as client:
+        records = await client.records("ListCounters", "su", [device, port])
+    if args.json:
+        emit_json([counter_json(r) for r in records])
+    elif not records:
+        print("no counters (no monitored ports)")
+    else:
+        print_lines(counters_table(records, _style(), _width(args)))
+    return EXIT_OK
+
+
+def _event_json(record: dict[str, Any]) -> dict[str, Any]:
+    return dict(record)
+
+
+async def cmd_events(args: argparse.Namespace) -> int:
+    if args.lines < 0:
+        raise CtlError("-n must be 0 or more", EXIT_USAGE)
+    style = _style()
+    width = _width(args)
+    async with Client(args.bus, args.timeout) as client:
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        if args.follow:
+            await _subscribe(client, queue)
+        events: list[dict[str, Any]] = []
+        baselines = BaselineFilter()
+        if args.lines:
+            # Boot baselines are hidden unless --all: ask for the whole history, drop them,
+            # keep the last N (184 "healthy after reboot" lines must not push the rest out).
+            events = await client.records("ListEvents", "u", [args.lines if args.all else 0])
+            last_seq = int(events[-1]["seq"]) if events else 0
+            if not args.all:
+                events = [e for e in events if not baselines.is_baseline(e)]
+            events = events[-args.lines:]
+        else:
+            last_seq = 0
+        if not args.follow:
+            if args.json:
+                emit_json([_event_json(e) for e in events])
+            else:
+                print_lines([event_line(e, style, width) for e in events])
+            return EXIT_OK
+        for event in events:
+            _print_event(event, args.json, style, width)
+        shown = None if args.all else baselines
+        return await _follow(client, queue, last_seq, args.json, style, width, shown)
+
+
+def _print_event(event: dict[str, Any], as_json: bool, style: Style, width: int) -> None:
+    if as_json:  # --follow --json: one object per line, so it can stream
+        print(json.dumps(_event_json(event)), flush=True)
+    else:
+        print(event_line(event, style, width), flush=True)
+
+
+async def _subscribe(client: Client, queue: asyncio.Queue[Any]) -> None:
+    """Events through the EventEmitted signal, and notice the daemon leaving/returning."""
+    assert client.bus is not None
+    rules = (
+        f"type='signal',sender='{BUS_NAME}',path='{OBJECT_PATH}',interface='{INTERFACE}',"
+        f"member='EventEmitted'",
+        f"type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',"
+        f"member='NameOwnerChanged',arg0='{BUS_NAME}'",
+    )
+
+    def handler(message: Any) -> None:
+        if message.message_type != MessageType.SIGNAL:
+            return
+        if message.member == "EventEmitted" and message.interface == INTERFACE:
+            queue.put_nowait(("event", from_variants(message.body[0])))
+        elif message.member == "NameOwnerChanged" and message.body[0] == BUS_NAME:
+            queue.put_nowait(("owner", message.body[2]))
+
+    client.bus.add_message_handler(handler)
+    for rule in rules:
+        await client.call("AddMatch", "s", [rule], interface="org.freedesktop.DBus",
+                          destination="org.freedesktop.DBus", path="/org/freedesktop/DBus")
+    # Fail now (exit 3), not silently wait, when the daemon is not there.
+    await client.call("Ping", interface="org.freedesktop.DBus.Peer")
+
+
+async def _follow(client: Client, queue: asyncio.Queue[Any], last_seq: int, as_json: bool,
+                  style: Style, width: int, baselines: Optional[BaselineFilter]) -> int:
+    """Print each new event (the boot baselines of a restart too only with --all)."""
+    assert client.bus is not None
+    disconnected = asyncio.ensure_future(client.bus.wait_for_disconnect())
+    while True:
+        getter = asyncio.ensure_future(queue.get())
+        done, _ = await asyncio.wait({getter, disconnected},
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if getter not in done:
+            getter.cancel()
+            raise CtlError(f"lost the connection to the {client.bus_kind} bus")
+        kind, value = getter.result()
+        if kind == "owner":
+            note = ("nichealthd is back" if value else
+                    "nichealthd left the bus; waiting for it to return (Ctrl-C to stop)")
+            print(f"nichealthctl: {note}", file=sys.stderr, flush=True)
+            if value:
+                last_seq = 0  # a restarted daemon may have compacted; never drop its events
+            continue
+        seq = int(value.get("seq", 0))
+        if seq and seq <= last_seq:
+            continue
+        last_seq = max(last_seq, seq)
+        if baselines is not None and baselines.is_baseline(value):
+            continue
+        _print_event(value, as_json, style, width)
+
+
+async def cmd_check(args: argparse.Namespace) -> int:
+    async with Client(args.bus, args.timeout) as client:
+        status = await client.status()
+        health = str(status.get("health", ""))
+        devices = await client.records("ListDevices") \
+            if not int(status.get("ports_total", 0) or 0) else []
+    code = {"healthy": EXIT_OK, "degraded": EXIT_DEGRADED, "fatal": EXIT_FATAL}.get(
+        health, EXIT_UNREACHABLE)
+    problems = [str(p) for p in status.get("problems") or []]
+    unmonitored = unmonitored_devices(devices)
+    if code == EXIT_OK and unmonitored:
+        code = EXIT_DEGRADED
+        problems.append(f"{len(unmonitored)} RDMA devices present but none monitored: "
+                        + ", ".join(unmonitored))
+    line = check_line(code, status, problems)
+    if args.json:
+        emit_json({"status": CHECK_LABELS[code], "exit": code, "health": health,
+                   "summary": line, "problems": problems,
+                   "fatal_ports": list(status.get("fatal_ports") or []),
+                   "degraded_ports": list(status.get("degraded_ports") or [])})
+    else:
+        print(line)
+    return code
+
+
+def unmonitored_devices(devices: list[dict[str, Any]]) -> list[str]:
+    """``mlx5_0 (management: default route)`` for each present device when none is monitored.
+
+    A host with no RDMA device at all is OK (nothing to watch); one whose devices are all
+    excluded is not: a wrong exclusion or a topology mismatch would otherwise read as healthy.
+    """
+    present = [d for d in devices if d.get("present", True)]
+    if not present or any(d.get("monitored") for d in present):
+        return []
+    return [f"{d.get('device', '?')} ({d.get('role') or '?'}"
+            + (f": {d['role_reason']}" if d.get("role_reason") else "") + ")"
+            for d in present]
+
+
+def check_line(code: int, status: dict[str, Any], problems: list[str]) -> str:
+    """The one line of ``check``: the counts are those of the daemon's health model, the
+    same that decided the verdict; the problems name each fatal and degraded port and why."""
+    total = int(status.get("ports_total", 0))
+    healthy = int(status.get("ports_healthy", 0))
+    degraded = int(status.get("ports_degraded", 0))
+    fatal = int(status.get("ports_fatal", 0))
+    uncabled = int(status.get("ports_uncabled", 0))
+    perf = f" | healthy={healthy} degraded={degraded} fatal={fatal} ports={total}"
+    label = f"NICHEALTH {CHECK_LABELS[code]} - "
+    if code == EXIT_OK:
+        text = f"{healthy} ports healthy" if total else "no ports monitored"
+        if uncabled:
+            text += f", {uncabled} uncabled"
+        return label + text + perf
+    if code == EXIT_UNREACHABLE:
+        return label + f"nichealthd reports health {status.get('health')!r}" + perf
+    text = f"{fatal} fatal, {degraded} degraded of {total} ports"
+    if problems:
+        shown = problems[:MAX_PROBLEMS]
+        more = len(problems) - len(shown)
+        text += ": " + ", ".join(shown) + (f" and {more} more" if more else "")
+    return label + text + perf
+
+
+async def cmd_reload(args: argparse.Namespace) -> int:
+    """D-Bus ``Reload`` (root only, by the bus policy): re-read the config file."""
+    if os.geteuid() != 0:
+        raise CtlError("reload changes the running daemon and is for root only "
+                       "(try: sudo nichealthctl reload, or systemctl reload nichealthd)",
+                       EXIT_FAILURE)
+    async with Client(args.bus, args.timeout) as client:
+        try:
+            accepted, message = await client.call("Reload")
+        except CtlError as exc:
+            if "denied" in exc.message:
+                raise CtlError(exc.message, EXIT_FAILURE) from None
+            raise
+    if args.json:
+        emit_json({"accepted": bool(accepted), "message": str(message)})
+    elif accepted:
+        print(str(message))
+    else:
+        print(f"nichealthctl: {message}", file=sys.stderr)
+    return EXIT_OK if accepted else EXIT_FAILURE
+
+
+def cmd_config_check(args: argparse.Namespace) -> int:
+    """Every problem of the file in one run, one line each: FILE[:LINE]: KEY: PROBLEM."""
+    path = args.file or DEFAULT_CONFIG_PATH
+    try:
+        config = load_config(path, must_exist=True)
+    except ConfigError as exc:
+        if args.json:
+            emit_json({"file": path, "ok": False, "key": exc.key, "problem": exc.problem,
+                       "error": exc.messages[0],
+                       "errors": [{"line": p.line, "column": p.column, "key": p.key,
+                                   "problem": p.problem, "message": str(p)}
+                                  for p in exc.problems]})
+        else:
+            for message in exc.messages:
+                print(message, file=sys.stderr)
+            if len(exc.problems) > 1:
+                print(f"{path}: invalid ({len(exc.problems)} errors)", file=sys.stderr)
+        return EXIT_INVALID_CONFIG
+    if args.json:
+        emit_json({"file": path, "ok": True, "notices": list(config.notices)})
+    else:
+        for notice in config.notices:
+            print(f"{path}: warning: {notice}", file=sys.stderr)
+        print(f"{path}: OK")
+    return EXIT_OK
+
+
+# -------------------------------------------------------------------- parser
+
+def _timeout(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+class UsageError(Exception):
+    """A bad command line: reported by :func:`main` (exit 3, JSON with ``--json``)."""
+
+    def __init__(self, message: str, usage: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.usage = usage
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse exits 2 on a usage error, CRITICAL to a monitoring system; raise instead."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: error: {message}", self.format_usage())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # Global options work before or after the command (`nichealthctl show ports --json`):
+    # the main parser has the defaults, each command's parser a copy that leaves them alone.
+    def global_options(into: argparse.ArgumentParser, defaults: bool) -> None:
+        def default(value: Any) -> Any:
+            return value if defaults else argparse.SUPPRESS
+        into.add_argument("--json", action="store_true", default=default(False),
+                          help="print JSON (an array; an object for status, check, reload "
+                               "and every failure)")
+        into.add_argument("--wide", action="store_true", default=default(False),
+                          help="do not cut long cells to the terminal's width (80 when "
+                               "piped)")
+        into.add_argument("--bus", choices=("system", "session"), default=default("system"),
+                          help="bus to find nichealthd on (default system; "
+                               "DBUS_SYSTEM_BUS_ADDRESS is honoured)")
+        into.add_argument("--timeout", type=_timeout, metavar="DUR",
+                          default=default(DEFAULT_TIMEOUT),
+                          help=f"how long to wait for the bus and the daemon "
+                               f"(default {DEFAULT_TIMEOUT:g}s; 500ms, 2s …)")
+
+    parser = Parser(
+        prog="nichealthctl",
+        description="Query nichealthd, the NIC health daemon, over D-Bus.",
+        epilog="exit status: 0 ok; 1 failure (reload rejected or not root); check: 1 "
+               "degraded, 2 fatal; config check: 2 invalid config; 3 nichealthd unreachable "
+               "or usage error")
+    global_options(parser, True)
+    parser.add_argument("--version", action="version", version=f"nichealthctl {__version__}")
+    parser.set_defaults(func=None)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def add(name: str, func: Callable[..., Any], help_text: str,
+            into: Any = sub) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = into.add_parser(name, help=help_text,
+                                                     description=help_text)
+        global_options(p, False)
+        p.set_defaults(func=func)
+        return p
+
+    add("status", cmd_status, "daemon status, overall health and the systemd unit's state")
+    show = sub.add_parser("show", help="ports, devices or counters")
+    show_sub = show.add_subparsers(dest="what", metavar="WHAT")
+    show.set_defaults(func=None, show_parser=show)
+    add("ports", cmd_show_ports, "every port: link state, role, health", show_sub)
+    add("devices", cmd_show_devices, "every NIC: PCI address, firmware, role, presence",
+        show_sub)
+    counters = add("counters", cmd_show_counters,
+                   "error counters of monitored ports: value, last change, threshold, breach",
+                   show_sub)
+    counters.add_argument("target", nargs="?", metavar="DEV[/PORT]",
+                          help="one device or one port (default all)")
+    events = add("events", cmd_events, "recent health events (newest last)")
+    events.add_argument("-n", "--lines", type=int, default=20, metavar="N",
+                        help="how many past events (default 20; 0 = none)")
+    events.add_argument("-f", "--follow", action="store_true",
+                        help="keep printing new events as they are committed "
+                             "(with --json: one object per line)")
+    events.add_argument("-a", "--all", action="store_true",
+                        help="include the boot baselines (\"healthy after reboot\" and the "
+                             "clears of a first poll), hidden by default")
+    add("check", cmd_check, "monitoring-plugin check: exit 0 healthy, 1 degraded (or devices "
+        "present but none monitored), 2 fatal, 3 unreachable")
+    add("reload", cmd_reload, "re-read the daemon's config file (root only; D-Bus Reload)")
+    config = sub.add_parser("config", help="offline checks of a config file")
+    config_sub = config.add_subparsers(dest="what", metavar="WHAT")
+    config.set_defaults(func=None, show_parser=config)
+    check = add("check", cmd_config_check,
+                "validate a config file as the daemon would (exit 0 OK, 2 invalid)",
+                config_sub)
+    check.add_argument("file", nargs="?", metavar="FILE",
+                       help=f"config file (default {DEFAULT_CONFIG_PATH})")
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as exc:
+        return _usage_error(exc.message, exc.usage, "--json" in argv)
+    if args.func is None:
+        usage = (getattr(args, "show_parser", None) or parser).format_usage()
+        return _usage_error("nichealthctl: a command is required", usage, args.json)
+    is_check = args.func is cmd_check
+    started = time.monotonic()
+    try:
+        result = args.func(args)
+        code = run(result) if asyncio.iscoroutine(result) else int(result)
+    except CtlError as exc:
+        code = EXIT_UNREACHABLE if is_check else exc.code
+        if args.json:
+            _json_error(exc.message, code, is_check)
+        elif is_check:
+            print(f"NICHEALTH UNKNOWN - {exc.message}")
+        else:
+            print(f"nichealthctl: {exc.message}", file=sys.stderr)
+        return code
+    except KeyboardInterrupt:
+        return EXIT_OK if getattr(args, "follow", False) else 130
+    except BrokenPipeError:  # `nichealthctl events | head`
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the final flush
+        except OSError:
+            pass
+        return EXIT_OK
+    except Exception as exc:  # never a traceback for the operator
+        if os.environ.get("NICHEALTHCTL_DEBUG"):
+            raise
+        text = (f"unexpected error after {time.monotonic() - started:.1f} s: "
+                f"{type(exc).__name__}: {exc} (set NICHEALTHCTL_DEBUG=1 for details)")
+        code = EXIT_UNREACHABLE if is_check else EXIT_FAILURE
+        if args.json:
+            _json_error(text, code, is_check)
+        else:
+            print(f"{'NICHEALTH UNKNOWN - ' if is_check else 'nichealthctl: '}{text}",
+                  file=sys.stdout if is_check else sys.stderr)
+        return code
+    return code
+
+
+def _usage_error(message: str, usage: str, as_json: bool) -> int:
+    """Exit 3 (UNKNOWN): usage on stderr, and with --json an error object on stdout."""
+    sys.stderr.write(usage)
+    print(message, file=sys.stderr)
+    if as_json:
+        emit_json({"error": message, "exit": EXIT_USAGE})
+    return EXIT_USAGE
+
+
+def _json_error(message: str, code: int, is_check: bool) -> None:
+    """A failure as JSON on stdout (``check`` keeps its object's keys: status UNKNOWN)."""
+    if is_check:
+        emit_json({"status": CHECK_LABELS[EXIT_UNREACHABLE], "exit": code, "health": "",
+                   "summary": f"NICHEALTH UNKNOWN - {message}", "problems": [],
+                   "error": message})
+    else:
+        emit_json({"error": message, "exit": code})
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

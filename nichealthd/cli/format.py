@@ -1,0 +1,357 @@
+"""Human output of ``nichealthctl``: tables that fit the terminal (80 columns when piped),
+colour only on a TTY without ``NO_COLOR``, and the one-line texts of each record kind.
+
+Pure functions of plain records (the dicts of :mod:`nichealthd.core.views` as they come off the
+bus), so they are tested without a bus.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from datetime import datetime, timedelta
+from typing import IO, Any, Optional, Sequence, Union
+
+from ..core.events import parse_timestamp
+
+ELLIPSIS = "…"
+_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec")
+_LINK = {"InfiniBand": "IB", "Ethernet": "ETH"}
+_COLOURS = {"green": "32", "yellow": "33", "red": "1;31", "dim": "2", "bold": "1"}
+HEALTH_COLOUR = {"healthy": "green", "degraded": "yellow", "fatal": "red",
+                 "uncabled": "dim", "unknown": "yellow"}
+
+
+class Style:
+    """ANSI colour when ``enabled``; otherwise every method returns the text unchanged."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+
+    @classmethod
+    def for_stream(cls, stream: IO[str]) -> Style:
+        """Colour only for a terminal, never with NO_COLOR set (https://no-color.org) or
+        TERM=dumb."""
+        tty = hasattr(stream, "isatty") and stream.isatty()
+        return cls(bool(tty) and "NO_COLOR" not in os.environ
+                   and os.environ.get("TERM") != "dumb")
+
+    def paint(self, text: str, colour: Optional[str]) -> str:
+        if not self.enabled or not colour or colour not in _COLOURS:
+            return text
+        return f"\033[{_COLOURS[colour]}m{text}\033[0m"
+
+    def health(self, text: str, padded: Optional[str] = None) -> str:
+        return self.paint(padded if padded is not None else text,
+                          HEALTH_COLOUR.get(text.strip().lower()))
+
+
+def output_width(stream: IO[str]) -> int:
+    """The terminal's width on a TTY; 80 when piped (predictable for scripts)."""
+    if hasattr(stream, "isatty") and stream.isatty():
+        return max(shutil.get_terminal_size((80, 24)).columns, 40)
+    return 80
+
+
+def fit(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:max(width - 1, 0)] + ELLIPSIS
+
+
+def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]], width: int = 80,
+                 shrink: Sequence[Union[int, tuple[int, int]]] = (), right: Sequence[int] = (),
+                 colour: Optional[Any] = None, gap: int = 2) -> list[str]:
+    """Columns sized to their content; if the table is wider than ``width``, the columns in
+    ``shrink`` (in that order; ``(col, floor)`` to stop a column at ``floor`` characters) are
+    cut with an ellipsis. ``colour(col, cell, padded)`` may decorate a padded cell (after
+    sizing, so escapes never count as width)."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+    excess = sum(widths) + gap * (len(widths) - 1) - width
+    for entry in shrink:
+        if excess <= 0:
+            break
+        col, floor = entry if isinstance(entry, tuple) else (entry, 0)
+        floor = max(len(headers[col]), 4, floor)
+        cut = min(excess, widths[col] - floor)
+        if cut > 0:
+            widths[col] -= cut
+            excess -= cut
+    for entry in shrink:  # still too wide: the same columns below their floors (headers too)
+        if excess <= 0:
+            break
+        col = entry[0] if isinstance(entry, tuple) else entry
+        cut = min(excess, widths[col] - 2)
+        if cut > 0:
+            widths[col] -= cut
+            excess -= cut
+    lines = []
+    for r, row in enumerate([list(headers), *[list(r) for r in rows]]):
+        cells = []
+        for i, cell in enumerate(row):
+            text = fit(cell, widths[i])
+            padded = text.rjust(widths[i]) if i in right else text.ljust(widths[i])
+            if r > 0 and colour is not None:
+                padded = colour(i, text, padded)
+            cells.append(padded)
+        lines.append((" " * gap).join(cells).rstrip())
+    return lines
+
+
+# ---------------------------------------------------------------------- cells
+
+def natural_key(record: dict[str, Any]) -> tuple[Any, ...]:
+    """mlx5_2 before mlx5_10 (the kernel's numbering, not the alphabet's)."""
+    parts = re.split(r"(\d+)", str(record.get("device", "")))
+    return (tuple(int(p) if p.isdigit() else p for p in parts), record.get("port", 0))
+
+
+def port_name(record: dict[str, Any]) -> str:
+    return f"{record.get('device', '?')}/{record.get('port', '?')}"
+
+
+def short_rate(rate: str) -> str:
+    """``400 Gb/sec (4X NDR)`` -> ``400G`` (the table must leave room for REASON)."""
+    match = _RATE.match(rate or "")
+    return f"{match.group(1)}G" if match else (rate or "-")
+
+
+def short_link(link_layer: str) -> str:
+    return _LINK.get(link_layer, link_layer or "-")
+
+
+def port_health(record: dict[str, Any]) -> str:
+    """What the HEALTH column says: reported health, ``uncabled``, or ``-`` (not monitored)."""
+    if not record.get("monitored"):
+        return "-"
+    health = record.get("health") or "unknown"
+    return "uncabled" if health == "suppressed" else health
+
+
+def counter_state(record: dict[str, Any]) -> str:
+    if record.get("value") is None:
+        return "absent"
+    if record.get("breached"):
+        return "FATAL" if record.get("fatal") else "breached"
+    if record.get("saturated"):
+        return "saturated"
+    return "ok"
+
+
+def _unit(record: dict[str, Any]) -> str:
+    return {"second": "/s", "minute": "/min", "hour": "/h"}.get(record.get("unit", ""), "")
+
+
+def counter_last(record: dict[str, Any]) -> str:
+    """Last change: the delta of a delta counter, the rate of a velocity counter."""
+    if record.get("type") == "velocity":
+        rate = record.get("rate")
+        return "-" if rate is None else f"{rate:.3g}{_unit(record)}"
+    delta = record.get("delta")
+    return "-" if delta is None else f"+{delta}"
+
+
+def counter_limit(record: dict[str, Any]) -> str:
+    threshold = record.get("threshold", 0)
+    text = f"{threshold:g}" if isinstance(threshold, float) else str(threshold)
+    return f">{text}{_unit(record)}" if record.get("type") == "velocity" else f">{text}"
+
+
+# ---------------------------------------------------------------------- tables
+
+def port_reason(record: dict[str, Any]) -> str:
+    """Why a monitored port is not healthy (``link_downed breached``), ``-`` when nothing."""
+    if not record.get("monitored"):
+        return "-"
+    reasons = record.get("reasons") or []
+    return ", ".join(str(r) for r in reasons) or "-"
+
+
+def ports_table(records: list[dict[str, Any]], style: Style, width: int = 80) -> list[str]:
+    """Every port with its health and its reasons (the daemon's one health model); why
+    a port is not monitored below the table. When the table is wider than
+    ``width``, NETDEV is left out first (``--wide``/``--json`` show it), then cells are cut."""
+    headers = ["PORT", "LINK", "ROLE", "STATE", "PHYS", "RATE", "NETDEV", "HEALTH", "REASON"]
+    records = sorted(records, key=natural_key)
+    rows = [[port_name(r), short_link(r.get("link_layer", "")), r.get("role") or "-",
+             r.get("state") or "?", r.get("phys_state") or "?",
+             short_rate(r.get("rate", "")) if r.get("present", True) else "-",
+             r.get("netdev") or "-", port_health(r), port_reason(r)] for r in records]
+    health_col = 7
+    if max((len(line) for line in render_table(headers, rows, 10**6)), default=0) > width:
+        del headers[6]
+        for row in rows:
+            del row[6]
+        health_col = 6
+
+    def colour(col: int, text: str, padded: str) -> str:
+        if col == health_col:
+            return style.health(text, padded)
+        if col in (3, 4) and text not in ("ACTIVE", "LinkUp", "?"):
+            return style.paint(padded, "yellow")
+        return padded
+
+    reason = len(headers) - 1
+    lines = render_table(headers, rows, width, shrink=((reason, 16), 2, 4, 5, reason, 3, 1, 0),
+                         colour=colour)
+    excluded = [r for r in records if not r.get("monitored")]
+    if excluded:
+        lines.append("")
+        lines.append("Not monitored:")
+        lines.extend(fit(f"  {port_name(r)}  {r.get('excluded') or r.get('role') or '?'}", width)
+                     for r in excluded)
+    return lines
+
+
+def devices_table(records: list[dict[str, Any]], style: Style, width: int = 80) -> list[str]:
+    headers = ("DEVICE", "PCI", "TYPE", "FIRMWARE", "ROLE", "PORTS", "STATE", "NETDEVS")
+    records = sorted(records, key=natural_key)
+    rows = [(r.get("device", "?"), r.get("pci_address") or "-", r.get("hca_type") or "-",
+             r.get("fw_ver") or "-", r.get("role") or ("-" if r.get("present") else "?"),
+             str(r.get("ports", 0)), "present" if r.get("present", True) else "MISSING",
+             ",".join(r.get("netdevs") or []) or "-") for r in records]
+
+    def colour(col: int, text: str, padded: str) -> str:
+        if col == 6 and text == "MISSING":
+            return style.paint(padded, "red")
+        return padded
+
+    return render_table(headers, rows, width, shrink=(7, 3, 2, 1, 4), right=(5,),
+                        colour=colour)
+
+
+def counters_table(records: list[dict[str, Any]], style: Style, width: int = 80) -> list[str]:
+    """One block per port (counter names are long; a PORT column would not fit 80)."""
+    headers = ("COUNTER", "VALUE", "LAST", "LIMIT", "STATE")
+    lines: list[str] = []
+    order: list[str] = []
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in sorted(records, key=natural_key):
+        key = port_name(r)
+        if key not in groups:
+            groups[key] = []
+            order.append(key)
+        groups[key].append(r)
+
+    def colour(col: int, text: str, padded: str) -> str:
+        if col == 4:
+            return style.paint(padded, {"FATAL": "red", "breached": "yellow",
+                                        "absent": "dim", "saturated": "yellow"}.get(text))
+        return padded
+
+    for key in order:
+        if lines:
+            lines.append("")
+        lines.append(style.paint(key, "bold"))
+        rows = [(r.get("counter", "?"), "-" if r.get("value") is None else str(r["value"]),
+                 counter_last(r), counter_limit(r), counter_state(r)) for r in groups[key]]
+        lines.extend("  " + line for line in render_table(
+            headers, rows, width - 2, shrink=(0, 1), right=(1, 2), colour=colour))
+    return lines
+
+
+def event_line(event: dict[str, Any], style: Style, width: int = 80) -> str:
+    """``2026-01-01T00:00:00Z  fatal     Port mlx5_0 port 1: …``, cut to ``width`` with an
+    ellipsis (``--wide`` or ``--json`` for the whole message)."""
+    severity = str(event.get("severity") or "")
+    stamp = str(event.get("generatedTimestamp", "?"))
+    head = f"{stamp}  {severity.ljust(8)}  "
+    message = fit(str(event.get("message", "")), max(width - len(head), 10))
+    return f"{stamp}  {style.health(severity, severity.ljust(8))}  {message}"
+
+
+CLEAR_MARK = "no state from this boot"
+BASELINE_MARK = "healthy after reboot"
+BASELINE_WINDOW = timedelta(seconds=1)
+
+
+def is_check_clear(event: dict[str, Any]) -> bool:
+    """The check-scoped clear a first poll after a reboot (or without state) starts with."""
+    return (bool(event.get("isHealthy")) and not event.get("entitiesImpacted")
+            and CLEAR_MARK in str(event.get("message", "")))
+
+
+class BaselineFilter:
+    """Tells the boot baselines apart, event by event (also while following): the
+    check-scoped clears, the healthy events of the same first poll (stamped just after
+    them), and every "healthy after reboot".
+
+    Recoveries and every unhealthy event are kept: a first poll cannot recover anything,
+    so its healthy events only restate the baseline.
+    """
+
+    def __init__(self) -> None:
+        self.starts: list[datetime] = []
+
+    def is_baseline(self, event: dict[str, Any]) -> bool:
+        if not event.get("isHealthy"):
+            return False
+        try:
+            moment: Optional[datetime] = parse_timestamp(
+                str(event.get("generatedTimestamp", "")))
+        except ValueError:
+            moment = None
+        if is_check_clear(event):
+            if moment is not None:
+                self.starts.append(moment)
+            return True
+        if BASELINE_MARK in str(event.get("message", "")):
+            return True
+        return moment is not None and any(
+            start <= moment <= start + BASELINE_WINDOW for start in self.starts[-16:])
+
+
+def baseline_filter(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The events without the boot baselines (see :class:`BaselineFilter`)."""
+    baselines = BaselineFilter()
+    return [e for e in events if not baselines.is_baseline(e)]
+
+
+def status_lines(status: dict[str, Any], systemd: dict[str, Any], style: Style,
+                 ago: Optional[float], width: int = 80) -> list[str]:
+    """The status block; the fatal and degraded ports are named with their reasons, long
+    values are cut to ``width`` (``--wide``/``--json`` for everything)."""
+    health = str(status.get("health", "unknown"))
+    node = fit(str(status.get("node_name", "?")), max(width - 40, 10))
+    head = (f"nichealthd {status.get('version', '?')} on {node}: "
+            f"{style.health(health, health.upper())}")
+    ports = (f"{status.get('ports_total', 0)} monitored: {status.get('ports_healthy', 0)} "
+             f"healthy, {status.get('ports_degraded', 0)} degraded, "
+             f"{status.get('ports_fatal', 0)} fatal")
+    if status.get("ports_uncabled"):
+        ports += f", {status['ports_uncabled']} uncabled"
+    interval = float(status.get("polling_interval", 0) or 0)
+    every = f"{interval * 1000:g} ms" if interval < 1 else f"{interval:g} s"
+    last = status.get("last_poll") or "never"
+    if ago is not None and status.get("last_poll"):
+        last += f" ({ago:.1f} s ago)"
+    rows: list[tuple[str, str, Optional[str]]] = [("ports", ports, None)]
+    for problem in status.get("problems") or []:
+        text = str(problem)
+        severity = "fatal" if any(text.startswith(p + " ")
+                                  for p in status.get("fatal_ports") or []) else None
+        rows.append(("", text, "red" if severity else "yellow"))
+    connector = (f"{status.get('connector_state', '?')}; outbox "
+                 f"{status.get('outbox_depth', 0)}, dead letters "
+                 f"{status.get('dead_letters', 0)}")
+    rows += [
+        ("last poll", f"{last}, {status.get('poll_count', 0)} polls, every {every}", None),
+        ("connector", connector, None),
+    ]
+    if status.get("connector_last_error"):
+        rows.append(("", f"last error: {status['connector_last_error']}", "yellow"))
+    rows += [
+        ("boot ID", str(status.get("boot_id") or "-"), None),
+        ("started", f"{status.get('started_at', '?')}, pid {status.get('pid', '?')}", None),
+        ("config", str(status.get("config_path", "?")), None),
+    ]
+    if status.get("poll_error"):
+        rows.append(("failing", str(status["poll_error"]), "red"))
+    if status.get("reload_error"):
+        rows.append(("reload", f"last reload rejected: {status['reload_error']}", "yellow"))
+    rows.append(("systemd", str(systemd.get("summary", "?")), None))
+    room = max(width - 13, 10)
+    return [head] + [f"  {label:<11}{style.paint(fit(value, room), colour)}"
+                     for label, value, colour in rows]

@@ -1,0 +1,5 @@
+"""The pure core: model, config, check families, evaluation, state and events — no I/O per poll.
+
+Nothing here imports from outside ``nichealthd.core`` (``tests/test_layout.py``); the only file
+it reads is the config file, at start and on reload.
+"""

@@ -1,0 +1,430 @@
+"""Counter evaluation (spec §6.3, §10.4): delta and velocity thresholds with latching breaches.
+
+Pure: it reads a port's counter values from the snapshot and the previous state, and writes
+the next state into the ``next_state`` and the next :class:`CounterMemory` it is given (both
+copies the caller adopts only when the poll is committed). What a counter is comes from the
+reader as data (``PortSnapshot.counter_kinds``, a :class:`~nichealthd.core.model.CounterKind`):
+this module never looks at a file's path. Rules beyond the spec (REFERENCE §3):
+
+- A wrapping counter (a 32-bit ``hw_counters`` value) that drops from near 2^32 wrapped (it
+  is not a reset). While a breach is latched, the last value seen is persisted with it, so
+  that a wrap across a restart is judged against that value and not against the snapshot
+  taken at the breach.
+- Saturation. A saturating counter (IB PMA under ``counters/``) stops at all-ones; a
+  delta monitor is blind on such a counter until it is cleared. Saturation is judged once per
+  counter *file* of a port (``symbol_error`` and ``symbol_error_fatal`` read one file: one
+  report), every poll, on the value read, outside the per-entry rules (so no branch of them can skip
+  it). What it is depends on the counter:
+
+  * an **error counter** (``symbol_error``, ``link_downed``, ``port_rcv_errors``, ...) that
+    goes blind is one non-fatal event under the layer's degradation check, ``errorCode`` the
+    file's counter name; when the counter leaves the limit (cleared) one healthy event closes
+    it. An event of the same identity in the same poll (the threshold breach that took the
+    counter to its limit, the recovery of its latched breach when it is cleared) carries the
+    news instead; and while the identity is open already (a latched breach of that check on
+    the counter, or the saturation report itself when a velocity window fills only after the
+    counter reached its limit) no second unhealthy event is sent: one report per condition;
+  * a **traffic or congestion counter** (``port_xmit_wait``, ``port_{xmit,rcv}_data``,
+    ``*_packets``: ``TRAFFIC_COUNTERS``) reaches its limit on a healthy busy host
+    (``port_xmit_wait`` at 5,000 ticks/s in about ten days): no event, only a log line and
+    the ``saturated`` flag (views, D-Bus, the ``nichealthd_saturated`` metric). The same holds
+    for an error counter while the degradation check is disabled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Mapping, MutableMapping, NamedTuple, Optional
+
+from ..config import CounterSpec
+from ..events import HealthEvent, make_event, port_entities
+from ..model import CounterKind, PortSnapshot
+from ..state import BreachFlag, CounterSnap, MonitorState, counter_key
+
+# Traffic and congestion counters: saturation is what a busy healthy host does, not a fault.
+# Of these only port_xmit_wait saturates (mlx5 shows the data and packet counters as 64-bit
+# extended counters); the others are listed so that the rule holds if one is added.
+TRAFFIC_COUNTERS = frozenset({
+    "port_xmit_wait", "port_xmit_data", "port_rcv_data", "port_xmit_packets",
+    "port_rcv_packets", "unicast_xmit_packets", "unicast_rcv_packets",
+    "multicast_xmit_packets", "multicast_rcv_packets",
+})
+
+
+class CounterObservation(NamedTuple):
+    """What the last poll computed for one counter entry (for D-Bus and metrics).
+
+    A NamedTuple: one is made for every counter of every port on every poll.
+    """
+
+    value: Optional[int]
+    delta: Optional[int]
+    rate: Optional[float]
+
+
+@dataclass
+class CounterMemory:
+    """The volatile part of the state: the last value read of each counter and when (spec
+    §6.3 ``lastPollValue``), and each velocity counter's last closed window.
+
+    Not persisted: after a restart the persisted snapshot stands in for it. Like the
+    persisted state it is a value of one poll: evaluation works on a :meth:`copy` and the
+    monitor adopts it only with the commit, so a poll whose commit failed leaves no trace
+    (a reset it saw is seen again by the next poll, and its recovery is sent).
+    """
+
+    last_values: dict[str, int] = field(default_factory=dict)
+    last_times: dict[str, datetime] = field(default_factory=dict)
+    # The last closed window of each velocity counter: while the next one fills, its delta
+    # and rate are what the counter shows.
+    closed_windows: dict[str, CounterObservation] = field(default_factory=dict)
+    # Each port's counter entries under the current config, so that a poll does not work
+    # out again which counters a port has, under which check and state key. A cache of
+    # what config and files determine, not state: copies share it.
+    port_entries: dict[tuple[str, int], PortEntries] = field(default_factory=dict)
+
+    def copy(self) -> CounterMemory:
+        """A copy whose values can change without touching this one (the cache is shared)."""
+        return CounterMemory(dict(self.last_values), dict(self.last_times),
+                             dict(self.closed_windows), self.port_entries)
+
+
+class SaturatingFile(NamedTuple):
+    """A counter file of a port that can saturate, read through the entry ``name``."""
+
+    name: str  # the first enabled entry reading the file: its reading is the file's value
+    file: str  # the counter's own name (the file name): errorCode of the report
+    key: str  # ``<device>:<port>:<file>``, the key in MonitorState.saturated(_quiet)
+    limit: int
+    reported: bool  # an event (error counter, degradation check enabled), else quiet
+
+
+@dataclass(frozen=True)
+class PortEntries:
+    """The enabled counter entries of one port: (spec, check name, state key) each."""
+
+    specs: tuple[CounterSpec, ...]
+    checks: CheckNames
+    enabled: frozenset[str]
+    kinds: Mapping[str, CounterKind]
+    entries: tuple[tuple[CounterSpec, str, str, CounterKind], ...]
+    saturating: tuple[SaturatingFile, ...] = ()
+    # Entry keys of saturating files that are not the file's key (symbol_error_fatal): where
+    # state files written before saturation was kept per file recorded it a second time.
+    stale: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, port: PortSnapshot, specs: tuple[CounterSpec, ...], checks: CheckNames,
+           enabled: frozenset[str], memory: CounterMemory) -> PortEntries:
+        """The port's entries, remembered in ``memory`` while config and files stay the same."""
+        known = memory.port_entries.get((port.device, port.port))
+        kinds = port.counter_kinds
+        if (known is not None and known.specs is specs and known.checks is checks
+                and known.enabled == enabled
+                and (known.kinds is kinds or known.kinds == kinds)):
+            return known
+        entries = []
+        saturating: dict[str, SaturatingFile] = {}
+        stale = []
+        for spec in specs:
+            check = checks.for_counter(spec)
+            if check not in enabled:
+                continue
+            key = counter_key(port.device, port.port, spec.name)
+            kind = kinds.get(spec.name, PLAIN)
+            entries.append((spec, check, key, kind))
+            limit = kind.limit
+            if limit is None:
+                continue
+            file = kind.file
+            if file != spec.name:
+                stale.append(key)
+            if file not in saturating:
+                saturating[file] = SaturatingFile(
+                    spec.name, file, counter_key(port.device, port.port, file), limit,
+                    file not in TRAFFIC_COUNTERS and checks.degradation in enabled)
+        files = {sat.key for sat in saturating.values()}
+        made = cls(specs, checks, enabled, kinds, tuple(entries), tuple(saturating.values()),
+                   tuple(k for k in stale if k not in files))
+        memory.port_entries[(port.device, port.port)] = made
+        return made
+
+
+@dataclass(frozen=True)
+class CheckNames:
+    """The check names of one link layer."""
+
+    state: str
+    degradation: str
+
+    def for_counter(self, spec: CounterSpec) -> str:
+        """Fatal counters file under the state check, the others under degradation (§11.1)."""
+        return self.state if spec.is_fatal else self.degradation
+
+
+# A counter the reader said nothing about (no file, a test's bare snapshot): 64-bit, plain.
+PLAIN = CounterKind("")
+
+
+def wrapped_delta(kind: CounterKind, old: int, new: int) -> Optional[int]:
+    """The increase from ``old`` to ``new``, or None when the counter was reset.
+
+    A decrease of a wrapping counter (a 32-bit ``hw_counters`` value) from the top quarter to
+    the bottom quarter of its range is a wrap: the increase is ``new + 2^width - old``.
+    """
+    if new >= old:
+        return new - old
+    modulus = kind.modulus
+    if modulus is not None and modulus * 3 // 4 <= old < modulus and new < modulus // 4:
+        return new + modulus - old
+    return None
+
+
+def evaluate_port_counters(
+    port: PortSnapshot,
+    specs: tuple[CounterSpec, ...],
+    checks: CheckNames,
+    enabled_checks: frozenset[str],
+    previous: MonitorState,
+    next_state: MonitorState,
+    memory: CounterMemory,
+    observations: MutableMapping[str, CounterObservation],
+    now: datetime,
+    baseline: bool,
+    notes: Optional[list[str]] = None,
+) -> list[HealthEvent]:
+    """Evaluate every configured counter of one port; returns the events in order.
+
+    Every reading takes the one path of :func:`_evaluate_one` (#20.4: the quiet-counter
+    shortcut that re-implemented four of its branches is gone). ``notes`` receives the log
+    lines of saturation that is not an event (traffic counters).
+    """
+    events: list[HealthEvent] = []
+    # Built once per port, not once per counter: they are only used when an event is made.
+    entities = port_entities(port.device, port.port)
+    where = f"port {port.device} port {port.port}"
+    last_values, last_times = memory.last_values, memory.last_times
+    readings = port.counters
+    remembered = memory.port_entries.get((port.device, port.port))
+    known = PortEntries.of(port, specs, checks, enabled_checks, memory)
+    for spec, check, key, kind in known.entries:
+        reading = readings.get(spec.name)
+        if type(reading) is not int:  # ABSENT or Unreadable (is_value, inline: a hot loop)
+            observations[key] = _UNKNOWN
+            continue
+        event = _evaluate_one(port, spec, check, key, kind, reading, previous, next_state,
+                              memory, observations, now, baseline, entities, where)
+        if event is not None:
+            events.append(event)
+        last_values[key] = reading
+        last_times[key] = now
+    if known.saturating or next_state.saturated or next_state.saturated_quiet:
+        _saturation(known, port, readings, next_state, events, notes, checks.degradation,
+                    entities, where, now, rebuilt=known is not remembered)
+    return events
+
+
+_UNKNOWN = CounterObservation(None, None, None)
+
+
+def _evaluate_one(port: PortSnapshot, spec: CounterSpec, check: str, key: str,
+                  kind: CounterKind, value: int, previous: MonitorState,
+                  next_state: MonitorState, memory: CounterMemory,
+                  observations: MutableMapping[str, CounterObservation],
+                  now: datetime, baseline: bool, entities: tuple[tuple[str, str], ...],
+                  where: str) -> Optional[HealthEvent]:
+    """One reading of one counter entry: its observation, next snapshot, latch, and event.
+
+    Ordered so that the common case (a counter that has not moved) costs a few dictionary
+    look-ups and comparisons; the arithmetic of a delta or a window runs only when needed.
+    """
+    snap = previous.counter_snapshots.get(key)
+    if snap is None:
+        # First poll for this key: establish the baseline; after a reboot (or with no state)
+        # tell the platform the counter is healthy, clearing any stale condition.
+        next_state.counter_snapshots[key] = CounterSnap(value, now)
+        observations[key] = CounterObservation(value, None, None)
+        if not baseline:
+            return None
+        return make_event(
+            check, fatal=False, healthy=True, error_code=spec.name, entities=entities,
+            message=f"Counter {spec.name} healthy after reboot on {where}", at=now)
+
+    flag = next_state.breach_flags.get(key)
+    last = memory.last_values.get(key)
+    if last is None:  # first poll after a restart: the last value persisted with a latch
+        last = snap.value if flag is None or flag.last_value is None else flag.last_value
+    if value < last and wrapped_delta(kind, last, value) is None:
+        # Reset (driver reload, device reset, admin clear): restart the window from here and
+        # clear a latched breach with a recovery carrying the breach's own check name.
+        next_state.counter_snapshots[key] = CounterSnap(value, now)
+        observations[key] = CounterObservation(value, None, None)
+        memory.closed_windows.pop(key, None)
+        if next_state.breach_flags.pop(key, None) is None or flag is None:
+            return None
+        return make_event(
+            flag.check_name, fatal=False, healthy=True, error_code=spec.name,
+            entities=entities, message=f"Counter {spec.name} recovered on {where}", at=now)
+
+    if flag is not None and flag.last_value != value:
+        # Latched and still moving: persist where it is, so that a wrap across a restart is
+        # judged against the last value seen, not against the breach's snapshot.
+        next_state.breach_flags[key] = replace(flag, last_value=value)
+    old = snap.value
+    delta = value - old if value >= old else wrapped_delta(kind, old, value)
+    if delta is None or now < snap.timestamp:
+        # Increments that overflowed the window, or a wall clock that went backwards (the
+        # window is meaningless): start a fresh one.
+        next_state.counter_snapshots[key] = CounterSnap(value, now)
+        observations[key] = CounterObservation(value, None, None)
+        return None
+
+    if flag is not None:
+        observations[key] = CounterObservation(value, delta, None)
+        return None  # latched: nothing to say until a reset or a reboot
+
+    if spec.is_velocity:
+        elapsed = (now - snap.timestamp).total_seconds()
+        if elapsed < spec.window_full_after:
+            observations[key] = _carry(memory.closed_windows.get(key), value)
+            return None  # window not full yet: keep the snapshot, never extrapolate
+        rate = delta / elapsed * spec.window_seconds
+        next_state.counter_snapshots[key] = CounterSnap(value, now)
+        observations[key] = memory.closed_windows[key] = CounterObservation(value, delta, rate)
+        breached = rate > spec.threshold
+    elif not delta:
+        # Quiet over the poll: no rate to work out, and the snapshot stays (an idle counter
+        # never forces a state write).
+        observations[key] = CounterObservation(value, 0, 0.0)
+        return None  # a delta of 0 never exceeds a threshold (config: threshold >= 0)
+    else:
+        # Delta over one poll interval; the rate shown uses the last poll's time.
+        since = memory.last_times.get(key, snap.timestamp)
+        interval = (now - since).total_seconds()
+        rate = delta / interval if interval > 0 else 0.0
+        next_state.counter_snapshots[key] = CounterSnap(value, now)
+        observations[key] = CounterObservation(value, delta, rate)
+        breached = delta > spec.threshold
+    if not breached:
+        return None
+    return _breach(port, spec, check, key, value, delta, rate, next_state, entities, now)
+
+
+def _breach(port: PortSnapshot, spec: CounterSpec, check: str, key: str, value: int,
+            delta: int, rate: float, next_state: MonitorState,
+            entities: tuple[tuple[str, str], ...], now: datetime) -> HealthEvent:
+    """Latch a threshold breach (the last value seen is kept with it) and make its event."""
+    next_state.breach_flags[key] = BreachFlag(check, spec.is_fatal, now, last_value=value)
+    return make_event(
+        check, fatal=spec.is_fatal, healthy=False, error_code=spec.name, entities=entities,
+        message=(f"Port {port.device} port {port.port}: {spec.name} - {spec.description} "
+                 f"(value={value}, delta={delta}, rate={rate:.2f}{spec.unit_label})"),
+        at=now)
+
+
+def _carry(previous: Optional[CounterObservation], value: int) -> CounterObservation:
+    """Keep the last full window's delta and rate while a new window fills."""
+    if previous is None:
+        return CounterObservation(value, None, None)
+    return CounterObservation(value, previous.delta, previous.rate)
+
+
+def saturation_key(device: str, port: int, kind: Optional[CounterKind]) -> Optional[str]:
+    """A counter file's key in ``MonitorState.saturated(_quiet)``; None if it cannot saturate."""
+    if kind is None or kind.limit is None:
+        return None
+    return counter_key(device, port, kind.file)
+
+
+def _saturation(known: PortEntries, port: PortSnapshot, readings: Mapping[str, object],
+                next_state: MonitorState, events: list[HealthEvent],
+                notes: Optional[list[str]], check: str, entities: tuple[tuple[str, str], ...],
+                where: str, now: datetime, rebuilt: bool) -> None:
+    """Open or close the saturation report of each counter file of the port (module doc)."""
+    reported, quiet = next_state.saturated, next_state.saturated_quiet
+    if reported or quiet:
+        _forget_unknown(known, port, reported, quiet, rebuilt)
+    for sat in known.saturating:
+        value = readings.get(sat.name)
+        if type(value) is not int:
+            continue  # absent or unreadable: nothing is known, the report stays as it is
+        table = reported if sat.reported else quiet
+        if value == sat.limit:
+            if sat.key in table:
+                if sat.reported:
+                    # Told already. A breach of the same identity now (a velocity window
+                    # that filled after the counter reached its limit) would say it twice.
+                    same = _same_identity(events, check, sat.file, healthy=False)
+                    if same is not None:
+                        del events[same]
+                continue
+            table[sat.key] = now
+            if not sat.reported:
+                if notes is not None:
+                    notes.append(f"{sat.file} on {where} is saturated at {value}: a traffic "
+                                 f"counter (or the degradation check is off), no event")
+                continue
+            news = (f"saturated at {value} - monitoring of this counter is blind until it is "
+                    f"cleared")
+            same = _same_identity(events, check, sat.file, healthy=False)
+            flag = next_state.breach_flags.get(sat.key)
+            if same is not None:  # the breach that took it there says it too
+                events[same] = replace(events[same], message=f"{events[same].message} - {news}")
+            elif flag is not None and flag.check_name == check:
+                # A breach of the same identity is latched: the platform holds the condition
+                # open already; its recovery (the counter's reset) closes both.
+                if notes is not None:
+                    notes.append(f"{sat.file} on {where} is {news} (its latched breach is "
+                                 f"the open report)")
+            else:
+                events.append(make_event(
+                    check, fatal=False, healthy=False, error_code=sat.file, entities=entities,
+                    at=now, message=f"Counter {sat.file} on {where} is {news}"))
+        elif table.pop(sat.key, None) is not None:
+            if not sat.reported:
+                if notes is not None:
+                    notes.append(f"{sat.file} on {where} is no longer saturated ({value})")
+            elif _same_identity(events, check, sat.file, healthy=True) is None:
+                events.append(make_event(
+                    check, fatal=False, healthy=True, error_code=sat.file, entities=entities,
+                    at=now, message=(f"Counter {sat.file} on {where} is no longer saturated "
+                                     f"(value={value})")))
+
+
+def _same_identity(events: list[HealthEvent], check: str, name: str, healthy: bool
+                   ) -> Optional[int]:
+    for index, event in enumerate(events):
+        if (event.check_name == check and event.error_code == (name,)
+                and event.is_healthy == healthy and event.entities):
+            return index
+    return None
+
+
+def _forget_unknown(known: PortEntries, port: PortSnapshot, reported: dict[str, datetime],
+                    quiet: dict[str, datetime], rebuilt: bool) -> None:
+    """Drop this port's saturation records that no longer match a file it reads.
+
+    A config change, or a state file written before saturation was kept per file (it held
+    ``symbol_error_fatal`` beside ``symbol_error``, and ``port_xmit_wait`` as an event). A
+    record that changed kind moves to its table silently: what was said stays said. Both
+    happen when the port's entries are built (start, reload): then every record of the port
+    is checked; otherwise only the port's own keys, so that a busy host with saturated
+    traffic counters on every port does not scan the whole table for each port.
+    """
+    if not rebuilt:
+        for key in known.stale:
+            reported.pop(key, None)
+            quiet.pop(key, None)
+        for sat in known.saturating:
+            wrong = quiet if sat.reported else reported
+            if sat.key in wrong:
+                (reported if sat.reported else quiet).setdefault(sat.key, wrong.pop(sat.key))
+        return
+    prefix = f"{port.device}:{port.port}:"
+    kinds = {sat.key: sat.reported for sat in known.saturating}
+    for table, is_reported in ((reported, True), (quiet, False)):
+        for key in [k for k in table if k.startswith(prefix) and kinds.get(k) is not is_reported]:
+            since = table.pop(key)
+            if key in kinds:
+                (reported if kinds[key] else quiet).setdefault(key, since)

@@ -1,0 +1,570 @@
+"""Configuration: built-in defaults, merging by counter name, and validation.
+
+One validator serves the daemon (start and reload) and ``nichealthctl config check``. It makes
+one pass over the file and collects every problem (file, line, key, what is wrong) into one
+:class:`ConfigError`, so an operator never has to guess why the daemon refused to start (exit
+status 2) and fixes a file in one round. Unknown keys are errors: a typo must not silently
+fall back to a default. Reading and parsing the file is :mod:`nichealthd.sources.config_file`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import math
+import os
+import re
+import socket
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
+
+from .config_errors import Collector, ConfigError, Problem, show
+from .config_lines import KeyLines
+from .duration import format_duration, parse_duration
+
+DEFAULT_CONFIG_PATH = "/etc/nichealthd/config.toml"
+
+IB_STATE_CHECK = "InfiniBandStateCheck"
+IB_DEGRADATION_CHECK = "InfiniBandDegradationCheck"
+ETH_STATE_CHECK = "EthernetStateCheck"
+ETH_DEGRADATION_CHECK = "EthernetDegradationCheck"
+ALL_CHECKS = (IB_STATE_CHECK, IB_DEGRADATION_CHECK, ETH_STATE_CHECK, ETH_DEGRADATION_CHECK)
+
+PROCESSING_STRATEGIES = ("EXECUTE_REMEDIATION", "STORE_ONLY", "STORE_AND_ANALYSE")
+DBUS_MODES = ("system", "session", "none")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+VELOCITY_UNITS = {"second": 1.0, "minute": 60.0, "hour": 3600.0}
+THRESHOLD_TYPES = ("delta", "velocity")
+_COUNTER_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+_SPEC_CARRIER_PATH = "/sys/class/net/{interface}/statistics/carrier_changes"
+REAL_CARRIER_PATH = "/sys/class/net/{interface}/carrier_changes"
+
+
+@dataclass(frozen=True)
+class CounterSpec:
+    """One counter to monitor: where to read it and when it is breached (spec §10.1)."""
+
+    name: str
+    path: str
+    enabled: bool = True
+    is_fatal: bool = False
+    threshold_type: str = "delta"
+    threshold: float = 0.0
+    velocity_unit: str = ""
+    description: str = ""
+
+    # Cached (asked for every counter of every port on every poll); a frozen dataclass
+    # keeps them valid, and they are not fields, so equality and replace() ignore them.
+    @functools.cached_property
+    def window_seconds(self) -> float:
+        """The velocity window (1 s / 1 min / 1 h); 0 for delta counters."""
+        return VELOCITY_UNITS.get(self.velocity_unit, 0.0) if self.is_velocity else 0.0
+
+    @functools.cached_property
+    def window_full_after(self) -> float:
+        """Seconds after its start at which a velocity window counts as full.
+
+        The window less the scheduling jitter accepted on it, 2 % of it and at most 50 ms: a
+        1 s poll wakes a few milliseconds late or early, and without this a 1 s window would
+        be evaluated only every other poll. The rate is always computed over the real
+        elapsed time.
+        """
+        window = self.window_seconds
+        return window - min(0.02 * window, 0.05)
+
+    @functools.cached_property
+    def is_velocity(self) -> bool:
+        return self.threshold_type == "velocity"
+
+    @property
+    def unit_label(self) -> str:
+        """Rate unit used in messages: ``/sec``, ``/min`` or ``/hour``."""
+        return {"minute": "/min", "hour": "/hour"}.get(self.velocity_unit, "/sec")
+
+
+def _velocity(name: str, path: str, threshold: float, unit: str, description: str,
+              fatal: bool = False) -> CounterSpec:
+    return CounterSpec(name, path, True, fatal, "velocity", threshold, unit, description)
+
+
+def _delta(name: str, path: str, threshold: float, description: str,
+           fatal: bool = False) -> CounterSpec:
+    return CounterSpec(name, path, True, fatal, "delta", threshold, "", description)
+
+
+# Spec §10.2, with carrier_changes at the kernel's real path (REFERENCE §3).
+DEFAULT_COUNTERS: tuple[CounterSpec, ...] = (
+    _delta("link_downed", "counters/link_downed", 0,
+           "Port Training State Machine failed - QP disconnect", fatal=True),
+    _delta("excessive_buffer_overrun_errors", "counters/excessive_buffer_overrun_errors", 0,
+           "HCA internal buffer overflow - lossless contract violated", fatal=True),
+    _delta("local_link_integrity_errors", "counters/local_link_integrity_errors", 0,
+           "Physical errors exceed LocalPhyErrors hardware cap", fatal=True),
+    _delta("rnr_nak_retry_err", "hw_counters/rnr_nak_retry_err", 0,
+           "Receiver Not Ready NAK retry exhausted - connection severed", fatal=True),
+    _velocity("symbol_error", "counters/symbol_error", 10.0, "second",
+              "PHY bit errors before FEC - physical layer degradation"),
+    _velocity("symbol_error_fatal", "counters/symbol_error", 120.0, "hour",
+              "Symbol errors exceed IBTA BER threshold (10E-12) - link outside spec", fatal=True),
+    _velocity("link_error_recovery", "counters/link_error_recovery", 5.0, "minute",
+              "Link retraining events - micro-flapping"),
+    _velocity("port_rcv_errors", "counters/port_rcv_errors", 10.0, "second",
+              "Malformed packets received"),
+    _velocity("out_of_sequence", "hw_counters/out_of_sequence", 100.0, "second",
+              "Fabric routing issues - out of sequence packets"),
+    _velocity("local_ack_timeout_err", "hw_counters/local_ack_timeout_err", 1.0, "second",
+              "ACK timeout - potential fabric black hole"),
+    _velocity("port_xmit_discards", "counters/port_xmit_discards", 100.0, "second",
+              "TX discards due to congestion"),
+    _velocity("port_xmit_wait", "counters/port_xmit_wait", 10000.0, "second",
+              "TX wait ticks - congestion backpressure"),
+    _velocity("roce_slow_restart", "hw_counters/roce_slow_restart", 10.0, "second",
+              "Victim flow oscillation"),
+    _delta("carrier_changes", REAL_CARRIER_PATH, 2,
+           "Link instability - carrier state changes"),
+)
+
+
+@dataclass(frozen=True)
+class Config:
+    """The daemon's complete, validated configuration (flags already applied)."""
+
+    source: str | None = None
+    sysfs_root: str = "/sys"
+    proc_root: str = "/proc"
+    boot_id_path_setting: str = ""
+    state_file: str = "/var/lib/nichealthd/state.json"
+    metadata_path: str = "/var/lib/nvsentinel/gpu_metadata.json"
+    node_name: str = ""
+    platform_connector_socket: str = "unix:///run/nvsentinel/nvsentinel.sock"
+    platform_connector_token_path: str = ""
+    processing_strategy: str = "EXECUTE_REMEDIATION"
+    polling_interval: float = 1.0
+    checks: tuple[str, ...] = ALL_CHECKS
+    metrics_listen: str = ":2112"
+    dbus: str = "system"
+    event_log: str = ""
+    log_level: str = "info"
+    connector_batch_interval: float = 5.0
+    connector_timeout: float = 5.0
+    card_verdict_hold_time: float = 240.0  # gpud's 4-minute drop rule (REFERENCE §4)
+    outbox_max_events: int = 100_000
+    outbox_max_bytes: int = 64 * 1024 * 1024
+    event_history_size: int = 1000
+    nic_exclusion_regex: tuple[str, ...] = ()
+    nic_inclusion_regex_override: tuple[str, ...] = ()
+    sys_class_infiniband_setting: str = ""
+    sys_class_net_setting: str = ""
+    counter_detection_enabled: bool = True
+    counters: tuple[CounterSpec, ...] = DEFAULT_COUNTERS
+    notices: tuple[str, ...] = field(default=(), compare=False)
+
+    @property
+    def boot_id_path(self) -> str:
+        return self.boot_id_path_setting or os.path.join(
+            self.proc_root, "sys/kernel/random/boot_id")
+
+    @property
+    def sys_class_infiniband(self) -> str:
+        return self.sys_class_infiniband_setting or os.path.join(
+            self.sysfs_root, "class/infiniband")
+
+    @property
+    def sys_class_net(self) -> str:
+        return self.sys_class_net_setting or os.path.join(self.sysfs_root, "class/net")
+
+    @property
+    def state_dir(self) -> str:
+        return os.path.dirname(os.path.abspath(self.state_file))
+
+    @functools.cached_property  # asked for per port per poll; the config is frozen
+    def active_counters(self) -> tuple[CounterSpec, ...]:
+        """Enabled counters, or none when counter detection is switched off."""
+        if not self.counter_detection_enabled:
+            return ()
+        return tuple(c for c in self.counters if c.enabled)
+
+
+# ------------------------------------------------------------------ bounds
+
+# Every numeric key has bounds (issue #12.6, #23): nan, inf and values that would stop or spin
+# the daemon, or silently switch a check off, are rejected. Documented in nichealthd.toml(5).
+DURATION_BOUNDS: Dict[str, Tuple[float, float]] = {
+    "pollingInterval": (0.1, 3600.0),
+    "connectorBatchInterval": (0.01, 3600.0),
+    "connectorTimeout": (0.1, 600.0),
+    "cardVerdictHoldTime": (0.0, 86400.0),
+}
+INTEGER_BOUNDS: Dict[str, Tuple[int, int]] = {
+    "outboxMaxEvents": (1, 10_000_000),
+    "outboxMaxBytes": (64 * 1024, 16 * 1024 ** 3),
+    "eventHistorySize": (1, 100_000),
+}
+# A counter is at most 64 bits: a larger threshold could never be breached.
+THRESHOLD_MAX = float(2 ** 64)
+SWITCH_OFF_HINT = "to switch a counter off set enabled = false"
+
+
+# ------------------------------------------------------------- converters
+# Each takes a raw TOML (or flag) value and returns the Config value or raises ValueError
+# with a message; the Collector turns that into a Problem.
+
+def _string(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {show(value)}")
+    if "\0" in value:
+        raise ValueError("must not contain a NUL byte")
+    return value
+
+
+def _choice(options: Tuple[str, ...], lower: bool = False) -> Callable[[Any], str]:
+    def convert(value: Any) -> str:
+        text = _string(value)
+        text = text.lower() if lower else text
+        if text not in options:
+            raise ValueError(f"expected one of {', '.join(options)}, got {show(value)}")
+        return text
+    return convert
+
+
+def _integer_between(low: int, high: int) -> Callable[[Any], int]:
+    def convert(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"expected a whole number between {low} and {high}, "
+                             f"got {show(value)}")
+        if not low <= value <= high:
+            raise ValueError(f"must be between {low} and {high}, got {show(value)}")
+        return value
+    return convert
+
+
+def _duration_between(low: float, high: float) -> Callable[[Any], float]:
+    """A duration converter with bounds, so a typo like ``0.000001ms`` or ``1e308`` is caught."""
+    def convert(value: Any) -> float:
+        seconds = parse_duration(value, allow_zero=low == 0)
+        if not low <= seconds <= high:
+            raise ValueError(f"must be between {format_duration(low)} and "
+                             f"{format_duration(high)}, got {show(value)}")
+        return seconds
+    return convert
+
+
+def _regex_list(value: Any) -> Tuple[str, ...]:
+    if isinstance(value, str):
+        items = [part.strip() for part in _string(value).split(",") if part.strip()]
+    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+        items = [_string(v).strip() for v in value if v.strip()]
+    else:
+        raise ValueError(f"expected a comma-separated string of regular expressions, "
+                         f"got {show(value)}")
+    for item in items:
+        try:
+            re.compile(item)
+        except (re.error, RecursionError, OverflowError) as exc:
+            reason = str(exc) if isinstance(exc, re.error) else "nested too deeply"
+            raise ValueError(f"invalid regular expression {show(item)}: {reason}") from None
+    return tuple(items)
+
+
+def _checks(value: Any) -> Tuple[str, ...]:
+    if isinstance(value, str):
+        names = [part.strip() for part in value.split(",") if part.strip()]
+    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+        names = [v.strip() for v in value]
+    else:
+        raise ValueError(f"expected a comma-separated list of check names, got {show(value)}")
+    unknown = [n for n in names if n not in ALL_CHECKS]
+    if unknown:
+        raise ValueError(f"unknown check {show(unknown[0])}{_hint(unknown[0], ALL_CHECKS)}; "
+                         f"known checks: {', '.join(ALL_CHECKS)}")
+    if not names:
+        raise ValueError("at least one check must be enabled")
+    return tuple(dict.fromkeys(names))
+
+
+def _listen(value: Any) -> str:
+    text = _string(value).strip()
+    if not text:
+        return ""
+    host, sep, port = text.rpartition(":")
+    bracketed = host.startswith("[") or host.endswith("]") or ":" in host
+    if (not sep or not re.fullmatch(r"[0-9]{1,5}", port) or not 0 < int(port) < 65536
+            or (bracketed and not re.fullmatch(r"\[[0-9A-Fa-f:.]+(%[\w.-]+)?\]", host))):
+        raise ValueError(f"expected [HOST]:PORT (for example ':2112', '127.0.0.1:2112' or "
+                         f"'[::1]:2112'), got {show(value)}")
+    return text
+
+
+def _connector_target(value: Any) -> str:
+    text = _string(value).strip()
+    if text and not (text.startswith("unix:") or text.startswith("dns:") or ":" in text):
+        raise ValueError(f"expected a gRPC target such as unix:///run/nvsentinel/nvsentinel.sock, "
+                         f"got {show(value)}")
+    return text
+
+
+def _bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {show(value)}")
+    return value
+
+
+def _threshold(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"expected a number, got {show(value)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"threshold must be a finite number, got {show(value)}; "
+                         f"{SWITCH_OFF_HINT}")
+    if value < 0:
+        raise ValueError(f"threshold must be >= 0, got {show(value)}")
+    if value > THRESHOLD_MAX:
+        raise ValueError(f"threshold must be at most 2^64 (a larger one is never breached), "
+                         f"got {show(value)}; {SWITCH_OFF_HINT}")
+    return float(value)
+
+
+def _counter_name(value: Any) -> str:
+    if not isinstance(value, str) or not _COUNTER_NAME.match(value):
+        raise ValueError(f"expected a counter name of letters, digits, '_', '.', '-', "
+                         f"got {show(value)}")
+    return value
+
+
+def _velocity_unit(value: Any) -> str:
+    text = _string(value)
+    if text not in VELOCITY_UNITS and text != "":
+        raise ValueError(f"expected 'second', 'minute' or 'hour', got {show(value)}")
+    return text
+
+
+def _threshold_type(value: Any) -> str:
+    text = _string(value)
+    if text not in THRESHOLD_TYPES:
+        raise ValueError(f"expected 'delta' or 'velocity', got {show(value)}")
+    return text
+
+
+def _hint(key: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'pollingInterval'?)`` for a near miss, else ``""``."""
+    by_lower = {k.lower(): k for k in known}
+    close = difflib.get_close_matches(key.lower(), list(by_lower), n=1, cutoff=0.6)
+    return f" (did you mean {by_lower[close[0]]!r}?)" if close else ""
+
+
+def _key_label(key: str) -> str:
+    """A key as it appears in a message (an absurd key from a fuzzer stays short)."""
+    return key if len(key) <= 60 and key.isprintable() else show(key)
+
+
+SCALAR_KEYS: Dict[str, Tuple[str, Callable[[Any], Any]]] = {
+    "sysfsRoot": ("sysfs_root", _string),
+    "procRoot": ("proc_root", _string),
+    "bootIdPath": ("boot_id_path_setting", _string),
+    "stateFile": ("state_file", _string),
+    "metadataPath": ("metadata_path", _string),
+    "nodeName": ("node_name", _string),
+    "platformConnectorSocket": ("platform_connector_socket", _connector_target),
+    "platformConnectorTokenPath": ("platform_connector_token_path", _string),
+    "processingStrategy": ("processing_strategy", _choice(PROCESSING_STRATEGIES)),
+    "checks": ("checks", _checks),
+    "metricsListen": ("metrics_listen", _listen),
+    "dbus": ("dbus", _choice(DBUS_MODES)),
+    "eventLog": ("event_log", _string),
+    "logLevel": ("log_level", _choice(LOG_LEVELS, lower=True)),
+    "nicExclusionRegex": ("nic_exclusion_regex", _regex_list),
+    "nicInclusionRegexOverride": ("nic_inclusion_regex_override", _regex_list),
+    "sysClassInfinibandPath": ("sys_class_infiniband_setting", _string),
+    "sysClassNetPath": ("sys_class_net_setting", _string),
+    "pollingInterval": ("polling_interval", _duration_between(*DURATION_BOUNDS["pollingInterval"])),
+    "connectorBatchInterval": ("connector_batch_interval",
+                               _duration_between(*DURATION_BOUNDS["connectorBatchInterval"])),
+    "connectorTimeout": ("connector_timeout",
+                         _duration_between(*DURATION_BOUNDS["connectorTimeout"])),
+    "cardVerdictHoldTime": ("card_verdict_hold_time",
+                            _duration_between(*DURATION_BOUNDS["cardVerdictHoldTime"])),
+    "outboxMaxEvents": ("outbox_max_events",
+                        _integer_between(*INTEGER_BOUNDS["outboxMaxEvents"])),
+    "outboxMaxBytes": ("outbox_max_bytes", _integer_between(*INTEGER_BOUNDS["outboxMaxBytes"])),
+    "eventHistorySize": ("event_history_size",
+                         _integer_between(*INTEGER_BOUNDS["eventHistorySize"])),
+}
+DETECTION = "counterDetection"
+DETECTION_KEYS = ("enabled", "counters")
+COUNTERS_TABLE = "counterDetection.counters"
+
+# Counter field -> (CounterSpec attribute, converter).
+COUNTER_FIELDS: Dict[str, Tuple[str, Callable[[Any], Any]]] = {
+    "name": ("name", _counter_name),
+    "path": ("path", _string),
+    "enabled": ("enabled", _bool),
+    "isFatal": ("is_fatal", _bool),
+    "thresholdType": ("threshold_type", _threshold_type),
+    "threshold": ("threshold", _threshold),
+    "velocityUnit": ("velocity_unit", _velocity_unit),
+    "description": ("description", _string),
+}
+
+
+# ------------------------------------------------------------------ loading
+
+def build_config(data: Mapping[str, Any], source: Optional[str],
+                 overrides: Mapping[str, Any], lines: Optional[KeyLines] = None) -> Config:
+    """Validate parsed TOML plus flag overrides into a :class:`Config`.
+
+    One pass: every problem is collected, then all are raised together.
+    """
+    lines = lines or KeyLines()
+    errors = Collector()
+    values: Dict[str, Any] = {"source": source}
+    for key, raw in data.items():
+        if key != DETECTION:
+            _scalar(values, errors, source, key, raw, lines.line("", key))
+    for key, raw in overrides.items():
+        _scalar(values, errors, None, key, raw, None)
+    notices: List[str] = []
+    detection = _counter_detection(data.get(DETECTION, {}), source, lines, errors, notices)
+    errors.raise_if_any()
+    values.update(detection)
+    if not values.get("node_name"):
+        values["node_name"] = os.environ.get("NODE_NAME") or socket.gethostname()
+    return replace(Config(), **values, notices=tuple(notices))
+
+
+def _scalar(values: Dict[str, Any], errors: Collector, source: Optional[str], key: str,
+            raw: Any, line: Optional[int]) -> None:
+    if key not in SCALAR_KEYS:
+        errors.add(source, _key_label(key),
+                   f"unknown key{_hint(key, [*SCALAR_KEYS, DETECTION])}; the keys are listed "
+                   f"in nichealthd.toml(5)", line)
+        return
+    attr, convert = SCALAR_KEYS[key]
+    value = errors.convert(source, key, convert, raw, line)
+    if value is not None:
+        values[attr] = value
+
+
+def _counter_detection(detection: Any, source: Optional[str], lines: KeyLines,
+                       errors: Collector, notices: List[str]) -> Dict[str, Any]:
+    """The ``[counterDetection]`` table: its switch and the merged counters."""
+    if not isinstance(detection, dict):
+        errors.add(source, DETECTION, f"expected a table, got {show(detection)}",
+                   lines.line("", DETECTION))
+        return {}
+    values: Dict[str, Any] = {}
+    for key, raw in detection.items():
+        line = lines.line(DETECTION, key)
+        if key == "enabled":
+            enabled = errors.convert(source, f"{DETECTION}.enabled", _bool, raw, line)
+            if enabled is not None:
+                values["counter_detection_enabled"] = enabled
+        elif key != "counters":
+            errors.add(source, f"{DETECTION}.{_key_label(key)}",
+                       f"unknown key{_hint(key, DETECTION_KEYS)}; [counterDetection] has "
+                       f"only enabled and [[counterDetection.counters]]", line)
+    counters, counter_notices = merge_counters(detection.get("counters", []), source,
+                                               lines, errors)
+    values["counters"] = counters
+    notices.extend(counter_notices)
+    return values
+
+
+def merge_counters(entries: Any, source: Optional[str], lines: Optional[KeyLines] = None,
+                   errors: Optional[Collector] = None
+                   ) -> Tuple[Tuple[CounterSpec, ...], List[str]]:
+    """Merge user entries over the defaults by ``name`` (override / disable / add).
+
+    Problems go to ``errors`` (raised at once when no collector is given).
+    """
+    own = errors is None
+    errors = errors if errors is not None else Collector()
+    lines = lines or KeyLines()
+    merged = {c.name: c for c in DEFAULT_COUNTERS}
+    order = [c.name for c in DEFAULT_COUNTERS]
+    notices: List[str] = []
+    if not isinstance(entries, list):
+        errors.add(source, COUNTERS_TABLE, f"expected an array of tables, got {show(entries)}",
+                   lines.line(DETECTION, "counters"))
+        entries = []
+    seen: set[str] = set()
+    for index, entry in enumerate(entries):
+        spec = _counter_entry(index, entry, merged, seen, source, lines, errors, notices)
+        if spec is not None:
+            if spec.name not in merged:
+                order.append(spec.name)
+            merged[spec.name] = spec
+    if own:
+        errors.raise_if_any()
+    return tuple(merged[n] for n in order), notices
+
+
+def _counter_entry(index: int, entry: Any, merged: Mapping[str, CounterSpec], seen: set[str],
+                   source: Optional[str], lines: KeyLines, errors: Collector,
+                   notices: List[str]) -> Optional[CounterSpec]:
+    """One ``[[counterDetection.counters]]`` entry merged over its default; None if invalid."""
+    def line(key: str = "") -> Optional[int]:
+        return lines.line(COUNTERS_TABLE, key, index) or lines.line(DETECTION, "counters")
+
+    where = f"{COUNTERS_TABLE}[{index}]"
+    if not isinstance(entry, dict):
+        errors.add(source, where, f"expected a table, got {show(entry)}", line())
+        return None
+    name = errors.convert(source, f"{where}.name", _counter_name, entry.get("name"),
+                          line("name"))
+    if name is None:
+        return None
+    where = f"{COUNTERS_TABLE}[{name}]"
+    if name in seen:
+        errors.add(source, f"{where}.name", "duplicate counter name", line("name"))
+        return None
+    seen.add(name)
+    before = len(errors.problems)
+    base = merged.get(name)
+    if base is None:
+        if "path" not in entry:
+            errors.add(source, f"{where}.path", "a new counter needs a path (relative to the "
+                       "port directory, or absolute with {interface})", line())
+        base = CounterSpec(name=name, path="")
+    fields: Dict[str, Any] = {}
+    for key, raw in entry.items():
+        if key not in COUNTER_FIELDS:
+            errors.add(source, f"{where}.{_key_label(key)}",
+                       f"unknown counter field{_hint(key, COUNTER_FIELDS)}; the fields are "
+                       f"{', '.join(COUNTER_FIELDS)}", line(key))
+            continue
+        attr, convert = COUNTER_FIELDS[key]
+        value = errors.convert(source, f"{where}.{key}", convert, raw, line(key))
+        if value is not None:
+            fields[attr] = value
+    if len(errors.problems) > before:
+        return None
+    spec = replace(base, **fields)
+    if spec.path == _SPEC_CARRIER_PATH:
+        notices.append(f"{source}: {where}.path: {_SPEC_CARRIER_PATH} does not exist on any "
+                       f"kernel; reading {REAL_CARRIER_PATH} instead")
+        spec = replace(spec, path=REAL_CARRIER_PATH)
+    for key, problem in _counter_problems(spec):
+        errors.add(source, f"{where}.{key}", problem, line(key) or line())
+    return spec
+
+
+def _counter_problems(spec: CounterSpec) -> List[Tuple[str, str]]:
+    """What is wrong with a merged counter as a whole: (field, problem) pairs."""
+    problems = []
+    if spec.is_velocity and spec.velocity_unit not in VELOCITY_UNITS:
+        problems.append(("velocityUnit",
+                         "a velocity counter needs velocityUnit 'second', 'minute' or 'hour'"))
+    path = spec.path
+    placeholders = set(re.findall(r"{([^}]*)}", path))
+    if not path:
+        problems.append(("path", "must not be empty"))
+    elif ".." in path.split("/"):
+        problems.append(("path", "must not contain '..'"))
+    elif placeholders - {"interface"}:
+        problems.append(("path", "the only placeholder allowed is {interface}"))
+    elif placeholders and not path.startswith("/"):
+        problems.append(("path", "{interface} is only allowed in absolute paths"))
+    return problems
+
+
+__all__ = ["Config", "ConfigError", "CounterSpec", "Problem", "build_config",
+           "merge_counters", "DEFAULT_COUNTERS", "DEFAULT_CONFIG_PATH"]

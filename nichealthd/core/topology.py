@@ -1,0 +1,161 @@
+"""NIC roles (spec §4.1–4.2) and card homogeneity (spec §4.3).
+
+Classification and the homogeneity verdicts are pure functions of what was observed (the GPU
+metadata and the default route are read by :mod:`nichealthd.sources`), so every platform table
+of the spec is a plain test.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Optional
+
+from .model import DeviceSnapshot
+
+COMPUTE = "compute"
+STORAGE = "storage"
+MANAGEMENT = "management"
+VF = "vf"
+EXCLUDED = "excluded"
+UNSUPPORTED = "unsupported"
+MONITORED_ROLES = (COMPUTE, STORAGE)
+
+BLUEFIELD_HCA_TYPES = frozenset({"MT41682", "MT41686", "MT41692"})
+_PCIE_NEAR = {"PIX", "PXB"}
+_HOST_NEAR = {"NODE", "PHB"}
+
+
+class MetadataError(Exception):
+    """The GPU metadata file is missing or lacks what classification needs (exit 1)."""
+
+
+@dataclass(frozen=True)
+class GpuTopology:
+    """What the NVSentinel metadata collector published (spec §12.2)."""
+
+    gpu_numa_nodes: frozenset[int]
+    gpu_pci_addresses: tuple[str, ...]
+    nic_topology: Mapping[str, tuple[str, ...]]
+
+    @classmethod
+    def empty(cls) -> GpuTopology:
+        return cls(frozenset(), (), {})
+
+
+@dataclass(frozen=True)
+class Role:
+    """A device's role and, for everything not monitored, why."""
+
+    role: str
+    reason: str
+
+    @property
+    def monitored(self) -> bool:
+        return self.role in MONITORED_ROLES
+
+
+def _matches(patterns: Iterable[str], names: Iterable[str]) -> bool:
+    compiled = [re.compile(p) for p in patterns]
+    return any(rx.search(name) for rx in compiled for name in names)
+
+
+def classify(device: DeviceSnapshot, topology: GpuTopology, default_route: frozenset[str],
+             exclusion: tuple[str, ...] = (), inclusion_override: tuple[str, ...] = ()) -> Role:
+    """The role of one device, in the order of spec §4.2 (with VFs and filters first)."""
+    if device.is_vf:
+        return Role(VF, "SR-IOV virtual function")
+    if inclusion_override:
+        if not _matches(inclusion_override, [device.name]):
+            return Role(EXCLUDED, "not matched by nicInclusionRegexOverride")
+        layer_role = COMPUTE if device.link_layer == "InfiniBand" else STORAGE
+        return Role(layer_role, "pinned by nicInclusionRegexOverride")
+    if not device.is_mellanox:
+        return Role(UNSUPPORTED, "not a Mellanox/NVIDIA device")
+    if exclusion and _matches(exclusion, (device.name, *device.netdevs)):
+        return Role(EXCLUDED, "matched by nicExclusionRegex")
+    if device.name in default_route:
+        return Role(MANAGEMENT, "carries the host's default route")
+    if device.numa_node is None or device.numa_node < 0:
+        return Role(MANAGEMENT, "NUMA node unknown (-1)")
+    if device.numa_node not in topology.gpu_numa_nodes:
+        return Role(MANAGEMENT, f"NUMA node {device.numa_node} has no GPU")
+    levels = set(topology.nic_topology.get(device.name, ()))
+    if levels & _PCIE_NEAR:
+        return Role(COMPUTE, "shares a PCIe switch with a GPU (PIX/PXB)")
+    if device.link_layer == "InfiniBand":
+        return Role(COMPUTE, "InfiniBand link layer")
+    if levels & _HOST_NEAR:
+        return Role(STORAGE, "Ethernet, NODE/PHB to a GPU")
+    if (device.hca_type or "").upper() in BLUEFIELD_HCA_TYPES:
+        return Role(MANAGEMENT, f"BlueField DPU ({device.hca_type})")
+    return Role(STORAGE, "Ethernet, no PCIe relationship to a GPU")
+
+
+# ---------------------------------------------------------------- card homogeneity (spec §4.3)
+
+@dataclass(frozen=True)
+class CardCount:
+    """Active ports of one physical card; ``known`` is False if any port's state is unknown."""
+
+    card: str
+    role: str
+    devices: tuple[str, ...]
+    active: int
+    known: bool
+    exempt: bool
+    link_layer: str
+
+
+@dataclass(frozen=True)
+class CardVerdict:
+    """A card below the mode of its role group."""
+
+    count: CardCount
+    expected: int
+
+
+def group_mode(counts: Iterable[int]) -> Optional[int]:
+    """The single most common value; None for fewer than two cards, a tie, or a zero mode."""
+    values = list(counts)
+    if len(values) < 2:
+        return None
+    ranked = Counter(values).most_common()
+    if len(ranked) > 1 and ranked[0][1] == ranked[1][1]:
+        return None
+    mode = ranked[0][0]
+    return mode if mode > 0 else None
+
+
+def homogeneity(cards: Iterable[CardCount]) -> dict[str, int]:
+    """Mode of active ports per role group, only where the group gives a decisive verdict."""
+    by_role: dict[str, list[int]] = {}
+    for card in cards:
+        if card.known and not card.exempt and card.role in MONITORED_ROLES:
+            by_role.setdefault(card.role, []).append(card.active)
+    modes = {}
+    for role, counts in by_role.items():
+        mode = group_mode(counts)
+        if mode is not None:
+            modes[role] = mode
+    return modes
+
+
+def anomalous_cards(cards: Iterable[CardCount], remembered: Optional[Mapping[str, int]] = None
+                    ) -> tuple[dict[str, CardVerdict], dict[str, int]]:
+    """Cards below their role group's mode, and the decisive modes of this poll.
+
+    Where the group is not decisive now (for example two cards, one of which just dropped:
+    a tie), the last decisive mode of the same boot is the reference (``remembered``); at
+    first sight there is none, so a tie is never evidence (REFERENCE §2).
+    """
+    cards = list(cards)
+    modes = homogeneity(cards)
+    reference = {**(remembered or {}), **modes}
+    verdicts = {}
+    for card in cards:
+        mode = reference.get(card.role)
+        if mode is not None and card.known and not card.exempt and card.active < mode:
+            verdicts[card.card] = CardVerdict(card, mode)
+    return verdicts, modes

@@ -1,0 +1,243 @@
+"""Read-only views of the daemon's live picture: ports, devices, counters, overall health.
+
+Plain dicts with the keys of DESIGN §2.7, built from the last poll and the committed state.
+The D-Bus API, ``nichealthctl --json``, the STATUS= line and the metrics all use these, so
+every surface tells the same story.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from .checks.counters import saturation_key
+from .checks.ports import is_active, split_state
+from .config import Config
+from .evaluate import CycleResult
+from .events import format_timestamp
+from .health import UNCABLED, UNKNOWN, HostHealth, PortHealth, assess
+from .model import HostSnapshot, Unreadable, is_value
+from .state import DEGRADED, FATAL, HEALTHY, MonitorState, counter_key
+
+HEALTH_ORDER = (HEALTHY, DEGRADED, FATAL)
+
+
+def port_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorState,
+                 host: Optional[HostHealth] = None) -> list[dict[str, Any]]:
+    """Every port of every non-VF device, monitored or not (then with the reason), and the
+    recorded ports of monitored devices that this poll no longer sees (``present`` False).
+
+    ``health``/``healthy``/``fatal``/``reasons`` of a monitored port come from
+    :func:`nichealthd.core.health.assess`; a port that is not monitored is never judged: its
+    ``health`` is empty and ``healthy`` says only whether its link is ACTIVE/LinkUp.
+    """
+    host = host if host is not None else assess_host(snapshot, result, state)
+    records = []
+    for device in snapshot.devices:
+        role = result.roles.get(device.name)
+        monitored = bool(role and role.monitored)
+        for port in device.ports:
+            record = state.port_states.get(port.key)
+            judged = host.ports.get((device.name, port.port)) if monitored else None
+            records.append({
+                "device": device.name,
+                "port": port.port,
+                "link_layer": port.link_layer or "",
+                "state": split_state(port.state)[1],
+                "phys_state": split_state(port.phys_state)[1],
+                "rate": port.rate or "",
+                "operstate": port.operstate or "",
+                "netdev": port.netdev or "",
+                "role": role.role if role else "",
+                "monitored": monitored,
+                "excluded": "" if monitored else (role.reason if role else "unknown"),
+                **_health_keys(judged, port.state, port.phys_state, port.readable),
+                "since": format_timestamp(record.since) if record else "",
+                "pci_address": device.pci_address or "",
+                "gid_count": port.gid_count if port.gid_count is not None else -1,
+                "present": True,
+            })
+    roles = {d.name: result.roles.get(d.name) for d in snapshot.devices}
+    for key, judged in sorted(host.ports.items()):
+        if judged.present:
+            continue
+        gone = state.port_states.get(f"{key[0]}_{key[1]}")
+        role = roles.get(key[0])
+        records.append({
+            "device": key[0], "port": key[1],
+            "link_layer": gone.link_layer if gone else "",
+            "state": split_state(gone.state)[1] if gone else "",
+            "phys_state": split_state(gone.physical_state)[1] if gone else "",
+            "rate": "", "operstate": "", "netdev": "",
+            "role": role.role if role else "", "monitored": True, "excluded": "",
+            **_health_keys(judged, None, None, False),
+            "since": format_timestamp(gone.since) if gone else "",
+            "pci_address": "", "gid_count": -1, "present": False,
+        })
+    return records
+
+
+def _health_keys(judged: Optional[PortHealth], state: Optional[str], phys: Optional[str],
+                 readable: bool) -> dict[str, Any]:
+    if judged is None:  # not monitored: not judged
+        return {"healthy": is_active(state, phys), "fatal": False,
+                "health": "" if readable else UNKNOWN, "reasons": []}
+    return {"healthy": judged.health == HEALTHY, "fatal": judged.fatal,
+            "health": judged.health, "reasons": list(judged.reasons)}
+
+
+_LAST: list[tuple[HostSnapshot, CycleResult, MonitorState, HostHealth]] = []
+
+
+def assess_host(snapshot: HostSnapshot, result: CycleResult, state: MonitorState
+                ) -> HostHealth:
+    """The one health model (:mod:`nichealthd.core.health`) over a poll's picture.
+
+    STATUS=, GetStatus, the D-Bus signal and the metrics all ask about the same picture each
+    poll: the last answer is kept (the picture is immutable: each poll makes a new one).
+    """
+    last = _LAST[0] if _LAST else None
+    if last is not None and last[0] is snapshot and last[1] is result and last[2] is state:
+        return last[3]
+    host = assess(state, snapshot, result.roles)
+    _LAST[:] = [(snapshot, result, state, host)]
+    return host
+
+
+def port_health(snapshot: HostSnapshot, result: CycleResult, state: MonitorState
+                ) -> dict[tuple[str, int], tuple[str, bool, str]]:
+    """(device, port) -> (health, fatal, reasons) of every monitored port.
+
+    What :func:`port_records` says about health, without building the records: the D-Bus
+    service compares it every poll to signal changes.
+    """
+    return {key: (p.health, p.fatal, ", ".join(p.reasons))
+            for key, p in assess_host(snapshot, result, state).ports.items()}
+
+
+def device_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorState
+                   ) -> list[dict[str, Any]]:
+    """Every device seen, plus known devices that are missing."""
+    records = []
+    for device in snapshot.devices:
+        role = result.roles.get(device.name)
+        records.append({
+            "device": device.name,
+            "hca_type": device.hca_type or "",
+            "fw_ver": device.fw_ver or "",
+            "board_id": device.board_id or "",
+            "node_guid": device.node_guid or "",
+            "pci_address": device.pci_address or "",
+            "card": device.card or "",
+            "numa_node": device.numa_node if device.numa_node is not None else -1,
+            "driver": device.driver or "",
+            "netdevs": list(device.netdevs),
+            "is_vf": device.is_vf,
+            "role": role.role if role else "",
+            "role_reason": role.reason if role else "",
+            "monitored": bool(role and role.monitored),
+            "link_layer": device.link_layer or "",
+            "ports": len(device.ports),
+            "present": True,
+        })
+    present = {d.name for d in snapshot.devices}
+    for name in sorted(set(state.known_devices) - present):
+        gone = state.missing_devices.get(name)
+        records.append({
+            "device": name, "hca_type": "", "fw_ver": "", "board_id": "", "node_guid": "",
+            "pci_address": "", "card": "", "numa_node": -1, "driver": "", "netdevs": [],
+            "is_vf": False, "role": "", "role_reason": "", "monitored": True,
+            "link_layer": gone.link_layer if gone else "", "ports": 0, "present": False,
+            "missing_polls": state.device_misses.get(name, 0),
+        })
+    return records
+
+
+def counter_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorState,
+                    config: Config, device: str = "", port: int = 0
+                    ) -> list[dict[str, Any]]:
+    """Every configured counter of every monitored port (optionally one device / port)."""
+    records = []
+    for dev in snapshot.devices:
+        role = result.roles.get(dev.name)
+        if not (role and role.monitored) or (device and dev.name != device):
+            continue
+        for p in dev.ports:
+            if port and p.port != port:
+                continue
+            for spec in config.active_counters:
+                key = counter_key(dev.name, p.port, spec.name)
+                path = p.counter_paths.get(spec.name, spec.path)
+                file_key = saturation_key(dev.name, p.port, p.counter_kinds.get(spec.name))
+                reading = p.counters.get(spec.name)
+                seen = result.observations.get(key)
+                flag = state.breach_flags.get(key)
+                records.append({
+                    "device": dev.name,
+                    "port": p.port,
+                    "counter": spec.name,
+                    "path": path,
+                    "value": reading if is_value(reading) else None,
+                    "error": reading.reason if isinstance(reading, Unreadable) else "",
+                    "delta": seen.delta if seen else None,
+                    "rate": seen.rate if seen else None,
+                    "threshold": spec.threshold,
+                    "type": spec.threshold_type,
+                    "unit": spec.velocity_unit or "poll",
+                    "fatal": spec.is_fatal,
+                    "breached": flag is not None,
+                    "since": format_timestamp(flag.since) if flag else "",
+                    # Per file (both symbol_error entries), reported or only shown.
+                    "saturated": file_key is not None and (
+                        file_key in state.saturated or file_key in state.saturated_quiet),
+                })
+    return records
+
+
+def health_status(snapshot: Optional[HostSnapshot], result: Optional[CycleResult],
+                  state: MonitorState) -> dict[str, Any]:
+    """The health keys of the daemon status (D-Bus GetStatus, ``nichealthctl status``, the
+    STATUS= line): overall health, counts by health, and the fatal and degraded ports by name
+    with their reasons. Before the first poll nothing is judged: all zero, ``healthy``."""
+    if snapshot is None or result is None:
+        host = HostHealth({})
+    else:
+        host = assess_host(snapshot, result, state)
+    counts = host.counts()
+    return {
+        "health": host.health,
+        "ports_total": counts["total"],
+        "ports_healthy": counts[HEALTHY],
+        "ports_degraded": counts[DEGRADED],
+        "ports_fatal": counts[FATAL],
+        "ports_uncabled": counts[UNCABLED],
+        "ports_unknown": counts[UNKNOWN],
+        "fatal_ports": host.names(FATAL),
+        "degraded_ports": host.names(DEGRADED),
+        "problems": host.problems(),
+    }
+
+
+def status_summary(health: dict[str, Any]) -> str:
+    """``12 ports: 11 healthy, 0 degraded, 1 fatal (mlx5_5/1 link_downed breached)``: the
+    first part of STATUS=, from :func:`health_status`."""
+    text = (f"{health['ports_total']} ports: {health['ports_healthy']} healthy, "
+            f"{health['ports_degraded']} degraded, {health['ports_fatal']} fatal")
+    if health["ports_uncabled"]:
+        text += f", {health['ports_uncabled']} uncabled"
+    problems = health["problems"]
+    if problems:
+        shown = problems[:3]
+        more = f" and {len(problems) - 3} more" if len(problems) > 3 else ""
+        text += f" ({'; '.join(shown)}{more})"
+    elif health["health"] != HEALTHY:
+        text += f" (health {health['health']})"
+    return text
+
+
+def monitored_port_keys(snapshot: HostSnapshot, result: CycleResult) -> set[str]:
+    keys: set[str] = set()
+    for device in snapshot.devices:
+        role = result.roles.get(device.name)
+        if role and role.monitored:
+            keys.update(p.key for p in device.ports)
+    return keys

@@ -1,0 +1,207 @@
+"""``nichealthd``: the command-line entry: parse, load, start-up checks, ``--once``; then it
+hands the validated start to the runtime, :mod:`nichealthd.runtime.service` (which never imports this).
+
+Start-up failures exit with a status an operator can act on: 2 for an invalid command line or
+config (the message names the file, the key and the problem), 1 for anything else (the
+message says what to fix), 0 after a clean stop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import Any, Optional, Sequence
+
+from .. import __version__
+from ..core.config import (
+    ALL_CHECKS,
+    DBUS_MODES,
+    DEFAULT_CONFIG_PATH,
+    LOG_LEVELS,
+    PROCESSING_STRATEGIES,
+    Config,
+    ConfigError,
+)
+from ..sources.config_file import load_config
+from ..surfaces.connector.sender import deliver_pending_once
+from ..surfaces.eventlog import EventLog
+from .logsetup import log_start_failure, setup_logging
+from .monitor import Monitor
+from .pollguard import PollFailed
+from .rlimit import raise_nofile_limit
+from .service import run_service
+from .startup import (
+    EXIT_OK,
+    EXIT_STARTUP,
+    EXIT_USAGE,
+    Startup,
+    StartupError,
+    consumers,
+    load_topology,
+    prepare_state_dir,
+)
+
+__all__ = ["EXIT_CRASH", "EXIT_OK", "EXIT_STARTUP", "EXIT_USAGE", "build_parser", "main",
+           "run_once", "start"]
+
+log = logging.getLogger("nichealthd")
+
+# An unexpected exception in the running daemon (a bug): systemd restarts the unit after it.
+# Not 1, which RestartPreventExitStatus= reserves for start-up failures (DESIGN §2.3).
+EXIT_CRASH = 70  # EX_SOFTWARE
+# Under systemd (INVOCATION_ID set) statuses 1 and 2 are not restarted, so they keep the
+# start budget for the operator's retry; the message says how.
+UNDER_SYSTEMD_HINT = ("; systemd does not restart nichealthd after this: fix it, then run "
+                      "`systemctl restart nichealthd`")
+# flag dest -> config key: every flag is also a config key, and flags win.
+FLAG_KEYS = {
+    "sysfs_root": "sysfsRoot",
+    "proc_root": "procRoot",
+    "boot_id_path": "bootIdPath",
+    "state_file": "stateFile",
+    "metadata_path": "metadataPath",
+    "node_name": "nodeName",
+    "platform_connector_socket": "platformConnectorSocket",
+    "platform_connector_token_path": "platformConnectorTokenPath",
+    "processing_strategy": "processingStrategy",
+    "polling_interval": "pollingInterval",
+    "checks": "checks",
+    "metrics_listen": "metricsListen",
+    "dbus": "dbus",
+    "event_log": "eventLog",
+    "log_level": "logLevel",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """A bad flag is a start failure too: logged at ERROR, then exit 2 as argparse does."""
+
+    def error(self, message: str) -> Any:
+        self.print_usage(sys.stderr)
+        log_start_failure(f"invalid command line: {message}")
+        sys.exit(EXIT_USAGE)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="nichealthd",
+        description="NIC health daemon: watches InfiniBand/RoCE ports and error counters in "
+                    "sysfs and reports health events (see nichealthd(8)).")
+    add = parser.add_argument
+    add("--config", metavar="PATH", default=DEFAULT_CONFIG_PATH,
+        help=f"TOML config file; a missing file means built-in defaults "
+             f"(default {DEFAULT_CONFIG_PATH})")
+    add("--sysfs-root", metavar="DIR", help="stands in for /sys (default /sys)")
+    add("--proc-root", metavar="DIR", help="stands in for /proc (default /proc)")
+    add("--boot-id-path", metavar="PATH",
+        help="host boot ID file (default <proc-root>/sys/kernel/random/boot_id)")
+    add("--state-file", metavar="PATH",
+        help="persistent state (default /var/lib/nichealthd/state.json)")
+    add("--metadata-path", metavar="PATH",
+        help="NVSentinel GPU metadata (default /var/lib/nvsentinel/gpu_metadata.json)")
+    add("--node-name", metavar="NAME", help="node name on every event (default $NODE_NAME, "
+        "else the host name)")
+    add("--platform-connector-socket", metavar="URL",
+        help="gRPC target of the platform connector; '' disables forwarding "
+             "(default unix:///run/nvsentinel/nvsentinel.sock)")
+    add("--platform-connector-token-path", metavar="PATH",
+        help="bearer token file, re-read for every call (default none)")
+    add("--processing-strategy", metavar="S", choices=PROCESSING_STRATEGIES,
+        help="processingStrategy of every event (default EXECUTE_REMEDIATION)")
+    add("--polling-interval", metavar="DUR", help="poll period: 500ms, 1s, 2m (default 1s)")
+    add("--checks", metavar="LIST", help=f"comma-separated checks (default all: "
+        f"{','.join(ALL_CHECKS)})")
+    add("--metrics-listen", metavar="ADDR",
+        help="[HOST]:PORT for /metrics and /healthz; '' disables (default :2112)")
+    add("--dbus", choices=DBUS_MODES, help="bus for the D-Bus API (default system)")
+    add("--event-log", metavar="PATH",
+        help="append every committed event as one JSON line ('-' = stdout)")
+    add("--once", action="store_true",
+        help="run exactly one poll cycle, commit, deliver what it can, and exit")
+    add("--log-level", metavar="LEVEL", choices=LOG_LEVELS, type=str.lower,
+        help="debug, info, warning or error (default info)")
+    add("--version", action="version", version=f"nichealthd {__version__}")
+    return parser
+
+
+def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The config keys the command line sets (flags win over the file)."""
+    return {key: getattr(args, dest) for dest, key in FLAG_KEYS.items()
+            if getattr(args, dest) is not None}
+
+
+def start(args: argparse.Namespace) -> Startup:
+    """Validate everything that can be validated before the first poll."""
+    overrides = flag_overrides(args)
+    config = load_config(args.config, overrides)
+    setup_logging(config.log_level)
+    raise_nofile_limit()  # before the reader sizes its fd budget from the limit
+    for notice in config.notices:
+        log.warning("%s", notice)
+    topology = load_topology(config)
+    prepare_state_dir(config)
+    monitor = Monitor(config, topology)
+    try:
+        monitor.start()
+        event_log = EventLog(config.event_log, monitor.journal) if config.event_log else None
+    except OSError as exc:
+        # The journal and the event log hold undelivered events: never move them aside.
+        raise StartupError(f"cannot read {exc.filename or config.state_dir}: {exc.strerror} "
+                           f"(move the file or directory out of the way, then restart)") from None
+    return Startup(config, overrides, monitor, event_log)
+
+
+def run_once(startup: Startup) -> int:
+    """One poll, commit, deliver what can be delivered, exit."""
+    monitor = startup.monitor
+    monitor.journal.register(consumers(startup.config, startup.event_log))
+    try:
+        outcome = monitor.poll()
+    except PollFailed:  # logged by the monitor: nothing was committed
+        monitor.close()
+        return EXIT_STARTUP
+    if startup.event_log is not None:
+        startup.event_log.publish(outcome.committed)
+    deliver_once(startup.config, monitor)
+    monitor.close()
+    return EXIT_OK if outcome.commit_error is None else EXIT_STARTUP
+
+
+def deliver_once(config: Config, monitor: Monitor) -> None:
+    """Forward pending events when a connector is configured and its socket exists."""
+    if config.platform_connector_socket:
+        deliver_pending_once(config, monitor.journal)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    hint = UNDER_SYSTEMD_HINT if os.environ.get("INVOCATION_ID") and not args.once else ""
+    try:
+        startup = start(args)
+    except ConfigError as exc:  # every problem of the file, one line each
+        for number, message in enumerate(exc.messages, 1):
+            end = hint if number == len(exc.messages) else ""
+            log_start_failure(f"invalid configuration: {message}{end}")
+        return EXIT_USAGE
+    except StartupError as exc:
+        log_start_failure(f"cannot start: {exc}{hint}")
+        return EXIT_STARTUP
+    except Exception:  # a bug; DESIGN §2.3 makes every start failure status 1
+        if not logging.getLogger().handlers:
+            setup_logging("info")
+        log.critical("nichealthd failed to start on an unexpected error (a bug: please report "
+                     "it with this log)", exc_info=True)
+        return EXIT_STARTUP
+    if args.once:
+        return run_once(startup)
+    try:
+        return run_service(startup, args)
+    except Exception:  # a bug: log it, and exit with a status systemd restarts after
+        log.critical("nichealthd stopped on an unexpected error", exc_info=True)
+        return EXIT_CRASH
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,252 @@
+"""One poll cycle end to end: observe sysfs, evaluate, commit events and state together.
+
+The :class:`Monitor` owns the only mutable copy of the state. It decides at start whether the
+first poll is a baseline (no usable state, or the boot ID changed: spec §6.5), and it writes
+the state file only when something the next process must know changed: events, breaches,
+port health, devices, delta counters. Velocity snapshots that merely advanced are flushed at
+most every ``FLUSH_SECONDS`` (and at stop) — rewriting the file every second on thousands of
+hosts is needless disk wear, and a velocity window resumed from an older snapshot still
+computes an honest rate over its real elapsed time.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import datetime, timezone
+from typing import Callable, Optional
+
+from ..core.boot import decide_start
+from ..core.checks.counters import CounterMemory
+from ..core.config import Config
+from ..core.evaluate import CycleResult, Topology, evaluate
+from ..core.state import MonitorState
+from ..core.topology import Role
+from ..sources.sysfs import SysfsReader
+from ..storage.store import (
+    CommitError,
+    Journal,
+    JournalEntry,
+    LoadedState,
+    load_state,
+    move_aside,
+    save_state,
+)
+from ..surfaces.context import PollOutcome
+from .pollguard import COMMIT, EVALUATE, READ, PollFailed, PollGuard, describe_exception
+
+log = logging.getLogger("nichealthd.monitor")
+
+FLUSH_SECONDS = 60.0
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Monitor:
+    """Runs cycles against one config; safe to reconfigure between cycles."""
+
+    def __init__(self, config: Config, topology: Topology,
+                 reader: Optional[SysfsReader] = None,
+                 clock: Callable[[], datetime] = utc_now,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self.topology = topology
+        self.reader = reader or SysfsReader(config)
+        self.clock = clock
+        self.monotonic = monotonic
+        self.journal = Journal(config.state_dir, config.event_history_size)
+        self.state = MonitorState()
+        self.memory = CounterMemory()
+        self.baseline = False
+        self.polls = 0
+        self.guard = PollGuard(monotonic)
+        self.last: Optional[PollOutcome] = None
+        self._last_roles: dict[str, Role] = {}
+        self._flushed_at = monotonic()
+        self._unflushed = False
+
+    # ---------------------------------------------------------------- start
+
+    def start(self) -> None:
+        """Load the state, detect a reboot, recover the journal. Logs what it found."""
+        loaded = load_state(self.config.state_file)
+        boot_id = self.reader.observe_boot_id()
+        if loaded.problem:
+            log.warning("%s; starting with fresh state (healthy baselines will be sent)",
+                        loaded.problem)
+        self.journal.recover(None if loaded.fresh else loaded.state.event_seq)
+        recovery = self.journal.last_recovery
+        if recovery.mismatch:  # the state is wrong, not the journal: nothing was dropped
+            moved = move_aside(self.config.state_file)
+            log.warning("%s is corrupt (%s)%s; starting with fresh state (healthy baselines "
+                        "will be sent)", self.config.state_file, recovery.mismatch,
+                        f"; moved aside to {moved}" if moved else "")
+            loaded = LoadedState(MonitorState(), True, recovery.mismatch)
+        if recovery.unfinished:
+            log.warning("dropped %d journal line(s) of an unfinished commit; that poll is "
+                        "evaluated again", recovery.unfinished)
+        if recovery.damaged:
+            log.error("%s is damaged: %d committed line(s) could not be read and are lost, "
+                      "%d readable entries kept%s", self.journal.path, recovery.damaged,
+                      recovery.kept,
+                      f" (the damaged file is kept as {recovery.copy})" if recovery.copy
+                      else "")
+        decision = decide_start(None if loaded.fresh else loaded.state, boot_id,
+                                self.journal.last_seq)
+        if decision.warn:
+            log.warning("%s", decision.reason)
+        elif decision.baseline and not loaded.fresh:
+            log.info("%s", decision.reason)
+        self.state, self.baseline = decision.state, decision.baseline
+
+    # ---------------------------------------------------------------- cycle
+
+    def poll(self) -> PollOutcome:
+        """Observe, evaluate and commit one cycle.
+
+        The boundary around the poll: an exception from a reader or a rule raises
+        :class:`PollFailed` (logged once per cause, counted, nothing committed, the state
+        unchanged); a commit that fails is reported in the outcome. Either way the next poll
+        starts from the last committed state.
+        """
+        started = self.monotonic()
+        now = self.clock()
+        stage = READ
+        try:
+            snapshot = self.reader.observe(now)
+            stage = EVALUATE
+            if self.polls == 0:
+                self._log_counter_availability()
+            result = evaluate(self.state, snapshot, self.config, self.topology, self.memory,
+                              now, baseline=self.baseline)
+        except Exception as exc:
+            detail = describe_exception(exc)
+            raise PollFailed(self.guard.failed(
+                stage, detail, f"poll failed to {stage}: %s; nothing is committed and the "
+                f"next poll tries again (repeats are counted, not logged)", exc)) from exc
+        self.guard.succeeded(READ, EVALUATE)
+        for note in result.notes:
+            log.info("%s", note)
+        self._log_roles(result.roles)
+        self.reader.skip_counters = frozenset(
+            name for name, role in result.roles.items() if not role.monitored)
+        outcome = PollOutcome(result, snapshot)
+        try:
+            outcome.committed, wrote = self._commit(result)
+            self.baseline = False
+            if wrote:
+                self.guard.succeeded(COMMIT)
+        except CommitError as exc:
+            outcome.commit_error = str(exc)
+            self.guard.failed(COMMIT, str(exc), "commit failed, the state is unchanged and "
+                              "this poll will be evaluated again: %s")
+        self.polls += 1
+        outcome.duration = self.monotonic() - started
+        self.last = outcome
+        return outcome
+
+    def _commit(self, result: CycleResult) -> tuple[list[JournalEntry], bool]:
+        """Commit events and state; returns the committed entries and whether a write
+        happened (and succeeded). Raises :class:`CommitError` and leaves both unchanged."""
+        next_state = result.state
+        significant = bool(result.events) or _significant_change(
+            self.state, next_state, self._velocity_names())
+        if not significant:
+            if next_state.counter_snapshots != self.state.counter_snapshots:
+                self._unflushed = True
+            self.state, self.memory = next_state, result.memory
+            if self.monotonic() - self._flushed_at >= FLUSH_SECONDS:
+                return [], self.flush()
+            return [], False
+        entries = self.journal.stamp(result.events, next_state.event_seq + 1,
+                                     self.config.node_name, self.config.processing_strategy)
+        if entries:
+            next_state.event_seq = entries[-1].seq
+        size = 0
+        try:
+            if entries:
+                size = self.journal.append(entries)
+        except Exception as exc:  # the append undid itself (store.Journal.append)
+            raise CommitError(f"cannot append to {self.journal.path}: {_why(exc)}") from exc
+        try:
+            save_state(self.config.state_file, next_state)
+        except Exception as exc:  # not only OSError: the append must be undone either way
+            if entries:
+                self.journal.truncate(size)
+            raise CommitError(f"cannot write {self.config.state_file}: {_why(exc)}") from exc
+        self.state, self.memory = next_state, result.memory
+        self._flushed_at, self._unflushed = self.monotonic(), False
+        return self.journal.committed(), True
+
+    def flush(self) -> bool:
+        """Write deferred (velocity-only) state changes; called periodically and at stop.
+        True when a write happened and succeeded; a failure counts as a failed commit."""
+        if not self._unflushed:
+            return False
+        try:
+            save_state(self.config.state_file, self.state)
+        except Exception as exc:
+            self.guard.failed(COMMIT, f"cannot write {self.config.state_file}: {_why(exc)}",
+                              "cannot write the state (will retry): %s")
+            return False
+        self._flushed_at, self._unflushed = self.monotonic(), False
+        return True
+
+    def reconfigure(self, config: Config, topology: Topology) -> None:
+        """Apply a reloaded config; snapshots and breach latches are kept."""
+        self.config = config
+        self.topology = topology
+        self.reader.reconfigure(config)
+        self.journal.history_size = config.event_history_size
+
+    def close(self) -> None:
+        self.flush()
+        self.reader.close()
+
+    # -------------------------------------------------------------- logging
+
+    def _velocity_names(self) -> frozenset[str]:
+        return frozenset(c.name for c in self.config.active_counters if c.is_velocity)
+
+    def _log_counter_availability(self) -> None:
+        available, missing = self.reader.counter_availability()
+        log.info("counters available: %s", ", ".join(available) or "none")
+        if missing:
+            log.info("counters not present on any port (skipped): %s", ", ".join(missing))
+
+    def _log_roles(self, roles: dict[str, Role]) -> None:
+        if roles == self._last_roles:
+            return
+        for name in sorted(roles):
+            role = roles[name]
+            if self._last_roles.get(name) != role:
+                log.info("NIC %s: %s (%s)", name, role.role, role.reason)
+        self._last_roles = dict(roles)
+
+
+def _why(exc: BaseException) -> str:
+    """``File too large`` for an OSError, ``ValueError: …`` for anything else."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return describe_exception(exc)
+
+
+def _significant_change(old: MonitorState, new: MonitorState,
+                        velocity_names: frozenset[str]) -> bool:
+    """True unless the only difference is velocity snapshots that advanced."""
+    if (old.boot_id, old.breach_flags, old.port_states, old.known_devices, old.device_misses,
+            old.missing_devices, old.card_anomalies, old.saturated, old.group_modes,
+            old.saturated_quiet) != (
+            new.boot_id, new.breach_flags, new.port_states, new.known_devices,
+            new.device_misses, new.missing_devices, new.card_anomalies, new.saturated,
+            new.group_modes, new.saturated_quiet):
+        return True
+    if old.counter_snapshots.keys() != new.counter_snapshots.keys():
+        return True
+    for key, snap in new.counter_snapshots.items():
+        was = old.counter_snapshots[key]
+        if was is not snap and was != snap and key.split(":", 2)[-1] not in velocity_names:
+            return True  # <device>:<port>:<name>, and a name may hold a colon
+    return False

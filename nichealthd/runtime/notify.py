@@ -1,0 +1,98 @@
+"""sd_notify: READY, STATUS, WATCHDOG, RELOADING, STOPPING for a ``Type=notify`` unit.
+
+The protocol is spoken here (one datagram per message to ``$NOTIFY_SOCKET``, a path or an
+abstract ``@name``), not through the sdnotify package: RHEL 9 ships that only in EPEL, and
+the few lines below are all of it. Nothing is sent without ``NOTIFY_SOCKET``; a failed send is
+logged once and never stops the daemon. The watchdog period comes from ``WATCHDOG_USEC``,
+honoured only when ``WATCHDOG_PID`` is unset or ours.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from typing import Optional
+
+log = logging.getLogger("nichealthd.notify")
+
+
+def notify_address(socket_path: str) -> str:
+    """The socket address of a ``NOTIFY_SOCKET`` value (``@name``: abstract namespace)."""
+    return "\0" + socket_path[1:] if socket_path.startswith("@") else socket_path
+
+
+class _Socket:
+    """An unconnected AF_UNIX datagram socket that sends to the notify address."""
+
+    def __init__(self, socket_path: str) -> None:
+        self.address = notify_address(socket_path)
+        self.socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+        self._warned = False
+
+    def notify(self, message: str) -> None:
+        try:
+            self.socket.sendto(message.encode(), self.address)
+        except OSError as exc:
+            if not self._warned:  # the service manager went away: nothing to tell it
+                log.warning("sd_notify to %s failed: %s", self.address.lstrip("\0"), exc)
+                self._warned = True
+
+
+class Notifier:
+    """Thin wrapper that keeps the protocol in one place."""
+
+    def __init__(self, socket_path: Optional[str], watchdog_seconds: float = 0.0) -> None:
+        self.enabled = bool(socket_path)
+        self.watchdog_seconds = watchdog_seconds if self.enabled else 0.0
+        self._notifier = _Socket(socket_path) if socket_path else None
+        self._last_status = ""
+        self._last_summary = ""
+        self._sent_at = float("-inf")
+
+    @classmethod
+    def from_environment(cls) -> Notifier:
+        socket_path = os.environ.get("NOTIFY_SOCKET")
+        period = 0.0
+        usec = os.environ.get("WATCHDOG_USEC", "")
+        pid = os.environ.get("WATCHDOG_PID", "")
+        if usec.isdigit() and (not pid or pid == str(os.getpid())):
+            period = int(usec) / 1_000_000
+        return cls(socket_path, period)
+
+    def _send(self, message: str) -> None:
+        if self._notifier is not None:
+            self._notifier.notify(message)
+
+    def ready(self, status: str) -> None:
+        self._last_status = status
+        self._last_summary = status.rsplit("; last poll", 1)[0]
+        self._sent_at = time.monotonic()
+        self._send(f"READY=1\nSTATUS={status}")
+
+    def status(self, status: str, refresh: float = 0.0) -> None:
+        """Send STATUS= when the summary changed (ignoring the time of the last poll), or
+        every ``refresh`` seconds so that ``systemctl status`` shows a recent poll time."""
+        summary = status.rsplit("; last poll", 1)[0]
+        now = time.monotonic()
+        if summary != self._last_summary or now - self._sent_at >= refresh:
+            self._last_status, self._last_summary, self._sent_at = status, summary, now
+            self._send(f"STATUS={status}")
+
+    def watchdog(self) -> None:
+        self._send("WATCHDOG=1")
+
+    def reloading(self) -> None:
+        usec = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+        self._send(f"RELOADING=1\nMONOTONIC_USEC={usec}\nSTATUS=reloading configuration")
+
+    def stopping(self) -> None:
+        self._send("STOPPING=1\nSTATUS=stopping")
+
+    def close(self) -> None:
+        """Close the notify socket; sends nothing more."""
+        sock = getattr(self._notifier, "socket", None)
+        if sock is not None:
+            sock.close()
+        self._notifier = None

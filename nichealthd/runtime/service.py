@@ -1,0 +1,414 @@
+"""The runtime: a drift-free poll loop, sd_notify, signals, and the plug-in services.
+
+One asyncio loop runs everything. The poll itself runs in a single worker thread so that a
+sysfs read that hangs cannot freeze the D-Bus API — and so that the watchdog can tell: the
+keepalive is sent only while polls keep completing, so systemd restarts a stuck poller even
+though the event loop is alive. Services (D-Bus, metrics, platform connector) plug in through
+:class:`Service` and are told about every poll; none of them can delay one. They receive a
+:class:`~nichealthd.runtime.context.ServiceContext`, never this module's :class:`Daemon`.
+
+The command-line entry (:mod:`nichealthd.runtime.daemon`) starts this with a validated
+:class:`~nichealthd.runtime.startup.Startup`; this module does not import that one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import logging
+import os
+import signal
+import time
+from datetime import datetime
+from typing import Any, Callable, Optional, Protocol, Union
+
+from .. import __version__
+from ..core.config import Config, ConfigError
+from ..core.duration import format_duration
+from ..core.events import format_timestamp
+from ..core.views import health_status, status_summary
+from ..sources.config_file import load_config
+from ..surfaces.connector.service import ConnectorService
+from ..surfaces.connector.status import ConnectorStatus
+from ..surfaces.context import PollOutcome, PollStats, ServiceContext, View
+from ..surfaces.dbus_api import DbusService
+from ..surfaces.eventlog import EventLog
+from ..surfaces.metrics import MetricsService
+from .notify import Notifier
+from .pollguard import PollFailed
+from .startup import EXIT_OK, Startup, StartupError, consumers, load_topology
+
+log = logging.getLogger("nichealthd")
+
+STOP_DELIVERY_SECONDS = 5.0
+STOP_POLL_GRACE = 10.0
+STATUS_REFRESH_SECONDS = 10.0
+HEALTHY_EVENTS_LOGGED = 10
+SERVICES: tuple[Callable[[ServiceContext], Service], ...] = (
+    ConnectorService, DbusService, MetricsService)
+
+
+class Service(Protocol):
+    """A part of the daemon that runs beside the poller."""
+
+    name: str
+
+    async def start(self) -> None: ...
+
+    def on_poll(self, outcome: PollOutcome) -> None: ...
+
+    def on_reload(self, config: Config) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+class Daemon:
+    """The running daemon: owns the monitor and the loop; services get :meth:`context`."""
+
+    def __init__(self, startup: Startup, args: argparse.Namespace,
+                 notifier: Optional[Notifier] = None) -> None:
+        self.args = args
+        self.config = startup.config
+        self.overrides = startup.overrides
+        self.monitor = startup.monitor
+        self.event_log = startup.event_log
+        self.notifier = notifier or Notifier.from_environment()
+        self.version = __version__
+        self.started_at = time.time()
+        self.pid = os.getpid()
+        self.last_poll_monotonic: Optional[float] = None
+        self.last_poll_wall: Optional[datetime] = None
+        self.reload_error = ""
+        self.connector = ConnectorStatus()  # replaced (never changed) by the connector
+        self.services: list[Service] = []
+        self._poll_listeners: list[Callable[[PollOutcome], None]] = []
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="poll")
+        # Plain flags and one future at a time, not asyncio Events and tasks: an idle cycle
+        # then costs the event loop a handful of wake-ups and system calls (issue 7).
+        self._stop_requested = False
+        self._reload_requested = False
+        self._waiter: Optional[asyncio.Future[None]] = None  # the wait between polls
+        self._polling: Optional[asyncio.Future[PollOutcome]] = None  # the poll in progress
+        self._withholding = False
+        self.poll_abandoned = False
+
+    # ------------------------------------------------------------ public API
+
+    def add_poll_listener(self, callback: Callable[[PollOutcome], None]) -> None:
+        self._poll_listeners.append(callback)
+
+    def request_stop(self) -> None:
+        """Stop after the poll in progress; one that hangs gets ``STOP_POLL_GRACE`` seconds."""
+        if self._stop_requested:
+            return
+        self._stop_requested = True
+        _resolve(self._waiter)
+        polling = self._polling
+        if polling is not None and not polling.done():
+            asyncio.get_running_loop().call_later(STOP_POLL_GRACE, self._abandon, polling)
+
+    def request_reload(self) -> None:
+        """Reload after the poll in progress, or at once when between polls."""
+        self._reload_requested = True
+        _resolve(self._waiter)
+
+    def health(self) -> str:
+        return str(self.health_status()["health"])
+
+    def health_status(self) -> dict[str, Any]:
+        """Health keys of the status: :func:`nichealthd.core.views.health_status` (one model)."""
+        last = self.monitor.last
+        return health_status(last.snapshot if last else None, last.result if last else None,
+                             self.monitor.state)
+
+    def status_line(self) -> str:
+        """``32 ports: 30 healthy, 1 degraded, 1 fatal; connector connected; last poll …``"""
+        parts = [status_summary(self.health_status())]
+        parts.append(self._connector_summary())
+        if self.last_poll_wall is not None:
+            parts.append(f"last poll {self.last_poll_wall.astimezone():%H:%M:%S}")
+        if self.reload_error:
+            parts.append(f"reload rejected: {self.reload_error}")
+        problem = self.monitor.guard.reason()
+        if problem:
+            parts.append(problem)
+        return "; ".join(parts)
+
+    def _connector_summary(self) -> str:
+        """``connector down since <time> (<error>), 12 queued, 2 dead letters`` (issue 6)."""
+        status = self.connector
+        text = f"connector {status.state}"
+        if status.state == "down":
+            if status.since:
+                text += f" since {status.since}"
+            if status.last_error:
+                text += f" ({status.last_error})"
+        if status.outbox_depth:
+            text += f", {status.outbox_depth} queued"
+        if status.dead_letters:
+            text += f", {status.dead_letters} dead letters"
+        return text
+
+    # ------------------------------------------------------------- main loop
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for signum, handler in ((signal.SIGTERM, self.request_stop),
+                                (signal.SIGINT, self.request_stop),
+                                (signal.SIGHUP, self.request_reload)):
+            loop.add_signal_handler(signum, handler)
+        self.monitor.journal.register(consumers(self.config, self.event_log))
+        self.services = self._make_services()
+        for service in self.services:
+            try:
+                await service.start()
+            except Exception as exc:  # a broken optional part must not stop monitoring
+                log.error("%s could not start: %s", service.name, exc)
+        watchdog = asyncio.ensure_future(self._watchdog())
+        try:
+            await self._poll_loop()
+        finally:
+            watchdog.cancel()
+            await self._shutdown()
+        return EXIT_OK
+
+    async def _poll_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        interval = self.config.polling_interval
+        origin = time.monotonic()
+        ticks = 0
+        first = True
+        while not self._stop_requested:
+            outcome = await self._poll(loop)
+            if outcome is None:
+                break
+            if isinstance(outcome, PollFailed):
+                # Logged and counted by the monitor's guard; the watchdog keepalive stops
+                # only if polls keep failing past its interval (last_poll_monotonic is old).
+                self.notifier.status(self.status_line(), refresh=STATUS_REFRESH_SECONDS)
+            else:
+                self._after_poll(outcome)
+            # READY=1 only once a poll has been committed: a daemon that cannot read or
+            # write (fds exhausted, state directory broken) must not report itself started.
+            if first and isinstance(outcome, PollOutcome) and outcome.commit_error is None:
+                self.notifier.ready(self.status_line())
+                log.info("nichealthd %s ready: %s", __version__, self.status_line())
+                first = False
+            if self._reload_requested:
+                self._reload_requested = False
+                await self._reload()
+                if self.config.polling_interval != interval:
+                    interval, origin, ticks = self.config.polling_interval, time.monotonic(), 0
+            # Drift-free: the schedule is origin + k * interval; a late cycle skips ticks
+            # instead of shifting every later one.
+            ticks = max(ticks + 1, int((time.monotonic() - origin) / interval) + 1)
+            await self._sleep(loop, origin + ticks * interval - time.monotonic())
+
+    async def _sleep(self, loop: asyncio.AbstractEventLoop, delay: float) -> None:
+        """Wait for the next tick; a stop or reload request ends the wait early."""
+        if delay <= 0 or self._stop_requested or self._reload_requested:
+            return
+        waiter = self._waiter = loop.create_future()
+        timer = loop.call_later(delay, _resolve, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
+
+    async def _poll(self, loop: asyncio.AbstractEventLoop
+                    ) -> Union[PollOutcome, PollFailed, None]:
+        """One poll in the worker thread; the failure when it could not read or evaluate;
+        None when a stop abandoned it (see request_stop)."""
+        log.debug("poll started at monotonic %.4f", time.monotonic())
+        polling = self._polling = loop.run_in_executor(self._executor, self.monitor.poll)
+        try:
+            return await polling
+        except PollFailed as failed:
+            return failed
+        except asyncio.CancelledError:
+            if not self.poll_abandoned:
+                raise
+            return None
+        finally:
+            self._polling = None
+
+    def _abandon(self, polling: asyncio.Future[PollOutcome]) -> None:
+        """A stop's grace for a hanging poll (a sysfs read that never returns) is over."""
+        if polling.done():
+            return
+        log.error("the poll in progress did not finish within %.0f s; stopping without it",
+                  STOP_POLL_GRACE)
+        self.poll_abandoned = True
+        polling.cancel()
+
+    def _after_poll(self, outcome: PollOutcome) -> None:
+        self.last_poll_wall = outcome.snapshot.taken_at
+        if self.event_log is not None:
+            self.event_log.publish(outcome.committed)
+        healthy = [e.event for e in outcome.committed if e.event.is_healthy]
+        for entry in outcome.committed:
+            if not entry.event.is_healthy:
+                log.warning("event %s: %s", entry.event.severity, entry.event.message)
+            elif len(healthy) <= HEALTHY_EVENTS_LOGGED:
+                log.info("event healthy: %s", entry.event.message)
+        if len(healthy) > HEALTHY_EVENTS_LOGGED:  # baselines after a reboot: one line
+            log.info("%d healthy events committed (baselines and recoveries)", len(healthy))
+        self._tell_services("on_poll", outcome)
+        for listener in self._poll_listeners:
+            listener(outcome)
+        # Set last: /healthz answers 200 only once every service has published this poll.
+        self.last_poll_monotonic = time.monotonic()
+        self.notifier.status(self.status_line(), refresh=STATUS_REFRESH_SECONDS)
+
+    def _tell_services(self, hook: str, argument: Any) -> None:
+        """Call a hook on every service; one failing service never stops the others."""
+        for service in self.services:
+            try:
+                getattr(service, hook)(argument)
+            except Exception:
+                log.exception("%s failed in %s", service.name, hook)
+
+    async def _reload(self) -> None:
+        """Re-read the config; apply it only if valid (snapshots and latches are kept)."""
+        self.notifier.reloading()
+        try:
+            config = load_config(self.args.config, self.overrides)
+            topology = load_topology(config)
+        except (ConfigError, StartupError) as exc:
+            self.reload_error = str(exc)
+            log.error("reload rejected, keeping the running configuration: %s", exc)
+            self.notifier.ready(self.status_line())
+            return
+        except Exception as exc:  # a bug in validation must not stop a running daemon
+            self.reload_error = f"unexpected error: {type(exc).__name__}: {exc}"
+            log.exception("reload rejected on an unexpected error (a bug: please report it), "
+                          "keeping the running configuration")
+            self.notifier.ready(self.status_line())
+            return
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self.monitor.reconfigure, config, topology)
+        self.config = config
+        self.reload_error = ""
+        if config.event_log != (self.event_log.path if self.event_log else ""):
+            self.event_log = EventLog(config.event_log, self.monitor.journal) \
+                if config.event_log else None
+        self.monitor.journal.register(consumers(config, self.event_log))
+        self._tell_services("on_reload", config)
+        for notice in config.notices:
+            log.warning("%s", notice)
+        log.info("configuration reloaded from %s (polling every %s)", self.args.config,
+                 format_duration(config.polling_interval))
+        self.notifier.ready(self.status_line())
+
+    async def _watchdog(self) -> None:
+        """WATCHDOG=1 at half the interval, only while polls keep completing."""
+        period = self.notifier.watchdog_seconds
+        if not period:
+            return
+        while True:
+            await asyncio.sleep(period / 2)
+            last = self.last_poll_monotonic
+            limit = max(period, 2 * self.config.polling_interval)
+            if last is not None and time.monotonic() - last < limit:
+                self.notifier.watchdog()
+                if self._withholding:
+                    log.warning("poll loop is completing cycles again; watchdog resumed")
+                self._withholding = False
+            elif not self._withholding:
+                self._withholding = True
+                log.error("no poll has completed for %.0f s; withholding the watchdog "
+                          "keepalive so that systemd restarts the daemon", limit)
+
+    async def _shutdown(self) -> None:
+        self.notifier.stopping()
+        log.info("stopping: committing state and delivering pending events")
+        loop = asyncio.get_running_loop()
+        if not self.poll_abandoned:
+            await loop.run_in_executor(self._executor, self.monitor.flush)
+        for service in reversed(self.services):
+            try:
+                await asyncio.wait_for(service.stop(), STOP_DELIVERY_SECONDS)
+            except Exception as exc:
+                log.warning("%s did not stop cleanly: %s", service.name, exc)
+        if not self.poll_abandoned:
+            await loop.run_in_executor(self._executor, self.monitor.close)
+        self._executor.shutdown(wait=False)
+        self.notifier.close()
+
+    def _make_services(self) -> list[Service]:
+        context = self.context()
+        services = [factory(context) for factory in SERVICES]
+        return [s for s in services if getattr(s, "enabled", True)]
+
+    # ----------------------------------------------------------- context
+
+    def context(self) -> ServiceContext:
+        """What services may read and do; bound methods of this daemon, nothing else."""
+        return ServiceContext(
+            journal=self.monitor.journal, config_path=self.args.config,
+            config=lambda: self.config, view=self.view, stats=self.stats,
+            status=self.status, reload_error=lambda: self.reload_error,
+            request_reload=self.request_reload, connector=lambda: self.connector,
+            publish_connector=self._publish_connector)
+
+    def view(self) -> Optional[View]:
+        """The last completed poll, the committed state and the monitor's config."""
+        last = self.monitor.last
+        return None if last is None else View(last, self.monitor.state, self.monitor.config)
+
+    def stats(self) -> PollStats:
+        guard, reader = self.monitor.guard, self.monitor.reader
+        return PollStats(
+            polls=self.monitor.polls, started_at=self.started_at,
+            last_poll_monotonic=self.last_poll_monotonic, last_poll_wall=self.last_poll_wall,
+            failing=guard.reason(), failures=guard.totals(),
+            unreadable_reads=reader.unreadable_reads, einval_files=len(reader.einval))
+
+    def _publish_connector(self, status: ConnectorStatus) -> None:
+        """The connector's status callback (any thread): one reference swap."""
+        self.connector = status
+
+    # ------------------------------------------------------------ status
+
+    def status(self) -> dict[str, Any]:
+        """Daemon status for D-Bus properties and ``nichealthctl status``."""
+        return {
+            "version": __version__,
+            "node_name": self.config.node_name,
+            "boot_id": self.monitor.state.boot_id,
+            "last_poll": format_timestamp(self.last_poll_wall) if self.last_poll_wall else "",
+            "poll_count": self.monitor.polls,
+            "polling_interval": self.config.polling_interval,
+            "connector_state": self.connector.state,
+            "outbox_depth": self.connector.outbox_depth,
+            "dead_letters": self.connector.dead_letters,
+            **self.health_status(),
+            "connector_last_error": self.connector.last_error,
+            "started_at": format_timestamp(datetime.fromtimestamp(self.started_at).astimezone()),
+            "config_path": self.args.config,
+            "reload_error": self.reload_error,
+            "poll_error": self.monitor.guard.reason(),
+            "pid": self.pid,
+        }
+
+
+def run_service(startup: Startup, args: argparse.Namespace) -> int:
+    """Run until SIGTERM/SIGINT; returns the exit status."""
+    daemon: Optional[Daemon] = None
+
+    async def main() -> int:
+        nonlocal daemon
+        daemon = Daemon(startup, args)
+        return await daemon.run()
+    status = asyncio.run(main())
+    if daemon is not None and daemon.poll_abandoned:
+        logging.shutdown()
+        os._exit(status)  # the hung poll thread would keep the interpreter from exiting
+    return status
+
+
+def _resolve(waiter: Optional[asyncio.Future[None]]) -> None:
+    if waiter is not None and not waiter.done():
+        waiter.set_result(None)

@@ -1,0 +1,81 @@
+"""What the command-line entry hands to the runtime: a validated start, and the checks both
+share (the GPU topology, read again on reload; the journal consumers of a configuration).
+
+Shared by :mod:`nichealthd.runtime.daemon` (command line, start-up checks, ``--once``) and
+:mod:`nichealthd.runtime.service` (the long-running loop) so that neither imports the other.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from ..core.config import Config
+from ..core.evaluate import Topology
+from ..core.topology import GpuTopology, MetadataError
+from ..sources.gpu_metadata import load_gpu_topology
+from ..sources.routes import read_default_route_devices
+from ..surfaces.eventlog import EventLog
+from .monitor import Monitor
+
+EXIT_OK, EXIT_STARTUP, EXIT_USAGE = 0, 1, 2
+PRIVATE_TMP_HINT = ("; if nichealthd runs as the installed service, note that it runs with "
+                    "PrivateTmp=yes: /tmp and /var/tmp are private to it, so put the tree "
+                    "elsewhere (e.g. /srv/nichealthd-sim)")
+
+
+def sandbox_hint(path: str) -> str:
+    """Why a path an operator sees may be missing for the service: PrivateTmp=."""
+    under_tmp = any(path == d or path.startswith(d + "/") for d in ("/tmp", "/var/tmp"))
+    return PRIVATE_TMP_HINT if under_tmp and not os.path.exists(path) else ""
+
+
+class StartupError(Exception):
+    """A start-up failure that is not a config error (exit 1); the text says what to do."""
+
+
+def load_topology(config: Config) -> Topology:
+    """GPU metadata (a hard dependency unless devices are pinned) and the default route."""
+    if config.nic_inclusion_regex_override:
+        gpus = GpuTopology.empty()
+    else:
+        try:
+            gpus = load_gpu_topology(config.metadata_path)
+        except MetadataError as exc:
+            raise StartupError(str(exc) + sandbox_hint(config.metadata_path)) from None
+    return Topology(gpus, read_default_route_devices(config.proc_root, config.sys_class_net))
+
+
+def prepare_state_dir(config: Config) -> None:
+    try:
+        os.makedirs(config.state_dir, exist_ok=True)
+    except OSError as exc:
+        raise StartupError(f"cannot create the state directory {config.state_dir}: "
+                           f"{exc.strerror} (run as root, or set --state-file to a writable "
+                           f"path)") from None
+    if not os.access(config.state_dir, os.W_OK):
+        raise StartupError(f"the state directory {config.state_dir} is not writable by this "
+                           f"user (set --state-file to a writable path)")
+
+
+@dataclass
+class Startup:
+    """Everything a validated start produced."""
+
+    config: Config
+    overrides: dict[str, Any]
+    monitor: Monitor
+    event_log: Optional[EventLog]
+
+
+def consumers(config: Config, event_log: Optional[EventLog]) -> list[str]:
+    """Journal consumers of this configuration (each keeps its own delivery cursor)."""
+    names = []
+    if event_log is not None and event_log.durable:
+        names.append(event_log.name)
+    if config.platform_connector_socket:
+        names.append("connector")
+    return names
+
+

@@ -1,0 +1,112 @@
+"""Reading the config file safely and turning it into a validated :class:`Config`.
+
+Whatever is at the path (a FIFO, ``/dev/zero``, a directory, invalid UTF-8, 5000-deep arrays,
+a 5000-digit number), the result is the parsed TOML or a :class:`ConfigError` naming the file
+and, where TOML or a simple scan gives one, the line: never another exception, never a hang
+and never an unbounded read.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional
+
+from ..core.config import Config, build_config
+from ..core.config_errors import ConfigError
+from ..core.config_lines import KeyLines
+from .safefile import UnusableFile, read_small_file
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python < 3.11 only
+    import tomli as tomllib
+
+MAX_CONFIG_BYTES = 1024 * 1024  # a real config is a few KiB
+_TOML_POSITION = re.compile(r"\s*\(at line (\d+), column (\d+)\)\s*$")
+_LONG_NUMBER = re.compile(r"[0-9a-fA-FxX_]{1000,}")
+
+
+@dataclass
+class ConfigFile:
+    """A parsed file: its TOML data and where its keys are."""
+
+    data: Dict[str, Any]
+    lines: KeyLines
+
+
+def read_config_file(path: str) -> Optional[ConfigFile]:
+    """The parsed file; None when it does not exist. Raises :class:`ConfigError`."""
+    raw = _read_bytes(path)
+    if raw is None:
+        return None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ConfigError.one(path, "", f"not valid UTF-8 (byte 0x{raw[exc.start]:02x}); "
+                                        f"TOML files are UTF-8 text", line, column) from None
+    return ConfigFile(_parse(path, text), KeyLines.scan(text))
+
+
+def _read_bytes(path: str) -> Optional[bytes]:
+    """Read a regular file of at most MAX_CONFIG_BYTES without blocking on a FIFO."""
+    try:
+        return read_small_file(path, MAX_CONFIG_BYTES)
+    except UnusableFile as exc:
+        problem = str(exc)
+        if problem.startswith("larger than"):
+            problem += "; not a config file"
+        raise ConfigError.one(path.replace("\0", "\\0"), "", problem) from None
+
+
+def _parse(path: str, text: str) -> Dict[str, Any]:
+    try:
+        data: Dict[str, Any] = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        position = _TOML_POSITION.search(message)
+        if position is None:
+            raise ConfigError.one(path, "", f"not valid TOML: {message}") from None
+        raise ConfigError.one(path, "", f"not valid TOML: {message[:position.start()]}",
+                              int(position.group(1)), int(position.group(2))) from None
+    except RecursionError:
+        raise ConfigError.one(path, "", "not valid TOML: arrays or inline tables nested "
+                                        "too deeply", _line_of_most(text, "[{")) from None
+    except ValueError:  # a number longer than Python converts (sys.int_info)
+        line = next((n for n, text_line in enumerate(text.splitlines(), 1)
+                     if _LONG_NUMBER.search(text_line)), None)
+        raise ConfigError.one(path, "", "not valid TOML: a number with too many digits",
+                              line) from None
+    return data
+
+
+def _line_of_most(text: str, characters: str) -> Optional[int]:
+    """The line holding the most of ``characters`` (where a deep nesting opens)."""
+    best, where = 0, None
+    for number, line in enumerate(text.splitlines(), 1):
+        count = sum(line.count(c) for c in characters)
+        if count > best:
+            best, where = count, number
+    return where
+
+
+def load_config(path: Optional[str], overrides: Optional[Mapping[str, Any]] = None,
+                *, must_exist: bool = False) -> Config:
+    """Load ``path`` (missing file = built-in defaults unless ``must_exist``), apply overrides.
+
+    ``overrides`` uses the config keys (camelCase); command-line flags arrive this way so
+    that they are validated exactly like the file. Raises :class:`ConfigError` and nothing
+    else, whatever the file holds.
+    """
+    data: Mapping[str, Any] = {}
+    lines = KeyLines()
+    if path:
+        parsed = read_config_file(path)
+        if parsed is None and must_exist:
+            raise ConfigError.one(path, "", "file not found")
+        if parsed is not None:
+            data, lines = parsed.data, parsed.lines
+    return build_config(data, path, overrides or {}, lines)

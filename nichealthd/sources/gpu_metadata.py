@@ -1,0 +1,59 @@
+"""Reading the NVSentinel GPU metadata file (spec §12.2) into a :class:`GpuTopology`.
+
+The file is read like every file of unknown provenance (:mod:`.safefile`): a FIFO, a device,
+a huge or deeply nested file is a :class:`MetadataError` naming the file, never a hang.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..core.topology import GpuTopology, MetadataError
+from .safefile import UnusableFile, read_small_file
+
+MAX_METADATA_BYTES = 16 * 1024 * 1024  # a 72-GPU host's file is a few hundred KiB
+
+
+def load_gpu_topology(path: str) -> GpuTopology:
+    """Read the metadata file; raise :class:`MetadataError` naming the file and what is missing."""
+    hint = ("it is written by the NVSentinel metadata collector; start the collector, or set "
+            "nicInclusionRegexOverride to pin the devices to monitor by hand")
+    try:
+        raw = read_small_file(path, MAX_METADATA_BYTES)
+    except UnusableFile as exc:
+        raise MetadataError(f"GPU metadata file {path} {exc}") from None
+    if raw is None:
+        raise MetadataError(f"GPU metadata file {path} does not exist ({hint})")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise MetadataError(f"GPU metadata file {path} is not valid JSON: {reason}") from None
+    if not isinstance(data, dict):
+        raise MetadataError(f"GPU metadata file {path}: top level is not an object")
+    gpus = data.get("gpus")
+    if not isinstance(gpus, list) or not gpus:
+        raise MetadataError(f"GPU metadata file {path}: 'gpus' is missing or empty ({hint})")
+    numa: set[int] = set()
+    addresses: list[str] = []
+    for index, gpu in enumerate(gpus):
+        if not isinstance(gpu, dict) or not isinstance(gpu.get("numa_node"), int):
+            raise MetadataError(f"GPU metadata file {path}: gpus[{index}].numa_node is missing")
+        if gpu["numa_node"] >= 0:
+            numa.add(gpu["numa_node"])
+        addresses.append(str(gpu.get("pci_address", "")))
+    if not numa:
+        raise MetadataError(
+            f"GPU metadata file {path}: every GPU has numa_node -1, so management NICs cannot be "
+            f"told apart from compute NICs ({hint})")
+    topology = data.get("nic_topology")
+    if not isinstance(topology, dict) or not topology:
+        raise MetadataError(f"GPU metadata file {path}: 'nic_topology' is missing or empty "
+                            f"({hint})")
+    matrix = {}
+    for nic, levels in topology.items():
+        if not isinstance(levels, list) or not all(isinstance(v, str) for v in levels):
+            raise MetadataError(f"GPU metadata file {path}: nic_topology[{nic!r}] is not a list "
+                                f"of topology levels")
+        matrix[str(nic)] = tuple(levels)
+    return GpuTopology(frozenset(numa), tuple(addresses), matrix)

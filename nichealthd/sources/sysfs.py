@@ -1,0 +1,684 @@
+"""Reading sysfs: device discovery and per-poll reads into an immutable :class:`HostSnapshot`.
+
+This is the only module that touches /sys. It never raises on bad content: a missing file is
+ABSENT, anything else that cannot be used is :class:`Unreadable` with a reason, logged once.
+
+Cost matters on hosts polled every second: the attribute files are opened once and re-read
+with ``pread(fd, …, 0)`` (sysfs regenerates the value on every read at offset 0), so a
+steady-state counter value costs one syscall. Discovery (listing devices and ports, static
+attributes, GIDs) runs only when the device list changes, when a cached file goes away, and
+every ``REDISCOVER_SECONDS`` as a safety net. Files that fail with EINVAL (restricted
+functions, where each read logs a kernel error — REFERENCE §3) are remembered and not read
+again.
+
+Open files are budgeted (:func:`fd_budget`, from the soft ``RLIMIT_NOFILE``): files beyond the
+budget are read with open/read/close each poll instead of being kept open, so a host with
+hundreds of devices stays monitored under a small limit, at two extra syscalls per such read.
+Every attribute is opened with ``O_NONBLOCK``: a FIFO put in place of a sysfs file reads as
+unreadable instead of hanging the poll.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import functools
+import logging
+import os
+import resource
+import time
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Callable, Iterable, Mapping, Optional, Union
+
+from ..core.config import Config, CounterSpec
+from ..core.model import (
+    ABSENT,
+    CounterKind,
+    CounterReading,
+    DeviceSnapshot,
+    HostSnapshot,
+    PortSnapshot,
+    Unreadable,
+)
+
+log = logging.getLogger("nichealthd.sysfs")
+
+REDISCOVER_SECONDS = 60.0
+MAX_COUNTER = 2**64 - 1
+GID_SCAN_LIMIT = 32
+_GONE = (errno.ENOENT, errno.ENODEV, errno.ESTALE, errno.ENXIO)
+_READ_SIZE = 128
+# O_NONBLOCK: a FIFO (or anything else that blocks on open) must not hang the poll; sysfs
+# attributes ignore the flag.
+_OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
+_FD_EXHAUSTED = (errno.EMFILE, errno.ENFILE)
+# File descriptors left for everything but kept sysfs files: D-Bus, gRPC, the metrics HTTP
+# server and its clients, the journal, the state and outbox files, discovery's own reads.
+FD_RESERVE = 128
+
+
+def fd_budget(soft_limit: Optional[int] = None) -> Optional[int]:
+    """How many sysfs files may be kept open under the soft NOFILE limit (None: no limit).
+
+    The reserve is ``FD_RESERVE`` or an eighth of the limit, whichever is larger, so a big
+    limit also leaves room for many metrics clients; a limit at or below the reserve keeps
+    nothing open (every read is open/read/close).
+    """
+    if soft_limit is None:
+        soft_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft_limit == resource.RLIM_INFINITY or soft_limit < 0:
+        return None
+    return max(0, soft_limit - max(FD_RESERVE, soft_limit // 8))
+
+
+def parse_decimal(text: str, signed: bool = False) -> Optional[int]:
+    """An ASCII decimal integer, or None: never raises (``--1``, ``²``, ``1e3`` are None).
+
+    ``str.isdigit`` accepts superscripts that ``int()`` rejects, and ``int()`` accepts
+    underscores, spaces and non-ASCII digits that sysfs never prints, so both are avoided.
+    """
+    digits = text[1:] if signed and text.startswith("-") else text
+    if not digits or not digits.isascii() or not digits.isdecimal():
+        return None
+    return int(text)
+
+
+class ProblemLog:
+    """Logs a problem once per key until it clears, so a broken file cannot flood the log."""
+
+    def __init__(self, logger: logging.Logger = log) -> None:
+        self._logger = logger
+        self._active: dict[str, str] = {}
+
+    def report(self, key: str, message: str, level: int = logging.WARNING) -> None:
+        if self._active.get(key) != message:
+            self._active[key] = message
+            self._logger.log(level, "%s", message)
+
+    def clear(self, key: str, message: Optional[str] = None) -> None:
+        if self._active.pop(key, None) is not None:
+            self._logger.info("%s", message or f"{key}: readable again")
+
+    @property
+    def active(self) -> int:
+        return len(self._active)
+
+
+class AttributeFiles:
+    """Open-once, pread-many access to small attribute files.
+
+    ``opener``/``preader`` default to the os functions; tests inject failures that cannot be
+    produced with regular files (EINVAL, EIO from firmware queries).
+    """
+
+    def __init__(self, opener: Callable[[str, int], int] = os.open,
+                 preader: Callable[[int, int, int], bytes] = os.pread,
+                 budget: Optional[int] = None) -> None:
+        self._open = opener
+        self._pread = preader
+        self._fds: dict[str, int] = {}
+        self.reads = 0
+        # At most this many files stay open (None: all); the rest are opened for each read.
+        self.budget = budget
+        self.transient_reads = 0
+
+    def read(self, path: str) -> bytes:
+        """Current content; raises OSError (ENOENT when the file does not exist)."""
+        fd = self._fds.get(path)
+        if fd is None:
+            fd = self._open_file(path)
+            if self.budget is not None and len(self._fds) >= self.budget:
+                return self._read_once(path, fd)
+            self._fds[path] = fd
+        self.reads += 1
+        try:
+            return self._pread(fd, _READ_SIZE, 0)
+        except OSError:
+            # Reopen on the next read: the file may have been replaced (ENODEV, ESTALE) or
+            # repaired, and a failing file is rare enough that the extra open costs nothing.
+            self.forget(path)
+            raise
+
+    def _open_file(self, path: str) -> int:
+        """Open ``path``; when the process is out of fds, keep fewer open and try once more."""
+        try:
+            return self._open(path, _OPEN_FLAGS)
+        except OSError as exc:
+            if exc.errno not in _FD_EXHAUSTED or not self._fds:
+                raise
+        # The limit is smaller than the budget assumed (fds used elsewhere): shed an eighth
+        # of the kept files (at least 16) for good, so this does not repeat every poll.
+        shed = max(16, len(self._fds) // 8)
+        self.budget = max(0, len(self._fds) - shed)
+        for kept in list(self._fds)[self.budget:]:
+            self.forget(kept)
+        return self._open(path, _OPEN_FLAGS)
+
+    def _read_once(self, path: str, fd: int) -> bytes:
+        """A read that does not fit the budget: the file is closed again at once."""
+        self.reads += 1
+        self.transient_reads += 1
+        try:
+            return self._pread(fd, _READ_SIZE, 0)
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def __contains__(self, path: str) -> bool:
+        return path in self._fds
+
+    def retain(self, paths: Iterable[str]) -> None:
+        """Close every cached file that is not in ``paths`` (the new discovery's plan)."""
+        keep = set(paths)
+        for path in [p for p in self._fds if p not in keep]:
+            self.forget(path)
+
+    def forget(self, path: str) -> None:
+        fd = self._fds.pop(path, None)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def close(self) -> None:
+        for path in list(self._fds):
+            self.forget(path)
+
+    @property
+    def open_files(self) -> int:
+        return len(self._fds)
+
+
+def parse_counter(raw: bytes) -> Union[int, Unreadable]:
+    """A counter is one unsigned decimal integer on the first line, at most 2^64-1."""
+    if raw.isascii():  # fast path for the common case, no str copy; anything else below
+        first = raw.split(b"\n", 1)[0].strip()
+        if first.isdigit():
+            number = int(first)
+            if number <= MAX_COUNTER:
+                return number
+    try:
+        text = raw.decode("ascii").split("\n", 1)[0].strip()
+    except UnicodeDecodeError:
+        return Unreadable("not ASCII text")
+    if not text:
+        return Unreadable("empty")
+    if not text.isdigit():
+        return Unreadable(f"not a non-negative integer: {text[:40]!r}")
+    value = int(text)
+    if value > MAX_COUNTER:
+        return Unreadable(f"larger than 2^64-1: {text[:40]}")
+    return value
+
+
+# IB PMA PortCounters widths (IBTA vol. 1 §16.1.3.5): under ``counters/`` these stick at
+# all-ones instead of wrapping (REFERENCE §3). The others there are 64-bit extended counters.
+PMA_WIDTHS = {
+    "symbol_error": 16,
+    "port_rcv_errors": 16,
+    "port_xmit_discards": 16,
+    "port_rcv_remote_physical_errors": 16,
+    "port_rcv_switch_relay_errors": 16,
+    "VL15_dropped": 16,
+    "link_downed": 8,
+    "link_error_recovery": 8,
+    "port_rcv_constraint_errors": 8,
+    "port_xmit_constraint_errors": 8,
+    "local_link_integrity_errors": 4,
+    "excessive_buffer_overrun_errors": 4,
+    "port_xmit_wait": 32,
+}
+HW_COUNTER_WIDTH = 32  # mlx5 hw_counters are 32-bit firmware counters that wrap
+
+
+@functools.lru_cache(maxsize=8192)
+def counter_kind(path: str) -> CounterKind:
+    """What the counter file at ``path`` is, from its directory and name (decided once, at
+    discovery: the evaluator gets it as data on the snapshot)."""
+    directory, name = os.path.split(path)
+    parent = os.path.basename(directory)
+    if parent == "counters" and name in PMA_WIDTHS:
+        return CounterKind(name, PMA_WIDTHS[name], saturating=True)
+    if parent == "hw_counters":
+        return CounterKind(name, HW_COUNTER_WIDTH)
+    return CounterKind(name)
+
+
+@dataclass
+class _PortPlan:
+    device: str
+    port: int
+    directory: str
+    netdev: Optional[str]
+    counter_files: dict[str, str] = field(default_factory=dict)  # counter name -> path
+    counter_kinds: dict[str, CounterKind] = field(default_factory=dict)  # name -> its kind
+    gid_count: Optional[int] = None
+    # A port's link layer is fixed while its device is registered (an IB/Ethernet change
+    # re-creates the device), so it is read until known, then not again.
+    link_layer: Optional[str] = None
+    # Built once at discovery so a poll does no path arithmetic: the four port attributes,
+    # the netdev's operstate, and (config name, path or None) in config order.
+    attribute_paths: tuple[str, str, str, str] = ("", "", "", "")
+    operstate_path: Optional[str] = None
+    counter_reads: tuple[tuple[str, Optional[str]], ...] = ()
+    counter_paths: tuple[str, ...] = ()  # each counter file once (two entries may share one)
+    # The raw bytes of the last clean read of the counter files and what they parsed to: a
+    # port read again with the same bytes reuses the mapping (and the evaluator then knows
+    # it is unchanged at a glance).
+    last_raw: Optional[list[Union[bytes, OSError, None]]] = None
+    last_counters: Mapping[str, CounterReading] = field(default_factory=dict)
+
+
+@dataclass
+class _DevicePlan:
+    info: DeviceSnapshot
+    ports: list[_PortPlan]
+
+
+class SysfsReader:
+    """Discovers devices and reads one :class:`HostSnapshot` per poll."""
+
+    def __init__(self, config: Config, files: Optional[AttributeFiles] = None,
+                 problems: Optional[ProblemLog] = None,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self.files = files or AttributeFiles(budget=fd_budget())
+        self.problems = problems or ProblemLog()
+        self._monotonic = monotonic
+        self._plans: list[_DevicePlan] = []
+        self._names: Optional[frozenset[str]] = None
+        self._discovered_at = float("-inf")
+        self._dirty = True
+        self._boot_id: Optional[str] = None  # constant for the life of the process
+        self.einval: set[str] = set()
+        # Devices whose counters are not read (management NICs, excluded devices): the
+        # monitor sets this from the roles, so no firmware query is spent on them.
+        self.skip_counters: frozenset[str] = frozenset()
+        self.unreadable_reads = 0
+        self.discoveries = 0
+        self._fd_exhausted = False  # this poll saw EMFILE/ENFILE (logged once, not per file)
+
+    # ----------------------------------------------------------------- public
+
+    def reconfigure(self, config: Config) -> None:
+        """Apply a reloaded config: counters or paths may have changed, so rediscover."""
+        self.config = config
+        self._dirty = True
+
+    def observe(self, now: datetime) -> HostSnapshot:
+        """Read everything one poll needs. Never raises on bad sysfs content."""
+        boot_id = self._boot_id or self._read_boot_id()
+        names = self._list_devices()
+        if names is None:
+            return HostSnapshot(now, boot_id, (), complete=False)
+        discovered = (self._dirty or names != self._names
+                      or self._monotonic() - self._discovered_at >= REDISCOVER_SECONDS)
+        if discovered:
+            self._discover(names)
+        self._fd_exhausted = False
+        reads, transient = self.files.reads, self.files.transient_reads
+        devices = tuple(self._read_device(plan) for plan in self._plans)
+        if discovered:
+            self._report_budget(self.files.reads - reads, self.files.transient_reads - transient)
+        if not self._fd_exhausted:
+            self.problems.clear("fd-exhausted", "file descriptors are available again")
+        complete = all(plan.info.ports_listed or plan.info.is_vf for plan in self._plans)
+        return HostSnapshot(now, boot_id, devices, complete=complete)
+
+    def observe_boot_id(self) -> Optional[str]:
+        """The host boot ID (None when unreadable, logged once)."""
+        return self._read_boot_id()
+
+    def counter_availability(self) -> tuple[list[str], list[str]]:
+        """(available, unavailable) counter names over all monitored ports, for the start log."""
+        available: set[str] = set()
+        wanted = {c.name for c in self.config.active_counters}
+        for plan in self._plans:
+            if plan.info.is_vf:
+                continue
+            for port in plan.ports:
+                available.update(port.counter_files)
+        return sorted(available), sorted(wanted - available)
+
+    def close(self) -> None:
+        self.files.close()
+
+    # ------------------------------------------------------------- discovery
+
+    def _list_devices(self) -> Optional[frozenset[str]]:
+        try:
+            return frozenset(os.listdir(self.config.sys_class_infiniband))
+        except FileNotFoundError:
+            self.problems.report("class", f"{self.config.sys_class_infiniband} does not exist; "
+                                 "no RDMA devices are visible (holding the last known state)")
+        except OSError as exc:
+            self.problems.report("class", f"cannot list {self.config.sys_class_infiniband}: "
+                                 f"{exc.strerror} (holding the last known state)")
+        return None
+
+    def _discover(self, names: frozenset[str]) -> None:
+        """Build the read plan again, keeping the fds of files that are still polled.
+
+        Keeping them is safe on sysfs: a file of a device that went away (or was re-created
+        under the same name) fails with ENODEV, which reopens it and makes the next poll
+        discover afresh, so a re-discovery costs no close/open pair per polled file.
+        """
+        self.problems.clear("class")
+        # The periodic safety net (nothing seen to change) only re-lists ports, netdevs and
+        # counter files and re-scans RoCE GID tables. What is fixed while a device stays
+        # registered (hardware facts, link layers, InfiniBand GID tables, which follow the port
+        # GUID) is carried over: re-reading it costs ~100 syscalls per port.
+        periodic = not self._dirty and names == self._names
+        previous = {plan.info.name: plan for plan in self._plans} if periodic else {}
+        self._plans = [self._discover_device(name, previous.get(name))
+                       for name in sorted(names)]
+        self.files.retain(path for plan in self._plans for port in plan.ports
+                          for path in _polled_paths(port))
+        self._names = names
+        self._discovered_at = self._monotonic()
+        self._dirty = False
+        self.discoveries += 1
+
+    def _report_budget(self, total: int, transient: int) -> None:
+        """One line when the open-file budget cannot keep every polled file open.
+
+        Judged on the first poll after a discovery (what was really read), so the line
+        changes only when the device set does.
+        """
+        if not transient:
+            self.problems.clear("fd-budget", "every polled sysfs file is kept open again")
+            return
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        self.problems.report(
+            "fd-budget", f"{transient} of {total} sysfs files are read without keeping "
+            f"them open (open-file limit {soft}, {self.files.budget} kept open): each such "
+            "read costs "
+            "an open and a close; raise the limit (LimitNOFILE= in the systemd unit, "
+            "ulimit -n) to keep them all open")
+
+    def _discover_device(self, name: str, previous: Optional[_DevicePlan] = None
+                         ) -> _DevicePlan:
+        base = os.path.join(self.config.sys_class_infiniband, name)
+        pci = os.path.join(base, "device")
+        if previous is not None and _facts_complete(previous.info):
+            facts = previous.info
+        else:
+            facts = _read_facts(name, base, pci)
+        netdevs = tuple(sorted(_listdir(os.path.join(pci, "net")) or ()))
+        port_names = None if facts.is_vf else _listdir(os.path.join(base, "ports"))
+        known = {port.port: port for port in previous.ports} if previous else {}
+        ports = []
+        for port_name in sorted(port_names or (), key=_port_sort_key):
+            number = parse_decimal(port_name)
+            if number is not None:
+                ports.append(self._discover_port(name, number,
+                                                 os.path.join(base, "ports", port_name),
+                                                 pci, netdevs, known.get(number)))
+        if port_names is None and not facts.is_vf:
+            self.problems.report(f"{name}:ports", f"{name}: cannot list {base}/ports; its "
+                                 "ports are unknown this poll (holding their last state)")
+        info = replace(facts, netdevs=netdevs,
+                       ports_listed=port_names is not None or facts.is_vf)
+        return _DevicePlan(info, ports)
+
+    def _discover_port(self, device: str, port: int, directory: str, pci: str,
+                       netdevs: tuple[str, ...], previous: Optional[_PortPlan] = None
+                       ) -> _PortPlan:
+        netdev = _netdev_for_port(pci, netdevs, port)
+        if previous is not None and previous.link_layer is not None:
+            link_layer: Optional[str] = previous.link_layer
+        else:
+            link_layer = _read_text(os.path.join(directory, "link_layer"))
+        if previous is not None and link_layer == "InfiniBand":
+            gid_count = previous.gid_count
+        else:
+            gid_count = _count_gids(directory)
+        plan = _PortPlan(device, port, directory, netdev, gid_count=gid_count,
+                         link_layer=link_layer)
+        for spec in self.config.active_counters:
+            path = self._counter_path(spec, directory, netdev)
+            if path is None:
+                continue
+            # What the counter is does not change while its file is briefly absent: the
+            # evaluator keeps judging (and keeps the saturation record of) a known kind.
+            plan.counter_kinds[spec.name] = counter_kind(path)
+            if path not in self.einval and (path in self.files or os.path.exists(path)):
+                plan.counter_files[spec.name] = path
+        plan.attribute_paths = (os.path.join(directory, "state"),
+                                os.path.join(directory, "phys_state"),
+                                os.path.join(directory, "link_layer"),
+                                os.path.join(directory, "rate"))
+        if netdev:
+            plan.operstate_path = os.path.join(self.config.sys_class_net, netdev, "operstate")
+        plan.counter_reads = tuple((spec.name, plan.counter_files.get(spec.name))
+                                   for spec in self.config.active_counters)
+        plan.counter_paths = tuple(dict.fromkeys(plan.counter_files.values()))
+        return plan
+
+    def _counter_path(self, spec: CounterSpec, port_dir: str, netdev: Optional[str]
+                      ) -> Optional[str]:
+        """Resolve a configured path: relative to the port, or absolute re-rooted to sysfs."""
+        path = spec.path
+        if not path.startswith("/"):
+            return os.path.join(port_dir, path)
+        if "{interface}" in path:
+            if netdev is None:
+                return None
+            path = path.replace("{interface}", netdev)
+        return self._reroot(path)
+
+    def _reroot(self, path: str) -> str:
+        for prefix, replacement in (("/sys/class/net/", self.config.sys_class_net),
+                                    ("/sys/class/infiniband/",
+                                     self.config.sys_class_infiniband),
+                                    ("/sys/", self.config.sysfs_root)):
+            if path.startswith(prefix):
+                return os.path.join(replacement, path[len(prefix):])
+        return path
+
+    # ------------------------------------------------------------------ reads
+
+    def _read_device(self, plan: _DevicePlan) -> DeviceSnapshot:
+        if plan.info.is_vf:
+            return plan.info
+        ports = tuple(self._read_port(plan, port) for port in plan.ports)
+        return replace(plan.info, ports=ports)
+
+    def _read_port(self, device: _DevicePlan, plan: _PortPlan) -> PortSnapshot:
+        attribute = self._attribute
+        state_path, phys_path, layer_path, rate_path = plan.attribute_paths
+        state = attribute(state_path)
+        phys_state = attribute(phys_path)
+        link_layer = plan.link_layer
+        if link_layer is None:
+            link_layer = plan.link_layer = attribute(layer_path)
+        rate = attribute(rate_path)
+        operstate = None
+        if plan.operstate_path and link_layer == "Ethernet":
+            operstate = attribute(plan.operstate_path)
+        counters = {} if plan.device in self.skip_counters else self._read_counters(plan)
+        return PortSnapshot(
+            device=plan.device, port=plan.port, link_layer=link_layer, state=state,
+            phys_state=phys_state, rate=rate, operstate=operstate, netdev=plan.netdev,
+            gid_count=plan.gid_count, counters=counters, counter_paths=plan.counter_files,
+            counter_kinds=plan.counter_kinds)
+
+    def _attribute(self, path: str) -> Optional[str]:
+        """A text attribute; None (unknown) when it cannot be read, logged once."""
+        try:
+            raw = self.files.read(path)
+        except OSError as exc:
+            self._failed(path, exc)
+            return None
+        try:
+            text = raw.decode("ascii").split("\n", 1)[0].strip()
+        except UnicodeDecodeError:
+            text = ""
+        if not text:
+            self.unreadable_reads += 1
+            self.problems.report(path, f"{path}: empty or not text; value unknown this poll")
+            return None
+        self.problems.clear(path)
+        return text
+
+    def _read_counters(self, plan: _PortPlan) -> Mapping[str, CounterReading]:
+        """Every configured counter of a port: name -> value, ABSENT or Unreadable."""
+        raws: list[Union[bytes, OSError, None]] = []
+        einval, read = self.einval, self.files.read
+        for path in plan.counter_paths:
+            if path in einval:
+                raws.append(None)
+                continue
+            try:
+                raws.append(read(path))
+            except OSError as exc:
+                raws.append(exc)  # never equal to a last read: the port is parsed afresh
+        if raws == plan.last_raw:
+            return plan.last_counters
+        values = {path: self._counter(path, raw) for path, raw in zip(plan.counter_paths, raws)}
+        counters = {name: ABSENT if path is None else values[path]
+                    for name, path in plan.counter_reads}
+        clean = all(isinstance(raw, bytes) and isinstance(values[path], int) or raw is None
+                    for path, raw in zip(plan.counter_paths, raws))
+        plan.last_raw = raws if clean else None
+        plan.last_counters = counters
+        return counters
+
+    def _counter(self, path: str, raw: Union[bytes, OSError, None]) -> CounterReading:
+        """Parse one counter read (None: a file remembered for EINVAL, not read)."""
+        if raw is None:
+            return Unreadable("EINVAL (not read again)")
+        if isinstance(raw, OSError):
+            exc = raw
+            if exc.errno == errno.EINVAL:
+                self.einval.add(path)
+                self.files.forget(path)
+                self.problems.report(path, f"{path}: read fails with EINVAL (a restricted "
+                                     "function); this counter will not be read again")
+                return Unreadable("EINVAL")
+            if exc.errno == errno.ENOENT:
+                self._dirty = True
+                return ABSENT
+            self._failed(path, exc)
+            return Unreadable(exc.strerror or str(exc))
+        value = parse_counter(raw)
+        if isinstance(value, Unreadable):
+            self.unreadable_reads += 1
+            self.problems.report(path, f"{path}: {value.reason}; counter skipped this poll")
+        else:
+            self.problems.clear(path)
+        return value
+
+    def _failed(self, path: str, exc: OSError) -> None:
+        self.unreadable_reads += 1
+        if exc.errno in _FD_EXHAUSTED:  # one line for the whole host, not one per file
+            self._fd_exhausted = True
+            self.problems.report("fd-exhausted", "out of file descriptors (EMFILE/ENFILE): "
+                                 "some sysfs values are unknown this poll; raise the open-file "
+                                 "limit (LimitNOFILE= in the systemd unit)")
+            return
+        if exc.errno in _GONE:
+            self._dirty = True  # the device or port may be gone: rediscover next poll
+        self.problems.report(path, f"{path}: {exc.strerror or exc}; value unknown this poll")
+
+    def _read_boot_id(self) -> Optional[str]:
+        text = _read_text(self.config.boot_id_path)
+        if not text:
+            self.problems.report("boot_id", f"cannot read the boot ID from "
+                                 f"{self.config.boot_id_path}")
+            return None
+        self.problems.clear("boot_id")
+        self._boot_id = text
+        return text
+
+
+def _read_facts(name: str, base: str, pci: str) -> DeviceSnapshot:
+    """A device's hardware facts, fixed while it stays registered (ports come later)."""
+    uevent = _read_text(os.path.join(pci, "uevent"), whole=True) or ""
+    slot = next((line.split("=", 1)[1] for line in uevent.splitlines()
+                 if line.startswith("PCI_SLOT_NAME=")), None)
+    numa_text = _read_text(os.path.join(pci, "numa_node"))
+    numa = parse_decimal(numa_text, signed=True) if numa_text else None
+    try:
+        driver: Optional[str] = os.path.basename(os.readlink(os.path.join(pci, "driver")))
+    except OSError:
+        driver = None
+    return DeviceSnapshot(
+        name=name,
+        hca_type=_read_text(os.path.join(base, "hca_type")),
+        fw_ver=_read_text(os.path.join(base, "fw_ver")),
+        board_id=_read_text(os.path.join(base, "board_id")),
+        node_guid=_read_text(os.path.join(base, "node_guid")),
+        pci_address=slot,
+        numa_node=numa,
+        driver=driver,
+        vendor=_read_text(os.path.join(pci, "vendor")),
+        is_vf=os.path.lexists(os.path.join(pci, "physfn")),
+    )
+
+
+def _facts_complete(info: DeviceSnapshot) -> bool:
+    """Whether every fact was readable (a partly unreadable device is read again)."""
+    return None not in (info.hca_type, info.fw_ver, info.board_id, info.node_guid,
+                        info.pci_address, info.numa_node, info.driver, info.vendor)
+
+
+def _polled_paths(plan: _PortPlan) -> Iterable[str]:
+    """Every file a poll reads for one port."""
+    yield from plan.attribute_paths
+    if plan.operstate_path:
+        yield plan.operstate_path
+    yield from plan.counter_files.values()
+
+
+def _read_text(path: str, whole: bool = False) -> Optional[str]:
+    """A small file's text (first line unless ``whole``); None when it cannot be read.
+
+    Three syscalls (open, read, close): discovery reads hundreds of these on a big host.
+    """
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+        try:
+            raw = os.read(fd, 4096)
+        finally:
+            os.close(fd)
+    except OSError:
+        return None
+    text = raw.decode("ascii", errors="replace")
+    return text.strip() if whole else text.split("\n", 1)[0].strip() or None
+
+
+def _listdir(path: str) -> Optional[list[str]]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return None
+
+
+def _port_sort_key(name: str) -> tuple[int, str]:
+    number = parse_decimal(name)
+    return (number, "") if number is not None else (1 << 30, name)
+
+
+def _netdev_for_port(pci: str, netdevs: Iterable[str], port: int) -> Optional[str]:
+    """The netdev of a port: ``dev_port`` is the 0-based port index; else the first netdev."""
+    netdevs = list(netdevs)
+    for name in netdevs:
+        dev_port = _read_text(os.path.join(pci, "net", name, "dev_port"))
+        if dev_port is not None and parse_decimal(dev_port) == port - 1:
+            return name
+    return netdevs[0] if netdevs else None
+
+
+def _count_gids(port_dir: str) -> Optional[int]:
+    """Non-zero GIDs among the first entries of ``gids/`` (an empty table breaks RoCE)."""
+    names = _listdir(os.path.join(port_dir, "gids"))
+    if names is None:
+        return None
+    count = 0
+    numbered = ((parse_decimal(n), n) for n in names)
+    for _, name in sorted((i, n) for i, n in numbered if i is not None)[:GID_SCAN_LIMIT]:
+        gid = _read_text(os.path.join(port_dir, "gids", name)) or ""
+        if gid.replace("0", "").replace(":", ""):
+            count += 1
+    return count

@@ -1,0 +1,1 @@
+"""Durable storage: the state file and the event journal (outbox), written so nothing is lost."""

@@ -1,0 +1,78 @@
+"""What a plug-in service receives: a typed context, not the daemon and its internals.
+
+Services (D-Bus API, metrics, platform connector) read the running configuration, the view of
+the last completed poll and the poll loop's counters through these accessors, use the journal,
+and publish or request through callbacks. Every value they get is immutable or owned by them,
+so nothing they do can change the monitor's state between two polls.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Callable, Mapping, Optional
+
+from ..core.config import Config
+from ..core.evaluate import CycleResult
+from ..core.model import HostSnapshot
+from ..core.state import MonitorState
+from ..core.views import monitored_port_keys
+from ..storage.store import Journal, JournalEntry
+from .connector.status import ConnectorStatus
+
+
+@dataclass
+class PollOutcome:
+    """What one cycle did; the daemon's views and notifier read it."""
+
+    result: CycleResult
+    snapshot: HostSnapshot
+    committed: list[JournalEntry] = field(default_factory=list)
+    duration: float = 0.0
+    commit_error: Optional[str] = None
+
+    @functools.cached_property
+    def monitored_ports(self) -> frozenset[str]:
+        """Port-state keys of the monitored ports (the status line and D-Bus both ask)."""
+        return frozenset(monitored_port_keys(self.snapshot, self.result))
+
+
+@dataclass(frozen=True)
+class View:
+    """The last completed poll with the committed state and the config it ran under."""
+
+    outcome: PollOutcome
+    state: MonitorState
+    config: Config
+
+
+@dataclass(frozen=True)
+class PollStats:
+    """The poll loop's counters and times, one consistent value (``/metrics``, ``/healthz``)."""
+
+    polls: int
+    started_at: float  # wall clock (time.time) of the start
+    last_poll_monotonic: Optional[float]  # when the last poll completed (time.monotonic)
+    last_poll_wall: Optional[datetime]  # when the last poll read sysfs
+    failing: str  # what fails now (reading, evaluating, committing), "" while all works
+    failures: Mapping[str, int]  # failed polls per cause since start
+    unreadable_reads: int
+    einval_files: int
+
+
+@dataclass(frozen=True)
+class ServiceContext:
+    """Accessors and callbacks a service may use (see :class:`~nichealthd.runtime.service.Service`).
+    """
+
+    journal: Journal
+    config_path: str
+    config: Callable[[], Config]  # the running config (a reload replaces it)
+    view: Callable[[], Optional[View]]  # None before the first completed poll
+    stats: Callable[[], PollStats]
+    status: Callable[[], dict[str, Any]]  # the status dict of D-Bus and nichealthctl
+    reload_error: Callable[[], str]  # why the last reload was rejected, "" if it was not
+    request_reload: Callable[[], None]
+    connector: Callable[[], ConnectorStatus]
+    publish_connector: Callable[[ConnectorStatus], None]  # the connector's status callback

@@ -1,0 +1,508 @@
+"""Prometheus ``/metrics`` and ``/healthz``: every port, counter and the daemon itself.
+
+The families are built on each scrape by a custom collector from the picture the last poll
+left behind (snapshot, evaluation, committed state) through the same :mod:`views` records that
+D-Bus and ``nichealthctl`` use. So a scrape never touches sysfs, never disagrees with the other
+surfaces, and a port, counter file or device that disappears simply stops having series —
+there are no long-lived labelled children to clean up. Naming follows node_exporter's
+infiniband collector (state id, physical state id, rate in bytes/s, raw counters, an info
+series; a missing file gives no series, never 0) under the ``nichealthd_`` prefix.
+
+The HTTP server runs in daemon threads (prometheus-client's WSGI app behind a threading
+``wsgiref`` server), so neither a slow scraper nor the work of building the families can
+delay the event loop or the poller. The loop publishes one immutable picture per poll in
+:meth:`MetricsService.on_poll`; the server threads only read it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import selectors
+import socket
+import socketserver
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.utils import floatToGoString
+
+from .. import __version__
+from ..core.checks.ports import split_state
+from ..core.config import Config
+from ..core.health import UNCABLED
+from ..core.state import DEGRADED, FATAL, HEALTHY, SUPPRESSED, MonitorState
+from ..core.views import (
+    assess_host,
+    counter_records,
+    device_records,
+    port_records,
+)
+from .context import PollOutcome
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .context import ServiceContext
+
+log = logging.getLogger("nichealthd.metrics")
+
+PREFIX = "nichealthd_"
+# Not ``nichealthd_counter_value`` / ``_counter_breached``: promtool's linter rejects a metric
+# name that contains a type name (``_counter_``), and passing promtool is part of the contract.
+STALE_INTERVALS = 3
+CLOSE_WAIT_SECONDS = 5.0  # for the HTTP thread to leave its wait when the server closes
+# A normal listen backlog (socketserver's default is 5); the kernel caps it at somaxconn.
+LISTEN_BACKLOG = max(128, socket.SOMAXCONN)
+CLIENT_TIMEOUT = 10.0  # a client that sends nothing for this long is dropped
+CLIENT_ERROR_LOG_SECONDS = 60.0  # at most one line a minute about clients that misbehave
+# Poll cycles take about a millisecond per 8 devices; a hung sysfs read takes seconds.
+DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                    2.5, 5.0, 10.0)
+# Uncabled-at-first-sight ports (suppressed) are not reported by the daemon: they count as 0.
+HEALTH_VALUE = {HEALTHY: 0, SUPPRESSED: 0, UNCABLED: 0, DEGRADED: 1, FATAL: 2}
+_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)b/s(?:ec)?\b", re.IGNORECASE)
+_RATE_SCALE = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+_PORT = ("device", "port")
+
+
+def parse_rate(text: Optional[str]) -> Optional[float]:
+    """``"400 Gb/sec (4X NDR)"`` -> 5e10 bytes/s, ``"2.5 Gb/sec (1X SDR)"`` -> 3.125e8.
+
+    None when the text is not a rate, so the port simply has no rate series.
+    """
+    match = _RATE.match(text or "")
+    if match is None:
+        return None
+    return float(match.group(1)) * _RATE_SCALE[match.group(2).upper()] / 8
+
+
+def parse_listen(listen: str) -> Optional[tuple[str, int]]:
+    """``:2112``, ``127.0.0.1:2112``, ``[::1]:2112`` -> (host, port); ``''`` -> None."""
+    text = listen.strip()
+    if not text:
+        return None
+    host, _, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port)
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"
+
+
+@dataclass(frozen=True)
+class _Picture:
+    """What the last poll left behind, consistent with itself (published on the loop)."""
+
+    outcome: PollOutcome
+    state: MonitorState
+    config: Config
+
+
+class _ClientErrors:
+    """Client errors (idle timeouts, resets) as one rate-limited line, never a traceback.
+
+    A client that connects and sends nothing is dropped after ``CLIENT_TIMEOUT``; the
+    stdlib server printed a 15-line traceback for each (issue 12.12). The first error is
+    logged at once, later ones at most every ``CLIENT_ERROR_LOG_SECONDS`` with a count.
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._logged_at: Optional[float] = None
+        self._since = 0
+        self.total = 0
+
+    def report(self, client: str, exc: BaseException) -> None:
+        now = self._clock()
+        with self._lock:
+            self.total += 1
+            self._since += 1
+            last = self._logged_at
+            if last is not None and now - last < CLIENT_ERROR_LOG_SECONDS:
+                return
+            count, self._since, self._logged_at = self._since, 0, now
+        what = "timed out sending its request" if isinstance(exc, TimeoutError) else \
+            f"failed: {type(exc).__name__}: {exc}"
+        more = "" if last is None else \
+            f" ({count} client errors in the last {now - last:.0f} s)"
+        log.warning("metrics HTTP client %s %s; connection closed%s", client, what, more)
+
+
+class _Server(socketserver.ThreadingMixIn, WSGIServer):
+    """Threading WSGI server; each scrape in its own daemon thread."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = LISTEN_BACKLOG
+    client_errors: Optional[_ClientErrors] = None
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client's error is the client's: one rate-limited line, no traceback."""
+        exc = sys.exc_info()[1]
+        if exc is None or not isinstance(exc, (OSError, ValueError)):
+            log.exception("metrics HTTP: unexpected error serving %s", client_address)
+            return
+        if self.client_errors is None:
+            self.client_errors = _ClientErrors()
+        host = client_address[0] if isinstance(client_address, tuple) else client_address
+        self.client_errors.report(str(host), exc)
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind resolves the FQDN of the bind address, which can stall
+        # start-up for seconds on a host with broken reverse DNS; the name is not needed.
+        socketserver.TCPServer.server_bind(self)
+        self.server_name = "nichealthd"
+        self.server_port = self.server_address[1]
+        self.setup_environ()
+        self._wake_read, self._wake_write = socket.socketpair()
+        self._stopped = threading.Event()
+
+    def serve_until_closed(self) -> None:
+        """Serve until :meth:`close`. Unlike ``serve_forever``, which wakes every 0.5 s to
+        look for a shutdown request, this sleeps until a request or the close arrives."""
+        try:
+            with selectors.DefaultSelector() as selector:
+                selector.register(self, selectors.EVENT_READ)
+                selector.register(self._wake_read, selectors.EVENT_READ)
+                while not any(key.fileobj is self._wake_read for key, _ in selector.select()):
+                    self.handle_request()  # the listening socket is readable: no blocking
+        finally:
+            self._stopped.set()
+
+    def close(self) -> None:
+        """Stop serving (from any thread, once) and close the sockets."""
+        self._wake_write.send(b"x")
+        self._stopped.wait(CLOSE_WAIT_SECONDS)
+        self.server_close()
+        self._wake_write.close()
+        self._wake_read.close()
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """No access log on stderr; a stuck client is dropped after ``CLIENT_TIMEOUT``."""
+
+    timeout = CLIENT_TIMEOUT
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        log.debug("%s %s", self.address_string(), format % args)
+
+
+def make_http_server(listen: str, app: Callable[..., Iterable[bytes]]) -> _Server:
+    """Bind ``[HOST]:PORT``; an empty host means every address (IPv6 and IPv4 when possible)."""
+    parsed = parse_listen(listen)
+    if parsed is None:
+        raise ValueError("metrics listen address is empty")
+    host, port = parsed
+    if not host:
+        try:
+            return make_server("::", port, app, _Server6, _QuietHandler)  # type: ignore[return-value]
+        except OSError:
+            host = "0.0.0.0"
+    server_class = _Server6 if ":" in host else _Server
+    return make_server(host, port, app, server_class, _QuietHandler)  # type: ignore[return-value]
+
+
+class _Collector:
+    """prometheus-client collector: builds every family from the service on each scrape."""
+
+    def __init__(self, service: MetricsService) -> None:
+        self._service = service
+
+    def describe(self) -> list[Metric]:
+        return []  # label sets depend on the host: nothing to pre-declare
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._service.families())
+
+
+class MetricsService:
+    """The daemon's ``/metrics`` and ``/healthz`` endpoint (plug-in service)."""
+
+    name = "metrics"
+
+    def __init__(self, context: ServiceContext) -> None:
+        self.context = context
+        self.listen = context.config().metrics_listen
+        self.enabled = bool(self.listen.strip())
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_Collector(self))
+        self._metrics_app = make_wsgi_app(self.registry)
+        self._server: Optional[_Server] = None
+        self._thread: Optional[threading.Thread] = None
+        self._lock = threading.Lock()
+        self._picture: Optional[_Picture] = None
+        self._events: dict[tuple[str, str, str], int] = {}
+        self._commit_errors = 0
+        self._buckets = [0] * len(DURATION_BUCKETS)
+        self._duration_count = 0
+        self._duration_sum = 0.0
+
+    # ------------------------------------------------------------ service API
+
+    async def start(self) -> None:
+        self._serve(self.listen)
+
+    def on_poll(self, outcome: PollOutcome) -> None:
+        view = self.context.view()
+        if view is None:  # not after a completed poll: nothing to publish
+            return
+        picture = _Picture(outcome, view.state, view.config)
+        with self._lock:
+            for entry in outcome.committed:
+                event = entry.event
+                key = (event.check_name, _flag(event.is_fatal), _flag(event.is_healthy))
+                self._events[key] = self._events.get(key, 0) + 1
+            if outcome.commit_error is not None:
+                self._commit_errors += 1
+            for i, bound in enumerate(DURATION_BUCKETS):
+                if outcome.duration <= bound:
+                    self._buckets[i] += 1
+                    break
+            self._duration_count += 1
+            self._duration_sum += outcome.duration
+            self._picture = picture
+
+    def on_reload(self, config: Config) -> None:
+        """A changed listen address takes effect at once; the old one keeps serving on error."""
+        if config.metrics_listen == self.listen:
+            return
+        old = self._server
+        try:
+            self._serve(config.metrics_listen)
+        except RuntimeError as exc:
+            log.error("%s; still serving on %s", exc, self.listen or "nothing")
+            return
+        self.listen = config.metrics_listen
+        if old is not None:
+            threading.Thread(target=_close, args=(old,), daemon=True).start()
+
+    async def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            await asyncio.get_running_loop().run_in_executor(None, _close, server)
+
+    # ------------------------------------------------------------------ HTTP
+
+    def _serve(self, listen: str) -> None:
+        if not listen.strip():
+            self._server = None
+            return
+        try:
+            server = make_http_server(listen, self._app)
+        except OSError as exc:
+            raise RuntimeError(f"cannot serve metrics on {listen}: "
+                               f"{exc.strerror or exc}") from None
+        thread = threading.Thread(target=server.serve_until_closed, name="metrics-http",
+                                  daemon=True)
+        thread.start()
+        self._server, self._thread = server, thread
+        host, port = str(server.server_address[0]), int(server.server_address[1])
+        log.info("metrics on http://%s:%d/metrics (health on /healthz)",
+                 f"[{host}]" if ":" in host else host, port)
+
+    def _app(self, environ: dict[str, Any], start_response: Callable[..., Any]
+             ) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO") or "/"
+        if path == "/metrics":
+            return self._metrics_app(environ, start_response)  # type: ignore[no-any-return]
+        if path == "/healthz":
+            ok, reason = self.healthz()
+            status = "200 OK" if ok else "503 Service Unavailable"
+            body = (reason + "\n").encode()
+        elif path == "/":
+            status, body = "200 OK", b"nichealthd: /metrics /healthz\n"
+        else:
+            status, body = "404 Not Found", b"not found: try /metrics or /healthz\n"
+        start_response(status, [("Content-Type", "text/plain; charset=utf-8"),
+                                ("Content-Length", str(len(body)))])
+        return [body]
+
+    def healthz(self) -> tuple[bool, str]:
+        """(True, "ok") while the last poll completed within 3 intervals and nothing fails
+        (reading, evaluating, committing); else the reason."""
+        interval = self.context.config().polling_interval
+        limit = STALE_INTERVALS * interval
+        stats = self.context.stats()
+        last, failing = stats.last_poll_monotonic, stats.failing
+        now = time.monotonic()
+        if last is None:
+            return False, failing or (f"no poll has completed yet (started "
+                                      f"{time.time() - stats.started_at:.1f} s ago)")
+        age = now - last
+        if age > limit:
+            return False, (f"last poll completed {age:.1f} s ago, more than {STALE_INTERVALS} "
+                           f"polling intervals ({limit:g} s): the poller is stuck"
+                           + (f"; {failing}" if failing else ""))
+        if failing:
+            return False, failing
+        return True, "ok"
+
+    # -------------------------------------------------------------- families
+
+    def families(self) -> list[Metric]:
+        """Every family, from the last published picture (called on a server thread)."""
+        with self._lock:
+            picture = self._picture
+            events = dict(self._events)
+            commit_errors = self._commit_errors
+            buckets = list(self._buckets)
+            count, total = self._duration_count, self._duration_sum
+        out = self._daemon_families(events, commit_errors, buckets, count, total)
+        if picture is not None:
+            out.extend(_host_families(picture))
+        return out
+
+    def _daemon_families(self, events: dict[tuple[str, str, str], int], commit_errors: int,
+                         buckets: list[int], count: int, total: float) -> list[Metric]:
+        stats = self.context.stats()
+        connector = self.context.connector()
+        out: list[Metric] = []
+
+        def gauge(name: str, doc: str, value: float) -> None:
+            out.append(GaugeMetricFamily(PREFIX + name, doc, value=value))
+
+        def counter(name: str, doc: str, value: float) -> None:
+            out.append(CounterMetricFamily(PREFIX + name, doc, value=value))
+
+        info = GaugeMetricFamily(PREFIX + "build_info", "nichealthd version (always 1)",
+                                 labels=["version"])
+        info.add_metric([__version__], 1)
+        out.append(info)
+        cumulative, running = [], 0
+        for bound, n in zip(DURATION_BUCKETS, buckets):
+            running += n
+            cumulative.append((floatToGoString(bound), running))  # type: ignore[no-untyped-call]
+        cumulative.append(("+Inf", count))
+        out.append(HistogramMetricFamily(
+            PREFIX + "poll_duration_seconds",
+            "Wall time of one poll cycle (read sysfs, evaluate, commit)",
+            buckets=cumulative, sum_value=total))
+        counter("polls", "Poll cycles completed", stats.polls)
+        counter("commit_errors", "Polls whose events and state could not be committed",
+                commit_errors)
+        failures = CounterMetricFamily(PREFIX + "poll_failures",
+                                       "Polls that failed, by the step that failed (read, "
+                                       "evaluate, commit)", labels=["cause"])
+        for cause, n in stats.failures.items():
+            failures.add_metric([cause], n)
+        out.append(failures)
+        if stats.last_poll_wall is not None:
+            gauge("last_poll_timestamp_seconds", "When the last poll read sysfs (Unix time)",
+                  stats.last_poll_wall.timestamp())
+        family = CounterMetricFamily(PREFIX + "events",
+                                     "Health events committed, by check and severity",
+                                     labels=["check", "fatal", "healthy"])
+        for key in sorted(events):
+            family.add_metric(list(key), events[key])
+        out.append(family)
+        counter("connector_sends", "Events the platform connector accepted",
+                connector.sent)
+        counter("connector_errors", "Failed sends to the platform connector",
+                connector.errors)
+        gauge("connector_up", "1 while connected to the platform connector, else 0",
+              1 if connector.state == "connected" else 0)
+        gauge("outbox_depth", "Committed events not yet delivered to the platform connector",
+              connector.outbox_depth)
+        gauge("dead_letters", "Events the platform connector rejected permanently",
+              connector.dead_letters)
+        counter("unreadable_reads", "sysfs reads that gave no usable value",
+                stats.unreadable_reads)
+        gauge("einval_ignored_files", "Counter files that failed with EINVAL and are no "
+              "longer read (restricted functions)", stats.einval_files)
+        return out
+
+
+def _host_families(picture: _Picture) -> list[Metric]:
+    """Per-port, per-counter and per-device families of one poll."""
+    snapshot, result = picture.outcome.snapshot, picture.outcome.result
+    state = picture.state
+    raw = {(d.name, p.port): p for d in snapshot.devices for p in d.ports}
+    host = assess_host(snapshot, result, state)  # the one health model (nichealthd.core.health)
+    overall = GaugeMetricFamily(
+        PREFIX + "health", "Overall health of the host's NICs: 0 healthy, 1 degraded, 2 fatal "
+        "(ports, latched counter breaches, missing devices, card anomalies)",
+        value=HEALTH_VALUE[host.health])
+
+    state_id = GaugeMetricFamily(
+        PREFIX + "port_state_id", "Port state: 0 NOP, 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, "
+        "5 ACTIVE_DEFER", labels=_PORT)
+    phys_id = GaugeMetricFamily(
+        PREFIX + "port_physical_state_id", "Port physical state: 1 Sleep, 2 Polling, "
+        "3 Disabled, 4 PortConfigurationTraining, 5 LinkUp, 6 LinkErrorRecovery, 7 Phy Test",
+        labels=_PORT)
+    rate = GaugeMetricFamily(PREFIX + "port_rate_bytes_per_second",
+                             "Port data rate in bytes per second", labels=_PORT)
+    health = GaugeMetricFamily(
+        PREFIX + "port_health", "Health of a monitored port, the worst of its state and "
+        "every open condition on it (counter breach, saturation, short card, missing): "
+        "0 healthy or uncabled, 1 degraded, 2 fatal", labels=_PORT)
+    for record in port_records(snapshot, result, state, host):
+        labels = [record["device"], str(record["port"])]
+        port = raw.get((record["device"], record["port"]))
+        if port is not None:
+            number = split_state(port.state)[0]
+            if number is not None:
+                state_id.add_metric(labels, number)
+            number = split_state(port.phys_state)[0]
+            if number is not None:
+                phys_id.add_metric(labels, number)
+            speed = parse_rate(port.rate)
+            if speed is not None:
+                rate.add_metric(labels, speed)
+        if record["monitored"] and record["health"] in HEALTH_VALUE:
+            health.add_metric(labels, HEALTH_VALUE[record["health"]])
+
+    value = GaugeMetricFamily(
+        PREFIX + "port_value", "Raw value of a configured counter (no series when its file "
+        "does not exist or could not be read)", labels=[*_PORT, "counter", "file"])
+    breached = GaugeMetricFamily(
+        PREFIX + "threshold_breached", "1 while a counter's threshold breach is latched, "
+        "else 0", labels=[*_PORT, "counter", "fatal"])
+    saturated = GaugeMetricFamily(
+        PREFIX + "saturated", "1 while a counter file is stuck at its saturation value (an IB "
+        "PMA counter: blind until cleared), else 0; only counters that can saturate",
+        labels=[*_PORT, "counter", "file"])
+    kinds = {(d.name, p.port): p.counter_kinds for d in snapshot.devices for p in d.ports}
+    for record in counter_records(snapshot, result, state, picture.config):
+        kind = kinds.get((record["device"], record["port"]), {}).get(record["counter"])
+        labels = [record["device"], str(record["port"]), record["counter"]]
+        file = record["path"].rsplit("/", 1)[-1]
+        if record["value"] is not None:
+            value.add_metric([*labels, file], record["value"])
+        if record["value"] is not None or record["breached"]:
+            breached.add_metric([*labels, _flag(record["fatal"])], int(record["breached"]))
+        if record["saturated"] or (record["value"] is not None
+                                   and kind is not None and kind.limit is not None):
+            saturated.add_metric([*labels, file], int(record["saturated"]))
+
+    info = GaugeMetricFamily(
+        PREFIX + "device_info", "RDMA device facts (always 1)",
+        labels=["device", "hca_type", "fw_ver", "board_id", "role", "pci_address",
+                "numa_node", "netdev"])
+    for record in device_records(snapshot, result, state):
+        if record["present"]:
+            info.add_metric([record["device"], record["hca_type"], record["fw_ver"],
+                             record["board_id"], record["role"], record["pci_address"],
+                             str(record["numa_node"]), ",".join(record["netdevs"])], 1)
+    return [overall, state_id, phys_id, rate, health, value, breached, saturated, info]
+
+
+def _close(server: _Server) -> None:
+    server.close()
