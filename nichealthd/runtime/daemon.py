@@ -1,5 +1,6 @@
 """``nichealthd``: the command-line entry: parse, load, start-up checks, ``--once``; then it
-hands the validated start to the runtime, :mod:`nichealthd.runtime.service` (which never imports this).
+hands the validated start to the runtime, :mod:`nichealthd.runtime.service` (which never
+imports this).
 
 Start-up failures exit with a status an operator can act on: 2 for an invalid command line or
 config (the message names the file, the key and the problem), 1 for anything else (the
