@@ -1,0 +1,198 @@
+"""Random whole-host traces for the seam-equivalence test (#15.3), and their recorded outcome.
+
+A trace is a host of dual-port cards (InfiniBand and RoCE, a management NIC on the default
+route, a VF) polled a few hundred times while ports change state (ACTIVE, DOWN, Disabled,
+INIT, Polling, unreadable, garbage), counters rise, breach, saturate and reset, devices vanish
+for a while, enumerations are incomplete, the clock jumps, commits fail and the process
+restarts. :func:`replay` drives the pure evaluator through it and returns, per committed poll,
+the events and the persisted state: the stream the check-family seam must reproduce exactly.
+
+``python -m tests.core.equivalence`` re-records ``tests/data/equivalence.json.gz``; it was
+recorded by main at dd25288, the last commit before the seam, and must never be re-recorded
+to make a failing refactor pass.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import random
+from pathlib import Path
+from typing import Any, Optional
+
+from nichealthd.core.evaluate import Topology
+from nichealthd.core.model import HostSnapshot, PortSnapshot, Unreadable
+from nichealthd.core.state import MonitorState
+from nichealthd.sources.sysfs import PMA_WIDTHS
+
+from .builders import ACTIVE, DISABLED, DOWN, LINKUP, POLLING, Runner, config, device, gpus, host
+from .builders import port as make_port
+
+GOLDEN = Path(__file__).resolve().parent.parent / "data" / "equivalence.json.gz"
+SEEDS = (1, 2, 3, 20261125)
+POLLS = 400
+
+STATES = [(ACTIVE, LINKUP)] * 12 + [
+    (DOWN, DISABLED), (DOWN, POLLING), ("2: INIT", LINKUP), ("3: ARMED", LINKUP),
+    (ACTIVE, "6: LinkErrorRecovery"), ("1: DOWN", "2: Polling"), ("\x00zz", LINKUP),
+]
+COUNTERS = ("link_downed", "symbol_error", "port_rcv_errors", "link_error_recovery",
+            "excessive_buffer_overrun_errors", "port_xmit_discards", "port_xmit_wait",
+            "rnr_nak_retry_err", "local_ack_timeout_err")
+
+
+class Card:
+    """One dual-port card: two PCI functions (devices), one port each."""
+
+    def __init__(self, index: int, layer: str) -> None:
+        self.names = (f"mlx5_{2 * index}", f"mlx5_{2 * index + 1}")
+        self.pci = (f"0000:{0x10 + index:02x}:00.0", f"0000:{0x10 + index:02x}:00.1")
+        self.layer = layer
+        self.numa = index % 2
+        self.state = {name: (ACTIVE, LINKUP) for name in self.names}
+        self.values = {name: dict.fromkeys(COUNTERS, 0) for name in self.names}
+        self.gone = dict.fromkeys(self.names, 0)  # polls left while the device is absent
+
+
+def _port(name: str, card: Card, rng: random.Random) -> PortSnapshot:
+    state: Optional[str]
+    phys: Optional[str]
+    state, phys = card.state[name]
+    values: dict[str, Any] = dict(card.values[name])
+    values["symbol_error_fatal"] = values["symbol_error"]
+    if rng.random() < 0.02:
+        values["link_downed"] = Unreadable("EIO")
+    if rng.random() < 0.02:
+        state, phys = None, None  # unreadable this poll
+    return make_port(name, 1, state, phys, card.layer, counters=values,
+                     operstate="up" if card.layer == "Ethernet" else None)
+
+
+def _step(cards: list[Card], rng: random.Random) -> None:
+    for card in cards:
+        for name in card.names:
+            if card.gone[name]:
+                card.gone[name] -= 1
+                continue
+            if rng.random() < 0.015:
+                card.gone[name] = rng.choice((1, 2, 3, 5))
+            if rng.random() < 0.06:
+                card.state[name] = rng.choice(STATES)
+            values = card.values[name]
+            if rng.random() < 0.25:
+                counter = rng.choice(COUNTERS)
+                width = PMA_WIDTHS.get(counter, 32)
+                draw = rng.random()
+                if draw < 0.1:
+                    values[counter] = 0
+                elif draw < 0.15:
+                    values[counter] = 2**width - 1
+                else:
+                    values[counter] = min(values[counter] + rng.choice((1, 2, 5, 40, 400)),
+                                          2**width - 1)
+
+
+def trace(seed: int, length: int = POLLS) -> tuple[list[HostSnapshot], set[int], set[int]]:
+    """The polls of one seed, with the polls whose commit fails and the restarts before."""
+    rng = random.Random(seed)
+    cards = [Card(i, "InfiniBand") for i in range(4)] + [Card(4, "Ethernet")]
+    management = device("mlx5_20", pci="0000:a0:00.0", numa=0,
+                        ports=(make_port("mlx5_20", 1, layer="Ethernet"),), netdevs=("eth0",))
+    vf = device("mlx5_21", pci="0000:10:00.2", numa=0, is_vf=True,
+                ports=(make_port("mlx5_21", 1),))
+    polls = []
+    now = 0.0
+    for index in range(length):
+        now += rng.choice((1, 1, 1, 1, 2, 5, 30, 61, 300, -20 if rng.random() < 0.05 else 1))
+        if index:
+            _step(cards, rng)
+        devices = [management, vf]
+        for card in cards:
+            for name, pci in zip(card.names, card.pci):
+                if card.gone[name]:
+                    continue
+                devices.append(device(name, pci=pci, numa=card.numa,
+                                      ports=(_port(name, card, rng),)))
+        rng.shuffle(devices)
+        polls.append(host(*devices, when=now, complete=rng.random() > 0.03,
+                          boot="boot-2" if index > length * 3 // 4 else "boot-1"))
+    failed = {i for i in range(length) if rng.random() < 0.05}
+    restarts = {i for i in range(length) if rng.random() < 0.03}
+    return polls, failed, restarts
+
+
+def main_state(state: MonitorState) -> dict[str, Any]:
+    """The state file's content less the keys the seam added (not part of what main wrote)."""
+    data = state.to_json()
+    data.pop("schemas", None)
+    return data
+
+
+def digest(data: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def topology() -> Topology:
+    return Topology(gpus().gpus, frozenset({"mlx5_20"}))
+
+
+def replay(seed: int, length: int = POLLS, start: int = 0,
+           state: Optional[MonitorState] = None) -> list[dict[str, Any]]:
+    """Each committed poll's events and persisted state (its digest), as the monitor would
+    commit them; from poll ``start`` on, resuming from ``state`` as a restarted process."""
+    polls, failed, restarts = trace(seed, length)
+    runner = Runner(cfg=config(), topology=topology(), state=state,
+                    baseline=state is None)
+    out: list[dict[str, Any]] = []
+    boot: Optional[str] = polls[start].boot_id
+    for index, snapshot in enumerate(polls[start:], start):
+        if index in restarts:
+            runner.restart()
+        if snapshot.boot_id != boot:  # a reboot: a fresh state and a baseline (spec §6.5)
+            boot = snapshot.boot_id
+            runner = Runner(cfg=runner.config, topology=topology(),
+                            state=MonitorState(boot_id=boot or ""))
+        if index in failed:
+            runner.evaluate(snapshot)
+            continue
+        result = runner.poll(snapshot)
+        out.append({"poll": index, "events": [e.to_json() for e in result.events],
+                    "state": digest(main_state(result.state))})
+    return out
+
+
+def state_at(seed: int, poll: int) -> MonitorState:
+    """The committed state after ``poll`` (the last committed one at or before it)."""
+    polls, failed, restarts = trace(seed)
+    runner = Runner(cfg=config(), topology=topology())
+    for index, snapshot in enumerate(polls[:poll + 1]):
+        if index in restarts:
+            runner.restart()
+        if index not in failed:
+            runner.poll(snapshot)
+    return runner.state
+
+
+# A state that holds every kind of record main wrote (breaches with last values, saturation
+# of both kinds, suppressed and fatal ports, missing devices, card anomalies and holds).
+RESUME_SEED, RESUME_AT = 6, 229
+OLD_STATE = GOLDEN.parent / "state-main-dd25288.json"
+
+
+def record() -> None:
+    GOLDEN.parent.mkdir(exist_ok=True)
+    data: dict[str, Any] = {str(seed): replay(seed) for seed in SEEDS}
+    old = state_at(RESUME_SEED, RESUME_AT)
+    OLD_STATE.write_text(json.dumps(old.to_json(), indent=1) + "\n")
+    data["resume"] = replay(RESUME_SEED, start=RESUME_AT + 1, state=old)
+    GOLDEN.write_bytes(gzip.compress(json.dumps(data, sort_keys=True).encode(), mtime=0))
+
+
+def recorded() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(gzip.decompress(GOLDEN.read_bytes()))
+    return loaded
+
+
+if __name__ == "__main__":
+    record()

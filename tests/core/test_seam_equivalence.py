@@ -1,0 +1,49 @@
+"""#15.3: the check-family seam changed nothing — the same events and state, poll after poll.
+
+The outcome of four random whole-host traces and of a resumed run was recorded by main at
+dd25288, before the seam (``tests/core/equivalence.py``). The evaluator of today must produce
+the identical event stream (every field, in the same order) and the identical persisted state,
+and a state file that main wrote must load and carry on exactly as main carried on from it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from nichealthd.storage.store import load_state, save_state
+
+from .equivalence import (
+    OLD_STATE,
+    POLLS,
+    RESUME_AT,
+    RESUME_SEED,
+    SEEDS,
+    main_state,
+    recorded,
+    replay,
+)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_random_host_traces_give_the_recorded_events_and_states(seed: int) -> None:
+    expected = recorded()[str(seed)]
+    got = replay(seed)
+    assert len(got) == len(expected)
+    for mine, theirs in zip(got, expected):
+        assert mine == theirs, f"poll {theirs['poll']} differs"
+
+
+def test_a_state_file_written_by_main_loads_and_carries_on_as_main_did(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    shutil.copy(OLD_STATE, path)
+    loaded = load_state(str(path))
+    assert not loaded.fresh and loaded.problem is None
+    assert main_state(loaded.state) == json.loads(OLD_STATE.read_text())
+    got = replay(RESUME_SEED, POLLS, start=RESUME_AT + 1, state=loaded.state)
+    assert got == recorded()["resume"]
+    save_state(str(path), loaded.state)  # written back by the new code: main's keys unchanged
+    assert main_state(load_state(str(path)).state) == json.loads(OLD_STATE.read_text())
