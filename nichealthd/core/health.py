@@ -14,11 +14,15 @@ Pure: (committed state, the poll's snapshot and roles) in, a :class:`HostHealth`
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Optional
+from typing import Any, Mapping, Optional
 
+from .checks import families
+from .checks.link_section import PortRecord
+from .checks.link_state import LINK_STATE
 from .checks.ports import is_active, state_name
+from .family import PortId
 from .model import HostSnapshot, PortSnapshot
-from .state import DEGRADED, FATAL, HEALTHY, SUPPRESSED, MonitorState, PortRecord
+from .state import DEGRADED, FATAL, HEALTHY, SUPPRESSED, MonitorState
 from .topology import Role
 
 UNCABLED = "uncabled"  # SUPPRESSED in the state: down at first sight, card not short
@@ -26,7 +30,6 @@ UNKNOWN = "unknown"  # never read and nothing recorded
 RANK = {HEALTHY: 0, UNCABLED: 0, UNKNOWN: 1, DEGRADED: 2, FATAL: 3}
 MISSES_BEFORE_GONE = 3  # checks.devices / checks.ports: gone at the third miss
 
-PortId = tuple[str, int]
 
 
 @dataclass(frozen=True)
@@ -88,18 +91,23 @@ class HostHealth:
         return counts
 
 
-def assess(state: MonitorState, snapshot: HostSnapshot, roles: Mapping[str, Role]
-           ) -> HostHealth:
+def assess(state: MonitorState, snapshot: HostSnapshot, roles: Mapping[str, Role],
+           pictures: Optional[Mapping[str, Any]] = None) -> HostHealth:
     """The health of every monitored port of the poll, and of the ports it no longer sees.
 
-    Ports of a monitored device that vanished from the poll, and every recorded port of a
-    known device absent from it, keep their record and are shown with ``present`` False.
+    The base is the link-state family's: the port's reported state, a short card, a missing
+    device or port. Ports of a monitored device that vanished from the poll, and every
+    recorded port of a known device absent from it, keep their record and are shown with
+    ``present`` False. Every family's open conditions (:meth:`CheckFamily.conditions`)
+    worsen the ports they are about, or the host. ``pictures``: the families' pictures of the
+    poll, for conditions that depend on it.
     """
+    links = state.section(LINK_STATE)
     bases: dict[PortId, tuple[str, list[str], bool]] = {}
     card_of: dict[str, str] = {}
     present_devices = set()
     recorded: dict[str, list[PortRecord]] = {}  # device -> its port records (one pass)
-    for each in state.port_states.values():
+    for each in links.port_states.values():
         recorded.setdefault(each.device, []).append(each)
     for device in snapshot.devices:
         present_devices.add(device.name)
@@ -111,20 +119,20 @@ def assess(state: MonitorState, snapshot: HostSnapshot, roles: Mapping[str, Role
         for port in device.ports:
             seen.add(port.port)
             bases[(device.name, port.port)] = (
-                *_base(port, state.port_states.get(port.key)), True)
+                *_base(port, links.port_states.get(port.key)), True)
         for record in recorded.get(device.name, ()):
             if record.port not in seen:
                 health, why = _base(None, record)
                 if record.misses >= MISSES_BEFORE_GONE:
                     health, why = FATAL, [*why, "port missing"]
                 bases[(record.device, record.port)] = (health, why, False)
-    absent = set(state.known_devices) - present_devices
+    absent = set(links.known_devices) - present_devices
     for record in (r for name in sorted(absent) for r in recorded.get(name, ())):
         health, why = _base(None, record)
-        if record.device in state.missing_devices:
+        if record.device in links.missing_devices:
             health, why = FATAL, [f"{record.device} missing"]
         else:
-            misses = state.device_misses.get(record.device, 0)
+            misses = links.device_misses.get(record.device, 0)
             if misses:
                 why = [*why, f"{record.device} not seen ({misses} polls)"]
         bases[(record.device, record.port)] = (health, why, False)
@@ -138,21 +146,19 @@ def assess(state: MonitorState, snapshot: HostSnapshot, roles: Mapping[str, Role
         if reason not in reasons[key]:
             reasons[key].append(reason)
 
-    for flags, kind in ((state.breach_flags, "breached"), (state.saturated, "saturated")):
-        for flag_key in sorted(flags):
-            parsed = _split_key(flag_key)
-            flag = state.breach_flags.get(flag_key) if kind == "breached" else None
-            health = FATAL if flag is not None and flag.is_fatal else DEGRADED
-            if parsed is None or parsed[0] not in ranks:
-                other.append((health, f"{flag_key} {kind}"))
-                continue
-            worsen(parsed[0], health, f"{parsed[1]} {kind}")
+    for family in families():
+        picture = (pictures or {}).get(family.id)
+        for condition in family.conditions(state.section(family), picture):
+            if condition.port is not None and condition.port in ranks:
+                worsen(condition.port, condition.health, condition.reason)
+            else:
+                other.append((condition.health, condition.alone or condition.reason))
 
     on_card: dict[str, list[PortId]] = {}
-    if state.card_anomalies:
+    if links.card_anomalies:
         for key in bases:
             on_card.setdefault(card_of.get(key[0], ""), []).append(key)
-    for card, anomaly in sorted(state.card_anomalies.items()):
+    for card, anomaly in sorted(links.card_anomalies.items()):
         reason = f"card {card} has {anomaly.active} of {anomaly.expected} ports active"
         short = [key for key in on_card.get(card, ())
                  if f"{key[0]}_{key[1]}" in anomaly.ports
@@ -163,7 +169,7 @@ def assess(state: MonitorState, snapshot: HostSnapshot, roles: Mapping[str, Role
             other.append((FATAL, reason))
 
     attributed = {key[0] for key, (_, _, present) in bases.items() if not present}
-    for name in sorted(state.missing_devices):
+    for name in sorted(links.missing_devices):
         if name not in attributed:
             other.append((FATAL, f"{name} missing"))
 
@@ -190,11 +196,3 @@ def _base(port: Optional[PortSnapshot], record: Optional[PortRecord]) -> tuple[s
     if record.health in (DEGRADED, FATAL):
         return record.health, [text]
     return HEALTHY, []
-
-
-def _split_key(key: str) -> Optional[tuple[PortId, str]]:
-    """``mlx5_0:1:link_downed`` -> ((``mlx5_0``, 1), ``link_downed``)."""
-    parts = key.split(":", 2)
-    if len(parts) != 3 or not parts[1].isdigit():
-        return None
-    return (parts[0], int(parts[1])), parts[2]

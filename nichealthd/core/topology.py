@@ -45,6 +45,14 @@ class GpuTopology:
 
 
 @dataclass(frozen=True)
+class Topology:
+    """Everything classification needs that is read once at start (and on reload)."""
+
+    gpus: GpuTopology
+    default_route: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
 class Role:
     """A device's role and, for everything not monitored, why."""
 

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from .checks import families
 from .checks.counters import saturation_key
+from .checks.link_counters import LINK_COUNTERS
+from .checks.link_state import LINK_STATE
 from .checks.ports import is_active, split_state
 from .config import Config
 from .evaluate import CycleResult
 from .events import format_timestamp
+from .family import supplies
 from .health import UNCABLED, UNKNOWN, HostHealth, PortHealth, assess
 from .model import HostSnapshot, Unreadable, is_value
 from .state import DEGRADED, FATAL, HEALTHY, MonitorState, counter_key
@@ -31,12 +35,15 @@ def port_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorStat
     ``health`` is empty and ``healthy`` says only whether its link is ACTIVE/LinkUp.
     """
     host = host if host is not None else assess_host(snapshot, result, state)
+    links = state.section(LINK_STATE)
+    extra = [(f, state.section(f), result.pictures.get(f.id)) for f in families()
+             if supplies(f, "port_fields")]
     records = []
     for device in snapshot.devices:
         role = result.roles.get(device.name)
         monitored = bool(role and role.monitored)
         for port in device.ports:
-            record = state.port_states.get(port.key)
+            record = links.port_states.get(port.key)
             judged = host.ports.get((device.name, port.port)) if monitored else None
             records.append({
                 "device": device.name,
@@ -56,11 +63,13 @@ def port_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorStat
                 "gid_count": port.gid_count if port.gid_count is not None else -1,
                 "present": True,
             })
+            for family, section, picture in extra:
+                records[-1].update(family.port_fields(section, picture, (device.name, port.port)))
     roles = {d.name: result.roles.get(d.name) for d in snapshot.devices}
     for key, judged in sorted(host.ports.items()):
         if judged.present:
             continue
-        gone = state.port_states.get(f"{key[0]}_{key[1]}")
+        gone = links.port_states.get(f"{key[0]}_{key[1]}")
         role = roles.get(key[0])
         records.append({
             "device": key[0], "port": key[1],
@@ -98,7 +107,7 @@ def assess_host(snapshot: HostSnapshot, result: CycleResult, state: MonitorState
     last = _LAST[0] if _LAST else None
     if last is not None and last[0] is snapshot and last[1] is result and last[2] is state:
         return last[3]
-    host = assess(state, snapshot, result.roles)
+    host = assess(state, snapshot, result.roles, result.pictures)
     _LAST[:] = [(snapshot, result, state, host)]
     return host
 
@@ -139,15 +148,16 @@ def device_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorSt
             "ports": len(device.ports),
             "present": True,
         })
+    links = state.section(LINK_STATE)
     present = {d.name for d in snapshot.devices}
-    for name in sorted(set(state.known_devices) - present):
-        gone = state.missing_devices.get(name)
+    for name in sorted(set(links.known_devices) - present):
+        gone = links.missing_devices.get(name)
         records.append({
             "device": name, "hca_type": "", "fw_ver": "", "board_id": "", "node_guid": "",
             "pci_address": "", "card": "", "numa_node": -1, "driver": "", "netdevs": [],
             "is_vf": False, "role": "", "role_reason": "", "monitored": True,
             "link_layer": gone.link_layer if gone else "", "ports": 0, "present": False,
-            "missing_polls": state.device_misses.get(name, 0),
+            "missing_polls": links.device_misses.get(name, 0),
         })
     return records
 
@@ -156,6 +166,7 @@ def counter_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorS
                     config: Config, device: str = "", port: int = 0
                     ) -> list[dict[str, Any]]:
     """Every configured counter of every monitored port (optionally one device / port)."""
+    counters = state.section(LINK_COUNTERS)
     records = []
     for dev in snapshot.devices:
         role = result.roles.get(dev.name)
@@ -170,7 +181,7 @@ def counter_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorS
                 file_key = saturation_key(dev.name, p.port, p.counter_kinds.get(spec.name))
                 reading = p.counters.get(spec.name)
                 seen = result.observations.get(key)
-                flag = state.breach_flags.get(key)
+                flag = counters.breach_flags.get(key)
                 records.append({
                     "device": dev.name,
                     "port": p.port,
@@ -188,7 +199,7 @@ def counter_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorS
                     "since": format_timestamp(flag.since) if flag else "",
                     # Per file (both symbol_error entries), reported or only shown.
                     "saturated": file_key is not None and (
-                        file_key in state.saturated or file_key in state.saturated_quiet),
+                        file_key in counters.saturated or file_key in counters.saturated_quiet),
                 })
     return records
 

@@ -17,9 +17,11 @@ from datetime import datetime, timezone
 from typing import Callable, Optional
 
 from ..core.boot import decide_start
+from ..core.checks import families
 from ..core.checks.counters import CounterMemory
 from ..core.config import Config
-from ..core.evaluate import CycleResult, Topology, evaluate
+from ..core.evaluate import CycleResult, Topology, evaluate, urgent_change
+from ..core.family import READS_COUNTERS
 from ..core.state import MonitorState
 from ..core.topology import Role
 from ..sources.sysfs import SysfsReader
@@ -76,6 +78,8 @@ class Monitor:
         if loaded.problem:
             log.warning("%s; starting with fresh state (healthy baselines will be sent)",
                         loaded.problem)
+        for note in loaded.notes:
+            log.warning("%s: %s", self.config.state_file, note)
         self.journal.recover(None if loaded.fresh else loaded.state.event_seq)
         recovery = self.journal.last_recovery
         if recovery.mismatch:  # the state is wrong, not the journal: nothing was dropped
@@ -130,8 +134,9 @@ class Monitor:
         for note in result.notes:
             log.info("%s", note)
         self._log_roles(result.roles)
+        counted = any(READS_COUNTERS in f.reads for f in families() if f.enabled(self.config))
         self.reader.skip_counters = frozenset(
-            name for name, role in result.roles.items() if not role.monitored)
+            name for name, role in result.roles.items() if not (counted and role.monitored))
         outcome = PollOutcome(result, snapshot)
         try:
             outcome.committed, wrote = self._commit(result)
@@ -151,10 +156,10 @@ class Monitor:
         """Commit events and state; returns the committed entries and whether a write
         happened (and succeeded). Raises :class:`CommitError` and leaves both unchanged."""
         next_state = result.state
-        significant = bool(result.events) or _significant_change(
-            self.state, next_state, self._velocity_names())
+        significant = bool(result.events) or urgent_change(self.state, next_state,
+                                                           self.config)
         if not significant:
-            if next_state.counter_snapshots != self.state.counter_snapshots:
+            if next_state != self.state:
                 self._unflushed = True
             self.state, self.memory = next_state, result.memory
             if self.monotonic() - self._flushed_at >= FLUSH_SECONDS:
@@ -207,9 +212,6 @@ class Monitor:
 
     # -------------------------------------------------------------- logging
 
-    def _velocity_names(self) -> frozenset[str]:
-        return frozenset(c.name for c in self.config.active_counters if c.is_velocity)
-
     def _log_counter_availability(self) -> None:
         available, missing = self.reader.counter_availability()
         log.info("counters available: %s", ", ".join(available) or "none")
@@ -231,22 +233,3 @@ def _why(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror
     return describe_exception(exc)
-
-
-def _significant_change(old: MonitorState, new: MonitorState,
-                        velocity_names: frozenset[str]) -> bool:
-    """True unless the only difference is velocity snapshots that advanced."""
-    if (old.boot_id, old.breach_flags, old.port_states, old.known_devices, old.device_misses,
-            old.missing_devices, old.card_anomalies, old.saturated, old.group_modes,
-            old.saturated_quiet) != (
-            new.boot_id, new.breach_flags, new.port_states, new.known_devices,
-            new.device_misses, new.missing_devices, new.card_anomalies, new.saturated,
-            new.group_modes, new.saturated_quiet):
-        return True
-    if old.counter_snapshots.keys() != new.counter_snapshots.keys():
-        return True
-    for key, snap in new.counter_snapshots.items():
-        was = old.counter_snapshots[key]
-        if was is not snap and was != snap and key.split(":", 2)[-1] not in velocity_names:
-            return True  # <device>:<port>:<name>, and a name may hold a colon
-    return False

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
 from ..core.events import HealthEvent
-from ..core.state import MonitorState, StateCorrupt
+from ..core.state import MonitorState, StateCorrupt, parse_state
 from .appendfile import append as append_file
 
 log = logging.getLogger("nichealthd.store")
@@ -83,6 +83,7 @@ class LoadedState:
     state: MonitorState
     fresh: bool
     problem: Optional[str] = None
+    notes: tuple[str, ...] = ()  # sections that start fresh (written by a newer version)
 
 
 def load_state(path: str) -> LoadedState:
@@ -103,7 +104,8 @@ def load_state(path: str) -> LoadedState:
     except OSError as exc:
         return LoadedState(MonitorState(), True, f"cannot read {path}: {exc.strerror}")
     try:
-        return LoadedState(MonitorState.from_json(json.loads(raw)), False)
+        state, notes = parse_state(json.loads(raw))
+        return LoadedState(state, False, notes=notes)
     except RecursionError:
         return _corrupt(path, "nested too deeply")
     except (ValueError, StateCorrupt) as exc:  # UnicodeDecodeError is a ValueError

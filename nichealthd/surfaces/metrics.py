@@ -39,6 +39,7 @@ from prometheus_client.core import (
 from prometheus_client.utils import floatToGoString
 
 from .. import __version__
+from ..core.checks import families
 from ..core.checks.ports import split_state
 from ..core.config import Config
 from ..core.health import UNCABLED
@@ -501,7 +502,23 @@ def _host_families(picture: _Picture) -> list[Metric]:
             info.add_metric([record["device"], record["hca_type"], record["fw_ver"],
                              record["board_id"], record["role"], record["pci_address"],
                              str(record["numa_node"]), ",".join(record["netdevs"])], 1)
-    return [overall, state_id, phys_id, rate, health, value, breached, saturated, info]
+    return [overall, state_id, phys_id, rate, health, value, breached, saturated, info,
+            *_family_series(picture)]
+
+
+def _family_series(picture: _Picture) -> list[Metric]:
+    """The series the check families supply (:meth:`CheckFamily.series`), as Prometheus
+    families: a new family's metrics need nothing here."""
+    out: list[Metric] = []
+    pictures = picture.outcome.result.pictures
+    for family in families():
+        for series in family.series(picture.state.section(family), pictures.get(family.id)):
+            kind = CounterMetricFamily if series.kind == "counter" else GaugeMetricFamily
+            metric = kind(PREFIX + series.name, series.help, labels=list(series.labels))
+            for labels, value in series.samples:
+                metric.add_metric(list(labels), value)
+            out.append(metric)
+    return out
 
 
 def _close(server: _Server) -> None:

@@ -8,7 +8,8 @@ from typing import Optional
 import pytest
 
 from nichealthd.core.boot import decide_start
-from nichealthd.core.state import BreachFlag, MonitorState
+from nichealthd.core.checks.counter_section import BreachFlag
+from nichealthd.core.state import MonitorState
 
 SINCE = datetime(2026, 11, 23, tzinfo=timezone.utc)
 

@@ -7,18 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from nichealthd.core.checks.counter_section import BreachFlag
+from nichealthd.core.checks.link_section import CardAnomaly, MissingDevice, PortRecord
 from nichealthd.core.health import assess
-from nichealthd.core.state import (
-    DEGRADED,
-    FATAL,
-    HEALTHY,
-    SUPPRESSED,
-    BreachFlag,
-    CardAnomaly,
-    MissingDevice,
-    MonitorState,
-    PortRecord,
-)
+from nichealthd.core.state import DEGRADED, FATAL, HEALTHY, SUPPRESSED, MonitorState
 from nichealthd.core.topology import Role
 
 from .builders import DISABLED, DOWN, POLLING, T0, device, host, port

@@ -1,1 +1,46 @@
-"""The check families: each one a pure function of its state slice, the snapshot and the config."""
+"""The check families: every module of this package that defines ``FAMILY`` is one.
+
+They are found, not listed, so adding a family is adding its module (issue #15): the
+evaluator, the state file, the health model, the views and the metrics loop over
+:func:`families`, in the order each declares. The other modules here are the rules the
+families use (port state, device presence, card homogeneity, the counter engine).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from typing import Any, Optional
+
+from ..family import CheckFamily
+
+_found: Optional[tuple[CheckFamily[Any], ...]] = None
+
+
+def families() -> tuple[CheckFamily[Any], ...]:
+    """Every family, in :attr:`CheckFamily.order`; ids and state-file keys are unique."""
+    global _found
+    if _found is None:
+        found: list[CheckFamily[Any]] = []
+        for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+            module = importlib.import_module(f"{__name__}.{info.name}")
+            family = getattr(module, "FAMILY", None)
+            if isinstance(family, CheckFamily):
+                found.append(family)
+        found.sort(key=lambda f: (f.order, f.id))
+        _check_unique(found)
+        _found = tuple(found)
+    return _found
+
+
+def _check_unique(found: list[CheckFamily[Any]]) -> None:
+    ids: set[str] = set()
+    keys: set[str] = {"version", "boot_id", "event_seq", "schemas"}
+    for family in found:
+        if family.id in ids:
+            raise RuntimeError(f"two check families are called {family.id}")
+        ids.add(family.id)
+        if keys & set(family.keys):
+            raise RuntimeError(f"{family.id} claims state keys of another: "
+                               f"{sorted(keys & set(family.keys))}")
+        keys.update(family.keys)

@@ -35,12 +35,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Mapping, MutableMapping, NamedTuple, Optional
+from typing import Any, Mapping, MutableMapping, NamedTuple, Optional
 
 from ..config import CounterSpec
 from ..events import HealthEvent, make_event, port_entities
 from ..model import CounterKind, PortSnapshot
-from ..state import BreachFlag, CounterSnap, MonitorState, counter_key
+from ..state import counter_key
+from .counter_section import BreachFlag, CounterSection, CounterSnap
 
 # Traffic and congestion counters: saturation is what a busy healthy host does, not a fault.
 # Of these only port_xmit_wait saturates (mlx5 shows the data and packet counters as 64-bit
@@ -66,12 +67,15 @@ class CounterObservation(NamedTuple):
 @dataclass
 class CounterMemory:
     """The volatile part of the state: the last value read of each counter and when (spec
-    §6.3 ``lastPollValue``), and each velocity counter's last closed window.
+    §6.3 ``lastPollValue``), each velocity counter's last closed window, and a slot for each
+    check family's own volatile memory (with when each family last ran).
 
-    Not persisted: after a restart the persisted snapshot stands in for it. Like the
-    persisted state it is a value of one poll: evaluation works on a :meth:`copy` and the
-    monitor adopts it only with the commit, so a poll whose commit failed leaves no trace
-    (a reset it saw is seen again by the next poll, and its recovery is sent).
+    The counter engine's part is shared by every family that counts. Not persisted: after a
+    restart the persisted snapshot stands in for it. Like the persisted state it is a value
+    of one poll: evaluation works on a :meth:`copy` and the monitor adopts it only with the
+    commit, so a poll whose commit failed leaves no trace (a reset it saw is seen again by
+    the next poll, and its recovery is sent). A family replaces its slot's value; it never
+    changes the object in it.
     """
 
     last_values: dict[str, int] = field(default_factory=dict)
@@ -83,11 +87,14 @@ class CounterMemory:
     # out again which counters a port has, under which check and state key. A cache of
     # what config and files determine, not state: copies share it.
     port_entries: dict[tuple[str, int], PortEntries] = field(default_factory=dict)
+    slots: dict[str, Any] = field(default_factory=dict)  # family id -> its volatile value
+    ran_at: dict[str, datetime] = field(default_factory=dict)  # family id -> its last run
 
     def copy(self) -> CounterMemory:
         """A copy whose values can change without touching this one (the cache is shared)."""
         return CounterMemory(dict(self.last_values), dict(self.last_times),
-                             dict(self.closed_windows), self.port_entries)
+                             dict(self.closed_windows), self.port_entries, dict(self.slots),
+                             dict(self.ran_at))
 
 
 class SaturatingFile(NamedTuple):
@@ -95,7 +102,7 @@ class SaturatingFile(NamedTuple):
 
     name: str  # the first enabled entry reading the file: its reading is the file's value
     file: str  # the counter's own name (the file name): errorCode of the report
-    key: str  # ``<device>:<port>:<file>``, the key in MonitorState.saturated(_quiet)
+    key: str  # ``<device>:<port>:<file>``, the key in CounterSection.saturated(_quiet)
     limit: int
     reported: bool  # an event (error counter, degradation check enabled), else quiet
 
@@ -186,8 +193,8 @@ def evaluate_port_counters(
     specs: tuple[CounterSpec, ...],
     checks: CheckNames,
     enabled_checks: frozenset[str],
-    previous: MonitorState,
-    next_state: MonitorState,
+    previous: CounterSection,
+    next_state: CounterSection,
     memory: CounterMemory,
     observations: MutableMapping[str, CounterObservation],
     now: datetime,
@@ -229,8 +236,8 @@ _UNKNOWN = CounterObservation(None, None, None)
 
 
 def _evaluate_one(port: PortSnapshot, spec: CounterSpec, check: str, key: str,
-                  kind: CounterKind, value: int, previous: MonitorState,
-                  next_state: MonitorState, memory: CounterMemory,
+                  kind: CounterKind, value: int, previous: CounterSection,
+                  next_state: CounterSection, memory: CounterMemory,
                   observations: MutableMapping[str, CounterObservation],
                   now: datetime, baseline: bool, entities: tuple[tuple[str, str], ...],
                   where: str) -> Optional[HealthEvent]:
@@ -312,7 +319,7 @@ def _evaluate_one(port: PortSnapshot, spec: CounterSpec, check: str, key: str,
 
 
 def _breach(port: PortSnapshot, spec: CounterSpec, check: str, key: str, value: int,
-            delta: int, rate: float, next_state: MonitorState,
+            delta: int, rate: float, next_state: CounterSection,
             entities: tuple[tuple[str, str], ...], now: datetime) -> HealthEvent:
     """Latch a threshold breach (the last value seen is kept with it) and make its event."""
     next_state.breach_flags[key] = BreachFlag(check, spec.is_fatal, now, last_value=value)
@@ -331,14 +338,14 @@ def _carry(previous: Optional[CounterObservation], value: int) -> CounterObserva
 
 
 def saturation_key(device: str, port: int, kind: Optional[CounterKind]) -> Optional[str]:
-    """A counter file's key in ``MonitorState.saturated(_quiet)``; None if it cannot saturate."""
+    """A counter file's key in ``CounterSection.saturated(_quiet)``; None if it cannot saturate."""
     if kind is None or kind.limit is None:
         return None
     return counter_key(device, port, kind.file)
 
 
 def _saturation(known: PortEntries, port: PortSnapshot, readings: Mapping[str, object],
-                next_state: MonitorState, events: list[HealthEvent],
+                next_state: CounterSection, events: list[HealthEvent],
                 notes: Optional[list[str]], check: str, entities: tuple[tuple[str, str], ...],
                 where: str, now: datetime, rebuilt: bool) -> None:
     """Open or close the saturation report of each counter file of the port (module doc)."""

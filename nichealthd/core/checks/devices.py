@@ -18,13 +18,13 @@ from ..events import (
     device_entities,
     make_event,
 )
-from ..state import CardAnomaly, MissingDevice, MonitorState
 from ..topology import CardCount, CardVerdict
+from .link_section import CardAnomaly, LinkStateSection, MissingDevice
 
 MISSES_BEFORE_GONE = 3
 
 
-def device_missing(name: str, link_layer: str, check: str, next_state: MonitorState,
+def device_missing(name: str, link_layer: str, check: str, next_state: LinkStateSection,
                    now: datetime) -> list[HealthEvent]:
     """Count one more complete enumeration without ``name``; fatal on the third."""
     misses = next_state.device_misses.get(name, 0) + 1
@@ -38,7 +38,7 @@ def device_missing(name: str, link_layer: str, check: str, next_state: MonitorSt
         message=f"NIC {name} disappeared from /sys/class/infiniband/ - hardware failure")]
 
 
-def device_present(name: str, next_state: MonitorState, now: datetime,
+def device_present(name: str, next_state: LinkStateSection, now: datetime,
                    check_of: Mapping[str, str]) -> list[HealthEvent]:
     """Forget the misses of a present device; recover it if it had been declared gone."""
     next_state.device_misses.pop(name, None)
@@ -52,7 +52,7 @@ def device_present(name: str, next_state: MonitorState, now: datetime,
 
 
 def card_events(cards: Mapping[str, CardCount], verdicts: Mapping[str, CardVerdict],
-                next_state: MonitorState, check_of: Mapping[str, str],
+                next_state: LinkStateSection, check_of: Mapping[str, str],
                 enabled: frozenset[str], now: datetime,
                 raised: Optional[Mapping[str, Sequence[str]]] = None) -> list[HealthEvent]:
     """Latch newly anomalous cards (fatal) and release recovered ones (healthy).

@@ -15,7 +15,8 @@ from typing import Optional
 
 from ..events import CODE_PORT_MISSING, CODE_PORT_STATE, HealthEvent, make_event, port_entities
 from ..model import PortSnapshot
-from ..state import DEGRADED, FATAL, HEALTHY, SUPPRESSED, PortRecord
+from ..state import DEGRADED, FATAL, HEALTHY, SUPPRESSED
+from .link_section import PortRecord
 
 QUIET = "quiet"  # a state that is not reported (Ethernet INIT/ARMED): hold the last health
 MISSES_BEFORE_GONE = 3

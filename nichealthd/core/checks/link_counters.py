@@ -1,0 +1,114 @@
+"""The link-counter family (spec link-counter-detection): every configured counter of each port.
+
+Evaluates the counters of every port of each monitored device whose link layer is known (read
+now or recorded), under the layer's state check (fatal counters) or degradation check, with
+the engine of :mod:`nichealthd.core.checks.counters`. Its open conditions are latched breaches
+and saturation reported as an event.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Optional
+
+from ..config import (
+    ETH_DEGRADATION_CHECK,
+    ETH_STATE_CHECK,
+    IB_DEGRADATION_CHECK,
+    IB_STATE_CHECK,
+    Config,
+)
+from ..events import HealthEvent
+from ..family import READS_COUNTERS, READS_PORTS, CheckFamily, Condition, Cycle, PortId, Verdict
+from ..state import DEGRADED, FATAL
+from .counter_section import KEYS, CounterSection
+from .counters import CheckNames, CounterMemory, CounterObservation, evaluate_port_counters
+from .link_state import LINK_STATE, device_layer
+
+CHECK_NAMES_OF = {
+    "InfiniBand": CheckNames(IB_STATE_CHECK, IB_DEGRADATION_CHECK),
+    "Ethernet": CheckNames(ETH_STATE_CHECK, ETH_DEGRADATION_CHECK),
+}
+
+
+class LinkCounters(CheckFamily[CounterSection]):
+    """Delta and velocity thresholds with latching breaches, resets and saturation."""
+
+    id = "link_counters"
+    order = 20
+    keys = KEYS
+    reads = frozenset({READS_PORTS, READS_COUNTERS})
+
+    def fresh(self) -> CounterSection:
+        return CounterSection()
+
+    def load(self, data: Mapping[str, Any], schema: int) -> CounterSection:
+        return CounterSection.from_json(data)
+
+    def dump(self, section: CounterSection) -> dict[str, Any]:
+        return section.to_json()
+
+    def evaluate(self, previous: CounterSection, cycle: Cycle, memory: CounterMemory
+                 ) -> Verdict[CounterSection]:
+        """The counters of every port of each monitored device with a known link layer.
+
+        ``memory`` is the poll's own copy of the volatile memory: the engine changes it.
+        """
+        state = previous.copy()
+        links = cycle.previous.section(LINK_STATE)
+        events: list[tuple[str, HealthEvent]] = []
+        notes: list[str] = []
+        observations: dict[str, CounterObservation] = {}
+        specs = cycle.config.active_counters
+        for device in cycle.monitored:
+            layer = device_layer(device, links)
+            names = CHECK_NAMES_OF.get(layer or "")
+            if names is None:
+                continue  # the link-state family says so
+            for port in device.ports:
+                events.extend((device.name, e) for e in evaluate_port_counters(
+                    port, specs, CHECK_NAMES_OF.get(port.link_layer or "", names),
+                    cycle.enabled, previous, state, memory, observations, cycle.now,
+                    cycle.baseline, notes))
+        # The picture: what the last poll computed of each counter (CycleResult.observations).
+        return Verdict(state, tuple(events), observations, notes=tuple(notes))
+
+    def urgent(self, old: CounterSection, new: CounterSection, config: Config) -> bool:
+        """Anything but velocity snapshots that advanced: those are flushed within a minute
+        (a window resumed from an older snapshot still computes an honest rate)."""
+        if (old.breach_flags, old.saturated, old.saturated_quiet) != (
+                new.breach_flags, new.saturated, new.saturated_quiet):
+            return True
+        if old.counter_snapshots.keys() != new.counter_snapshots.keys():
+            return True
+        velocity = frozenset(c.name for c in config.active_counters if c.is_velocity)
+        for key, snap in new.counter_snapshots.items():
+            was = old.counter_snapshots[key]
+            if was is not snap and was != snap and key.split(":", 2)[-1] not in velocity:
+                return True  # <device>:<port>:<name>, and a name may hold a colon
+        return False
+
+    def conditions(self, section: CounterSection, picture: Any) -> Iterable[Condition]:
+        """Each latched breach (fatal or not) and each saturation reported as an event."""
+        for key in sorted(section.breach_flags):
+            flag = section.breach_flags[key]
+            yield _condition(key, FATAL if flag.is_fatal else DEGRADED, "breached")
+        for key in sorted(section.saturated):
+            yield _condition(key, DEGRADED, "saturated")
+
+
+def _condition(key: str, health: str, kind: str) -> Condition:
+    parsed = _split_key(key)
+    if parsed is None:
+        return Condition(health, f"{key} {kind}")
+    return Condition(health, f"{parsed[1]} {kind}", parsed[0], alone=f"{key} {kind}")
+
+
+def _split_key(key: str) -> Optional[tuple[PortId, str]]:
+    """``mlx5_0:1:link_downed`` -> ((``mlx5_0``, 1), ``link_downed``)."""
+    parts = key.split(":", 2)
+    if len(parts) != 3 or not parts[1].isdigit():
+        return None
+    return (parts[0], int(parts[1])), parts[2]
+
+
+FAMILY = LINK_COUNTERS = LinkCounters()

@@ -1,0 +1,135 @@
+"""The link-state family's section of the state: port records, device presence, card verdicts.
+
+Its keys are those of spec §6.6 (``port_states``, ``known_devices``) plus nichealthd's own
+(misses, missing devices, latched card verdicts, group modes, held verdicts), with the same
+JSON as before the check-family seam: a state file of an older nichealthd loads unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Mapping
+
+from ..events import format_timestamp
+from ..state import (
+    HEALTHY,
+    epoch,
+    parse_int,
+    parse_list,
+    parse_str,
+    parse_table,
+    parse_when,
+    timestamps,
+)
+
+KEYS = ("port_states", "known_devices", "device_misses", "missing_devices", "card_anomalies",
+        "group_modes", "card_pending")
+
+
+@dataclass(frozen=True)
+class PortRecord:
+    """Last known state of a port and the health the platform was last told about."""
+
+    device: str
+    port: int
+    state: str
+    physical_state: str
+    link_layer: str
+    health: str
+    since: datetime
+    misses: int = 0
+
+
+@dataclass(frozen=True)
+class MissingDevice:
+    """A device reported as gone (fatal sent); its return sends the recovery."""
+
+    link_layer: str
+    since: datetime
+
+
+@dataclass(frozen=True)
+class CardAnomaly:
+    """A latched homogeneity verdict: the card had fewer active ports than its group's mode."""
+
+    role: str
+    active: int
+    expected: int
+    check_name: str
+    since: datetime
+    ports: tuple[str, ...] = ()  # port keys whose fatal event rested on this verdict
+
+
+@dataclass
+class LinkStateSection:
+    """What the link-state family remembers; a value of one poll (see :meth:`copy`)."""
+
+    port_states: dict[str, PortRecord] = field(default_factory=dict)
+    known_devices: list[str] = field(default_factory=list)
+    device_misses: dict[str, int] = field(default_factory=dict)
+    missing_devices: dict[str, MissingDevice] = field(default_factory=dict)
+    card_anomalies: dict[str, CardAnomaly] = field(default_factory=dict)
+    group_modes: dict[str, int] = field(default_factory=dict)
+    # card -> since when its shortfall rests only on non-fatal ports (verdict held, #21)
+    card_pending: dict[str, datetime] = field(default_factory=dict)
+
+    def copy(self) -> LinkStateSection:
+        """A copy whose containers can be changed without touching this one."""
+        return LinkStateSection(
+            dict(self.port_states), list(self.known_devices), dict(self.device_misses),
+            dict(self.missing_devices), dict(self.card_anomalies), dict(self.group_modes),
+            dict(self.card_pending))
+
+    def to_json(self) -> dict[str, Any]:
+        ts = format_timestamp
+        return {
+            "port_states": {
+                k: {"state": p.state, "physical_state": p.physical_state, "device": p.device,
+                    "port": p.port, "link_layer": p.link_layer, "health": p.health,
+                    "since": ts(p.since), "misses": p.misses}
+                for k, p in sorted(self.port_states.items())},
+            "known_devices": sorted(self.known_devices),
+            "device_misses": dict(sorted(self.device_misses.items())),
+            "missing_devices": {
+                k: {"link_layer": m.link_layer, "since": ts(m.since)}
+                for k, m in sorted(self.missing_devices.items())},
+            "card_anomalies": {
+                k: {"role": a.role, "active": a.active, "expected": a.expected,
+                    "check_name": a.check_name, "since": ts(a.since), "ports": list(a.ports)}
+                for k, a in sorted(self.card_anomalies.items())},
+            "group_modes": dict(sorted(self.group_modes.items())),
+            "card_pending": timestamps(self.card_pending),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> LinkStateSection:
+        """Layout 1, the only one so far. Raises on anything malformed."""
+        when = parse_when
+        return cls(
+            port_states={
+                parse_str(k): PortRecord(
+                    parse_str(v["device"]), parse_int(v["port"], 2**16), parse_str(v["state"]),
+                    parse_str(v["physical_state"]), parse_str(v.get("link_layer", "")),
+                    parse_str(v.get("health", HEALTHY)),
+                    when(v["since"]) if "since" in v else epoch(),
+                    parse_int(v.get("misses", 0)))
+                for k, v in parse_table(data, "port_states").items()},
+            known_devices=[parse_str(d)
+                           for d in parse_list(data.get("known_devices", []), "known_devices")],
+            device_misses={parse_str(k): parse_int(v)
+                           for k, v in parse_table(data, "device_misses").items()},
+            missing_devices={
+                parse_str(k): MissingDevice(parse_str(v["link_layer"]), when(v["since"]))
+                for k, v in parse_table(data, "missing_devices").items()},
+            card_anomalies={
+                parse_str(k): CardAnomaly(
+                    parse_str(v["role"]), parse_int(v["active"]), parse_int(v["expected"]),
+                    parse_str(v["check_name"]), when(v["since"]),
+                    tuple(parse_str(p) for p in parse_list(v.get("ports", []), "ports")))
+                for k, v in parse_table(data, "card_anomalies").items()},
+            group_modes={parse_str(k): parse_int(v)
+                         for k, v in parse_table(data, "group_modes").items()},
+            card_pending={parse_str(k): when(v)
+                          for k, v in parse_table(data, "card_pending").items()},
+        )

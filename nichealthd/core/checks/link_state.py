@@ -1,0 +1,154 @@
+"""The link-state family (spec link-state-detection): port state, device presence, card counts.
+
+Per monitored device: its presence (a return after it was declared gone) and the state of
+each port; then the devices that are gone (three complete enumerations without them) and the
+card homogeneity verdicts (spec §4.3, held while the shortfall rests on transient states).
+Card verdicts and port states are one family because each feeds the other: a port down at
+first sight is fatal only on its card's verdict, and a card verdict is dropped when its ports
+already told their own failure.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Iterable, Mapping, Optional
+
+from ..config import ETH_STATE_CHECK, IB_STATE_CHECK
+from ..events import HealthEvent
+from ..family import HOST, READS_DEVICES, READS_PORTS, CheckFamily, Cycle, Verdict
+from ..model import DeviceSnapshot
+from ..state import SUPPRESSED
+from ..topology import anomalous_cards
+from .cards import card_counts, forget_pending, release_raised_ports, runtime_verdicts, short_ports
+from .devices import card_events, device_missing, device_present
+from .link_section import KEYS, LinkStateSection
+from .ports import missing_port, returned_port, transition
+
+STATE_CHECK_OF = {"InfiniBand": IB_STATE_CHECK, "Ethernet": ETH_STATE_CHECK}
+
+
+def recorded_layer(section: LinkStateSection, device: str) -> Optional[str]:
+    """The link layer last recorded for ``device`` (a port's, or the missing device's)."""
+    for record in section.port_states.values():
+        if record.device == device and record.link_layer:
+            return record.link_layer
+    gone = section.missing_devices.get(device)
+    return gone.link_layer if gone else None
+
+
+def device_layer(device: DeviceSnapshot, previous: LinkStateSection) -> Optional[str]:
+    """The layer a device is evaluated under: read now, else as last recorded."""
+    return device.link_layer or recorded_layer(previous, device.name)
+
+
+class LinkState(CheckFamily[LinkStateSection]):
+    """Port state, device presence and card homogeneity."""
+
+    id = "link_state"
+    order = 10
+    keys = KEYS
+    reads = frozenset({READS_DEVICES, READS_PORTS})
+
+    def fresh(self) -> LinkStateSection:
+        return LinkStateSection()
+
+    def load(self, data: Mapping[str, Any], schema: int) -> LinkStateSection:
+        return LinkStateSection.from_json(data)
+
+    def dump(self, section: LinkStateSection) -> dict[str, Any]:
+        return section.to_json()
+
+    def evaluate(self, previous: LinkStateSection, cycle: Cycle, memory: Any
+                 ) -> Verdict[LinkStateSection]:
+        """Ports and presence of each monitored device, then gone devices and card verdicts.
+
+        Card homogeneity (spec §4.3) is judged every poll. At the baseline poll an anomalous
+        card is always reported (spec §7.2 case 3), and only the ports it is short of (those
+        its peers have active) count as failed. Later a verdict is held while the ports it
+        rests on are in a non-fatal state for less than ``cardVerdictHoldTime`` (spec §3.2:
+        INIT, ARMED, Polling, LinkErrorRecovery are transients; only a port that stays there
+        is stuck), and is dropped when its shortfall is already told by its ports' own fatal
+        events.
+        """
+        snapshot, now, enabled = cycle.snapshot, cycle.now, cycle.enabled
+        state = previous.copy()
+        events: list[tuple[str, HealthEvent]] = []
+        notes: list[str] = []
+        cards = card_counts(snapshot.devices, cycle.roles, previous)
+        verdicts, modes = anomalous_cards(cards.values(), previous.group_modes)
+        state.group_modes.update(modes)
+        short = short_ports(snapshot, cards, verdicts, previous)
+        raised: dict[str, list[str]] = {}  # card -> ports reported fatal on its verdict
+        recorded_ports: dict[str, list[str]] = {}  # device -> its port keys in the state
+        for key, record in previous.port_states.items():
+            recorded_ports.setdefault(record.device, []).append(key)
+
+        for device in cycle.monitored:
+            name = device.name
+            events.extend((name, e) for e in device_present(name, state, now, STATE_CHECK_OF))
+            layer = device_layer(device, previous)
+            if layer not in STATE_CHECK_OF:
+                notes.append(f"{name}: link layer {layer or 'unknown'}; not evaluated")
+                continue
+            check = STATE_CHECK_OF[layer]
+            if check in enabled:
+                events.extend((name, e) for e in _evaluate_ports(
+                    device, layer, check, previous, state, now, cycle.baseline, short, notes,
+                    recorded_ports.get(name, ()), raised.setdefault(device.card or "", [])))
+
+        present = {d.name for d in snapshot.devices}
+        monitored_names = {d.name for d in cycle.monitored}
+        for name in sorted(set(previous.known_devices) - present):
+            if snapshot.complete:
+                layer = recorded_layer(previous, name) or "InfiniBand"
+                check = STATE_CHECK_OF.get(layer, IB_STATE_CHECK)
+                if check in enabled:
+                    events.extend((HOST, e)
+                                  for e in device_missing(name, layer, check, state, now))
+        state.known_devices = sorted(
+            (set(previous.known_devices) - (present - monitored_names)) | monitored_names)
+        forget_pending(cards, verdicts, state)
+        if not cycle.baseline:
+            verdicts = runtime_verdicts(verdicts, snapshot, state, cycle.config, now)
+        events.extend((HOST, e) for e in card_events(cards, verdicts, state, STATE_CHECK_OF,
+                                                     enabled, now, raised))
+        events.extend((HOST, e) for e in release_raised_ports(previous, state, now))
+        # The picture: each card's active ports (CycleResult.cards).
+        return Verdict(state, tuple(events), cards, notes=tuple(notes))
+
+
+def _evaluate_ports(device: DeviceSnapshot, layer: str, check: str, previous: LinkStateSection,
+                    state: LinkStateSection, now: datetime, baseline: bool, short: set[str],
+                    notes: list[str], recorded: Iterable[str], raised: list[str]
+                    ) -> list[HealthEvent]:
+    events: list[HealthEvent] = []
+    seen = set()
+    for port in device.ports:
+        seen.add(port.key)
+        record = previous.port_states.get(port.key)
+        if not port.readable:
+            continue  # unknown: hold the previous state, say nothing
+        if record is not None:
+            events.extend(returned_port(record, check, now))
+        new_record, port_events = transition(record, port, port.link_layer or layer, check, now,
+                                             first_sight=baseline, evidence=port.key in short)
+        events.extend(port_events)
+        if record is None and port.key in short and any(e.is_fatal for e in port_events):
+            raised.append(port.key)
+        if new_record is None:
+            continue
+        if new_record.health == SUPPRESSED and (record is None or record.health != SUPPRESSED):
+            notes.append(f"{device.name} port {port.port} is {port.state} / {port.phys_state} "
+                         f"at first sight and its card is not anomalous: treated as "
+                         f"uncabled, not reported")
+        state.port_states[port.key] = new_record
+    if device.ports_listed:
+        for key in recorded:
+            if key not in seen:
+                new_record, port_events = missing_port(previous.port_states[key], check, now)
+                state.port_states[key] = new_record
+                events.extend(port_events)
+    return events
+
+
+FAMILY = LINK_STATE = LinkState()

@@ -1,0 +1,159 @@
+"""The seam a check family plugs into: what it reads, its slice of state, its pure evaluation.
+
+A check family is one unit (DESIGN §1, issue #15): it declares which parts of the snapshot it
+reads and how often it runs, evaluates as a pure function ``(its previous section, the shared
+cycle, its volatile memory) -> Verdict(events, its next section, picture)``, owns its top-level
+keys of the state file (with a schema version of its own: a missing section is a fresh start
+for that family alone), and supplies its conditions to the health model, its fields to the port
+records and its series to the metrics. :func:`nichealthd.core.evaluate.evaluate` is a loop over
+the enabled families; the families are found in :mod:`nichealthd.core.checks` (a module there
+that defines ``FAMILY`` is one), so adding a family is one new module plus its tests.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Iterable, Mapping, Optional, TypeVar
+
+from .config import Config
+from .events import HealthEvent
+from .model import DeviceSnapshot, HostSnapshot
+from .topology import Role, Topology
+
+if TYPE_CHECKING:  # pragma: no cover - the state holds sections, sections do not hold it
+    from .checks.counters import CounterMemory
+    from .state import MonitorState
+
+S = TypeVar("S")
+
+# What a family may read of the snapshot (``CheckFamily.reads``): the reader skips a part that
+# no enabled family reads.
+READS_DEVICES = "devices"  # the device list and its PCI facts
+READS_PORTS = "ports"  # port state, physical state, link layer, rate
+READS_COUNTERS = "counters"  # the configured counter files
+
+HOST = ""  # the "device" of an event that belongs to no device of this poll (see Verdict)
+
+
+@dataclass(frozen=True)
+class Cycle:
+    """What every family shares in one poll; computed once by the evaluator.
+
+    ``previous`` is the whole committed state, read-only: a family may read another family's
+    section for facts (the last reported port states, say), never write it.
+    """
+
+    snapshot: HostSnapshot
+    config: Config
+    topology: Topology
+    now: datetime
+    baseline: bool  # first poll after a reboot or with no usable state (spec §6.5)
+    enabled: frozenset[str]  # the enabled check names
+    roles: Mapping[str, Role]
+    monitored: tuple[DeviceSnapshot, ...]
+    previous: MonitorState
+
+
+@dataclass(frozen=True)
+class Verdict(Generic[S]):
+    """One family's outcome of one poll.
+
+    ``events`` pairs each event with the device it is about (:data:`HOST` for host-level
+    ones: a missing device, a card): the evaluator keeps a device's events together, family
+    after family, and puts host-level events after every device's.
+    """
+
+    section: S
+    events: tuple[tuple[str, HealthEvent], ...] = ()
+    picture: Any = None  # what the views show of this poll (counter observations, cards)
+    notes: tuple[str, ...] = ()  # log lines
+
+
+PortId = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class Condition:
+    """An open condition a family holds, for the one health model (issue #22).
+
+    ``port`` None is a condition on the host. A port's condition whose port is not among the
+    monitored ports of the poll is shown on the host, as ``alone`` says it.
+    """
+
+    health: str  # state.DEGRADED or state.FATAL
+    reason: str
+    port: Optional[PortId] = None
+    alone: str = ""  # the reason on the host (default: ``reason``)
+
+
+@dataclass(frozen=True)
+class Series:
+    """A metrics family a check supplies: plain data the metrics surface turns into Prometheus.
+
+    ``kind`` is ``gauge`` or ``counter``; ``samples`` are (label values, value).
+    """
+
+    name: str  # without the nichealthd_ prefix
+    help: str
+    kind: str
+    labels: tuple[str, ...]
+    samples: tuple[tuple[tuple[str, ...], float], ...] = field(default=())
+
+
+class CheckFamily(abc.ABC, Generic[S]):
+    """One family of checks. Subclasses are stateless: everything lives in their section."""
+
+    id: ClassVar[str]  # its name in the state file's ``schemas`` and in logs
+    order: ClassVar[int]  # families run (and their events of a device follow) in this order
+    schema: ClassVar[int] = 1  # version of its section's layout
+    keys: ClassVar[tuple[str, ...]]  # its top-level keys in the state file
+    reads: ClassVar[frozenset[str]]  # READS_* parts of the snapshot it needs
+    cadence: ClassVar[float] = 0.0  # seconds between runs; 0 is every poll
+
+    @abc.abstractmethod
+    def fresh(self) -> S:
+        """The section of a first start (no state, or a reboot)."""
+
+    @abc.abstractmethod
+    def load(self, data: Mapping[str, Any], schema: int) -> S:
+        """Its section from the state file's top level (absent keys: fresh), written under
+        ``schema`` (never newer than :attr:`schema`). Bad content raises ``StateCorrupt``,
+        ``TypeError``, ``ValueError`` or ``KeyError``: the whole state is then unusable."""
+
+    @abc.abstractmethod
+    def dump(self, section: S) -> dict[str, Any]:
+        """Its top-level keys of the state file (exactly :attr:`keys`)."""
+
+    @abc.abstractmethod
+    def evaluate(self, previous: S, cycle: Cycle, memory: CounterMemory) -> Verdict[S]:
+        """One poll, pure: ``previous`` is not changed. ``memory`` is this poll's own copy
+        of the volatile memory (the counter engine's, the family's slot): the family may
+        change it; the monitor adopts it with the commit."""
+
+    def enabled(self, config: Config) -> bool:
+        """Whether it runs under ``config``; a disabled family keeps its section as it is."""
+        return True
+
+    def urgent(self, old: S, new: S, config: Config) -> bool:
+        """Whether a change must be written at once; the rest is flushed within a minute."""
+        return bool(old != new)
+
+    def conditions(self, section: S, cycle_picture: Any) -> Iterable[Condition]:
+        """Its open conditions, for the health of ports and host."""
+        return ()
+
+    def port_fields(self, section: S, cycle_picture: Any, port: PortId) -> Mapping[str, Any]:
+        """Extra keys of a port's record (``show ports --json``, D-Bus, varlink)."""
+        return {}
+
+    def series(self, section: S, cycle_picture: Any) -> Iterable[Series]:
+        """Its metrics series."""
+        return ()
+
+
+def supplies(family: CheckFamily[Any], method: str) -> bool:
+    """Whether ``family`` overrides ``method`` of :class:`CheckFamily` (so a loop over the
+    families can skip the ones that add nothing, on paths run for every port)."""
+    return getattr(type(family), method) is not getattr(CheckFamily, method)
