@@ -15,7 +15,17 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Iterable, Mapping, Optional, TypeVar
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    ClassVar,
+    Generic,
+    Iterable,
+    Mapping,
+    Optional,
+    TypeVar,
+    cast,
+)
 
 from .config import Config
 from .events import HealthEvent
@@ -112,19 +122,24 @@ class CheckFamily(abc.ABC, Generic[S]):
     reads: ClassVar[frozenset[str]]  # READS_* parts of the snapshot it needs
     cadence: ClassVar[float] = 0.0  # seconds between runs; 0 is every poll
 
-    @abc.abstractmethod
+    # A section class with ``to_json()`` and ``from_json(data)`` (a dataclass whose fields all
+    # have defaults) gives fresh/load/dump for free; a family without one overrides them.
+    section_type: ClassVar[Any] = None
+
     def fresh(self) -> S:
         """The section of a first start (no state, or a reboot)."""
+        return cast(S, self.section_type())
 
-    @abc.abstractmethod
     def load(self, data: Mapping[str, Any], schema: int) -> S:
         """Its section from the state file's top level (absent keys: fresh), written under
         ``schema`` (never newer than :attr:`schema`). Bad content raises ``StateCorrupt``,
         ``TypeError``, ``ValueError`` or ``KeyError``: the whole state is then unusable."""
+        return cast(S, self.section_type.from_json(data))
 
-    @abc.abstractmethod
     def dump(self, section: S) -> dict[str, Any]:
         """Its top-level keys of the state file (exactly :attr:`keys`)."""
+        dumped: dict[str, Any] = cast(Any, section).to_json()
+        return dumped
 
     @abc.abstractmethod
     def evaluate(self, previous: S, cycle: Cycle, memory: CounterMemory) -> Verdict[S]:

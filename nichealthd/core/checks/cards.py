@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Mapping, Optional
+from typing import Iterator, Mapping, Optional
 
 from ..config import Config
 from ..events import CODE_PORT_STATE, HealthEvent, make_event, port_entities
-from ..model import DeviceSnapshot, HostSnapshot
+from ..model import DeviceSnapshot, HostSnapshot, PortSnapshot
 from ..state import FATAL, HEALTHY, SUPPRESSED
 from ..topology import MANAGEMENT, CardCount, CardVerdict, Role
 from .link_section import LinkStateSection, PortRecord
@@ -62,24 +62,28 @@ def _short_classes(devices: tuple[str, ...], snapshot: HostSnapshot,
     out: what remains is what a card verdict would add to the port events.
     """
     classes = set()
+    for port, record in _card_ports(devices, snapshot, state):
+        if record is not None and record.health in (SUPPRESSED, FATAL):
+            continue
+        if port.readable and is_known(port.state, port.phys_state):
+            reading = (port.state, port.phys_state)
+        elif record is not None:
+            reading = (record.state, record.physical_state)
+        else:
+            continue
+        if not is_active(*reading):
+            classes.add(port_health(reading[0], reading[1], port.link_layer
+                                    or (record.link_layer if record else "")))
+    return classes
+
+
+def _card_ports(devices: tuple[str, ...], snapshot: HostSnapshot, state: LinkStateSection
+                ) -> Iterator[tuple[PortSnapshot, Optional[PortRecord]]]:
+    """Each port of the card's devices in this poll, with its record."""
     for name in devices:
         device = snapshot.device(name)
-        if device is None:
-            continue
-        for port in device.ports:
-            record = state.port_states.get(port.key)
-            if record is not None and record.health in (SUPPRESSED, FATAL):
-                continue
-            if port.readable and is_known(port.state, port.phys_state):
-                reading = (port.state, port.phys_state)
-            elif record is not None:
-                reading = (record.state, record.physical_state)
-            else:
-                continue
-            if not is_active(*reading):
-                classes.add(port_health(reading[0], reading[1], port.link_layer
-                                        or (record.link_layer if record else "")))
-    return classes
+        for port in device.ports if device is not None else ():
+            yield port, state.port_states.get(port.key)
 
 
 def forget_pending(cards: dict[str, CardCount], verdicts: dict[str, CardVerdict],
@@ -172,16 +176,11 @@ def _explained_by_ports(devices: tuple[str, ...], snapshot: HostSnapshot,
     is one failure, not two). It still speaks when an inactive port was never reported: a port
     stuck in Polling/INIT, or a card whose cabled port failed beside an uncabled one.
     """
-    for name in devices:
-        device = snapshot.device(name)
-        if device is None:
-            continue
-        for port in device.ports:
-            record = state.port_states.get(port.key)
-            held = (record.state, record.physical_state) if record else (None, None)
-            state_now = (port.state, port.phys_state) if port.readable else held
-            if not is_active(*state_now) and (record is None or record.health != FATAL):
-                return False
+    for port, record in _card_ports(devices, snapshot, state):
+        held = (record.state, record.physical_state) if record else (None, None)
+        state_now = (port.state, port.phys_state) if port.readable else held
+        if not is_active(*state_now) and (record is None or record.health != FATAL):
+            return False
     return True
 
 

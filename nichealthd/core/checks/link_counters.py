@@ -8,7 +8,7 @@ and saturation reported as an event.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Optional
 
 from ..config import (
     ETH_DEGRADATION_CHECK,
@@ -36,16 +36,8 @@ class LinkCounters(CheckFamily[CounterSection]):
     id = "link_counters"
     order = 20
     keys = KEYS
+    section_type = CounterSection
     reads = frozenset({READS_PORTS, READS_COUNTERS})
-
-    def fresh(self) -> CounterSection:
-        return CounterSection()
-
-    def load(self, data: Mapping[str, Any], schema: int) -> CounterSection:
-        return CounterSection.from_json(data)
-
-    def dump(self, section: CounterSection) -> dict[str, Any]:
-        return section.to_json()
 
     def evaluate(self, previous: CounterSection, cycle: Cycle, memory: CounterMemory
                  ) -> Verdict[CounterSection]:

@@ -11,7 +11,7 @@ already told their own failure.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Optional
 
 from ..config import ETH_STATE_CHECK, IB_STATE_CHECK
 from ..events import HealthEvent
@@ -47,16 +47,8 @@ class LinkState(CheckFamily[LinkStateSection]):
     id = "link_state"
     order = 10
     keys = KEYS
+    section_type = LinkStateSection
     reads = frozenset({READS_DEVICES, READS_PORTS})
-
-    def fresh(self) -> LinkStateSection:
-        return LinkStateSection()
-
-    def load(self, data: Mapping[str, Any], schema: int) -> LinkStateSection:
-        return LinkStateSection.from_json(data)
-
-    def dump(self, section: LinkStateSection) -> dict[str, Any]:
-        return section.to_json()
 
     def evaluate(self, previous: LinkStateSection, cycle: Cycle, memory: Any
                  ) -> Verdict[LinkStateSection]:
