@@ -1,0 +1,103 @@
+"""A/B of the in-process poll cycle between two git revisions, interleaved on one host.
+
+On a shared, loaded machine absolute figures drift by ±20 % from run to run; running the two
+revisions alternately, round after round, on the same simulated host keeps the comparison
+fair. Each round starts a fresh process per revision (``PYTHONPATH`` = a checkout of it) that
+builds nothing itself: it drives ``Monitor.poll()`` back to back on one ``nichealthd-sim`` tree
+and prints the median CPU (``time.process_time``) per cycle.
+
+    python3 bench/cycle_ab.py dd25288            # that revision vs the working tree
+    python3 bench/cycle_ab.py A B --devices 128 --rounds 7 --cycles 300
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+REPO = Path(__file__).resolve().parent.parent
+
+PROBE = r"""
+import statistics, sys, time
+from pathlib import Path
+from nichealthd.sources.config_file import load_config
+from nichealthd.runtime.monitor import Monitor
+from nichealthd.runtime.startup import load_topology, prepare_state_dir
+root, state, cycles = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+config = load_config(str(root / "nichealthd.toml"),
+                     {"stateFile": str(state / "state.json"), "eventLog": ""})
+prepare_state_dir(config)
+monitor = Monitor(config, load_topology(config))
+monitor.start()
+for _ in range(6):
+    monitor.poll()
+cpu = []
+for _ in range(cycles):
+    started = time.process_time()
+    monitor.poll()
+    cpu.append(time.process_time() - started)
+monitor.close()
+print(statistics.median(cpu))
+"""
+
+
+def checkout(rev: Optional[str], into: Path) -> Path:
+    """A detached work tree of ``rev`` (None: this working tree as it is)."""
+    if rev is None:
+        return REPO
+    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "-q", "--detach", str(into),
+                    rev], check=True)
+    return into
+
+
+def cycle_cpu(tree: Path, host: Path, state: Path, cycles: int) -> float:
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    out = subprocess.run([sys.executable, "-c", PROBE, str(host), str(state), str(cycles)],
+                         env=env, check=True, capture_output=True, text=True, cwd=tree)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("a", help="git revision A")
+    parser.add_argument("b", nargs="?", help="git revision B (default: the working tree)")
+    parser.add_argument("--devices", type=int, default=34)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--cycles", type=int, default=300)
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(REPO))
+    from nichealthd.sim import tree as simtree
+
+    with tempfile.TemporaryDirectory(prefix="nichealthd-ab-") as tmp:
+        work = Path(tmp)
+        host = work / "host"
+        simtree.create(host, "synthetic", devices=args.devices)
+        trees = {args.a: checkout(args.a, work / "a"),
+                 args.b or "working tree": checkout(args.b, work / "b")}
+        medians: dict[str, list[float]] = {name: [] for name in trees}
+        try:
+            for round_ in range(args.rounds):
+                for name, tree in trees.items():
+                    state = work / f"state-{round_}-{len(medians[name])}-{abs(hash(name))}"
+                    medians[name].append(cycle_cpu(tree, host, state, args.cycles))
+        finally:
+            for tree in trees.values():
+                if tree != REPO:
+                    subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force",
+                                    str(tree)], check=False)
+        print(f"{args.devices} devices, {args.rounds} interleaved rounds of {args.cycles} "
+              f"cycles: median of the per-round median CPU per cycle")
+        for name, values in medians.items():
+            shown = ", ".join(f"{v * 1000:.2f}" for v in values)
+            print(f"  {name:>14}: {statistics.median(values) * 1000:.2f} ms  ({shown})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
