@@ -22,6 +22,7 @@ from ..core.config import (
     DEFAULT_CONFIG_PATH,
     LOG_LEVELS,
     PROCESSING_STRATEGIES,
+    TOPOLOGY_SOURCES,
     Config,
     ConfigError,
 )
@@ -63,6 +64,7 @@ FLAG_KEYS = {
     "boot_id_path": "bootIdPath",
     "state_file": "stateFile",
     "metadata_path": "metadataPath",
+    "topology_source": "topologySource",
     "node_name": "nodeName",
     "platform_connector_socket": "platformConnectorSocket",
     "platform_connector_token_path": "platformConnectorTokenPath",
@@ -102,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="persistent state (default /var/lib/nichealthd/state.json)")
     add("--metadata-path", metavar="PATH",
         help="NVSentinel GPU metadata (default /var/lib/nvsentinel/gpu_metadata.json)")
+    add("--topology-source", choices=TOPOLOGY_SOURCES,
+        help="GPU<->NIC topology: auto (the metadata file when it exists and is valid, else "
+             "derived from sysfs), metadata (the file is required) or sysfs (default auto)")
     add("--node-name", metavar="NAME", help="node name on every event (default $NODE_NAME, "
         "else the host name)")
     add("--platform-connector-socket", metavar="URL",
