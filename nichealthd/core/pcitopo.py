@@ -140,8 +140,9 @@ def summary(topology: GpuTopology, roles: Optional[Iterable[Role]] = None) -> st
     else:
         nodes = len(topology.gpu_numa_nodes)
         where = (f"on {nodes} NUMA node{'s' if nodes != 1 else ''}" if nodes
-                 else "with unknown NUMA nodes (NUMA gate skipped)")
+                 else "with unknown NUMA node (NUMA gate skipped)")
         text = f"topology from {topology.source}: {gpus} GPU{'s' if gpus != 1 else ''} {where}"
     if roles is not None:
-        text += "; " + role_counts(roles)
+        roles = list(roles)
+        text += "; " + (role_counts(roles) if roles else "no InfiniBand/RoCE devices found")
     return text

@@ -40,9 +40,11 @@ from .startup import (
     EXIT_USAGE,
     Startup,
     StartupError,
+    choose_topology,
     consumers,
-    load_topology,
+    log_topology,
     prepare_state_dir,
+    topology_loader,
 )
 
 __all__ = ["EXIT_CRASH", "EXIT_OK", "EXIT_STARTUP", "EXIT_USAGE", "build_parser", "main",
@@ -146,9 +148,11 @@ def start(args: argparse.Namespace) -> Startup:
     raise_nofile_limit()  # before the reader sizes its fd budget from the limit
     for notice in config.notices:
         log.warning("%s", notice)
-    topology = load_topology(config)
+    choice = choose_topology(config)
+    log_topology(choice)
     prepare_state_dir(config)
-    monitor = Monitor(config, topology)
+    monitor = Monitor(config, choice.topology, topology_loader=topology_loader(config),
+                      topology_reason=choice.reason)
     try:
         monitor.start()
         event_log = EventLog(config.event_log, monitor.journal) if config.event_log else None

@@ -7,9 +7,10 @@ Shared by :mod:`nichealthd.runtime.daemon` (command line, start-up checks, ``--o
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ..core.config import Config
 from ..core.evaluate import Topology
@@ -19,6 +20,8 @@ from ..sources.pci import read_pci_topology
 from ..sources.routes import read_default_route_devices
 from ..surfaces.eventlog import EventLog
 from .monitor import Monitor
+
+log = logging.getLogger("nichealthd")
 
 EXIT_OK, EXIT_STARTUP, EXIT_USAGE = 0, 1, 2
 PRIVATE_TMP_HINT = ("; if nichealthd runs as the installed service, note that it runs with "
@@ -85,6 +88,29 @@ def choose_topology(config: Config) -> TopologyChoice:
 def load_topology(config: Config) -> Topology:
     """:func:`choose_topology` without the reason."""
     return choose_topology(config).topology
+
+
+def topology_loader(config: Config) -> Callable[[], tuple[Topology, str]]:
+    """What the monitor calls to read the topology again when a new RDMA device appears."""
+    def load() -> tuple[Topology, str]:
+        choice = choose_topology(config)
+        return choice.topology, choice.reason
+    return load
+
+
+def log_topology(choice: TopologyChoice) -> None:
+    """The choice and its reason, once (start, reload); the NUMA gate when it is skipped."""
+    gpus = choice.gpus
+    log.info("topology from %s: %s", gpus.source, choice.reason)
+    if gpus.source != "none" and not gpus.numa_gate:
+        if gpus.gpu_pci_addresses:
+            log.info("no GPU has a known NUMA node (numa_node -1, as on VMs): the NUMA gate "
+                     "is skipped; management NICs are those with the default route and "
+                     "BlueField DPUs")
+        else:
+            log.info("no GPU found: roles come from the link layer and the default route "
+                     "(InfiniBand compute, Ethernet storage, BlueField and the default route "
+                     "management)")
 
 
 def prepare_state_dir(config: Config) -> None:

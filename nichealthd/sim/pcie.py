@@ -74,7 +74,8 @@ class _Buses:
     def take(self, dom: int, below: int) -> int:
         """The nearest free bus below ``below`` (else the nearest above)."""
         used = self.used.setdefault(dom, set())
-        for bus in (*range(below - 1, -1, -1), *range(below + 1, 256)):
+        candidates: List[int] = [*range(below - 1, -1, -1), *range(below + 1, 256)]
+        for bus in candidates:
             if bus not in used:
                 used.add(bus)
                 return bus

@@ -91,7 +91,8 @@ def test_absent_connector_then_present_delivers_everything_in_order(
             time.sleep(0.01)
         assert connector.received == []
         assert sender.link.connects == 0  # a missing socket costs no connect attempt
-        assert sender.status.state == "down"
+        # Never there since start: a host without NVSentinel, not a connector that is down.
+        assert sender.status.state == "not installed"
         assert "does not exist" in sender.status.last_error
         assert sender.status.outbox_depth == 120
         connector.start()
