@@ -71,7 +71,7 @@ def choose_gpu_topology(config: Config) -> tuple[GpuTopology, str]:
             return _from_sysfs(config), f"topologySource = auto, and {exc}"
         return gpus, (f"topologySource = {mode}, {config.metadata_path}")
     return _from_sysfs(config), (f"topologySource = auto, no GPU metadata file at "
-                                 f"{config.metadata_path}")
+                                 f"{config.metadata_path}{sandbox_hint(config.metadata_path)}")
 
 
 def _from_sysfs(config: Config) -> GpuTopology:

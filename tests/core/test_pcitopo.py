@@ -3,14 +3,17 @@ every simulated host the same matrix and the same roles as the metadata file giv
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
+from nichealthd.core.config import ConfigError, build_config
 from nichealthd.core.model import DeviceSnapshot
 from nichealthd.core.pcitopo import PciFunction, derive, is_gpu, relation, summary
 from nichealthd.core.topology import GpuTopology, Role, classify
+from nichealthd.runtime.startup import StartupError, choose_gpu_topology
 from nichealthd.sim import tree
 from nichealthd.sim.profiles import PROFILES
 from nichealthd.sources.config_file import load_config
@@ -120,3 +123,29 @@ def test_sysfs_topology_equals_the_metadata_on_every_profile(tmp_path: Path,
     for name, row in metadata.nic_topology.items():
         assert derived.nic_topology[name] == row, name
     assert {d.name: classify(d, metadata, routes).role for d in devices} == by_sysfs
+
+
+def test_topology_source_choice(tmp_path: Path) -> None:
+    """auto: the metadata file when it exists and is valid, else sysfs, with the reason;
+    sysfs: always derived; metadata: the file is required (exit 1); a bad value: exit 2."""
+    root = tmp_path / "host"
+    tree.create(root, "dgx-h100")
+    base = load_config(str(root / "nichealthd.toml"))
+    gpus, reason = choose_gpu_topology(base)
+    assert gpus.source == "metadata" and "topologySource = auto" in reason
+    forced, reason = choose_gpu_topology(replace(base, topology_source="sysfs"))
+    assert forced.source == "sysfs" and reason == "topologySource = sysfs"
+    assert {k: forced.nic_topology[k] for k in gpus.nic_topology} == gpus.nic_topology
+    (root / "gpu_metadata.json").write_text('{"gpus": []}')
+    fallback, reason = choose_gpu_topology(base)
+    assert fallback.source == "sysfs" and "'gpus' is missing or empty" in reason
+    with pytest.raises(StartupError, match="'gpus' is missing.*topologySource = \"auto\""):
+        choose_gpu_topology(replace(base, topology_source="metadata"))
+    (root / "gpu_metadata.json").unlink()
+    absent, reason = choose_gpu_topology(base)
+    assert absent.source == "sysfs" and reason.endswith(f"no GPU metadata file at "
+                                                        f"{root}/gpu_metadata.json")
+    pinned, reason = choose_gpu_topology(replace(base, nic_inclusion_regex_override=("x",)))
+    assert pinned.source == "none" and "nicInclusionRegexOverride" in reason
+    with pytest.raises(ConfigError, match="topologySource"):
+        build_config({"topologySource": "nvml"}, "x.toml", {})

@@ -270,6 +270,7 @@ class Sender:
         self._limit = max_batch
         self._logged: tuple[str, str] = ("", "")
         self._socket_seen = False  # the connector's socket existed at some time since start
+        self._trim_told = False  # a trim while "not installed" was logged (later: debug)
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._lock = threading.Lock()  # one step at a time (thread loop vs. stop's drain)
@@ -436,7 +437,11 @@ class Sender:
         if not dropped:
             return
         self.update(dropped=self.status.dropped + len(dropped))
-        log.warning("outbox over its bound (%d events or %d bytes) while the platform "
+        level = logging.WARNING
+        if self.status.state == NOT_INSTALLED:  # no NVSentinel here: expected, said once
+            level = logging.DEBUG if self._trim_told else logging.INFO
+            self._trim_told = True
+        log.log(level, "outbox over its bound (%d events or %d bytes) while the platform "
                     "connector is %s: dropped the %d oldest degraded event(s) (seq %d..%d, "
                     "committed %s..%s); fatal and healthy events are kept; %d dropped since "
                     "start", self.config.outbox_max_events, self.config.outbox_max_bytes,
