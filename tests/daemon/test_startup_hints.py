@@ -32,7 +32,7 @@ def test_under_systemd_a_startup_failure_says_to_fix_and_restart(
     assert "gpu_metadata.json does not exist" in run.stderr
     assert "fix it, then run `systemctl restart nichealthd`" in run.stderr
     assert "Traceback" not in run.stderr and run.stderr.count("\n") == 1
-    outside = start(host, "--topology-source", "metadata")  # not under systemd: no word about systemctl
+    outside = start(host, "--topology-source", "metadata")  # not under systemd: no systemctl hint
     assert outside.returncode == EXIT_STARTUP and "systemctl" not in outside.stderr
 
 
