@@ -149,7 +149,6 @@ def start(args: argparse.Namespace) -> Startup:
     for notice in config.notices:
         log.warning("%s", notice)
     choice = choose_topology(config)
-    log_topology(choice)
     prepare_state_dir(config)
     monitor = Monitor(config, choice.topology, topology_loader=topology_loader(config),
                       topology_reason=choice.reason)
@@ -160,6 +159,7 @@ def start(args: argparse.Namespace) -> Startup:
         # The journal and the event log hold undelivered events: never move them aside.
         raise StartupError(f"cannot read {exc.filename or config.state_dir}: {exc.strerror} "
                            f"(move the file or directory out of the way, then restart)") from None
+    log_topology(choice)  # once the start is valid: a failed start says only why it failed
     return Startup(config, overrides, monitor, event_log)
 
 

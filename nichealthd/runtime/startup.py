@@ -69,7 +69,8 @@ def choose_gpu_topology(config: Config) -> tuple[GpuTopology, str]:
                                    f"topologySource = \"auto\" to derive the topology from "
                                    f"sysfs)") from None
             return _from_sysfs(config), f"topologySource = auto, and {exc}"
-        return gpus, (f"topologySource = {mode}, {config.metadata_path}")
+        return gpus, (f"topologySource = {mode}, NVSentinel's GPU metadata file (metadataPath)"
+                      f" is present and valid")
     return _from_sysfs(config), (f"topologySource = auto, no GPU metadata file at "
                                  f"{config.metadata_path}{sandbox_hint(config.metadata_path)}")
 

@@ -59,7 +59,7 @@ def test_introspection_documents_every_member(daemon: Any) -> None:
     xml = json.loads(out.stdout)["data"][0]
     iface = next(i for i in ET.fromstring(xml).iter("interface") if i.get("name") == INTERFACE)
     members = [m for m in iface if m.tag in ("method", "signal", "property")]
-    assert len(members) == 18
+    assert len(members) == 20
     for member in members:
         docs = [a for a in member if a.tag == "annotation"
                 and a.get("name") == "org.gtk.GDBus.DocString"]
