@@ -38,6 +38,7 @@ from ..surfaces.dbus_common import (
     harden_writer,
 )
 from .format import (
+    NO_DEVICES,
     BaselineFilter,
     Style,
     counters_table,
@@ -285,6 +286,15 @@ async def _show_records(args: argparse.Namespace, method: str,
 
 
 async def cmd_show_ports(args: argparse.Namespace) -> int:
+    if not args.json:
+        async with Client(args.bus, args.timeout) as client:
+            records = await client.records("ListPorts")
+            found = records or (await client.status()).get("devices_found", True)
+        if not found:  # a host without RDMA devices: say so in one line, not an empty table
+            print(NO_DEVICES)
+            return EXIT_OK
+        print_lines(ports_table(records, _style(), _width(args)))
+        return EXIT_OK
     return await _show_records(args, "ListPorts", ports_table)
 
 
@@ -454,7 +464,8 @@ def check_line(code: int, status: dict[str, Any], problems: list[str]) -> str:
     perf = f" | healthy={healthy} degraded={degraded} fatal={fatal} ports={total}"
     label = f"NICHEALTH {CHECK_LABELS[code]} - "
     if code == EXIT_OK:
-        text = f"{healthy} ports healthy" if total else "no ports monitored"
+        text = (f"{healthy} ports healthy" if total else
+                NO_DEVICES if status.get("devices_found") is False else "no ports monitored")
         if uncabled:
             text += f", {uncabled} uncabled"
         return label + text + perf

@@ -309,6 +309,9 @@ def baseline_filter(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [e for e in events if not baselines.is_baseline(e)]
 
 
+NO_DEVICES = "no InfiniBand/RoCE devices found"
+
+
 def status_lines(status: dict[str, Any], systemd: dict[str, Any], style: Style,
                  ago: Optional[float], width: int = 80) -> list[str]:
     """The status block; the fatal and degraded ports are named with their reasons, long
@@ -327,6 +330,8 @@ def status_lines(status: dict[str, Any], systemd: dict[str, Any], style: Style,
     last = status.get("last_poll") or "never"
     if ago is not None and status.get("last_poll"):
         last += f" ({ago:.1f} s ago)"
+    if status.get("devices_found") is False:
+        ports = NO_DEVICES
     rows: list[tuple[str, str, Optional[str]]] = [("ports", ports, None)]
     for problem in status.get("problems") or []:
         text = str(problem)
@@ -336,6 +341,8 @@ def status_lines(status: dict[str, Any], systemd: dict[str, Any], style: Style,
     connector = (f"{status.get('connector_state', '?')}; outbox "
                  f"{status.get('outbox_depth', 0)}, dead letters "
                  f"{status.get('dead_letters', 0)}")
+    if status.get("topology"):
+        rows.append(("topology", str(status["topology"]), None))
     rows += [
         ("last poll", f"{last}, {status.get('poll_count', 0)} polls, every {every}", None),
         ("connector", connector, None),

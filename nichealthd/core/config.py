@@ -32,6 +32,8 @@ ALL_CHECKS = (IB_STATE_CHECK, IB_DEGRADATION_CHECK, ETH_STATE_CHECK, ETH_DEGRADA
 
 PROCESSING_STRATEGIES = ("EXECUTE_REMEDIATION", "STORE_ONLY", "STORE_AND_ANALYSE")
 DBUS_MODES = ("system", "session", "none")
+# Where the GPU<->NIC topology comes from (DESIGN §2.3, §2.10).
+TOPOLOGY_SOURCES = ("auto", "metadata", "sysfs")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 VELOCITY_UNITS = {"second": 1.0, "minute": 60.0, "hour": 3600.0}
 THRESHOLD_TYPES = ("delta", "velocity")
@@ -135,6 +137,7 @@ class Config:
     boot_id_path_setting: str = ""
     state_file: str = "/var/lib/nichealthd/state.json"
     metadata_path: str = "/var/lib/nvsentinel/gpu_metadata.json"
+    topology_source: str = "auto"
     node_name: str = ""
     platform_connector_socket: str = "unix:///run/nvsentinel/nvsentinel.sock"
     platform_connector_token_path: str = ""
@@ -362,6 +365,7 @@ SCALAR_KEYS: Dict[str, Tuple[str, Callable[[Any], Any]]] = {
     "bootIdPath": ("boot_id_path_setting", _string),
     "stateFile": ("state_file", _string),
     "metadataPath": ("metadata_path", _string),
+    "topologySource": ("topology_source", _choice(TOPOLOGY_SOURCES)),
     "nodeName": ("node_name", _string),
     "platformConnectorSocket": ("platform_connector_socket", _connector_target),
     "platformConnectorTokenPath": ("platform_connector_token_path", _string),

@@ -63,6 +63,9 @@ def _build_parser() -> argparse.ArgumentParser:
         help="omit req_transport_retries_exceeded/req_rnr_retries_exceeded (pre-2024 kernels)",
     )
     p.add_argument("--force", action="store_true", help="rebuild over an existing fake host")
+    p.add_argument("--no-metadata", action="store_true",
+                   help="leave gpu_metadata.json out (a host without NVSentinel: nichealthd "
+                        "derives the GPU topology from the PCI tree)")
     cmd("show", "print each device's port state and intended role", "ROOT")
     p = cmd(
         "port", "set a port's state, physical state and/or netdev operstate", "ROOT", "DEV", "PORT"
@@ -121,12 +124,15 @@ def _create(a: argparse.Namespace) -> None:
         devices=a.devices,
         new_hw_counters=not a.no_new_hw_counters,
         force=a.force,
+        metadata=not a.no_metadata,
     )
     roles = Counter(manifest["roles"].values())
     summary = ", ".join(f"{n} {role}" for role, n in sorted(roles.items()))
     print(
         f"built {manifest['profile']} in {a.ROOT}: {len(manifest['devices'])} devices "
-        f"({summary}); config {a.ROOT}/nichealthd.toml"
+        f"({summary}); {len(manifest['gpus'])} GPUs"
+        f"{'' if manifest['metadata'] else ', no GPU metadata file'}; "
+        f"config {a.ROOT}/nichealthd.toml"
     )
 
 

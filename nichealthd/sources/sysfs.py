@@ -347,10 +347,20 @@ class SysfsReader:
 
     def _list_devices(self) -> Optional[frozenset[str]]:
         try:
-            return frozenset(os.listdir(self.config.sys_class_infiniband))
+            names = frozenset(os.listdir(self.config.sys_class_infiniband))
+            self.problems.clear("class", f"{self.config.sys_class_infiniband} is there: "
+                                f"{len(names)} RDMA device(s) found")
+            return names
         except FileNotFoundError:
-            self.problems.report("class", f"{self.config.sys_class_infiniband} does not exist; "
-                                 "no RDMA devices are visible (holding the last known state)")
+            if not self._names:  # never saw a device: a host without RDMA, not a fault
+                self.problems.report(
+                    "class", f"{self.config.sys_class_infiniband} does not exist: no "
+                    "InfiniBand/RoCE devices found (devices that appear later, when their "
+                    "driver loads, are picked up without a restart)", logging.INFO)
+            else:
+                self.problems.report(
+                    "class", f"{self.config.sys_class_infiniband} does not exist; no RDMA "
+                    "devices are visible (holding the last known state)")
         except OSError as exc:
             self.problems.report("class", f"cannot list {self.config.sys_class_infiniband}: "
                                  f"{exc.strerror} (holding the last known state)")

@@ -89,6 +89,8 @@ PROPERTIES = (
     ("OutboxDepth", "u", "outbox_depth"),
     ("DeadLetters", "u", "dead_letters"),
     ("Health", "s", "health"),
+    ("TopologySource", "s", "topology_source"),
+    ("Topology", "s", "topology"),
 )
 _PORT_EVENT_CODES = {CODE_PORT_STATE, CODE_PORT_MISSING}
 # Read-only members answered from prepared bytes, with their input signatures.
@@ -251,6 +253,16 @@ class NicHealthInterface(ServiceInterface):
     @dbus_signature("s")
     def Health(self) -> Any:  # noqa: N802
         return self._service.prop("Health")
+
+    @dbus_property(access=PropertyAccess.READ)
+    @dbus_signature("s")
+    def TopologySource(self) -> Any:  # noqa: N802
+        return self._service.prop("TopologySource")
+
+    @dbus_property(access=PropertyAccess.READ)
+    @dbus_signature("s")
+    def Topology(self) -> Any:  # noqa: N802
+        return self._service.prop("Topology")
 
 
 class DbusService:
