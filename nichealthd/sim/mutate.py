@@ -386,8 +386,12 @@ def rename_device(root: PathLike, dev: str, new: str) -> None:
     if not idir.is_dir():
         raise SimError(f"{dev} is removed (restore it first)")
     _rename_record(manifest, dev, new)
-    _move_device(top, idir, new)
+    if os.path.lexists(idir.parent / new) or os.path.lexists(top / tree.CLASS_IB / new):
+        raise SimError(f"{new} exists already")
+    # Old link first: a poll in between sees the device briefly absent, never a name whose
+    # link leads nowhere (sysfs renames atomically; two renames cannot).
     os.unlink(link)
+    _move_device(top, idir, new)
     _save_manifest(top, manifest)
 
 

@@ -231,3 +231,15 @@ def test_renamed_devices_keep_no_stale_volatile_memory() -> None:
     assert not swapped.events  # neither a reset (100 -> 5) nor a jump (5 -> 100)
     assert runner.memory.last_values["mlx5_1:1:symbol_error"] == 100
     assert runner.state.section(LINK_STATE).identities["mlx5_1"].renamed_at == at(1)
+
+
+def test_a_new_name_recorded_beside_the_old_one_is_merged_by_guid() -> None:
+    """One poll saw both names (the old one half gone): the new one got fresh records. When
+    the old one is absent and the GUIDs are equal, the old records win, under the new name."""
+    same = {"mlx5_0": DeviceIdentity("0000:10:00.0", GUIDS[0]),
+            "mlx5_9": DeviceIdentity("0000:10:00.0", GUIDS[0])}
+    assert detect_renames(same, [nic(0, "mlx5_9")]) == {"mlx5_0": "mlx5_9"}
+    assert detect_renames(same, [nic(0, "mlx5_9"), nic(1, "mlx5_0")]) == {
+        "mlx5_0": alias("mlx5_0", "0000:10:00.0")}  # mlx5_0 is another device now
+    unknown = {"mlx5_0": DeviceIdentity("0000:10:00.0"), "mlx5_9": DeviceIdentity("0000:10:00.0")}
+    assert detect_renames(unknown, [nic(0, "mlx5_9", guid="")]) == {}

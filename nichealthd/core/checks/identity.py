@@ -75,12 +75,23 @@ def detect_renames(identities: Mapping[str, DeviceIdentity],
     renames: dict[str, str] = {}
     for pci, names in before.items():
         here = now.get(pci, ())
-        if len(names) != 1 or len(here) != 1:
+        if len(here) != 1:
             continue
-        old, device = names[0], here[0]
+        device = here[0]
+        guid = device.node_guid or ""
+        if len(names) == 2 and device.name in names and guid:
+            # The new name was recorded beside the old one (one poll saw both listed, the
+            # old one half gone): the absent one is the same device if the GUIDs say so.
+            old = names[0] if names[1] == device.name else names[1]
+            if old not in present and identities[old].node_guid == guid:
+                renames[old] = device.name
+            continue
+        if len(names) != 1:
+            continue
+        old = names[0]
         if device.name == old or device.name in unidentified:
             continue
-        then, guid = identities[old].node_guid, device.node_guid or ""
+        then = identities[old].node_guid
         if then and guid and then != guid:
             continue  # another card at that address: not the same device
         renames[old] = device.name
@@ -89,8 +100,9 @@ def detect_renames(identities: Mapping[str, DeviceIdentity],
         if name in renames:
             continue
         holder = present.get(name)
-        taken = name in targets or (holder is not None and holder.pci_address
-                                    and holder.pci_address != identity.pci_address)
+        if holder is not None and holder.pci_address == identity.pci_address:
+            continue  # still there, under its name
+        taken = name in targets or bool(holder is not None and holder.pci_address)
         if taken and identity.pci_address:
             renames[name] = alias(name, identity.pci_address)
     return renames
@@ -102,8 +114,12 @@ def renamed(name: str, renames: Mapping[str, str]) -> str:
 
 
 def renamed_keys(table: Mapping[str, V], renames: Mapping[str, str]) -> dict[str, V]:
-    """A table keyed by device name, under the new names."""
-    return {renames.get(k, k): v for k, v in table.items()}
+    """A table keyed by device name, under the new names. A renamed device's record wins
+    over one already under its new name (see :func:`detect_renames`: its history is the
+    device's, the other was made when the new name was first seen)."""
+    out = {k: v for k, v in table.items() if k not in renames}
+    out.update((renames[k], v) for k, v in table.items() if k in renames)
+    return out
 
 
 def renamed_counter_key(key: str, renames: Mapping[str, str]) -> str:
@@ -114,8 +130,12 @@ def renamed_counter_key(key: str, renames: Mapping[str, str]) -> str:
 
 
 def renamed_counter_table(table: Mapping[str, V], renames: Mapping[str, str]) -> dict[str, V]:
-    """A table keyed by ``<device>:<port>:<name>``, under the new names."""
-    return {renamed_counter_key(k, renames): v for k, v in table.items()}
+    """A table keyed by ``<device>:<port>:<name>``, under the new names (a renamed
+    device's record wins, as in :func:`renamed_keys`)."""
+    out = {k: v for k, v in table.items() if k.partition(":")[0] not in renames}
+    out.update((renamed_counter_key(k, renames), v) for k, v in table.items()
+               if k.partition(":")[0] in renames)
+    return out
 
 
 def rename_notes(renames: Mapping[str, str], identities: Mapping[str, DeviceIdentity],

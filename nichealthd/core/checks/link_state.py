@@ -75,6 +75,8 @@ class LinkState(CheckFamily[LinkStateSection]):
             else:
                 kept[key] = record
         state.port_states = {**kept, **moved}
+        state.port_states = {k: r for k, r in state.port_states.items()
+                             if r.device not in renames.values() or k in moved}
         state.known_devices = sorted({renames.get(n, n) for n in section.known_devices})
         state.device_misses = renamed_keys(section.device_misses, renames)
         state.missing_devices = renamed_keys(section.missing_devices, renames)
