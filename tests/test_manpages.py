@@ -39,6 +39,7 @@ CONFIG_KEYS = {
     "connectorBatchInterval", "connectorTimeout", "outboxMaxEvents", "outboxMaxBytes",
     "eventHistorySize", "nicExclusionRegex", "nicInclusionRegexOverride",
     "sysClassInfinibandPath", "sysClassNetPath", "cardVerdictHoldTime",
+    "driverReloadGrace", "driverReloadTimeout",
 }  # fmt: skip
 COUNTER_FIELDS = {
     "name", "path", "enabled", "isFatal", "thresholdType", "threshold", "velocityUnit",

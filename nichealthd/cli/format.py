@@ -210,16 +210,32 @@ def devices_table(records: list[dict[str, Any]], style: Style, width: int = 80) 
     records = sorted(records, key=natural_key)
     rows = [(r.get("device", "?"), r.get("pci_address") or "-", r.get("hca_type") or "-",
              r.get("fw_ver") or "-", r.get("role") or ("-" if r.get("present") else "?"),
-             str(r.get("ports", 0)), "present" if r.get("present", True) else "MISSING",
+             str(r.get("ports", 0)), _device_state(r),
              ",".join(r.get("netdevs") or []) or "-") for r in records]
 
     def colour(col: int, text: str, padded: str) -> str:
         if col == 6 and text == "MISSING":
             return style.paint(padded, "red")
+        if col == 6 and text == "RELOADING":
+            return style.paint(padded, "yellow")
         return padded
 
-    return render_table(headers, rows, width, shrink=(7, 3, 2, 1, 4), right=(5,),
-                        colour=colour)
+    lines = render_table(headers, rows, width, shrink=(7, 3, 2, 1, 4), right=(5,),
+                         colour=colour)
+    renamed = [r for r in records if r.get("renamed_from")]
+    if renamed:
+        lines.append("")
+        lines.extend(fit(f"{r.get('device')} was {r['renamed_from']} until "
+                         f"{r.get('renamed_at') or '?'} (same PCI function)", width)
+                     for r in renamed)
+    return lines
+
+
+def _device_state(record: dict[str, Any]) -> str:
+    """present, MISSING, or RELOADING while every device is gone in a driver event (#19)."""
+    if record.get("present", True):
+        return "present"
+    return "RELOADING" if record.get("driver_event") else "MISSING"
 
 
 def counters_table(records: list[dict[str, Any]], style: Style, width: int = 80) -> list[str]:

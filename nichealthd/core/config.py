@@ -151,6 +151,13 @@ class Config:
     connector_batch_interval: float = 5.0
     connector_timeout: float = 5.0
     card_verdict_hold_time: float = 240.0  # gpud's 4-minute drop rule (REFERENCE §4)
+    # Every device gone at once (#19.2): held this long before one non-fatal host event. The
+    # mlx5 driver itself waits up to 60 s for a firmware reset (MLX5_TO_FW_RESET_MS) and then
+    # up to 120 s for the firmware to initialise (MLX5_TO_FW_PRE_INIT_TIMEOUT_MS), the defaults
+    # of drivers/net/ethernet/mellanox/mlx5/core/lib/tout.c: 3 minutes.
+    driver_reload_grace: float = 180.0
+    # ... and after this long the devices still gone are judged one by one (fatal, spec §7).
+    driver_reload_timeout: float = 900.0
     outbox_max_events: int = 100_000
     outbox_max_bytes: int = 64 * 1024 * 1024
     event_history_size: int = 1000
@@ -197,6 +204,8 @@ DURATION_BOUNDS: Dict[str, Tuple[float, float]] = {
     "connectorBatchInterval": (0.01, 3600.0),
     "connectorTimeout": (0.1, 600.0),
     "cardVerdictHoldTime": (0.0, 86400.0),
+    "driverReloadGrace": (0.0, 3600.0),
+    "driverReloadTimeout": (1.0, 86400.0),
 }
 INTEGER_BOUNDS: Dict[str, Tuple[int, int]] = {
     "outboxMaxEvents": (1, 10_000_000),
@@ -386,6 +395,10 @@ SCALAR_KEYS: Dict[str, Tuple[str, Callable[[Any], Any]]] = {
                          _duration_between(*DURATION_BOUNDS["connectorTimeout"])),
     "cardVerdictHoldTime": ("card_verdict_hold_time",
                             _duration_between(*DURATION_BOUNDS["cardVerdictHoldTime"])),
+    "driverReloadGrace": ("driver_reload_grace",
+                          _duration_between(*DURATION_BOUNDS["driverReloadGrace"])),
+    "driverReloadTimeout": ("driver_reload_timeout",
+                            _duration_between(*DURATION_BOUNDS["driverReloadTimeout"])),
     "outboxMaxEvents": ("outbox_max_events",
                         _integer_between(*INTEGER_BOUNDS["outboxMaxEvents"])),
     "outboxMaxBytes": ("outbox_max_bytes", _integer_between(*INTEGER_BOUNDS["outboxMaxBytes"])),
@@ -427,11 +440,29 @@ def build_config(data: Mapping[str, Any], source: Optional[str],
         _scalar(values, errors, None, key, raw, None)
     notices: List[str] = []
     detection = _counter_detection(data.get(DETECTION, {}), source, lines, errors, notices)
+    _check_driver_reload(values, data, source, lines, errors)
     errors.raise_if_any()
     values.update(detection)
     if not values.get("node_name"):
         values["node_name"] = os.environ.get("NODE_NAME") or socket.gethostname()
     return replace(Config(), **values, notices=tuple(notices))
+
+
+def _check_driver_reload(values: Dict[str, Any], data: Mapping[str, Any],
+                         source: Optional[str], lines: KeyLines, errors: Collector) -> None:
+    """driverReloadTimeout must exceed driverReloadGrace: the host event comes first."""
+    grace = values.get("driver_reload_grace", Config.driver_reload_grace)
+    timeout = values.get("driver_reload_timeout", Config.driver_reload_timeout)
+    if not (isinstance(grace, float) and isinstance(timeout, float)) or timeout > grace:
+        return
+    if "driverReloadTimeout" in data:
+        errors.add(source, "driverReloadTimeout", f"must be longer than driverReloadGrace "
+                   f"({format_duration(grace)}), got {format_duration(timeout)}",
+                   lines.line("", "driverReloadTimeout"))
+    else:
+        errors.add(source, "driverReloadGrace", f"must be shorter than driverReloadTimeout "
+                   f"({format_duration(timeout)}), got {format_duration(grace)}",
+                   lines.line("", "driverReloadGrace"))
 
 
 def _scalar(values: Dict[str, Any], errors: Collector, source: Optional[str], key: str,
