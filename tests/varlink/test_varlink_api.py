@@ -89,9 +89,9 @@ def test_every_record_field_is_declared_with_its_type(daemon: VarlinkDaemon) -> 
     mutate.counter(daemon.root, "mlx5_1", 1, "carrier_changes", add=50)
     mutate.remove_device(daemon.root, "mlx5_3")  # a missing device has missing_polls
     daemon.wait_polls(2)
-    calls = [("GetStatus", {}), ("ListPorts", {}), ("ListDevices", {}),
-             ("ListCounters", {}), ("ListCounters", {"device": "mlx5_1", "port": 1}),
-             ("ListEvents", {"limit": 0})]
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("GetStatus", {}), ("ListPorts", {}), ("ListDevices", {}), ("ListCounters", {}),
+        ("ListCounters", {"device": "mlx5_1", "port": 1}), ("ListEvents", {"limit": 0})]
     with client(daemon) as c, c.open(INTERFACE, namespaced=False) as monitor, \
             Raw(daemon.socket) as raw:
         for method, params in calls:
