@@ -85,8 +85,9 @@ def _width(args: argparse.Namespace) -> int:
 
 
 def counter_json(record: dict[str, Any]) -> dict[str, Any]:
-    """Absent values are null in JSON (``value`` is int or null, DESIGN §2.7)."""
-    out = dict(record)
+    """Absent values are null in JSON (``value`` is int or null, DESIGN §2.7), after the
+    others (D-Bus cannot carry null: it leaves them out; varlink sends them in place)."""
+    out = {key: value for key, value in record.items() if value is not None}
     for key in ("value", "delta", "rate"):
         out.setdefault(key, None)
     return out
