@@ -180,21 +180,21 @@ def test_events_history_json_and_follow(daemon: Any) -> None:
                               cwd=REPO, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert follow.stdout is not None and follow.stderr is not None
-    out = Lines(follow.stdout)
+    follower = Lines(follow.stdout)
     try:
-        wait_until(lambda: len(out.lines) >= 1, "the follower's history line", proc=follow)
-        assert json.loads(out.lines[0])["seq"] == events[-1]["seq"]
+        wait_until(lambda: len(follower.lines) >= 1, "the follower's history line", proc=follow)
+        assert json.loads(follower.lines[0])["seq"] == events[-1]["seq"]
         mutate.set_port(daemon.root, "mlx5_5", 1, state="DOWN", phys_state="Polling")
-        wait_until(lambda: len(out.lines) >= 2, "a followed event", proc=follow,
-                   detail=out.tail)
-        event = json.loads(out.lines[1])
+        wait_until(lambda: len(follower.lines) >= 2, "a followed event", proc=follow,
+                   detail=follower.tail)
+        event = json.loads(follower.lines[1])
         assert "mlx5_5" in event["message"] and event["isHealthy"] is False
         assert event["seq"] > events[-1]["seq"]
     finally:
         follow.terminate()
         follow.wait(10)
         follow.stderr.close()
-        out.join()
+        follower.join()
         follow.stdout.close()
 
 
