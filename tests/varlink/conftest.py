@@ -15,8 +15,9 @@ def start_daemon() -> Iterator[Callable[..., VarlinkDaemon]]:
     started: list[VarlinkDaemon] = []
 
     def _start(root: Optional[Path] = None, interval: str = "200ms",
-               extra: Optional[list[str]] = None, wait: bool = True) -> VarlinkDaemon:
-        daemon = VarlinkDaemon(root or make_sim(), interval, extra)
+               extra: Optional[list[str]] = None, wait: bool = True,
+               flag: bool = True) -> VarlinkDaemon:
+        daemon = VarlinkDaemon(root or make_sim(), interval, extra, flag)
         started.append(daemon)
         if wait:
             daemon.wait_ready()

@@ -7,9 +7,11 @@ import json
 import os
 import random
 import shutil
+import signal
 import socket
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from vlhelpers import NOBODY, Raw, VarlinkDaemon, make_sim, records, run_as
@@ -254,3 +256,21 @@ def test_reload_is_for_uid_0_only(daemon: VarlinkDaemon) -> None:
         answer = root.ask(M + "Reload")
     assert answer["parameters"]["accepted"] is False
     assert "pollingInterval" in answer["parameters"]["message"]
+
+
+def test_a_reload_moves_the_socket(start_daemon) -> None:
+    """varlinkSocket changed in the file: after SIGHUP the API is on the new path only."""
+    daemon = start_daemon(flag=False)
+    old = daemon.socket
+    new = str(Path(old).parent / "moved.sock")
+    config = daemon.root / "nichealthd.toml"
+    config.write_text(config.read_text().replace(old, new))
+    daemon.proc.send_signal(signal.SIGHUP)
+    wait_until(lambda: os.path.exists(new) and not os.path.exists(old), "the moved socket",
+               proc=daemon.proc, detail=daemon.log)
+    with Raw(new) as raw:
+        assert records(raw.ask(M + "ListPorts"), "ports")
+    config.write_text(config.read_text().replace(f'varlinkSocket = "{new}"', 'varlinkSocket = ""'))
+    daemon.proc.send_signal(signal.SIGHUP)
+    wait_until(lambda: not os.path.exists(new), "the socket removed", proc=daemon.proc)
+    daemon.wait_log("varlink API disabled")

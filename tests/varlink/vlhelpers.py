@@ -94,16 +94,21 @@ class VarlinkDaemon:
     """nichealthd on a sim tree with the varlink API on ``self.socket``."""
 
     def __init__(self, root: Path, interval: str = "200ms",
-                 extra: Optional[list[str]] = None) -> None:
+                 extra: Optional[list[str]] = None, flag: bool = True) -> None:
         self.root = root
         self.socket = str(root.parent / SOCKET_NAME)
+        if not flag:  # the socket from the config file (varlinkSocket), as a reload sees it
+            config = root / "nichealthd.toml"
+            config.write_text(config.read_text().replace(
+                'varlinkSocket = ""', f'varlinkSocket = "{self.socket}"'))
         self.log_path = root.parent / f"daemon-{time.monotonic_ns()}.log"
         self.log_file = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         env = dict(os.environ, PYTHONPATH=str(REPO))
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "nichealthd.runtime.daemon", "--config",
              str(root / "nichealthd.toml"), "--dbus", "none", "--polling-interval", interval,
-             "--varlink-socket", self.socket, "--log-level", "debug", *(extra or [])],
+             *(["--varlink-socket", self.socket] if flag else []), "--log-level", "debug",
+             *(extra or [])],
             cwd=REPO, env=env, stdout=self.log_file, stderr=subprocess.STDOUT)
 
     def log(self) -> str:
