@@ -152,8 +152,10 @@ class VarlinkDaemon:
 
 def run_as(user: list[str], script: str, timeout: float = 30
            ) -> subprocess.CompletedProcess[str]:
-    """A Python snippet run as another user (the package copied where it can read it)."""
-    return subprocess.run([*user, sys.executable, "-c", script], capture_output=True,
+    """A stdlib-only Python snippet run as another user: with the system's python3, which
+    every user can run (a pyenv interpreter under /root may not be)."""
+    python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
+    return subprocess.run([*user, python, "-c", script], capture_output=True,
                           text=True, timeout=timeout, cwd="/",
                           env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
 
