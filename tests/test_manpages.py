@@ -28,14 +28,15 @@ DAEMON_FLAGS = {
     "--config", "--sysfs-root", "--proc-root", "--boot-id-path", "--state-file",
     "--metadata-path", "--topology-source", "--node-name", "--platform-connector-socket",
     "--platform-connector-token-path", "--processing-strategy", "--polling-interval",
-    "--checks", "--metrics-listen", "--dbus", "--event-log", "--once", "--log-level",
-    "--version", "--help",
+    "--checks", "--metrics-listen", "--dbus", "--varlink-socket", "--event-log", "--once",
+    "--log-level", "--version", "--help",
 }  # fmt: skip
 CONFIG_KEYS = {
     "sysfsRoot", "procRoot", "bootIdPath", "stateFile", "metadataPath", "topologySource",
     "nodeName",
     "platformConnectorSocket", "platformConnectorTokenPath", "processingStrategy",
-    "pollingInterval", "checks", "metricsListen", "dbus", "eventLog", "logLevel",
+    "pollingInterval", "checks", "metricsListen", "dbus", "varlinkSocket", "eventLog",
+    "logLevel",
     "connectorBatchInterval", "connectorTimeout", "outboxMaxEvents", "outboxMaxBytes",
     "eventHistorySize", "nicExclusionRegex", "nicInclusionRegexOverride",
     "sysClassInfinibandPath", "sysClassNetPath", "cardVerdictHoldTime",

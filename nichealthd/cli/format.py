@@ -375,6 +375,10 @@ def status_lines(status: dict[str, Any], systemd: dict[str, Any], style: Style,
     if status.get("reload_error"):
         rows.append(("reload", f"last reload rejected: {status['reload_error']}", "yellow"))
     rows.append(("systemd", str(systemd.get("summary", "?")), None))
+    via = status.get("transport")
+    if isinstance(via, dict) and via.get("kind"):
+        api = "D-Bus" if via["kind"] == "dbus" else str(via["kind"])
+        rows.append(("via", f"{api}, {via.get('address', '?')}", None))
     room = max(width - 13, 10)
     return [head] + [f"  {label:<11}{style.paint(fit(value, room), colour)}"
                      for label, value, colour in rows]

@@ -146,6 +146,7 @@ class Config:
     checks: tuple[str, ...] = ALL_CHECKS
     metrics_listen: str = ":2112"
     dbus: str = "system"
+    varlink_socket: str = "/run/nichealthd/io.nichealthd.Monitor"
     event_log: str = ""
     log_level: str = "info"
     connector_batch_interval: float = 5.0
@@ -307,6 +308,24 @@ def _listen(value: Any) -> str:
     return text
 
 
+UNIX_PATH_MAX = 107  # sun_path holds 108 bytes with the terminating NUL
+
+
+def _unix_socket_path(value: Any) -> str:
+    """An absolute path for a unix socket, or "" (disabled)."""
+    text = _string(value).strip()
+    if not text:
+        return ""
+    if not text.startswith("/"):
+        raise ValueError(f"expected an absolute path such as /run/nichealthd/io.nichealthd.Monitor "
+                         f"or \"\" to disable, got {show(value)}")
+    size = len(text.encode("utf-8", "surrogateescape"))
+    if size > UNIX_PATH_MAX:
+        raise ValueError(f"a unix socket path is at most {UNIX_PATH_MAX} bytes, this one has "
+                         f"{size}: {show(value)}")
+    return text
+
+
 def _connector_target(value: Any) -> str:
     text = _string(value).strip()
     if text and not (text.startswith("unix:") or text.startswith("dns:") or ":" in text):
@@ -382,6 +401,7 @@ SCALAR_KEYS: Dict[str, Tuple[str, Callable[[Any], Any]]] = {
     "checks": ("checks", _checks),
     "metricsListen": ("metrics_listen", _listen),
     "dbus": ("dbus", _choice(DBUS_MODES)),
+    "varlinkSocket": ("varlink_socket", _unix_socket_path),
     "eventLog": ("event_log", _string),
     "logLevel": ("log_level", _choice(LOG_LEVELS, lower=True)),
     "nicExclusionRegex": ("nic_exclusion_regex", _regex_list),

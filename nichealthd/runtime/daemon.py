@@ -75,6 +75,7 @@ FLAG_KEYS = {
     "checks": "checks",
     "metrics_listen": "metricsListen",
     "dbus": "dbus",
+    "varlink_socket": "varlinkSocket",
     "event_log": "eventLog",
     "log_level": "logLevel",
 }
@@ -124,6 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--metrics-listen", metavar="ADDR",
         help="[HOST]:PORT for /metrics and /healthz; '' disables (default :2112)")
     add("--dbus", choices=DBUS_MODES, help="bus for the D-Bus API (default system)")
+    add("--varlink-socket", metavar="PATH",
+        help="unix socket of the varlink API io.nichealthd.Monitor; '' disables "
+             "(default /run/nichealthd/io.nichealthd.Monitor)")
     add("--event-log", metavar="PATH",
         help="append every committed event as one JSON line ('-' = stdout)")
     add("--once", action="store_true",

@@ -3,8 +3,8 @@
 One asyncio loop runs everything. The poll itself runs in a single worker thread so that a
 sysfs read that hangs cannot freeze the D-Bus API — and so that the watchdog can tell: the
 keepalive is sent only while polls keep completing, so systemd restarts a stuck poller even
-though the event loop is alive. Services (D-Bus, metrics, platform connector) plug in through
-:class:`Service` and are told about every poll; none of them can delay one. They receive a
+though the event loop is alive. Services (D-Bus, varlink, metrics, platform connector) plug in
+through :class:`Service` and are told about every poll; none of them can delay one. They receive a
 :class:`~nichealthd.runtime.context.ServiceContext`, never this module's :class:`Daemon`.
 
 The command-line entry (:mod:`nichealthd.runtime.daemon`) starts this with a validated
@@ -35,6 +35,7 @@ from ..surfaces.context import PollOutcome, PollStats, ServiceContext, View
 from ..surfaces.dbus_api import DbusService
 from ..surfaces.eventlog import EventLog
 from ..surfaces.metrics import MetricsService
+from ..surfaces.varlink import VarlinkService
 from .monitor import NO_DEVICES
 from .notify import Notifier
 from .pollguard import PollFailed
@@ -55,7 +56,7 @@ STOP_POLL_GRACE = 10.0
 STATUS_REFRESH_SECONDS = 10.0
 HEALTHY_EVENTS_LOGGED = 10
 SERVICES: tuple[Callable[[ServiceContext], Service], ...] = (
-    ConnectorService, DbusService, MetricsService)
+    ConnectorService, DbusService, MetricsService, VarlinkService)
 
 
 class Service(Protocol):

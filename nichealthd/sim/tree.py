@@ -543,6 +543,7 @@ def _config(root: Path, node_name: str) -> str:
         ("platformConnectorSocket", ""),
         ("dbus", "none"),
         ("metricsListen", ""),
+        ("varlinkSocket", ""),
     ]
     head = "# Written by nichealthd-sim: runs nichealthd against this fake host.\n"
     return head + "".join(f"{key} = {json.dumps(val)}\n" for key, val in values)

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from nichealthd.cli.ctl import (
-    CtlError,
     check_line,
     counter_json,
     parse_target,
@@ -26,6 +25,7 @@ from nichealthd.cli.format import (
     render_table,
     status_lines,
 )
+from nichealthd.cli.transport import CtlError
 from nichealthd.surfaces.dbus_common import from_variants, harden_writer, signature_of, to_variants
 
 
