@@ -41,6 +41,9 @@ CONFIG_KEYS = {
     "eventHistorySize", "nicExclusionRegex", "nicInclusionRegexOverride",
     "sysClassInfinibandPath", "sysClassNetPath", "cardVerdictHoldTime",
     "driverReloadGrace", "driverReloadTimeout",
+    # #16.1, .2, .7
+    "pcieLinkInterval", "pcieAerInterval", "pcieAerCorrectablePerMinute",
+    "nicTemperatureInterval", "nicTemperatureMargin",
 }  # fmt: skip
 COUNTER_FIELDS = {
     "name", "path", "enabled", "isFatal", "thresholdType", "threshold", "velocityUnit",

@@ -159,6 +159,14 @@ class Config:
     driver_reload_grace: float = 180.0
     # ... and after this long the devices still gone are judged one by one (fatal, spec §7).
     driver_reload_timeout: float = 900.0
+    # PCI-side families (#16.1, .2, .7); an interval of 0 switches the family off.
+    pcie_link_interval: float = 60.0  # link training changes rarely; 60 s is the issue's
+    pcie_aer_interval: float = 10.0  # three small files per function, no firmware command
+    # DCGM's limit for PCIe replays (DCGM_LIMIT_MAX_PCIREPLAY_RATE, "8 replays per minute is
+    # the maximum recommended by RM"): correctable AER errors count replays among others.
+    pcie_aer_correctable_per_minute: int = 8
+    nic_temperature_interval: float = 60.0  # each hwmon read is a firmware command (MTMP)
+    nic_temperature_margin: int = 5  # degrees C below temp*_crit that are already degraded
     outbox_max_events: int = 100_000
     outbox_max_bytes: int = 64 * 1024 * 1024
     event_history_size: int = 1000
@@ -207,11 +215,16 @@ DURATION_BOUNDS: Dict[str, Tuple[float, float]] = {
     "cardVerdictHoldTime": (0.0, 86400.0),
     "driverReloadGrace": (0.0, 3600.0),
     "driverReloadTimeout": (1.0, 86400.0),
+    "pcieLinkInterval": (0.0, 86400.0),
+    "pcieAerInterval": (0.0, 86400.0),
+    "nicTemperatureInterval": (0.0, 86400.0),
 }
 INTEGER_BOUNDS: Dict[str, Tuple[int, int]] = {
     "outboxMaxEvents": (1, 10_000_000),
     "outboxMaxBytes": (64 * 1024, 16 * 1024 ** 3),
     "eventHistorySize": (1, 100_000),
+    "pcieAerCorrectablePerMinute": (0, 1_000_000),
+    "nicTemperatureMargin": (0, 50),
 }
 # A counter is at most 64 bits: a larger threshold could never be breached.
 THRESHOLD_MAX = float(2 ** 64)
@@ -424,6 +437,18 @@ SCALAR_KEYS: Dict[str, Tuple[str, Callable[[Any], Any]]] = {
     "outboxMaxBytes": ("outbox_max_bytes", _integer_between(*INTEGER_BOUNDS["outboxMaxBytes"])),
     "eventHistorySize": ("event_history_size",
                          _integer_between(*INTEGER_BOUNDS["eventHistorySize"])),
+    # PCI-side families (#16.1, .2, .7)
+    "pcieLinkInterval": ("pcie_link_interval",
+                         _duration_between(*DURATION_BOUNDS["pcieLinkInterval"])),
+    "pcieAerInterval": ("pcie_aer_interval",
+                        _duration_between(*DURATION_BOUNDS["pcieAerInterval"])),
+    "pcieAerCorrectablePerMinute": (
+        "pcie_aer_correctable_per_minute",
+        _integer_between(*INTEGER_BOUNDS["pcieAerCorrectablePerMinute"])),
+    "nicTemperatureInterval": ("nic_temperature_interval",
+                               _duration_between(*DURATION_BOUNDS["nicTemperatureInterval"])),
+    "nicTemperatureMargin": ("nic_temperature_margin",
+                             _integer_between(*INTEGER_BOUNDS["nicTemperatureMargin"])),
 }
 DETECTION = "counterDetection"
 DETECTION_KEYS = ("enabled", "counters")

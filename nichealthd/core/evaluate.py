@@ -22,12 +22,12 @@ from .checks.link_counters import LINK_COUNTERS
 from .checks.link_state import LINK_STATE
 from .config import Config
 from .events import BACKDATE, HealthEvent
-from .family import CheckFamily, Cycle
+from .family import SLOW_READS, CheckFamily, Cycle
 from .model import HostSnapshot
 from .state import MonitorState
 from .topology import CardCount, Role, Topology, classify
 
-__all__ = ["CycleResult", "Topology", "evaluate", "urgent_change"]
+__all__ = ["CycleResult", "Topology", "due_reads", "evaluate", "urgent_change"]
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,12 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
     host: list[HealthEvent] = []
     pictures: dict[str, Any] = {}
     for family in families():
-        if not (family.enabled(config) and _due(family, memory, now)):
+        if not family.enabled(config):
+            continue
+        if not _due(family, memory, now, config):
+            # Between runs of a slow family the views show what it kept of its last run.
+            if family.id in memory.slots:
+                pictures[family.id] = memory.slots[family.id]
             continue
         verdict = family.evaluate(previous.section(family), cycle, memory)
         next_state.sections[family.id] = verdict.section
@@ -119,15 +124,30 @@ def _forget(memory: CounterMemory, names: set[str]) -> None:
     memory.slots.clear()
 
 
-def _due(family: CheckFamily[Any], memory: CounterMemory, now: datetime) -> bool:
+def _due(family: CheckFamily[Any], memory: CounterMemory, now: datetime, config: Config,
+         record: bool = True) -> bool:
     """Every poll, or once per ``cadence`` (and at the first poll of a process, and when the
-    wall clock went back). Records the run in ``memory``."""
-    if family.cadence:
+    wall clock went back). Records the run in ``memory`` (unless ``record`` is false)."""
+    cadence = family.interval(config)
+    if cadence:
         last = memory.ran_at.get(family.id)
-        if last is not None and last <= now < last + timedelta(seconds=family.cadence):
+        if last is not None and last <= now < last + timedelta(seconds=cadence):
             return False
-        memory.ran_at[family.id] = now
+        if record:
+            memory.ran_at[family.id] = now
     return True
+
+
+def due_reads(config: Config, memory: CounterMemory, now: datetime) -> frozenset[str]:
+    """The slow parts (``SLOW_READS``) some enabled family reading them is due to judge at
+    ``now``: the monitor asks the reader for those only (#16), by the rule :func:`evaluate`
+    applies to the same memory, so a part is read exactly in the polls that judge it."""
+    wanted: set[str] = set()
+    for family in families():
+        slow = family.reads & SLOW_READS
+        if slow and family.enabled(config) and _due(family, memory, now, config, record=False):
+            wanted |= slow
+    return frozenset(wanted)
 
 
 def urgent_change(old: MonitorState, new: MonitorState, config: Config) -> bool:

@@ -43,6 +43,12 @@ S = TypeVar("S")
 READS_DEVICES = "devices"  # the device list and its PCI facts
 READS_PORTS = "ports"  # port state, physical state, link layer, rate
 READS_COUNTERS = "counters"  # the configured counter files
+# Slow parts (#16): read only in a poll in which an enabled family reading them is due
+# (:func:`nichealthd.core.evaluate.due_reads`), into HostSnapshot.pcie / .aer / .hwmon.
+READS_PCIE = "pcie"  # the link files of every hop from each NIC up to its root port
+READS_AER = "aer"  # the aer_dev_* tables of each NIC function and the port above it
+READS_HWMON = "hwmon"  # the NIC functions' hwmon temperature sensors
+SLOW_READS = frozenset({READS_PCIE, READS_AER, READS_HWMON})
 
 HOST = ""  # the "device" of an event that belongs to no device of this poll (see Verdict)
 
@@ -158,6 +164,11 @@ class CheckFamily(abc.ABC, Generic[S]):
         ``section`` is not changed; the default (nothing keyed by name) returns it.
         """
         return section
+
+    def interval(self, config: Config) -> float:
+        """Seconds between runs under ``config`` (a configurable cadence); default
+        :attr:`cadence`."""
+        return self.cadence
 
     def enabled(self, config: Config) -> bool:
         """Whether it runs under ``config``; a disabled family keeps its section as it is."""

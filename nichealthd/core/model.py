@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Mapping, Optional, Union
 
+from .pcifacts import AerTable, PcieHop, Sensor
+
 
 class _Absent:
     """Marker: the attribute file does not exist."""
@@ -155,6 +157,11 @@ class HostSnapshot:
     # Mellanox network/InfiniBand functions on the PCI bus, counted only when the class
     # directory lists no device (None: not looked): the hardware is there, the driver is not.
     pci_functions: Optional[int] = None
+    # The slow PCI facts of each monitored device (#16), read only in a poll in which a family
+    # reading them is due (None: not read this poll): PCIe link hops, AER totals, sensors.
+    pcie: Optional[Mapping[str, tuple[PcieHop, ...]]] = None
+    aer: Optional[Mapping[str, tuple[AerTable, ...]]] = None
+    hwmon: Optional[Mapping[str, tuple[Sensor, ...]]] = None
 
     def device(self, name: str) -> Optional[DeviceSnapshot]:
         for device in self.devices:

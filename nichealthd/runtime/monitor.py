@@ -20,12 +20,13 @@ from ..core.boot import decide_start
 from ..core.checks import families
 from ..core.checks.counters import CounterMemory
 from ..core.config import Config
-from ..core.evaluate import CycleResult, Topology, evaluate, urgent_change
+from ..core.evaluate import CycleResult, Topology, due_reads, evaluate, urgent_change
 from ..core.family import READS_COUNTERS
 from ..core.model import HostSnapshot
 from ..core.pcitopo import summary
 from ..core.state import MonitorState
 from ..core.topology import Role
+from ..sources.pcie import PciFactsReader
 from ..sources.sysfs import SysfsReader
 from ..storage.store import (
     CommitError,
@@ -72,6 +73,8 @@ class Monitor:
         self._topology_devices: Optional[frozenset[str]] = None
         self._counters_logged = False  # logged at the first poll that sees a device
         self.reader = reader or SysfsReader(config)
+        # The slow PCI facts (#16): read only when a family judging them is due.
+        self.pci_facts = PciFactsReader(config.sysfs_root, config.sys_class_infiniband)
         self.clock = clock
         self.monotonic = monotonic
         self.journal = Journal(config.state_dir, config.event_history_size)
@@ -136,6 +139,14 @@ class Monitor:
         stage = READ
         try:
             snapshot = self.reader.observe(now)
+            slow = due_reads(self.config, self.memory, now)
+            if slow:
+                # Monitored devices, and those not classified yet (the evaluation of this
+                # poll classifies them; the families judge the monitored ones only).
+                roles = self._last_roles
+                monitored = [d.name for d in snapshot.devices
+                             if d.name not in roles or roles[d.name].monitored]
+                snapshot = self.pci_facts.read(snapshot, slow, monitored)
             self._rediscover_topology(snapshot)
             stage = EVALUATE
             if not self._counters_logged and snapshot.devices:
@@ -228,6 +239,7 @@ class Monitor:
         self.topology_reason = topology_reason or self.topology_reason
         self.topology_summary = ""  # logged again with the roles of the next poll
         self.reader.reconfigure(config)
+        self.pci_facts.reconfigure(config.sysfs_root, config.sys_class_infiniband)
         self.journal.history_size = config.event_history_size
 
     def close(self) -> None:

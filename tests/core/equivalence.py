@@ -124,7 +124,11 @@ def trace(seed: int, length: int = POLLS) -> tuple[list[HostSnapshot], set[int],
 
 # Keys added after main at dd25288 (not part of what main wrote): the seam's schemas, and
 # #19's device identities and driver event (which say nothing main's keys do not).
-ADDED_KEYS = ("schemas", "device_identities", "driver_event")
+ADDED_KEYS = ("schemas", "device_identities", "driver_event",
+              # #16's PCI-side families (empty on these traces, which have no PCI facts)
+              "pcie_degraded_links", "aer_counter_snapshots", "aer_breach_flags",
+              "aer_saturated_counters", "aer_saturated_quiet_counters",
+              "nic_temperature_alerts")
 
 
 def main_state(state: MonitorState) -> dict[str, Any]:

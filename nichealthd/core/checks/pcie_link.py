@@ -1,0 +1,126 @@
+"""The PCIe link family (#16.1): every hop from a monitored NIC up to its root port, per hop.
+
+A hop runs below what *both* of its ends support (the lower of the two ``max_link_*``) ->
+one non-fatal event under the layer's degradation check naming the hop, ``errorCode``
+``pcie_link``, entities the NIC and the PCI address of the function below the hop; recovery
+when it trains back. Comparing hop by hop, never the NIC against its own maximum, is what
+keeps a Gen5 NIC behind a Gen4 root port (running at Gen4) healthy. A hop whose speed or width
+is unknown (link down, ``Unknown``, files absent in a VM) is not judged. Slow cadence
+(``pcieLinkInterval``, default 60 s); the link files are read only in polls that judge them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+from ..config import Config
+from ..events import HealthEvent
+from ..family import READS_PCIE, CheckFamily, Condition, Cycle, Series, Verdict
+from ..pcifacts import PcieHop
+from ..state import DEGRADED, FATAL
+from .counters import CounterMemory
+from .link_state import LINK_STATE
+from .pci_open import OpenRecord, OpenSection, layer_checks
+
+CODE = "pcie_link"
+
+
+class PcieLinkSection(OpenSection):
+    """Degraded hops, keyed ``<upstream address>><downstream address>``."""
+
+    KEY = "pcie_degraded_links"
+
+
+def hop_key(hop: PcieHop) -> str:
+    return f"{hop.upstream.address}>{hop.downstream.address}"
+
+
+class PcieLink(CheckFamily[PcieLinkSection]):
+    """Trained speed and width of every hop against what both of its ends support."""
+
+    id = "pcie_link"
+    order = 40
+    keys = (PcieLinkSection.KEY,)
+    section_type = PcieLinkSection
+    reads = frozenset({READS_PCIE})
+    cadence = 60.0
+
+    def interval(self, config: Config) -> float:
+        return config.pcie_link_interval
+
+    def enabled(self, config: Config) -> bool:
+        return config.pcie_link_interval > 0
+
+    def evaluate(self, previous: PcieLinkSection, cycle: Cycle, memory: CounterMemory
+                 ) -> Verdict[PcieLinkSection]:
+        facts = cycle.snapshot.pcie
+        if facts is None:  # not read this poll (a host without the facts, a pure test)
+            return Verdict(previous)
+        section = PcieLinkSection(dict(previous.records))
+        links = cycle.previous.section(LINK_STATE)
+        events: list[tuple[str, HealthEvent]] = []
+        now = cycle.now
+        for device in cycle.monitored:
+            if device.is_vf or device.name not in facts:
+                continue
+            hops = facts[device.name]
+            seen = set()
+            checks = layer_checks(device, links)
+            for hop in hops:
+                key = hop_key(hop)
+                seen.add(key)
+                degraded = hop.degraded
+                record = section.records.get(key)
+                if degraded is None:
+                    continue  # unknown: hold what was said
+                where = f"PCIe link {hop.name} of {device.name}"
+                if degraded and record is None:
+                    if checks is None or checks.degradation not in cycle.enabled:
+                        continue
+                    record = OpenRecord(checks.degradation, False, CODE, device.name,
+                                        hop.downstream.address, now, hop.describe())
+                    section.records[key] = record
+                    events.append((device.name, record.event(
+                        healthy=False, at=now, message=f"{where} {hop.describe()}")))
+                elif not degraded and record is not None:
+                    del section.records[key]
+                    events.append((device.name, record.event(
+                        healthy=True, at=now,
+                        message=f"{where} retrained: {hop.describe().split(';')[0]}")))
+            # A hop of this device that is no longer on its path (the card moved): closed.
+            for key in [k for k, r in section.records.items()
+                        if r.device == device.name and k not in seen and hops]:
+                record = section.records.pop(key)
+                events.append((device.name, record.event(
+                    healthy=True, at=now, message=f"PCIe link {key.replace('>', ' → ')} "
+                                                   f"of {device.name} is no longer on its path")))
+        memory.slots[self.id] = dict(facts)
+        return Verdict(section, tuple(events), facts)
+
+    def conditions(self, section: PcieLinkSection, picture: Any) -> Iterable[Condition]:
+        for key, record in sorted(section.records.items()):
+            yield Condition(FATAL if record.fatal else DEGRADED,
+                            f"{record.device}: PCIe link {key.replace('>', ' → ')} "
+                            f"{record.detail}")
+
+    def series(self, section: PcieLinkSection, picture: Any) -> Iterable[Series]:
+        facts: Mapping[str, tuple[PcieHop, ...]] = picture or {}
+        speed, width, degraded = [], [], []
+        for device, hops in sorted(facts.items()):
+            for hop in hops:
+                labels = (device, hop.upstream.address, hop.downstream.address)
+                if hop.downstream.current_speed is not None:
+                    speed.append((labels, hop.downstream.current_speed))
+                if hop.downstream.current_width is not None:
+                    width.append((labels, float(hop.downstream.current_width)))
+                degraded.append((labels, 1.0 if hop_key(hop) in section.records else 0.0))
+        names = ("device", "upstream", "downstream")
+        yield Series("pcie_link_speed_gts", "Trained speed of each PCIe hop of a NIC (GT/s)",
+                     "gauge", names, tuple(speed))
+        yield Series("pcie_link_width", "Trained width of each PCIe hop of a NIC (lanes)",
+                     "gauge", names, tuple(width))
+        yield Series("pcie_link_degraded", "1 while a PCIe hop runs below what both ends "
+                     "support (reported)", "gauge", names, tuple(degraded))
+
+
+FAMILY = PCIE_LINK = PcieLink()

@@ -1,0 +1,175 @@
+"""The slow PCI facts of a NIC (#16.1, #16.2, #16.7): its PCIe link hops, AER tables and sensors.
+
+Plain values the readers of :mod:`nichealthd.sources.pcie` and :mod:`nichealthd.sources.hwmon`
+fill and the families of :mod:`nichealthd.core.checks` judge, with the parsers of the kernel's
+text formats (pure: they get the text, never a path):
+
+- ``current_link_speed`` / ``max_link_speed`` (``drivers/pci/pci-sysfs.c``,
+  ``pci_speed_string``): ``"16.0 GT/s PCIe"`` since Linux 5.x, ``"16 GT/s"`` before, and
+  ``"Unknown"`` for a link that is down or a speed the kernel does not know; the widths are
+  decimal (``0`` for a link that is down);
+- ``aer_dev_correctable`` / ``aer_dev_nonfatal`` / ``aer_dev_fatal``
+  (``Documentation/ABI/testing/sysfs-bus-pci-devices-aer``): one ``<ErrorName> <count>`` line
+  per error type, ending with ``TOTAL_ERR_COR`` / ``TOTAL_ERR_NONFATAL`` /
+  ``TOTAL_ERR_FATAL <n>``;
+- hwmon ``temp*_input`` / ``_crit`` / ``_highest`` (millidegrees Celsius) and ``_label``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Optional
+
+# The AER files of a function and the total line each one ends with.
+AER_FILES = (("aer_dev_fatal", "TOTAL_ERR_FATAL"), ("aer_dev_nonfatal", "TOTAL_ERR_NONFATAL"),
+             ("aer_dev_correctable", "TOTAL_ERR_COR"))
+
+
+@dataclass(frozen=True)
+class LinkEnd:
+    """One PCI function's link files as read (None: absent, unreadable or ``Unknown``)."""
+
+    address: str
+    current_speed: Optional[float] = None  # GT/s
+    current_width: Optional[int] = None
+    max_speed: Optional[float] = None
+    max_width: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class PcieHop:
+    """One PCIe link: the port above (``upstream``) and the function below it.
+
+    The link's trained speed and width are read at the function below (both ends of a link
+    report the same link status); what the hop can do is the lower of both ends' maxima.
+    """
+
+    upstream: LinkEnd
+    downstream: LinkEnd
+
+    @property
+    def name(self) -> str:
+        """``0000:17:01.0 → 0000:19:00.0``."""
+        return f"{self.upstream.address} → {self.downstream.address}"
+
+    @property
+    def capable_speed(self) -> Optional[float]:
+        return _lower(self.upstream.max_speed, self.downstream.max_speed)
+
+    @property
+    def capable_width(self) -> Optional[int]:
+        ends = (self.upstream.max_width, self.downstream.max_width)
+        return None if None in ends else min(w for w in ends if w is not None)
+
+    @property
+    def degraded(self) -> Optional[bool]:
+        """True when it runs below what both ends support; None when that cannot be told."""
+        speed, width = self.downstream.current_speed, self.downstream.current_width
+        capable_speed, capable_width = self.capable_speed, self.capable_width
+        if None in (speed, width, capable_speed, capable_width):
+            return None
+        assert speed is not None and width is not None
+        assert capable_speed is not None and capable_width is not None
+        return speed + 1e-6 < capable_speed or width < capable_width
+
+    def describe(self) -> str:
+        """``runs x8 at 16.0 GT/s; both ends support x16 at 32.0 GT/s``."""
+        return (f"runs {_link(self.downstream.current_width, self.downstream.current_speed)}; "
+                f"both ends support {_link(self.capable_width, self.capable_speed)}")
+
+
+@dataclass(frozen=True)
+class AerTable:
+    """The AER totals of one PCI function: file name (``aer_dev_fatal``) -> TOTAL_ERR_* value.
+
+    A file that is absent (no AER capability, a VM) is not in ``totals``; one that could not
+    be parsed is in ``unreadable``.
+    """
+
+    address: str
+    totals: Mapping[str, int] = field(default_factory=dict)
+    unreadable: tuple[str, ...] = ()
+    upstream: bool = False  # the port above the NIC function, not the function itself
+
+
+@dataclass(frozen=True)
+class Sensor:
+    """One hwmon temperature channel, in millidegrees Celsius (None: absent or unreadable)."""
+
+    name: str  # ``hwmon3/temp1``
+    label: str = ""
+    input: Optional[int] = None
+    crit: Optional[int] = None
+    highest: Optional[int] = None
+
+    @property
+    def title(self) -> str:
+        """``asic (hwmon3/temp1)`` or just the channel."""
+        return f"{self.label} ({self.name})" if self.label else self.name
+
+
+def parse_speed(text: Optional[str]) -> Optional[float]:
+    """``"16.0 GT/s PCIe"`` / ``"16 GT/s"`` -> 16.0; ``"Unknown"`` and garbage -> None."""
+    if not text:
+        return None
+    head = text.strip().split(" ", 1)[0]
+    if "GT/s" not in text:
+        return None
+    try:
+        value = float(head)
+    except ValueError:
+        return None
+    return value if 0 < value < 1000 else None
+
+
+def parse_width(text: Optional[str]) -> Optional[int]:
+    """``"16"`` -> 16; ``"0"`` (link down), garbage -> None."""
+    if not text or not text.strip().isdigit():
+        return None
+    value = int(text.strip())
+    return value if 0 < value <= 32 else None
+
+
+def parse_aer_total(text: str, total: str) -> Optional[int]:
+    """The ``TOTAL_ERR_*`` count of one ``aer_dev_*`` table; None when it has none."""
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == total and parts[1].isdigit():
+            return int(parts[1])
+    return None
+
+
+def parse_aer_lines(text: str) -> dict[str, int]:
+    """Every ``<ErrorName> <count>`` line of a table (for the views)."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit():
+            out[parts[0]] = int(parts[1])
+    return out
+
+
+def parse_millidegrees(text: Optional[str]) -> Optional[int]:
+    """``"45000"`` -> 45000 (signed); garbage -> None."""
+    if text is None:
+        return None
+    body = text.strip()
+    digits = body[1:] if body.startswith("-") else body
+    if not digits.isdigit() or len(digits) > 9:
+        return None
+    return int(body)
+
+
+def degrees(millidegrees: Optional[int]) -> str:
+    """``45000`` -> ``45.0 °C``."""
+    return "unknown" if millidegrees is None else f"{millidegrees / 1000:.1f} °C"
+
+
+def _lower(a: Optional[float], b: Optional[float]) -> Optional[float]:
+    return None if a is None or b is None else min(a, b)
+
+
+def _link(width: Optional[int], speed: Optional[float]) -> str:
+    w = f"x{width}" if width else "x?"
+    s = f"{speed:.1f} GT/s" if speed else "? GT/s"
+    return f"{w} at {s}"

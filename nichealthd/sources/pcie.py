@@ -1,0 +1,177 @@
+"""Reading the slow PCI facts of the monitored NICs: PCIe link hops and AER tables (#16.1, .2).
+
+Asked for by the monitor only in a poll in which a family judging them is due
+(:func:`nichealthd.core.evaluate.due_reads`), never every poll. What to read is planned once
+per device and PCI function (a device that comes back at another address is planned again):
+its resolved path ``/sys/devices/pciDDDD:BB/<root port>/…/<function>`` (as
+:mod:`nichealthd.sources.pci` resolves it for the topology) gives the functions on the way up.
+The links are paired from the bottom: the NIC and the port above it, then the switch upstream
+port above that port and *its* parent, and so on (PCIe alternates root/downstream ports with
+upstream ports or endpoints; a switch's upstream-to-downstream step is internal, no link).
+Each file is read with open/read/close (three syscalls): a few dozen files every 10 or 60 s.
+Like every source it never raises on bad content: an unreadable value is None (not judged).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, replace
+from typing import Iterable, Optional
+
+from ..core.family import READS_AER, READS_HWMON, READS_PCIE
+from ..core.model import DeviceSnapshot, HostSnapshot
+from ..core.pcifacts import (
+    AER_FILES,
+    AerTable,
+    LinkEnd,
+    PcieHop,
+    parse_aer_total,
+    parse_speed,
+    parse_width,
+)
+from .hwmon import HwmonReader
+
+log = logging.getLogger("nichealthd.pcie")
+
+_OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
+_READ_SIZE = 4096
+
+
+def read_text(path: str) -> Optional[str]:
+    """A small file's whole text; None when it cannot be read (absent, I/O error)."""
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+        try:
+            raw = os.read(fd, _READ_SIZE)
+        finally:
+            os.close(fd)
+    except OSError:
+        return None
+    return raw.decode("ascii", errors="replace")
+
+
+def is_bdf(name: str) -> bool:
+    """``0000:17:01.0``."""
+    parts = name.split(":")
+    return (len(parts) == 3 and len(parts[0]) == 4 and len(parts[1]) == 2
+            and "." in parts[2] and all(c in "0123456789abcdef.:" for c in name.lower()))
+
+
+@dataclass(frozen=True)
+class FunctionPath:
+    """The PCI functions from the root port down to a NIC function: (address, directory)."""
+
+    chain: tuple[tuple[str, str], ...]
+
+    def hops(self) -> tuple[tuple[tuple[str, str], tuple[str, str]], ...]:
+        """(upstream, downstream) of every link, from the NIC up (see the module doc)."""
+        out = []
+        index = len(self.chain) - 1
+        while index >= 1:
+            out.append((self.chain[index - 1], self.chain[index]))
+            index -= 2
+        return tuple(out)
+
+
+def function_path(sysfs_root: str, link: str) -> Optional[FunctionPath]:
+    """The chain of functions above and including the function ``link`` resolves to."""
+    devices = os.path.realpath(os.path.join(sysfs_root, "devices"))
+    real = os.path.realpath(link)
+    relative = os.path.relpath(real, devices)
+    if relative == "." or relative.startswith(".."):
+        return None
+    chain = []
+    here = devices
+    for part in relative.split(os.sep):
+        here = os.path.join(here, part)
+        if is_bdf(part):
+            chain.append((part, here))
+    return FunctionPath(tuple(chain)) if chain else None
+
+
+class PciFactsReader:
+    """Reads the requested slow parts for the monitored devices of a snapshot."""
+
+    def __init__(self, sysfs_root: str, class_infiniband: str,
+                 hwmon: Optional[HwmonReader] = None) -> None:
+        self.sysfs_root = sysfs_root
+        self.class_infiniband = class_infiniband
+        self.hwmon = hwmon or HwmonReader()
+        self._paths: dict[tuple[str, str], Optional[FunctionPath]] = {}
+        self.reads = 0  # files read (the bench reports it)
+
+    def reconfigure(self, sysfs_root: str, class_infiniband: str) -> None:
+        if (sysfs_root, class_infiniband) != (self.sysfs_root, self.class_infiniband):
+            self.sysfs_root, self.class_infiniband = sysfs_root, class_infiniband
+            self._paths.clear()
+            self.hwmon.forget()
+
+    def read(self, snapshot: HostSnapshot, parts: frozenset[str],
+             devices: Iterable[str]) -> HostSnapshot:
+        """``snapshot`` with the requested parts of the named devices filled in."""
+        if not parts & {READS_PCIE, READS_AER, READS_HWMON}:
+            return snapshot
+        wanted = frozenset(devices)
+        chosen = [d for d in snapshot.devices if d.name in wanted and not d.is_vf]
+        paths = {d.name: self._path(d) for d in chosen}
+        self._paths = {k: v for k, v in self._paths.items()
+                       if k in {(d.name, d.pci_address or "") for d in chosen}}
+        changes = {}
+        if READS_PCIE in parts:
+            changes["pcie"] = {name: self._hops(path) for name, path in paths.items()
+                               if path is not None}
+        if READS_AER in parts:
+            changes["aer"] = {name: self._aer(path) for name, path in paths.items()
+                              if path is not None}
+        if READS_HWMON in parts:
+            changes["hwmon"] = {name: self.hwmon.sensors(path.chain[-1][1])
+                                for name, path in paths.items() if path is not None}
+        return replace(snapshot, **changes)
+
+    def _path(self, device: DeviceSnapshot) -> Optional[FunctionPath]:
+        key = (device.name, device.pci_address or "")
+        if key not in self._paths:
+            link = os.path.join(self.class_infiniband, device.name, "device")
+            self._paths[key] = function_path(self.sysfs_root, link)
+        return self._paths[key]
+
+    def _text(self, path: str) -> Optional[str]:
+        self.reads += 1
+        return read_text(path)
+
+    def _end(self, address: str, directory: str, current: bool) -> LinkEnd:
+        def line(name: str) -> Optional[str]:
+            text = self._text(os.path.join(directory, name))
+            return text.split("\n", 1)[0] if text is not None else None
+        if current:
+            return LinkEnd(address, parse_speed(line("current_link_speed")),
+                           parse_width(line("current_link_width")),
+                           parse_speed(line("max_link_speed")),
+                           parse_width(line("max_link_width")))
+        return LinkEnd(address, max_speed=parse_speed(line("max_link_speed")),
+                       max_width=parse_width(line("max_link_width")))
+
+    def _hops(self, path: FunctionPath) -> tuple[PcieHop, ...]:
+        return tuple(PcieHop(self._end(*up, current=False), self._end(*down, current=True))
+                     for up, down in path.hops())
+
+    def _aer(self, path: FunctionPath) -> tuple[AerTable, ...]:
+        tables = [self._aer_table(*path.chain[-1], upstream=False)]
+        if len(path.chain) >= 2:
+            tables.append(self._aer_table(*path.chain[-2], upstream=True))
+        return tuple(t for t in tables if t.totals or t.unreadable)
+
+    def _aer_table(self, address: str, directory: str, upstream: bool) -> AerTable:
+        totals = {}
+        unreadable = []
+        for name, total in AER_FILES:
+            text = self._text(os.path.join(directory, name))
+            if text is None:
+                continue  # no AER capability here (a VM, a port without it)
+            value = parse_aer_total(text, total)
+            if value is None:
+                unreadable.append(name)
+            else:
+                totals[name] = value
+        return AerTable(address, totals, tuple(unreadable), upstream)
