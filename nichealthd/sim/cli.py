@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from collections import Counter
 from typing import Callable, Dict, List, NoReturn, Optional
 
-from . import mutate, tree
+from . import mutate, pcifiles, tree
 from .fsio import SimError
 from .profiles import PROFILES
 
@@ -134,6 +135,23 @@ def _build_parser() -> argparse.ArgumentParser:
     p = cmd("driver-load", "the devices of driver-unload return, counters at zero", "ROOT")
     p.add_argument("--rename", action="store_true",
                    help="return under shifted names (mlx5_N -> mlx5_N+<device count>)")
+    # PCI side of a NIC (#16)
+    p = cmd("pcie-degrade", "train a PCIe hop of DEV down (or back with --restore)", "ROOT",
+            "DEV")
+    p.add_argument("--hop", type=int, default=0, metavar="N",
+                   help="0: the NIC's own link (default), 1: the next one up, ...")
+    p.add_argument("--width", type=int, metavar="W", help="lanes, e.g. 8")
+    p.add_argument("--speed", metavar="S", help='e.g. "16.0 GT/s PCIe"')
+    p.add_argument("--upstream-max-speed", metavar="S",
+                   help="make the port above slower (a Gen4 root port) and train to it")
+    p.add_argument("--restore", action="store_true", help="retrain to what both ends support")
+    p = cmd("aer", "add PCIe AER errors to DEV's function (or the port above it)", "ROOT",
+            "DEV", "KIND")
+    p.add_argument("--count", type=int, default=1, metavar="N", help="default 1")
+    p.add_argument("--error", metavar="NAME", help="e.g. BadTLP, MalfTLP")
+    p.add_argument("--upstream", action="store_true", help="the port above the NIC")
+    p = cmd("temp", "set DEV's ASIC temperature (degrees C)", "ROOT", "DEV", "CELSIUS")
+    p.add_argument("--crit", type=float, metavar="C", help="also set its critical threshold")
     cmd("hide-class", "make sys/class/infiniband absent", "ROOT")
     cmd("unhide-class", "bring sys/class/infiniband back", "ROOT")
     return parser
@@ -199,6 +217,11 @@ def _demo(a: argparse.Namespace) -> None:
         raise SystemExit(code)
 
 
+def _function(a: argparse.Namespace) -> Path:
+    """DEV's PCI function directory (#16 mutations)."""
+    return pcifiles.device_function(a.ROOT, tree.device(tree.load(Path(a.ROOT)), a.DEV))
+
+
 HANDLERS: Dict[str, Callable[[argparse.Namespace], None]] = {
     "profiles": _profiles,
     "demo": _demo,
@@ -222,6 +245,11 @@ HANDLERS: Dict[str, Callable[[argparse.Namespace], None]] = {
     "driver-reload": lambda a: _renamed(mutate.driver_reload(a.ROOT, a.down, a.rename)),
     "driver-unload": lambda a: print(f"{len(mutate.unload_driver(a.ROOT))} devices gone"),
     "driver-load": lambda a: _renamed(mutate.load_driver(a.ROOT, a.rename)),
+    "pcie-degrade": lambda a: print(pcifiles.pcie_degrade(
+        _function(a), a.hop, a.width, a.speed, a.upstream_max_speed, a.restore)),
+    "aer": lambda a: print(f"{a.KIND} total = "
+                           f"{pcifiles.aer(_function(a), a.KIND, a.count, a.error, a.upstream)}"),
+    "temp": lambda a: print(pcifiles.temperature(_function(a), float(a.CELSIUS), a.crit)),
     "hide-class": lambda a: mutate.hide_class(a.ROOT),
     "unhide-class": lambda a: mutate.unhide_class(a.ROOT),
 }

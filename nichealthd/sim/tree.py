@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional, Tuple, cast
 from . import kernel
 from .fsio import PathLike, PortId, SimError, symlink, write_new
 from .pcie import ROOT_PORT, Layout, plan
+from .pcifiles import aer_files, hwmon
 from .profiles import (
     HCAS,
     IB,
@@ -87,6 +88,7 @@ class _Builder:
         self.layout = layout
         self.new_hw_counters = new_hw_counters
         self.ifindex = 1
+        self.hwmons = 0  # hwmon<N> numbering (#16)
         self.routes: List[Tuple[str, str, str, int, str]] = []  # iface, dst, gw, flags, mask
         self.devices: List[Dict[str, Any]] = []
 
@@ -102,6 +104,9 @@ class _Builder:
         pclass = "0x020700" if link_layer == IB else "0x020000"
         if physfn is None:
             self.link_files(pdir, GEN4 if hca == "cx6" else GEN5, 16)
+            aer_files(pdir)  # #16: AER tables and the ASIC sensor of a physical function
+            hwmon(pdir, self.hwmons)
+            self.hwmons += 1
         write_new(pdir / "vendor", "0x15b3\n")
         write_new(pdir / "device", dev_id + "\n")
         write_new(pdir / "subsystem_vendor", "0x15b3\n")
@@ -156,6 +161,7 @@ class _Builder:
             vendor, device = BRIDGE_IDS.get(bridge.kind, SWITCH_IDS)
             self.plain_function(devices / bridge.path, bridge.bdf, vendor, device, "0x060400",
                                 bridge.numa, "pcieport", GEN5)
+            aer_files(devices / bridge.path)
         for gpu in self.profile.gpus:
             self.plain_function(devices / self.layout.path_of(gpu.pci), gpu.pci, "0x10de",
                                 self.profile.gpu_device, "0x030200", gpu.numa, "nvidia", GEN5)
