@@ -28,8 +28,10 @@ _FAILED = (errno.EINVAL, errno.EIO)
 class HwmonReader:
     """The sensors of each function directory, with failed files remembered."""
 
-    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic,
+                 read: Optional[Callable[[str], bytes]] = None) -> None:
         self._monotonic = monotonic
+        self._read_file = read or _read_bytes
         self._channels: dict[str, tuple[tuple[str, str, str], ...]] = {}
         self.failed: dict[str, float] = {}  # path -> when it failed (EINVAL/EIO)
         self.reads = 0
@@ -76,11 +78,7 @@ class HwmonReader:
             return None
         self.reads += 1
         try:
-            fd = os.open(path, _OPEN_FLAGS)
-            try:
-                raw = os.read(fd, 64)
-            finally:
-                os.close(fd)
+            raw = self._read_file(path)
         except OSError as exc:
             if exc.errno in _FAILED:
                 if failed is None:
@@ -92,6 +90,14 @@ class HwmonReader:
             return None
         self.failed.pop(path, None)
         return parse_millidegrees(raw.decode("ascii", errors="replace"))
+
+
+def _read_bytes(path: str) -> bytes:
+    fd = os.open(path, _OPEN_FLAGS)
+    try:
+        return os.read(fd, 64)
+    finally:
+        os.close(fd)
 
 
 def _read(path: str) -> Optional[str]:
