@@ -33,6 +33,7 @@ from .format import (
     devices_table,
     event_line,
     output_width,
+    pcie_table,
     ports_table,
     status_lines,
 )
@@ -203,6 +204,16 @@ async def cmd_show_ports(args: argparse.Namespace) -> int:
 
 async def cmd_show_devices(args: argparse.Namespace) -> int:
     return await _show_records(args, "list_devices", devices_table)
+
+
+async def cmd_show_pcie(args: argparse.Namespace) -> int:
+    if args.json:
+        async with session(args) as client:
+            records = await client.list_devices()
+        emit_json([{"device": r.get("device"), "pcie_hops": r.get("pcie_hops") or []}
+                   for r in records if r.get("pcie_hops")])
+        return EXIT_OK
+    return await _show_records(args, "list_devices", pcie_table)
 
 
 async def cmd_show_counters(args: argparse.Namespace) -> int:
@@ -473,6 +484,8 @@ def build_parser() -> argparse.ArgumentParser:
     add("ports", cmd_show_ports, "every port: link state, role, health", show_sub)
     add("devices", cmd_show_devices, "every NIC: PCI address, firmware, role, presence",
         show_sub)
+    add("pcie", cmd_show_pcie, "every PCIe hop from each NIC up to its root port: link as "
+        "trained, what both ends support (#16)", show_sub)
     counters = add("counters", cmd_show_counters,
                    "error counters of monitored ports: value, last change, threshold, breach",
                    show_sub)

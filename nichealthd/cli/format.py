@@ -228,7 +228,50 @@ def devices_table(records: list[dict[str, Any]], style: Style, width: int = 80) 
         lines.extend(fit(f"{r.get('device')} was {r['renamed_from']} until "
                          f"{r.get('renamed_at') or '?'} (same PCI function)", width)
                      for r in renamed)
+    pci = [r for r in records if r.get("pcie_link") or "temperature_c" in r
+           or "aer_dev_fatal" in r]
+    if pci:  # #16: the PCI side of each NIC, when it is known
+        lines.append("")
+        lines.extend(fit(f"{r.get('device')}: {_pci_line(r)}", width) for r in pci)
     return lines
+
+
+def _pci_line(record: dict[str, Any]) -> str:
+    """``PCIe x16 at 32.0 GT/s, AER fatal 0 non-fatal 0 correctable 3, 55.0 °C (crit 105.0)``."""
+    parts = []
+    if record.get("pcie_link"):
+        degraded = [h for h in record.get("pcie_hops") or [] if h.get("degraded") == "true"]
+        parts.append(f"PCIe {record['pcie_link']}"
+                     + (f" ({len(degraded)} hop(s) DEGRADED)" if degraded else ""))
+    if "aer_dev_fatal" in record or "aer_dev_correctable" in record:
+        parts.append(f"AER fatal {record.get('aer_dev_fatal', '?')} non-fatal "
+                     f"{record.get('aer_dev_nonfatal', '?')} correctable "
+                     f"{record.get('aer_dev_correctable', '?')}")
+    if "temperature_c" in record:
+        crit = record.get("temperature_crit_c")
+        parts.append(f"{float(record['temperature_c']):.1f} °C"
+                     + (f" (crit {float(crit):.1f})" if crit is not None else ""))
+    return ", ".join(parts)
+
+
+def pcie_table(records: list[dict[str, Any]], style: Style, width: int = 80) -> list[str]:
+    """``show pcie``: every hop of every NIC, the NIC's own link first (#16.1)."""
+    headers = ("DEVICE", "UPSTREAM", "DOWNSTREAM", "LINK", "CAPABLE", "STATE")
+    rows = []
+    for r in sorted(records, key=natural_key):
+        for hop in r.get("pcie_hops") or []:
+            state = {"true": "DEGRADED", "false": "ok"}.get(hop.get("degraded", ""), "unknown")
+            rows.append((r.get("device", "?"), hop.get("upstream", "?"),
+                         hop.get("downstream", "?"), hop.get("link") or "-",
+                         hop.get("capable") or "-", state))
+    if not rows:
+        return ["no PCIe hops known (no link files, or the PCIe link check is off or has "
+                "not run yet)"]
+
+    def colour(col: int, text: str, padded: str) -> str:
+        return style.paint(padded, "yellow") if col == 5 and text == "DEGRADED" else padded
+
+    return render_table(headers, rows, width, shrink=(2, 1), colour=colour)
 
 
 def _device_state(record: dict[str, Any]) -> str:

@@ -21,6 +21,7 @@ from .events import format_timestamp
 from .family import supplies
 from .health import UNCABLED, UNKNOWN, HostHealth, PortHealth, assess
 from .model import HostSnapshot, Unreadable, is_value
+from .pciviews import pci_fields
 from .state import DEGRADED, FATAL, HEALTHY, MonitorState, counter_key
 
 HEALTH_ORDER = (HEALTHY, DEGRADED, FATAL)
@@ -152,6 +153,7 @@ def device_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorSt
             "present": True,
             "driver_event": False,
             **_rename_fields(identity),
+            **pci_fields(result.pictures, device.name),  # #16
         })
     present = {d.name for d in snapshot.devices}
     held = links.driver_event.devices if links.driver_event else ()

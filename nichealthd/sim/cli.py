@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from collections import Counter
+from pathlib import Path
 from typing import Callable, Dict, List, NoReturn, Optional
 
 from . import mutate, pcifiles, tree

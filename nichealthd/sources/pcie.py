@@ -117,17 +117,17 @@ class PciFactsReader:
         paths = {d.name: self._path(d) for d in chosen}
         self._paths = {k: v for k, v in self._paths.items()
                        if k in {(d.name, d.pci_address or "") for d in chosen}}
-        changes = {}
+        found = {name: path for name, path in paths.items() if path is not None}
         if READS_PCIE in parts:
-            changes["pcie"] = {name: self._hops(path) for name, path in paths.items()
-                               if path is not None}
+            snapshot = replace(snapshot, pcie={name: self._hops(path)
+                                               for name, path in found.items()})
         if READS_AER in parts:
-            changes["aer"] = {name: self._aer(path) for name, path in paths.items()
-                              if path is not None}
+            snapshot = replace(snapshot, aer={name: self._aer(path)
+                                              for name, path in found.items()})
         if READS_HWMON in parts:
-            changes["hwmon"] = {name: self.hwmon.sensors(path.chain[-1][1])
-                                for name, path in paths.items() if path is not None}
-        return replace(snapshot, **changes)
+            snapshot = replace(snapshot, hwmon={name: self.hwmon.sensors(path.chain[-1][1])
+                                                for name, path in found.items()})
+        return snapshot
 
     def _path(self, device: DeviceSnapshot) -> Optional[FunctionPath]:
         key = (device.name, device.pci_address or "")

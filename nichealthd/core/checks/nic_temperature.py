@@ -111,7 +111,7 @@ class NicTemperature(CheckFamily[TemperatureSection]):
         return Verdict(section, tuple(events), facts)
 
     def conditions(self, section: TemperatureSection, picture: Any) -> Iterable[Condition]:
-        for key, record in sorted(section.records.items()):
+        for _key, record in sorted(section.records.items()):
             yield Condition(FATAL if record.fatal else DEGRADED,
                             f"{record.device}: temperature {record.detail}")
 

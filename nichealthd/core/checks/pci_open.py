@@ -22,7 +22,8 @@ from ..events import ENTITY_NIC, ENTITY_PCI, HealthEvent, format_timestamp, make
 from ..model import DeviceSnapshot
 from ..state import parse_bool, parse_str, parse_table, parse_when
 from .counters import CheckNames
-from .link_state import LinkStateSection, device_layer
+from .link_section import LinkStateSection
+from .link_state import device_layer
 
 # Fatal facts under the layer's state check, the others under its degradation check (spec
 # §11.1: every fatal signal of a NIC type consolidates under one node condition).
