@@ -15,6 +15,7 @@ COMMANDS = [
     ("show", "ports"), ("show", "devices"), ("show", "counters"), ("show", "counters", "mlx5_0"),
     ("events", "-n", "50", "--all"), ("events",), ("check",), ("show", "counters", "mlx5_99"),
     ("show", "counters", "mlx5_12"), ("show", "counters", "mlx5_0/9"),
+    ("show", "pcie"),  # #16
 ]
 
 
@@ -39,6 +40,42 @@ def test_every_command_prints_the_same_over_both(daemon: Any) -> None:
         {k: v for k, v in varlink_status.items() if k not in volatile}
     assert f"via        varlink, {daemon.varlink_socket}" in \
         ctl(varlink, "status", "--wide").stdout
+
+
+def test_show_pcie_and_devices_show_the_pci_side_over_both(start_daemon: Any) -> None:
+    """#16: the hops of every NIC, a degraded one flagged; PCIe, AER and temperature in
+    ``show devices``; the same over D-Bus and varlink."""
+    from dbushelpers import make_sim
+
+    from nichealthd.sim import pcifiles, tree
+    root = make_sim()
+    with open(root / "nichealthd.toml", "a") as config:
+        config.write('pcieLinkInterval = "200ms"\npcieAerInterval = "200ms"\n'
+                     'nicTemperatureInterval = "200ms"\n')
+    daemon = start_daemon(root)
+    nic = pcifiles.device_function(daemon.root, tree.device(tree.load(daemon.root), "mlx5_0"))
+    up, down = pcifiles.hop_ends(nic, 0)
+    pcifiles.pcie_degrade(nic, 0, 8, None)
+    pcifiles.aer(nic, "correctable", 3)
+    pcifiles.temperature(nic, 61)
+    varlink = f"--varlink={daemon.varlink_socket}"
+
+    def shown() -> bool:
+        devices = json.loads(ctl("show", "devices", "--json").stdout)
+        mine = [d for d in devices if d["device"] == "mlx5_0"][0]
+        return mine.get("aer_dev_correctable") == 3 and mine.get("temperature_c") == 61.0
+
+    from tests.harness import wait_until
+    wait_until(shown, "the PCI facts of mlx5_0 in show devices")
+    for transport in ((), (varlink,)):
+        table = ctl(*transport, "show", "pcie", "--wide").stdout
+        row = [line for line in table.splitlines() if down.name in line and "mlx5_0" in line]
+        assert row and "x8 at 32.0 GT/s" in row[0] and "DEGRADED" in row[0], table
+        hops = json.loads(ctl(*transport, "show", "pcie", "--json").stdout)
+        assert [h["upstream"] for h in hops[0]["pcie_hops"]][0] == up.name
+        devices = ctl(*transport, "show", "devices", "--wide").stdout
+        assert "mlx5_0: PCIe x8 at 32.0 GT/s (1 hop(s) DEGRADED), AER fatal 0 non-fatal 0 " \
+               "correctable 3, 61.0 °C (crit 105.0)" in devices, devices
 
 
 def test_no_bus_falls_back_to_the_varlink_socket(daemon: Any, tmp_path: Path) -> None:
