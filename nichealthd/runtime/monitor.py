@@ -245,6 +245,7 @@ class Monitor:
     def close(self) -> None:
         self.flush()
         self.reader.close()
+        self.pci_facts.close()
 
     # -------------------------------------------------------------- logging
 

@@ -31,11 +31,15 @@ from ..core.pcifacts import (
     parse_width,
 )
 from .hwmon import HwmonReader
+from .sysfs import AttributeFiles
 
 log = logging.getLogger("nichealthd.pcie")
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
 _READ_SIZE = 4096
+# AER tables are read every 10 s: kept open and re-read with pread (one syscall instead of
+# three); at most this many stay open, the rest are opened for each read.
+AER_KEPT_OPEN = 256
 
 
 def read_text(path: str) -> Optional[str]:
@@ -99,6 +103,8 @@ class PciFactsReader:
         self.class_infiniband = class_infiniband
         self.hwmon = hwmon or HwmonReader()
         self._paths: dict[tuple[str, str], Optional[FunctionPath]] = {}
+        self.aer_files = AttributeFiles(preader=lambda fd, _size, offset: os.pread(
+            fd, _READ_SIZE, offset), budget=AER_KEPT_OPEN)
         self.reads = 0  # files read (the bench reports it)
 
     def reconfigure(self, sysfs_root: str, class_infiniband: str) -> None:
@@ -106,6 +112,10 @@ class PciFactsReader:
             self.sysfs_root, self.class_infiniband = sysfs_root, class_infiniband
             self._paths.clear()
             self.hwmon.forget()
+            self.aer_files.close()
+
+    def close(self) -> None:
+        self.aer_files.close()
 
     def read(self, snapshot: HostSnapshot, parts: frozenset[str],
              devices: Iterable[str]) -> HostSnapshot:
@@ -115,8 +125,12 @@ class PciFactsReader:
         wanted = frozenset(devices)
         chosen = [d for d in snapshot.devices if d.name in wanted and not d.is_vf]
         paths = {d.name: self._path(d) for d in chosen}
-        self._paths = {k: v for k, v in self._paths.items()
-                       if k in {(d.name, d.pci_address or "") for d in chosen}}
+        kept = {k: v for k, v in self._paths.items()
+                if k in {(d.name, d.pci_address or "") for d in chosen}}
+        if len(kept) != len(self._paths):  # a device went away: close its AER files
+            self._paths = kept
+            self.aer_files.retain(os.path.join(d, name) for p in kept.values() if p
+                                  for _, d in p.chain[-2:] for name, _ in AER_FILES)
         found = {name: path for name, path in paths.items() if path is not None}
         if READS_PCIE in parts:
             snapshot = replace(snapshot, pcie={name: self._hops(path)
@@ -166,8 +180,11 @@ class PciFactsReader:
         totals = {}
         unreadable = []
         for name, total in AER_FILES:
-            text = self._text(os.path.join(directory, name))
-            if text is None:
+            self.reads += 1
+            try:
+                text = self.aer_files.read(os.path.join(directory, name)).decode(
+                    "ascii", errors="replace")
+            except OSError:
                 continue  # no AER capability here (a VM, a port without it)
             value = parse_aer_total(text, total)
             if value is None:
