@@ -37,7 +37,8 @@ CONFIG_KEYS = {
     "pollingInterval", "checks", "metricsListen", "dbus", "eventLog", "logLevel",
     "connectorBatchInterval", "connectorTimeout", "outboxMaxEvents", "outboxMaxBytes",
     "eventHistorySize", "nicExclusionRegex", "nicInclusionRegexOverride",
-    "sysClassInfinibandPath", "sysClassNetPath", "cardVerdictHoldTime",
+    "sysClassInfinibandPath", "sysClassNetPath", "cardVerdictHoldTime", "stateHoldDown",
+    "linkFlapCount", "linkFlapWindow", "linkFlapFatalCount",
 }  # fmt: skip
 COUNTER_FIELDS = {
     "name", "path", "enabled", "isFatal", "thresholdType", "threshold", "velocityUnit",
