@@ -24,7 +24,7 @@ from ..state import (
 )
 
 KEYS = ("port_states", "known_devices", "device_misses", "missing_devices", "card_anomalies",
-        "group_modes", "card_pending")
+        "group_modes", "card_pending", "port_holds", "port_blips")
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,16 @@ class PortRecord:
     health: str
     since: datetime
     misses: int = 0
+
+
+@dataclass(frozen=True)
+class PortHold:
+    """A healthy->unhealthy edge held down (``stateHoldDown``, #15.4): since when, and the
+    unhealthy reading that started it (what the event says if the hold expires)."""
+
+    since: datetime
+    state: str
+    physical_state: str
 
 
 @dataclass(frozen=True)
@@ -73,13 +83,16 @@ class LinkStateSection:
     group_modes: dict[str, int] = field(default_factory=dict)
     # card -> since when its shortfall rests only on non-fatal ports (verdict held, #21)
     card_pending: dict[str, datetime] = field(default_factory=dict)
+    # port key -> its pending hold-down, and the blips it absorbed this boot (#15.4)
+    port_holds: dict[str, PortHold] = field(default_factory=dict)
+    port_blips: dict[str, int] = field(default_factory=dict)
 
     def copy(self) -> LinkStateSection:
         """A copy whose containers can be changed without touching this one."""
         return LinkStateSection(
             dict(self.port_states), list(self.known_devices), dict(self.device_misses),
             dict(self.missing_devices), dict(self.card_anomalies), dict(self.group_modes),
-            dict(self.card_pending))
+            dict(self.card_pending), dict(self.port_holds), dict(self.port_blips))
 
     def to_json(self) -> dict[str, Any]:
         ts = format_timestamp
@@ -100,6 +113,10 @@ class LinkStateSection:
                 for k, a in sorted(self.card_anomalies.items())},
             "group_modes": dict(sorted(self.group_modes.items())),
             "card_pending": timestamps(self.card_pending),
+            "port_holds": {
+                k: {"since": ts(h.since), "state": h.state, "physical_state": h.physical_state}
+                for k, h in sorted(self.port_holds.items())},
+            "port_blips": dict(sorted(self.port_blips.items())),
         }
 
     @classmethod
@@ -132,4 +149,9 @@ class LinkStateSection:
                          for k, v in parse_table(data, "group_modes").items()},
             card_pending={parse_str(k): when(v)
                           for k, v in parse_table(data, "card_pending").items()},
+            port_holds={parse_str(k): PortHold(when(v["since"]), parse_str(v["state"]),
+                                               parse_str(v["physical_state"]))
+                        for k, v in parse_table(data, "port_holds").items()},
+            port_blips={parse_str(k): parse_int(v)
+                        for k, v in parse_table(data, "port_blips").items()},
         )

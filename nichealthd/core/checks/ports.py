@@ -10,13 +10,13 @@ daemon was away still produces its recovery.
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime
-from typing import Optional
+from datetime import datetime, timedelta
+from typing import NamedTuple, Optional
 
 from ..events import CODE_PORT_MISSING, CODE_PORT_STATE, HealthEvent, make_event, port_entities
 from ..model import PortSnapshot
 from ..state import DEGRADED, FATAL, HEALTHY, SUPPRESSED
-from .link_section import PortRecord
+from .link_section import PortHold, PortRecord
 
 QUIET = "quiet"  # a state that is not reported (Ethernet INIT/ARMED): hold the last health
 MISSES_BEFORE_GONE = 3
@@ -145,6 +145,52 @@ def transition(previous: Optional[PortRecord], port: PortSnapshot, link_layer: s
     record = replace(previous, state=state, physical_state=phys, link_layer=link_layer,
                      health=told, since=since, misses=0)
     return record, events
+
+
+class Held(NamedTuple):
+    """The outcome of :func:`held_transition`."""
+
+    record: Optional[PortRecord]
+    events: list[HealthEvent]
+    hold: Optional[PortHold]  # the pending hold after this poll
+    blip: bool  # a held edge ended healthy within the hold-down
+
+
+def held_transition(previous: Optional[PortRecord], port: PortSnapshot, link_layer: str,
+                    check: str, now: datetime, *, first_sight: bool, evidence: bool,
+                    hold_down: float, hold: Optional[PortHold]) -> Held:
+    """:func:`transition` with the hold-down of #15.4 (``stateHoldDown``).
+
+    Only a healthy->unhealthy edge of a port the platform was told is healthy is held: it is
+    reported when the port is still unhealthy once ``hold_down`` has passed, and is a blip
+    (nothing published) when the port is healthy again before. Recovery, escalation and a
+    port unhealthy at first sight go through at once. A RoCE port in INIT/ARMED is on its
+    way back (those states are not reported): the outage ends there. A hold found expired
+    when the port is already back (a restart or a late poll in between) reports the outage,
+    dated when it began, and its recovery: nothing proves it was short.
+    """
+    def plain(record: Optional[PortRecord], reading: PortSnapshot, at: datetime
+              ) -> tuple[Optional[PortRecord], list[HealthEvent]]:
+        return transition(record, reading, link_layer, check, at, first_sight=first_sight,
+                          evidence=evidence)
+
+    if previous is None or previous.health != HEALTHY or (hold is None and hold_down <= 0):
+        return Held(*plain(previous, port, now), None, False)
+    health = port_health(port.state, port.phys_state, link_layer)
+    if health in (FATAL, DEGRADED):
+        hold = hold or PortHold(now, port.state or "", port.phys_state or "")
+        if now - hold.since < timedelta(seconds=hold_down):
+            return Held(previous, [], hold, False)
+        return Held(*plain(previous, port, now), None, False)  # still unhealthy: report
+    if hold is None:
+        return Held(*plain(previous, port, now), None, False)
+    # Healthy again, or RoCE INIT/ARMED (QUIET): on its way back, the outage is over.
+    if now - hold.since < timedelta(seconds=hold_down):
+        return Held(*plain(previous, port, now), None, True)
+    outage = replace(port, state=hold.state, phys_state=hold.physical_state)
+    record, events = plain(previous, outage, hold.since)
+    record, recovery = plain(record, port, now)
+    return Held(record, events + recovery, None, False)
 
 
 def missing_port(previous: PortRecord, check: str, now: datetime
