@@ -66,25 +66,49 @@ def test_counter_deltas_catch_cycles_shorter_than_a_poll() -> None:
     runner = Runner()
     runner.poll(host(nic(link_downed=0), when=0))
     assert flaps(runner.poll(host(nic(link_downed=2), when=1))) == []
-    assert count(runner) == 2
-    got = flaps(runner.poll(host(nic(link_downed=3), when=2)))
+    # closed one poll later: the counter may have moved before the state read DOWN
+    assert flaps(runner.poll(host(nic(link_downed=2), when=2))) == [] and count(runner) == 2
+    runner.poll(host(nic(link_downed=3), when=3))
+    got = flaps(runner.poll(host(nic(link_downed=3), when=4)))
     assert len(got) == 1 and "3 down/up cycles" in got[0].message
-    # the same outage seen by the state machine and the counter is one cycle, not two
+
+
+@pytest.mark.parametrize("race", [False, True])
+def test_one_outage_seen_by_the_state_and_the_counter_is_one_cycle(race: bool) -> None:
+    """The counter read in the same poll as DOWN, or (a read race) one poll before it."""
+    runner = Runner()
+    runner.poll(host(nic(link_downed=0), when=0))
+    if race:
+        runner.poll(host(nic(link_downed=1), when=1))
+    runner.poll(host(nic(DN, link_downed=1), when=2))
+    runner.poll(host(nic(DN, link_downed=1), when=3))
+    runner.poll(host(nic(link_downed=1), when=4))
+    runner.poll(host(nic(link_downed=1), when=5))
+    assert count(runner) == 1
+    # and the counter seen only after DOWN: still one
+    runner.poll(host(nic(DN, link_downed=1), when=6))
+    runner.poll(host(nic(DN, link_downed=2), when=7))
+    runner.poll(host(nic(link_downed=2), when=8))
+    assert count(runner) == 2
+
+
+def test_several_downs_during_one_outage_are_each_a_cycle() -> None:
     runner = Runner()
     runner.poll(host(nic(link_downed=0), when=0))
     runner.poll(host(nic(DN, link_downed=1), when=1))
-    runner.poll(host(nic(link_downed=1), when=2))
-    assert count(runner) == 1
+    runner.poll(host(nic(DN, link_downed=3), when=2))  # came up and went down twice more
+    runner.poll(host(nic(link_downed=3), when=3))
+    assert count(runner) == 3
 
 
-def test_carrier_changes_count_two_per_cycle_and_an_odd_count_leaves_one_open() -> None:
+def test_carrier_changes_count_two_per_cycle() -> None:
     runner = Runner()
     runner.poll(host(nic(layer="Ethernet", carrier_changes=10), when=0))
-    runner.poll(host(nic(layer="Ethernet", carrier_changes=14), when=1))  # 2 cycles
+    runner.poll(host(nic(layer="Ethernet", carrier_changes=14), when=1))  # 2 short cycles
+    runner.poll(host(nic(layer="Ethernet", carrier_changes=14), when=2))
     assert count(runner) == 2
-    runner.poll(host(nic(DN, layer="Ethernet", carrier_changes=15), when=2))  # down: open
-    assert count(runner) == 2
-    got = flaps(runner.poll(host(nic(layer="Ethernet", carrier_changes=16), when=3)))
+    runner.poll(host(nic(DN, layer="Ethernet", carrier_changes=15), when=3))  # down
+    got = flaps(runner.poll(host(nic(layer="Ethernet", carrier_changes=16), when=4)))
     assert count(runner) == 3
     assert [e.check_name for e in got] == ["EthernetDegradationCheck"]
     assert got[0].message.startswith("RoCE port mlx5_0 port 1: LinkFlap - 3 down/up cycles")
@@ -97,7 +121,16 @@ def test_a_saturated_or_reset_counter_gives_no_delta() -> None:
     runner.poll(host(nic(link_downed=255), when=2))
     runner.poll(host(nic(link_downed=0), when=3))  # cleared: no delta
     runner.poll(host(nic(link_downed=1), when=4))
+    runner.poll(host(nic(link_downed=1), when=5))
     assert count(runner) == 1
+
+
+def test_a_counter_switched_off_is_not_read_for_flaps() -> None:
+    runner = Runner(cfg=config(counters=[{"name": "link_downed", "enabled": False}]))
+    runner.poll(host(nic(link_downed=0), when=0))
+    runner.poll(host(nic(link_downed=5), when=1))
+    runner.poll(host(nic(link_downed=5), when=2))
+    assert count(runner) == 0
 
 
 def test_the_window_survives_a_restart_and_a_reboot_clears_it() -> None:

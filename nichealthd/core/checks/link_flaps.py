@@ -1,17 +1,20 @@
 """The link-flap family (#15.5): down/up cycles of a port within a sliding window.
 
-A cycle is a port going down and coming back. Cycles are counted from three sources, per port
-and per poll, taking the largest (they see the same outages, so they are never added):
+A cycle is a port going down and coming back, counted per port from three sources that see
+the same outages, so they are never added up:
 
 - the port state: ACTIVE/LinkUp -> anything else is a down; the next ACTIVE/LinkUp closes it;
 - the ``link_downed`` counter's delta (each unit a down, including those shorter than a poll);
 - the ``carrier_changes`` delta (two changes per cycle; from a port that was up, an odd count
-  means it is down now).
+  means it went down).
 
-A counter gives no delta at its saturation limit (an IB PMA counter stuck at all-ones, REF §3),
-across a decrease (cleared), or without a previous value (first poll of a process: the counter
-memory is volatile). Downs are closed into cycles when the port is ACTIVE again; a port down
-now carries its open downs.
+An outage closes as max(1 if the state was seen down, the counters' downs while it was open)
+cycles. Counter downs seen while the port reads ACTIVE all along are cycles shorter than a
+poll; they are closed one poll later, because the counter may have moved between the reads of
+the state and of the counter (the state then says DOWN at the next poll: one outage, one
+cycle). A counter gives no delta at its saturation limit (an IB PMA counter stuck at
+all-ones, REF §3), across a decrease (cleared), or without a previous value (first poll of a
+process: that memory is volatile), and none when switched off in the config.
 
 Defaults and the peers they come from (REFERENCE §4): at least ``linkFlapCount`` = 3 cycles
 within ``linkFlapWindow`` = 1 h give ONE non-fatal event with ``recommendedAction``
@@ -73,13 +76,14 @@ MAX_ENTRIES = 4096  # polls with cycles kept per port: bounds the state of a por
 
 @dataclass(frozen=True)
 class FlapRecord:
-    """One port: its last known link, its downs not yet closed, its cycles in the window
-    (when, how many) and the checks told it flaps."""
+    """One port: its last known link, its outage not yet closed (the state seen down, the
+    counters' downs), its cycles in the window (when, how many), the checks told it flaps."""
 
     device: str
     port: int
     link_layer: str
     up: bool
+    down_seen: bool = False
     open_downs: int = 0
     cycles: tuple[tuple[datetime, int], ...] = ()
     told: tuple[str, ...] = ()
@@ -112,7 +116,7 @@ class LinkFlaps(CheckFamily[FlapSection]):
         return FlapSection({
             parse_str(k): FlapRecord(
                 parse_str(v["device"]), parse_int(v["port"], 2**16), parse_str(v["link_layer"]),
-                parse_bool(v["up"]), parse_int(v["open_downs"]),
+                parse_bool(v["up"]), parse_bool(v["down_seen"]), parse_int(v["open_downs"]),
                 tuple((parse_when(c[0]), parse_int(c[1]))
                       for c in parse_list(v["cycles"], "cycles")),
                 tuple(parse_str(c) for c in parse_list(v["told"], "told")))
@@ -121,7 +125,7 @@ class LinkFlaps(CheckFamily[FlapSection]):
     def dump(self, section: FlapSection) -> dict[str, Any]:
         return {"link_flaps": {
             k: {"device": r.device, "port": r.port, "link_layer": r.link_layer, "up": r.up,
-                "open_downs": r.open_downs,
+                "down_seen": r.down_seen, "open_downs": r.open_downs,
                 "cycles": [[format_timestamp(t), n] for t, n in r.cycles],
                 "told": list(r.told)}
             for k, r in sorted(section.link_flaps.items())}}
@@ -148,9 +152,8 @@ class LinkFlaps(CheckFamily[FlapSection]):
                 if any(v is not None for v in now_values):
                     values[key] = now_values
                 record = previous.link_flaps.get(key)
-                downs = _counted_downs(record, port, now_values, last.get(key))
-                new = _step(record, port, port.link_layer or layer or "", downs, cycle.now,
-                            horizon)
+                new = _step(record, port, port.link_layer or layer or "", now_values,
+                            last.get(key), cycle.now, horizon)
                 if new is None:
                     continue
                 new, port_events = _verdict(new, cycle)
@@ -197,21 +200,18 @@ def _reading(port: PortSnapshot, name: str) -> Optional[int]:
     return value
 
 
-def _counted_downs(record: Optional[FlapRecord], port: PortSnapshot,
-                   now_values: tuple[Optional[int], ...],
+def _counter_downs(was_up: Optional[bool], now_values: tuple[Optional[int], ...],
                    last_values: Optional[tuple[Optional[int], ...]]) -> int:
-    """Downs since the last poll: the largest count of the state machine and the counters."""
-    was_up = record.up if record is not None else None
-    up = _link_up(port)
-    downs = 1 if was_up and up is False else 0
-    if last_values is not None:
-        ld_now, cc_now = now_values
-        ld_was, cc_was = last_values
-        if ld_now is not None and ld_was is not None and ld_now > ld_was:
-            downs = max(downs, ld_now - ld_was)
-        if cc_now is not None and cc_was is not None and cc_now > cc_was:
-            changes = cc_now - cc_was  # alternating: from up, down is first
-            downs = max(downs, (changes + 1) // 2 if was_up is not False else changes // 2)
+    """Downs the counters saw since the last poll: the larger of the two counters' counts."""
+    if last_values is None:
+        return 0
+    (ld_now, cc_now), (ld_was, cc_was) = now_values, last_values
+    downs = 0
+    if ld_now is not None and ld_was is not None and ld_now > ld_was:
+        downs = ld_now - ld_was
+    if cc_now is not None and cc_was is not None and cc_now > cc_was:
+        changes = cc_now - cc_was  # alternating: from a port that was up, down comes first
+        downs = max(downs, (changes + 1) // 2 if was_up is not False else changes // 2)
     return downs
 
 
@@ -222,27 +222,35 @@ def _link_up(port: PortSnapshot) -> Optional[bool]:
     return is_active(port.state, port.phys_state)
 
 
-def _step(record: Optional[FlapRecord], port: PortSnapshot, layer: str, downs: int,
-          now: datetime, horizon: datetime) -> Optional[FlapRecord]:
+def _step(record: Optional[FlapRecord], port: PortSnapshot, layer: str,
+          now_values: tuple[Optional[int], ...],
+          last_values: Optional[tuple[Optional[int], ...]], now: datetime,
+          horizon: datetime) -> Optional[FlapRecord]:
     """The record after this poll: downs opened, closed into cycles, the window slid."""
     up = _link_up(port)
     if record is None:
         if up is None:
             return None
-        # Down at first sight is an open down: its return to ACTIVE is a cycle (gpud).
-        return FlapRecord(port.device, port.port, layer, up, 0 if up else 1)
-    open_downs = record.open_downs + downs
+        # Down at first sight is an open outage: its return to ACTIVE is a cycle (gpud).
+        return FlapRecord(port.device, port.port, layer, up, down_seen=not up)
+    downs = _counter_downs(record.up, now_values, last_values)
+    down_seen = record.down_seen or (record.up and up is False)
+    open_downs, closed = record.open_downs + downs, 0
+    if up and down_seen:  # back from an outage the state saw
+        closed, down_seen, open_downs = max(1, open_downs), False, 0
+    elif up and record.up:  # up all along: the counters' downs of earlier polls were short
+        closed, open_downs = record.open_downs, downs
     cycles = record.cycles
-    if up and open_downs:
-        cycles = (*cycles, (now, open_downs))[-MAX_ENTRIES:]
-        open_downs = 0
+    if closed:
+        cycles = (*cycles, (now, closed))[-MAX_ENTRIES:]
     if cycles and cycles[0][0] <= horizon:
         cycles = tuple(c for c in cycles if c[0] > horizon)
     link_up = record.up if up is None else up
-    if (link_up, open_downs, cycles, layer) == (record.up, record.open_downs, record.cycles,
-                                                record.link_layer):
+    if (link_up, down_seen, open_downs, cycles, layer) == (
+            record.up, record.down_seen, record.open_downs, record.cycles, record.link_layer):
         return record
-    return replace(record, up=link_up, open_downs=open_downs, cycles=cycles, link_layer=layer)
+    return replace(record, up=link_up, down_seen=down_seen, open_downs=open_downs,
+                   cycles=cycles, link_layer=layer)
 
 
 def _verdict(record: FlapRecord, cycle: Cycle) -> tuple[FlapRecord, list[HealthEvent]]:
