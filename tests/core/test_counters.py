@@ -87,7 +87,7 @@ def test_latched_breach_stays_silent_while_counter_keeps_rising() -> None:
 
 
 def test_restart_between_breach_and_reset_still_recovers() -> None:
-    runner = Runner()
+    runner = Runner(config(linkFlapCount=0))  # link_downed +3: also 3 short flaps
     poll(runner, 0, link_downed=0)
     poll(runner, 5, link_downed=3)
     runner.restart()  # lastPollValue is gone; the persisted snapshot stands in
@@ -525,7 +525,7 @@ def test_latched_hw_counter_that_wraps_across_a_restart_is_not_a_reset() -> None
 
 def test_latched_counter_reset_during_a_restart_is_seen_against_the_last_value() -> None:
     """Cleared and climbing again past the breach's value while the daemon was down."""
-    runner = Runner()
+    runner = Runner(config(linkFlapCount=0))  # link_downed +3: also 3 short flaps
     poll(runner, 0, link_downed=0)
     poll(runner, 1, link_downed=1)  # latched with the snapshot at 1
     poll(runner, 2, link_downed=9)
