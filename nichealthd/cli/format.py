@@ -186,8 +186,9 @@ def ports_table(records: list[dict[str, Any]], style: Style, width: int = 80) ->
     """Every port with its health and its reasons (the daemon's one health model); why
     a port is not monitored below the table. FLAPS counts down/up cycles in the flap window,
     BLIPS the unhealthy states that recovered within the hold-down; a rate below the port's
-    peers is marked ``!``. When the table is wider than ``width``, NETDEV, then BLIPS, then
-    FLAPS are left out (``--wide``/``--json`` show them), then cells are cut."""
+    peers is marked ``!``. When the table is wider than ``width``, NETDEV is left out, then
+    BLIPS and FLAPS when they have nothing to show or do not fit beside 16 characters of
+    REASON (``--wide``/``--json`` show them all), then cells are cut."""
     headers = ["PORT", "LINK", "ROLE", "STATE", "PHYS", "RATE", "FLAPS", "BLIPS", "NETDEV",
                "HEALTH", "REASON"]
     records = sorted(records, key=natural_key)
@@ -195,10 +196,16 @@ def ports_table(records: list[dict[str, Any]], style: Style, width: int = 80) ->
              r.get("state") or "?", r.get("phys_state") or "?", rate_cell(r),
              count_cell(r, "flaps"), count_cell(r, "blips"),
              r.get("netdev") or "-", port_health(r), port_reason(r)] for r in records]
+
+    def wider(reason: int) -> bool:  # than ``width`` with REASON cut to ``reason``
+        cut = [[*row[:-1], "x" * min(len(row[-1]), reason)] for row in rows]
+        return max(len(line) for line in render_table(headers, cut, 10**6)) > width
+
     for optional in ("NETDEV", "BLIPS", "FLAPS"):
-        if max((len(line) for line in render_table(headers, rows, 10**6)), default=0) <= width:
-            break
         col = headers.index(optional)
+        empty = all(row[col] == "-" for row in rows)
+        if not wider(10**6) or (optional != "NETDEV" and not empty and not wider(16)):
+            continue
         del headers[col]
         for row in rows:
             del row[col]

@@ -170,7 +170,7 @@ class LinkFlaps(CheckFamily[FlapSection]):
             if record.told:
                 names = CHECK_NAMES_OF.get(record.link_layer)
                 health = FATAL if names and names.state in record.told else DEGRADED
-                reason = f"{record.count} link flaps in the window"
+                reason = f"{record.count} link flaps"
                 yield Condition(health, reason, (record.device, record.port),
                                 alone=f"{key}: {reason}")
 
