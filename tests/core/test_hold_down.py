@@ -107,3 +107,53 @@ def test_the_default_is_today_behaviour() -> None:
         "fatal"]
     assert [s for s, _ in port_events(runner.poll(host(nic(), when=2)))] == ["healthy"]
     assert blips(runner) == {}
+
+
+def compute_host(state: str = ACTIVE, phys: str = LINKUP, when: float = 0) -> Any:
+    """mlx5_0 and three peers, single-port cards: a down mlx5_0 makes its card short."""
+    peers = [device(f"mlx5_{i}", pci=f"0000:{0x20 + i:02x}:00.0", numa=i % 2,
+                    ports=(port(f"mlx5_{i}"),)) for i in range(1, 4)]
+    return host(nic(state, phys), *peers, when=when)
+
+
+def test_a_blip_does_not_make_its_card_short_either() -> None:
+    runner = Runner(cfg=config(stateHoldDown="10s"))
+    runner.poll(compute_host())
+    for when in (1, 3, 5):
+        result = runner.poll(compute_host(DOWN, DISABLED, when))
+        assert [e for e in result.events if e.entities] == [], when
+    assert [e for e in runner.poll(compute_host(when=6)).events if e.entities] == []
+    assert blips(runner) == {"mlx5_0_1": 1}
+    # held past the hold-down: the port's own fatal event, and no card event beside it
+    runner.poll(compute_host(DOWN, DISABLED, 10))
+    runner.poll(compute_host(DOWN, DISABLED, 15))
+    reported = runner.poll(compute_host(DOWN, DISABLED, 20))
+    assert [(e.error_code, e.severity) for e in reported.events] == [(("port_state",), "fatal")]
+    assert [e.error_code for e in runner.poll(compute_host(DOWN, DISABLED, 21)).events] == []
+
+
+def counted(state: str = ACTIVE, phys: str = LINKUP, downed: int = 0) -> Any:
+    return device("mlx5_0", ports=(port("mlx5_0", state=state, phys=phys,
+                                        counters={"link_downed": downed}),))
+
+
+def test_the_link_downed_rise_of_a_blip_is_held_and_absorbed_with_it() -> None:
+    """The blip's own link_downed count is the same outage: no fatal counter breach either."""
+    runner = Runner(cfg=config(stateHoldDown="10s"))
+    runner.poll(host(counted(), when=0))
+    for when in (1, 2):
+        assert runner.poll(host(counted(DOWN, POLLING, 1), when=when)).events == ()
+    assert runner.poll(host(counted(downed=1), when=3)).events == ()
+    assert blips(runner) == {"mlx5_0_1": 1}
+    # a later rise without a state edge is a breach as ever
+    later = runner.poll(host(counted(downed=2), when=4))
+    assert [(e.error_code, e.is_fatal) for e in later.events] == [(("link_downed",), True)]
+
+
+def test_an_outage_past_the_hold_down_reports_the_state_and_the_counter() -> None:
+    runner = Runner(cfg=config(stateHoldDown="10s"))
+    runner.poll(host(counted(), when=0))
+    assert runner.poll(host(counted(DOWN, POLLING, 1), when=1)).events == ()
+    reported = runner.poll(host(counted(DOWN, POLLING, 1), when=11))
+    assert sorted((e.error_code[0], e.is_fatal) for e in reported.events) == [
+        ("link_downed", True), ("port_state", True)]

@@ -147,6 +147,31 @@ def transition(previous: Optional[PortRecord], port: PortSnapshot, link_layer: s
     return record, events
 
 
+HELD, BLIP = "held", "blip"
+
+
+def hold_phase(previous: Optional[PortRecord], hold: Optional[PortHold], health: Optional[str],
+               now: datetime, hold_down: float) -> Optional[str]:
+    """What the hold-down (``stateHoldDown``, #15.4) makes of a port's reading this poll.
+
+    :data:`HELD`: an unhealthy edge of a port told healthy, within the hold-down (or a held
+    port unreadable now); :data:`BLIP`: a held edge that ended within it (healthy again, or
+    RoCE INIT/ARMED: on its way back); None: no hold applies. ``health`` is the reading's
+    :func:`port_health`, None when unreadable. The link-state family reports by it, and the
+    counter family holds the counters that count the same outage (``link_downed``).
+    """
+    if previous is None or previous.health != HEALTHY or (hold is None and hold_down <= 0):
+        return None
+    within = hold is None or now - hold.since < timedelta(seconds=hold_down)
+    if health in (FATAL, DEGRADED):
+        return HELD if within else None
+    if hold is None:
+        return None
+    if health is None:
+        return HELD
+    return BLIP if within else None
+
+
 class Held(NamedTuple):
     """The outcome of :func:`held_transition`."""
 
@@ -163,9 +188,8 @@ def held_transition(previous: Optional[PortRecord], port: PortSnapshot, link_lay
 
     Only a healthy->unhealthy edge of a port the platform was told is healthy is held: it is
     reported when the port is still unhealthy once ``hold_down`` has passed, and is a blip
-    (nothing published) when the port is healthy again before. Recovery, escalation and a
-    port unhealthy at first sight go through at once. A RoCE port in INIT/ARMED is on its
-    way back (those states are not reported): the outage ends there. A hold found expired
+    (nothing published) when the port is back before (see :func:`hold_phase`). Recovery,
+    escalation and a port unhealthy at first sight go through at once. A hold found expired
     when the port is already back (a restart or a late poll in between) reports the outage,
     dated when it began, and its recovery: nothing proves it was short.
     """
@@ -174,23 +198,19 @@ def held_transition(previous: Optional[PortRecord], port: PortSnapshot, link_lay
         return transition(record, reading, link_layer, check, at, first_sight=first_sight,
                           evidence=evidence)
 
-    if previous is None or previous.health != HEALTHY or (hold is None and hold_down <= 0):
-        return Held(*plain(previous, port, now), None, False)
     health = port_health(port.state, port.phys_state, link_layer)
-    if health in (FATAL, DEGRADED):
-        hold = hold or PortHold(now, port.state or "", port.phys_state or "")
-        if now - hold.since < timedelta(seconds=hold_down):
-            return Held(previous, [], hold, False)
-        return Held(*plain(previous, port, now), None, False)  # still unhealthy: report
-    if hold is None:
-        return Held(*plain(previous, port, now), None, False)
-    # Healthy again, or RoCE INIT/ARMED (QUIET): on its way back, the outage is over.
-    if now - hold.since < timedelta(seconds=hold_down):
+    phase = hold_phase(previous, hold, health, now, hold_down)
+    if phase == HELD:
+        return Held(previous, [], hold or PortHold(now, port.state or "", port.phys_state or ""),
+                    False)
+    if phase == BLIP:
         return Held(*plain(previous, port, now), None, True)
-    outage = replace(port, state=hold.state, phys_state=hold.physical_state)
-    record, events = plain(previous, outage, hold.since)
-    record, recovery = plain(record, port, now)
-    return Held(record, events + recovery, None, False)
+    if hold is not None and previous is not None and health not in (FATAL, DEGRADED):
+        outage = replace(port, state=hold.state, phys_state=hold.physical_state)
+        record, events = plain(previous, outage, hold.since)
+        record, recovery = plain(record, port, now)
+        return Held(record, events + recovery, None, False)
+    return Held(*plain(previous, port, now), None, False)
 
 
 def missing_port(previous: PortRecord, check: str, now: datetime
