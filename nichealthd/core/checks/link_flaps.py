@@ -100,20 +100,18 @@ class FlapSection:
 
     link_flaps: dict[str, FlapRecord] = field(default_factory=dict)
 
+    def to_json(self) -> dict[str, Any]:
+        return {"link_flaps": {
+            k: {"device": r.device, "port": r.port, "link_layer": r.link_layer, "up": r.up,
+                "down_seen": r.down_seen, "open_downs": r.open_downs,
+                "cycles": [[format_timestamp(t), n] for t, n in r.cycles],
+                "told": list(r.told)}
+            for k, r in sorted(self.link_flaps.items())}}
 
-class LinkFlaps(CheckFamily[FlapSection]):
-    """Down/up cycles per port in a sliding window."""
-
-    id = "link_flaps"
-    order = 30
-    keys = ("link_flaps",)
-    reads = frozenset({READS_PORTS, READS_COUNTERS})
-
-    def fresh(self) -> FlapSection:
-        return FlapSection()
-
-    def load(self, data: Mapping[str, Any], schema: int) -> FlapSection:
-        return FlapSection({
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> FlapSection:
+        """Layout 1. Raises on anything malformed."""
+        return cls({
             parse_str(k): FlapRecord(
                 parse_str(v["device"]), parse_int(v["port"], 2**16), parse_str(v["link_layer"]),
                 parse_bool(v["up"]), parse_bool(v["down_seen"]), parse_int(v["open_downs"]),
@@ -122,13 +120,15 @@ class LinkFlaps(CheckFamily[FlapSection]):
                 tuple(parse_str(c) for c in parse_list(v["told"], "told")))
             for k, v in parse_table(data, "link_flaps").items()})
 
-    def dump(self, section: FlapSection) -> dict[str, Any]:
-        return {"link_flaps": {
-            k: {"device": r.device, "port": r.port, "link_layer": r.link_layer, "up": r.up,
-                "down_seen": r.down_seen, "open_downs": r.open_downs,
-                "cycles": [[format_timestamp(t), n] for t, n in r.cycles],
-                "told": list(r.told)}
-            for k, r in sorted(section.link_flaps.items())}}
+
+class LinkFlaps(CheckFamily[FlapSection]):
+    """Down/up cycles per port in a sliding window."""
+
+    id = "link_flaps"
+    order = 30
+    keys = ("link_flaps",)
+    section_type = FlapSection
+    reads = frozenset({READS_PORTS, READS_COUNTERS})
 
     def enabled(self, config: Config) -> bool:
         return config.link_flap_count > 0

@@ -74,6 +74,21 @@ class RateSection:
 
     rate_degraded: dict[str, RateRecord] = field(default_factory=dict)
 
+    def to_json(self) -> dict[str, Any]:
+        return {"rate_degraded": {
+            k: {"device": r.device, "port": r.port, "link_layer": r.link_layer,
+                "rate": r.rate, "peers": r.peers, "since": format_timestamp(r.since)}
+            for k, r in sorted(self.rate_degraded.items())}}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RateSection:
+        """Layout 1. Raises on anything malformed."""
+        return cls({
+            parse_str(k): RateRecord(parse_str(v["device"]), parse_int(v["port"], 2**16),
+                                     parse_str(v["link_layer"]), parse_str(v["rate"]),
+                                     parse_str(v["peers"]), parse_when(v["since"]))
+            for k, v in parse_table(data, "rate_degraded").items()})
+
 
 class LinkRate(CheckFamily[RateSection]):
     """Rate and width below the mode of same-role, same-card-model peers."""
@@ -81,23 +96,8 @@ class LinkRate(CheckFamily[RateSection]):
     id = "link_rate"
     order = 40
     keys = ("rate_degraded",)
+    section_type = RateSection
     reads = frozenset({READS_DEVICES, READS_PORTS})
-
-    def fresh(self) -> RateSection:
-        return RateSection()
-
-    def load(self, data: Mapping[str, Any], schema: int) -> RateSection:
-        return RateSection({
-            parse_str(k): RateRecord(parse_str(v["device"]), parse_int(v["port"], 2**16),
-                                     parse_str(v["link_layer"]), parse_str(v["rate"]),
-                                     parse_str(v["peers"]), parse_when(v["since"]))
-            for k, v in parse_table(data, "rate_degraded").items()})
-
-    def dump(self, section: RateSection) -> dict[str, Any]:
-        return {"rate_degraded": {
-            k: {"device": r.device, "port": r.port, "link_layer": r.link_layer,
-                "rate": r.rate, "peers": r.peers, "since": format_timestamp(r.since)}
-            for k, r in sorted(section.rate_degraded.items())}}
 
     def evaluate(self, previous: RateSection, cycle: Cycle, memory: Any
                  ) -> Verdict[RateSection]:

@@ -11,7 +11,7 @@ already told their own failure.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Mapping, Optional
 
 from ..config import ETH_STATE_CHECK, IB_STATE_CHECK
 from ..events import HealthEvent
