@@ -178,6 +178,17 @@ def test_flap_detection_can_be_switched_off_and_unknown_readings_are_no_evidence
     for start in (10, 20, 30, 40):
         assert cycle(runner, start, 5) == []
     assert runner.state.section(LINK_FLAPS).link_flaps == {}
+    # switched off by a reload while a flap is reported: its recovery, then nothing
+    runner = Runner()
+    runner.poll(host(nic(), when=0))
+    for start in (10, 20, 30):
+        cycle(runner, start, 5)
+    runner.config = config(linkFlapCount=0)
+    off = flaps(runner.poll(host(nic(), when=50)))
+    assert [(e.is_healthy, e.message) for e in off] == [
+        (True, "Port mlx5_0 port 1: LinkFlap recovered - flap detection switched off")]
+    assert runner.state.section(LINK_FLAPS).link_flaps == {}
+    assert flaps(runner.poll(host(nic(), when=51))) == []
     runner = Runner()
     runner.poll(host(nic(), when=0))
     for when in range(1, 8):  # garbage and up again: no cycles

@@ -40,7 +40,6 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Iterable, Mapping, Optional
 
-from ..config import Config
 from ..duration import format_duration
 from ..events import HealthEvent, format_timestamp, make_event, port_entities
 from ..family import (
@@ -130,12 +129,16 @@ class LinkFlaps(CheckFamily[FlapSection]):
     section_type = FlapSection
     reads = frozenset({READS_PORTS, READS_COUNTERS})
 
-    def enabled(self, config: Config) -> bool:
-        return config.link_flap_count > 0
-
     def evaluate(self, previous: FlapSection, cycle: Cycle, memory: CounterMemory
                  ) -> Verdict[FlapSection]:
-        """Each port of the monitored devices: its downs, its closed cycles, its verdict."""
+        """Each port of the monitored devices: its downs, its closed cycles, its verdict.
+
+        Switched off (``linkFlapCount = 0``, at start or by a reload) it forgets every
+        port, with the recovery of each flap it had reported.
+        """
+        if not cycle.config.link_flap_count:
+            memory.slots.pop(self.id, None)
+            return _switched_off(previous, cycle)
         links = cycle.previous.section(LINK_STATE)
         last: Mapping[str, tuple[Optional[int], ...]] = memory.slots.get(self.id) or {}
         values: dict[str, tuple[Optional[int], ...]] = {}
@@ -186,6 +189,20 @@ class LinkFlaps(CheckFamily[FlapSection]):
                      "gauge", ("device", "port"),
                      tuple(((r.device, str(r.port)), float(r.count))
                            for _, r in sorted(section.link_flaps.items())))
+
+
+def _switched_off(previous: FlapSection, cycle: Cycle) -> Verdict[FlapSection]:
+    if not previous.link_flaps:
+        return Verdict(previous)
+    events: list[tuple[str, HealthEvent]] = []
+    for record in sorted(previous.link_flaps.values(), key=lambda r: (r.device, r.port)):
+        label = port_label(record.device, record.port, record.link_layer)
+        events.extend((record.device, make_event(
+            check, fatal=False, healthy=True, error_code=CODE_LINK_FLAP, at=cycle.now,
+            entities=port_entities(record.device, record.port),
+            message=f"{label}: LinkFlap recovered - flap detection switched off"))
+            for check in record.told if check in cycle.enabled)
+    return Verdict(FlapSection(), tuple(events))
 
 
 def _reading(port: PortSnapshot, name: str) -> Optional[int]:
