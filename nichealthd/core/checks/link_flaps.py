@@ -70,6 +70,7 @@ from .ports import is_active, is_known, port_label
 
 CODE_LINK_FLAP = "link_flap"
 COUNTERS = ("link_downed", "carrier_changes")
+_NOTHING = (None, None)
 MAX_ENTRIES = 4096  # polls with cycles kept per port: bounds the state of a port flapping forever
 
 
@@ -152,7 +153,7 @@ class LinkFlaps(CheckFamily[FlapSection]):
             for port in device.ports:
                 key = port.key
                 now_values = tuple(_reading(port, name) for name in used)
-                if any(v is not None for v in now_values):
+                if now_values != _NOTHING:
                     values[key] = now_values
                 record = previous.link_flaps.get(key)
                 new = _step(record, port, port.link_layer or layer or "", now_values,
@@ -169,7 +170,7 @@ class LinkFlaps(CheckFamily[FlapSection]):
         return Verdict(FlapSection({**previous.link_flaps, **changed}), tuple(events))
 
     def conditions(self, section: FlapSection, picture: Any) -> Iterable[Condition]:
-        for key, record in sorted(section.link_flaps.items()):
+        for key, record in sorted((k, r) for k, r in section.link_flaps.items() if r.told):
             if record.told:
                 names = CHECK_NAMES_OF.get(record.link_layer)
                 health = FATAL if names and names.state in record.told else DEGRADED
@@ -251,6 +252,9 @@ def _step(record: Optional[FlapRecord], port: PortSnapshot, layer: str,
         # Down at first sight is an open outage: its return to ACTIVE is a cycle (gpud).
         return FlapRecord(port.device, port.port, layer, up, down_seen=not up)
     downs = _counter_downs(record.up, now_values, last_values)
+    if (not downs and up is record.up and not record.down_seen and not record.open_downs
+            and (not record.cycles or record.cycles[0][0] > horizon)):
+        return record  # the common case: nothing happened
     down_seen = record.down_seen or (record.up and up is False)
     open_downs, closed = record.open_downs + downs, 0
     if up and down_seen:  # back from an outage the state saw

@@ -11,6 +11,7 @@ changes it. gpud, Azure's checks and NHC compare with a per-SKU table; the peers
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ class Rate(NamedTuple):
     text: str
 
 
+@functools.lru_cache(maxsize=64)  # a host shows a handful of rates, read every poll
 def parse_rate(raw: Optional[str]) -> Optional[Rate]:
     """``"400 Gb/sec (4X NDR)\\n"`` -> Rate(400.0, 4, "400 Gb/sec (4X NDR)"); None if not one."""
     if not raw:

@@ -9,6 +9,7 @@ daemon was away still produces its recovery.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import NamedTuple, Optional
@@ -25,8 +26,13 @@ _STATE_DOWN, _STATE_INIT, _STATE_ARMED, _STATE_ACTIVE = 1, 2, 3, 4
 _PHYS_DISABLED, _PHYS_LINKUP = 3, 5
 
 
+@functools.lru_cache(maxsize=256)
 def split_state(raw: Optional[str]) -> tuple[Optional[int], str]:
-    """``"4: ACTIVE"`` -> ``(4, "ACTIVE")``; tolerant of a missing number."""
+    """``"4: ACTIVE"`` -> ``(4, "ACTIVE")``; tolerant of a missing number.
+
+    Cached: a host shows a handful of distinct readings, asked for several times per port
+    per poll (port state, cards, flaps, rate); garbage readings only cycle through the cache.
+    """
     if not raw:
         return None, ""
     number, sep, name = raw.partition(":")
@@ -198,6 +204,8 @@ def held_transition(previous: Optional[PortRecord], port: PortSnapshot, link_lay
         return transition(record, reading, link_layer, check, at, first_sight=first_sight,
                           evidence=evidence)
 
+    if hold is None and hold_down <= 0:  # the default: no hold-down
+        return Held(*plain(previous, port, now), None, False)
     health = port_health(port.state, port.phys_state, link_layer)
     phase = hold_phase(previous, hold, health, now, hold_down)
     if phase == HELD:
