@@ -26,18 +26,21 @@ LONG_OPT = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 # DESIGN.md section 2.3, plus the argparse standard --help.
 DAEMON_FLAGS = {
     "--config", "--sysfs-root", "--proc-root", "--boot-id-path", "--state-file",
-    "--metadata-path", "--node-name", "--platform-connector-socket",
+    "--metadata-path", "--topology-source", "--node-name", "--platform-connector-socket",
     "--platform-connector-token-path", "--processing-strategy", "--polling-interval",
-    "--checks", "--metrics-listen", "--dbus", "--event-log", "--once", "--log-level",
-    "--version", "--help",
+    "--checks", "--metrics-listen", "--dbus", "--varlink-socket", "--event-log", "--once",
+    "--log-level", "--version", "--help",
 }  # fmt: skip
 CONFIG_KEYS = {
-    "sysfsRoot", "procRoot", "bootIdPath", "stateFile", "metadataPath", "nodeName",
+    "sysfsRoot", "procRoot", "bootIdPath", "stateFile", "metadataPath", "topologySource",
+    "nodeName",
     "platformConnectorSocket", "platformConnectorTokenPath", "processingStrategy",
-    "pollingInterval", "checks", "metricsListen", "dbus", "eventLog", "logLevel",
+    "pollingInterval", "checks", "metricsListen", "dbus", "varlinkSocket", "eventLog",
+    "logLevel",
     "connectorBatchInterval", "connectorTimeout", "outboxMaxEvents", "outboxMaxBytes",
     "eventHistorySize", "nicExclusionRegex", "nicInclusionRegexOverride",
-    "sysClassInfinibandPath", "sysClassNetPath", "cardVerdictHoldTime", "stateHoldDown",
+    "sysClassInfinibandPath", "sysClassNetPath", "cardVerdictHoldTime",
+    "driverReloadGrace", "driverReloadTimeout", "stateHoldDown",
     "linkFlapCount", "linkFlapWindow", "linkFlapFatalCount",
 }  # fmt: skip
 COUNTER_FIELDS = {

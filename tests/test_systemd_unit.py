@@ -116,6 +116,9 @@ def test_unit_contract():
     assert one(s, "RestartSec")
     assert one("Unit", "StartLimitIntervalSec") and one("Unit", "StartLimitBurst")
     assert one(s, "StateDirectory") == "nichealthd"
+    # the varlink socket /run/nichealthd/io.nichealthd.Monitor, connectable by every user
+    assert one(s, "RuntimeDirectory") == "nichealthd"
+    assert one(s, "RuntimeDirectoryMode") == "0755"
     assert one(s, "User") == "nichealthd"
     assert (s, "DynamicUser") not in d
     for key in (

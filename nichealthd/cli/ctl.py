@@ -1,7 +1,9 @@
-"""``nichealthctl``: the operator's client of nichealthd's D-Bus API (DESIGN §2.7).
+"""``nichealthctl``: the operator's client of nichealthd's D-Bus and varlink APIs (DESIGN §2.7).
 
-Every command is one or two method calls on ``org.nichealthd.NicHealth1``; the answers are the
-records of :mod:`nichealthd.core.views`, so ``--json`` prints what the daemon knows, unchanged.
+Every command is one or two calls through a :class:`~nichealthd.cli.transport.Transport`
+(``org.nichealthd.NicHealth1`` on D-Bus, or ``io.nichealthd.Monitor`` over varlink with
+``--varlink``); the answers are the records of :mod:`nichealthd.core.views` either way, so
+``--json`` prints what the daemon knows, unchanged, and the output does not depend on the API.
 Failures are one line and an exit status, never a traceback: 3 when the daemon cannot be
 reached and for a usage error (``check``'s UNKNOWN: a typo in a monitoring system's command
 must never read as CRITICAL), 2 only for ``config check`` of an invalid file. With ``--json``
@@ -17,27 +19,14 @@ import os
 import sys
 import time
 from datetime import datetime, timezone
-from typing import Any, Callable, NoReturn, Optional, Sequence
+from typing import Any, AsyncIterator, Callable, NoReturn, Optional, Sequence
 
 from .. import __version__
 from ..core.config import DEFAULT_CONFIG_PATH, ConfigError
 from ..core.duration import parse_duration
 from ..sources.config_file import load_config
-from ..surfaces.dbus_common import (
-    BUS_NAME,
-    ERROR_PREFIX,
-    INTERFACE,
-    OBJECT_PATH,
-    POLICY_FILE,
-    Message,
-    MessageBus,
-    MessageType,
-    bus_address,
-    bus_type,
-    from_variants,
-    harden_writer,
-)
 from .format import (
+    NO_DEVICES,
     BaselineFilter,
     Style,
     counters_table,
@@ -47,8 +36,15 @@ from .format import (
     ports_table,
     status_lines,
 )
+from .transport import (
+    DEFAULT_VARLINK_SOCKET,
+    EXIT_UNREACHABLE,
+    CtlError,
+    Transport,
+    connect,
+)
 
-EXIT_OK, EXIT_DEGRADED, EXIT_FATAL, EXIT_UNREACHABLE = 0, 1, 2, 3
+EXIT_OK, EXIT_DEGRADED, EXIT_FATAL = 0, 1, 2
 EXIT_USAGE = 3  # the monitoring-plugin UNKNOWN, never CRITICAL (issue #22)
 EXIT_INVALID_CONFIG = 2  # config check: the file is invalid
 EXIT_FAILURE = 1
@@ -60,104 +56,10 @@ CHECK_LABELS = {EXIT_OK: "OK", EXIT_DEGRADED: "WARNING", EXIT_FATAL: "CRITICAL",
                 EXIT_UNREACHABLE: "UNKNOWN"}
 MAX_PROBLEMS = 5
 
-_UNREACHABLE_ERRORS = {
-    "org.freedesktop.DBus.Error.ServiceUnknown",
-    "org.freedesktop.DBus.Error.NameHasNoOwner",
-    "org.freedesktop.DBus.Error.UnknownObject",
-    "org.freedesktop.DBus.Error.Disconnected",
-}
-_TIMEOUT_ERRORS = {"org.freedesktop.DBus.Error.NoReply", "org.freedesktop.DBus.Error.Timeout"}
-
-
-class CtlError(Exception):
-    """One line for the operator and the exit status that goes with it."""
-
-    def __init__(self, message: str, code: int = EXIT_UNREACHABLE) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
-
-
-# --------------------------------------------------------------------- client
-
-class Client:
-    """A connection to the bus and calls on the nichealthd object (no introspection trip)."""
-
-    def __init__(self, bus: str, timeout: float) -> None:
-        self.bus_kind = bus
-        self.timeout = timeout
-        self.bus: Optional[Any] = None
-
-    async def __aenter__(self) -> Client:
-        try:
-            self.bus = await asyncio.wait_for(
-                MessageBus(bus_type=bus_type(self.bus_kind)).connect(), self.timeout)
-            harden_writer(self.bus)
-        except asyncio.TimeoutError:
-            raise CtlError(f"the {self.bus_kind} bus at {bus_address(self.bus_kind)} did not "
-                           f"answer within {self.timeout:g} s") from None
-        except Exception as exc:
-            reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-            raise CtlError(f"cannot reach the {self.bus_kind} bus at "
-                           f"{bus_address(self.bus_kind)}: {reason} (is dbus running?)"
-                           ) from None
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self.bus is not None:
-            try:
-                self.bus.disconnect()
-            except Exception:
-                pass
-
-    def unreachable(self) -> CtlError:
-        return CtlError(f"cannot reach nichealthd on the {self.bus_kind} bus ({BUS_NAME}): "
-                        f"is the daemon running? Try: systemctl status nichealthd")
-
-    async def call(self, member: str, signature: str = "", body: Sequence[Any] = (),
-                   interface: str = INTERFACE, destination: str = BUS_NAME,
-                   path: str = OBJECT_PATH) -> list[Any]:
-        assert self.bus is not None
-        message = Message(destination=destination, path=path, interface=interface,
-                          member=member, signature=signature, body=list(body))
-        try:
-            reply = await asyncio.wait_for(self.bus.call(message), self.timeout)
-        except asyncio.TimeoutError:
-            raise CtlError(f"nichealthd did not answer {member} within {self.timeout:g} s on "
-                           f"the {self.bus_kind} bus (is it stuck? see journalctl -u "
-                           f"nichealthd)") from None
-        except Exception as exc:
-            raise CtlError(f"lost the {self.bus_kind} bus while calling {member}: {exc}"
-                           ) from None
-        if reply is None:
-            raise self.unreachable()
-        if reply.message_type == MessageType.ERROR:
-            raise self._error(member, reply.error_name or "", reply.body)
-        return list(reply.body)
-
-    def _error(self, member: str, name: str, body: Sequence[Any]) -> CtlError:
-        text = str(body[0]) if body else name
-        if name in _UNREACHABLE_ERRORS:
-            return self.unreachable()
-        if name in _TIMEOUT_ERRORS:
-            return CtlError(f"nichealthd did not answer {member} in time: {text}")
-        if name.endswith(".AccessDenied"):
-            return CtlError(f"the {self.bus_kind} bus denied {member} to this user ({text}); "
-                            f"check the D-Bus policy {POLICY_FILE}")
-        if name == ERROR_PREFIX + "NotReady":
-            return CtlError(f"{text}; try again in a moment")
-        if name.startswith(ERROR_PREFIX):
-            return CtlError(text, EXIT_USAGE)
-        return CtlError(f"{member} failed: {name}: {text}", EXIT_FAILURE)
-
-    async def records(self, member: str, signature: str = "",
-                      body: Sequence[Any] = ()) -> list[dict[str, Any]]:
-        reply = await self.call(member, signature, body)
-        return [from_variants(r) for r in reply[0]]
-
-    async def status(self) -> dict[str, Any]:
-        reply = await self.call("GetStatus")
-        return from_variants(reply[0])
+def session(args: argparse.Namespace) -> Any:
+    """The transport of this command line: ``--varlink[=SOCKET]``, else D-Bus (--bus),
+    falling back to varlink when the bus cannot be reached."""
+    return connect(getattr(args, "varlink", None), args.bus, args.timeout)
 
 
 def run(coro: Any) -> int:
@@ -184,8 +86,9 @@ def _width(args: argparse.Namespace) -> int:
 
 
 def counter_json(record: dict[str, Any]) -> dict[str, Any]:
-    """Absent values are null in JSON (``value`` is int or null, DESIGN §2.7)."""
-    out = dict(record)
+    """Absent values are null in JSON (``value`` is int or null, DESIGN §2.7), after the
+    others (D-Bus cannot carry null: it leaves them out; varlink sends them in place)."""
+    out = {key: value for key, value in record.items() if value is not None}
     for key in ("value", "delta", "rate"):
         out.setdefault(key, None)
     return out
@@ -257,8 +160,9 @@ def systemd_unit_state(run_dir: str = SYSTEMD_RUN_DIR) -> dict[str, Any]:
 async def cmd_status(args: argparse.Namespace) -> int:
     systemd = systemd_unit_state()
     try:
-        async with Client(args.bus, args.timeout) as client:
+        async with session(args) as client:
             status = await client.status()
+            status["transport"] = client.describe()
     except CtlError as exc:
         if not args.json and systemd.get("running"):
             print(f"nichealthctl: {systemd['summary']}", file=sys.stderr)
@@ -275,8 +179,8 @@ async def cmd_status(args: argparse.Namespace) -> int:
 async def _show_records(args: argparse.Namespace, method: str,
                         table: Callable[..., list[str]]) -> int:
     """Shared body of ``show ports`` / ``show devices``: one list call, JSON or a table."""
-    async with Client(args.bus, args.timeout) as client:
-        records = await client.records(method)
+    async with session(args) as client:
+        records = await getattr(client, method)()
     if args.json:
         emit_json(records)
     else:
@@ -285,17 +189,26 @@ async def _show_records(args: argparse.Namespace, method: str,
 
 
 async def cmd_show_ports(args: argparse.Namespace) -> int:
-    return await _show_records(args, "ListPorts", ports_table)
+    if not args.json:
+        async with session(args) as client:
+            records = await client.list_ports()
+            found = records or (await client.status()).get("devices_found", True)
+        if not found:  # a host without RDMA devices: say so in one line, not an empty table
+            print(NO_DEVICES)
+            return EXIT_OK
+        print_lines(ports_table(records, _style(), _width(args)))
+        return EXIT_OK
+    return await _show_records(args, "list_ports", ports_table)
 
 
 async def cmd_show_devices(args: argparse.Namespace) -> int:
-    return await _show_records(args, "ListDevices", devices_table)
+    return await _show_records(args, "list_devices", devices_table)
 
 
 async def cmd_show_counters(args: argparse.Namespace) -> int:
     device, port = parse_target(args.target)
-    async with Client(args.bus, args.timeout) as client:
-        records = await client.records("ListCounters", "su", [device, port])
+    async with session(args) as client:
+        records = await client.list_counters(device, port)
     if args.json:
         emit_json([counter_json(r) for r in records])
     elif not records:
@@ -314,22 +227,19 @@ async def cmd_events(args: argparse.Namespace) -> int:
         raise CtlError("-n must be 0 or more", EXIT_USAGE)
     style = _style()
     width = _width(args)
-    async with Client(args.bus, args.timeout) as client:
-        queue: asyncio.Queue[Any] = asyncio.Queue()
-        if args.follow:
-            await _subscribe(client, queue)
-        events: list[dict[str, Any]] = []
+    async with session(args) as client:
         baselines = BaselineFilter()
-        if args.lines:
-            # Boot baselines are hidden unless --all: ask for the whole history, drop them,
-            # keep the last N (184 "healthy after reboot" lines must not push the rest out).
-            events = await client.records("ListEvents", "u", [args.lines if args.all else 0])
-            last_seq = int(events[-1]["seq"]) if events else 0
-            if not args.all:
-                events = [e for e in events if not baselines.is_baseline(e)]
-            events = events[-args.lines:]
+        # Boot baselines are hidden unless --all: ask for the whole history, drop them, keep
+        # the last N (184 "healthy after reboot" lines must not push the rest out).
+        history = (args.lines if args.all else 0) if args.lines else None
+        if args.follow:
+            events, notes = await client.follow(history)
         else:
-            last_seq = 0
+            events = await client.list_events(history) if history is not None else []
+        last_seq = int(events[-1]["seq"]) if events else 0
+        if not args.all:
+            events = [e for e in events if not baselines.is_baseline(e)]
+        events = events[-args.lines:] if args.lines else []
         if not args.follow:
             if args.json:
                 emit_json([_event_json(e) for e in events])
@@ -339,7 +249,7 @@ async def cmd_events(args: argparse.Namespace) -> int:
         for event in events:
             _print_event(event, args.json, style, width)
         shown = None if args.all else baselines
-        return await _follow(client, queue, last_seq, args.json, style, width, shown)
+        return await _follow(client, notes, last_seq, args.json, style, width, shown)
 
 
 def _print_event(event: dict[str, Any], as_json: bool, style: Style, width: int) -> None:
@@ -349,50 +259,15 @@ def _print_event(event: dict[str, Any], as_json: bool, style: Style, width: int)
         print(event_line(event, style, width), flush=True)
 
 
-async def _subscribe(client: Client, queue: asyncio.Queue[Any]) -> None:
-    """Events through the EventEmitted signal, and notice the daemon leaving/returning."""
-    assert client.bus is not None
-    rules = (
-        f"type='signal',sender='{BUS_NAME}',path='{OBJECT_PATH}',interface='{INTERFACE}',"
-        f"member='EventEmitted'",
-        f"type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',"
-        f"member='NameOwnerChanged',arg0='{BUS_NAME}'",
-    )
-
-    def handler(message: Any) -> None:
-        if message.message_type != MessageType.SIGNAL:
-            return
-        if message.member == "EventEmitted" and message.interface == INTERFACE:
-            queue.put_nowait(("event", from_variants(message.body[0])))
-        elif message.member == "NameOwnerChanged" and message.body[0] == BUS_NAME:
-            queue.put_nowait(("owner", message.body[2]))
-
-    client.bus.add_message_handler(handler)
-    for rule in rules:
-        await client.call("AddMatch", "s", [rule], interface="org.freedesktop.DBus",
-                          destination="org.freedesktop.DBus", path="/org/freedesktop/DBus")
-    # Fail now (exit 3), not silently wait, when the daemon is not there.
-    await client.call("Ping", interface="org.freedesktop.DBus.Peer")
-
-
-async def _follow(client: Client, queue: asyncio.Queue[Any], last_seq: int, as_json: bool,
+async def _follow(client: Transport, notes: AsyncIterator[Any], last_seq: int, as_json: bool,
                   style: Style, width: int, baselines: Optional[BaselineFilter]) -> int:
     """Print each new event (the boot baselines of a restart too only with --all)."""
-    assert client.bus is not None
-    disconnected = asyncio.ensure_future(client.bus.wait_for_disconnect())
-    while True:
-        getter = asyncio.ensure_future(queue.get())
-        done, _ = await asyncio.wait({getter, disconnected},
-                                     return_when=asyncio.FIRST_COMPLETED)
-        if getter not in done:
-            getter.cancel()
-            raise CtlError(f"lost the connection to the {client.bus_kind} bus")
-        kind, value = getter.result()
-        if kind == "owner":
-            note = ("nichealthd is back" if value else
-                    "nichealthd left the bus; waiting for it to return (Ctrl-C to stop)")
+    async for kind, value in notes:
+        if kind in ("left", "back"):
+            note = ("nichealthd is back" if kind == "back" else
+                    "nichealthd left; waiting for it to return (Ctrl-C to stop)")
             print(f"nichealthctl: {note}", file=sys.stderr, flush=True)
-            if value:
+            if kind == "back":
                 last_seq = 0  # a restarted daemon may have compacted; never drop its events
             continue
         seq = int(value.get("seq", 0))
@@ -402,13 +277,14 @@ async def _follow(client: Client, queue: asyncio.Queue[Any], last_seq: int, as_j
         if baselines is not None and baselines.is_baseline(value):
             continue
         _print_event(value, as_json, style, width)
+    return EXIT_OK
 
 
 async def cmd_check(args: argparse.Namespace) -> int:
-    async with Client(args.bus, args.timeout) as client:
+    async with session(args) as client:
         status = await client.status()
         health = str(status.get("health", ""))
-        devices = await client.records("ListDevices") \
+        devices = await client.list_devices() \
             if not int(status.get("ports_total", 0) or 0) else []
     code = {"healthy": EXIT_OK, "degraded": EXIT_DEGRADED, "fatal": EXIT_FATAL}.get(
         health, EXIT_UNREACHABLE)
@@ -454,7 +330,8 @@ def check_line(code: int, status: dict[str, Any], problems: list[str]) -> str:
     perf = f" | healthy={healthy} degraded={degraded} fatal={fatal} ports={total}"
     label = f"NICHEALTH {CHECK_LABELS[code]} - "
     if code == EXIT_OK:
-        text = f"{healthy} ports healthy" if total else "no ports monitored"
+        text = (f"{healthy} ports healthy" if total else
+                NO_DEVICES if status.get("devices_found") is False else "no ports monitored")
         if uncabled:
             text += f", {uncabled} uncabled"
         return label + text + perf
@@ -469,14 +346,14 @@ def check_line(code: int, status: dict[str, Any], problems: list[str]) -> str:
 
 
 async def cmd_reload(args: argparse.Namespace) -> int:
-    """D-Bus ``Reload`` (root only, by the bus policy): re-read the config file."""
+    """``Reload`` (root only: the D-Bus policy, SO_PEERCRED over varlink): re-read the config."""
     if os.geteuid() != 0:
         raise CtlError("reload changes the running daemon and is for root only "
                        "(try: sudo nichealthctl reload, or systemctl reload nichealthd)",
                        EXIT_FAILURE)
-    async with Client(args.bus, args.timeout) as client:
+    async with session(args) as client:
         try:
-            accepted, message = await client.call("Reload")
+            accepted, message = await client.reload()
         except CtlError as exc:
             if "denied" in exc.message:
                 raise CtlError(exc.message, EXIT_FAILURE) from None
@@ -557,6 +434,14 @@ def build_parser() -> argparse.ArgumentParser:
         into.add_argument("--bus", choices=("system", "session"), default=default("system"),
                           help="bus to find nichealthd on (default system; "
                                "DBUS_SYSTEM_BUS_ADDRESS is honoured)")
+        into.add_argument("--varlink", dest="varlink", action="store_const",
+                          const=DEFAULT_VARLINK_SOCKET, default=default(None),
+                          help=f"use the varlink API instead of D-Bus; --varlink=SOCKET names "
+                               f"the socket (default {DEFAULT_VARLINK_SOCKET}; without this "
+                               f"option nichealthctl uses D-Bus and falls back to varlink when "
+                               f"the bus cannot be reached)")
+        into.add_argument("--varlink-socket", dest="varlink", default=default(None),
+                          help=argparse.SUPPRESS)  # what --varlink=SOCKET becomes
         into.add_argument("--timeout", type=_timeout, metavar="DUR",
                           default=default(DEFAULT_TIMEOUT),
                           help=f"how long to wait for the bus and the daemon "
@@ -564,7 +449,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = Parser(
         prog="nichealthctl",
-        description="Query nichealthd, the NIC health daemon, over D-Bus.",
+        description="Query nichealthd, the NIC health daemon, over D-Bus or varlink.",
         epilog="exit status: 0 ok; 1 failure (reload rejected or not root); check: 1 "
                "degraded, 2 fatal; config check: 2 invalid config; 3 nichealthd unreachable "
                "or usage error")
@@ -618,6 +503,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # --varlink alone is a flag (a following word is the command), --varlink=SOCKET a value
+    argv = ["--varlink-socket=" + a[len("--varlink="):] if a.startswith("--varlink=") else a
+            for a in argv]
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

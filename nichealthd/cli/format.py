@@ -236,16 +236,32 @@ def devices_table(records: list[dict[str, Any]], style: Style, width: int = 80) 
     records = sorted(records, key=natural_key)
     rows = [(r.get("device", "?"), r.get("pci_address") or "-", r.get("hca_type") or "-",
              r.get("fw_ver") or "-", r.get("role") or ("-" if r.get("present") else "?"),
-             str(r.get("ports", 0)), "present" if r.get("present", True) else "MISSING",
+             str(r.get("ports", 0)), _device_state(r),
              ",".join(r.get("netdevs") or []) or "-") for r in records]
 
     def colour(col: int, text: str, padded: str) -> str:
         if col == 6 and text == "MISSING":
             return style.paint(padded, "red")
+        if col == 6 and text == "RELOADING":
+            return style.paint(padded, "yellow")
         return padded
 
-    return render_table(headers, rows, width, shrink=(7, 3, 2, 1, 4), right=(5,),
-                        colour=colour)
+    lines = render_table(headers, rows, width, shrink=(7, 3, 2, 1, 4), right=(5,),
+                         colour=colour)
+    renamed = [r for r in records if r.get("renamed_from")]
+    if renamed:
+        lines.append("")
+        lines.extend(fit(f"{r.get('device')} was {r['renamed_from']} until "
+                         f"{r.get('renamed_at') or '?'} (same PCI function)", width)
+                     for r in renamed)
+    return lines
+
+
+def _device_state(record: dict[str, Any]) -> str:
+    """present, MISSING, or RELOADING while every device is gone in a driver event (#19)."""
+    if record.get("present", True):
+        return "present"
+    return "RELOADING" if record.get("driver_event") else "MISSING"
 
 
 def counters_table(records: list[dict[str, Any]], style: Style, width: int = 80) -> list[str]:
@@ -335,6 +351,9 @@ def baseline_filter(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [e for e in events if not baselines.is_baseline(e)]
 
 
+NO_DEVICES = "no InfiniBand/RoCE devices found"
+
+
 def status_lines(status: dict[str, Any], systemd: dict[str, Any], style: Style,
                  ago: Optional[float], width: int = 80) -> list[str]:
     """The status block; the fatal and degraded ports are named with their reasons, long
@@ -353,6 +372,8 @@ def status_lines(status: dict[str, Any], systemd: dict[str, Any], style: Style,
     last = status.get("last_poll") or "never"
     if ago is not None and status.get("last_poll"):
         last += f" ({ago:.1f} s ago)"
+    if status.get("devices_found") is False:
+        ports = NO_DEVICES
     rows: list[tuple[str, str, Optional[str]]] = [("ports", ports, None)]
     for problem in status.get("problems") or []:
         text = str(problem)
@@ -362,6 +383,8 @@ def status_lines(status: dict[str, Any], systemd: dict[str, Any], style: Style,
     connector = (f"{status.get('connector_state', '?')}; outbox "
                  f"{status.get('outbox_depth', 0)}, dead letters "
                  f"{status.get('dead_letters', 0)}")
+    if status.get("topology"):
+        rows.append(("topology", str(status["topology"]), None))
     rows += [
         ("last poll", f"{last}, {status.get('poll_count', 0)} polls, every {every}", None),
         ("connector", connector, None),
@@ -378,6 +401,10 @@ def status_lines(status: dict[str, Any], systemd: dict[str, Any], style: Style,
     if status.get("reload_error"):
         rows.append(("reload", f"last reload rejected: {status['reload_error']}", "yellow"))
     rows.append(("systemd", str(systemd.get("summary", "?")), None))
+    via = status.get("transport")
+    if isinstance(via, dict) and via.get("kind"):
+        api = "D-Bus" if via["kind"] == "dbus" else str(via["kind"])
+        rows.append(("via", f"{api}, {via.get('address', '?')}", None))
     room = max(width - 13, 10)
     return [head] + [f"  {label:<11}{style.paint(fit(value, room), colour)}"
                      for label, value, colour in rows]

@@ -32,6 +32,8 @@ ALL_CHECKS = (IB_STATE_CHECK, IB_DEGRADATION_CHECK, ETH_STATE_CHECK, ETH_DEGRADA
 
 PROCESSING_STRATEGIES = ("EXECUTE_REMEDIATION", "STORE_ONLY", "STORE_AND_ANALYSE")
 DBUS_MODES = ("system", "session", "none")
+# Where the GPU<->NIC topology comes from (DESIGN §2.3, §2.10).
+TOPOLOGY_SOURCES = ("auto", "metadata", "sysfs")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 VELOCITY_UNITS = {"second": 1.0, "minute": 60.0, "hour": 3600.0}
 THRESHOLD_TYPES = ("delta", "velocity")
@@ -135,6 +137,7 @@ class Config:
     boot_id_path_setting: str = ""
     state_file: str = "/var/lib/nichealthd/state.json"
     metadata_path: str = "/var/lib/nvsentinel/gpu_metadata.json"
+    topology_source: str = "auto"
     node_name: str = ""
     platform_connector_socket: str = "unix:///run/nvsentinel/nvsentinel.sock"
     platform_connector_token_path: str = ""
@@ -143,6 +146,7 @@ class Config:
     checks: tuple[str, ...] = ALL_CHECKS
     metrics_listen: str = ":2112"
     dbus: str = "system"
+    varlink_socket: str = "/run/nichealthd/io.nichealthd.Monitor"
     event_log: str = ""
     log_level: str = "info"
     connector_batch_interval: float = 5.0
@@ -153,6 +157,13 @@ class Config:
     link_flap_count: int = 3  # 0 switches flap detection off
     link_flap_window: float = 3600.0
     link_flap_fatal_count: int = 0  # 0: flapping is never fatal
+    # Every device gone at once (#19.2): held this long before one non-fatal host event. The
+    # mlx5 driver itself waits up to 60 s for a firmware reset (MLX5_TO_FW_RESET_MS) and then
+    # up to 120 s for the firmware to initialise (MLX5_TO_FW_PRE_INIT_TIMEOUT_MS), the defaults
+    # of drivers/net/ethernet/mellanox/mlx5/core/lib/tout.c: 3 minutes.
+    driver_reload_grace: float = 180.0
+    # ... and after this long the devices still gone are judged one by one (fatal, spec §7).
+    driver_reload_timeout: float = 900.0
     outbox_max_events: int = 100_000
     outbox_max_bytes: int = 64 * 1024 * 1024
     event_history_size: int = 1000
@@ -206,6 +217,8 @@ DURATION_BOUNDS: Dict[str, Tuple[float, float]] = {
     "cardVerdictHoldTime": (0.0, 86400.0),
     "stateHoldDown": (0.0, 3600.0),
     "linkFlapWindow": (1.0, 7 * 86400.0),
+    "driverReloadGrace": (0.0, 3600.0),
+    "driverReloadTimeout": (1.0, 86400.0),
 }
 INTEGER_BOUNDS: Dict[str, Tuple[int, int]] = {
     "outboxMaxEvents": (1, 10_000_000),
@@ -309,6 +322,24 @@ def _listen(value: Any) -> str:
     return text
 
 
+UNIX_PATH_MAX = 107  # sun_path holds 108 bytes with the terminating NUL
+
+
+def _unix_socket_path(value: Any) -> str:
+    """An absolute path for a unix socket, or "" (disabled)."""
+    text = _string(value).strip()
+    if not text:
+        return ""
+    if not text.startswith("/"):
+        raise ValueError(f"expected an absolute path such as /run/nichealthd/io.nichealthd.Monitor "
+                         f"or \"\" to disable, got {show(value)}")
+    size = len(text.encode("utf-8", "surrogateescape"))
+    if size > UNIX_PATH_MAX:
+        raise ValueError(f"a unix socket path is at most {UNIX_PATH_MAX} bytes, this one has "
+                         f"{size}: {show(value)}")
+    return text
+
+
 def _connector_target(value: Any) -> str:
     text = _string(value).strip()
     if text and not (text.startswith("unix:") or text.startswith("dns:") or ":" in text):
@@ -376,6 +407,7 @@ SCALAR_KEYS: Dict[str, Tuple[str, Callable[[Any], Any]]] = {
     "bootIdPath": ("boot_id_path_setting", _string),
     "stateFile": ("state_file", _string),
     "metadataPath": ("metadata_path", _string),
+    "topologySource": ("topology_source", _choice(TOPOLOGY_SOURCES)),
     "nodeName": ("node_name", _string),
     "platformConnectorSocket": ("platform_connector_socket", _connector_target),
     "platformConnectorTokenPath": ("platform_connector_token_path", _string),
@@ -383,6 +415,7 @@ SCALAR_KEYS: Dict[str, Tuple[str, Callable[[Any], Any]]] = {
     "checks": ("checks", _checks),
     "metricsListen": ("metrics_listen", _listen),
     "dbus": ("dbus", _choice(DBUS_MODES)),
+    "varlinkSocket": ("varlink_socket", _unix_socket_path),
     "eventLog": ("event_log", _string),
     "logLevel": ("log_level", _choice(LOG_LEVELS, lower=True)),
     "nicExclusionRegex": ("nic_exclusion_regex", _regex_list),
@@ -402,6 +435,10 @@ SCALAR_KEYS: Dict[str, Tuple[str, Callable[[Any], Any]]] = {
                        _duration_between(*DURATION_BOUNDS["linkFlapWindow"])),
     "linkFlapFatalCount": ("link_flap_fatal_count",
                            _integer_between(*INTEGER_BOUNDS["linkFlapFatalCount"])),
+    "driverReloadGrace": ("driver_reload_grace",
+                          _duration_between(*DURATION_BOUNDS["driverReloadGrace"])),
+    "driverReloadTimeout": ("driver_reload_timeout",
+                            _duration_between(*DURATION_BOUNDS["driverReloadTimeout"])),
     "outboxMaxEvents": ("outbox_max_events",
                         _integer_between(*INTEGER_BOUNDS["outboxMaxEvents"])),
     "outboxMaxBytes": ("outbox_max_bytes", _integer_between(*INTEGER_BOUNDS["outboxMaxBytes"])),
@@ -444,11 +481,29 @@ def build_config(data: Mapping[str, Any], source: Optional[str],
     notices: List[str] = []
     detection = _counter_detection(data.get(DETECTION, {}), source, lines, errors, notices)
     _flap_counts(values, errors, source, lines, "linkFlapFatalCount" in overrides)
+    _check_driver_reload(values, data, source, lines, errors)
     errors.raise_if_any()
     values.update(detection)
     if not values.get("node_name"):
         values["node_name"] = os.environ.get("NODE_NAME") or socket.gethostname()
     return replace(Config(), **values, notices=tuple(notices))
+
+
+def _check_driver_reload(values: Dict[str, Any], data: Mapping[str, Any],
+                         source: Optional[str], lines: KeyLines, errors: Collector) -> None:
+    """driverReloadTimeout must exceed driverReloadGrace: the host event comes first."""
+    grace = values.get("driver_reload_grace", Config.driver_reload_grace)
+    timeout = values.get("driver_reload_timeout", Config.driver_reload_timeout)
+    if not (isinstance(grace, float) and isinstance(timeout, float)) or timeout > grace:
+        return
+    if "driverReloadTimeout" in data:
+        errors.add(source, "driverReloadTimeout", f"must be longer than driverReloadGrace "
+                   f"({format_duration(grace)}), got {format_duration(timeout)}",
+                   lines.line("", "driverReloadTimeout"))
+    else:
+        errors.add(source, "driverReloadGrace", f"must be shorter than driverReloadTimeout "
+                   f"({format_duration(timeout)}), got {format_duration(grace)}",
+                   lines.line("", "driverReloadGrace"))
 
 
 def _scalar(values: Dict[str, Any], errors: Collector, source: Optional[str], key: str,

@@ -17,6 +17,7 @@ from typing import Any, Mapping
 
 from .checks import families
 from .checks.counters import CounterMemory, CounterObservation
+from .checks.identity import detect_renames, rename_notes
 from .checks.link_counters import LINK_COUNTERS
 from .checks.link_state import LINK_STATE
 from .config import Config
@@ -62,6 +63,14 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
     cadence) or is disabled keeps its section. A device's events stay together, family after
     family, in the order of the snapshot's monitored devices; host-level events follow.
     """
+    memory = memory.copy()
+    notes: list[str] = []
+    links = previous.section(LINK_STATE)
+    renames = detect_renames(links.identities, snapshot.devices, links.known_devices)
+    if renames:  # the same devices under new names (#19.1): every family's records follow
+        notes.extend(rename_notes(renames, links.identities, now))
+        previous = _renamed(previous, renames, now)
+        _forget(memory, set(renames) | set(renames.values()))
     enabled = frozenset(config.checks)
     roles = {d.name: classify(d, topology.gpus, topology.default_route,
                               config.nic_exclusion_regex, config.nic_inclusion_regex_override)
@@ -70,13 +79,11 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
     cycle = Cycle(snapshot, config, topology, now, baseline, enabled, roles, monitored,
                   previous)
     next_state = previous.copy()
-    memory = memory.copy()
     if snapshot.boot_id:
         next_state.boot_id = snapshot.boot_id
     by_device: dict[str, list[HealthEvent]] = {d.name: [] for d in monitored}
     host: list[HealthEvent] = []
     pictures: dict[str, Any] = {}
-    notes: list[str] = []
     for family in families():
         if not (family.enabled(config) and _due(family, memory, now)):
             continue
@@ -91,6 +98,25 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
         events.extend(device_events)
     events.extend(host)
     return CycleResult(tuple(events), next_state, memory, roles, pictures, tuple(notes))
+
+
+def _renamed(state: MonitorState, renames: Mapping[str, str], now: datetime) -> MonitorState:
+    """``state`` with every family's records of renamed devices under their new names."""
+    renamed = state.copy()
+    for family in families():
+        renamed.sections[family.id] = family.rename(state.section(family), renames, now)
+    return renamed
+
+
+def _forget(memory: CounterMemory, names: set[str]) -> None:
+    """Drop the volatile memory of renamed devices, old and new names (a permutation may
+    give a name to another device): the persisted snapshots stand in for it, as after a
+    restart. The families' own slots are dropped whole, for the same reason."""
+    for table in (memory.last_values, memory.last_times, memory.closed_windows):
+        for key in [k for k in table if k.partition(":")[0] in names]:
+            del table[key]
+    memory.port_entries = {k: v for k, v in memory.port_entries.items() if k[0] not in names}
+    memory.slots.clear()
 
 
 def _due(family: CheckFamily[Any], memory: CounterMemory, now: datetime) -> bool:

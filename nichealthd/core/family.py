@@ -147,6 +147,18 @@ class CheckFamily(abc.ABC, Generic[S]):
         of the volatile memory (the counter engine's, the family's slot): the family may
         change it; the monitor adopts it with the commit."""
 
+    def rename(self, section: S, renames: Mapping[str, str], now: datetime) -> S:
+        """The section with every record of a renamed device under its new name (#19.1).
+
+        ``renames`` maps old kernel names to new ones, all at once (a driver reload shifts
+        names: ``mlx5_0 -> mlx5_1`` and ``mlx5_1 -> mlx5_2`` in the same poll). It is called
+        before :meth:`evaluate` of the poll in which the device came back at the same PCI
+        function under another name. A family that keys anything by device name must carry
+        it over, else the device looks gone under its old name and new under the other.
+        ``section`` is not changed; the default (nothing keyed by name) returns it.
+        """
+        return section
+
     def enabled(self, config: Config) -> bool:
         """Whether it runs under ``config``; a disabled family keeps its section as it is."""
         return True

@@ -152,6 +152,9 @@ class HostSnapshot:
     boot_id: Optional[str]
     devices: tuple[DeviceSnapshot, ...]
     complete: bool = True
+    # Mellanox network/InfiniBand functions on the PCI bus, counted only when the class
+    # directory lists no device (None: not looked): the hardware is there, the driver is not.
+    pci_functions: Optional[int] = None
 
     def device(self, name: str) -> Optional[DeviceSnapshot]:
         for device in self.devices:

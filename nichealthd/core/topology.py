@@ -33,15 +33,25 @@ class MetadataError(Exception):
 
 @dataclass(frozen=True)
 class GpuTopology:
-    """What the NVSentinel metadata collector published (spec §12.2)."""
+    """The GPUs and the GPU↔NIC matrix of spec §12.2, from the NVSentinel metadata file or
+    derived from the PCI tree (:mod:`.pcitopo`); ``source`` says which (``metadata``,
+    ``sysfs``, ``none``).
+
+    ``numa_gate``: whether the NUMA gate of spec §4.1 applies. It does not when no GPU has a
+    known NUMA node (all ``-1``, as on VMs, or no GPU at all): DESIGN §2.10 skips the gate
+    there instead of refusing to start, and management NICs are then the default route's and
+    the BlueField DPUs.
+    """
 
     gpu_numa_nodes: frozenset[int]
     gpu_pci_addresses: tuple[str, ...]
     nic_topology: Mapping[str, tuple[str, ...]]
+    source: str = "metadata"
+    numa_gate: bool = True
 
     @classmethod
     def empty(cls) -> GpuTopology:
-        return cls(frozenset(), (), {})
+        return cls(frozenset(), (), {}, source="none", numa_gate=False)
 
 
 @dataclass(frozen=True)
@@ -85,9 +95,12 @@ def classify(device: DeviceSnapshot, topology: GpuTopology, default_route: froze
         return Role(EXCLUDED, "matched by nicExclusionRegex")
     if device.name in default_route:
         return Role(MANAGEMENT, "carries the host's default route")
-    if device.numa_node is None or device.numa_node < 0:
+    if not topology.numa_gate:
+        if (device.hca_type or "").upper() in BLUEFIELD_HCA_TYPES:
+            return Role(MANAGEMENT, f"BlueField DPU ({device.hca_type}), no GPU NUMA node known")
+    elif device.numa_node is None or device.numa_node < 0:
         return Role(MANAGEMENT, "NUMA node unknown (-1)")
-    if device.numa_node not in topology.gpu_numa_nodes:
+    elif device.numa_node not in topology.gpu_numa_nodes:
         return Role(MANAGEMENT, f"NUMA node {device.numa_node} has no GPU")
     levels = set(topology.nic_topology.get(device.name, ()))
     if levels & _PCIE_NEAR:

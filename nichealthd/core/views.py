@@ -12,6 +12,7 @@ from typing import Any, Optional
 from .checks import families
 from .checks.counters import saturation_key
 from .checks.link_counters import LINK_COUNTERS
+from .checks.link_section import DeviceIdentity
 from .checks.link_state import LINK_STATE
 from .checks.ports import is_active, split_state
 from .config import Config
@@ -127,8 +128,10 @@ def device_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorSt
                    ) -> list[dict[str, Any]]:
     """Every device seen, plus known devices that are missing."""
     records = []
+    links = state.section(LINK_STATE)
     for device in snapshot.devices:
         role = result.roles.get(device.name)
+        identity = links.identities.get(device.name)
         records.append({
             "device": device.name,
             "hca_type": device.hca_type or "",
@@ -147,19 +150,34 @@ def device_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorSt
             "link_layer": device.link_layer or "",
             "ports": len(device.ports),
             "present": True,
+            "driver_event": False,
+            **_rename_fields(identity),
         })
-    links = state.section(LINK_STATE)
     present = {d.name for d in snapshot.devices}
+    held = links.driver_event.devices if links.driver_event else ()
     for name in sorted(set(links.known_devices) - present):
         gone = links.missing_devices.get(name)
+        identity = links.identities.get(name)
         records.append({
-            "device": name, "hca_type": "", "fw_ver": "", "board_id": "", "node_guid": "",
-            "pci_address": "", "card": "", "numa_node": -1, "driver": "", "netdevs": [],
+            "device": name, "hca_type": "", "fw_ver": "", "board_id": "",
+            "node_guid": identity.node_guid if identity else "",
+            "pci_address": identity.pci_address if identity else "", "card": "",
+            "numa_node": -1, "driver": "", "netdevs": [],
             "is_vf": False, "role": "", "role_reason": "", "monitored": True,
             "link_layer": gone.link_layer if gone else "", "ports": 0, "present": False,
             "missing_polls": links.device_misses.get(name, 0),
+            "driver_event": name in held,
+            **_rename_fields(identity),
         })
     return records
+
+
+def _rename_fields(identity: Optional[DeviceIdentity]) -> dict[str, Any]:
+    """The device's last rename at the same PCI function (#19.1): old name and when."""
+    if identity is None or not identity.renamed_from or identity.renamed_at is None:
+        return {"renamed_from": "", "renamed_at": ""}
+    return {"renamed_from": identity.renamed_from,
+            "renamed_at": format_timestamp(identity.renamed_at)}
 
 
 def counter_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorState,

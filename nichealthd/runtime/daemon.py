@@ -22,6 +22,7 @@ from ..core.config import (
     DEFAULT_CONFIG_PATH,
     LOG_LEVELS,
     PROCESSING_STRATEGIES,
+    TOPOLOGY_SOURCES,
     Config,
     ConfigError,
 )
@@ -39,9 +40,11 @@ from .startup import (
     EXIT_USAGE,
     Startup,
     StartupError,
+    choose_topology,
     consumers,
-    load_topology,
+    log_topology,
     prepare_state_dir,
+    topology_loader,
 )
 
 __all__ = ["EXIT_CRASH", "EXIT_OK", "EXIT_STARTUP", "EXIT_USAGE", "build_parser", "main",
@@ -63,6 +66,7 @@ FLAG_KEYS = {
     "boot_id_path": "bootIdPath",
     "state_file": "stateFile",
     "metadata_path": "metadataPath",
+    "topology_source": "topologySource",
     "node_name": "nodeName",
     "platform_connector_socket": "platformConnectorSocket",
     "platform_connector_token_path": "platformConnectorTokenPath",
@@ -71,6 +75,7 @@ FLAG_KEYS = {
     "checks": "checks",
     "metrics_listen": "metricsListen",
     "dbus": "dbus",
+    "varlink_socket": "varlinkSocket",
     "event_log": "eventLog",
     "log_level": "logLevel",
 }
@@ -102,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="persistent state (default /var/lib/nichealthd/state.json)")
     add("--metadata-path", metavar="PATH",
         help="NVSentinel GPU metadata (default /var/lib/nvsentinel/gpu_metadata.json)")
+    add("--topology-source", choices=TOPOLOGY_SOURCES,
+        help="GPU<->NIC topology: auto (the metadata file when it exists and is valid, else "
+             "derived from sysfs), metadata (the file is required) or sysfs (default auto)")
     add("--node-name", metavar="NAME", help="node name on every event (default $NODE_NAME, "
         "else the host name)")
     add("--platform-connector-socket", metavar="URL",
@@ -117,6 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
     add("--metrics-listen", metavar="ADDR",
         help="[HOST]:PORT for /metrics and /healthz; '' disables (default :2112)")
     add("--dbus", choices=DBUS_MODES, help="bus for the D-Bus API (default system)")
+    add("--varlink-socket", metavar="PATH",
+        help="unix socket of the varlink API io.nichealthd.Monitor; '' disables "
+             "(default /run/nichealthd/io.nichealthd.Monitor)")
     add("--event-log", metavar="PATH",
         help="append every committed event as one JSON line ('-' = stdout)")
     add("--once", action="store_true",
@@ -141,9 +152,10 @@ def start(args: argparse.Namespace) -> Startup:
     raise_nofile_limit()  # before the reader sizes its fd budget from the limit
     for notice in config.notices:
         log.warning("%s", notice)
-    topology = load_topology(config)
+    choice = choose_topology(config)
     prepare_state_dir(config)
-    monitor = Monitor(config, topology)
+    monitor = Monitor(config, choice.topology, topology_loader=topology_loader(config),
+                      topology_reason=choice.reason)
     try:
         monitor.start()
         event_log = EventLog(config.event_log, monitor.journal) if config.event_log else None
@@ -151,6 +163,7 @@ def start(args: argparse.Namespace) -> Startup:
         # The journal and the event log hold undelivered events: never move them aside.
         raise StartupError(f"cannot read {exc.filename or config.state_dir}: {exc.strerror} "
                            f"(move the file or directory out of the way, then restart)") from None
+    log_topology(choice)  # once the start is valid: a failed start says only why it failed
     return Startup(config, overrides, monitor, event_log)
 
 

@@ -22,6 +22,8 @@ from ..core.checks.counters import CounterMemory
 from ..core.config import Config
 from ..core.evaluate import CycleResult, Topology, evaluate, urgent_change
 from ..core.family import READS_COUNTERS
+from ..core.model import HostSnapshot
+from ..core.pcitopo import summary
 from ..core.state import MonitorState
 from ..core.topology import Role
 from ..sources.sysfs import SysfsReader
@@ -40,6 +42,11 @@ from .pollguard import COMMIT, EVALUATE, READ, PollFailed, PollGuard, describe_e
 log = logging.getLogger("nichealthd.monitor")
 
 FLUSH_SECONDS = 60.0
+NO_DEVICES = "no InfiniBand/RoCE devices found"
+
+# Reads the topology again (GPU matrix and default route) and says why it came from where it
+# did: runtime.startup.choose_topology, bound to the config.
+TopologyLoader = Callable[[], "tuple[Topology, str]"]
 
 
 def utc_now() -> datetime:
@@ -52,9 +59,18 @@ class Monitor:
     def __init__(self, config: Config, topology: Topology,
                  reader: Optional[SysfsReader] = None,
                  clock: Callable[[], datetime] = utc_now,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 topology_loader: Optional[TopologyLoader] = None,
+                 topology_reason: str = "") -> None:
         self.config = config
         self.topology = topology
+        self.topology_loader = topology_loader
+        self.topology_reason = topology_reason
+        self.topology_summary = summary(topology.gpus)
+        # RDMA devices the topology was read for: a device not among them (a driver loaded
+        # after boot) makes the next poll read the topology again (discovery, not per poll).
+        self._topology_devices: Optional[frozenset[str]] = None
+        self._counters_logged = False  # logged at the first poll that sees a device
         self.reader = reader or SysfsReader(config)
         self.clock = clock
         self.monotonic = monotonic
@@ -120,8 +136,10 @@ class Monitor:
         stage = READ
         try:
             snapshot = self.reader.observe(now)
+            self._rediscover_topology(snapshot)
             stage = EVALUATE
-            if self.polls == 0:
+            if not self._counters_logged and snapshot.devices:
+                self._counters_logged = True
                 self._log_counter_availability()
             result = evaluate(self.state, snapshot, self.config, self.topology, self.memory,
                               now, baseline=self.baseline)
@@ -134,6 +152,7 @@ class Monitor:
         for note in result.notes:
             log.info("%s", note)
         self._log_roles(result.roles)
+        self._log_topology(result.roles)
         counted = any(READS_COUNTERS in f.reads for f in families() if f.enabled(self.config))
         self.reader.skip_counters = frozenset(
             name for name, role in result.roles.items() if not (counted and role.monitored))
@@ -199,10 +218,15 @@ class Monitor:
         self._flushed_at, self._unflushed = self.monotonic(), False
         return True
 
-    def reconfigure(self, config: Config, topology: Topology) -> None:
+    def reconfigure(self, config: Config, topology: Topology,
+                    topology_loader: Optional[TopologyLoader] = None,
+                    topology_reason: str = "") -> None:
         """Apply a reloaded config; snapshots and breach latches are kept."""
         self.config = config
         self.topology = topology
+        self.topology_loader = topology_loader or self.topology_loader
+        self.topology_reason = topology_reason or self.topology_reason
+        self.topology_summary = ""  # logged again with the roles of the next poll
         self.reader.reconfigure(config)
         self.journal.history_size = config.event_history_size
 
@@ -217,6 +241,36 @@ class Monitor:
         log.info("counters available: %s", ", ".join(available) or "none")
         if missing:
             log.info("counters not present on any port (skipped): %s", ", ".join(missing))
+
+    def _rediscover_topology(self, snapshot: HostSnapshot) -> None:
+        """Read the topology again when an RDMA device appears that it was not read for."""
+        names = frozenset(d.name for d in snapshot.devices)
+        known = self._topology_devices
+        if known is None or not snapshot.devices:
+            self._topology_devices = names if known is None else known
+            return
+        if names <= known:
+            return
+        self._topology_devices = known | names
+        if self.topology_loader is None:
+            return
+        new = ", ".join(sorted(names - known))
+        try:
+            topology, reason = self.topology_loader()
+        except Exception as exc:  # a metadata file that went bad: keep what classifies now
+            log.warning("new RDMA device(s) %s: cannot read the topology again (%s); keeping "
+                        "the one read before", new, exc)
+            return
+        log.info("new RDMA device(s) %s: topology read again (%s)", new, reason)
+        self.topology, self.topology_reason = topology, reason
+
+    def _log_topology(self, roles: dict[str, Role]) -> None:
+        """``topology from sysfs: 8 GPUs on 2 NUMA nodes; 8 compute, …`` at the first poll and
+        whenever it changes."""
+        text = summary(self.topology.gpus, roles.values())
+        if text != self.topology_summary:
+            self.topology_summary = text
+            log.info("%s", text)
 
     def _log_roles(self, roles: dict[str, Role]) -> None:
         if roles == self._last_roles:

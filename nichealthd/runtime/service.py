@@ -3,8 +3,8 @@
 One asyncio loop runs everything. The poll itself runs in a single worker thread so that a
 sysfs read that hangs cannot freeze the D-Bus API — and so that the watchdog can tell: the
 keepalive is sent only while polls keep completing, so systemd restarts a stuck poller even
-though the event loop is alive. Services (D-Bus, metrics, platform connector) plug in through
-:class:`Service` and are told about every poll; none of them can delay one. They receive a
+though the event loop is alive. Services (D-Bus, varlink, metrics, platform connector) plug in
+through :class:`Service` and are told about every poll; none of them can delay one. They receive a
 :class:`~nichealthd.runtime.context.ServiceContext`, never this module's :class:`Daemon`.
 
 The command-line entry (:mod:`nichealthd.runtime.daemon`) starts this with a validated
@@ -35,9 +35,19 @@ from ..surfaces.context import PollOutcome, PollStats, ServiceContext, View
 from ..surfaces.dbus_api import DbusService
 from ..surfaces.eventlog import EventLog
 from ..surfaces.metrics import MetricsService
+from ..surfaces.varlink import VarlinkService
+from .monitor import NO_DEVICES
 from .notify import Notifier
 from .pollguard import PollFailed
-from .startup import EXIT_OK, Startup, StartupError, consumers, load_topology
+from .startup import (
+    EXIT_OK,
+    Startup,
+    StartupError,
+    choose_topology,
+    consumers,
+    log_topology,
+    topology_loader,
+)
 
 log = logging.getLogger("nichealthd")
 
@@ -46,7 +56,7 @@ STOP_POLL_GRACE = 10.0
 STATUS_REFRESH_SECONDS = 10.0
 HEALTHY_EVENTS_LOGGED = 10
 SERVICES: tuple[Callable[[ServiceContext], Service], ...] = (
-    ConnectorService, DbusService, MetricsService)
+    ConnectorService, DbusService, MetricsService, VarlinkService)
 
 
 class Service(Protocol):
@@ -124,7 +134,8 @@ class Daemon:
 
     def status_line(self) -> str:
         """``32 ports: 30 healthy, 1 degraded, 1 fatal; connector connected; last poll …``"""
-        parts = [status_summary(self.health_status())]
+        parts = [NO_DEVICES if self.rdma_devices() == 0 else
+                 status_summary(self.health_status())]
         parts.append(self._connector_summary())
         if self.last_poll_wall is not None:
             parts.append(f"last poll {self.last_poll_wall.astimezone():%H:%M:%S}")
@@ -134,6 +145,11 @@ class Daemon:
         if problem:
             parts.append(problem)
         return "; ".join(parts)
+
+    def rdma_devices(self) -> Optional[int]:
+        """RDMA devices the last poll saw (None before the first poll)."""
+        last = self.monitor.last
+        return None if last is None else len(last.snapshot.devices)
 
     def _connector_summary(self) -> str:
         """``connector down since <time> (<error>), 12 queued, 2 dead letters`` (issue 6)."""
@@ -275,7 +291,7 @@ class Daemon:
         self.notifier.reloading()
         try:
             config = load_config(self.args.config, self.overrides)
-            topology = load_topology(config)
+            choice = choose_topology(config)
         except (ConfigError, StartupError) as exc:
             self.reload_error = str(exc)
             log.error("reload rejected, keeping the running configuration: %s", exc)
@@ -288,7 +304,10 @@ class Daemon:
             self.notifier.ready(self.status_line())
             return
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, self.monitor.reconfigure, config, topology)
+        if choice.reason != self.monitor.topology_reason:
+            log_topology(choice)
+        await loop.run_in_executor(self._executor, self.monitor.reconfigure, config,
+                                   choice.topology, topology_loader(config), choice.reason)
         self.config = config
         self.reload_error = ""
         if config.event_log != (self.event_log.path if self.event_log else ""):
@@ -385,6 +404,11 @@ class Daemon:
             "outbox_depth": self.connector.outbox_depth,
             "dead_letters": self.connector.dead_letters,
             **self.health_status(),
+            "rdma_devices": self.rdma_devices() or 0,
+            "devices_found": self.rdma_devices() != 0,
+            "topology": self.monitor.topology_summary,
+            "topology_source": self.monitor.topology.gpus.source,
+            "topology_reason": self.monitor.topology_reason,
             "connector_last_error": self.connector.last_error,
             "started_at": format_timestamp(datetime.fromtimestamp(self.started_at).astimezone()),
             "config_path": self.args.config,

@@ -7,17 +7,21 @@ Shared by :mod:`nichealthd.runtime.daemon` (command line, start-up checks, ``--o
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ..core.config import Config
 from ..core.evaluate import Topology
 from ..core.topology import GpuTopology, MetadataError
 from ..sources.gpu_metadata import load_gpu_topology
+from ..sources.pci import read_pci_topology
 from ..sources.routes import read_default_route_devices
 from ..surfaces.eventlog import EventLog
 from .monitor import Monitor
+
+log = logging.getLogger("nichealthd")
 
 EXIT_OK, EXIT_STARTUP, EXIT_USAGE = 0, 1, 2
 PRIVATE_TMP_HINT = ("; if nichealthd runs as the installed service, note that it runs with "
@@ -35,16 +39,79 @@ class StartupError(Exception):
     """A start-up failure that is not a config error (exit 1); the text says what to do."""
 
 
-def load_topology(config: Config) -> Topology:
-    """GPU metadata (a hard dependency unless devices are pinned) and the default route."""
+@dataclass(frozen=True)
+class TopologyChoice:
+    """The topology classification runs on, and why it came from where it did."""
+
+    topology: Topology
+    reason: str
+
+    @property
+    def gpus(self) -> GpuTopology:
+        return self.topology.gpus
+
+
+def choose_gpu_topology(config: Config) -> tuple[GpuTopology, str]:
+    """The GPU topology by ``topologySource`` (DESIGN §2.3): ``metadata`` is the spec's hard
+    dependency (StartupError when the file is unusable), ``sysfs`` always derives it from the
+    PCI tree, ``auto`` takes the metadata file when it exists and is valid, else sysfs."""
     if config.nic_inclusion_regex_override:
-        gpus = GpuTopology.empty()
-    else:
+        return GpuTopology.empty(), "nicInclusionRegexOverride pins the devices to monitor"
+    mode = config.topology_source
+    if mode == "sysfs":
+        return _from_sysfs(config), "topologySource = sysfs"
+    if mode == "metadata" or os.path.exists(config.metadata_path):
         try:
             gpus = load_gpu_topology(config.metadata_path)
         except MetadataError as exc:
-            raise StartupError(str(exc) + sandbox_hint(config.metadata_path)) from None
-    return Topology(gpus, read_default_route_devices(config.proc_root, config.sys_class_net))
+            if mode == "metadata":
+                raise StartupError(f"{exc}{sandbox_hint(config.metadata_path)} (or set "
+                                   f"topologySource = \"auto\" to derive the topology from "
+                                   f"sysfs)") from None
+            return _from_sysfs(config), f"topologySource = auto, and {exc}"
+        return gpus, (f"topologySource = {mode}, NVSentinel's GPU metadata file (metadataPath)"
+                      f" is present and valid")
+    return _from_sysfs(config), (f"topologySource = auto, no GPU metadata file at "
+                                 f"{config.metadata_path}{sandbox_hint(config.metadata_path)}")
+
+
+def _from_sysfs(config: Config) -> GpuTopology:
+    return read_pci_topology(config.sysfs_root, config.sys_class_infiniband)
+
+
+def choose_topology(config: Config) -> TopologyChoice:
+    """The GPU topology (see :func:`choose_gpu_topology`) and the default route."""
+    gpus, reason = choose_gpu_topology(config)
+    routes = read_default_route_devices(config.proc_root, config.sys_class_net)
+    return TopologyChoice(Topology(gpus, routes), reason)
+
+
+def load_topology(config: Config) -> Topology:
+    """:func:`choose_topology` without the reason."""
+    return choose_topology(config).topology
+
+
+def topology_loader(config: Config) -> Callable[[], tuple[Topology, str]]:
+    """What the monitor calls to read the topology again when a new RDMA device appears."""
+    def load() -> tuple[Topology, str]:
+        choice = choose_topology(config)
+        return choice.topology, choice.reason
+    return load
+
+
+def log_topology(choice: TopologyChoice) -> None:
+    """The choice and its reason, once (start, reload); the NUMA gate when it is skipped."""
+    gpus = choice.gpus
+    log.info("topology from %s: %s", gpus.source, choice.reason)
+    if gpus.source != "none" and not gpus.numa_gate:
+        if gpus.gpu_pci_addresses:
+            log.info("no GPU has a known NUMA node (numa_node -1, as on VMs): the NUMA gate "
+                     "is skipped; management NICs are those with the default route and "
+                     "BlueField DPUs")
+        else:
+            log.info("no GPU found: roles come from the link layer and the default route "
+                     "(InfiniBand compute, Ethernet storage, BlueField and the default route "
+                     "management)")
 
 
 def prepare_state_dir(config: Config) -> None:

@@ -39,10 +39,15 @@ def _seconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"seconds must be a number, got {text!r}") from None
     if not 0 <= value <= 86400:
         raise argparse.ArgumentTypeError(f"seconds must be between 0 and 86400, got {text}")
     return value
+
+
+def _renamed(names: Dict[str, str]) -> None:
+    moved = [f"{old} -> {new}" for old, new in names.items() if old != new]
+    print(f"{len(names)} devices back" + (f": {', '.join(moved)}" if moved else ""))
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -73,6 +78,9 @@ def _build_parser() -> argparse.ArgumentParser:
         help="omit req_transport_retries_exceeded/req_rnr_retries_exceeded (pre-2024 kernels)",
     )
     p.add_argument("--force", action="store_true", help="rebuild over an existing fake host")
+    p.add_argument("--no-metadata", action="store_true",
+                   help="leave gpu_metadata.json out (a host without NVSentinel: nichealthd "
+                        "derives the GPU topology from the PCI tree)")
     cmd("show", "print each device's port state and intended role", "ROOT")
     p = cmd(
         "port", "set a port's state, physical state and/or netdev operstate", "ROOT", "DEV", "PORT"
@@ -123,6 +131,18 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--text", default="garbage", help="default: garbage")
     cmd("unreadable", "make reads of ROOT/PATH fail (EISDIR)", "ROOT", "PATH")
     cmd("readable", "undo unreadable", "ROOT", "PATH")
+    cmd("rename", "the kernel registers DEV again as NEW at the same PCI function", "ROOT",
+        "DEV", "NEW")
+    p = cmd("driver-reload", "every RDMA device vanishes at once (driver unload or firmware "
+            "reset) and returns with its counters at zero", "ROOT")
+    p.add_argument("--down", type=_seconds, default=0.0, metavar="S",
+                   help="stay unloaded S seconds before the return (blocks; default 0)")
+    p.add_argument("--rename", action="store_true",
+                   help="return under shifted names (mlx5_N -> mlx5_N+<device count>)")
+    cmd("driver-unload", "every RDMA device vanishes at once (until driver-load)", "ROOT")
+    p = cmd("driver-load", "the devices of driver-unload return, counters at zero", "ROOT")
+    p.add_argument("--rename", action="store_true",
+                   help="return under shifted names (mlx5_N -> mlx5_N+<device count>)")
     cmd("hide-class", "make sys/class/infiniband absent", "ROOT")
     cmd("unhide-class", "bring sys/class/infiniband back", "ROOT")
     return parser
@@ -140,12 +160,15 @@ def _create(a: argparse.Namespace) -> None:
         devices=a.devices,
         new_hw_counters=not a.no_new_hw_counters,
         force=a.force,
+        metadata=not a.no_metadata,
     )
     roles = Counter(manifest["roles"].values())
     summary = ", ".join(f"{n} {role}" for role, n in sorted(roles.items()))
     print(
         f"built {manifest['profile']} in {a.ROOT}: {len(manifest['devices'])} devices "
-        f"({summary}); config {a.ROOT}/nichealthd.toml"
+        f"({summary}); {len(manifest['gpus'])} GPUs"
+        f"{'' if manifest['metadata'] else ', no GPU metadata file'}; "
+        f"config {a.ROOT}/nichealthd.toml"
     )
 
 
@@ -217,6 +240,10 @@ HANDLERS: Dict[str, Callable[[argparse.Namespace], None]] = {
     "garbage": lambda a: mutate.garbage(a.ROOT, a.PATH, a.text),
     "unreadable": lambda a: mutate.unreadable(a.ROOT, a.PATH),
     "readable": lambda a: mutate.readable(a.ROOT, a.PATH),
+    "rename": lambda a: mutate.rename_device(a.ROOT, a.DEV, a.NEW),
+    "driver-reload": lambda a: _renamed(mutate.driver_reload(a.ROOT, a.down, a.rename)),
+    "driver-unload": lambda a: print(f"{len(mutate.unload_driver(a.ROOT))} devices gone"),
+    "driver-load": lambda a: _renamed(mutate.load_driver(a.ROOT, a.rename)),
     "hide-class": lambda a: mutate.hide_class(a.ROOT),
     "unhide-class": lambda a: mutate.unhide_class(a.ROOT),
 }

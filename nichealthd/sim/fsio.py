@@ -106,3 +106,13 @@ def unstash(root: Path, path: Path) -> None:
     if os.path.lexists(path):
         raise SimError(f"{path} exists; refusing to overwrite it")
     os.rename(src, path)
+    # Drop the stash's now empty parents: they would block stashing an ancestor later
+    # (remove-port, restore-port, then remove-device of the same device).
+    top = root / STASH
+    parent = src.parent
+    while parent != top and top in parent.parents:
+        try:
+            parent.rmdir()
+        except OSError:
+            break
+        parent = parent.parent

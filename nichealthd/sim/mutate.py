@@ -7,6 +7,7 @@ mutations rename, since a vanishing file or directory is exactly what they simul
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -24,6 +25,7 @@ from .fsio import (
     inside,
     stash,
     stash_key,
+    symlink,
     unstash,
     write_in_place,
 )
@@ -426,3 +428,139 @@ def unhide_class(root: PathLike) -> None:
     if not src.is_dir():
         raise SimError("sys/class/infiniband is not hidden")
     os.rename(src, dest)
+
+
+# ------------------------------------------------------------ driver events (#19)
+
+UNLOADED = "driver_unloaded"  # manifest key: the devices a driver-unload took away
+
+
+def _save_manifest(root: Path, manifest: tree.Manifest) -> None:
+    """Write sim.json atomically (a reader never sees half of it)."""
+    path = root / tree.MANIFEST
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def _check_name(name: str) -> None:
+    if not name or "/" in name or name in (".", "..") or not name.isprintable():
+        raise SimError(f"a device name must be a plain file name, got {name!r}")
+
+
+def _rename_record(manifest: tree.Manifest, old: str, new: str) -> Device:
+    """The manifest under the new name: the device, its role and its VFs' physfn."""
+    _check_name(new)
+    if any(d["name"] == new for d in manifest["devices"]):
+        raise SimError(f"{new} exists already")
+    dev = tree.device(manifest, old)
+    dev["name"] = new
+    dev["ib_path"] = str(Path(dev["ib_path"]).parent / new)
+    manifest["roles"] = {(new if k == old else k): v for k, v in manifest["roles"].items()}
+    for other in manifest["devices"]:
+        if other.get("physfn") == old:
+            other["physfn"] = new
+    return dev
+
+
+def _move_device(root: Path, old_dir: Path, new: str) -> None:
+    """infiniband/<old> -> infiniband/<new> under the same PCI function, class link too."""
+    new_dir = old_dir.parent / new
+    new_link = root / tree.CLASS_IB / new
+    if os.path.lexists(new_dir) or os.path.lexists(new_link):
+        raise SimError(f"{new} exists already")
+    os.rename(old_dir, new_dir)
+    write_in_place(new_dir / "node_desc", f"{new}\n")
+    symlink(new_link, new_dir)
+
+
+def rename_device(root: PathLike, dev: str, new: str) -> None:
+    """The kernel registers DEV again as NEW at the same PCI function (what a driver reload
+    may do): its dir and class link move in one step; hardware facts and counters stay."""
+    top = Path(root)
+    manifest = tree.load(top)
+    device = tree.device(manifest, dev)
+    link = _class_link(top, dev)
+    idir = top / device["ib_path"]
+    if not idir.is_dir():
+        raise SimError(f"{dev} is removed (restore it first)")
+    _rename_record(manifest, dev, new)
+    if os.path.lexists(idir.parent / new) or os.path.lexists(top / tree.CLASS_IB / new):
+        raise SimError(f"{new} exists already")
+    # Old link first: a poll in between sees the device briefly absent, never a name whose
+    # link leads nowhere (sysfs renames atomically; two renames cannot).
+    os.unlink(link)
+    _move_device(top, idir, new)
+    _save_manifest(top, manifest)
+
+
+def unload_driver(root: PathLike) -> list[str]:
+    """``rmmod mlx5_ib``: every present IB device vanishes at once (dirs and class links go
+    to ROOT/.removed); the PCI functions stay on the bus, unbound. Returns the names."""
+    top = Path(root)
+    manifest = tree.load(top)
+    if manifest.get(UNLOADED):
+        raise SimError("the driver is unloaded already; run driver-load first")
+    if not (top / tree.CLASS_IB).is_dir():
+        raise SimError("sys/class/infiniband is hidden; run unhide-class first")
+    gone = []
+    for device in manifest["devices"]:
+        if (top / device["ib_path"]).is_dir():
+            remove_device(top, device["name"])
+            gone.append(device["name"])
+    manifest[UNLOADED] = gone
+    _save_manifest(top, manifest)
+    return gone
+
+
+def shifted(name: str, by: int) -> str:
+    """``mlx5_3`` shifted by 12 is ``mlx5_15``: the kernel's next free index."""
+    stem = name.rstrip("0123456789")
+    if stem == name:
+        raise SimError(f"cannot shift {name!r}: it does not end in a number")
+    return f"{stem}{int(name[len(stem):]) + by}"
+
+
+def load_driver(root: PathLike, rename: bool = False) -> dict[str, str]:
+    """``modprobe``: the devices of the last unload return with every counter at zero (the
+    firmware reset or the new driver instance restarts them) and their ports as they were;
+    with ``rename`` under shifted names (each index + the number of devices). Returns old ->
+    new name of each device that came back."""
+    top = Path(root)
+    manifest = tree.load(top)
+    gone = manifest.get(UNLOADED)
+    if not gone:
+        raise SimError("the driver is not unloaded; run driver-unload first")
+    by = len(manifest["devices"])
+    names = {name: shifted(name, by) if rename else name for name in gone}
+    staying = {d["name"] for d in manifest["devices"]} - set(gone)
+    clash = sorted(set(names.values()) & staying)
+    if clash:  # checked before anything moves
+        raise SimError(f"cannot rename onto present devices: {', '.join(clash)}")
+    for name in gone:
+        restore_device(top, name)
+        reset_counters(top, name)
+    if rename:
+        dirs = {name: top / tree.device(manifest, name)["ib_path"] for name in gone}
+        for name in gone:  # every old class link first: a new name may be an old one
+            os.unlink(top / tree.CLASS_IB / name)
+        for name in gone:
+            _rename_record(manifest, name, f"{name}.reloading")
+        for name in gone:
+            _rename_record(manifest, f"{name}.reloading", names[name])
+            _move_device(top, dirs[name], names[name])
+    manifest.pop(UNLOADED, None)
+    _save_manifest(top, manifest)
+    return names
+
+
+def driver_reload(root: PathLike, down: float = 0.0, rename: bool = False,
+                  sleep: Callable[[float], None] = time.sleep) -> dict[str, str]:
+    """Unload, stay down ``down`` seconds (blocking), load again: a driver reload or a
+    firmware reset as a running daemon sees it."""
+    if down < 0:
+        raise SimError(f"--down must be >= 0 seconds, got {down:g}")
+    unload_driver(root)
+    if down:
+        sleep(down)
+    return load_driver(root, rename)

@@ -85,6 +85,11 @@ class Profile:
     uplink: str = ""
     # The flagged NICs' default route is IPv6 only (/proc/net/ipv6_route), none in IPv4.
     ipv6_only: bool = False
+    # PCIe: "flat" puts every function on the root bus pci0000:00 (a cloud VM); NVSwitch
+    # count (class 0x068000 bridges); the GPUs' PCI device id (0x2330 H100 SXM5).
+    flat: bool = False
+    nvswitches: int = 0
+    gpu_device: str = "0x2330"
 
     @property
     def default_route_iface(self) -> str:
@@ -94,7 +99,7 @@ class Profile:
         for nic in resolved_nics(self):
             if nic.default_route and nic.netdev:
                 return nic.netdev
-        return "eno1"
+        return "eth0" if self.flat else "eno1"
 
 
 UPLINKS = {"bond": "bond0", "vlan": "vlan100"}
@@ -156,6 +161,8 @@ def vf_pcis(profile: Profile, pf: NicSpec) -> List[str]:
 
 def topo_row(nic: NicSpec, gpus: Tuple[GpuSpec, ...]) -> List[str]:
     """The nvidia-smi topo -m cells of one NIC, one per GPU in metadata order."""
+    if nic.topo == "NODE":  # no PCIe proximity: NODE on its own NUMA node, SYS across
+        return ["NODE" if gpu.numa == nic.numa else "SYS" for gpu in gpus]
     if nic.topo != "auto":
         return [nic.topo] * len(gpus)
     row = []
@@ -202,9 +209,10 @@ def _dgx_h100() -> Profile:
     return Profile(
         "dgx-h100",
         "DGX H100: 8 IB CX-7 compute, 2 dual-port Ethernet storage cards, "
-        "1 management NIC (default route), 4 VFs",
+        "1 management NIC (default route), 4 VFs, 4 NVSwitches",
         gpus,
         tuple(nics),
+        nvswitches=4,
     )
 
 
@@ -234,6 +242,7 @@ def _oci_h100() -> Profile:
         "no management",
         gpus,
         tuple(nics),
+        nvswitches=4,
     )
 
 
@@ -246,6 +255,7 @@ def _h100_34() -> Profile:
         "DOWN/Disabled",
         gpus,
         tuple(with_vfs),
+        nvswitches=4,
     )
 
 
@@ -268,6 +278,8 @@ def _a100_roce() -> Profile:
         "(NUMA 6) management by NUMA gate",
         gpus,
         tuple(nics),
+        nvswitches=6,
+        gpu_device="0x20b2",
     )
 
 
@@ -285,6 +297,7 @@ def _l40s_oci() -> Profile:
         "OCI L40S: 4 PCIe GPUs, 6 RoCE NICs NODE/SYS to GPUs, no PIX/PXB -> all storage",
         gpus,
         nics,
+        gpu_device="0x26b9",
     )
 
 
@@ -304,6 +317,7 @@ def _l40s_onprem() -> Profile:
         "NODE to local GPUs",
         gpus,
         nics,
+        gpu_device="0x26b9",
     )
 
 
@@ -383,6 +397,7 @@ def _gb200_nvl4() -> Profile:
         "(roceP6p3s0 has the default route)",
         gpus,
         nics,
+        gpu_device="0x2941",
     )
 
 
@@ -408,6 +423,7 @@ def _l40_dualport(buses: Tuple[Tuple[str, int], ...] = (("1a", 0), ("9b", 1))) -
         f"(DOWN/Polling) on each",
         gpus,
         tuple(nics),
+        gpu_device="0x26b5",
     )
 
 
@@ -436,6 +452,30 @@ def synthetic(devices: int) -> Profile:
     )
 
 
+def _cloud_vm() -> Profile:
+    """The cloud H100 VM of REFERENCE §4a: flat root bus, numa_node -1, no RDMA device."""
+    return Profile(
+        "cloud-vm",
+        "cloud GPU VM: one H100 at 0000:00:06.0 on the root bus, numa_node -1, virtio eth0 "
+        "with the default route, no RDMA device",
+        (GpuSpec("0000:00:06.0", -1),),
+        (),
+        flat=True,
+    )
+
+
+def _cloud_vm_ib() -> Profile:
+    """cloud-vm with a passed-through ConnectX-7 IB function beside the GPU (PHB to it)."""
+    base = _cloud_vm()
+    return dataclasses.replace(
+        base,
+        name="cloud-vm-ib",
+        description="cloud-vm plus a passed-through ConnectX-7 InfiniBand function at "
+        "0000:00:07.0 (numa_node -1, PHB to the GPU)",
+        nics=(NicSpec("0000:00:07.0", -1, IB, COMPUTE, topo="PHB"),),
+    )
+
+
 PROFILES: Dict[str, Callable[[], Profile]] = {
     "dgx-h100": _dgx_h100,
     "oci-h100": _oci_h100,
@@ -450,6 +490,8 @@ PROFILES: Dict[str, Callable[[], Profile]] = {
     "h100-34": _h100_34,
     "l40-dualport": _l40_dualport,
     "l40-dualport-3": _l40_dualport_3,
+    "cloud-vm": _cloud_vm,
+    "cloud-vm-ib": _cloud_vm_ib,
     "synthetic": lambda: synthetic(8),
 }
 

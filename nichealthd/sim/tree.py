@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple, cast
 
 from . import kernel
 from .fsio import PathLike, PortId, SimError, symlink, write_new
+from .pcie import ROOT_PORT, Layout, plan
 from .profiles import (
     HCAS,
     IB,
@@ -26,7 +27,6 @@ from .profiles import (
     Profile,
     card_of,
     get_profile,
-    parse_pci,
     resolved_nics,
     topo_row,
     vf_pcis,
@@ -71,18 +71,20 @@ def _pf_address(index: int, default_route: bool) -> str:
     return f"172.{16 + high}.{low}.10"
 
 
-def _pci_dir(root: Path, pci: str) -> Path:
-    """ROOT/sys/devices/pci<dom>:<root bus>/<pci>; functions of a card share a root."""
-    dom, bus, _, _ = parse_pci(pci)
-    return root / "sys/devices" / f"pci{dom:04x}:{bus & 0xF0:02x}" / pci
+GEN5, GEN4 = "32.0 GT/s PCIe", "16.0 GT/s PCIe"
+BRIDGE_IDS = {ROOT_PORT: ("0x8086", "0x352a")}  # Intel root port; switches: Broadcom PEX
+SWITCH_IDS = ("0x1000", "0xc030")
+NVSWITCH_DEVICE = "0x22a3"
 
 
 class _Builder:
     """Writes one host; keeps what must be unique or collected across it (ifindex, routes)."""
 
-    def __init__(self, root: Path, profile: Profile, new_hw_counters: bool) -> None:
+    def __init__(self, root: Path, profile: Profile, new_hw_counters: bool,
+                 layout: Layout) -> None:
         self.root = root
         self.profile = profile
+        self.layout = layout
         self.new_hw_counters = new_hw_counters
         self.ifindex = 1
         self.routes: List[Tuple[str, str, str, int, str]] = []  # iface, dst, gw, flags, mask
@@ -96,8 +98,10 @@ class _Builder:
     ) -> Path:
         """The PCI function dir with its driver and bus links."""
         dev_id = HCAS[hca][0]
-        pdir = _pci_dir(self.root, pci)
+        pdir = self.root / "sys/devices" / self.layout.path_of(pci)
         pclass = "0x020700" if link_layer == IB else "0x020000"
+        if physfn is None:
+            self.link_files(pdir, GEN4 if hca == "cx6" else GEN5, 16)
         write_new(pdir / "vendor", "0x15b3\n")
         write_new(pdir / "device", dev_id + "\n")
         write_new(pdir / "subsystem_vendor", "0x15b3\n")
@@ -117,6 +121,63 @@ class _Builder:
         if physfn is not None:
             symlink(pdir / "physfn", physfn)
         return pdir
+
+    def link_files(self, pdir: Path, speed: str, width: int) -> None:
+        """current/max link speed and width, as a PCIe function shows them (REFERENCE §4a)."""
+        for kind in ("current", "max"):
+            write_new(pdir / f"{kind}_link_speed", speed + "\n")
+            write_new(pdir / f"{kind}_link_width", f"{width}\n")
+
+    def plain_function(self, pdir: Path, pci: str, vendor: str, device: str, pclass: str,
+                       numa: int, driver: Optional[str], link: Optional[str]) -> None:
+        """A PCI function that is not a NIC: GPU, NVSwitch, bridge, host bridge, virtio."""
+        write_new(pdir / "vendor", vendor + "\n")
+        write_new(pdir / "device", device + "\n")
+        write_new(pdir / "class", pclass + "\n")
+        write_new(pdir / "numa_node", f"{numa}\n")
+        uevent = f"PCI_CLASS={int(pclass, 16):X}\nPCI_ID={vendor[2:].upper()}:" \
+                 f"{device[2:].upper()}\nPCI_SLOT_NAME={pci}\n"
+        write_new(pdir / "uevent", (f"DRIVER={driver}\n" if driver else "") + uevent)
+        if link:
+            self.link_files(pdir, link, 16)
+        if driver:
+            drv = self.root / "sys/bus/pci/drivers" / driver
+            drv.mkdir(parents=True, exist_ok=True)
+            symlink(pdir / "driver", drv)
+            symlink(drv / pci, pdir)
+        symlink(self.root / "sys/bus/pci/devices" / pci, pdir)
+
+    def pcie_tree(self) -> None:
+        """Host bridges, root ports, switch ports, GPUs and NVSwitches (see :mod:`.pcie`)."""
+        devices = self.root / "sys/devices"
+        for name in self.layout.host_bridges:
+            write_new(devices / name / "uevent", "")
+        for bridge in self.layout.bridges:
+            vendor, device = BRIDGE_IDS.get(bridge.kind, SWITCH_IDS)
+            self.plain_function(devices / bridge.path, bridge.bdf, vendor, device, "0x060400",
+                                bridge.numa, "pcieport", GEN5)
+        for gpu in self.profile.gpus:
+            self.plain_function(devices / self.layout.path_of(gpu.pci), gpu.pci, "0x10de",
+                                self.profile.gpu_device, "0x030200", gpu.numa, "nvidia", GEN5)
+        numa = max(min((g.numa for g in self.profile.gpus), default=0), 0)
+        for pci in self.layout.nvswitches:
+            self.plain_function(devices / self.layout.path_of(pci), pci, "0x10de",
+                                NVSWITCH_DEVICE, "0x068000", numa, "nvidia", GEN4)
+        if self.profile.flat:  # the VM's host bridge function on the root bus
+            self.plain_function(devices / "pci0000:00/0000:00:00.0", "0000:00:00.0",
+                                "0x8086", "0x1237", "0x060000", -1, None, None)
+
+    def virtio_eth0(self) -> None:
+        """The VM's virtio NIC eth0 (0000:00:05.0) carrying the default route."""
+        pci = "0000:00:05.0"
+        pdir = self.root / "sys/devices/pci0000:00" / pci
+        self.plain_function(pdir, pci, "0x1af4", "0x1041", "0x020000", -1, "virtio-pci", None)
+        write_new(pdir / "virtio1/vendor", "0x1af4\n")  # the virtio device (bus "virtio")
+        write_new(pdir / "virtio1/device", "0x0001\n")
+        ndir = self.netdev(pdir / "virtio1", "eth0", "Ethernet", "",
+                           _digest(self.profile.name, "eth0"), True)
+        (ndir / "dev_port").unlink()
+        self._connected_route("eth0", "10.128.0.20", True)
 
     def netdev(
         self, pdir: Path, iface: str, link_layer: str, guid: str, mac_seed: bytes, up: bool
@@ -482,6 +543,7 @@ def _config(root: Path, node_name: str) -> str:
         ("platformConnectorSocket", ""),
         ("dbus", "none"),
         ("metricsListen", ""),
+        ("varlinkSocket", ""),
     ]
     head = "# Written by nichealthd-sim: runs nichealthd against this fake host.\n"
     return head + "".join(f"{key} = {json.dumps(val)}\n" for key, val in values)
@@ -505,18 +567,26 @@ def create(
     devices: Optional[int] = None,
     new_hw_counters: bool = True,
     force: bool = False,
+    metadata: bool = True,
 ) -> Manifest:
-    """Build the fake host under `root` and return its manifest (also saved as sim.json)."""
+    """Build the fake host under `root` and return its manifest (also saved as sim.json).
+
+    ``metadata=False`` leaves gpu_metadata.json out (a host without NVSentinel): the daemon
+    then derives the topology from the PCI tree.
+    """
     try:
         prof = get_profile(profile, devices)
     except ValueError as exc:
         raise SimError(str(exc)) from None
     top = Path(os.path.abspath(root))
     _prepare_root(top, force)
-    builder = _Builder(top, prof, new_hw_counters)
+    layout = plan(prof)
+    builder = _Builder(top, prof, new_hw_counters, layout)
     (top / MLX5_DRIVER).mkdir(parents=True)
-    (top / CLASS_IB).mkdir(parents=True)
+    if prof.nics:  # a host without RDMA devices has no class/infiniband (no ib_core)
+        (top / CLASS_IB).mkdir(parents=True)
     builder.loopback()
+    builder.pcie_tree()
     nics = resolved_nics(prof)
     pf_dirs = [builder.pf(nic, index) for index, nic in enumerate(nics)]
     next_index = len(nics)
@@ -527,6 +597,8 @@ def create(
     default_iface = prof.default_route_iface
     if default_iface == "eno1":
         builder.non_mellanox_eno1()
+    elif default_iface == "eth0":
+        builder.virtio_eth0()
     flagged = [nic.netdev for nic in nics if nic.default_route and nic.netdev]
     if prof.uplink:  # the default route goes through a bond or VLAN over the flagged netdevs
         builder.uplink(prof.uplink, default_iface, flagged)
@@ -535,7 +607,9 @@ def create(
     write_new(top / "proc/net/route", builder.route_table())
     write_new(top / BOOT_ID, f"{uuid.uuid4()}\n")
     node_name = f"{prof.name}-sim"
-    write_new(top / "gpu_metadata.json", json.dumps(_metadata(prof, nics), indent=2) + "\n")
+    if metadata:
+        write_new(top / "gpu_metadata.json",
+                  json.dumps(_metadata(prof, nics), indent=2) + "\n")
     write_new(top / "nichealthd.toml", _config(top, node_name))
     (top / "var/lib/nichealthd").mkdir(parents=True)
     manifest: Manifest = {
@@ -545,8 +619,12 @@ def create(
         "node_name": node_name,
         "new_hw_counters": new_hw_counters,
         "default_route_iface": default_iface,
+        "metadata": metadata,
         "roles": {dev["name"]: dev["role"] for dev in builder.devices},
         "devices": builder.devices,
+        "gpus": [{"pci": gpu.pci, "numa": gpu.numa,
+                  "pci_path": f"sys/devices/{layout.path_of(gpu.pci)}"} for gpu in prof.gpus],
+        "nvswitches": layout.nvswitches,
     }
     write_new(top / MANIFEST, json.dumps(manifest, indent=2) + "\n")
     return manifest

@@ -42,10 +42,6 @@ def load_gpu_topology(path: str) -> GpuTopology:
         if gpu["numa_node"] >= 0:
             numa.add(gpu["numa_node"])
         addresses.append(str(gpu.get("pci_address", "")))
-    if not numa:
-        raise MetadataError(
-            f"GPU metadata file {path}: every GPU has numa_node -1, so management NICs cannot be "
-            f"told apart from compute NICs ({hint})")
     topology = data.get("nic_topology")
     if not isinstance(topology, dict) or not topology:
         raise MetadataError(f"GPU metadata file {path}: 'nic_topology' is missing or empty "
@@ -56,4 +52,6 @@ def load_gpu_topology(path: str) -> GpuTopology:
             raise MetadataError(f"GPU metadata file {path}: nic_topology[{nic!r}] is not a list "
                                 f"of topology levels")
         matrix[str(nic)] = tuple(levels)
-    return GpuTopology(frozenset(numa), tuple(addresses), matrix)
+    # Every GPU at numa_node -1 (a VM): the NUMA gate is skipped (DESIGN §2.10), not a refusal.
+    return GpuTopology(frozenset(numa), tuple(addresses), matrix, source="metadata",
+                       numa_gate=bool(numa))

@@ -45,6 +45,10 @@ from ..core.model import (
 log = logging.getLogger("nichealthd.sysfs")
 
 REDISCOVER_SECONDS = 60.0
+MELLANOX_VENDOR = "0x15b3"
+# PCI class codes of network controllers: Ethernet, InfiniBand, other (pci_ids.h 0x0200,
+# 0x0207, 0x0280); the sysfs ``class`` file reads 0xCCSSPP.
+NETWORK_CLASSES = ("0x0200", "0x0207", "0x0280")
 MAX_COUNTER = 2**64 - 1
 GID_SCAN_LIMIT = 32
 _GONE = (errno.ENOENT, errno.ENODEV, errno.ESTALE, errno.ENXIO)
@@ -323,7 +327,29 @@ class SysfsReader:
         if not self._fd_exhausted:
             self.problems.clear("fd-exhausted", "file descriptors are available again")
         complete = all(plan.info.ports_listed or plan.info.is_vf for plan in self._plans)
-        return HostSnapshot(now, boot_id, devices, complete=complete)
+        # An empty class directory: is the hardware still there (a driver event, #19.2)?
+        functions = None if names else self._mellanox_functions()
+        return HostSnapshot(now, boot_id, devices, complete=complete, pci_functions=functions)
+
+    def _mellanox_functions(self) -> Optional[int]:
+        """Mellanox (vendor 0x15b3) network or InfiniBand functions on the PCI bus.
+
+        Read only while the class directory lists no device: a driver unload leaves the PCI
+        functions (unbound) where a failed card takes its own away. None when the bus
+        directory cannot be listed (no evidence either way)."""
+        bus = os.path.join(self.config.sysfs_root, "bus/pci/devices")
+        entries = _listdir(bus)
+        if entries is None:
+            return None
+        count = 0
+        for entry in entries:
+            pdir = os.path.join(bus, entry)
+            if (_read_text(os.path.join(pdir, "vendor")) or "").lower() != MELLANOX_VENDOR:
+                continue
+            pclass = (_read_text(os.path.join(pdir, "class")) or "").lower()
+            if pclass.startswith(NETWORK_CLASSES):
+                count += 1
+        return count
 
     def observe_boot_id(self) -> Optional[str]:
         """The host boot ID (None when unreadable, logged once)."""
@@ -347,10 +373,20 @@ class SysfsReader:
 
     def _list_devices(self) -> Optional[frozenset[str]]:
         try:
-            return frozenset(os.listdir(self.config.sys_class_infiniband))
+            names = frozenset(os.listdir(self.config.sys_class_infiniband))
+            self.problems.clear("class", f"{self.config.sys_class_infiniband} is there: "
+                                f"{len(names)} RDMA device(s) found")
+            return names
         except FileNotFoundError:
-            self.problems.report("class", f"{self.config.sys_class_infiniband} does not exist; "
-                                 "no RDMA devices are visible (holding the last known state)")
+            if not self._names:  # never saw a device: a host without RDMA, not a fault
+                self.problems.report(
+                    "class", f"{self.config.sys_class_infiniband} does not exist: no "
+                    "InfiniBand/RoCE devices found (devices that appear later, when their "
+                    "driver loads, are picked up without a restart)", logging.INFO)
+            else:
+                self.problems.report(
+                    "class", f"{self.config.sys_class_infiniband} does not exist; no RDMA "
+                    "devices are visible (holding the last known state)")
         except OSError as exc:
             self.problems.report("class", f"cannot list {self.config.sys_class_infiniband}: "
                                  f"{exc.strerror} (holding the last known state)")

@@ -25,6 +25,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple, TypeVar
 from ..core.events import CODE_PORT_MISSING, CODE_PORT_STATE, ENTITY_NIC, ENTITY_PORT
 from ..core.views import counter_records, device_records, port_health, port_records
 from ..storage.store import JournalEntry
+from .answers import counters_problem, event_record
 from .context import ServiceContext
 from .dbus_common import (
     BUS_NAME,
@@ -89,6 +90,8 @@ PROPERTIES = (
     ("OutboxDepth", "u", "outbox_depth"),
     ("DeadLetters", "u", "dead_letters"),
     ("Health", "s", "health"),
+    ("TopologySource", "s", "topology_source"),
+    ("Topology", "s", "topology"),
 )
 _PORT_EVENT_CODES = {CODE_PORT_STATE, CODE_PORT_MISSING}
 # Read-only members answered from prepared bytes, with their input signatures.
@@ -110,13 +113,6 @@ def dbus_signature(returns: str = "", **params: str) -> Callable[[F], F]:
 
 class NameTaken(Exception):
     """Another connection owns the bus name."""
-
-
-def event_record(entry: JournalEntry) -> Dict[str, Any]:
-    """An event as sent on the bus: DESIGN §2.4 JSON plus ``seq`` and ``severity``."""
-    record: Dict[str, Any] = {"seq": entry.seq, "severity": entry.event.severity}
-    record.update(entry.event.to_json())
-    return record
 
 
 def _prop_value(signature: str, value: Any) -> Any:
@@ -251,6 +247,16 @@ class NicHealthInterface(ServiceInterface):
     @dbus_signature("s")
     def Health(self) -> Any:  # noqa: N802
         return self._service.prop("Health")
+
+    @dbus_property(access=PropertyAccess.READ)
+    @dbus_signature("s")
+    def TopologySource(self) -> Any:  # noqa: N802
+        return self._service.prop("TopologySource")
+
+    @dbus_property(access=PropertyAccess.READ)
+    @dbus_signature("s")
+    def Topology(self) -> Any:  # noqa: N802
+        return self._service.prop("Topology")
 
 
 class DbusService:
@@ -673,20 +679,9 @@ class DbusService:
 
     @staticmethod
     def _explain_no_counters(snapshot: Any, result: Any, device: str, port: int) -> None:
-        dev = next((d for d in snapshot.devices if d.name == device), None)
-        if dev is None:
-            known = ", ".join(d.name for d in snapshot.devices) or "none"
-            raise DBusError(ERROR_PREFIX + "UnknownDevice",
-                            f"no NIC named {device} on this host (present: {known})")
-        role = result.roles.get(device)
-        if not (role and role.monitored):
-            reason = f"{role.role}: {role.reason}" if role else "not classified"
-            raise DBusError(ERROR_PREFIX + "NotMonitored",
-                            f"{device} is not monitored ({reason}); its counters are not read")
-        if port and port not in [p.port for p in dev.ports]:
-            ports = ", ".join(str(p.port) for p in dev.ports) or "none"
-            raise DBusError(ERROR_PREFIX + "UnknownPort",
-                            f"{device} has no port {port} (ports: {ports})")
+        problem = counters_problem(snapshot, result, device, port)
+        if problem is not None:
+            raise DBusError(ERROR_PREFIX + problem[0], problem[1])
 
     def list_events(self, limit: int) -> List[Dict[str, Any]]:
         journal = self.context.journal

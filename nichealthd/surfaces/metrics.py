@@ -382,9 +382,12 @@ class MetricsService:
         def counter(name: str, doc: str, value: float) -> None:
             out.append(CounterMetricFamily(PREFIX + name, doc, value=value))
 
-        info = GaugeMetricFamily(PREFIX + "build_info", "nichealthd version (always 1)",
-                                 labels=["version"])
-        info.add_metric([__version__], 1)
+        status = self.context.status()
+        info = GaugeMetricFamily(PREFIX + "build_info", "nichealthd version, where the GPU "
+                                 "topology comes from and what it found (always 1)",
+                                 labels=["version", "topology_source", "topology"])
+        info.add_metric([__version__, str(status.get("topology_source", "")),
+                         str(status.get("topology", ""))], 1)
         out.append(info)
         cumulative, running = [], 0
         for bound, n in zip(DURATION_BUCKETS, buckets):

@@ -4,6 +4,7 @@ dead letters, tokens, hangs and ``--once`` delivery."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from datetime import timedelta
@@ -91,13 +92,34 @@ def test_absent_connector_then_present_delivers_everything_in_order(
             time.sleep(0.01)
         assert connector.received == []
         assert sender.link.connects == 0  # a missing socket costs no connect attempt
-        assert sender.status.state == "down"
+        # Never there since start: a host without NVSentinel, not a connector that is down.
+        assert sender.status.state == "not installed"
         assert "does not exist" in sender.status.last_error
         assert sender.status.outbox_depth == 120
         connector.start()
         wait_for(lambda: len(connector.events()) == 120, what="120 events")
     assert connector.event_ids() == [e.event.event_id for e in committed]
     assert outbox.journal.depth(CONSUMER) == 0
+
+
+def test_never_installed_is_one_info_line_and_the_outbox_keeps_its_bound(
+        tmp_path: Path, connector: FakeConnector, caplog: pytest.LogCaptureFixture) -> None:
+    """A host without NVSentinel (issue 13): its socket never existed since start, so the
+    state is "not installed", said once at INFO, never a "down" warning; the bound holds."""
+    config = make_config(tmp_path, connector.target, outbox_max_events=10)
+    outbox = Outbox(config)
+    sender = fast_sender(config, outbox.journal)
+    assert sender.status.state == "not installed"
+    with caplog.at_level(logging.INFO, logger="nichealthd.connector"):
+        for i in range(30):
+            outbox.commit([degraded(i)])
+            sender.step()
+    assert sender.status.state == "not installed" and sender.link.connects == 0
+    assert outbox.journal.depth(CONSUMER) == 10  # the oldest degraded events went first
+    told = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert len([m for m in told if m.startswith("platform connector not installed")]) == 1
+    assert len([m for m in told if m.startswith("outbox over its bound")]) == 1, told
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], told
 
 
 def test_connector_disappears_mid_run_and_comes_back(

@@ -122,20 +122,22 @@ def trace(seed: int, length: int = POLLS) -> tuple[list[HostSnapshot], set[int],
     return polls, failed, restarts
 
 
-# The top-level keys of the state file main wrote. Keys added since (the seam's ``schemas``,
-# the sections of families added by #15.4-6) are not part of what main wrote.
-MAIN_KEYS = frozenset({
-    "version", "boot_id", "event_seq", "port_states", "known_devices", "device_misses",
-    "missing_devices", "card_anomalies", "group_modes", "card_pending", "counter_snapshots",
-    "breach_flags", "saturated_counters", "saturated_quiet_counters"})
+# Keys added after main at dd25288 (not part of what main wrote): the seam's schemas, #19's
+# device identities and driver event (which say nothing main's keys do not), and the sections
+# and keys of #15.4-6 (hold-down, flaps, rate).
+ADDED_KEYS = ("schemas", "device_identities", "driver_event", "port_holds", "port_blips",
+              "link_flaps", "rate_degraded")
 # errorCodes of the families added after main (#15.5, #15.6): their events are new behaviour
 # on top of main's stream, which must stay identical without them.
 NEW_CODES = frozenset({("link_flap",), ("link_rate",)})
 
 
 def main_state(state: MonitorState) -> dict[str, Any]:
-    """The state file's content with main's keys only."""
-    return {k: v for k, v in state.to_json().items() if k in MAIN_KEYS}
+    """The state file's content less the keys added since main (not part of what it wrote)."""
+    data = state.to_json()
+    for key in ADDED_KEYS:
+        data.pop(key, None)
+    return data
 
 
 def main_events(events: Any) -> list[dict[str, Any]]:

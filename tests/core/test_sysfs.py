@@ -312,3 +312,16 @@ def test_a_garbage_counter_is_parsed_and_counted_every_poll(host: Path) -> None:
     assert reader.unreadable_reads == 3  # the file two entries share: once per poll
     mutate.counter(host, "mlx5_0", 1, "symbol_error", set_to=7)
     assert port_of(reader.observe(at(3))).counters["symbol_error"] == 7
+
+
+def test_an_empty_class_directory_counts_the_mellanox_functions_on_the_bus(host: Path) -> None:
+    """#19.2: after a driver unload the PCI functions stay (unbound): the reader counts the
+    vendor 0x15b3 network/InfiniBand ones, only while the class directory is empty."""
+    reader = reader_for(host)
+    assert reader.observe(at(0)).pci_functions is None  # devices listed: not looked
+    names = mutate.unload_driver(host)
+    snapshot = reader.observe(at(1))
+    assert snapshot.devices == () and snapshot.complete
+    assert snapshot.pci_functions == len(names)  # PFs and VFs; the Intel eno1 is not counted
+    mutate.load_driver(host)
+    assert reader.observe(at(2)).pci_functions is None

@@ -101,7 +101,7 @@ def test_bad_files_and_state_give_no_crash_and_no_false_event(
 def test_missing_metadata_is_a_clear_startup_error(sim_host: Callable[..., SimHost]) -> None:
     host = sim_host()
     (host.root / "gpu_metadata.json").unlink()
-    run = host.once()
+    run = host.once("--topology-source", "metadata")  # auto would derive it from sysfs
     assert run.returncode == 1
     assert "gpu_metadata.json does not exist" in run.stderr
     assert "Traceback" not in run.stderr and run.stderr.count("\n") == 1

@@ -53,7 +53,7 @@ def test_services_are_built_statically_from_a_typed_context(
         assert context.config() is running.config and context.journal is startup.monitor.journal
         assert context.view() is None  # no poll yet
         # The connector published its first status through the context's callback.
-        assert running.connector.state == "down" and running.connector.target.endswith(
+        assert running.connector.state == "not installed" and running.connector.target.endswith(
             "connector.sock")
         connector = built[0]
         assert isinstance(connector, ConnectorService) and connector.sender is not None
@@ -73,7 +73,7 @@ def test_the_connector_status_is_a_value_replaced_on_each_change(tmp_path: Path)
     sender = Sender(config, journal, on_status=published.append)
     try:
         first = published[-1]
-        assert first is sender.status and first.state == "down" and first.last_error == ""
+        assert first is sender.status and first.state == "not installed" and first.last_error == ""
         sender.step()  # the socket does not exist: a new value says why
     finally:
         sender.link.close()

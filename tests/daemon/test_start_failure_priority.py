@@ -37,7 +37,8 @@ def test_missing_metadata_file_is_logged_at_error(sim_host: Callable[..., SimHos
                                                   journal: bool) -> None:
     host = sim_host()
     (host.root / "gpu_metadata.json").unlink()
-    run = start(host, journal=journal)  # the metadata file is required (spec §12.2)
+    # The metadata file is required with topologySource = metadata (spec §12.2).
+    run = start(host, "--topology-source", "metadata", journal=journal)
     assert run.returncode == EXIT_STARTUP
     lines = failure_lines(run)
     assert len(lines) == 1 and "gpu_metadata.json does not exist" in lines[0], run.stderr

@@ -27,12 +27,12 @@ def test_under_systemd_a_startup_failure_says_to_fix_and_restart(
         sim_host: Callable[..., SimHost]) -> None:
     host = sim_host()
     (host.root / "gpu_metadata.json").unlink()
-    run = start(host, INVOCATION_ID="0123456789abcdef")
+    run = start(host, "--topology-source", "metadata", INVOCATION_ID="0123456789abcdef")
     assert run.returncode == EXIT_STARTUP
     assert "gpu_metadata.json does not exist" in run.stderr
     assert "fix it, then run `systemctl restart nichealthd`" in run.stderr
     assert "Traceback" not in run.stderr and run.stderr.count("\n") == 1
-    outside = start(host)  # not under systemd: no word about systemctl
+    outside = start(host, "--topology-source", "metadata")  # not under systemd: no systemctl hint
     assert outside.returncode == EXIT_STARTUP and "systemctl" not in outside.stderr
 
 
@@ -40,10 +40,11 @@ def test_a_missing_path_under_tmp_hints_at_private_tmp(
         sim_host: Callable[..., SimHost]) -> None:
     host = sim_host()
     absent = f"/tmp/nichealthd-absent-{uuid.uuid4().hex}/gpu_metadata.json"
-    run = start(host, "--metadata-path", absent)
+    run = start(host, "--topology-source", "metadata", "--metadata-path", absent)
     assert run.returncode == EXIT_STARTUP
     assert f"{absent} does not exist" in run.stderr
     assert "PrivateTmp=yes" in run.stderr and "/srv/nichealthd-sim" in run.stderr
     # A path elsewhere that does not exist gets no such hint.
-    elsewhere = start(host, "--metadata-path", f"/nonexistent-{uuid.uuid4().hex}/gpu.json")
+    elsewhere = start(host, "--topology-source", "metadata", "--metadata-path",
+                      f"/nonexistent-{uuid.uuid4().hex}/gpu.json")
     assert elsewhere.returncode == EXIT_STARTUP and "PrivateTmp" not in elsewhere.stderr

@@ -61,13 +61,19 @@ async def _has_polled(address: str) -> bool:
         bus.disconnect()
 
 
+RUNNING: list[DaemonProcess] = []  # the daemons started, newest last
+
+
 class DaemonProcess:
-    """nichealthd running on a sim tree; ``log()`` is what it wrote so far."""
+    """nichealthd running on a sim tree; ``log()`` is what it wrote so far. It serves its
+    varlink API too, on ``varlink_socket`` (nichealthctl's tests run over both)."""
 
     def __init__(self, root: Path, bus_address: str, interval: str = "200ms",
                  extra: Optional[list[str]] = None) -> None:
         self.root = root
         self.address = bus_address
+        self.varlink_socket = str(root.parent / "io.nichealthd.Monitor")
+        RUNNING.append(self)
         self.log_path = root.parent / f"daemon-{time.monotonic_ns()}.log"
         env = dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=bus_address,
                    PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -75,7 +81,7 @@ class DaemonProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "nichealthd.runtime.daemon", "--config",
              str(root / "nichealthd.toml"), "--dbus", "system", "--polling-interval", interval,
-             *(extra or [])],
+             "--varlink-socket", self.varlink_socket, *(extra or [])],
             cwd=REPO, env=env, stdout=self.log_file, stderr=subprocess.STDOUT)
 
     def log(self) -> str:

@@ -48,7 +48,7 @@ def test_busctl_introspect_shows_the_interface(daemon: Any) -> None:
     for member in ("ListPorts", "ListDevices", "ListCounters", "ListEvents", "GetStatus",
                    "Reload", "PortHealthChanged", "EventEmitted", "Version", "NodeName",
                    "BootId", "LastPoll", "PollCount", "PollingInterval", "ConnectorState",
-                   "OutboxDepth", "DeadLetters", "Health"):
+                   "OutboxDepth", "DeadLetters", "Health", "TopologySource", "Topology"):
         assert f".{member} " in out.stdout, member
     assert INTERFACE in out.stdout
 
@@ -59,7 +59,7 @@ def test_introspection_documents_every_member(daemon: Any) -> None:
     xml = json.loads(out.stdout)["data"][0]
     iface = next(i for i in ET.fromstring(xml).iter("interface") if i.get("name") == INTERFACE)
     members = [m for m in iface if m.tag in ("method", "signal", "property")]
-    assert len(members) == 18
+    assert len(members) == 20
     for member in members:
         docs = [a for a in member if a.tag == "annotation"
                 and a.get("name") == "org.gtk.GDBus.DocString"]
@@ -255,13 +255,16 @@ def test_properties_get_all_types_and_values(daemon: Any) -> None:
     signatures = {k: v.signature for k, v in props.items()}
     assert signatures == {"Version": "s", "NodeName": "s", "BootId": "s", "LastPoll": "s",
                           "PollCount": "t", "PollingInterval": "d", "ConnectorState": "s",
-                          "OutboxDepth": "u", "DeadLetters": "u", "Health": "s"}
+                          "OutboxDepth": "u", "DeadLetters": "u", "Health": "s",
+                          "TopologySource": "s", "Topology": "s"}
     values = {k: v.value for k, v in props.items()}
     assert values["Health"] == "healthy"
     assert values["ConnectorState"] == "disabled"
     assert values["BootId"] == (daemon.root / "proc/sys/kernel/random/boot_id").read_text().strip()
     assert values["PollCount"] >= 1 and values["LastPoll"].endswith("Z")
     assert values["PollingInterval"] == 0.2
+    assert values["TopologySource"] == "metadata"
+    assert values["Topology"].startswith("topology from metadata: 8 GPUs on 2 NUMA nodes; ")
 
 
 def test_property_get_with_busctl_and_set_is_refused(daemon: Any) -> None:

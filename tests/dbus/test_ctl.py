@@ -1,4 +1,8 @@
-"""nichealthctl end to end against a running nichealthd on a sim DGX-H100 tree."""
+"""nichealthctl end to end against a running nichealthd on a sim DGX-H100 tree.
+
+Every test that talks to a daemon runs twice: over D-Bus and over varlink (``--varlink=``
+the daemon's socket); the output and exit statuses must be the same (#14.6).
+"""
 
 from __future__ import annotations
 
@@ -10,14 +14,43 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+import dbushelpers
 import pytest
-from dbushelpers import NOBODY, ctl, make_sim, wait_polls
+from dbushelpers import NOBODY, make_sim, wait_polls
 from testbus import REPO
 
 from nichealthd.sim import mutate, tree
 from tests.harness import Lines, wait_until
 
 ANSI = re.compile(r"\x1b\[")
+TRANSPORT = ["dbus"]  # the transport of the test running now
+
+
+def pytest_generate_tests(metafunc: Any) -> None:
+    """Tests with a daemon run over both transports."""
+    if {"daemon", "start_daemon"} & set(metafunc.fixturenames):
+        metafunc.fixturenames.append("transport")
+        metafunc.parametrize("transport", ["dbus", "varlink"])
+
+
+@pytest.fixture(autouse=True)
+def _transport(request: Any) -> Any:
+    callspec = getattr(request.node, "callspec", None)
+    TRANSPORT[0] = callspec.params.get("transport", "dbus") if callspec else "dbus"
+    yield
+    TRANSPORT[0] = "dbus"
+
+
+def transport_args() -> list[str]:
+    """``--varlink=SOCKET`` of the newest daemon when the test runs over varlink."""
+    if TRANSPORT[0] == "varlink":
+        return [f"--varlink={dbushelpers.RUNNING[-1].varlink_socket}"]
+    return []
+
+
+def ctl(*args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
+    """nichealthctl over the transport of this test run."""
+    return dbushelpers.ctl(*transport_args(), *args, **kw)
 
 
 def monitored(root: Path) -> set[str]:
@@ -142,25 +175,26 @@ def test_events_history_json_and_follow(daemon: Any) -> None:
     # -n 1 --all: the last event is printed after the subscription (ctl subscribes first), so
     # its line says the follower is listening before the port goes down.
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    follow = subprocess.Popen([sys.executable, "-m", "nichealthd.cli.ctl", "events", "-n", "1",
-                               "--all", "--follow", "--json"], cwd=REPO, env=env,
+    follow = subprocess.Popen([sys.executable, "-m", "nichealthd.cli.ctl", *transport_args(),
+                               "events", "-n", "1", "--all", "--follow", "--json"],
+                              cwd=REPO, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert follow.stdout is not None and follow.stderr is not None
-    out = Lines(follow.stdout)
+    follower = Lines(follow.stdout)
     try:
-        wait_until(lambda: len(out.lines) >= 1, "the follower's history line", proc=follow)
-        assert json.loads(out.lines[0])["seq"] == events[-1]["seq"]
+        wait_until(lambda: len(follower.lines) >= 1, "the follower's history line", proc=follow)
+        assert json.loads(follower.lines[0])["seq"] == events[-1]["seq"]
         mutate.set_port(daemon.root, "mlx5_5", 1, state="DOWN", phys_state="Polling")
-        wait_until(lambda: len(out.lines) >= 2, "a followed event", proc=follow,
-                   detail=out.tail)
-        event = json.loads(out.lines[1])
+        wait_until(lambda: len(follower.lines) >= 2, "a followed event", proc=follow,
+                   detail=follower.tail)
+        event = json.loads(follower.lines[1])
         assert "mlx5_5" in event["message"] and event["isHealthy"] is False
         assert event["seq"] > events[-1]["seq"]
     finally:
         follow.terminate()
         follow.wait(10)
         follow.stderr.close()
-        out.join()
+        follower.join()
         follow.stdout.close()
 
 
@@ -180,10 +214,11 @@ def test_status_human_and_json(daemon: Any) -> None:
 
 def test_colour_only_on_a_tty_and_never_with_no_color(daemon: Any) -> None:
     script = ("import pty, os, sys\n"
+              f"ARGS = {transport_args()!r}\n"
               "pid, fd = pty.fork()\n"
               "if pid == 0:\n"
               "    os.execvp(sys.executable,"
-              " [sys.executable, '-m', 'nichealthd.cli.ctl', 'show', 'ports'])\n"
+              " [sys.executable, '-m', 'nichealthd.cli.ctl', *ARGS, 'show', 'ports'])\n"
               "out = b''\n"
               "while True:\n"
               "    try:\n"

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from nichealthd.cli.ctl import (
-    CtlError,
     check_line,
     counter_json,
     parse_target,
@@ -26,6 +25,7 @@ from nichealthd.cli.format import (
     render_table,
     status_lines,
 )
+from nichealthd.cli.transport import CtlError
 from nichealthd.surfaces.dbus_common import from_variants, harden_writer, signature_of, to_variants
 
 
@@ -238,3 +238,21 @@ def test_a_table_of_absurdly_long_cells_still_fits() -> None:
                    "netdev": "n" * 30, "monitored": True, "health": "fatal",
                    "reasons": ["why" * 30]}
     assert all(len(line) <= 80 for line in ports_table([port_record], Style(False)))
+
+
+def test_devices_held_in_a_driver_event_and_renamed_devices_are_shown() -> None:
+    """#19: RELOADING instead of MISSING while every device is gone at once, and one line per
+    device renamed at its PCI function."""
+    records = [
+        {"device": "mlx5_20", "pci_address": "0000:18:00.0", "present": True, "ports": 1,
+         "renamed_from": "mlx5_0", "renamed_at": "2026-01-01T12:00:01Z"},
+        {"device": "mlx5_1", "pci_address": "0000:29:00.0", "present": False, "ports": 0,
+         "driver_event": True, "renamed_from": ""},
+        {"device": "mlx5_2", "pci_address": "", "present": False, "ports": 0,
+         "driver_event": False},
+    ]
+    lines = devices_table(records, Style(False))
+    text = "\n".join(lines)
+    assert "RELOADING" in text and "MISSING" in text
+    assert [line for line in lines if "was" in line] == [
+        "mlx5_20 was mlx5_0 until 2026-01-01T12:00:01Z (same PCI function)"]

@@ -68,7 +68,10 @@ def test_device_info_and_daemon_series(sim: Callable[..., Path], daemon: Start) 
                  "dead_letters", "unreadable_reads_total", "einval_ignored_files",
                  "commit_errors_total"):
         assert value(s, "nichealthd_" + name) == 0, name
-    assert len(series(s, "nichealthd_build_info")) == 1
+    (build,) = series(s, "nichealthd_build_info")
+    assert build["topology_source"] == "metadata"  # the sim writes NVSentinel's file
+    assert build["topology"] == ("topology from metadata: 8 GPUs on 2 NUMA nodes; 8 compute, "
+                                 "4 storage, 1 management NIC")
     # Only monitored ports report health; the management NIC's port does not.
     assert not series(s, "nichealthd_port_health", device="mlx5_12", port="1")
     assert value(s, "nichealthd_port_state_id", device="mlx5_12", port="1") == 4

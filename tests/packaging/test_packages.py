@@ -101,6 +101,9 @@ EXPECTED = {
     "/usr/share/man/man5/nichealthd.toml.5.gz",
     "/usr/share/man/man8/nichealthd.8.gz",
     "<sitelib>/nichealthd/__init__.py",
+    # package data the daemon reads: the D-Bus introspection and the varlink interface
+    "<sitelib>/nichealthd/surfaces/org.nichealthd.NicHealth1.xml",
+    "<sitelib>/nichealthd/surfaces/io.nichealthd.Monitor.varlink",
 }
 
 

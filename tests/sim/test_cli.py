@@ -105,8 +105,14 @@ def test_every_mutation_subcommand(root: str, capsys: pytest.CaptureFixture[str]
         ("readable", root, "sys/class/infiniband/mlx5_0/ports/1/link_layer"),
         ("hide-class", root),
         ("unhide-class", root),
+        ("rename", root, "mlx5_4", "mlx5_40"),
+        ("rename", root, "mlx5_40", "mlx5_4"),
+        ("driver-unload", root),
+        ("driver-load", root),
+        ("driver-reload", root, "--down", "0.01"),
         ("reboot", root),
         ("show", root),
+        ("driver-reload", root, "--rename"),
     ]
     for argv in ok:
         code, out, err = run(capsys, *argv)
@@ -122,6 +128,8 @@ def test_every_mutation_subcommand(root: str, capsys: pytest.CaptureFixture[str]
             assert (port / "state").read_text() == "4: ACTIVE\n"
         if argv[0] == "show":
             assert "mlx5_12" in out and "management" in out
+        if argv[0] == "driver-reload" and "--rename" in argv:
+            assert "mlx5_0 -> mlx5_17" in out
 
 
 @pytest.mark.parametrize(
@@ -148,6 +156,11 @@ def test_every_mutation_subcommand(root: str, capsys: pytest.CaptureFixture[str]
         ("remove-file", "{root}", "/etc/passwd"),
         ("readable", "{root}", "sys/class/infiniband/mlx5_0/ports/1/state"),
         ("unhide-class", "{root}"),
+        ("rename", "{root}", "mlx5_0", "mlx5_1"),
+        ("rename", "{root}", "mlx5_99", "mlx5_100"),
+        ("driver-load", "{root}"),
+        ("driver-reload", "{root}", "--down", "-1"),
+        ("driver-reload", "{root}", "--down", "x"),
         ("show", "{root}/sys"),
         ("create", "{root}", "--profile", "nope"),
         ("frobnicate",),

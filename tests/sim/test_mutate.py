@@ -336,3 +336,55 @@ def test_set_rate_takes_the_kernel_text_or_gbps_at_the_current_lanes(root: Path)
             mutate.set_rate(root, "mlx5_0", 1, bad)
     mutate.reboot(root)
     assert rate.read_text() == full
+
+
+# ------------------------------------------------------------ driver events (#19)
+
+def test_rename_moves_the_device_at_the_same_pci_function(root: Path) -> None:
+    before = os.path.realpath(root / IB0 / "device")
+    guid = (root / IB0 / "node_guid").read_text()
+    mutate.rename_device(root, "mlx5_0", "mlx5_20")
+    assert not os.path.lexists(root / IB0)
+    new = root / "sys/class/infiniband/mlx5_20"
+    assert os.path.realpath(new / "device") == before
+    assert (new / "node_guid").read_text() == guid
+    assert tree.device(tree.load(root), "mlx5_20")["pci"] == "0000:18:00.0"
+    assert "mlx5_20" in tree.load(root)["roles"] and "mlx5_0" not in tree.load(root)["roles"]
+    mutate.set_port(root, "mlx5_20", 1, state="DOWN")  # later mutations use the new name
+    assert (new / "ports/1/state").read_text() == "1: DOWN\n"
+    with pytest.raises(SimError, match="exists already"):
+        mutate.rename_device(root, "mlx5_20", "mlx5_1")
+    with pytest.raises(SimError, match="plain file name"):
+        mutate.rename_device(root, "mlx5_20", "a/b")
+
+
+def test_driver_unload_and_load_keep_the_pci_functions_and_zero_the_counters(
+        root: Path) -> None:
+    mutate.counter(root, "mlx5_0", 1, "symbol_error", add=7)
+    names = mutate.unload_driver(root)
+    assert len(names) == len(tree.load(root)["devices"])
+    assert os.listdir(root / "sys/class/infiniband") == []
+    assert (root / "sys/bus/pci/devices/0000:18:00.0/vendor").read_text() == "0x15b3\n"
+    with pytest.raises(SimError, match="unloaded already"):
+        mutate.unload_driver(root)
+    assert mutate.load_driver(root) == {n: n for n in names}
+    assert (root / PORT / "counters/symbol_error").read_text() == "0\n"
+    with pytest.raises(SimError, match="not unloaded"):
+        mutate.load_driver(root)
+
+
+def test_driver_reload_with_rename_shifts_every_name(root: Path) -> None:
+    count = len(tree.load(root)["devices"])
+    slept: list[float] = []
+    names = mutate.driver_reload(root, down=3, rename=True, sleep=slept.append)
+    assert slept == [3]
+    assert names["mlx5_0"] == f"mlx5_{count}"
+    listed = sorted(os.listdir(root / "sys/class/infiniband"))
+    assert listed == sorted(names.values())
+    moved = root / "sys/class/infiniband" / names["mlx5_0"]
+    assert os.path.realpath(moved / "device").endswith("0000:18:00.0")
+    vf = next(d for d in tree.load(root)["devices"] if d["kind"] == "vf")
+    assert vf["physfn"] in names.values()
+    assert mutate.shifted("mlx5_3", 12) == "mlx5_15"
+    with pytest.raises(SimError, match="ends in a number|does not end"):
+        mutate.shifted("ib", 1)

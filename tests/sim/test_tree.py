@@ -39,6 +39,8 @@ EXPECTED = {
     "l40-dualport": {"compute": 4},
     "l40-dualport-3": {"compute": 6},
     "synthetic": {"compute": 8},
+    "cloud-vm": {},
+    "cloud-vm-ib": {"compute": 1},
 }
 
 
@@ -89,9 +91,12 @@ def physical_netdevs(root: Path, iface: str) -> List[str]:
 
 
 def classify(root: Path) -> Dict[str, str]:
-    """The spec's §4.2 classification, computed only from the files a daemon would read."""
+    """The spec's §4.2 classification, computed only from the files a daemon would read
+    (with DESIGN §2.10: no GPU with a known NUMA node skips the NUMA gate)."""
     meta = json.loads(read(root / "gpu_metadata.json"))
     gpu_numas = {g["numa_node"] for g in meta["gpus"] if g["numa_node"] != -1}
+    if not (root / "sys/class/infiniband").exists():  # a host without RDMA devices
+        return {}
     default_devs = set()
     for netdev in (n for i in default_route_ifaces(root) for n in physical_netdevs(root, i)):
         dr = root / "sys/class/net" / netdev / "device/infiniband"
@@ -106,7 +111,9 @@ def classify(root: Path) -> Dict[str, str]:
         numa = int(read(dev / "device/numa_node"))
         topo = meta["nic_topology"][name]
         link = read(dev / "ports/1/link_layer").strip()
-        if name in default_devs or numa not in gpu_numas:
+        bluefield = read(dev / "hca_type").strip() in BLUEFIELD
+        gated = numa not in gpu_numas if gpu_numas else bluefield
+        if name in default_devs or gated:
             roles[name] = "management"
         elif {"PIX", "PXB"} & set(topo) or link == "InfiniBand":
             roles[name] = "compute"
@@ -208,9 +215,10 @@ def test_proc_metadata_and_config(built, profile: str) -> None:
     assert manifest["default_route_iface"] in ifaces
     assert len(ifaces) == (2 if profile == "l40s-onprem-multiroute" else 1)
     iface = manifest["default_route_iface"]
-    if iface == "eno1":
+    if iface in ("eno1", "eth0"):  # onboard Intel NIC, or a VM's virtio NIC
         ib = root / "sys/class/net" / iface / "device/infiniband"
-        assert (root / "sys/class/net/eno1/device/vendor").read_text() == "0x8086\n"
+        vendor = "0x8086" if iface == "eno1" else "0x1af4"
+        assert (root / f"sys/class/net/{iface}/device/vendor").read_text() == vendor + "\n"
         assert not ib.exists()
     else:
         for netdev in (n for i in ifaces for n in physical_netdevs(root, i)):  # bond, VLAN

@@ -200,12 +200,16 @@ def evaluate_port_counters(
     now: datetime,
     baseline: bool,
     notes: Optional[list[str]] = None,
+    *,
+    rebase: bool = False,
 ) -> list[HealthEvent]:
     """Evaluate every configured counter of one port; returns the events in order.
 
     Every reading takes the one path of :func:`_evaluate_one` (#20.4: the quiet-counter
     shortcut that re-implemented four of its branches is gone). ``notes`` receives the log
-    lines of saturation that is not an event (traffic counters).
+    lines of saturation that is not an event (traffic counters). ``rebase``: the port's
+    device is back from a driver event (#19.3): a decrease is a reset as always, any other
+    reading starts a fresh window without being judged.
     """
     events: list[HealthEvent] = []
     # Built once per port, not once per counter: they are only used when an event is made.
@@ -221,7 +225,7 @@ def evaluate_port_counters(
             observations[key] = _UNKNOWN
             continue
         event = _evaluate_one(port, spec, check, key, kind, reading, previous, next_state,
-                              memory, observations, now, baseline, entities, where)
+                              memory, observations, now, baseline, entities, where, rebase)
         if event is not None:
             events.append(event)
         last_values[key] = reading
@@ -240,7 +244,7 @@ def _evaluate_one(port: PortSnapshot, spec: CounterSpec, check: str, key: str,
                   next_state: CounterSection, memory: CounterMemory,
                   observations: MutableMapping[str, CounterObservation],
                   now: datetime, baseline: bool, entities: tuple[tuple[str, str], ...],
-                  where: str) -> Optional[HealthEvent]:
+                  where: str, rebase: bool = False) -> Optional[HealthEvent]:
     """One reading of one counter entry: its observation, next snapshot, latch, and event.
 
     Ordered so that the common case (a counter that has not moved) costs a few dictionary
@@ -273,6 +277,15 @@ def _evaluate_one(port: PortSnapshot, spec: CounterSpec, check: str, key: str,
         return make_event(
             flag.check_name, fatal=False, healthy=True, error_code=spec.name,
             entities=entities, message=f"Counter {spec.name} recovered on {where}", at=now)
+
+    if rebase:
+        # Back from a driver event: start a fresh window here (a latch stays latched).
+        next_state.counter_snapshots[key] = CounterSnap(value, now)
+        observations[key] = CounterObservation(value, None, None)
+        memory.closed_windows.pop(key, None)
+        if flag is not None and flag.last_value != value:
+            next_state.breach_flags[key] = replace(flag, last_value=value)
+        return None
 
     if flag is not None and flag.last_value != value:
         # Latched and still moving: persist where it is, so that a wrap across a restart is

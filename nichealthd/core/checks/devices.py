@@ -25,11 +25,15 @@ MISSES_BEFORE_GONE = 3
 
 
 def device_missing(name: str, link_layer: str, check: str, next_state: LinkStateSection,
-                   now: datetime) -> list[HealthEvent]:
-    """Count one more complete enumeration without ``name``; fatal on the third."""
+                   now: datetime, held: bool = False) -> list[HealthEvent]:
+    """Count one more complete enumeration without ``name``; fatal from the third on.
+
+    ``held``: part of a driver event (:mod:`.driver`): counted, not judged. When the event
+    times out, a device missed three times already is fatal at once.
+    """
     misses = next_state.device_misses.get(name, 0) + 1
     next_state.device_misses[name] = misses
-    if misses != MISSES_BEFORE_GONE or name in next_state.missing_devices:
+    if held or misses < MISSES_BEFORE_GONE or name in next_state.missing_devices:
         return []
     next_state.missing_devices[name] = MissingDevice(link_layer, now)
     return [make_event(

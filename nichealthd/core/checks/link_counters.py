@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Mapping, Optional
 
 from ..config import (
     ETH_DEGRADATION_CHECK,
@@ -25,6 +25,7 @@ from ..model import PortSnapshot, Unreadable, is_value
 from ..state import DEGRADED, FATAL, counter_key
 from .counter_section import KEYS, CounterSection, CounterSnap
 from .counters import CheckNames, CounterMemory, CounterObservation, evaluate_port_counters
+from .identity import renamed_counter_table
 from .link_section import LinkStateSection
 from .link_state import LINK_STATE, device_layer
 from .ports import BLIP, hold_phase, port_health
@@ -57,22 +58,37 @@ class LinkCounters(CheckFamily[CounterSection]):
         observations: dict[str, CounterObservation] = {}
         specs = cycle.config.active_counters
         holding = cycle.config.state_hold_down > 0 or bool(links.port_holds)
+        # Devices back from a driver event (#19.3): what their counters did while the driver
+        # was away is the reload's own doing (links retrain); a decrease is the reset it
+        # implies (latched breaches recover), anything else starts a fresh window.
+        returning = frozenset(links.driver_event.devices) if links.driver_event else frozenset()
         for device in cycle.monitored:
             layer = device_layer(device, links)
             names = CHECK_NAMES_OF.get(layer or "")
             if names is None:
                 continue  # the link-state family says so
+            rebase = device.name in returning
             for port in device.ports:
                 phase = _hold_phase(port, layer or "", links, cycle) if holding else None
                 events.extend((device.name, e) for e in evaluate_port_counters(
                     _held(port) if phase else port, specs,
                     CHECK_NAMES_OF.get(port.link_layer or "", names),
                     cycle.enabled, previous, state, memory, observations, cycle.now,
-                    cycle.baseline, notes))
+                    cycle.baseline, notes, rebase=rebase))
                 if phase == BLIP:
                     _absorb(port, state, memory, cycle.now)
         # The picture: what the last poll computed of each counter (CycleResult.observations).
         return Verdict(state, tuple(events), observations, notes=tuple(notes))
+
+    def rename(self, section: CounterSection, renames: Mapping[str, str], now: datetime
+               ) -> CounterSection:
+        """Snapshots, latched breaches and saturation of a renamed device under its new name
+        (a breach latched before a rename stays latched, #19.1)."""
+        return CounterSection(
+            renamed_counter_table(section.counter_snapshots, renames),
+            renamed_counter_table(section.breach_flags, renames),
+            renamed_counter_table(section.saturated, renames),
+            renamed_counter_table(section.saturated_quiet, renames))
 
     def urgent(self, old: CounterSection, new: CounterSection, config: Config) -> bool:
         """Anything but velocity snapshots that advanced: those are flushed within a minute

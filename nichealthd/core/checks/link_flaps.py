@@ -169,6 +169,17 @@ class LinkFlaps(CheckFamily[FlapSection]):
             return Verdict(previous)
         return Verdict(FlapSection({**previous.link_flaps, **changed}), tuple(events))
 
+    def rename(self, section: FlapSection, renames: Mapping[str, str], now: datetime
+               ) -> FlapSection:
+        """Its ports of a renamed device under the new name (#19.1)."""
+        table = section.link_flaps
+        if not any(r.device in renames for r in table.values()):
+            return section
+        out = {k: r for k, r in table.items() if r.device not in renames}
+        out.update((f"{renames[r.device]}_{r.port}", replace(r, device=renames[r.device]))
+                   for r in table.values() if r.device in renames)
+        return FlapSection(out)
+
     def conditions(self, section: FlapSection, picture: Any) -> Iterable[Condition]:
         for key, record in sorted((k, r) for k, r in section.link_flaps.items() if r.told):
             if record.told:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Iterable, Mapping, NamedTuple, Optional
 
@@ -151,6 +151,17 @@ class LinkRate(CheckFamily[RateSection]):
             else:
                 section.rate_degraded[port_key] = record
         return Verdict(section, tuple(events))
+
+    def rename(self, section: RateSection, renames: Mapping[str, str], now: datetime
+               ) -> RateSection:
+        """Its ports of a renamed device under the new name (#19.1)."""
+        table = section.rate_degraded
+        if not any(r.device in renames for r in table.values()):
+            return section
+        out = {k: r for k, r in table.items() if r.device not in renames}
+        out.update((f"{renames[r.device]}_{r.port}", replace(r, device=renames[r.device]))
+                   for r in table.values() if r.device in renames)
+        return RateSection(out)
 
     def conditions(self, section: RateSection, picture: Any) -> Iterable[Condition]:
         for key, record in sorted(section.rate_degraded.items()):

@@ -1,20 +1,23 @@
 """The link-state family's section of the state: port records, device presence, card verdicts.
 
 Its keys are those of spec §6.6 (``port_states``, ``known_devices``) plus nichealthd's own
-(misses, missing devices, latched card verdicts, group modes, held verdicts), with the same
-JSON as before the check-family seam: a state file of an older nichealthd loads unchanged.
+(misses, missing devices, latched card verdicts, group modes, held verdicts, and since #19 the
+hardware identity of each known device and a driver event being held), with the same JSON as
+before the check-family seam: a state file of an older nichealthd loads unchanged (the #19
+keys absent: no identities known yet, no driver event).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from ..events import format_timestamp
 from ..state import (
     HEALTHY,
     epoch,
+    parse_bool,
     parse_int,
     parse_list,
     parse_str,
@@ -24,7 +27,8 @@ from ..state import (
 )
 
 KEYS = ("port_states", "known_devices", "device_misses", "missing_devices", "card_anomalies",
-        "group_modes", "card_pending", "port_holds", "port_blips")
+        "group_modes", "card_pending", "device_identities", "driver_event", "port_holds",
+        "port_blips")
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,32 @@ class CardAnomaly:
     ports: tuple[str, ...] = ()  # port keys whose fatal event rested on this verdict
 
 
+@dataclass(frozen=True)
+class DeviceIdentity:
+    """What a device is, whatever the kernel calls it (DESIGN §2.10, #19): its PCI function,
+    with the node GUID as a cross-check where it was readable ("" when not)."""
+
+    pci_address: str
+    node_guid: str = ""
+    renamed_from: str = ""  # the name it had before its last rename ("" if none)
+    renamed_at: Optional[datetime] = None
+
+
+@dataclass(frozen=True)
+class DriverEvent:
+    """Every known device gone at once (#19.2): a driver unload, reload or firmware reset.
+
+    ``devices`` are the names held (no per-device verdict while the event lasts);
+    ``reported`` once the host-level non-fatal event was sent (after ``driverReloadGrace``),
+    under ``checks`` (the state checks of the held devices' link layers).
+    """
+
+    since: datetime
+    devices: tuple[str, ...]
+    reported: bool = False
+    checks: tuple[str, ...] = ()
+
+
 @dataclass
 class LinkStateSection:
     """What the link-state family remembers; a value of one poll (see :meth:`copy`)."""
@@ -83,6 +113,9 @@ class LinkStateSection:
     group_modes: dict[str, int] = field(default_factory=dict)
     # card -> since when its shortfall rests only on non-fatal ports (verdict held, #21)
     card_pending: dict[str, datetime] = field(default_factory=dict)
+    # name -> hardware identity of each known device (#19.1)
+    identities: dict[str, DeviceIdentity] = field(default_factory=dict)
+    driver_event: Optional[DriverEvent] = None
     # port key -> its pending hold-down, and the blips it absorbed this boot (#15.4)
     port_holds: dict[str, PortHold] = field(default_factory=dict)
     port_blips: dict[str, int] = field(default_factory=dict)
@@ -92,7 +125,8 @@ class LinkStateSection:
         return LinkStateSection(
             dict(self.port_states), list(self.known_devices), dict(self.device_misses),
             dict(self.missing_devices), dict(self.card_anomalies), dict(self.group_modes),
-            dict(self.card_pending), dict(self.port_holds), dict(self.port_blips))
+            dict(self.card_pending), dict(self.identities), self.driver_event,
+            dict(self.port_holds), dict(self.port_blips))
 
     def to_json(self) -> dict[str, Any]:
         ts = format_timestamp
@@ -113,6 +147,16 @@ class LinkStateSection:
                 for k, a in sorted(self.card_anomalies.items())},
             "group_modes": dict(sorted(self.group_modes.items())),
             "card_pending": timestamps(self.card_pending),
+            "device_identities": {
+                k: {"pci_address": i.pci_address, "node_guid": i.node_guid,
+                    **({"renamed_from": i.renamed_from, "renamed_at": ts(i.renamed_at)}
+                       if i.renamed_from and i.renamed_at else {})}
+                for k, i in sorted(self.identities.items())},
+            "driver_event": None if self.driver_event is None else {
+                "since": ts(self.driver_event.since),
+                "devices": list(self.driver_event.devices),
+                "reported": self.driver_event.reported,
+                "checks": list(self.driver_event.checks)},
             "port_holds": {
                 k: {"since": ts(h.since), "state": h.state, "physical_state": h.physical_state}
                 for k, h in sorted(self.port_holds.items())},
@@ -149,9 +193,28 @@ class LinkStateSection:
                          for k, v in parse_table(data, "group_modes").items()},
             card_pending={parse_str(k): when(v)
                           for k, v in parse_table(data, "card_pending").items()},
+            identities={
+                parse_str(k): DeviceIdentity(
+                    parse_str(v["pci_address"]), parse_str(v.get("node_guid", "")),
+                    parse_str(v.get("renamed_from", "")),
+                    when(v["renamed_at"]) if "renamed_at" in v else None)
+                for k, v in parse_table(data, "device_identities").items()},
+            driver_event=_driver_event(data.get("driver_event")),
             port_holds={parse_str(k): PortHold(when(v["since"]), parse_str(v["state"]),
                                                parse_str(v["physical_state"]))
                         for k, v in parse_table(data, "port_holds").items()},
             port_blips={parse_str(k): parse_int(v)
                         for k, v in parse_table(data, "port_blips").items()},
         )
+
+
+def _driver_event(value: Any) -> Optional[DriverEvent]:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise TypeError("driver_event must be an object or null")
+    return DriverEvent(
+        parse_when(value["since"]),
+        tuple(parse_str(d) for d in parse_list(value["devices"], "driver_event.devices")),
+        parse_bool(value.get("reported", False)),
+        tuple(parse_str(c) for c in parse_list(value.get("checks", []), "driver_event.checks")))

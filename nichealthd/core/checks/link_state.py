@@ -10,8 +10,9 @@ already told their own failure.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional, TypeVar
 
 from ..config import ETH_STATE_CHECK, IB_STATE_CHECK
 from ..events import HealthEvent
@@ -30,9 +31,12 @@ from ..state import SUPPRESSED
 from ..topology import anomalous_cards
 from .cards import card_counts, forget_pending, release_raised_ports, runtime_verdicts, short_ports
 from .devices import card_events, device_missing, device_present
-from .link_section import KEYS, LinkStateSection, PortHold
+from .driver import judge_driver_event
+from .identity import identity_of, renamed_keys
+from .link_section import KEYS, LinkStateSection, PortHold, PortRecord
 from .ports import held_transition, missing_port, returned_port
 
+V = TypeVar("V")
 STATE_CHECK_OF = {"InfiniBand": IB_STATE_CHECK, "Ethernet": ETH_STATE_CHECK}
 
 
@@ -58,6 +62,41 @@ class LinkState(CheckFamily[LinkStateSection]):
     keys = KEYS
     section_type = LinkStateSection
     reads = frozenset({READS_DEVICES, READS_PORTS})
+
+    def rename(self, section: LinkStateSection, renames: Mapping[str, str], now: datetime
+               ) -> LinkStateSection:
+        """Every record of a renamed device under its new name; its identity remembers the
+        old name (shown by ``nichealthctl show devices``)."""
+        state = section.copy()
+        moved = {}
+        kept = {}
+        for key, record in section.port_states.items():
+            if record.device in renames:
+                new = renames[record.device]
+                moved[_renamed_port_key(key, record, renames)] = replace(record, device=new)
+            else:
+                kept[key] = record
+        state.port_states = {**kept, **moved}
+        state.port_states = {k: r for k, r in state.port_states.items()
+                             if r.device not in renames.values() or k in moved}
+        state.known_devices = sorted({renames.get(n, n) for n in section.known_devices})
+        state.device_misses = renamed_keys(section.device_misses, renames)
+        state.missing_devices = renamed_keys(section.missing_devices, renames)
+        state.card_anomalies = {
+            card: replace(anomaly, ports=_renamed_ports(anomaly.ports, renames))
+            for card, anomaly in section.card_anomalies.items()}
+        identities = renamed_keys(section.identities, renames)
+        for old, new in renames.items():
+            identity = section.identities.get(old)
+            if identity is not None and not new.startswith(f"{old}@"):
+                identities[new] = replace(identity, renamed_from=old, renamed_at=now)
+        state.identities = identities
+        if section.driver_event is not None:
+            state.driver_event = replace(section.driver_event, devices=tuple(sorted(
+                renames.get(n, n) for n in section.driver_event.devices)))
+        state.port_holds = _renamed_port_table(section.port_holds, renames)
+        state.port_blips = _renamed_port_table(section.port_blips, renames)
+        return state
 
     def evaluate(self, previous: LinkStateSection, cycle: Cycle, memory: Any
                  ) -> Verdict[LinkStateSection]:
@@ -100,15 +139,24 @@ class LinkState(CheckFamily[LinkStateSection]):
 
         present = {d.name for d in snapshot.devices}
         monitored_names = {d.name for d in cycle.monitored}
-        for name in sorted(set(previous.known_devices) - present):
+        gone = sorted(set(previous.known_devices) - present)
+        layers = {name: recorded_layer(previous, name) or "InfiniBand"
+                  for name in (previous.driver_event.devices if previous.driver_event
+                               else gone)}
+        held, driver_events, driver_notes = judge_driver_event(
+            previous, state, snapshot, cycle.config, enabled, layers, STATE_CHECK_OF, now)
+        events.extend((HOST, e) for e in driver_events)
+        notes.extend(driver_notes)
+        for name in gone:
             if snapshot.complete:
-                layer = recorded_layer(previous, name) or "InfiniBand"
+                layer = layers.get(name) or recorded_layer(previous, name) or "InfiniBand"
                 check = STATE_CHECK_OF.get(layer, IB_STATE_CHECK)
                 if check in enabled:
-                    events.extend((HOST, e)
-                                  for e in device_missing(name, layer, check, state, now))
+                    events.extend((HOST, e) for e in device_missing(
+                        name, layer, check, state, now, held=name in held))
         state.known_devices = sorted(
             (set(previous.known_devices) - (present - monitored_names)) | monitored_names)
+        _record_identities(cycle.monitored, previous, state)
         forget_pending(cards, verdicts, state)
         if not cycle.baseline:
             verdicts = runtime_verdicts(verdicts, snapshot, state, cycle.config, now)
@@ -130,6 +178,46 @@ class LinkState(CheckFamily[LinkStateSection]):
                      "counter", ("device", "port"),
                      tuple(((r.device, str(r.port)), float(section.port_blips.get(k, 0)))
                            for k, r in sorted(section.port_states.items())))
+
+
+def _record_identities(monitored: Iterable[DeviceSnapshot], previous: LinkStateSection,
+                       state: LinkStateSection) -> None:
+    """The hardware identity of each known device (#19.1): present ones as read now, gone
+    ones as last recorded (so that their return under another name is recognised)."""
+    identities = {name: previous.identities[name] for name in state.known_devices
+                  if name in previous.identities}
+    for device in monitored:
+        identity = identity_of(device, previous.identities.get(device.name))
+        if identity is not None:
+            identities[device.name] = identity
+    if identities != previous.identities:
+        state.identities = identities
+
+
+def _renamed_port_key(key: str, record: PortRecord, renames: Mapping[str, str]) -> str:
+    new = renames.get(record.device)
+    if new is None:
+        return key
+    return f"{new}_{record.port}"
+
+
+def _renamed_ports(keys: Iterable[str], renames: Mapping[str, str]) -> tuple[str, ...]:
+    """Port keys ``<device>_<port>`` under the new names."""
+    out = []
+    for key in keys:
+        device, sep, number = key.rpartition("_")
+        out.append(f"{renames[device]}_{number}" if sep and device in renames else key)
+    return tuple(out)
+
+
+def _renamed_port_table(table: Mapping[str, V], renames: Mapping[str, str]) -> dict[str, V]:
+    """A table keyed by port key, under the new names (a renamed device's record wins)."""
+    if not table:
+        return {}
+    out = {k: v for k, v in table.items() if _renamed_ports((k,), renames)[0] == k}
+    out.update((_renamed_ports((k,), renames)[0], v) for k, v in table.items()
+               if _renamed_ports((k,), renames)[0] != k)
+    return out
 
 
 def _evaluate_ports(device: DeviceSnapshot, layer: str, check: str, previous: LinkStateSection,

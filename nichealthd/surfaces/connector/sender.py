@@ -64,6 +64,9 @@ PERMANENT_CODES = frozenset({
 })
 
 
+NOT_INSTALLED = "not installed"
+
+
 def socket_path(target: str) -> Optional[str]:
     """The filesystem path of a ``unix:`` target (``unix:///abs`` or ``unix:path``), else None."""
     if target.startswith("unix://"):
@@ -254,7 +257,8 @@ class Sender:
         self.on_status = on_status
         self._status_lock = threading.Lock()  # the loop (outbox depth) and this thread update
         self.status = ConnectorStatus(
-            state="down", since=format_timestamp(wall()),
+            state="down" if self.link.unavailable() is None else NOT_INSTALLED,
+            since=format_timestamp(wall()),
             outbox_depth=journal.depth(CONSUMER),
             dead_letters=_count_lines(self.deadletter_path),
             target=config.platform_connector_socket)
@@ -265,6 +269,8 @@ class Sender:
         self._retry_at = 0.0
         self._limit = max_batch
         self._logged: tuple[str, str] = ("", "")
+        self._socket_seen = False  # the connector's socket existed at some time since start
+        self._trim_told = False  # a trim while "not installed" was logged (later: debug)
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._lock = threading.Lock()  # one step at a time (thread loop vs. stop's drain)
@@ -293,6 +299,7 @@ class Sender:
                 self.link = Link(config.platform_connector_socket,
                                  config.platform_connector_token_path)
                 self._retry_at, self._attempt, self._verified = 0.0, 0, False
+                self._socket_seen = False
                 self.update(target=config.platform_connector_socket)
             self.config = config
         self.wake()
@@ -329,8 +336,12 @@ class Sender:
             return self._retry_at - now
         reason = self.link.unavailable()
         if reason is not None:
-            self._set_state("down", reason, code="SOCKET")
+            # A socket that never existed since start is a host without NVSentinel: "not
+            # installed" (one info line), not a connector that went down.
+            state = "down" if self._socket_seen else NOT_INSTALLED
+            self._set_state(state, reason, code="SOCKET")
             return self._backoff(self.probe_cap)
+        self._socket_seen = True
         batch, wait = self.next_batch()
         if not batch:
             if not self._verified:
@@ -426,7 +437,11 @@ class Sender:
         if not dropped:
             return
         self.update(dropped=self.status.dropped + len(dropped))
-        log.warning("outbox over its bound (%d events or %d bytes) while the platform "
+        level = logging.WARNING
+        if self.status.state == NOT_INSTALLED:  # no NVSentinel here: expected, said once
+            level = logging.DEBUG if self._trim_told else logging.INFO
+            self._trim_told = True
+        log.log(level, "outbox over its bound (%d events or %d bytes) while the platform "
                     "connector is %s: dropped the %d oldest degraded event(s) (seq %d..%d, "
                     "committed %s..%s); fatal and healthy events are kept; %d dropped since "
                     "start", self.config.outbox_max_events, self.config.outbox_max_bytes,
@@ -495,6 +510,11 @@ class Sender:
         if state == "connected" and previous[0] != "connected":
             log.info("platform connector %s connected; %d event(s) pending",
                      self.link.target, depth)
+        elif state == NOT_INSTALLED:
+            log.info("platform connector not installed (%s since start): events are kept in "
+                     "the outbox (bounded by outboxMaxEvents/outboxMaxBytes) and sent when it "
+                     "appears; set platformConnectorSocket = \"\" to disable forwarding",
+                     error)
         elif state == "down":
             log.warning("platform connector %s down: %s; %d event(s) kept in the outbox and "
                         "retried with backoff", self.link.target, error, depth)

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class ConnectorStatus:
-    """Where delivery stands; ``state`` is ``disabled``, ``down`` or ``connected``."""
+    """Where delivery stands; ``state`` is ``disabled``, ``not installed`` (its socket has
+    not existed since start: a host without NVSentinel), ``down`` or ``connected``."""
 
     state: str = "disabled"
     since: str = ""

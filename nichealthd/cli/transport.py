@@ -1,0 +1,451 @@
+"""How nichealthctl reaches the daemon: a :class:`Transport` over D-Bus or over varlink.
+
+Both give the same records (those of :mod:`nichealthd.core.views`), so every command has one
+body and one set of formatting code, whichever API it used. D-Bus is the default; without
+``--varlink`` a client whose system bus cannot be reached (a minimal host, a container)
+tries the varlink socket before giving up (DESIGN §2.9). Every failure is a
+:class:`CtlError`: one line and an exit status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from typing import Any, AsyncIterator, Dict, List, Optional, Sequence, Tuple
+
+from ..surfaces.dbus_common import (
+    BUS_NAME,
+    ERROR_PREFIX,
+    INTERFACE,
+    OBJECT_PATH,
+    POLICY_FILE,
+    Message,
+    MessageBus,
+    MessageType,
+    bus_address,
+    bus_type,
+    from_variants,
+    harden_writer,
+)
+from ..surfaces.varlink_protocol import encode_call, parse_reply
+
+EXIT_FAILURE, EXIT_UNREACHABLE, EXIT_USAGE = 1, 3, 3
+DEFAULT_VARLINK_SOCKET = "/run/nichealthd/io.nichealthd.Monitor"
+VARLINK_INTERFACE = "io.nichealthd.Monitor"
+VARLINK_RECONNECT = 1.0  # seconds between tries while following a daemon that restarts
+_VARLINK_READ_LIMIT = 1 << 30  # the daemon is trusted; a 4096-NIC ListCounters is large
+
+_UNREACHABLE_ERRORS = {
+    "org.freedesktop.DBus.Error.ServiceUnknown",
+    "org.freedesktop.DBus.Error.NameHasNoOwner",
+    "org.freedesktop.DBus.Error.UnknownObject",
+    "org.freedesktop.DBus.Error.Disconnected",
+}
+_TIMEOUT_ERRORS = {"org.freedesktop.DBus.Error.NoReply", "org.freedesktop.DBus.Error.Timeout"}
+
+# What a follow yields: ("event", record), ("left", None) or ("back", None).
+Note = Tuple[str, Any]
+
+
+class CtlError(Exception):
+    """One line for the operator and the exit status that goes with it."""
+
+    def __init__(self, message: str, code: int = EXIT_UNREACHABLE) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+class BusUnreachable(CtlError):
+    """The bus itself cannot be reached (not: the daemon is not on it)."""
+
+
+class Transport:
+    """The calls nichealthctl makes; :class:`DbusTransport` and :class:`VarlinkTransport`."""
+
+    kind = ""
+
+    @property
+    def address(self) -> str:
+        raise NotImplementedError
+
+    def describe(self) -> Dict[str, str]:
+        """What ``status`` shows: which API answered, where."""
+        return {"kind": self.kind, "address": self.address}
+
+    async def __aenter__(self) -> Transport:
+        raise NotImplementedError
+
+    async def __aexit__(self, *exc: object) -> None:
+        raise NotImplementedError
+
+    async def status(self) -> Dict[str, Any]:
+        raise NotImplementedError
+
+    async def list_ports(self) -> List[Dict[str, Any]]:
+        raise NotImplementedError
+
+    async def list_devices(self) -> List[Dict[str, Any]]:
+        raise NotImplementedError
+
+    async def list_counters(self, device: str, port: int) -> List[Dict[str, Any]]:
+        raise NotImplementedError
+
+    async def list_events(self, limit: int) -> List[Dict[str, Any]]:
+        raise NotImplementedError
+
+    async def reload(self) -> Tuple[bool, str]:
+        raise NotImplementedError
+
+    async def follow(self, history: Optional[int]
+                     ) -> Tuple[List[Dict[str, Any]], AsyncIterator[Note]]:
+        """The last ``history`` events (none for None; all kept for 0), then every event
+        committed after them, with none skipped between the two."""
+        raise NotImplementedError
+
+
+# ----------------------------------------------------------------------- D-Bus
+
+class DbusTransport(Transport):
+    """Calls on the nichealthd object on the system (or session) bus."""
+
+    kind = "dbus"
+
+    def __init__(self, bus: str, timeout: float) -> None:
+        self.bus_kind = bus
+        self.timeout = timeout
+        self.bus: Optional[Any] = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.bus_kind} bus {bus_address(self.bus_kind)}"
+
+    async def __aenter__(self) -> DbusTransport:
+        try:
+            self.bus = await asyncio.wait_for(
+                MessageBus(bus_type=bus_type(self.bus_kind)).connect(), self.timeout)
+            harden_writer(self.bus)
+        except asyncio.TimeoutError:
+            raise BusUnreachable(f"the {self.bus_kind} bus at {bus_address(self.bus_kind)} "
+                                 f"did not answer within {self.timeout:g} s") from None
+        except Exception as exc:
+            reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+            raise BusUnreachable(f"cannot reach the {self.bus_kind} bus at "
+                                 f"{bus_address(self.bus_kind)}: {reason} (is dbus running?)"
+                                 ) from None
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.bus is not None:
+            with contextlib.suppress(Exception):
+                self.bus.disconnect()
+
+    def unreachable(self) -> CtlError:
+        return CtlError(f"cannot reach nichealthd on the {self.bus_kind} bus ({BUS_NAME}): "
+                        f"is the daemon running? Try: systemctl status nichealthd")
+
+    async def call(self, member: str, signature: str = "", body: Sequence[Any] = (),
+                   interface: str = INTERFACE, destination: str = BUS_NAME,
+                   path: str = OBJECT_PATH) -> List[Any]:
+        assert self.bus is not None
+        message = Message(destination=destination, path=path, interface=interface,
+                          member=member, signature=signature, body=list(body))
+        try:
+            reply = await asyncio.wait_for(self.bus.call(message), self.timeout)
+        except asyncio.TimeoutError:
+            raise CtlError(f"nichealthd did not answer {member} within {self.timeout:g} s on "
+                           f"the {self.bus_kind} bus (is it stuck? see journalctl -u "
+                           f"nichealthd)") from None
+        except Exception as exc:
+            raise CtlError(f"lost the {self.bus_kind} bus while calling {member}: {exc}"
+                           ) from None
+        if reply is None:
+            raise self.unreachable()
+        if reply.message_type == MessageType.ERROR:
+            raise self._error(member, reply.error_name or "", reply.body)
+        return list(reply.body)
+
+    def _error(self, member: str, name: str, body: Sequence[Any]) -> CtlError:
+        text = str(body[0]) if body else name
+        if name in _UNREACHABLE_ERRORS:
+            return self.unreachable()
+        if name in _TIMEOUT_ERRORS:
+            return CtlError(f"nichealthd did not answer {member} in time: {text}")
+        if name.endswith(".AccessDenied"):
+            return CtlError(f"the {self.bus_kind} bus denied {member} to this user ({text}); "
+                            f"check the D-Bus policy {POLICY_FILE}")
+        if name == ERROR_PREFIX + "NotReady":
+            return CtlError(f"{text}; try again in a moment")
+        if name.startswith(ERROR_PREFIX):
+            return CtlError(text, EXIT_USAGE)
+        return CtlError(f"{member} failed: {name}: {text}", EXIT_FAILURE)
+
+    async def records(self, member: str, signature: str = "",
+                      body: Sequence[Any] = ()) -> List[Dict[str, Any]]:
+        reply = await self.call(member, signature, body)
+        return [from_variants(r) for r in reply[0]]
+
+    async def status(self) -> Dict[str, Any]:
+        reply = await self.call("GetStatus")
+        return from_variants(reply[0])
+
+    async def list_ports(self) -> List[Dict[str, Any]]:
+        return await self.records("ListPorts")
+
+    async def list_devices(self) -> List[Dict[str, Any]]:
+        return await self.records("ListDevices")
+
+    async def list_counters(self, device: str, port: int) -> List[Dict[str, Any]]:
+        return await self.records("ListCounters", "su", [device, port])
+
+    async def list_events(self, limit: int) -> List[Dict[str, Any]]:
+        return await self.records("ListEvents", "u", [limit])
+
+    async def reload(self) -> Tuple[bool, str]:
+        accepted, message = await self.call("Reload")
+        return bool(accepted), str(message)
+
+    async def follow(self, history: Optional[int]
+                     ) -> Tuple[List[Dict[str, Any]], AsyncIterator[Note]]:
+        queue: asyncio.Queue[Note] = asyncio.Queue()
+        await self._subscribe(queue)  # before the history: nothing is missed between
+        events = await self.list_events(history) if history is not None else []
+        return events, self._notes(queue)
+
+    async def _subscribe(self, queue: asyncio.Queue[Note]) -> None:
+        """Events through the EventEmitted signal, and the daemon leaving/returning."""
+        assert self.bus is not None
+        rules = (
+            f"type='signal',sender='{BUS_NAME}',path='{OBJECT_PATH}',interface='{INTERFACE}',"
+            f"member='EventEmitted'",
+            f"type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',"
+            f"member='NameOwnerChanged',arg0='{BUS_NAME}'",
+        )
+
+        def handler(message: Any) -> None:
+            if message.message_type != MessageType.SIGNAL:
+                return
+            if message.member == "EventEmitted" and message.interface == INTERFACE:
+                queue.put_nowait(("event", from_variants(message.body[0])))
+            elif message.member == "NameOwnerChanged" and message.body[0] == BUS_NAME:
+                queue.put_nowait(("back" if message.body[2] else "left", None))
+
+        self.bus.add_message_handler(handler)
+        for rule in rules:
+            await self.call("AddMatch", "s", [rule], interface="org.freedesktop.DBus",
+                            destination="org.freedesktop.DBus", path="/org/freedesktop/DBus")
+        # Fail now (exit 3), not silently wait, when the daemon is not there.
+        await self.call("Ping", interface="org.freedesktop.DBus.Peer")
+
+    async def _notes(self, queue: asyncio.Queue[Note]) -> AsyncIterator[Note]:
+        assert self.bus is not None
+        disconnected = asyncio.ensure_future(self.bus.wait_for_disconnect())
+        try:
+            while True:
+                getter = asyncio.ensure_future(queue.get())
+                done, _ = await asyncio.wait({getter, disconnected},
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if getter not in done:
+                    getter.cancel()
+                    raise CtlError(f"lost the connection to the {self.bus_kind} bus")
+                yield getter.result()
+        finally:
+            disconnected.cancel()
+
+
+# --------------------------------------------------------------------- varlink
+
+class _Link:
+    """One varlink connection: calls in order, replies NUL-framed."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    async def send(self, method: str, parameters: Optional[Dict[str, Any]] = None,
+                   more: bool = False) -> None:
+        self.writer.write(encode_call(method, parameters, more=more))
+        await self.writer.drain()
+
+    async def reply(self) -> Tuple[Optional[str], Dict[str, Any], bool]:
+        data = await self.reader.readuntil(b"\0")
+        return parse_reply(data[:-1])
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.writer.close()
+
+
+class VarlinkTransport(Transport):
+    """Calls on ``io.nichealthd.Monitor`` at a unix socket (``--varlink[=SOCKET]``)."""
+
+    kind = "varlink"
+
+    def __init__(self, path: str, timeout: float) -> None:
+        self.path = path
+        self.timeout = timeout
+        self.link: Optional[_Link] = None
+
+    @property
+    def address(self) -> str:
+        return self.path
+
+    async def _open(self) -> _Link:
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(
+                self.path, limit=_VARLINK_READ_LIMIT), self.timeout)
+        except asyncio.TimeoutError:
+            raise CtlError(f"nichealthd's varlink socket {self.path} did not accept the "
+                           f"connection within {self.timeout:g} s") from None
+        except OSError as exc:
+            raise CtlError(self._unreachable_text(exc)) from None
+        return _Link(reader, writer)
+
+    def _unreachable_text(self, exc: OSError) -> str:
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        hint = {FileNotFoundError: "is the daemon running with varlinkSocket set? Try: "
+                                   "systemctl status nichealthd",
+                ConnectionRefusedError: "nobody serves on it: is the daemon running? Try: "
+                                        "systemctl status nichealthd",
+                PermissionError: "this user may not connect to it"}
+        return (f"cannot reach nichealthd at its varlink socket {self.path}: {reason} "
+                f"({hint.get(type(exc), 'is the daemon running?')})")
+
+    async def __aenter__(self) -> VarlinkTransport:
+        self.link = await self._open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.link is not None:
+            self.link.close()
+            self.link = None
+
+    async def call(self, method: str, parameters: Optional[Dict[str, Any]] = None
+                   ) -> Dict[str, Any]:
+        assert self.link is not None
+        member = method.rpartition(".")[2]
+        try:
+            await self.link.send(method, parameters)
+            error, answer, _ = await asyncio.wait_for(self.link.reply(), self.timeout)
+        except asyncio.TimeoutError:
+            raise CtlError(f"nichealthd did not answer {member} within {self.timeout:g} s on "
+                           f"{self.path} (is it stuck? see journalctl -u nichealthd)") from None
+        except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+            raise CtlError(f"lost the connection to {self.path} while calling {member}: "
+                           f"{exc or type(exc).__name__}") from None
+        if error is not None:
+            raise self._error(member, error, answer)
+        return answer
+
+    def _error(self, member: str, name: str, parameters: Dict[str, Any]) -> CtlError:
+        text = str(parameters.get("message") or "")
+        prefix = VARLINK_INTERFACE + "."
+        if name == prefix + "NotReady":
+            return CtlError(f"{text}; try again in a moment")
+        if name == prefix + "PermissionDenied":
+            return CtlError(text or f"{member} is not allowed to this user", EXIT_FAILURE)
+        if name == prefix + "ShuttingDown":
+            return CtlError(f"nichealthd is stopping; {member} was not answered")
+        if name.startswith(prefix) and text and name != prefix + "Failed":
+            return CtlError(text, EXIT_USAGE)
+        detail = text or ", ".join(f"{k}={v}" for k, v in parameters.items())
+        return CtlError(f"{member} failed: {name}" + (f": {detail}" if detail else ""),
+                        EXIT_FAILURE)
+
+    def _method(self, member: str) -> str:
+        return f"{VARLINK_INTERFACE}.{member}"
+
+    async def status(self) -> Dict[str, Any]:
+        return dict((await self.call(self._method("GetStatus")))["status"])
+
+    async def list_ports(self) -> List[Dict[str, Any]]:
+        return list((await self.call(self._method("ListPorts")))["ports"])
+
+    async def list_devices(self) -> List[Dict[str, Any]]:
+        return list((await self.call(self._method("ListDevices")))["devices"])
+
+    async def list_counters(self, device: str, port: int) -> List[Dict[str, Any]]:
+        answer = await self.call(self._method("ListCounters"), {"device": device, "port": port})
+        return list(answer["counters"])
+
+    async def list_events(self, limit: int) -> List[Dict[str, Any]]:
+        return list((await self.call(self._method("ListEvents"), {"limit": limit}))["events"])
+
+    async def reload(self) -> Tuple[bool, str]:
+        # Reload waits for the daemon to apply the file (at most ~10 s, RELOAD_WAIT there)
+        saved, self.timeout = self.timeout, max(self.timeout, 15.0)
+        try:
+            answer = await self.call(self._method("Reload"))
+        finally:
+            self.timeout = saved
+        return bool(answer["accepted"]), str(answer["message"])
+
+    async def follow(self, history: Optional[int]
+                     ) -> Tuple[List[Dict[str, Any]], AsyncIterator[Note]]:
+        # On one connection, ListEvents then WatchEvents: the daemon starts the watch right
+        # after the last event of the history answer, so nothing is missed between them.
+        events = await self.list_events(history) if history is not None else []
+        assert self.link is not None
+        await self.link.send(self._method("WatchEvents"), more=True)
+        return events, self._notes()
+
+    async def _notes(self) -> AsyncIterator[Note]:
+        while True:
+            link = self.link
+            assert link is not None
+            try:
+                error, answer, _ = await link.reply()
+            except (OSError, asyncio.IncompleteReadError, ValueError):
+                error, answer = "disconnected", {}
+            if error is None:
+                yield "event", answer.get("event") or {}
+                continue
+            if error != VARLINK_INTERFACE + ".ShuttingDown" and error != "disconnected":
+                raise self._error("WatchEvents", error, answer)
+            link.close()
+            yield "left", None
+            self.link = await self._reconnect()
+            await self.link.send(self._method("WatchEvents"), more=True)
+            yield "back", None
+
+    async def _reconnect(self) -> _Link:
+        while True:
+            with contextlib.suppress(CtlError):
+                return await self._open()
+            await asyncio.sleep(VARLINK_RECONNECT)
+
+
+# -------------------------------------------------------------------- choose
+
+@contextlib.asynccontextmanager
+async def connect(varlink: Optional[str], bus: str, timeout: float
+                  ) -> AsyncIterator[Transport]:
+    """The transport to use: varlink when asked, else D-Bus, falling back to the varlink
+    socket when the bus itself cannot be reached (not when the daemon is not on it)."""
+    transport: Transport
+    if varlink:
+        transport = VarlinkTransport(varlink, timeout)
+        async with transport:
+            yield transport
+        return
+    dbus = DbusTransport(bus, timeout)
+    try:
+        await dbus.__aenter__()
+        transport = dbus
+    except BusUnreachable as bus_error:
+        fallback = VarlinkTransport(default_varlink_socket(), timeout)
+        try:
+            await fallback.__aenter__()
+        except CtlError as varlink_error:
+            raise CtlError(f"{bus_error.message}; and {varlink_error.message}") from None
+        transport = fallback
+    try:
+        yield transport
+    finally:
+        await transport.__aexit__(None, None, None)
+
+
+def default_varlink_socket() -> str:
+    """The daemon's default socket; NICHEALTHCTL_VARLINK_SOCKET names another."""
+    return os.environ.get("NICHEALTHCTL_VARLINK_SOCKET") or DEFAULT_VARLINK_SOCKET

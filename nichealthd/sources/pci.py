@@ -1,0 +1,104 @@
+"""Reading the PCI tree: GPUs and RDMA devices with their resolved paths, for :mod:`..core.pcitopo`.
+
+Run at start, on reload and when a new RDMA device appears (discovery), never per poll: it
+lists ``<sysfs>/bus/pci/devices`` (a few hundred functions on a GPU host), reads ``vendor`` of
+each and ``class``, ``numa_node`` and the real path of the NVIDIA ones, and resolves
+``<sysfs>/class/infiniband/<dev>/device``. Like every source it never raises on bad content:
+an unreadable attribute makes that function "not a GPU" or its NUMA node unknown (-1).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+from ..core.pcitopo import NVIDIA_VENDOR, PciFunction, derive, is_gpu, parse_int
+from ..core.topology import GpuTopology
+
+log = logging.getLogger("nichealthd.pci")
+
+_OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+@dataclass(frozen=True)
+class PciScan:
+    """What one walk found."""
+
+    gpus: tuple[PciFunction, ...]
+    nics: dict[str, PciFunction]
+    nvswitches: int
+    problem: str = ""  # why the walk saw nothing, when it could not list the bus
+
+    def topology(self) -> GpuTopology:
+        return derive(self.gpus, self.nics)
+
+
+def _read(path: str) -> Optional[str]:
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+        try:
+            raw = os.read(fd, 256)
+        finally:
+            os.close(fd)
+    except OSError:
+        return None
+    text = raw.decode("ascii", errors="replace").split("\n", 1)[0].strip()
+    return text or None
+
+
+def _function(address: str, link: str, devices: str) -> PciFunction:
+    """The function behind ``link`` with its path below ``devices`` (empty when outside)."""
+    real = os.path.realpath(link)
+    relative = os.path.relpath(real, devices)
+    parts: tuple[str, ...] = ()
+    if relative != "." and not relative.startswith(".."):
+        parts = tuple(relative.split(os.sep))
+    numa = parse_int(_read(os.path.join(real, "numa_node")))
+    return PciFunction(address or os.path.basename(real), parts,
+                       numa if numa is not None else -1)
+
+
+def scan(sysfs_root: str, class_infiniband: str) -> PciScan:
+    """GPUs (sorted by address, the order NVML and the metadata collector use), NVSwitches
+    counted, and every RDMA device's PCI function."""
+    devices = os.path.realpath(os.path.join(sysfs_root, "devices"))
+    bus = os.path.join(sysfs_root, "bus/pci/devices")
+    problem = ""
+    try:
+        addresses = sorted(os.listdir(bus))
+    except OSError as exc:
+        addresses = []
+        problem = f"cannot list {bus}: {exc.strerror or exc}"
+    gpus = []
+    nvswitches = 0
+    for address in addresses:
+        link = os.path.join(bus, address)
+        if parse_int(_read(os.path.join(link, "vendor")), 16) != NVIDIA_VENDOR:
+            continue
+        pci_class = _read(os.path.join(link, "class"))
+        is_vf = os.path.lexists(os.path.join(link, "physfn"))
+        if is_gpu("0x10de", pci_class, is_vf):
+            gpus.append(_function(address, link, devices))
+        elif (parse_int(pci_class, 16) or 0) >> 8 == 0x0680:
+            nvswitches += 1
+    nics = {}
+    try:
+        names = sorted(os.listdir(class_infiniband))
+    except OSError:
+        names = []
+    for name in names:
+        link = os.path.join(class_infiniband, name, "device")
+        if os.path.exists(link):
+            nics[name] = _function("", link, devices)
+    return PciScan(tuple(gpus), nics, nvswitches, problem)
+
+
+def read_pci_topology(sysfs_root: str, class_infiniband: str) -> GpuTopology:
+    """The GPU↔NIC matrix of this host, derived from the PCI tree."""
+    found = scan(sysfs_root, class_infiniband)
+    if found.problem:
+        log.warning("%s; no GPU is visible, so roles come from link layer and default route",
+                    found.problem)
+    return found.topology()

@@ -1,0 +1,186 @@
+"""#19 end to end: the real daemon on a sim tree through driver reloads, firmware resets and
+renames, driven by the ``nichealthd-sim`` command line as an operator's drill would."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from typing import Any, Callable
+
+from ..harness import DEADLINE, NotifySocket
+from .conftest import REPO, SimHost
+from .test_service import Daemon, events, notify  # noqa: F401 (fixture)
+
+GONE = "device_missing"
+
+
+def sim(host: SimHost, *args: str) -> str:
+    proc = subprocess.run([sys.executable, "-m", "nichealthd.sim", args[0], str(host.root),
+                           *args[1:]], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def fatal(run_events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e for e in run_events if e["isFatal"]]
+
+
+def state(host: SimHost) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(host.state_file.read_text())
+    return data
+
+
+def configure(host: SimHost, **keys: str) -> SimHost:
+    with host.config.open("a") as config:
+        for key, value in keys.items():
+            config.write(f'{key} = "{value}"\n')
+    return host
+
+
+def test_every_device_gone_for_ten_polls_then_back_is_no_fatal(
+        sim_host: Callable[..., SimHost], notify: NotifySocket) -> None:  # noqa: F811
+    """The class directory empty for 3 s (15 polls at 200 ms), then every device back under
+    shifted names: no fatal event, no event at all but the counter resets'."""
+    host = sim_host()
+    sim(host, "counter", "mlx5_0", "1", "link_downed", "--add", "1")
+    daemon = Daemon(host, notify)
+    try:
+        notify.wait_for("READY=1")
+        daemon.wait_polls(2)
+        before = len(events(host))
+        reload = subprocess.Popen(
+            [sys.executable, "-m", "nichealthd.sim", "driver-reload", str(host.root),
+             "--down", "3", "--rename"], cwd=REPO, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True)
+        daemon.lines.wait_for("RDMA devices gone at once", proc=daemon.proc)
+        out, err = reload.communicate(timeout=60)
+        assert reload.returncode == 0, err
+        assert "mlx5_0 -> mlx5_17" in out
+        daemon.lines.wait_for("RDMA devices are back", proc=daemon.proc)
+        daemon.wait_polls(3)
+        assert daemon.lines.count("is now mlx5_") >= 8
+        after = events(host)[before:]
+        assert fatal(after) == []
+        assert all(e["isHealthy"] for e in after), after
+        links = state(host)
+        assert links["driver_event"] is None
+        assert "mlx5_0" not in links["known_devices"] and "mlx5_17" in links["known_devices"]
+        assert links["device_identities"]["mlx5_17"]["renamed_from"] == "mlx5_0"
+    finally:
+        code, err = daemon.stop()
+    assert code == 0, err
+    assert "Traceback" not in err
+
+
+def test_a_rename_keeps_a_latched_breach_under_the_new_name(
+        sim_host: Callable[..., SimHost], notify: NotifySocket) -> None:  # noqa: F811
+    host = sim_host()
+    daemon = Daemon(host, notify)
+    try:
+        notify.wait_for("READY=1")
+        sim(host, "counter", "mlx5_0", "1", "link_downed", "--add", "1")
+        daemon.wait_until(lambda: any(e["errorCode"] == ["link_downed"] and e["isFatal"]
+                                      for e in events(host)), "the link_downed breach")
+        before = len(events(host))
+        sim(host, "rename", "mlx5_0", "mlx5_20")
+        daemon.lines.wait_for("mlx5_0 is now mlx5_20", proc=daemon.proc)
+        daemon.wait_polls(5)  # past the three polls that would declare mlx5_0 gone
+        assert [e["message"] for e in events(host)[before:]] == []
+        flags = state(host)["breach_flags"]
+        assert "mlx5_20:1:link_downed" in flags and "mlx5_0:1:link_downed" not in flags
+        sim(host, "counter", "mlx5_20", "1", "link_downed", "--set", "0")
+        daemon.wait_until(lambda: len(events(host)) > before, "the recovery")
+        recovered = events(host)[before:]
+        assert [(e["isHealthy"], e["entitiesImpacted"][0]["entityValue"]) for e in recovered] \
+            == [(True, "mlx5_20")]
+    finally:
+        code, err = daemon.stop()
+    assert code == 0, err
+
+
+def test_every_device_gone_longer_than_the_timeout_is_per_device_fatal(
+        sim_host: Callable[..., SimHost], notify: NotifySocket) -> None:  # noqa: F811
+    host = configure(sim_host(), driverReloadGrace="1s", driverReloadTimeout="2s")
+    daemon = Daemon(host, notify)
+    try:
+        notify.wait_for("READY=1")
+        known = state(host)["known_devices"]
+        sim(host, "driver-unload")
+        daemon.wait_until(lambda: len(fatal(events(host))) >= len(known),
+                          "a fatal event per device", DEADLINE + 2)
+        gone = [e for e in events(host) if e["errorCode"] == [GONE]]
+        assert sorted(e["entitiesImpacted"][0]["entityValue"] for e in gone) == sorted(known)
+        assert all(e["recommendedAction"] == "REPLACE_VM" for e in gone)
+        # One non-fatal event per state check (compute InfiniBand, storage Ethernet), each
+        # closed before the per-device fatal events.
+        driver = [e for e in events(host) if e["errorCode"] == ["driver_event"]]
+        assert sorted((e["checkName"], e["isHealthy"]) for e in driver) == [
+            ("EthernetStateCheck", False), ("EthernetStateCheck", True),
+            ("InfiniBandStateCheck", False), ("InfiniBandStateCheck", True)]
+        assert all(not e["isFatal"] for e in driver)
+        assert driver[0]["message"].startswith(f"all {len(known)} RDMA devices gone at once: "
+                                               f"driver unloaded or firmware reset")
+        order = [e["errorCode"][0] for e in events(host)
+                 if e["errorCode"] in (["driver_event"], [GONE])]
+        assert order.index(GONE) > max(i for i, c in enumerate(order) if c == "driver_event")
+    finally:
+        code, err = daemon.stop()
+    assert code == 0, err
+
+
+def test_a_daemon_restart_in_the_middle_of_a_reload(
+        sim_host: Callable[..., SimHost], notify: NotifySocket) -> None:  # noqa: F811
+    """Stopped while every device is gone, started again before they return (under new
+    names): the driver event goes on from the state file; no fatal event."""
+    host = sim_host()
+    daemon = Daemon(host, notify)
+    notify.wait_for("READY=1")
+    sim(host, "driver-unload")
+    daemon.lines.wait_for("RDMA devices gone at once", proc=daemon.proc)
+    daemon.wait_polls(3)
+    code, err = daemon.stop()
+    assert code == 0, err
+    since = state(host)["driver_event"]["since"]
+    notify.close()
+    again = NotifySocket(notify.path.parent / "notify2.sock")
+    daemon = Daemon(host, again)
+    try:
+        again.wait_for("READY=1")
+        daemon.wait_polls(3)
+        assert state(host)["driver_event"]["since"] == since
+        sim(host, "driver-load", "--rename")
+        daemon.lines.wait_for("RDMA devices are back", proc=daemon.proc)
+        daemon.wait_polls(4)
+        assert fatal(events(host)) == []
+        assert state(host)["driver_event"] is None
+    finally:
+        code, err = daemon.stop()
+        again.close()
+    assert code == 0, err
+
+
+def test_once_runs_through_a_reload_each_poll_a_new_process(
+        sim_host: Callable[..., SimHost]) -> None:
+    """``--once`` is a restart at every poll: the grace clock and the held devices live in
+    the state file."""
+    host = configure(sim_host(), driverReloadGrace="2s")
+    assert host.once().fatal() == []
+    sim(host, "driver-unload")
+    started = time.monotonic()
+    for _ in range(3):
+        held = host.once()
+        assert held.returncode == 0, held.stderr
+        assert held.events == []
+    time.sleep(max(0.0, 2.2 - (time.monotonic() - started)))
+    told = host.once()
+    assert sorted((e["checkName"], e["isFatal"], e["isHealthy"], e["errorCode"][0])
+                  for e in told.events) == [
+        ("EthernetStateCheck", False, False, "driver_event"),
+        ("InfiniBandStateCheck", False, False, "driver_event")]
+    sim(host, "driver-load", "--rename")
+    back = host.once()
+    assert back.fatal() == []
+    assert [e["errorCode"] for e in back.events] == [["driver_event"]] * 2
+    assert all(e["isHealthy"] for e in back.events)

@@ -1,0 +1,169 @@
+"""Helpers of the varlink tests: nichealthd on a sim tree serving varlink, and a raw client.
+
+The daemon is a real subprocess (``python -m nichealthd.runtime.daemon --dbus none
+--varlink-socket DIR/io.nichealthd.Monitor``) polling a ``nichealthd-sim`` DGX-H100 tree; the
+clients are the stock PyPI ``varlink`` package and :class:`Raw`, plain socket bytes (what a
+bad client sends). The temp directory is world-readable so that a test can connect as nobody.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from nichealthd.sim import tree
+from nichealthd.surfaces.varlink_protocol import encode_call, parse_reply
+from tests.harness import DEADLINE, wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+SOCKET_NAME = "io.nichealthd.Monitor"
+
+
+class Raw:
+    """A varlink connection at the byte level: send anything, read NUL-framed replies."""
+
+    def __init__(self, path: str, timeout: float = 10.0) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(path)  # blocking: waits while the listen backlog is full
+        self.sock.settimeout(timeout)
+        self.buffer = b""
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def call(self, method: str, parameters: Optional[dict[str, Any]] = None,
+             more: bool = False, oneway: bool = False) -> None:
+        self.send(encode_call(method, parameters, more=more, oneway=oneway))
+
+    def reply(self) -> dict[str, Any]:
+        """The next message as a dict (``error``, ``parameters``, ``continues``)."""
+        while b"\0" not in self.buffer:
+            chunk = self.sock.recv(1 << 16)
+            if not chunk:
+                raise ConnectionError("closed by the daemon")
+            self.buffer += chunk
+        data, _, self.buffer = self.buffer.partition(b"\0")
+        error, parameters, continues = parse_reply(data)
+        return {"error": error, "parameters": parameters, "continues": continues}
+
+    def ask(self, method: str, parameters: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+        self.call(method, parameters)
+        return self.reply()
+
+    def closed_by_peer(self) -> bool:
+        """True once the daemon closed the connection (reads EOF or a reset)."""
+        try:
+            while True:
+                chunk = self.sock.recv(1 << 16)
+                if not chunk:
+                    return True
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        except socket.timeout:
+            return False
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> Raw:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def make_sim(profile: str = "dgx-h100", **kwargs: Any) -> Path:
+    directory = Path(tempfile.mkdtemp(prefix="nichealthd-vl-"))
+    os.chmod(directory, 0o755)
+    root = directory / "host"
+    tree.create(root, profile, **kwargs)
+    return root
+
+
+class VarlinkDaemon:
+    """nichealthd on a sim tree with the varlink API on ``self.socket``."""
+
+    def __init__(self, root: Path, interval: str = "200ms",
+                 extra: Optional[list[str]] = None, flag: bool = True) -> None:
+        self.root = root
+        self.socket = str(root.parent / SOCKET_NAME)
+        if not flag:  # the socket from the config file (varlinkSocket), as a reload sees it
+            config = root / "nichealthd.toml"
+            config.write_text(config.read_text().replace(
+                'varlinkSocket = ""', f'varlinkSocket = "{self.socket}"'))
+        self.log_path = root.parent / f"daemon-{time.monotonic_ns()}.log"
+        self.log_file = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "nichealthd.runtime.daemon", "--config",
+             str(root / "nichealthd.toml"), "--dbus", "none", "--polling-interval", interval,
+             *(["--varlink-socket", self.socket] if flag else []), "--log-level", "debug",
+             *(extra or [])],
+            cwd=REPO, env=env, stdout=self.log_file, stderr=subprocess.STDOUT)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def polls(self) -> int:
+        with Raw(self.socket, timeout=5.0) as conn:
+            answer = conn.ask("io.nichealthd.Monitor.GetStatus")
+        return int(answer["parameters"]["status"]["poll_count"])
+
+    def wait_ready(self) -> None:
+        wait_until(lambda: self.polls() > 0, "nichealthd answering on varlink after a poll",
+                   DEADLINE, self.proc, self.log)
+
+    def wait_polls(self, more: int) -> int:
+        """Until ``more`` polls completed after this call (a change made before is seen)."""
+        target = self.polls() + more
+        wait_until(lambda: self.polls() >= target, f"{more} more polls", DEADLINE, self.proc,
+                   self.log)
+        return target
+
+    def wait_log(self, needle: str) -> str:
+        wait_until(lambda: needle in self.log(), f"{needle!r} in the log", DEADLINE, self.proc,
+                   self.log)
+        return self.log()
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log_file.close()
+        return self.proc.returncode
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.root.parent, ignore_errors=True)
+
+
+def run_as(user: list[str], script: str, timeout: float = 30
+           ) -> subprocess.CompletedProcess[str]:
+    """A stdlib-only Python snippet run as another user: with the system's python3, which
+    every user can run (a pyenv interpreter under /root may not be)."""
+    python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
+    return subprocess.run([*user, python, "-c", script], capture_output=True,
+                          text=True, timeout=timeout, cwd="/",
+                          env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+
+
+def records(answer: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    assert answer["error"] is None, answer
+    return list(answer["parameters"][key])
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
