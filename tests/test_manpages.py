@@ -44,6 +44,8 @@ CONFIG_KEYS = {
     # #16.1, .2, .7
     "pcieLinkInterval", "pcieAerInterval", "pcieAerCorrectablePerMinute",
     "nicTemperatureInterval", "nicTemperatureMargin",
+    "stateHoldDown",
+    "linkFlapCount", "linkFlapWindow", "linkFlapFatalCount",
 }  # fmt: skip
 COUNTER_FIELDS = {
     "name", "path", "enabled", "isFatal", "thresholdType", "threshold", "velocityUnit",

@@ -169,27 +169,53 @@ def port_reason(record: dict[str, Any]) -> str:
     return ", ".join(str(r) for r in reasons) or "-"
 
 
+def count_cell(record: dict[str, Any], key: str) -> str:
+    """A per-port count (flaps in the window, blips held down): ``-`` for none."""
+    value = record.get(key) or 0
+    return str(value) if value else "-"
+
+
+def rate_cell(record: dict[str, Any]) -> str:
+    """``400G``; ``200G!`` when the port runs below its peers (REASON says at what rate)."""
+    if not record.get("present", True):
+        return "-"
+    return short_rate(record.get("rate", "")) + ("!" if record.get("rate_degraded") else "")
+
+
 def ports_table(records: list[dict[str, Any]], style: Style, width: int = 80) -> list[str]:
     """Every port with its health and its reasons (the daemon's one health model); why
-    a port is not monitored below the table. When the table is wider than
-    ``width``, NETDEV is left out first (``--wide``/``--json`` show it), then cells are cut."""
-    headers = ["PORT", "LINK", "ROLE", "STATE", "PHYS", "RATE", "NETDEV", "HEALTH", "REASON"]
+    a port is not monitored below the table. FLAPS counts down/up cycles in the flap window,
+    BLIPS the unhealthy states that recovered within the hold-down; a rate below the port's
+    peers is marked ``!``. When the table is wider than ``width``, NETDEV is left out, then
+    BLIPS and FLAPS when they have nothing to show or do not fit beside 16 characters of
+    REASON (``--wide``/``--json`` show them all), then cells are cut."""
+    headers = ["PORT", "LINK", "ROLE", "STATE", "PHYS", "RATE", "FLAPS", "BLIPS", "NETDEV",
+               "HEALTH", "REASON"]
     records = sorted(records, key=natural_key)
     rows = [[port_name(r), short_link(r.get("link_layer", "")), r.get("role") or "-",
-             r.get("state") or "?", r.get("phys_state") or "?",
-             short_rate(r.get("rate", "")) if r.get("present", True) else "-",
+             r.get("state") or "?", r.get("phys_state") or "?", rate_cell(r),
+             count_cell(r, "flaps"), count_cell(r, "blips"),
              r.get("netdev") or "-", port_health(r), port_reason(r)] for r in records]
-    health_col = 7
-    if max((len(line) for line in render_table(headers, rows, 10**6)), default=0) > width:
-        del headers[6]
+
+    def wider(reason: int) -> bool:  # than ``width`` with REASON cut to ``reason``
+        cut = [[*row[:-1], "x" * min(len(row[-1]), reason)] for row in rows]
+        return max(len(line) for line in render_table(headers, cut, 10**6)) > width
+
+    for optional in ("NETDEV", "BLIPS", "FLAPS"):
+        col = headers.index(optional)
+        empty = all(row[col] == "-" for row in rows)
+        if not wider(10**6) or (optional != "NETDEV" and not empty and not wider(16)):
+            continue
+        del headers[col]
         for row in rows:
-            del row[6]
-        health_col = 6
+            del row[col]
+    health_col, rate_col = headers.index("HEALTH"), headers.index("RATE")
 
     def colour(col: int, text: str, padded: str) -> str:
         if col == health_col:
             return style.health(text, padded)
-        if col in (3, 4) and text not in ("ACTIVE", "LinkUp", "?"):
+        if (col in (3, 4) and text not in ("ACTIVE", "LinkUp", "?")) or (
+                col == rate_col and text.endswith("!")):
             return style.paint(padded, "yellow")
         return padded
 

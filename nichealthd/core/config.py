@@ -152,6 +152,11 @@ class Config:
     connector_batch_interval: float = 5.0
     connector_timeout: float = 5.0
     card_verdict_hold_time: float = 240.0  # gpud's 4-minute drop rule (REFERENCE §4)
+    state_hold_down: float = 0.0  # 0: every healthy->unhealthy port edge at once (#15.4)
+    # Flaps (#15.5): gpud >= 3 returns to ACTIVE in 12 h, NVSentinel's analyzer 3 in 1 h.
+    link_flap_count: int = 3  # 0 switches flap detection off
+    link_flap_window: float = 3600.0
+    link_flap_fatal_count: int = 0  # 0: flapping is never fatal
     # Every device gone at once (#19.2): held this long before one non-fatal host event. The
     # mlx5 driver itself waits up to 60 s for a firmware reset (MLX5_TO_FW_RESET_MS) and then
     # up to 120 s for the firmware to initialise (MLX5_TO_FW_PRE_INIT_TIMEOUT_MS), the defaults
@@ -203,6 +208,11 @@ class Config:
             return ()
         return tuple(c for c in self.counters if c.enabled)
 
+    @functools.cached_property
+    def active_names(self) -> frozenset[str]:
+        """The names of :attr:`active_counters`."""
+        return frozenset(c.name for c in self.active_counters)
+
 
 # ------------------------------------------------------------------ bounds
 
@@ -213,6 +223,8 @@ DURATION_BOUNDS: Dict[str, Tuple[float, float]] = {
     "connectorBatchInterval": (0.01, 3600.0),
     "connectorTimeout": (0.1, 600.0),
     "cardVerdictHoldTime": (0.0, 86400.0),
+    "stateHoldDown": (0.0, 3600.0),
+    "linkFlapWindow": (1.0, 7 * 86400.0),
     "driverReloadGrace": (0.0, 3600.0),
     "driverReloadTimeout": (1.0, 86400.0),
     "pcieLinkInterval": (0.0, 86400.0),
@@ -225,6 +237,8 @@ INTEGER_BOUNDS: Dict[str, Tuple[int, int]] = {
     "eventHistorySize": (1, 100_000),
     "pcieAerCorrectablePerMinute": (0, 1_000_000),
     "nicTemperatureMargin": (0, 50),
+    "linkFlapCount": (0, 10_000),
+    "linkFlapFatalCount": (0, 10_000),
 }
 # A counter is at most 64 bits: a larger threshold could never be breached.
 THRESHOLD_MAX = float(2 ** 64)
@@ -428,6 +442,12 @@ SCALAR_KEYS: Dict[str, Tuple[str, Callable[[Any], Any]]] = {
                          _duration_between(*DURATION_BOUNDS["connectorTimeout"])),
     "cardVerdictHoldTime": ("card_verdict_hold_time",
                             _duration_between(*DURATION_BOUNDS["cardVerdictHoldTime"])),
+    "stateHoldDown": ("state_hold_down", _duration_between(*DURATION_BOUNDS["stateHoldDown"])),
+    "linkFlapCount": ("link_flap_count", _integer_between(*INTEGER_BOUNDS["linkFlapCount"])),
+    "linkFlapWindow": ("link_flap_window",
+                       _duration_between(*DURATION_BOUNDS["linkFlapWindow"])),
+    "linkFlapFatalCount": ("link_flap_fatal_count",
+                           _integer_between(*INTEGER_BOUNDS["linkFlapFatalCount"])),
     "driverReloadGrace": ("driver_reload_grace",
                           _duration_between(*DURATION_BOUNDS["driverReloadGrace"])),
     "driverReloadTimeout": ("driver_reload_timeout",
@@ -485,6 +505,7 @@ def build_config(data: Mapping[str, Any], source: Optional[str],
         _scalar(values, errors, None, key, raw, None)
     notices: List[str] = []
     detection = _counter_detection(data.get(DETECTION, {}), source, lines, errors, notices)
+    _flap_counts(values, errors, source, lines, "linkFlapFatalCount" in overrides)
     _check_driver_reload(values, data, source, lines, errors)
     errors.raise_if_any()
     values.update(detection)
@@ -521,6 +542,18 @@ def _scalar(values: Dict[str, Any], errors: Collector, source: Optional[str], ke
     value = errors.convert(source, key, convert, raw, line)
     if value is not None:
         values[attr] = value
+
+
+def _flap_counts(values: Mapping[str, Any], errors: Collector, source: Optional[str],
+                 lines: KeyLines, flag: bool) -> None:
+    """A fatal flap count below the flap count, or of 1, would make one outage fatal twice
+    (its port-state event and its flap) or skip the non-fatal stage (#15.5)."""
+    fatal = values.get("link_flap_fatal_count", 0)
+    count = values.get("link_flap_count", Config.link_flap_count)
+    if fatal and (fatal < 2 or (count and fatal < count)):
+        errors.add(None if flag else source, "linkFlapFatalCount",
+                   f"must be 0 (never fatal) or at least linkFlapCount ({count}) and 2, "
+                   f"got {fatal}", None if flag else lines.line("", "linkFlapFatalCount"))
 
 
 def _counter_detection(detection: Any, source: Optional[str], lines: KeyLines,

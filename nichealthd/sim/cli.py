@@ -93,6 +93,15 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--operstate", help="up|down|lowerlayerdown|dormant|unknown|...")
     cmd("uncable", "pull the cable: DOWN/Polling, operstate down", "ROOT", "DEV", "PORT")
+    p = cmd("flap", "take a port down and up N times in the foreground (link_downed and "
+            "carrier_changes +1 per down), as a flapping link does", "ROOT", "DEV", "PORT")
+    p.add_argument("--cycles", type=int, default=3, metavar="N", help="default: 3")
+    p.add_argument("--down", type=_seconds, default=40.0, metavar="S",
+                   help="seconds down per cycle (default: 40)")
+    p.add_argument("--up", type=_seconds, metavar="S",
+                   help="seconds up between cycles (default: --down)")
+    cmd("set-rate", "set a port's rate: '200 Gb/sec (4X HDR)', or Gb/s at its current lanes",
+        "ROOT", "DEV", "PORT", "RATE")
     p = cmd(
         "counter",
         "add to or set a counter (counters/, hw_counters/, carrier_changes, statistics/)",
@@ -202,6 +211,17 @@ def _counter(a: argparse.Namespace) -> None:
     print(f"{a.DEV} port {a.PORT} {a.NAME} = {value}")
 
 
+def _flap(a: argparse.Namespace) -> None:
+    def tick(cycle: int, phase: str) -> None:
+        print(f"{a.DEV} port {a.PORT} cycle {cycle}/{a.cycles}: {phase}", flush=True)
+
+    mutate.flap(a.ROOT, a.DEV, a.PORT, cycles=a.cycles, down=a.down, up=a.up, tick=tick)
+
+
+def _set_rate(a: argparse.Namespace) -> None:
+    print(f"{a.DEV} port {a.PORT} rate = {mutate.set_rate(a.ROOT, a.DEV, a.PORT, a.RATE)}")
+
+
 def _reset(a: argparse.Namespace) -> None:
     mutate.reset_counters(a.ROOT, a.DEV, a.PORT)
 
@@ -230,6 +250,8 @@ HANDLERS: Dict[str, Callable[[argparse.Namespace], None]] = {
     "port": _port_cmd,
     "uncable": lambda a: mutate.uncable(a.ROOT, a.DEV, a.PORT),
     "counter": _counter,
+    "flap": _flap,
+    "set-rate": _set_rate,
     "reset-counters": _reset,
     "reboot": _reboot,
     "remove-device": lambda a: mutate.remove_device(a.ROOT, a.DEV),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 import uuid
@@ -162,6 +163,102 @@ def counter(
     return value
 
 
+# Gb/s per lane of each InfiniBand generation (IBTA): what a bare number in set-rate becomes.
+LANE_SPEEDS = {2.5: "SDR", 5.0: "DDR", 10.0: "QDR", 14.0: "FDR", 25.0: "EDR", 50.0: "HDR",
+               100.0: "NDR", 200.0: "XDR"}
+_RATE_TEXT = re.compile(r"[0-9]+(\.[0-9]+)? Gb/sec( \([0-9]+X [A-Za-z0-9]+\))?")
+_RATE_NUMBER = re.compile(r"([0-9]+(?:\.[0-9]+)?)(?: ?G(?:b/sec)?)?")
+
+
+def rate_text(rate: str, current: str) -> str:
+    """The kernel's ``rate`` text for RATE: the text itself (``200 Gb/sec (4X HDR)``), or a
+    number of Gb/s (``200``, ``200G``) at the port's current lane count, named by the
+    generation of that per-lane speed (``400 Gb/sec (4X NDR)`` now, 200 -> 4X HDR)."""
+    rate = rate.strip()
+    if _RATE_TEXT.fullmatch(rate):
+        return rate
+    number = _RATE_NUMBER.fullmatch(rate)
+    if number is None:
+        raise SimError(f"rate must be like '200 Gb/sec (4X HDR)' or a number of Gb/s, "
+                       f"got {rate!r}")
+    gbps = float(number.group(1))
+    if gbps <= 0:
+        raise SimError(f"rate must be positive, got {rate!r}")
+    shown = f"{gbps:g}"
+    lanes = re.search(r"\(([0-9]+)X ", current)
+    if lanes is None:
+        return f"{shown} Gb/sec"
+    width = int(lanes.group(1))
+    generation = LANE_SPEEDS.get(gbps / width)
+    return f"{shown} Gb/sec ({width}X {generation})" if generation else f"{shown} Gb/sec"
+
+
+def set_rate(root: PathLike, dev: str, port: PortId, rate: str) -> str:
+    """Write ports/<n>/rate (a link that trained at a lower speed or width); returns it."""
+    top = Path(root)
+    path = tree.port_dir(top, _device(top, dev), port) / "rate"
+    try:
+        current = path.read_text()
+    except OSError:
+        current = ""
+    text = rate_text(rate, current)
+    write_in_place(path, text + "\n")
+    return text
+
+
+def flap(root: PathLike, dev: str, port: PortId, *, cycles: int, down: float,
+         up: Optional[float] = None, sleep: Callable[[float], None] = time.sleep,
+         tick: Optional[Callable[[int, str], None]] = None) -> None:
+    """Take a port down and up ``cycles`` times, as a flapping link does, in the foreground.
+
+    Each down: DOWN/Polling, operstate down, ``link_downed`` +1 (saturating, as the PMA
+    counter) and ``carrier_changes`` +1 where the port has them; ``down`` seconds later
+    ACTIVE/LinkUp, operstate up, ``carrier_changes`` +1; then ``up`` seconds (default:
+    ``down``) before the next. A running daemon sees it all; the port ends ACTIVE, also when
+    interrupted.
+    """
+    if cycles < 1:
+        raise SimError(f"--cycles must be at least 1, got {cycles}")
+    if down < 0 or (up is not None and up < 0):
+        raise SimError("--down and --up are seconds >= 0")
+    top = Path(root)
+    device = _device(top, dev)
+    tree.port_dir(top, device, port)  # a bad port fails before anything is written
+    has_netdev = _netdev_dir(top, device, port) is not None
+    names = [n for n in ("link_downed", "carrier_changes") if _has_counter(top, dev, port, n)]
+    try:
+        for index in range(cycles):
+            set_port(top, dev, port, state="DOWN", phys_state="Polling",
+                     operstate="down" if has_netdev else None)
+            for name in names:
+                counter(top, dev, port, name, add=1, hardware_semantics=True)
+            if tick:
+                tick(index + 1, "down")
+            sleep(down)
+            _bring_up(top, dev, port, has_netdev, names)
+            if tick:
+                tick(index + 1, "up")
+            if index + 1 < cycles:
+                sleep(down if up is None else up)
+    except BaseException:
+        _bring_up(top, dev, port, has_netdev, [])
+        raise
+
+
+def _bring_up(top: Path, dev: str, port: PortId, has_netdev: bool, names: list[str]) -> None:
+    set_port(top, dev, port, state="ACTIVE", phys_state="LinkUp",
+             operstate="up" if has_netdev else None)
+    if "carrier_changes" in names:
+        counter(top, dev, port, "carrier_changes", add=1)
+
+
+def _has_counter(top: Path, dev: str, port: PortId, name: str) -> bool:
+    try:
+        return counter_path(top, dev, port, name).is_file()
+    except SimError:
+        return False
+
+
 def _counter_files(root: Path, dev: Device) -> Iterator[Path]:
     """Every counter file of a device that is present and a regular file."""
     idir = root / dev["ib_path"]
@@ -217,6 +314,8 @@ def reboot(root: PathLike) -> str:
             if pdir.is_dir():
                 write_in_place(pdir / "state", kernel.port_state_line(rec["state"]))
                 write_in_place(pdir / "phys_state", kernel.phys_state_line(rec["phys_state"]))
+                if rec.get("rate") and (pdir / "rate").is_file():
+                    write_in_place(pdir / "rate", rec["rate"] + "\n")  # renegotiated
             if rec["netdev_path"] and (top / rec["netdev_path"]).is_dir():
                 write_in_place(top / rec["netdev_path"] / "operstate", rec["operstate"] + "\n")
     return boot_id

@@ -77,7 +77,9 @@ def test_admin_reset_timeline_of_spec_6_4() -> None:
 
 
 def test_latched_breach_stays_silent_while_counter_keeps_rising() -> None:
-    runner = Runner()
+    # Flap detection off: each rise of link_downed is also a down/up cycle shorter than a
+    # poll, and 3 within an hour are a flap (#15.5, tests/core/test_link_flaps.py).
+    runner = Runner(config(linkFlapCount=0))
     poll(runner, 0, link_downed=0)
     assert len(poll(runner, 1, link_downed=1).events) == 1
     for second in range(2, 6):
@@ -85,7 +87,7 @@ def test_latched_breach_stays_silent_while_counter_keeps_rising() -> None:
 
 
 def test_restart_between_breach_and_reset_still_recovers() -> None:
-    runner = Runner()
+    runner = Runner(config(linkFlapCount=0))  # link_downed +3: also 3 short flaps
     poll(runner, 0, link_downed=0)
     poll(runner, 5, link_downed=3)
     runner.restart()  # lastPollValue is gone; the persisted snapshot stands in
@@ -523,7 +525,7 @@ def test_latched_hw_counter_that_wraps_across_a_restart_is_not_a_reset() -> None
 
 def test_latched_counter_reset_during_a_restart_is_seen_against_the_last_value() -> None:
     """Cleared and climbing again past the breach's value while the daemon was down."""
-    runner = Runner()
+    runner = Runner(config(linkFlapCount=0))  # link_downed +3: also 3 short flaps
     poll(runner, 0, link_downed=0)
     poll(runner, 1, link_downed=1)  # latched with the snapshot at 1
     poll(runner, 2, link_downed=9)

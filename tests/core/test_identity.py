@@ -243,3 +243,37 @@ def test_a_new_name_recorded_beside_the_old_one_is_merged_by_guid() -> None:
         "mlx5_0": alias("mlx5_0", "0000:10:00.0")}  # mlx5_0 is another device now
     unknown = {"mlx5_0": DeviceIdentity("0000:10:00.0"), "mlx5_9": DeviceIdentity("0000:10:00.0")}
     assert detect_renames(unknown, [nic(0, "mlx5_9", guid="")]) == {}
+
+
+def test_flaps_blips_holds_and_a_slow_rate_follow_a_renamed_device() -> None:
+    """#15 with #19.1: the flap window, the blip count, a pending hold and a told rate
+    degradation are the device's, under its new name."""
+    from dataclasses import replace as with_rate
+
+    from nichealthd.core.checks.link_flaps import LINK_FLAPS
+    from nichealthd.core.checks.link_rate import LINK_RATE
+
+    from .builders import DISABLED, config
+
+    def fleet(name: str = "mlx5_3", state: Optional[str] = None, when: float = 0) -> Any:
+        slow = nic(3, name, state=state, phys=DISABLED if state else None)
+        slow = with_rate(slow, ports=(with_rate(slow.ports[0], rate="200 Gb/sec (4X HDR)"),))
+        fast = [with_rate(d, ports=(with_rate(d.ports[0], rate="400 Gb/sec (4X NDR)"),))
+                for d in (nic(0), nic(1), nic(2))]
+        return host(*fast, slow, when=when)
+
+    runner = Runner(cfg=config(stateHoldDown="30s"))
+    runner.poll(fleet())
+    runner.poll(fleet(state=DOWN, when=1))
+    runner.poll(fleet(when=2))  # a blip, and a flap cycle
+    runner.poll(fleet(state=DOWN, when=3))  # held
+    result = runner.poll(fleet("mlx5_20", state=DOWN, when=4))
+    assert [e for e in result.events if e.entities] == []
+    links = runner.state.section(LINK_STATE)
+    assert links.port_blips == {"mlx5_20_1": 1} and set(links.port_holds) == {"mlx5_20_1"}
+    assert runner.state.section(LINK_FLAPS).link_flaps["mlx5_20_1"].count == 1
+    assert "mlx5_3_1" not in runner.state.section(LINK_FLAPS).link_flaps
+    assert set(runner.state.section(LINK_RATE).rate_degraded) == {"mlx5_20_1"}
+    back = runner.poll(fleet("mlx5_20", when=5))  # the held outage was a blip too
+    assert [e for e in back.events if e.entities] == []
+    assert runner.state.section(LINK_STATE).port_blips == {"mlx5_20_1": 2}

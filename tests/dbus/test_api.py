@@ -108,6 +108,18 @@ def test_list_ports_lists_every_monitored_port_with_the_design_keys(daemon: Any)
     assert {"compute", "storage", "management"} <= roles
 
 
+def test_port_records_carry_the_families_fields(daemon: Any) -> None:
+    """#15.7: the flap, hold-down and rate families' port fields reach D-Bus, typed."""
+    async def go() -> list[dict[str, Any]]:
+        async with BusClient() as client:
+            return records(await client.call("ListPorts"))
+
+    for p in run(go()):
+        if p.get("present", True):
+            assert (p["flaps"], p["flapping"], p["blips"], p["held"], p["rate_degraded"],
+                    p["peer_rate"]) == (0, False, 0, False, False, ""), p
+
+
 def test_list_devices_includes_vfs_and_roles(daemon: Any) -> None:
     async def go() -> list[dict[str, Any]]:
         async with BusClient() as client:

@@ -66,6 +66,28 @@ def test_ports_table_natural_order_80_columns_and_colour_only_when_enabled() -> 
     assert "\033[1;31m" in "\n".join(coloured)
 
 
+def test_ports_table_shows_flaps_blips_and_a_degraded_rate() -> None:
+    """#15.7: FLAPS and BLIPS columns (left out on a narrow terminal, NETDEV first), and a
+    rate below the peers' marked ``!`` with its reason."""
+    flapping = dict(port("mlx5_0", "degraded"), flaps=3, blips=2, state="ACTIVE",
+                    phys_state="LinkUp", netdev="ibp24s0", reasons=["3 link flaps"])
+    slow = dict(port("mlx5_1", "degraded"), rate="200 Gb/sec (4X HDR)", rate_degraded=True,
+                state="ACTIVE", phys_state="LinkUp", netdev="ibp64s0",
+                reasons=["rate 200 Gb/sec (4X HDR) below peers' 400 Gb/sec (4X NDR)"])
+    quiet = dict(port("mlx5_2"), state="ACTIVE", phys_state="LinkUp", netdev="ibp79s0")
+    wide = ports_table([flapping, slow, quiet], Style(False), 10_000)
+    assert wide[0].split() == ["PORT", "LINK", "ROLE", "STATE", "PHYS", "RATE", "FLAPS",
+                               "BLIPS", "NETDEV", "HEALTH", "REASON"]
+    assert wide[1].split()[5:9] == ["400G", "3", "2", "ibp24s0"]
+    assert wide[2].split()[5:9] == ["200G!", "-", "-", "ibp64s0"]
+    assert wide[3].split()[5:8] == ["400G", "-", "-"]
+    narrow = ports_table([flapping, slow, quiet], Style(False))
+    assert all(len(line) <= 80 for line in narrow)
+    assert "NETDEV" not in narrow[0] and "200G!" in narrow[2]
+    coloured = ports_table([slow], Style(True), 10_000)
+    assert "\033[33m200G!" in "\n".join(coloured)
+
+
 def test_style_for_stream_respects_tty_and_no_color(monkeypatch: pytest.MonkeyPatch) -> None:
     class Tty(io.StringIO):
         def isatty(self) -> bool:

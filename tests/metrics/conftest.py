@@ -148,3 +148,9 @@ def daemon(sim: Callable[..., Path]) -> Iterator[Callable[[Path], RunningDaemon]
     yield start
     for running in started:
         running.stop()
+
+
+@pytest.fixture
+def sim_root(sim: Callable[..., Path]) -> Path:
+    """A dgx-h100 fake host (mlx5_0 is a compute port with peers)."""
+    return sim()

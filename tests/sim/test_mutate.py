@@ -291,6 +291,53 @@ def test_show_reflects_mutations(root: Path) -> None:
     assert rows["mlx5_3"][5] == "(removed)"
 
 
+def test_flap_takes_the_port_down_and_up_with_its_counters(root: Path) -> None:
+    seen: list[tuple[str, str, str, str]] = []
+    netdev = root / "sys/class/net/ibp24s0"
+
+    def sleep(seconds: float) -> None:  # what a running daemon would read meanwhile
+        seen.append(((root / PORT / "state").read_text().strip(),
+                     (root / PORT / "counters/link_downed").read_text().strip(),
+                     (netdev / "carrier_changes").read_text().strip(), f"{seconds:g}"))
+
+    mutate.flap(root, "mlx5_0", 1, cycles=2, down=3, up=7, sleep=sleep)
+    assert seen == [("1: DOWN", "1", "1", "3"), ("4: ACTIVE", "1", "2", "7"),
+                    ("1: DOWN", "2", "3", "3")]
+    assert (root / PORT / "state").read_text() == "4: ACTIVE\n"
+    assert (root / PORT / "phys_state").read_text() == "5: LinkUp\n"
+    assert (netdev / "carrier_changes").read_text() == "4\n"
+    assert (netdev / "operstate").read_text() == "up\n"
+
+
+def test_an_interrupted_flap_leaves_the_port_up(root: Path) -> None:
+    def interrupt(seconds: float) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        mutate.flap(root, "mlx5_0", 1, cycles=3, down=1, sleep=interrupt)
+    assert (root / PORT / "state").read_text() == "4: ACTIVE\n"
+    with pytest.raises(SimError, match="cycles"):
+        mutate.flap(root, "mlx5_0", 1, cycles=0, down=1)
+    with pytest.raises(SimError):
+        mutate.flap(root, "mlx5_0", 9, cycles=1, down=1)
+
+
+def test_set_rate_takes_the_kernel_text_or_gbps_at_the_current_lanes(root: Path) -> None:
+    rate = root / PORT / "rate"
+    full = rate.read_text()
+    assert mutate.set_rate(root, "mlx5_0", 1, "200") == "200 Gb/sec (4X HDR)"
+    assert rate.read_text() == "200 Gb/sec (4X HDR)\n"
+    assert mutate.set_rate(root, "mlx5_0", 1, "100G") == "100 Gb/sec (4X EDR)"
+    assert mutate.set_rate(root, "mlx5_0", 1, "200 Gb/sec (2X NDR)") == "200 Gb/sec (2X NDR)"
+    # no generation runs 7.5 Gb/s a lane
+    assert mutate.set_rate(root, "mlx5_0", 1, "30") == "30 Gb/sec"
+    for bad in ("fast", "0", "-5", "200 Gb/s"):
+        with pytest.raises(SimError):
+            mutate.set_rate(root, "mlx5_0", 1, bad)
+    mutate.reboot(root)
+    assert rate.read_text() == full
+
+
 # ------------------------------------------------------------ driver events (#19)
 
 def test_rename_moves_the_device_at_the_same_pci_function(root: Path) -> None:

@@ -36,12 +36,19 @@ def runtime_verdicts(verdicts: dict[str, CardVerdict], snapshot: HostSnapshot,
     anchors do not fit: the spec's 30 s INIT hint is shorter than a subnet-manager re-sweep
     of a large fabric (the issue's "done when" requires 30 s in INIT to stay non-fatal), and
     NVIDIA's 30 s ``rdma_linkflap_fatal`` is about a DOWN outage, which is fatal here at once.
+
+    A card with a port whose unhealthy state is held down (``stateHoldDown``, #15.4) says
+    nothing while the hold lasts: a blip of its port is not a short card either.
     """
     hold = timedelta(seconds=config.card_verdict_hold_time)
     kept = {}
     for card, verdict in verdicts.items():
         if card in state.card_anomalies:
             kept[card] = verdict  # latched already: card_events ignores it
+            continue
+        if state.port_holds and any(
+                port.key in state.port_holds for name in verdict.count.devices
+                for port in _ports(snapshot, name)):
             continue
         classes = _short_classes(verdict.count.devices, snapshot, state)
         if classes and FATAL not in classes:
@@ -52,6 +59,11 @@ def runtime_verdicts(verdicts: dict[str, CardVerdict], snapshot: HostSnapshot,
             continue
         kept[card] = verdict
     return kept
+
+
+def _ports(snapshot: HostSnapshot, name: str) -> tuple[PortSnapshot, ...]:
+    device = snapshot.device(name)
+    return device.ports if device else ()
 
 
 def _short_classes(devices: tuple[str, ...], snapshot: HostSnapshot,

@@ -8,6 +8,7 @@ and saturation reported as an event.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, Iterable, Mapping, Optional
 
@@ -20,11 +21,14 @@ from ..config import (
 )
 from ..events import HealthEvent
 from ..family import READS_COUNTERS, READS_PORTS, CheckFamily, Condition, Cycle, PortId, Verdict
-from ..state import DEGRADED, FATAL
-from .counter_section import KEYS, CounterSection
+from ..model import PortSnapshot, Unreadable, is_value
+from ..state import DEGRADED, FATAL, counter_key
+from .counter_section import KEYS, CounterSection, CounterSnap
 from .counters import CheckNames, CounterMemory, CounterObservation, evaluate_port_counters
 from .identity import renamed_counter_table
+from .link_section import LinkStateSection
 from .link_state import LINK_STATE, device_layer
+from .ports import BLIP, hold_phase, port_health
 
 CHECK_NAMES_OF = {
     "InfiniBand": CheckNames(IB_STATE_CHECK, IB_DEGRADATION_CHECK),
@@ -53,6 +57,7 @@ class LinkCounters(CheckFamily[CounterSection]):
         notes: list[str] = []
         observations: dict[str, CounterObservation] = {}
         specs = cycle.config.active_counters
+        holding = cycle.config.state_hold_down > 0 or bool(links.port_holds)
         # Devices back from a driver event (#19.3): what their counters did while the driver
         # was away is the reload's own doing (links retrain); a decrease is the reset it
         # implies (latched breaches recover), anything else starts a fresh window.
@@ -64,10 +69,14 @@ class LinkCounters(CheckFamily[CounterSection]):
                 continue  # the link-state family says so
             rebase = device.name in returning
             for port in device.ports:
+                phase = _hold_phase(port, layer or "", links, cycle) if holding else None
                 events.extend((device.name, e) for e in evaluate_port_counters(
-                    port, specs, CHECK_NAMES_OF.get(port.link_layer or "", names),
+                    _held(port) if phase else port, specs,
+                    CHECK_NAMES_OF.get(port.link_layer or "", names),
                     cycle.enabled, previous, state, memory, observations, cycle.now,
                     cycle.baseline, notes, rebase=rebase))
+                if phase == BLIP:
+                    _absorb(port, state, memory, cycle.now)
         # The picture: what the last poll computed of each counter (CycleResult.observations).
         return Verdict(state, tuple(events), observations, notes=tuple(notes))
 
@@ -103,6 +112,43 @@ class LinkCounters(CheckFamily[CounterSection]):
             yield _condition(key, FATAL if flag.is_fatal else DEGRADED, "breached")
         for key in sorted(section.saturated):
             yield _condition(key, DEGRADED, "saturated")
+
+
+# Counters that count the outage a port-state edge is (#15.4): held with the edge, and a blip's
+# rise is absorbed, so that a blip within stateHoldDown publishes nothing.
+LINK_DOWN_COUNTERS = ("link_downed", "carrier_changes")
+_HELD = Unreadable("held down with the port state (stateHoldDown)")
+
+
+def _hold_phase(port: PortSnapshot, layer: str, links: LinkStateSection, cycle: Cycle
+                ) -> Optional[str]:
+    health = (port_health(port.state, port.phys_state, port.link_layer or layer)
+              if port.readable else None)
+    return hold_phase(links.port_states.get(port.key), links.port_holds.get(port.key), health,
+                      cycle.now, cycle.config.state_hold_down)
+
+
+def _held(port: PortSnapshot) -> PortSnapshot:
+    """The port with its link-down counters unknown this poll: their rise waits."""
+    if not any(name in port.counters for name in LINK_DOWN_COUNTERS):
+        return port
+    counters = {name: _HELD if name in LINK_DOWN_COUNTERS else value
+                for name, value in port.counters.items()}
+    return replace(port, counters=counters)
+
+
+def _absorb(port: PortSnapshot, state: CounterSection, memory: CounterMemory,
+            now: datetime) -> None:
+    """A blip ended: its link-down counters start again from their value now (unless a
+    breach is latched on them: the engine judges those as ever)."""
+    for name in LINK_DOWN_COUNTERS:
+        value = port.counters.get(name)
+        key = counter_key(port.device, port.port, name)
+        if is_value(value) and key not in state.breach_flags:
+            assert isinstance(value, int)
+            state.counter_snapshots[key] = CounterSnap(value, now)
+            memory.last_values[key] = value
+            memory.last_times[key] = now
 
 
 def _condition(key: str, health: str, kind: str) -> Condition:

@@ -27,7 +27,8 @@ from ..state import (
 )
 
 KEYS = ("port_states", "known_devices", "device_misses", "missing_devices", "card_anomalies",
-        "group_modes", "card_pending", "device_identities", "driver_event")
+        "group_modes", "card_pending", "device_identities", "driver_event", "port_holds",
+        "port_blips")
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,16 @@ class PortRecord:
     health: str
     since: datetime
     misses: int = 0
+
+
+@dataclass(frozen=True)
+class PortHold:
+    """A healthy->unhealthy edge held down (``stateHoldDown``, #15.4): since when, and the
+    unhealthy reading that started it (what the event says if the hold expires)."""
+
+    since: datetime
+    state: str
+    physical_state: str
 
 
 @dataclass(frozen=True)
@@ -105,13 +116,17 @@ class LinkStateSection:
     # name -> hardware identity of each known device (#19.1)
     identities: dict[str, DeviceIdentity] = field(default_factory=dict)
     driver_event: Optional[DriverEvent] = None
+    # port key -> its pending hold-down, and the blips it absorbed this boot (#15.4)
+    port_holds: dict[str, PortHold] = field(default_factory=dict)
+    port_blips: dict[str, int] = field(default_factory=dict)
 
     def copy(self) -> LinkStateSection:
         """A copy whose containers can be changed without touching this one."""
         return LinkStateSection(
             dict(self.port_states), list(self.known_devices), dict(self.device_misses),
             dict(self.missing_devices), dict(self.card_anomalies), dict(self.group_modes),
-            dict(self.card_pending), dict(self.identities), self.driver_event)
+            dict(self.card_pending), dict(self.identities), self.driver_event,
+            dict(self.port_holds), dict(self.port_blips))
 
     def to_json(self) -> dict[str, Any]:
         ts = format_timestamp
@@ -142,6 +157,10 @@ class LinkStateSection:
                 "devices": list(self.driver_event.devices),
                 "reported": self.driver_event.reported,
                 "checks": list(self.driver_event.checks)},
+            "port_holds": {
+                k: {"since": ts(h.since), "state": h.state, "physical_state": h.physical_state}
+                for k, h in sorted(self.port_holds.items())},
+            "port_blips": dict(sorted(self.port_blips.items())),
         }
 
     @classmethod
@@ -181,6 +200,11 @@ class LinkStateSection:
                     when(v["renamed_at"]) if "renamed_at" in v else None)
                 for k, v in parse_table(data, "device_identities").items()},
             driver_event=_driver_event(data.get("driver_event")),
+            port_holds={parse_str(k): PortHold(when(v["since"]), parse_str(v["state"]),
+                                               parse_str(v["physical_state"]))
+                        for k, v in parse_table(data, "port_holds").items()},
+            port_blips={parse_str(k): parse_int(v)
+                        for k, v in parse_table(data, "port_blips").items()},
         )
 
 

@@ -12,11 +12,20 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional, TypeVar
 
 from ..config import ETH_STATE_CHECK, IB_STATE_CHECK
 from ..events import HealthEvent
-from ..family import HOST, READS_DEVICES, READS_PORTS, CheckFamily, Cycle, Verdict
+from ..family import (
+    HOST,
+    READS_DEVICES,
+    READS_PORTS,
+    CheckFamily,
+    Cycle,
+    PortId,
+    Series,
+    Verdict,
+)
 from ..model import DeviceSnapshot
 from ..state import SUPPRESSED
 from ..topology import anomalous_cards
@@ -24,9 +33,10 @@ from .cards import card_counts, forget_pending, release_raised_ports, runtime_ve
 from .devices import card_events, device_missing, device_present
 from .driver import judge_driver_event
 from .identity import identity_of, renamed_keys
-from .link_section import KEYS, LinkStateSection, PortRecord
-from .ports import missing_port, returned_port, transition
+from .link_section import KEYS, LinkStateSection, PortHold, PortRecord
+from .ports import held_transition, missing_port, returned_port
 
+V = TypeVar("V")
 STATE_CHECK_OF = {"InfiniBand": IB_STATE_CHECK, "Ethernet": ETH_STATE_CHECK}
 
 
@@ -84,6 +94,8 @@ class LinkState(CheckFamily[LinkStateSection]):
         if section.driver_event is not None:
             state.driver_event = replace(section.driver_event, devices=tuple(sorted(
                 renames.get(n, n) for n in section.driver_event.devices)))
+        state.port_holds = _renamed_port_table(section.port_holds, renames)
+        state.port_blips = _renamed_port_table(section.port_blips, renames)
         return state
 
     def evaluate(self, previous: LinkStateSection, cycle: Cycle, memory: Any
@@ -122,7 +134,8 @@ class LinkState(CheckFamily[LinkStateSection]):
             if check in enabled:
                 events.extend((name, e) for e in _evaluate_ports(
                     device, layer, check, previous, state, now, cycle.baseline, short, notes,
-                    recorded_ports.get(name, ()), raised.setdefault(device.card or "", [])))
+                    recorded_ports.get(name, ()), raised.setdefault(device.card or "", []),
+                    cycle.config.state_hold_down))
 
         present = {d.name for d in snapshot.devices}
         monitored_names = {d.name for d in cycle.monitored}
@@ -152,6 +165,19 @@ class LinkState(CheckFamily[LinkStateSection]):
         events.extend((HOST, e) for e in release_raised_ports(previous, state, now))
         # The picture: each card's active ports (CycleResult.cards).
         return Verdict(state, tuple(events), cards, notes=tuple(notes))
+
+    def port_fields(self, section: LinkStateSection, picture: Any, port: PortId
+                    ) -> Mapping[str, Any]:
+        """The hold-down (#15.4): blips absorbed, and whether an edge is held now."""
+        key = f"{port[0]}_{port[1]}"
+        return {"blips": section.port_blips.get(key, 0), "held": key in section.port_holds}
+
+    def series(self, section: LinkStateSection, picture: Any) -> Iterable[Series]:
+        yield Series("port_state_blips",
+                     "Unhealthy port states that recovered within stateHoldDown (not reported)",
+                     "counter", ("device", "port"),
+                     tuple(((r.device, str(r.port)), float(section.port_blips.get(k, 0)))
+                           for k, r in sorted(section.port_states.items())))
 
 
 def _record_identities(monitored: Iterable[DeviceSnapshot], previous: LinkStateSection,
@@ -184,10 +210,20 @@ def _renamed_ports(keys: Iterable[str], renames: Mapping[str, str]) -> tuple[str
     return tuple(out)
 
 
+def _renamed_port_table(table: Mapping[str, V], renames: Mapping[str, str]) -> dict[str, V]:
+    """A table keyed by port key, under the new names (a renamed device's record wins)."""
+    if not table:
+        return {}
+    out = {k: v for k, v in table.items() if _renamed_ports((k,), renames)[0] == k}
+    out.update((_renamed_ports((k,), renames)[0], v) for k, v in table.items()
+               if _renamed_ports((k,), renames)[0] != k)
+    return out
+
+
 def _evaluate_ports(device: DeviceSnapshot, layer: str, check: str, previous: LinkStateSection,
                     state: LinkStateSection, now: datetime, baseline: bool, short: set[str],
-                    notes: list[str], recorded: Iterable[str], raised: list[str]
-                    ) -> list[HealthEvent]:
+                    notes: list[str], recorded: Iterable[str], raised: list[str],
+                    hold_down: float) -> list[HealthEvent]:
     events: list[HealthEvent] = []
     seen = set()
     for port in device.ports:
@@ -197,8 +233,11 @@ def _evaluate_ports(device: DeviceSnapshot, layer: str, check: str, previous: Li
             continue  # unknown: hold the previous state, say nothing
         if record is not None:
             events.extend(returned_port(record, check, now))
-        new_record, port_events = transition(record, port, port.link_layer or layer, check, now,
-                                             first_sight=baseline, evidence=port.key in short)
+        new_record, port_events, hold, blip = held_transition(
+            record, port, port.link_layer or layer, check, now, first_sight=baseline,
+            evidence=port.key in short, hold_down=hold_down,
+            hold=previous.port_holds.get(port.key))
+        _keep_hold(state, port.key, hold, blip)
         events.extend(port_events)
         if record is None and port.key in short and any(e.is_fatal for e in port_events):
             raised.append(port.key)
@@ -216,6 +255,16 @@ def _evaluate_ports(device: DeviceSnapshot, layer: str, check: str, previous: Li
                 state.port_states[key] = new_record
                 events.extend(port_events)
     return events
+
+
+def _keep_hold(state: LinkStateSection, key: str, hold: Optional[PortHold], blip: bool) -> None:
+    """Record a port's pending hold-down and count its blip (#15.4)."""
+    if hold is None:
+        state.port_holds.pop(key, None)
+    elif state.port_holds.get(key) is not hold:
+        state.port_holds[key] = hold
+    if blip:
+        state.port_blips[key] = state.port_blips.get(key, 0) + 1
 
 
 FAMILY = LINK_STATE = LinkState()

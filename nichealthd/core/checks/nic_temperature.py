@@ -50,7 +50,7 @@ class NicTemperature(CheckFamily[TemperatureSection]):
     """Each sensor against its critical threshold and the margin below it."""
 
     id = "nic_temperature"
-    order = 42
+    order = 52
     keys = (TemperatureSection.KEY,)
     section_type = TemperatureSection
     reads = frozenset({READS_HWMON})

@@ -76,7 +76,7 @@ class PcieAer(CheckFamily[AerSection]):
     """AER totals through the counter engine."""
 
     id = "pcie_aer"
-    order = 41
+    order = 51
     keys = KEYS
     section_type = AerSection
     reads = frozenset({READS_AER})

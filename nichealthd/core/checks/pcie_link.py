@@ -39,7 +39,7 @@ class PcieLink(CheckFamily[PcieLinkSection]):
     """Trained speed and width of every hop against what both of its ends support."""
 
     id = "pcie_link"
-    order = 40
+    order = 50
     keys = (PcieLinkSection.KEY,)
     section_type = PcieLinkSection
     reads = frozenset({READS_PCIE})

@@ -9,14 +9,15 @@ daemon was away still produces its recovery.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
-from datetime import datetime
-from typing import Optional
+from datetime import datetime, timedelta
+from typing import NamedTuple, Optional
 
 from ..events import CODE_PORT_MISSING, CODE_PORT_STATE, HealthEvent, make_event, port_entities
 from ..model import PortSnapshot
 from ..state import DEGRADED, FATAL, HEALTHY, SUPPRESSED
-from .link_section import PortRecord
+from .link_section import PortHold, PortRecord
 
 QUIET = "quiet"  # a state that is not reported (Ethernet INIT/ARMED): hold the last health
 MISSES_BEFORE_GONE = 3
@@ -25,8 +26,13 @@ _STATE_DOWN, _STATE_INIT, _STATE_ARMED, _STATE_ACTIVE = 1, 2, 3, 4
 _PHYS_DISABLED, _PHYS_LINKUP = 3, 5
 
 
+@functools.lru_cache(maxsize=256)
 def split_state(raw: Optional[str]) -> tuple[Optional[int], str]:
-    """``"4: ACTIVE"`` -> ``(4, "ACTIVE")``; tolerant of a missing number."""
+    """``"4: ACTIVE"`` -> ``(4, "ACTIVE")``; tolerant of a missing number.
+
+    Cached: a host shows a handful of distinct readings, asked for several times per port
+    per poll (port state, cards, flaps, rate); garbage readings only cycle through the cache.
+    """
     if not raw:
         return None, ""
     number, sep, name = raw.partition(":")
@@ -145,6 +151,74 @@ def transition(previous: Optional[PortRecord], port: PortSnapshot, link_layer: s
     record = replace(previous, state=state, physical_state=phys, link_layer=link_layer,
                      health=told, since=since, misses=0)
     return record, events
+
+
+HELD, BLIP = "held", "blip"
+
+
+def hold_phase(previous: Optional[PortRecord], hold: Optional[PortHold], health: Optional[str],
+               now: datetime, hold_down: float) -> Optional[str]:
+    """What the hold-down (``stateHoldDown``, #15.4) makes of a port's reading this poll.
+
+    :data:`HELD`: an unhealthy edge of a port told healthy, within the hold-down (or a held
+    port unreadable now); :data:`BLIP`: a held edge that ended within it (healthy again, or
+    RoCE INIT/ARMED: on its way back); None: no hold applies. ``health`` is the reading's
+    :func:`port_health`, None when unreadable. The link-state family reports by it, and the
+    counter family holds the counters that count the same outage (``link_downed``).
+    """
+    if previous is None or previous.health != HEALTHY or (hold is None and hold_down <= 0):
+        return None
+    within = hold is None or now - hold.since < timedelta(seconds=hold_down)
+    if health in (FATAL, DEGRADED):
+        return HELD if within else None
+    if hold is None:
+        return None
+    if health is None:
+        return HELD
+    return BLIP if within else None
+
+
+class Held(NamedTuple):
+    """The outcome of :func:`held_transition`."""
+
+    record: Optional[PortRecord]
+    events: list[HealthEvent]
+    hold: Optional[PortHold]  # the pending hold after this poll
+    blip: bool  # a held edge ended healthy within the hold-down
+
+
+def held_transition(previous: Optional[PortRecord], port: PortSnapshot, link_layer: str,
+                    check: str, now: datetime, *, first_sight: bool, evidence: bool,
+                    hold_down: float, hold: Optional[PortHold]) -> Held:
+    """:func:`transition` with the hold-down of #15.4 (``stateHoldDown``).
+
+    Only a healthy->unhealthy edge of a port the platform was told is healthy is held: it is
+    reported when the port is still unhealthy once ``hold_down`` has passed, and is a blip
+    (nothing published) when the port is back before (see :func:`hold_phase`). Recovery,
+    escalation and a port unhealthy at first sight go through at once. A hold found expired
+    when the port is already back (a restart or a late poll in between) reports the outage,
+    dated when it began, and its recovery: nothing proves it was short.
+    """
+    def plain(record: Optional[PortRecord], reading: PortSnapshot, at: datetime
+              ) -> tuple[Optional[PortRecord], list[HealthEvent]]:
+        return transition(record, reading, link_layer, check, at, first_sight=first_sight,
+                          evidence=evidence)
+
+    if hold is None and hold_down <= 0:  # the default: no hold-down
+        return Held(*plain(previous, port, now), None, False)
+    health = port_health(port.state, port.phys_state, link_layer)
+    phase = hold_phase(previous, hold, health, now, hold_down)
+    if phase == HELD:
+        return Held(previous, [], hold or PortHold(now, port.state or "", port.phys_state or ""),
+                    False)
+    if phase == BLIP:
+        return Held(*plain(previous, port, now), None, True)
+    if hold is not None and previous is not None and health not in (FATAL, DEGRADED):
+        outage = replace(port, state=hold.state, phys_state=hold.physical_state)
+        record, events = plain(previous, outage, hold.since)
+        record, recovery = plain(record, port, now)
+        return Held(record, events + recovery, None, False)
+    return Held(*plain(previous, port, now), None, False)
 
 
 def missing_port(previous: PortRecord, check: str, now: datetime

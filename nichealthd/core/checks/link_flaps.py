@@ -1,0 +1,327 @@
+"""The link-flap family (#15.5): down/up cycles of a port within a sliding window.
+
+A cycle is a port going down and coming back, counted per port from three sources that see
+the same outages, so they are never added up:
+
+- the port state: ACTIVE/LinkUp -> anything else is a down; the next ACTIVE/LinkUp closes it;
+- the ``link_downed`` counter's delta (each unit a down, including those shorter than a poll);
+- the ``carrier_changes`` delta (two changes per cycle; from a port that was up, an odd count
+  means it went down).
+
+An outage closes as max(1 if the state was seen down, the counters' downs while it was open)
+cycles. Counter downs seen while the port reads ACTIVE all along are cycles shorter than a
+poll; they are closed one poll later, because the counter may have moved between the reads of
+the state and of the counter (the state then says DOWN at the next poll: one outage, one
+cycle). A counter gives no delta at its saturation limit (an IB PMA counter stuck at
+all-ones, REF §3), across a decrease (cleared), or without a previous value (first poll of a
+process: that memory is volatile), and none when switched off in the config.
+
+Defaults and the peers they come from (REFERENCE §4): at least ``linkFlapCount`` = 3 cycles
+within ``linkFlapWindow`` = 1 h give ONE non-fatal event with ``recommendedAction``
+CONTACT_SUPPORT (NVSentinel's analyzer counts 3 NIC events in 1 h and moved flaps from
+REPLACE_VM to CONTACT_SUPPORT; gpud counts >= 3 returns to ACTIVE, over 12 h; Azure's HPC
+checks >= 5 "lost carrier" in 24 h; NVIDIA's health validation fails one outage >= 30 s, which
+the port-state event already reports). ``linkFlapFatalCount`` (default 0, off) makes a port
+with that many cycles fatal (REPLACE_VM); it must be at least ``linkFlapCount`` and 2, so one
+outage is never fatal twice (its port-state event and the ``link_downed`` counter breach tell
+it). The healthy event is sent when the window holds fewer cycles than the count (or the fatal
+count) again.
+
+Identity: the layer's degradation check (fatal: its state check), ``errorCode`` ``link_flap``,
+the port's entities — the checks the spec names and NVSentinel's analyzer counts, kept apart
+from ``port_state`` and ``link_downed`` so only a flap recovery clears a flap. The message never
+contains ``link_downed``: the analyzer's RepeatedNICLinkFlap rule counts messages that do.
+The window is persisted (it survives a restart); a reboot clears it with the rest of the state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any, Iterable, Mapping, Optional
+
+from ..duration import format_duration
+from ..events import HealthEvent, format_timestamp, make_event, port_entities
+from ..family import (
+    READS_COUNTERS,
+    READS_PORTS,
+    CheckFamily,
+    Condition,
+    Cycle,
+    PortId,
+    Series,
+    Verdict,
+)
+from ..model import PortSnapshot, is_value
+from ..state import (
+    DEGRADED,
+    FATAL,
+    parse_bool,
+    parse_int,
+    parse_list,
+    parse_str,
+    parse_table,
+    parse_when,
+)
+from .counters import CounterMemory
+from .link_counters import CHECK_NAMES_OF
+from .link_state import LINK_STATE, device_layer
+from .ports import is_active, is_known, port_label
+
+CODE_LINK_FLAP = "link_flap"
+COUNTERS = ("link_downed", "carrier_changes")
+_NOTHING = (None, None)
+MAX_ENTRIES = 4096  # polls with cycles kept per port: bounds the state of a port flapping forever
+
+
+@dataclass(frozen=True)
+class FlapRecord:
+    """One port: its last known link, its outage not yet closed (the state seen down, the
+    counters' downs), its cycles in the window (when, how many), the checks told it flaps."""
+
+    device: str
+    port: int
+    link_layer: str
+    up: bool
+    down_seen: bool = False
+    open_downs: int = 0
+    cycles: tuple[tuple[datetime, int], ...] = ()
+    told: tuple[str, ...] = ()
+
+    @property
+    def count(self) -> int:
+        """Cycles in the window as of the last poll."""
+        return sum(n for _, n in self.cycles)
+
+
+@dataclass
+class FlapSection:
+    """Every port seen (port key -> record); a value of one poll."""
+
+    link_flaps: dict[str, FlapRecord] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"link_flaps": {
+            k: {"device": r.device, "port": r.port, "link_layer": r.link_layer, "up": r.up,
+                "down_seen": r.down_seen, "open_downs": r.open_downs,
+                "cycles": [[format_timestamp(t), n] for t, n in r.cycles],
+                "told": list(r.told)}
+            for k, r in sorted(self.link_flaps.items())}}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> FlapSection:
+        """Layout 1. Raises on anything malformed."""
+        return cls({
+            parse_str(k): FlapRecord(
+                parse_str(v["device"]), parse_int(v["port"], 2**16), parse_str(v["link_layer"]),
+                parse_bool(v["up"]), parse_bool(v["down_seen"]), parse_int(v["open_downs"]),
+                tuple((parse_when(c[0]), parse_int(c[1]))
+                      for c in parse_list(v["cycles"], "cycles")),
+                tuple(parse_str(c) for c in parse_list(v["told"], "told")))
+            for k, v in parse_table(data, "link_flaps").items()})
+
+
+class LinkFlaps(CheckFamily[FlapSection]):
+    """Down/up cycles per port in a sliding window."""
+
+    id = "link_flaps"
+    order = 30
+    keys = ("link_flaps",)
+    section_type = FlapSection
+    reads = frozenset({READS_PORTS, READS_COUNTERS})
+
+    def evaluate(self, previous: FlapSection, cycle: Cycle, memory: CounterMemory
+                 ) -> Verdict[FlapSection]:
+        """Each port of the monitored devices: its downs, its closed cycles, its verdict.
+
+        Switched off (``linkFlapCount = 0``, at start or by a reload) it forgets every
+        port, with the recovery of each flap it had reported.
+        """
+        if not cycle.config.link_flap_count:
+            memory.slots.pop(self.id, None)
+            return _switched_off(previous, cycle)
+        links = cycle.previous.section(LINK_STATE)
+        last: Mapping[str, tuple[Optional[int], ...]] = memory.slots.get(self.id) or {}
+        values: dict[str, tuple[Optional[int], ...]] = {}
+        changed: dict[str, FlapRecord] = {}
+        events: list[tuple[str, HealthEvent]] = []
+        horizon = cycle.now - timedelta(seconds=cycle.config.link_flap_window)
+        # A counter switched off in the config is not read for flaps either.
+        used = tuple(n if n in cycle.config.active_names else "" for n in COUNTERS)
+        for device in cycle.monitored:
+            layer = device_layer(device, links)
+            for port in device.ports:
+                key = port.key
+                now_values = tuple(_reading(port, name) for name in used)
+                if now_values != _NOTHING:
+                    values[key] = now_values
+                record = previous.link_flaps.get(key)
+                new = _step(record, port, port.link_layer or layer or "", now_values,
+                            last.get(key), cycle.now, horizon)
+                if new is None:
+                    continue
+                new, port_events = _verdict(new, cycle)
+                events.extend((device.name, e) for e in port_events)
+                if new is not record:
+                    changed[key] = new
+        memory.slots[self.id] = values
+        if not changed:
+            return Verdict(previous)
+        return Verdict(FlapSection({**previous.link_flaps, **changed}), tuple(events))
+
+    def rename(self, section: FlapSection, renames: Mapping[str, str], now: datetime
+               ) -> FlapSection:
+        """Its ports of a renamed device under the new name (#19.1)."""
+        table = section.link_flaps
+        if not any(r.device in renames for r in table.values()):
+            return section
+        out = {k: r for k, r in table.items() if r.device not in renames}
+        out.update((f"{renames[r.device]}_{r.port}", replace(r, device=renames[r.device]))
+                   for r in table.values() if r.device in renames)
+        return FlapSection(out)
+
+    def conditions(self, section: FlapSection, picture: Any) -> Iterable[Condition]:
+        for key, record in sorted((k, r) for k, r in section.link_flaps.items() if r.told):
+            if record.told:
+                names = CHECK_NAMES_OF.get(record.link_layer)
+                health = FATAL if names and names.state in record.told else DEGRADED
+                reason = f"{record.count} link flaps"
+                yield Condition(health, reason, (record.device, record.port),
+                                alone=f"{key}: {reason}")
+
+    def port_fields(self, section: FlapSection, picture: Any, port: PortId
+                    ) -> Mapping[str, Any]:
+        record = section.link_flaps.get(f"{port[0]}_{port[1]}")
+        return {"flaps": record.count if record else 0,
+                "flapping": bool(record and record.told)}
+
+    def series(self, section: FlapSection, picture: Any) -> Iterable[Series]:
+        yield Series("port_link_flaps",
+                     "Down/up cycles of the port within linkFlapWindow (as of the last poll)",
+                     "gauge", ("device", "port"),
+                     tuple(((r.device, str(r.port)), float(r.count))
+                           for _, r in sorted(section.link_flaps.items())))
+
+
+def _switched_off(previous: FlapSection, cycle: Cycle) -> Verdict[FlapSection]:
+    if not previous.link_flaps:
+        return Verdict(previous)
+    events: list[tuple[str, HealthEvent]] = []
+    for record in sorted(previous.link_flaps.values(), key=lambda r: (r.device, r.port)):
+        label = port_label(record.device, record.port, record.link_layer)
+        events.extend((record.device, make_event(
+            check, fatal=False, healthy=True, error_code=CODE_LINK_FLAP, at=cycle.now,
+            entities=port_entities(record.device, record.port),
+            message=f"{label}: LinkFlap recovered - flap detection switched off"))
+            for check in record.told if check in cycle.enabled)
+    return Verdict(FlapSection(), tuple(events))
+
+
+def _reading(port: PortSnapshot, name: str) -> Optional[int]:
+    """A counter's value, None when absent, unreadable or saturated (no information)."""
+    value = port.counters.get(name) if name else None
+    if not is_value(value):
+        return None
+    assert isinstance(value, int)
+    kind = port.counter_kinds.get(name)
+    if kind is not None and kind.limit is not None and value >= kind.limit:
+        return None
+    return value
+
+
+def _counter_downs(was_up: Optional[bool], now_values: tuple[Optional[int], ...],
+                   last_values: Optional[tuple[Optional[int], ...]]) -> int:
+    """Downs the counters saw since the last poll: the larger of the two counters' counts."""
+    if last_values is None:
+        return 0
+    (ld_now, cc_now), (ld_was, cc_was) = now_values, last_values
+    downs = 0
+    if ld_now is not None and ld_was is not None and ld_now > ld_was:
+        downs = ld_now - ld_was
+    if cc_now is not None and cc_was is not None and cc_now > cc_was:
+        changes = cc_now - cc_was  # alternating: from a port that was up, down comes first
+        downs = max(downs, (changes + 1) // 2 if was_up is not False else changes // 2)
+    return downs
+
+
+def _link_up(port: PortSnapshot) -> Optional[bool]:
+    """ACTIVE/LinkUp, anything else known, or None (unreadable: no information)."""
+    if not port.readable or not is_known(port.state, port.phys_state):
+        return None
+    return is_active(port.state, port.phys_state)
+
+
+def _step(record: Optional[FlapRecord], port: PortSnapshot, layer: str,
+          now_values: tuple[Optional[int], ...],
+          last_values: Optional[tuple[Optional[int], ...]], now: datetime,
+          horizon: datetime) -> Optional[FlapRecord]:
+    """The record after this poll: downs opened, closed into cycles, the window slid."""
+    up = _link_up(port)
+    if record is None:
+        if up is None:
+            return None
+        # Down at first sight is an open outage: its return to ACTIVE is a cycle (gpud).
+        return FlapRecord(port.device, port.port, layer, up, down_seen=not up)
+    downs = _counter_downs(record.up, now_values, last_values)
+    if (not downs and up is record.up and not record.down_seen and not record.open_downs
+            and (not record.cycles or record.cycles[0][0] > horizon)):
+        return record  # the common case: nothing happened
+    down_seen = record.down_seen or (record.up and up is False)
+    open_downs, closed = record.open_downs + downs, 0
+    if up and down_seen:  # back from an outage the state saw
+        closed, down_seen, open_downs = max(1, open_downs), False, 0
+    elif up and record.up:  # up all along: the counters' downs of earlier polls were short
+        closed, open_downs = record.open_downs, downs
+    cycles = record.cycles
+    if closed:
+        cycles = (*cycles, (now, closed))[-MAX_ENTRIES:]
+    if cycles and cycles[0][0] <= horizon:
+        cycles = tuple(c for c in cycles if c[0] > horizon)
+    link_up = record.up if up is None else up
+    if (link_up, down_seen, open_downs, cycles, layer) == (
+            record.up, record.down_seen, record.open_downs, record.cycles, record.link_layer):
+        return record
+    return replace(record, up=link_up, down_seen=down_seen, open_downs=open_downs,
+                   cycles=cycles, link_layer=layer)
+
+
+def _verdict(record: FlapRecord, cycle: Cycle) -> tuple[FlapRecord, list[HealthEvent]]:
+    """Tell the checks that must know the port flaps; clear those that no longer must."""
+    config = cycle.config
+    names = CHECK_NAMES_OF.get(record.link_layer)
+    if names is None or (not record.told and (not record.cycles
+                                              or record.count < config.link_flap_count)):
+        return record, []  # the common case, cheaply
+    count, fatal_count = record.count, config.link_flap_fatal_count
+    fatal = bool(fatal_count) and count >= fatal_count
+    wanted: set[str] = {names.state} if fatal else set()
+    if count >= config.link_flap_count and (not fatal or names.degradation in record.told):
+        wanted.add(names.degradation)
+    wanted &= cycle.enabled
+    told = set(record.told) & cycle.enabled
+    if wanted == told:
+        return (record if told == set(record.told)
+                else replace(record, told=tuple(sorted(told)))), []
+    label = port_label(record.device, record.port, record.link_layer)
+    window = format_duration(config.link_flap_window)
+    events = []
+    for check in sorted(told - wanted):
+        events.append(make_event(
+            check, fatal=False, healthy=True, error_code=CODE_LINK_FLAP, at=cycle.now,
+            entities=port_entities(record.device, record.port),
+            message=f"{label}: LinkFlap recovered - {count} down/up cycles within {window} "
+                    f"(threshold {config.link_flap_count})"))
+    for check in sorted(wanted - told):
+        is_fatal = check == names.state
+        limit = (f"fatal at {fatal_count}" if is_fatal
+                 else f"threshold {config.link_flap_count}")
+        event = make_event(
+            check, fatal=is_fatal, healthy=False, error_code=CODE_LINK_FLAP, at=cycle.now,
+            entities=port_entities(record.device, record.port),
+            message=f"{label}: LinkFlap - {count} down/up cycles within {window} ({limit}) "
+                    f"- unstable link")
+        events.append(event if is_fatal else replace(event, recommended_action="CONTACT_SUPPORT"))
+    return replace(record, told=tuple(sorted(wanted))), events
+
+
+FAMILY = LINK_FLAPS = LinkFlaps()

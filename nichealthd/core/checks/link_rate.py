@@ -1,0 +1,197 @@
+"""The link-rate family (#15.6): a port slower than the mode of its peers, with no SKU table.
+
+Peers are the ACTIVE ports of monitored devices of the same role, ``hca_type``, ``board_id``
+and link layer. A port whose rate (sysfs ``rate``, ``400 Gb/sec (4X NDR)``: speed, lanes and
+generation) is below the group's mode gets one non-fatal event under the layer's degradation
+check, ``errorCode`` ``link_rate``, naming both rates; one healthy event when it is back at the
+mode (or the mode came down to it). A group of fewer than two ports or with a tied mode gives no
+verdict, and neither does a port that is not ACTIVE: what was told stands until a verdict
+changes it. gpud, Azure's checks and NHC compare with a per-SKU table; the peers are the table.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any, Iterable, Mapping, NamedTuple, Optional
+
+from ..config import ETH_DEGRADATION_CHECK, IB_DEGRADATION_CHECK
+from ..events import HealthEvent, format_timestamp, make_event, port_entities
+from ..family import (
+    READS_DEVICES,
+    READS_PORTS,
+    CheckFamily,
+    Condition,
+    Cycle,
+    PortId,
+    Series,
+    Verdict,
+)
+from ..state import DEGRADED, parse_int, parse_str, parse_table, parse_when
+from .ports import is_active, port_label
+
+CODE_LINK_RATE = "link_rate"
+CHECK_OF = {"InfiniBand": IB_DEGRADATION_CHECK, "Ethernet": ETH_DEGRADATION_CHECK}
+# "400 Gb/sec (4X NDR)", "2.5 Gb/sec (1X SDR)", "100 Gb/sec" (RoCE without the lanes).
+_RATE = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?) Gb/sec(?: \(([0-9]+)X ?([A-Za-z0-9]*)\))?\s*")
+
+
+class Rate(NamedTuple):
+    """A parsed ``rate``: Gb/s, lanes (0 unknown), and the text as the kernel wrote it."""
+
+    gbps: float
+    lanes: int
+    text: str
+
+
+@functools.lru_cache(maxsize=64)  # a host shows a handful of rates, read every poll
+def parse_rate(raw: Optional[str]) -> Optional[Rate]:
+    """``"400 Gb/sec (4X NDR)\\n"`` -> Rate(400.0, 4, "400 Gb/sec (4X NDR)"); None if not one."""
+    if not raw:
+        return None
+    match = _RATE.fullmatch(raw)
+    if match is None:
+        return None
+    return Rate(float(match.group(1)), int(match.group(2) or 0), raw.strip())
+
+
+@dataclass(frozen=True)
+class RateRecord:
+    """A port told it runs below its peers: its rate and theirs then."""
+
+    device: str
+    port: int
+    link_layer: str
+    rate: str
+    peers: str
+    since: datetime
+
+
+@dataclass
+class RateSection:
+    """The ports told degraded (port key -> record); a value of one poll."""
+
+    rate_degraded: dict[str, RateRecord] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rate_degraded": {
+            k: {"device": r.device, "port": r.port, "link_layer": r.link_layer,
+                "rate": r.rate, "peers": r.peers, "since": format_timestamp(r.since)}
+            for k, r in sorted(self.rate_degraded.items())}}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RateSection:
+        """Layout 1. Raises on anything malformed."""
+        return cls({
+            parse_str(k): RateRecord(parse_str(v["device"]), parse_int(v["port"], 2**16),
+                                     parse_str(v["link_layer"]), parse_str(v["rate"]),
+                                     parse_str(v["peers"]), parse_when(v["since"]))
+            for k, v in parse_table(data, "rate_degraded").items()})
+
+
+class LinkRate(CheckFamily[RateSection]):
+    """Rate and width below the mode of same-role, same-card-model peers."""
+
+    id = "link_rate"
+    order = 40
+    keys = ("rate_degraded",)
+    section_type = RateSection
+    reads = frozenset({READS_DEVICES, READS_PORTS})
+
+    def evaluate(self, previous: RateSection, cycle: Cycle, memory: Any
+                 ) -> Verdict[RateSection]:
+        """Group the ACTIVE ports, find each group's mode, judge every port of a group."""
+        groups: dict[tuple[str, ...], list[tuple[str, int, str, Rate]]] = {}
+        for device in cycle.monitored:
+            role = cycle.roles[device.name].role
+            for port in device.ports:
+                rate = parse_rate(port.rate)
+                layer = port.link_layer or ""
+                if rate is None or layer not in CHECK_OF \
+                        or not is_active(port.state, port.phys_state):
+                    continue
+                group = (role, device.hca_type or "", device.board_id or "", layer)
+                groups.setdefault(group, []).append((device.name, port.port, layer, rate))
+        told = previous.rate_degraded
+        changed: dict[str, Optional[RateRecord]] = {}
+        events: list[tuple[str, HealthEvent]] = []
+        for members in groups.values():
+            mode = _mode(members)
+            if mode is None:
+                continue
+            for name, number, layer, rate in members:
+                key = f"{name}_{number}"
+                slow = rate.gbps < mode.gbps
+                check = CHECK_OF[layer]
+                if slow and key not in told:
+                    changed[key] = RateRecord(name, number, layer, rate.text, mode.text,
+                                              cycle.now)
+                    message = (f"{port_label(name, number, layer)}: LinkRate degraded - runs at "
+                               f"{rate.text}, its peers at {mode.text}")
+                elif not slow and key in told:
+                    changed[key] = None
+                    message = (f"{port_label(name, number, layer)}: LinkRate healthy - runs at "
+                               f"{rate.text} like its peers")
+                else:
+                    continue
+                if check in cycle.enabled:
+                    events.append((name, make_event(
+                        check, fatal=False, healthy=not slow, message=message,
+                        error_code=CODE_LINK_RATE, entities=port_entities(name, number),
+                        at=cycle.now)))
+        if not changed:
+            return Verdict(previous)
+        section = RateSection(dict(told))
+        for port_key, record in changed.items():
+            if record is None:
+                del section.rate_degraded[port_key]
+            else:
+                section.rate_degraded[port_key] = record
+        return Verdict(section, tuple(events))
+
+    def rename(self, section: RateSection, renames: Mapping[str, str], now: datetime
+               ) -> RateSection:
+        """Its ports of a renamed device under the new name (#19.1)."""
+        table = section.rate_degraded
+        if not any(r.device in renames for r in table.values()):
+            return section
+        out = {k: r for k, r in table.items() if r.device not in renames}
+        out.update((f"{renames[r.device]}_{r.port}", replace(r, device=renames[r.device]))
+                   for r in table.values() if r.device in renames)
+        return RateSection(out)
+
+    def conditions(self, section: RateSection, picture: Any) -> Iterable[Condition]:
+        for key, record in sorted(section.rate_degraded.items()):
+            yield Condition(DEGRADED, f"rate {record.rate} below peers' {record.peers}",
+                            (record.device, record.port),
+                            alone=f"{key} rate {record.rate} below peers' {record.peers}")
+
+    def port_fields(self, section: RateSection, picture: Any, port: PortId
+                    ) -> Mapping[str, Any]:
+        record = section.rate_degraded.get(f"{port[0]}_{port[1]}")
+        return {"rate_degraded": record is not None,
+                "peer_rate": record.peers if record else ""}
+
+    def series(self, section: RateSection, picture: Any) -> Iterable[Series]:
+        yield Series("port_rate_degraded",
+                     "1 while a port runs below the rate of its peers (same role and card model)",
+                     "gauge", ("device", "port", "rate", "peer_rate"),
+                     tuple(((r.device, str(r.port), r.rate, r.peers), 1.0)
+                           for _, r in sorted(section.rate_degraded.items())))
+
+
+def _mode(members: list[tuple[str, int, str, Rate]]) -> Optional[Rate]:
+    """The most common rate of a group of at least two; None when the top is tied."""
+    if len(members) < 2:
+        return None
+    counts = Counter(m[3].gbps for m in members).most_common(2)
+    if len(counts) > 1 and counts[0][1] == counts[1][1]:
+        return None
+    texts = Counter(m[3] for m in members if m[3].gbps == counts[0][0])
+    return texts.most_common(1)[0][0]
+
+
+FAMILY = LINK_RATE = LinkRate()
