@@ -11,6 +11,7 @@ from typing import Any, Optional
 
 from .checks import families
 from .checks.counters import saturation_key
+from .checks.efa_counters import EFA_COUNTERS
 from .checks.link_counters import LINK_COUNTERS
 from .checks.link_section import DeviceIdentity
 from .checks.link_state import LINK_STATE
@@ -184,16 +185,18 @@ def counter_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorS
                     config: Config, device: str = "", port: int = 0
                     ) -> list[dict[str, Any]]:
     """Every configured counter of every monitored port (optionally one device / port)."""
-    counters = state.section(LINK_COUNTERS)
+    link_counters = state.section(LINK_COUNTERS)
     records = []
     for dev in snapshot.devices:
         role = result.roles.get(dev.name)
         if not (role and role.monitored) or (device and dev.name != device):
             continue
+        # #18.3: an EFA device's counters are the EFA ones, judged by their own family.
+        counters = state.section(EFA_COUNTERS) if dev.is_efa else link_counters
         for p in dev.ports:
             if port and p.port != port:
                 continue
-            for spec in config.active_counters:
+            for spec in config.counters_of(dev.adapter):
                 key = counter_key(dev.name, p.port, spec.name)
                 path = p.counter_paths.get(spec.name, spec.path)
                 file_key = saturation_key(dev.name, p.port, p.counter_kinds.get(spec.name))
