@@ -92,6 +92,10 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--operstate", help="up|down|lowerlayerdown|dormant|unknown|...")
     cmd("uncable", "pull the cable: DOWN/Polling, operstate down", "ROOT", "DEV", "PORT")
+    # #18.5: EFA health is its netdev's (netdev down: port --operstate down)
+    p = cmd("carrier", "set the port netdev's carrier: 0 lost, 1 back (operstate untouched)",
+            "ROOT", "DEV", "PORT")
+    p.add_argument("VALUE", type=int, choices=(0, 1))
     p = cmd(
         "counter",
         "add to or set a counter (counters/, hw_counters/, carrier_changes, statistics/)",
@@ -184,6 +188,10 @@ def _counter(a: argparse.Namespace) -> None:
     print(f"{a.DEV} port {a.PORT} {a.NAME} = {value}")
 
 
+def _carrier(a: argparse.Namespace) -> None:
+    mutate.carrier(a.ROOT, a.DEV, a.PORT, a.VALUE)
+
+
 def _reset(a: argparse.Namespace) -> None:
     mutate.reset_counters(a.ROOT, a.DEV, a.PORT)
 
@@ -206,6 +214,7 @@ HANDLERS: Dict[str, Callable[[argparse.Namespace], None]] = {
     "show": lambda a: print(tree.show(a.ROOT), end=""),
     "port": _port_cmd,
     "uncable": lambda a: mutate.uncable(a.ROOT, a.DEV, a.PORT),
+    "carrier": _carrier,
     "counter": _counter,
     "reset-counters": _reset,
     "reboot": _reboot,

@@ -80,6 +80,18 @@ def set_port(
         write_in_place(ndir / "operstate", oper_text)
 
 
+def carrier(root: PathLike, dev: str, port: PortId, value: int) -> None:
+    """Write the port netdev's ``carrier`` (0: carrier lost, 1: back), operstate untouched
+    (#18.5: the kernel's linkwatch updates operstate up to a second later)."""
+    if value not in (0, 1):
+        raise SimError(f"carrier is 0 or 1, got {value}")
+    top = Path(root)
+    ndir = _netdev_dir(top, _device(top, dev), port)
+    if ndir is None:
+        raise SimError(f"{dev} port {port} has no netdev")
+    write_in_place(ndir / "carrier", f"{value}\n")
+
+
 def uncable(root: PathLike, dev: str, port: PortId) -> None:
     """A pulled cable: DOWN / Polling, netdev operstate down (counters untouched)."""
     top = Path(root)
@@ -97,7 +109,9 @@ def counter_path(root: PathLike, dev: str, port: PortId, name: str) -> Path:
     pdir = tree.port_dir(top, device, port)
     if "/" in name or name in ("", ".", ".."):
         raise SimError(f"counter name must be a file basename, got {name!r}")
-    candidates = [pdir / "counters" / name, pdir / "hw_counters" / name]
+    # ... and the device's own hw_counters/ (EFA's device statistics, #18.5)
+    candidates = [pdir / "counters" / name, pdir / "hw_counters" / name,
+                  pdir.parent.parent / "hw_counters" / name]
     ndir = _netdev_dir(top, device, port)
     if ndir is not None:
         candidates.append(ndir / name if name == "carrier_changes" else ndir / "statistics" / name)
@@ -170,6 +184,9 @@ def _counter_files(root: Path, dev: Device) -> Iterator[Path]:
         for sub in ("counters", "hw_counters"):
             if (pdir / sub).is_dir():
                 yield from sorted(p for p in (pdir / sub).iterdir() if p.is_file())
+    if (idir / "hw_counters").is_dir():  # a device's own statistics (EFA)
+        yield from sorted(p for p in (idir / "hw_counters").iterdir() if p.is_file())
+    for port in dev["ports"]:
         ndir = _netdev_dir(root, dev, port)
         if ndir is not None:
             yield ndir / "carrier_changes"
@@ -219,6 +236,8 @@ def reboot(root: PathLike) -> str:
                 write_in_place(pdir / "phys_state", kernel.phys_state_line(rec["phys_state"]))
             if rec["netdev_path"] and (top / rec["netdev_path"]).is_dir():
                 write_in_place(top / rec["netdev_path"] / "operstate", rec["operstate"] + "\n")
+                if (top / rec["netdev_path"] / "carrier").is_file():
+                    write_in_place(top / rec["netdev_path"] / "carrier", "1\n")
     return boot_id
 
 
