@@ -175,7 +175,9 @@ def ports_table(records: list[dict[str, Any]], style: Style, width: int = 80) ->
     ``width``, NETDEV is left out first (``--wide``/``--json`` show it), then cells are cut."""
     headers = ["PORT", "LINK", "ROLE", "STATE", "PHYS", "RATE", "NETDEV", "HEALTH", "REASON"]
     records = sorted(records, key=natural_key)
-    rows = [[port_name(r), short_link(r.get("link_layer", "")), r.get("role") or "-",
+    # LINK: EFA for an EFA port (its link layer reads "Unknown", #18.6).
+    rows = [[port_name(r), "EFA" if r.get("adapter") == "efa" else short_link(
+                 r.get("link_layer", "")), r.get("role") or "-",
              r.get("state") or "?", r.get("phys_state") or "?",
              short_rate(r.get("rate", "")) if r.get("present", True) else "-",
              r.get("netdev") or "-", port_health(r), port_reason(r)] for r in records]
@@ -208,7 +210,9 @@ def ports_table(records: list[dict[str, Any]], style: Style, width: int = 80) ->
 def devices_table(records: list[dict[str, Any]], style: Style, width: int = 80) -> list[str]:
     headers = ("DEVICE", "PCI", "TYPE", "FIRMWARE", "ROLE", "PORTS", "STATE", "NETDEVS")
     records = sorted(records, key=natural_key)
-    rows = [(r.get("device", "?"), r.get("pci_address") or "-", r.get("hca_type") or "-",
+    # TYPE: the HCA type, or the adapter family where there is none (EFA, #18.6).
+    rows = [(r.get("device", "?"), r.get("pci_address") or "-",
+             r.get("hca_type") or r.get("adapter") or "-",
              r.get("fw_ver") or "-", r.get("role") or ("-" if r.get("present") else "?"),
              str(r.get("ports", 0)), _device_state(r),
              ",".join(r.get("netdevs") or []) or "-") for r in records]
