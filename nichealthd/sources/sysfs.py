@@ -765,7 +765,7 @@ def _efa_netdev(pci: str, netdevs: tuple[str, ...]) -> Optional[str]:
     own = os.path.basename(real)
     bus = own.rsplit(":", 1)[0] + ":"
     parent = os.path.dirname(real)
-    found = []
+    found: list[str] = []
     for sibling in _listdir(parent) or ():
         if sibling == own or not sibling.startswith(bus):
             continue

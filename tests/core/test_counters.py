@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from nichealthd.core.config import EFA_DEGRADATION_CHECK, EFA_STATE_CHECK
 from nichealthd.core.checks import counters
 from nichealthd.core.checks.counter_section import CounterSnap
+from nichealthd.core.config import EFA_DEGRADATION_CHECK, EFA_STATE_CHECK
 from nichealthd.core.model import ABSENT, CounterKind, Unreadable
 from nichealthd.core.state import MonitorState
 from nichealthd.sources.sysfs import PMA_WIDTHS

@@ -32,11 +32,27 @@ from ..events import (
     make_event,
     port_entities,
 )
-from ..family import HOST, READS_DEVICES, READS_PORTS, CheckFamily, Condition, Cycle, PortId, \
-    Verdict
+from ..family import (
+    HOST,
+    READS_DEVICES,
+    READS_PORTS,
+    CheckFamily,
+    Condition,
+    Cycle,
+    PortId,
+    Verdict,
+)
 from ..model import PortSnapshot
-from ..state import FATAL, HEALTHY, SUPPRESSED, parse_int, parse_list, parse_str, parse_table, \
-    parse_when
+from ..state import (
+    FATAL,
+    HEALTHY,
+    SUPPRESSED,
+    parse_int,
+    parse_list,
+    parse_str,
+    parse_table,
+    parse_when,
+)
 from ..topology import group_mode
 
 KEYS = ("efa_ports", "efa_known_devices", "efa_device_misses", "efa_missing_devices")
