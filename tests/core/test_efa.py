@@ -8,6 +8,7 @@ from nichealthd.core.checks.link_state import LINK_STATE
 from nichealthd.core.config import EFA_DEGRADATION_CHECK, EFA_STATE_CHECK
 from nichealthd.core.model import DeviceSnapshot, PortSnapshot
 from nichealthd.core.topology import COMPUTE, STORAGE, UNSUPPORTED, GpuTopology, classify
+from nichealthd.core.views import counter_records, device_records, health_status, port_records
 
 from .builders import Runner, device, gpus, host, non_baseline
 
@@ -187,3 +188,22 @@ def test_mlx5_counters_are_not_judged_on_efa_nor_efa_counters_on_mlx5() -> None:
     runner.poll(host(*fleet(rdmap16s27={"counters": {"link_downed": 0}})))
     result = runner.poll(host(*fleet(rdmap16s27={"counters": {"link_downed": 5}}), when=1))
     assert events_of(result) == []
+
+
+# ------------------------------------------------------------------------------- views
+
+def test_records_name_the_adapter_and_the_health_model_judges_efa_ports() -> None:
+    runner = Runner(topology=TOPOLOGY)
+    runner.poll(host(*fleet()))
+    snapshot = host(*fleet(rdmap32s27={"operstate": "down"}), when=1)
+    result = runner.poll(snapshot)
+    ports = {r["device"]: r for r in port_records(snapshot, result, runner.state)}
+    assert ports["rdmap32s27"]["adapter"] == "efa"
+    assert (ports["rdmap32s27"]["health"], ports["rdmap32s27"]["reasons"]) == (
+        "fatal", ["netdev eth2 down"])
+    assert ports["rdmap16s27"]["health"] == "healthy"
+    devices = {r["device"]: r for r in device_records(snapshot, result, runner.state)}
+    assert {r["adapter"] for r in devices.values()} == {"efa"}
+    assert health_status(snapshot, result, runner.state)["fatal_ports"] == ["rdmap32s27/1"]
+    counters = counter_records(snapshot, result, runner.state, config=runner.config)
+    assert {c["counter"] for c in counters} == {s.name for s in runner.config.efa_counters}
