@@ -1,8 +1,10 @@
-"""#18 "done when", end to end: ``nichealthd --once`` on a simulated AWS p5 (EFA) host."""
+"""#18 "done when", end to end: the real daemon (``--once`` and running) on a simulated p5."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from datetime import datetime, timedelta, timezone
 from typing import Callable
 
@@ -10,7 +12,9 @@ import pytest
 
 from nichealthd.sim import mutate
 
-from .conftest import SimHost
+from ..harness import NotifySocket
+from .conftest import REPO, SimHost
+from .test_service import Daemon, events, notify  # noqa: F401 (fixture)
 
 DEV = "rdmap71s0"
 
@@ -87,3 +91,34 @@ def test_efa_only_cards_are_watched_for_presence(sim_host: Callable[..., SimHost
         assert host.once().events == []
     assert unhealthy(host.once().events) == [
         ("EFAStateCheck", True, ["device_missing"], "rdmap75s0")]
+
+
+def test_running_daemon_on_p5(sim_host: Callable[..., SimHost],
+                              notify: NotifySocket) -> None:  # noqa: F811
+    """The real daemon at 200 ms polls: slow rx_drops nothing, fast one degradation, an
+    interface set down through the sim's command line one fatal event."""
+    host = sim_host("p5")
+    daemon = Daemon(host, notify)
+    try:
+        ready = notify.wait_for("READY=1")
+        assert "STATUS=32 ports: 32 healthy, 0 degraded, 0 fatal" in ready
+        baseline = len(events(host))
+        for _ in range(8):  # ~10 per 200 ms poll: ~50/s, under 100/s
+            mutate.counter(host.root, DEV, 1, "rx_drops", add=10)
+            daemon.wait_polls(1)
+        daemon.wait_polls(6)  # more than one full 1 s window
+        assert unhealthy(events(host)[baseline:]) == []
+        mutate.counter(host.root, DEV, 1, "rx_drops", add=5000)
+        daemon.wait_until(lambda: bool(unhealthy(events(host)[baseline:])), "rx_drops breach")
+        proc = subprocess.run([sys.executable, "-m", "nichealthd.sim", "port", str(host.root),
+                               "rdmap75s0", "1", "--operstate", "down"],
+                              cwd=REPO, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        daemon.wait_until(lambda: len(unhealthy(events(host)[baseline:])) >= 2, "netdev down")
+        daemon.wait_polls(5)
+        assert unhealthy(events(host)[baseline:]) == [
+            ("EFADegradationCheck", False, ["rx_drops"], DEV),
+            ("EFAStateCheck", True, ["port_state"], "rdmap75s0")]
+    finally:
+        code, err = daemon.stop()
+    assert code == 0, err[-2000:]
