@@ -95,7 +95,14 @@ def carrier(root: PathLike, dev: str, port: PortId, value: int) -> None:
 def uncable(root: PathLike, dev: str, port: PortId) -> None:
     """A pulled cable: DOWN / Polling, netdev operstate down (counters untouched)."""
     top = Path(root)
-    has_netdev = _netdev_dir(top, _device(top, dev), port) is not None
+    device = _device(top, dev)
+    if device.get("adapter") == "efa":
+        # The efa driver reports ACTIVE/LinkUp whatever happens (#18.5): only the
+        # interface sees the cable.
+        set_port(top, dev, port, operstate="down")
+        carrier(top, dev, port, 0)
+        return
+    has_netdev = _netdev_dir(top, device, port) is not None
     set_port(
         top, dev, port, state="DOWN", phys_state="Polling", operstate="down" if has_netdev else None
     )
