@@ -10,7 +10,7 @@ from nichealthd.core.model import DeviceSnapshot, PortSnapshot
 from nichealthd.core.topology import COMPUTE, STORAGE, UNSUPPORTED, GpuTopology, classify
 from nichealthd.core.views import counter_records, device_records, health_status, port_records
 
-from .builders import Runner, device, gpus, host, non_baseline
+from .builders import Runner, config, device, gpus, host, non_baseline
 
 
 def efa_port(name: str, operstate: Optional[str] = "up", carrier: Optional[int] = 1,
@@ -207,3 +207,31 @@ def test_records_name_the_adapter_and_the_health_model_judges_efa_ports() -> Non
     assert health_status(snapshot, result, runner.state)["fatal_ports"] == ["rdmap32s27/1"]
     counters = counter_records(snapshot, result, runner.state, config=runner.config)
     assert {c["counter"] for c in counters} == {s.name for s in runner.config.efa_counters}
+
+
+def test_every_efa_device_gone_at_once_is_a_driver_event_not_32_failures() -> None:
+    runner = Runner(cfg=config(driverReloadGrace="60s", driverReloadTimeout="600s"),
+                    topology=TOPOLOGY)
+    runner.poll(host(*fleet()))
+    for second in (1, 2, 3, 4, 30):
+        assert events_of(runner.poll(host(when=second))) == []  # held, within the grace
+    (told,) = events_of(runner.poll(host(when=61)))
+    assert (told.check_name, told.is_fatal, told.error_code) == (
+        EFA_STATE_CHECK, False, ("driver_event",))
+    assert len(told.entities) == 4
+    assert events_of(runner.poll(host(when=62))) == []
+    back = runner.poll(host(*fleet(), when=63))
+    assert [(e.error_code, e.is_healthy) for e in events_of(back)] == [
+        (("driver_event",), True)]
+
+
+def test_efa_devices_gone_past_the_driver_timeout_are_judged_one_by_one() -> None:
+    runner = Runner(cfg=config(driverReloadGrace="1s", driverReloadTimeout="10s"),
+                    topology=TOPOLOGY)
+    runner.poll(host(*fleet()))
+    for second in (1, 2, 3, 5):
+        runner.poll(host(when=second))
+    out = runner.poll(host(when=11))
+    # The host event closed first, then each device judged (missed three times already).
+    assert [(e.error_code[0], e.is_fatal, e.is_healthy) for e in events_of(out)] == [
+        ("driver_event", False, True)] + [("device_missing", True, False)] * 4

@@ -12,7 +12,9 @@ The rules of the other adapters apply: at first sight a port already down is rep
 when its peers prove it anomalous (the EFA ports of its role group are decisively up: spec
 §4.3's homogeneity over one-port cards), else it is taken as not connected and stays quiet
 until it has been up once; a device is declared gone after three complete enumerations
-without it (spec §7), and its return is a recovery. The link-state family leaves EFA devices
+without it (spec §7), and its return is a recovery; every EFA device gone at once is an efa
+driver event, held as :mod:`.driver` holds mlx5's (``driverReloadGrace``,
+``driverReloadTimeout``). The link-state family leaves EFA devices
 to this one (their link layer, ``Unknown``, is not one it judges).
 """
 
@@ -26,6 +28,7 @@ from ..config import EFA_STATE_CHECK, Config
 from ..events import (
     CODE_DEVICE_MISSING,
     CODE_PORT_STATE,
+    ENTITY_NIC,
     HealthEvent,
     device_entities,
     format_timestamp,
@@ -55,7 +58,9 @@ from ..state import (
 )
 from ..topology import group_mode
 
-KEYS = ("efa_ports", "efa_known_devices", "efa_device_misses", "efa_missing_devices")
+KEYS = ("efa_ports", "efa_known_devices", "efa_device_misses", "efa_missing_devices",
+        "efa_driver_event")
+CODE_DRIVER_EVENT = "driver_event"
 MISSES_BEFORE_GONE = 3
 UP_OPERSTATES = ("up", "unknown")  # "unknown": drivers that never set it (RFC 2863)
 
@@ -91,6 +96,31 @@ class EfaPort:
                    parse_when(data["since"]))
 
 
+@dataclass(frozen=True)
+class EfaDriverEvent:
+    """Every known EFA device gone at once (an efa driver unload or reload, #19.2's rule)."""
+
+    since: datetime
+    devices: tuple[str, ...]
+    told: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"since": format_timestamp(self.since), "devices": list(self.devices),
+                "told": self.told}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Optional[EfaDriverEvent]:
+        if not data:
+            return None
+        if not isinstance(data, dict):
+            raise TypeError("efa_driver_event must be an object")
+        told = data.get("told", False)
+        if not isinstance(told, bool):
+            raise TypeError("efa_driver_event.told must be true or false")
+        return cls(parse_when(data["since"]),
+                   tuple(parse_str(n) for n in parse_list(data["devices"], "devices")), told)
+
+
 @dataclass
 class EfaStateSection:
     """Port records by ``<device>_<port>``, known devices, misses, devices declared gone."""
@@ -99,10 +129,12 @@ class EfaStateSection:
     known_devices: list[str] = field(default_factory=list)
     device_misses: dict[str, int] = field(default_factory=dict)
     missing_devices: dict[str, datetime] = field(default_factory=dict)
+    driver_event: Optional[EfaDriverEvent] = None
 
     def copy(self) -> EfaStateSection:
         return EfaStateSection(dict(self.ports), list(self.known_devices),
-                               dict(self.device_misses), dict(self.missing_devices))
+                               dict(self.device_misses), dict(self.missing_devices),
+                               self.driver_event)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -111,6 +143,7 @@ class EfaStateSection:
             "efa_device_misses": dict(sorted(self.device_misses.items())),
             "efa_missing_devices": {k: format_timestamp(v)
                                     for k, v in sorted(self.missing_devices.items())},
+            "efa_driver_event": self.driver_event.to_json() if self.driver_event else {},
         }
 
     @classmethod
@@ -122,6 +155,7 @@ class EfaStateSection:
             {k: parse_int(v, 1 << 20)
              for k, v in parse_table(data, "efa_device_misses").items()},
             {k: parse_when(v) for k, v in parse_table(data, "efa_missing_devices").items()},
+            EfaDriverEvent.from_json(data.get("efa_driver_event")),
         )
 
 
@@ -210,12 +244,14 @@ class EfaState(CheckFamily[EfaStateSection]):
                     events.append((name, event))
         present = {d.name for d in cycle.snapshot.devices}
         efa_names = {d.name for d in efa}
+        held = self._driver_event(previous, state, cycle, present, events)
         for name in sorted(set(previous.known_devices) - present):
             if not cycle.snapshot.complete:
                 continue
             misses = state.device_misses.get(name, 0) + 1
             state.device_misses[name] = misses
-            if misses >= MISSES_BEFORE_GONE and name not in state.missing_devices:
+            if (misses >= MISSES_BEFORE_GONE and name not in state.missing_devices
+                    and name not in held):
                 state.missing_devices[name] = now
                 events.append((HOST, make_event(
                     EFA_STATE_CHECK, fatal=True, healthy=False, error_code=CODE_DEVICE_MISSING,
@@ -226,6 +262,50 @@ class EfaState(CheckFamily[EfaStateSection]):
         state.known_devices = sorted(
             (set(previous.known_devices) - (present - monitored)) | efa_names)
         return Verdict(state, tuple(events), notes=tuple(notes))
+
+    @staticmethod
+    def _driver_event(previous: EfaStateSection, state: EfaStateSection, cycle: Cycle,
+                      present: set[str], events: list[tuple[str, HealthEvent]]
+                      ) -> frozenset[str]:
+        """The rule of core/checks/driver.py for the efa driver: every known EFA device
+        (two or more) gone in one complete enumeration is held from per-device judgement;
+        after ``driverReloadGrace`` one non-fatal host event says so, after
+        ``driverReloadTimeout`` they are judged one by one; the first one back ends it (a
+        device still absent is then judged by the three-poll rule from that poll on)."""
+        now, config = cycle.now, cycle.config
+        event = previous.driver_event
+        known = set(previous.known_devices)
+        if (event is None and cycle.snapshot.complete and len(known) >= 2
+                and not known & present):
+            event = EfaDriverEvent(now, tuple(sorted(known)))
+        if event is None:
+            return frozenset()
+        entities = tuple((ENTITY_NIC, d) for d in event.devices)
+        elapsed = (now - event.since).total_seconds()
+        back = [n for n in event.devices if n in present]
+        if back or elapsed >= config.driver_reload_timeout:
+            if event.told:
+                events.append((HOST, make_event(
+                    EFA_STATE_CHECK, fatal=False, healthy=True, error_code=CODE_DRIVER_EVENT,
+                    entities=entities, at=now,
+                    message=(f"EFA driver event over: {len(back)} of {len(event.devices)} "
+                             f"EFA devices back") if back else (
+                        f"EFA devices still gone after {elapsed:.0f}s: judged one by one"))))
+            state.driver_event = None
+            if back:
+                for name in event.devices:
+                    state.device_misses.pop(name, None)
+            return frozenset()
+        if elapsed >= config.driver_reload_grace and not event.told:
+            event = replace(event, told=True)
+            events.append((HOST, make_event(
+                EFA_STATE_CHECK, fatal=False, healthy=False, error_code=CODE_DRIVER_EVENT,
+                entities=entities, at=now,
+                message=(f"All {len(event.devices)} EFA devices vanished at once {elapsed:.0f}s "
+                         f"ago (efa driver unloaded or reloading): not judged per device "
+                         f"before {config.driver_reload_timeout:.0f}s"))))
+        state.driver_event = event
+        return frozenset(event.devices)
 
     @staticmethod
     def _group_up(efa: Iterable[Any], cycle: Cycle) -> dict[str, bool]:
