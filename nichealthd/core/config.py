@@ -134,7 +134,7 @@ DEFAULT_COUNTERS: tuple[CounterSpec, ...] = (
 # ---------------------------------------------------------------- EFA counters (#18.3)
 # The efa driver's rdma_hw_stats, names as in drivers/infiniband/hw/efa/efa_verbs.c
 # (EFA_DEFINE_PORT_STATS / EFA_DEFINE_DEVICE_STATS; the network group retrans_* /
-# unresponsive_remote_events / impaired_remote_conn_events since Linux 6.10, on Nitro v4 and
+# unresponsive_remote_events / impaired_remote_conn_events only in newer kernels, on Nitro v4 and
 # later only). Paths are relative to /sys/class/infiniband/<device>: ``{port}`` is the port
 # number (EFA has one port); a device counter is judged on every port of the device (on port 1).
 # The values are u64 (atomic64_t in the driver, u64 from the device): 64-bit, never wrapping.

@@ -24,7 +24,7 @@ EFA_DRIVER = "sys/bus/pci/drivers/efa"
 AMAZON = "0x1d0f"
 EFA_DEVICE_ID = "0xefa2"
 ENA_DEVICE_ID = "0xec20"
-# EFA_DEFINE_PORT_STATS (with the rdma_write and network groups of Linux 6.10+) and
+# EFA_DEFINE_PORT_STATS (with the rdma_write and network groups of newer kernels) and
 # EFA_DEFINE_DEVICE_STATS of efa_verbs.c, in the driver's order.
 PORT_STATS: Tuple[str, ...] = (
     "tx_bytes", "tx_pkts", "rx_bytes", "rx_pkts", "rx_drops", "send_bytes", "send_wrs",
