@@ -70,6 +70,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--devices", type=int, default=34)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--cycles", type=int, default=300)
+    parser.add_argument("--profile", default="synthetic",
+                        help="nichealthd-sim profile of the host (e.g. p5, #18); "
+                             "--devices applies to synthetic only")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(REPO))
     from nichealthd.sim import tree as simtree
@@ -77,7 +80,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     with tempfile.TemporaryDirectory(prefix="nichealthd-ab-") as tmp:
         work = Path(tmp)
         host = work / "host"
-        simtree.create(host, "synthetic", devices=args.devices)
+        simtree.create(host, args.profile,
+                       devices=args.devices if args.profile == "synthetic" else None)
         trees = {args.a: checkout(args.a, work / "a"),
                  args.b or "working tree": checkout(args.b, work / "b")}
         medians: dict[str, list[float]] = {name: [] for name in trees}
@@ -91,7 +95,9 @@ def main(argv: Optional[list[str]] = None) -> int:
                 if tree != REPO:
                     subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force",
                                     str(tree)], check=False)
-        print(f"{args.devices} devices, {args.rounds} interleaved rounds of {args.cycles} "
+        shape = (f"{args.devices} devices" if args.profile == "synthetic"
+                 else f"profile {args.profile}")
+        print(f"{shape}, {args.rounds} interleaved rounds of {args.cycles} "
               f"cycles: median of the per-round median CPU per cycle")
         for name, values in medians.items():
             shown = ", ".join(f"{v * 1000:.2f}" for v in values)

@@ -192,7 +192,9 @@ def ports_table(records: list[dict[str, Any]], style: Style, width: int = 80) ->
     headers = ["PORT", "LINK", "ROLE", "STATE", "PHYS", "RATE", "FLAPS", "BLIPS", "NETDEV",
                "HEALTH", "REASON"]
     records = sorted(records, key=natural_key)
-    rows = [[port_name(r), short_link(r.get("link_layer", "")), r.get("role") or "-",
+    # LINK: EFA for an EFA port (its link layer reads "Unknown", #18.6).
+    rows = [[port_name(r), "EFA" if r.get("adapter") == "efa" else short_link(
+                 r.get("link_layer", "")), r.get("role") or "-",
              r.get("state") or "?", r.get("phys_state") or "?", rate_cell(r),
              count_cell(r, "flaps"), count_cell(r, "blips"),
              r.get("netdev") or "-", port_health(r), port_reason(r)] for r in records]
@@ -234,7 +236,9 @@ def ports_table(records: list[dict[str, Any]], style: Style, width: int = 80) ->
 def devices_table(records: list[dict[str, Any]], style: Style, width: int = 80) -> list[str]:
     headers = ("DEVICE", "PCI", "TYPE", "FIRMWARE", "ROLE", "PORTS", "STATE", "NETDEVS")
     records = sorted(records, key=natural_key)
-    rows = [(r.get("device", "?"), r.get("pci_address") or "-", r.get("hca_type") or "-",
+    # TYPE: the HCA type, or the adapter family where there is none (EFA, #18.6).
+    rows = [(r.get("device", "?"), r.get("pci_address") or "-",
+             r.get("hca_type") or r.get("adapter") or "-",
              r.get("fw_ver") or "-", r.get("role") or ("-" if r.get("present") else "?"),
              str(r.get("ports", 0)), _device_state(r),
              ",".join(r.get("netdevs") or []) or "-") for r in records]

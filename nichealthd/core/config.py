@@ -28,7 +28,11 @@ IB_STATE_CHECK = "InfiniBandStateCheck"
 IB_DEGRADATION_CHECK = "InfiniBandDegradationCheck"
 ETH_STATE_CHECK = "EthernetStateCheck"
 ETH_DEGRADATION_CHECK = "EthernetDegradationCheck"
-ALL_CHECKS = (IB_STATE_CHECK, IB_DEGRADATION_CHECK, ETH_STATE_CHECK, ETH_DEGRADATION_CHECK)
+# AWS Elastic Fabric Adapter (#18): the netdev's state, and the efa driver's hw_counters.
+EFA_STATE_CHECK = "EFAStateCheck"
+EFA_DEGRADATION_CHECK = "EFADegradationCheck"
+ALL_CHECKS = (IB_STATE_CHECK, IB_DEGRADATION_CHECK, ETH_STATE_CHECK, ETH_DEGRADATION_CHECK,
+              EFA_STATE_CHECK, EFA_DEGRADATION_CHECK)
 
 PROCESSING_STRATEGIES = ("EXECUTE_REMEDIATION", "STORE_ONLY", "STORE_AND_ANALYSE")
 DBUS_MODES = ("system", "session", "none")
@@ -127,6 +131,58 @@ DEFAULT_COUNTERS: tuple[CounterSpec, ...] = (
 )
 
 
+# ---------------------------------------------------------------- EFA counters (#18.3)
+# The efa driver's rdma_hw_stats, names as in drivers/infiniband/hw/efa/efa_verbs.c
+# (EFA_DEFINE_PORT_STATS / EFA_DEFINE_DEVICE_STATS; the network group retrans_* /
+# unresponsive_remote_events / impaired_remote_conn_events only in newer kernels, on Nitro v4 and
+# later only). Paths are relative to /sys/class/infiniband/<device>: ``{port}`` is the port
+# number (EFA has one port); a device counter is judged on every port of the device (on port 1).
+# The values are u64 (atomic64_t in the driver, u64 from the device): 64-bit, never wrapping.
+# Thresholds (all configurable by editing the entries below in a fork; see nichealthd.toml(5)
+# for the reasons in prose):
+DEFAULT_EFA_COUNTERS: tuple[CounterSpec, ...] = (
+    # An admin command the device never completed: efa_com gives up on the admin queue (it is
+    # marked not running and every later command fails), so the device is unusable until it
+    # is reset. Nothing but a device fault causes it: fatal at the first one.
+    _delta("no_completion_cmds", "hw_counters/no_completion_cmds", 0,
+           "EFA admin command never completed - device not responding", fatal=True),
+    # Receive-side drops. A few are normal under incast (SRD retransmits them); a sustained
+    # rate of more than 100/s is the port losing traffic (the same bar as port_xmit_discards).
+    _velocity("rx_drops", "ports/{port}/hw_counters/rx_drops", 100.0, "second",
+              "EFA packets dropped on receive"),
+    # Work requests completed in error, and the SRD network events: single ones are a fabric's
+    # life (a remote peer restarting, a path change); ten a minute on one port is a pattern.
+    _velocity("rdma_read_wr_err", "ports/{port}/hw_counters/rdma_read_wr_err", 10.0, "minute",
+              "RDMA read work requests completed in error"),
+    _velocity("rdma_write_wr_err", "ports/{port}/hw_counters/rdma_write_wr_err", 10.0, "minute",
+              "RDMA write work requests completed in error"),
+    _velocity("retrans_timeout_events", "ports/{port}/hw_counters/retrans_timeout_events", 10.0,
+              "minute", "SRD retransmit timeouts - network path changed"),
+    _velocity("unresponsive_remote_events",
+              "ports/{port}/hw_counters/unresponsive_remote_events", 10.0, "minute",
+              "Remote peers that stopped responding"),
+    _velocity("impaired_remote_conn_events",
+              "ports/{port}/hw_counters/impaired_remote_conn_events", 10.0, "minute",
+              "Connections rate-limited as impaired"),
+    # Admin commands completed with an error, and verbs resource creation that failed. An
+    # application hitting its own limits (RLIMIT_MEMLOCK, max QPs) fails some too, so one is
+    # not a fault; ten a minute means the device refuses work.
+    _velocity("cmds_err", "hw_counters/cmds_err", 10.0, "minute",
+              "EFA admin commands completed with an error"),
+    _velocity("reg_mr_err", "hw_counters/reg_mr_err", 10.0, "minute",
+              "Memory registrations that failed"),
+    _velocity("create_qp_err", "hw_counters/create_qp_err", 10.0, "minute",
+              "Queue pair creations that failed"),
+    _velocity("create_cq_err", "hw_counters/create_cq_err", 10.0, "minute",
+              "Completion queue creations that failed"),
+    _velocity("create_ah_err", "hw_counters/create_ah_err", 10.0, "minute",
+              "Address handle creations that failed"),
+)
+# keep_alive_rcvd is read by no rule: it counts the device's keep-alive notifications, a
+# heartbeat whose *rise* is health; the counter engine judges rises only (a stall rule is
+# future work, noted in #18's closing note).
+
+
 @dataclass(frozen=True)
 class Config:
     """The daemon's complete, validated configuration (flags already applied)."""
@@ -181,6 +237,7 @@ class Config:
     sys_class_net_setting: str = ""
     counter_detection_enabled: bool = True
     counters: tuple[CounterSpec, ...] = DEFAULT_COUNTERS
+    efa_counters: tuple[CounterSpec, ...] = DEFAULT_EFA_COUNTERS
     notices: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -212,6 +269,18 @@ class Config:
     def active_names(self) -> frozenset[str]:
         """The names of :attr:`active_counters`."""
         return frozenset(c.name for c in self.active_counters)
+
+    @functools.cached_property
+    def active_efa_counters(self) -> tuple[CounterSpec, ...]:
+        """The EFA counters (#18.3), or none when counter detection is switched off."""
+        if not self.counter_detection_enabled:
+            return ()
+        return tuple(c for c in self.efa_counters if c.enabled)
+
+    def counters_of(self, adapter: str) -> tuple[CounterSpec, ...]:
+        """The counters read on a device of ``adapter``: EFA's on EFA, the configured ones
+        (mlx5's) everywhere else, so neither is ever looked for on the other (#18.3)."""
+        return self.active_efa_counters if adapter == "efa" else self.active_counters
 
 
 # ------------------------------------------------------------------ bounds

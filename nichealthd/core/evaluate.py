@@ -20,7 +20,7 @@ from .checks.counters import CounterMemory, CounterObservation
 from .checks.identity import detect_renames, rename_notes
 from .checks.link_counters import LINK_COUNTERS
 from .checks.link_state import LINK_STATE
-from .config import Config
+from .config import EFA_DEGRADATION_CHECK, EFA_STATE_CHECK, Config
 from .events import BACKDATE, HealthEvent
 from .family import SLOW_READS, CheckFamily, Cycle
 from .model import HostSnapshot
@@ -51,7 +51,8 @@ class CycleResult:
     def observations(self) -> dict[str, CounterObservation]:
         """What the poll computed of each counter (the link-counter family's picture)."""
         seen: dict[str, CounterObservation] = self.pictures.get(LINK_COUNTERS.id) or {}
-        return seen
+        efa: dict[str, CounterObservation] = self.pictures.get("efa_counters") or {}
+        return {**seen, **efa} if efa else seen  # #18.3: the EFA counters' keys are distinct
 
 
 def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
@@ -98,7 +99,7 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
         notes.extend(verdict.notes)
         for device, event in verdict.events:
             by_device.get(device, host).append(event)
-    events = _check_scoped_clears(enabled, now) if baseline else []
+    events = _check_scoped_clears(_cleared(enabled, snapshot), now) if baseline else []
     for device_events in by_device.values():
         events.extend(device_events)
     events.extend(host)
@@ -158,6 +159,14 @@ def urgent_change(old: MonitorState, new: MonitorState, config: Config) -> bool:
     return any(family.urgent(old.section(family), new.section(family), config)
                for family in families()
                if old.sections[family.id] is not new.sections[family.id])
+
+
+def _cleared(enabled: frozenset[str], snapshot: HostSnapshot) -> frozenset[str]:
+    """The checks whose conditions a baseline clears: the EFA checks (#18) only on a host
+    with an EFA device, so that a ConnectX host says exactly what it said before them."""
+    if any(device.is_efa for device in snapshot.devices):
+        return enabled
+    return enabled - {EFA_STATE_CHECK, EFA_DEGRADATION_CHECK}
 
 
 def _check_scoped_clears(enabled: frozenset[str], now: datetime) -> list[HealthEvent]:

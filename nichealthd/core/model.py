@@ -77,6 +77,11 @@ def is_value(reading: object) -> bool:
     return isinstance(reading, int) and not isinstance(reading, bool)
 
 
+ADAPTER_MLX5 = "mlx5"
+ADAPTER_EFA = "efa"
+EFA_VENDOR = "0x1d0f"  # Amazon.com (pci.ids)
+
+
 @dataclass(frozen=True)
 class PortSnapshot:
     """One port as seen in one poll. ``state``/``phys_state`` keep the raw sysfs text."""
@@ -94,6 +99,9 @@ class PortSnapshot:
     counter_paths: Mapping[str, str] = field(default_factory=dict)
     # What each counter read is (config name -> kind); a counter without one is 64-bit.
     counter_kinds: Mapping[str, CounterKind] = field(default_factory=dict)
+    # The netdev's ``carrier`` (EFA, #18.2): 1, 0, or None (not read, unreadable, or EINVAL
+    # on an administratively down interface: no signal).
+    carrier: Optional[int] = None
 
     @property
     def key(self) -> str:
@@ -136,6 +144,22 @@ class DeviceSnapshot:
         """Spec §5.3 plus the PCI vendor id: name ``mlx5_*``, driver ``mlx5_core`` or 0x15b3."""
         return (self.name.startswith("mlx5_") or self.driver == "mlx5_core"
                 or (self.vendor or "").lower() == "0x15b3")
+
+    @property
+    def is_efa(self) -> bool:
+        """An AWS Elastic Fabric Adapter (#18.1): driver ``efa``, else PCI vendor 0x1d0f
+        (Amazon; its ENA network functions have no RDMA device, so under
+        ``/sys/class/infiniband`` the vendor alone names an EFA)."""
+        if self.driver is not None:
+            return self.driver == "efa"
+        return (self.vendor or "").lower() == EFA_VENDOR
+
+    @property
+    def adapter(self) -> str:
+        """The adapter family (#18.6): ``mlx5``, ``efa`` or ``""`` (neither: unsupported)."""
+        if self.is_efa:
+            return ADAPTER_EFA
+        return ADAPTER_MLX5 if self.is_mellanox else ""
 
     @property
     def link_layer(self) -> Optional[str]:

@@ -87,10 +87,11 @@ def classify(device: DeviceSnapshot, topology: GpuTopology, default_route: froze
     if inclusion_override:
         if not _matches(inclusion_override, [device.name]):
             return Role(EXCLUDED, "not matched by nicInclusionRegexOverride")
-        layer_role = COMPUTE if device.link_layer == "InfiniBand" else STORAGE
+        layer_role = (COMPUTE if device.link_layer == "InfiniBand" or device.is_efa
+                      else STORAGE)
         return Role(layer_role, "pinned by nicInclusionRegexOverride")
-    if not device.is_mellanox:
-        return Role(UNSUPPORTED, "not a Mellanox/NVIDIA device")
+    if not device.adapter:
+        return Role(UNSUPPORTED, "not a Mellanox/NVIDIA or AWS EFA device")
     if exclusion and _matches(exclusion, (device.name, *device.netdevs)):
         return Role(EXCLUDED, "matched by nicExclusionRegex")
     if device.name in default_route:
@@ -107,6 +108,8 @@ def classify(device: DeviceSnapshot, topology: GpuTopology, default_route: froze
         return Role(COMPUTE, "shares a PCIe switch with a GPU (PIX/PXB)")
     if device.link_layer == "InfiniBand":
         return Role(COMPUTE, "InfiniBand link layer")
+    if device.is_efa:  # #18.4: EFA's link layer is "Unknown"; only PCIe places it
+        return Role(STORAGE, "EFA, no PCIe switch shared with a GPU")
     if levels & _HOST_NEAR:
         return Role(STORAGE, "Ethernet, NODE/PHB to a GPU")
     if (device.hca_type or "").upper() in BLUEFIELD_HCA_TYPES:

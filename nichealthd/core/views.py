@@ -11,6 +11,8 @@ from typing import Any, Optional
 
 from .checks import families
 from .checks.counters import saturation_key
+from .checks.efa_counters import EFA_COUNTERS
+from .checks.efa_state import EFA_STATE
 from .checks.link_counters import LINK_COUNTERS
 from .checks.link_section import DeviceIdentity
 from .checks.link_state import LINK_STATE
@@ -51,6 +53,7 @@ def port_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorStat
                 "device": device.name,
                 "port": port.port,
                 "link_layer": port.link_layer or "",
+                "adapter": device.adapter,  # #18.6: mlx5, efa or ""
                 "state": split_state(port.state)[1],
                 "phys_state": split_state(port.phys_state)[1],
                 "rate": port.rate or "",
@@ -78,7 +81,7 @@ def port_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorStat
             "link_layer": gone.link_layer if gone else "",
             "state": split_state(gone.state)[1] if gone else "",
             "phys_state": split_state(gone.physical_state)[1] if gone else "",
-            "rate": "", "operstate": "", "netdev": "",
+            "rate": "", "operstate": "", "netdev": "", "adapter": "",
             "role": role.role if role else "", "monitored": True, "excluded": "",
             **_health_keys(judged, None, None, False),
             "since": format_timestamp(gone.since) if gone else "",
@@ -143,6 +146,7 @@ def device_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorSt
             "card": device.card or "",
             "numa_node": device.numa_node if device.numa_node is not None else -1,
             "driver": device.driver or "",
+            "adapter": device.adapter,  # #18.6: mlx5, efa or ""
             "netdevs": list(device.netdevs),
             "is_vf": device.is_vf,
             "role": role.role if role else "",
@@ -169,7 +173,18 @@ def device_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorSt
             "link_layer": gone.link_layer if gone else "", "ports": 0, "present": False,
             "missing_polls": links.device_misses.get(name, 0),
             "driver_event": name in held,
+            "adapter": "",
             **_rename_fields(identity),
+        })
+    efa = state.section(EFA_STATE)
+    for name in sorted(set(efa.known_devices) - present):  # #18.2: a missing EFA device
+        records.append({
+            "device": name, "hca_type": "", "fw_ver": "", "board_id": "", "node_guid": "",
+            "pci_address": "", "card": "", "numa_node": -1, "driver": "", "netdevs": [],
+            "is_vf": False, "role": "", "role_reason": "", "monitored": True,
+            "link_layer": "", "ports": 0, "present": False,
+            "missing_polls": efa.device_misses.get(name, 0), "driver_event": False,
+            "adapter": "efa", **_rename_fields(None),
         })
     return records
 
@@ -186,16 +201,18 @@ def counter_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorS
                     config: Config, device: str = "", port: int = 0
                     ) -> list[dict[str, Any]]:
     """Every configured counter of every monitored port (optionally one device / port)."""
-    counters = state.section(LINK_COUNTERS)
+    link_counters = state.section(LINK_COUNTERS)
     records = []
     for dev in snapshot.devices:
         role = result.roles.get(dev.name)
         if not (role and role.monitored) or (device and dev.name != device):
             continue
+        # #18.3: an EFA device's counters are the EFA ones, judged by their own family.
+        counters = state.section(EFA_COUNTERS) if dev.is_efa else link_counters
         for p in dev.ports:
             if port and p.port != port:
                 continue
-            for spec in config.active_counters:
+            for spec in config.counters_of(dev.adapter):
                 key = counter_key(dev.name, p.port, spec.name)
                 path = p.counter_paths.get(spec.name, spec.path)
                 file_key = saturation_key(dev.name, p.port, p.counter_kinds.get(spec.name))

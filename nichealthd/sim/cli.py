@@ -102,6 +102,10 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="seconds up between cycles (default: --down)")
     cmd("set-rate", "set a port's rate: '200 Gb/sec (4X HDR)', or Gb/s at its current lanes",
         "ROOT", "DEV", "PORT", "RATE")
+    # #18.5: EFA health is its netdev's (netdev down: port --operstate down)
+    p = cmd("carrier", "set the port netdev's carrier: 0 lost, 1 back (operstate untouched)",
+            "ROOT", "DEV", "PORT")
+    p.add_argument("VALUE", type=int, choices=(0, 1))
     p = cmd(
         "counter",
         "add to or set a counter (counters/, hw_counters/, carrier_changes, statistics/)",
@@ -222,6 +226,10 @@ def _set_rate(a: argparse.Namespace) -> None:
     print(f"{a.DEV} port {a.PORT} rate = {mutate.set_rate(a.ROOT, a.DEV, a.PORT, a.RATE)}")
 
 
+def _carrier(a: argparse.Namespace) -> None:
+    mutate.carrier(a.ROOT, a.DEV, a.PORT, a.VALUE)
+
+
 def _reset(a: argparse.Namespace) -> None:
     mutate.reset_counters(a.ROOT, a.DEV, a.PORT)
 
@@ -249,6 +257,7 @@ HANDLERS: Dict[str, Callable[[argparse.Namespace], None]] = {
     "show": lambda a: print(tree.show(a.ROOT), end=""),
     "port": _port_cmd,
     "uncable": lambda a: mutate.uncable(a.ROOT, a.DEV, a.PORT),
+    "carrier": _carrier,
     "counter": _counter,
     "flap": _flap,
     "set-rate": _set_rate,

@@ -33,7 +33,11 @@ def run_demo(profile: str = "dgx-h100", root: Optional[str] = None) -> int:
     """Run the demo; returns 0 when the daemon saw the fault, 1 otherwise."""
     with tempfile.TemporaryDirectory(prefix="nichealthd-demo-") as scratch:
         host = Path(root) if root else Path(scratch) / "host"
-        tree.create(host, profile, force=bool(root) and (host / "sim.json").exists())
+        manifest = tree.create(host, profile,
+                               force=bool(root) and (host / "sim.json").exists())
+        names = [d["name"] for d in manifest["devices"]]
+        # mlx5_3, or the fourth device where there is none (the EFA hosts, #18.5)
+        fault = FAULT_DEVICE if FAULT_DEVICE in names or len(names) < 4 else names[3]
         print(f"simulated {profile} host in {host}")
         try:
             bus = subprocess.run(
@@ -62,9 +66,9 @@ def run_demo(profile: str = "dgx-h100", root: Optional[str] = None) -> int:
                 time.sleep(0.2)
             _banner("nichealthctl show ports")
             _ctl(env, "show", "ports")
-            _banner(f"nichealthd-sim uncable {host} {FAULT_DEVICE} {FAULT_PORT}   "
+            _banner(f"nichealthd-sim uncable {host} {fault} {FAULT_PORT}   "
                     "# pull a cable")
-            mutate.uncable(host, FAULT_DEVICE, FAULT_PORT)
+            mutate.uncable(host, fault, FAULT_PORT)
             time.sleep(1.5)
             _banner("nichealthctl show ports")
             _ctl(env, "show", "ports")

@@ -81,10 +81,29 @@ def set_port(
         write_in_place(ndir / "operstate", oper_text)
 
 
+def carrier(root: PathLike, dev: str, port: PortId, value: int) -> None:
+    """Write the port netdev's ``carrier`` (0: carrier lost, 1: back), operstate untouched
+    (#18.5: the kernel's linkwatch updates operstate up to a second later)."""
+    if value not in (0, 1):
+        raise SimError(f"carrier is 0 or 1, got {value}")
+    top = Path(root)
+    ndir = _netdev_dir(top, _device(top, dev), port)
+    if ndir is None:
+        raise SimError(f"{dev} port {port} has no netdev")
+    write_in_place(ndir / "carrier", f"{value}\n")
+
+
 def uncable(root: PathLike, dev: str, port: PortId) -> None:
     """A pulled cable: DOWN / Polling, netdev operstate down (counters untouched)."""
     top = Path(root)
-    has_netdev = _netdev_dir(top, _device(top, dev), port) is not None
+    device = _device(top, dev)
+    if device.get("adapter") == "efa":
+        # The efa driver reports ACTIVE/LinkUp whatever happens (#18.5): only the
+        # interface sees the cable.
+        set_port(top, dev, port, operstate="down")
+        carrier(top, dev, port, 0)
+        return
+    has_netdev = _netdev_dir(top, device, port) is not None
     set_port(
         top, dev, port, state="DOWN", phys_state="Polling", operstate="down" if has_netdev else None
     )
@@ -98,7 +117,9 @@ def counter_path(root: PathLike, dev: str, port: PortId, name: str) -> Path:
     pdir = tree.port_dir(top, device, port)
     if "/" in name or name in ("", ".", ".."):
         raise SimError(f"counter name must be a file basename, got {name!r}")
-    candidates = [pdir / "counters" / name, pdir / "hw_counters" / name]
+    # ... and the device's own hw_counters/ (EFA's device statistics, #18.5)
+    candidates = [pdir / "counters" / name, pdir / "hw_counters" / name,
+                  pdir.parent.parent / "hw_counters" / name]
     ndir = _netdev_dir(top, device, port)
     if ndir is not None:
         candidates.append(ndir / name if name == "carrier_changes" else ndir / "statistics" / name)
@@ -267,6 +288,9 @@ def _counter_files(root: Path, dev: Device) -> Iterator[Path]:
         for sub in ("counters", "hw_counters"):
             if (pdir / sub).is_dir():
                 yield from sorted(p for p in (pdir / sub).iterdir() if p.is_file())
+    if (idir / "hw_counters").is_dir():  # a device's own statistics (EFA)
+        yield from sorted(p for p in (idir / "hw_counters").iterdir() if p.is_file())
+    for port in dev["ports"]:
         ndir = _netdev_dir(root, dev, port)
         if ndir is not None:
             yield ndir / "carrier_changes"
@@ -318,6 +342,8 @@ def reboot(root: PathLike) -> str:
                     write_in_place(pdir / "rate", rec["rate"] + "\n")  # renegotiated
             if rec["netdev_path"] and (top / rec["netdev_path"]).is_dir():
                 write_in_place(top / rec["netdev_path"] / "operstate", rec["operstate"] + "\n")
+                if (top / rec["netdev_path"] / "carrier").is_file():
+                    write_in_place(top / rec["netdev_path"] / "carrier", "1\n")
     return boot_id
 
 

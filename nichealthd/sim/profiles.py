@@ -28,6 +28,9 @@ HCAS: Dict[str, Tuple[str, str, str, str]] = {
     "bf3": ("0xa2dc", "MT41692", "32.41.1000", "MT_0000000884"),
     # ConnectX family SR-IOV virtual function (what a VF reports, whatever the PF is).
     "vf": ("0x101e", "MT4126", "28.41.1000", "MT_0000000838"),
+    # AWS Elastic Fabric Adapter, second generation (pci.ids 1d0f:efa1 is the first, p4d;
+    # efa2 the p5 one): no hca_type/board_id files, firmware version as the efa driver shows.
+    "efa": ("0xefa2", "", "0.0.0.0", ""),
 }
 
 RATES = {
@@ -70,6 +73,10 @@ class NicSpec:
     rate: Optional[str] = None
     vfs: int = 0
     default_route: bool = False
+    # "mlx5", or "efa" (#18.5): an Amazon EFA function, with its ENA partner's netdev beside
+    # it on the same bus (``netdev``), or none at all when ``ena`` is False (efa-only).
+    adapter: str = "mlx5"
+    ena: bool = True
 
 
 @dataclass(frozen=True)
@@ -131,6 +138,9 @@ def resolved_nics(profile: Profile) -> List[NicSpec]:
         cards[card_of(nic.pci)] = cards.get(card_of(nic.pci), 0) + 1
     out = []
     for index, nic in enumerate(profile.nics):
+        if nic.adapter == "efa":
+            out.append(_resolved_efa(nic))
+            continue
         multi = cards[card_of(nic.pci)] > 1
         fn = parse_pci(nic.pci)[3]
         slot = _slot_name(nic.pci, multi)
@@ -146,6 +156,21 @@ def resolved_nics(profile: Profile) -> List[NicSpec]:
             )
         )
     return out
+
+
+def _resolved_efa(nic: NicSpec) -> NicSpec:
+    """An EFA function named as on AWS (rdma-core's udev rule, NAME_PCI: ``rdmap<bus>s<slot>``),
+    its ENA partner at slot+1 of the same bus (``enp<bus>s<slot+1>``)."""
+    _, bus, dev, _ = parse_pci(nic.pci)
+    netdev = nic.netdev or (f"enp{bus}s{dev + 1}" if nic.ena else None)
+    return dataclasses.replace(nic, name=nic.name or f"rdmap{bus}s{dev}", netdev=netdev,
+                               rate=nic.rate or "100 Gb/sec (4X EDR)")
+
+
+def ena_pci(nic: NicSpec) -> str:
+    """The PCI address of an EFA function's ENA partner: the next slot of the same bus."""
+    dom, bus, dev, _ = parse_pci(nic.pci)
+    return f"{dom:04x}:{bus:02x}:{dev + 1:02x}.0"
 
 
 def vf_pcis(profile: Profile, pf: NicSpec) -> List[str]:
@@ -476,6 +501,40 @@ def _cloud_vm_ib() -> Profile:
     )
 
 
+def _p5(ena: bool = True) -> Profile:
+    """AWS p5.48xlarge (#18.5): 8 H100 SXM5 and 32 EFA network cards of 100 Gb/s (3200 Gbps).
+
+    The numbers are AWS's: the P5 instance page (https://aws.amazon.com/ec2/instance-types/p5/:
+    8 H100, 3200 Gbps EFA networking) and the EC2 user guide's network-card table
+    (docs.aws.amazon.com/AWSEC2/latest/UserGuide/using-eni.html#network-cards: p5.48xlarge,
+    32 network cards) with its EFA page (efa-acc-inst-types.html). Each GPU shares a PCIe
+    switch with four EFA devices (AWS's p5 topology: NCCL with aws-ofi-nccl drives 4 EFA per
+    GPU, ``nvidia-smi topo -m`` shows them PXB); GPUs 0-3 on NUMA node 0, 4-7 on node 1.
+    Each EFA sits at slot 0 of its own bus with its ENA partner at slot 1 (an "efa"
+    interface); network card 0's ENA carries the default route. ``ena=False``: efa-only
+    interfaces (no netdev) on every card but the first.
+    """
+    gpu_buses = [0x53, 0x64, 0x75, 0x86, 0x97, 0xA8, 0xB9, 0xCA]
+    gpus = tuple(GpuSpec(f"0000:{b:02x}:00.0", 0 if i < 4 else 1)
+                 for i, b in enumerate(gpu_buses))
+    nics = []
+    for g, gbus in enumerate(gpu_buses):
+        for k in range(4):
+            first = g == 0 and k == 0
+            nics.append(NicSpec(f"0000:{gbus - 0x10 + 4 * k:02x}:00.0", gpus[g].numa, "Unknown",
+                                COMPUTE, hca="efa", gpus=(g,), adapter="efa",
+                                ena=ena or first, default_route=first))
+    return Profile(
+        "p5" if ena else "p5-efa-only",
+        "AWS p5.48xlarge: 8 H100, 32 EFA (4 per GPU behind its PCIe switch, PXB), "
+        + ("each with its ENA netdev" if ena else "efa-only interfaces but network card 0")
+        + "; card 0's ENA has the default route",
+        gpus,
+        tuple(nics),
+        nvswitches=4,
+    )
+
+
 PROFILES: Dict[str, Callable[[], Profile]] = {
     "dgx-h100": _dgx_h100,
     "oci-h100": _oci_h100,
@@ -493,6 +552,8 @@ PROFILES: Dict[str, Callable[[], Profile]] = {
     "cloud-vm": _cloud_vm,
     "cloud-vm-ib": _cloud_vm_ib,
     "synthetic": lambda: synthetic(8),
+    "p5": _p5,
+    "p5-efa-only": lambda: _p5(ena=False),
 }
 
 

@@ -294,9 +294,14 @@ class _Builder:
 
     def pf(self, nic: NicSpec, index: int) -> Path:
         """One physical function: PCI dir, IB device, netdev, route, manifest entry."""
-        assert nic.name and nic.netdev and nic.rate
         seed = _digest(self.profile.name, nic.pci)
         guid = _guid(seed)
+        if nic.adapter == "efa":  # #18.5: an AWS EFA function (sim/efa.py)
+            from .efa import efa_pf
+            self.devices.append(efa_pf(self, nic, index, guid,
+                                       _pf_address(index, nic.default_route)))
+            return self.root / "sys/devices" / self.layout.path_of(nic.pci)
+        assert nic.name and nic.netdev and nic.rate
         pdir = self.pci_function(nic.pci, nic.numa, nic.hca, nic.link_layer)
         write_new(pdir / "sriov_totalvfs", f"{SRIOV_TOTALVFS}\n")
         write_new(pdir / "sriov_numvfs", f"{nic.vfs}\n")

@@ -34,6 +34,8 @@ from typing import Callable, Iterable, Mapping, Optional, Union
 from ..core.config import Config, CounterSpec
 from ..core.model import (
     ABSENT,
+    ADAPTER_EFA,
+    EFA_VENDOR,
     CounterKind,
     CounterReading,
     DeviceSnapshot,
@@ -264,6 +266,9 @@ class _PortPlan:
     # the netdev's operstate, and (config name, path or None) in config order.
     attribute_paths: tuple[str, str, str, str] = ("", "", "", "")
     operstate_path: Optional[str] = None
+    # EFA (#18.2): its health is its netdev's; ``carrier`` is read beside ``operstate``.
+    efa: bool = False
+    carrier_path: Optional[str] = None
     counter_reads: tuple[tuple[str, Optional[str]], ...] = ()
     counter_paths: tuple[str, ...] = ()  # each counter file once (two entries may share one)
     # The raw bytes of the last clean read of the counter files and what they parsed to: a
@@ -358,10 +363,11 @@ class SysfsReader:
     def counter_availability(self) -> tuple[list[str], list[str]]:
         """(available, unavailable) counter names over all monitored ports, for the start log."""
         available: set[str] = set()
-        wanted = {c.name for c in self.config.active_counters}
+        wanted: set[str] = set()
         for plan in self._plans:
             if plan.info.is_vf:
                 continue
+            wanted.update(c.name for c in self.config.counters_of(plan.info.adapter))
             for port in plan.ports:
                 available.update(port.counter_files)
         return sorted(available), sorted(wanted - available)
@@ -441,6 +447,10 @@ class SysfsReader:
         else:
             facts = _read_facts(name, base, pci)
         netdevs = tuple(sorted(_listdir(os.path.join(pci, "net")) or ()))
+        # An EFA function's own netdev, else its ENA partner's (#18.2); never the device's
+        # netdevs (those decide the management role by the default route, and the ENA of
+        # network card 0 carries it on every AWS instance).
+        efa_netdev = _efa_netdev(pci, netdevs) if facts.is_efa else None
         port_names = None if facts.is_vf else _listdir(os.path.join(base, "ports"))
         known = {port.port: port for port in previous.ports} if previous else {}
         ports = []
@@ -449,7 +459,8 @@ class SysfsReader:
             if number is not None:
                 ports.append(self._discover_port(name, number,
                                                  os.path.join(base, "ports", port_name),
-                                                 pci, netdevs, known.get(number)))
+                                                 pci, netdevs, known.get(number),
+                                                 facts.adapter, base, efa_netdev))
         if port_names is None and not facts.is_vf:
             self.problems.report(f"{name}:ports", f"{name}: cannot list {base}/ports; its "
                                  "ports are unknown this poll (holding their last state)")
@@ -458,9 +469,11 @@ class SysfsReader:
         return _DevicePlan(info, ports)
 
     def _discover_port(self, device: str, port: int, directory: str, pci: str,
-                       netdevs: tuple[str, ...], previous: Optional[_PortPlan] = None
-                       ) -> _PortPlan:
-        netdev = _netdev_for_port(pci, netdevs, port)
+                       netdevs: tuple[str, ...], previous: Optional[_PortPlan] = None,
+                       adapter: str = "", device_dir: str = "",
+                       efa_netdev: Optional[str] = None) -> _PortPlan:
+        efa = adapter == ADAPTER_EFA
+        netdev = efa_netdev if efa else _netdev_for_port(pci, netdevs, port)
         if previous is not None and previous.link_layer is not None:
             link_layer: Optional[str] = previous.link_layer
         else:
@@ -470,14 +483,22 @@ class SysfsReader:
         else:
             gid_count = _count_gids(directory)
         plan = _PortPlan(device, port, directory, netdev, gid_count=gid_count,
-                         link_layer=link_layer)
-        for spec in self.config.active_counters:
-            path = self._counter_path(spec, directory, netdev)
+                         link_layer=link_layer, efa=efa)
+        specs = self.config.counters_of(adapter)
+        for spec in specs:
+            if efa and not spec.path.startswith("/"):
+                # EFA paths are relative to the device (hw_counters/ of the device, and
+                # ports/{port}/hw_counters/); every value is a u64: 64-bit, never wrapping.
+                path: Optional[str] = os.path.join(
+                    device_dir, spec.path.replace("{port}", str(port)))
+            else:
+                path = self._counter_path(spec, directory, netdev)
             if path is None:
                 continue
             # What the counter is does not change while its file is briefly absent: the
             # evaluator keeps judging (and keeps the saturation record of) a known kind.
-            plan.counter_kinds[spec.name] = counter_kind(path)
+            plan.counter_kinds[spec.name] = (CounterKind(os.path.basename(path)) if efa
+                                             else counter_kind(path))
             if path not in self.einval and (path in self.files or os.path.exists(path)):
                 plan.counter_files[spec.name] = path
         plan.attribute_paths = (os.path.join(directory, "state"),
@@ -486,8 +507,10 @@ class SysfsReader:
                                 os.path.join(directory, "rate"))
         if netdev:
             plan.operstate_path = os.path.join(self.config.sys_class_net, netdev, "operstate")
+            if efa:
+                plan.carrier_path = os.path.join(self.config.sys_class_net, netdev, "carrier")
         plan.counter_reads = tuple((spec.name, plan.counter_files.get(spec.name))
-                                   for spec in self.config.active_counters)
+                                   for spec in specs)
         plan.counter_paths = tuple(dict.fromkeys(plan.counter_files.values()))
         return plan
 
@@ -530,14 +553,34 @@ class SysfsReader:
             link_layer = plan.link_layer = attribute(layer_path)
         rate = attribute(rate_path)
         operstate = None
-        if plan.operstate_path and link_layer == "Ethernet":
+        carrier = None
+        if plan.operstate_path and (link_layer == "Ethernet" or plan.efa):
             operstate = attribute(plan.operstate_path)
+        if plan.carrier_path:
+            carrier = self._carrier(plan.carrier_path)
         counters = {} if plan.device in self.skip_counters else self._read_counters(plan)
         return PortSnapshot(
             device=plan.device, port=plan.port, link_layer=link_layer, state=state,
             phys_state=phys_state, rate=rate, operstate=operstate, netdev=plan.netdev,
             gid_count=plan.gid_count, counters=counters, counter_paths=plan.counter_files,
-            counter_kinds=plan.counter_kinds)
+            counter_kinds=plan.counter_kinds, carrier=carrier)
+
+    def _carrier(self, path: str) -> Optional[int]:
+        """A netdev's ``carrier``: 1, 0 or None. The kernel answers EINVAL while the
+        interface is administratively down (``netif_running`` false): no signal, not an
+        error, so it is neither logged nor remembered (operstate says "down" then)."""
+        try:
+            raw = self.files.read(path)
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                self._failed(path, exc)
+            return None
+        value = parse_decimal(raw.decode("ascii", "replace").strip())
+        if value not in (0, 1):
+            self.problems.report(path, f"{path}: not 0 or 1; carrier unknown this poll")
+            return None
+        self.problems.clear(path)
+        return value
 
     def _attribute(self, path: str) -> Optional[str]:
         """A text attribute; None (unknown) when it cannot be read, logged once."""
@@ -664,6 +707,8 @@ def _polled_paths(plan: _PortPlan) -> Iterable[str]:
     yield from plan.attribute_paths
     if plan.operstate_path:
         yield plan.operstate_path
+    if plan.carrier_path:
+        yield plan.carrier_path
     yield from plan.counter_files.values()
 
 
@@ -704,6 +749,31 @@ def _netdev_for_port(pci: str, netdevs: Iterable[str], port: int) -> Optional[st
         if dev_port is not None and parse_decimal(dev_port) == port - 1:
             return name
     return netdevs[0] if netdevs else None
+
+
+def _efa_netdev(pci: str, netdevs: tuple[str, ...]) -> Optional[str]:
+    """The netdev an EFA function's health is read from (#18.2).
+
+    Its own (``device/net``) when it has one; else the one netdev of the other Amazon
+    (vendor 0x1d0f) functions on its PCI bus: an "efa" interface is an ENA and an EFA
+    function of one network card side by side. None when there is no such partner (an
+    "efa-only" interface) or it is ambiguous: then only the device's presence is watched.
+    """
+    if netdevs:
+        return netdevs[0]
+    real = os.path.realpath(pci)
+    own = os.path.basename(real)
+    bus = own.rsplit(":", 1)[0] + ":"
+    parent = os.path.dirname(real)
+    found: list[str] = []
+    for sibling in _listdir(parent) or ():
+        if sibling == own or not sibling.startswith(bus):
+            continue
+        sdir = os.path.join(parent, sibling)
+        if (_read_text(os.path.join(sdir, "vendor")) or "").lower() != EFA_VENDOR:
+            continue
+        found.extend(_listdir(os.path.join(sdir, "net")) or ())
+    return found[0] if len(found) == 1 else None
 
 
 def _count_gids(port_dir: str) -> Optional[int]:

@@ -499,12 +499,13 @@ def _host_families(picture: _Picture) -> list[Metric]:
     info = GaugeMetricFamily(
         PREFIX + "device_info", "RDMA device facts (always 1)",
         labels=["device", "hca_type", "fw_ver", "board_id", "role", "pci_address",
-                "numa_node", "netdev"])
+                "numa_node", "netdev", "adapter"])
     for record in device_records(snapshot, result, state):
         if record["present"]:
             info.add_metric([record["device"], record["hca_type"], record["fw_ver"],
                              record["board_id"], record["role"], record["pci_address"],
-                             str(record["numa_node"]), ",".join(record["netdevs"])], 1)
+                             str(record["numa_node"]), ",".join(record["netdevs"]),
+                             record["adapter"]], 1)
     return [overall, state_id, phys_id, rate, health, value, breached, saturated, info,
             *_family_series(picture)]
 

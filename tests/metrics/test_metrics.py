@@ -54,7 +54,8 @@ def test_device_info_and_daemon_series(sim: Callable[..., Path], daemon: Start) 
     infos = series(s, "nichealthd_device_info", device="mlx5_0")
     assert infos == [{"device": "mlx5_0", "hca_type": "MT4129", "fw_ver": "28.41.1000",
                       "board_id": "MT_0000000838", "role": "compute",
-                      "pci_address": "0000:18:00.0", "numa_node": "0", "netdev": "ibp24s0"}]
+                      "pci_address": "0000:18:00.0", "numa_node": "0", "netdev": "ibp24s0",
+                      "adapter": "mlx5"}]
     assert {i["role"] for i in series(s, "nichealthd_device_info")} >= {
         "compute", "storage", "management", "vf"}
     assert value(s, "nichealthd_polls_total") >= 1
@@ -158,3 +159,13 @@ def test_output_passes_promtool(sim: Callable[..., Path], daemon: Start) -> None
     done = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_efa_devices_are_named_by_their_adapter(sim: Callable[..., Path], daemon: Start
+                                                 ) -> None:
+    """#18.6: the device info series names the adapter family; EFA counters are series."""
+    s = daemon(sim("p5")).scrape()
+    infos = series(s, "nichealthd_device_info", device="rdmap67s0")
+    assert [(i["adapter"], i["role"], i["hca_type"]) for i in infos] == [("efa", "compute", "")]
+    assert {i["adapter"] for i in series(s, "nichealthd_device_info")} == {"efa"}
+

@@ -110,6 +110,7 @@ class LinkState(CheckFamily[LinkStateSection]):
         is stuck), and is dropped when its shortfall is already told by its ports' own fatal
         events.
         """
+        cycle = without_efa(cycle)
         snapshot, now, enabled = cycle.snapshot, cycle.now, cycle.enabled
         state = previous.copy()
         events: list[tuple[str, HealthEvent]] = []
@@ -178,6 +179,16 @@ class LinkState(CheckFamily[LinkStateSection]):
                      "counter", ("device", "port"),
                      tuple(((r.device, str(r.port)), float(section.port_blips.get(k, 0)))
                            for k, r in sorted(section.port_states.items())))
+
+
+def without_efa(cycle: Cycle) -> Cycle:
+    """The cycle less its EFA devices (#18.2): their ports, presence and cards are the
+    EFA state family's (``core/checks/efa_state.py``). The same object on a host without one."""
+    if not any(device.is_efa for device in cycle.snapshot.devices):
+        return cycle
+    devices = tuple(d for d in cycle.snapshot.devices if not d.is_efa)
+    return replace(cycle, snapshot=replace(cycle.snapshot, devices=devices),
+                   monitored=tuple(d for d in cycle.monitored if not d.is_efa))
 
 
 def _record_identities(monitored: Iterable[DeviceSnapshot], previous: LinkStateSection,

@@ -1,0 +1,92 @@
+"""The EFA counter family (#18.3): the efa driver's hw_counters, with the shared counter engine.
+
+The counters are ``Config.efa_counters`` (``DEFAULT_EFA_COUNTERS``: names from
+drivers/infiniband/hw/efa/efa_verbs.c, thresholds and their reasons in core/config.py and
+nichealthd.toml(5)); the reader looks for them on EFA devices only, and for the configured
+(ConnectX) counters everywhere else, so neither is ever looked for on the other. Evaluation is
+:func:`~nichealthd.core.checks.counters.evaluate_port_counters`, the engine of the link-counter
+family: fatal counters (``no_completion_cmds``) file under ``EFAStateCheck``, the others
+under ``EFADegradationCheck``. A counter the device does not have (the network group before
+Nitro v4) reads as absent: skipped, and named once in the start log's list of unavailable
+counters. Its section is a :class:`CounterSection` under keys of its own (``efa_*``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Iterable, Mapping
+
+from ..config import EFA_DEGRADATION_CHECK, EFA_STATE_CHECK, Config
+from ..events import HealthEvent
+from ..family import READS_COUNTERS, READS_PORTS, CheckFamily, Condition, Cycle, Verdict
+from .counter_section import KEYS as COUNTER_KEYS
+from .counter_section import CounterSection
+from .counters import CheckNames, CounterMemory, CounterObservation, evaluate_port_counters
+from .link_counters import LINK_COUNTERS
+
+PREFIX = "efa_"
+KEYS = tuple(PREFIX + key for key in COUNTER_KEYS)
+EFA_CHECKS = CheckNames(EFA_STATE_CHECK, EFA_DEGRADATION_CHECK)
+
+
+class EfaCounters(CheckFamily[CounterSection]):
+    """Delta and velocity thresholds on the EFA counters, as for ConnectX."""
+
+    id = "efa_counters"
+    order = 25  # after link_counters
+    keys = KEYS
+    section_type = CounterSection
+    reads = frozenset({READS_PORTS, READS_COUNTERS})
+
+    def enabled(self, config: Config) -> bool:
+        return bool(config.active_efa_counters) and bool(
+            {EFA_STATE_CHECK, EFA_DEGRADATION_CHECK} & set(config.checks))
+
+    def load(self, data: Mapping[str, Any], schema: int) -> CounterSection:
+        return CounterSection.from_json(
+            {key[len(PREFIX):]: data[key] for key in KEYS if key in data})
+
+    def dump(self, section: CounterSection) -> dict[str, Any]:
+        """Its keys, the empty ones left out: the state file of a host without EFA is
+        what it was before this family (the golden traces of tests/core stay identical)."""
+        return {PREFIX + key: value for key, value in section.to_json().items() if value}
+
+    def evaluate(self, previous: CounterSection, cycle: Cycle, memory: CounterMemory
+                 ) -> Verdict[CounterSection]:
+        state = previous.copy()
+        events: list[tuple[str, HealthEvent]] = []
+        notes: list[str] = []
+        observations: dict[str, CounterObservation] = {}
+        specs = cycle.config.active_efa_counters
+        for device in cycle.monitored:
+            if not device.is_efa:
+                continue
+            for port in device.ports:
+                events.extend((device.name, e) for e in evaluate_port_counters(
+                    port, specs, EFA_CHECKS, cycle.enabled, previous, state, memory,
+                    observations, cycle.now, cycle.baseline, notes))
+        return Verdict(state, tuple(events), observations, notes=tuple(notes))
+
+    def rename(self, section: CounterSection, renames: Mapping[str, str], now: datetime
+               ) -> CounterSection:
+        return LINK_COUNTERS.rename(section, renames, now)
+
+    def urgent(self, old: CounterSection, new: CounterSection, config: Config) -> bool:
+        """As for the link counters: velocity snapshots that only advanced can wait."""
+        if (old.breach_flags, old.saturated, old.saturated_quiet) != (
+                new.breach_flags, new.saturated, new.saturated_quiet):
+            return True
+        if old.counter_snapshots.keys() != new.counter_snapshots.keys():
+            return True
+        velocity = frozenset(c.name for c in config.active_efa_counters if c.is_velocity)
+        for key, snap in new.counter_snapshots.items():
+            was = old.counter_snapshots[key]
+            if was is not snap and was != snap and key.split(":", 2)[-1] not in velocity:
+                return True
+        return False
+
+    def conditions(self, section: CounterSection, picture: Any) -> Iterable[Condition]:
+        return LINK_COUNTERS.conditions(section, picture)
+
+
+FAMILY = EFA_COUNTERS = EfaCounters()

@@ -1,0 +1,96 @@
+"""AWS Elastic Fabric Adapter functions in the fake host (#18.5): EFA, its ENA partner, files.
+
+What the efa driver shows (drivers/infiniband/hw/efa/efa_verbs.c): one port that is always
+``4: ACTIVE`` / ``5: LinkUp`` at ``100 Gb/sec (4X EDR)`` (``efa_query_port`` hard-codes
+IB_SPEED_EDR, IB_WIDTH_4X), link layer ``Unknown`` (IB_LINK_LAYER_UNSPECIFIED), one GID, the
+port statistics under ``ports/1/hw_counters`` and the device statistics under
+``hw_counters``. The netdev is the ENA function's (vendor 0x1d0f, device 0xec20, driver ena)
+beside it on the same bus, with ``operstate`` and ``carrier``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
+
+from . import kernel
+from .fsio import symlink, write_new
+from .profiles import NicSpec, ena_pci
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .tree import _Builder
+
+EFA_DRIVER = "sys/bus/pci/drivers/efa"
+AMAZON = "0x1d0f"
+EFA_DEVICE_ID = "0xefa2"
+ENA_DEVICE_ID = "0xec20"
+# EFA_DEFINE_PORT_STATS (with the rdma_write and network groups of newer kernels) and
+# EFA_DEFINE_DEVICE_STATS of efa_verbs.c, in the driver's order.
+PORT_STATS: Tuple[str, ...] = (
+    "tx_bytes", "tx_pkts", "rx_bytes", "rx_pkts", "rx_drops", "send_bytes", "send_wrs",
+    "recv_bytes", "recv_wrs", "rdma_read_wrs", "rdma_read_bytes", "rdma_read_wr_err",
+    "rdma_read_resp_bytes", "rdma_write_wrs", "rdma_write_bytes", "rdma_write_wr_err",
+    "rdma_write_recv_bytes", "retrans_bytes", "retrans_pkts", "retrans_timeout_events",
+    "unresponsive_remote_events", "impaired_remote_conn_events",
+)
+DEVICE_STATS: Tuple[str, ...] = (
+    "submitted_cmds", "completed_cmds", "cmds_err", "no_completion_cmds", "keep_alive_rcvd",
+    "alloc_pd_err", "create_qp_err", "create_cq_err", "reg_mr_err", "alloc_ucontext_err",
+    "create_ah_err", "mmap_err",
+)
+
+
+def _function(builder: _Builder, pci: str, numa: int, device: str, driver: str,
+              pclass: str) -> Path:
+    pdir: Path = builder.root / "sys/devices" / builder.layout.path_of(pci)
+    builder.plain_function(pdir, pci, AMAZON, device, pclass, numa, driver, None)
+    return pdir
+
+
+def efa_pf(builder: _Builder, nic: NicSpec, index: int, guid: str, ip: str) -> Dict[str, Any]:
+    """One EFA function (and its ENA partner); returns its manifest record."""
+    assert nic.name and nic.rate
+    pdir = _function(builder, nic.pci, nic.numa, EFA_DEVICE_ID, "efa", "0x020000")
+    builder.link_files(pdir, "32.0 GT/s PCIe", 16)
+    idir = pdir / "infiniband" / nic.name
+    write_new(idir / "fw_ver", "0.0.0.0\n")
+    write_new(idir / "node_guid", guid + "\n")
+    write_new(idir / "node_type", "1: CA\n")
+    write_new(idir / "node_desc", f"{builder.profile.name}-sim {nic.name}\n")
+    symlink(idir / "device", pdir)
+    port = idir / "ports" / "1"
+    write_new(port / "state", kernel.port_state_line("ACTIVE"))
+    write_new(port / "phys_state", kernel.phys_state_line("LinkUp"))
+    write_new(port / "rate", nic.rate + "\n")
+    write_new(port / "link_layer", "Unknown\n")
+    write_new(port / "gids" / "0", "fe80:0000:0000:0000:" + guid + "\n")
+    for name in PORT_STATS:
+        write_new(port / "hw_counters" / name, "0\n")
+    for name in DEVICE_STATS:
+        write_new(idir / "hw_counters" / name, "0\n")
+    symlink(builder.root / "sys/class/infiniband" / nic.name, idir)
+    ndir: Optional[Path] = None
+    if nic.netdev:
+        ena = _function(builder, ena_pci(nic), nic.numa, ENA_DEVICE_ID, "ena", "0x020000")
+        ndir = builder.netdev(ena, nic.netdev, "Ethernet", guid, guid.encode()[:8], True)
+        write_new(ndir / "carrier", "1\n")
+        builder._connected_route(nic.netdev, ip, nic.default_route)
+    return {
+        "name": nic.name,
+        "pci": nic.pci,
+        "card": nic.pci.rsplit(".", 1)[0],
+        "kind": "pf",
+        "role": nic.role,
+        "numa": nic.numa,
+        "link_layer": "Unknown",
+        "hca_type": "",
+        "adapter": "efa",
+        "physfn": None,
+        "pci_path": builder.rel(pdir),
+        "ib_path": builder.rel(idir),
+        "ports": {"1": {
+            "state": "ACTIVE", "phys_state": "LinkUp", "rate": nic.rate,
+            "netdev": nic.netdev, "netdev_path": builder.rel(ndir) if ndir else None,
+            "operstate": "up" if ndir else None,
+        }},
+    }
