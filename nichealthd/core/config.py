@@ -159,6 +159,11 @@ class Config:
     driver_reload_grace: float = 180.0
     # ... and after this long the devices still gone are judged one by one (fatal, spec §7).
     driver_reload_timeout: float = 900.0
+    # Adapter facts (#16.3-6: character devices, lost NICs, firmware, netdev state) are read
+    # and judged this often, not every poll; issm character devices are expected only on
+    # request (NVSentinel #1728: platforms such as GB300 create none).
+    adapter_check_interval: float = 10.0
+    char_device_issm: bool = False
     outbox_max_events: int = 100_000
     outbox_max_bytes: int = 64 * 1024 * 1024
     event_history_size: int = 1000
@@ -207,6 +212,7 @@ DURATION_BOUNDS: Dict[str, Tuple[float, float]] = {
     "cardVerdictHoldTime": (0.0, 86400.0),
     "driverReloadGrace": (0.0, 3600.0),
     "driverReloadTimeout": (1.0, 86400.0),
+    "adapterCheckInterval": (1.0, 3600.0),
 }
 INTEGER_BOUNDS: Dict[str, Tuple[int, int]] = {
     "outboxMaxEvents": (1, 10_000_000),
@@ -419,6 +425,9 @@ SCALAR_KEYS: Dict[str, Tuple[str, Callable[[Any], Any]]] = {
                           _duration_between(*DURATION_BOUNDS["driverReloadGrace"])),
     "driverReloadTimeout": ("driver_reload_timeout",
                             _duration_between(*DURATION_BOUNDS["driverReloadTimeout"])),
+    "adapterCheckInterval": ("adapter_check_interval",
+                             _duration_between(*DURATION_BOUNDS["adapterCheckInterval"])),
+    "charDeviceIssm": ("char_device_issm", _bool),
     "outboxMaxEvents": ("outbox_max_events",
                         _integer_between(*INTEGER_BOUNDS["outboxMaxEvents"])),
     "outboxMaxBytes": ("outbox_max_bytes", _integer_between(*INTEGER_BOUNDS["outboxMaxBytes"])),

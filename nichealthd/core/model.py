@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Mapping, Optional, Union
+from typing import TYPE_CHECKING, Mapping, Optional, Union
+
+if TYPE_CHECKING:  # pragma: no cover - the adapter facts are plain data of their own module
+    from .adapter import AdapterFacts
 
 
 class _Absent:
@@ -155,6 +158,8 @@ class HostSnapshot:
     # Mellanox network/InfiniBand functions on the PCI bus, counted only when the class
     # directory lists no device (None: not looked): the hardware is there, the driver is not.
     pci_functions: Optional[int] = None
+    # The slow adapter facts (#16.3-6); None on a poll that did not read them.
+    adapter: Optional[AdapterFacts] = None
 
     def device(self, name: str) -> Optional[DeviceSnapshot]:
         for device in self.devices:

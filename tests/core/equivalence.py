@@ -125,12 +125,22 @@ def trace(seed: int, length: int = POLLS) -> tuple[list[HostSnapshot], set[int],
 # Keys added after main at dd25288 (not part of what main wrote): the seam's schemas, and
 # #19's device identities and driver event (which say nothing main's keys do not).
 ADDED_KEYS = ("schemas", "device_identities", "driver_event")
+# Families added since (#16 ...): their own sections, empty on these traces (no adapter facts),
+# are no part of what main wrote either.
+MAIN_FAMILIES = ("link_state", "link_counters")
+
+
+def _added_keys() -> tuple[str, ...]:
+    from nichealthd.core.checks import families
+
+    return ADDED_KEYS + tuple(k for f in families() if f.id not in MAIN_FAMILIES
+                              for k in f.keys)
 
 
 def main_state(state: MonitorState) -> dict[str, Any]:
     """The state file's content less the keys added since main (not part of what it wrote)."""
     data = state.to_json()
-    for key in ADDED_KEYS:
+    for key in _added_keys():
         data.pop(key, None)
     return data
 

@@ -34,9 +34,14 @@ from nichealthd.storage.store import load_state, save_state
 from .builders import DISABLED, DOWN, Runner, at, counters_port, device, host, port
 from .equivalence import OLD_STATE
 
+ADAPTER_FAMILIES = ("netdev_link", "char_devices", "lost_nics", "firmware")
+
 
 def test_the_built_in_families_are_found_in_their_order() -> None:
-    assert [f.id for f in families()] == ["link_state", "link_counters"]
+    ids = [f.id for f in families()]
+    assert ids[:2] == ["link_state", "link_counters"]
+    adapter = [i for i in ids if i in ADAPTER_FAMILIES]  # #16.3-6, in their order
+    assert adapter == [i for i in ADAPTER_FAMILIES if i in ids] and "char_devices" in adapter
     keys = [k for f in families() for k in f.keys]
     assert len(keys) == len(set(keys))
     assert set(keys) | {"version", "boot_id", "event_seq", "schemas"} == set(
