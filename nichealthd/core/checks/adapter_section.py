@@ -46,14 +46,19 @@ class LatchSection:
     cleared: bool = False
 
     @classmethod
-    def keys(cls) -> tuple[str, ...]:
+    def latch_keys(cls) -> tuple[str, str, str]:
         return (f"{cls.PREFIX}_misses", f"{cls.PREFIX}_latched", f"{cls.PREFIX}_cleared")
+
+    @classmethod
+    def keys(cls) -> tuple[str, ...]:
+        """Its top-level keys of the state file (a subclass with more fields adds its own)."""
+        return cls.latch_keys()
 
     def copy(self: L) -> L:
         return type(self)(dict(self.misses), dict(self.latched), self.cleared)
 
     def to_json(self) -> dict[str, Any]:
-        misses, latched, cleared = self.keys()
+        misses, latched, cleared = self.latch_keys()
         return {
             misses: dict(sorted(self.misses.items())),
             latched: {k: {"since": format_timestamp(v.since), "detail": v.detail}
@@ -62,13 +67,19 @@ class LatchSection:
         }
 
     @classmethod
-    def from_json(cls: type[L], data: Mapping[str, Any]) -> L:
-        misses, latched, cleared = cls.keys()
-        return cls(
+    def parse_latches(cls, data: Mapping[str, Any]
+                      ) -> tuple[dict[str, int], dict[str, Latched], bool]:
+        """The three common fields from the state file; raises on anything malformed."""
+        misses, latched, cleared = cls.latch_keys()
+        return (
             {parse_str(k): parse_int(v) for k, v in parse_table(data, misses).items()},
             {parse_str(k): Latched(parse_when(v["since"]), parse_str(v.get("detail", "")))
              for k, v in parse_table(data, latched).items()},
             parse_bool(data.get(cleared, False)))
+
+    @classmethod
+    def from_json(cls: type[L], data: Mapping[str, Any]) -> L:
+        return cls(*cls.parse_latches(data))
 
     def renamed(self: L, renames: Mapping[str, str]) -> L:
         """Device-keyed entries (``<device>:...``) under the devices' new names."""
