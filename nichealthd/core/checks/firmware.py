@@ -130,7 +130,7 @@ class Firmware(CheckFamily[FirmwareSection]):
                 groups.setdefault(group, []).append(device)
         drifting: dict[str, tuple[str, str, DeviceSnapshot]] = {}  # name -> (its, majority)
         judged: set[str] = set()
-        for (role, hca, board), members in sorted(groups.items()):
+        for _group_key, members in sorted(groups.items()):
             judged.update(d.name for d in members)
             expected = majority(versions[d.name] for d in members)
             if expected is None:
