@@ -70,3 +70,39 @@ def test_a_mellanox_pf_without_infiniband_entry_is_one_fatal_event_with_its_addr
     back = host.once().by_code("nic_unregistered")
     assert len(back) == 1 and back[0]["isHealthy"]
     assert tree.load(host.root).get(adapter.UNBOUND) == {}
+
+
+def test_one_card_of_eight_on_another_firmware_is_one_event_all_equal_none(
+        sim_host: Callable[..., SimHost]) -> None:
+    host = sim_host()
+    cards = [d for d in compute(host) if d["link_layer"] == "InfiniBand"]
+    assert len(cards) == 8
+    equal = [host.once() for _ in range(2)]
+    assert not [e for r in equal for e in r.by_code("firmware_drift")]
+    adapter.set_firmware(host.root, cards[5]["name"], "28.99.9999")
+    runs = [host.once() for _ in range(2)]
+    got = [e for r in runs for e in r.by_code("firmware_drift")]
+    assert len(got) == 1, got
+    assert not got[0]["isFatal"] and "28.99.9999" in got[0]["message"]
+    assert got[0]["entitiesImpacted"] == [{"entityType": "NIC",
+                                           "entityValue": cards[5]["name"]}]
+    assert "firmware changed" in runs[0].stderr
+
+
+def test_an_active_port_with_its_netdev_down_is_a_degradation_unless_admin_down(
+        sim_host: Callable[..., SimHost]) -> None:
+    from nichealthd.sim import mutate
+
+    host = sim_host()
+    cards = [d for d in compute(host) if d["link_layer"] == "InfiniBand"]
+    host.once()
+    mutate.set_port(host.root, cards[0]["name"], 1, operstate="down")
+    adapter.link_admin(host.root, cards[1]["name"], up=False)
+    runs = [host.once() for _ in range(3)]
+    got = [e for r in runs for e in r.by_code("netdev_down")]
+    assert len(got) == 1, got
+    assert {"entityType": "NIC", "entityValue": cards[0]["name"]} in got[0]["entitiesImpacted"]
+    assert not got[0]["isFatal"]
+    mutate.set_port(host.root, cards[0]["name"], 1, operstate="up")
+    back = host.once().by_code("netdev_down")
+    assert len(back) == 1 and back[0]["isHealthy"]
