@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from .adapter_views import adapter_fields
 from .checks import families
 from .checks.counters import saturation_key
 from .checks.link_counters import LINK_COUNTERS
@@ -152,6 +153,7 @@ def device_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorSt
             "present": True,
             "driver_event": False,
             **_rename_fields(identity),
+            **adapter_fields(state, device.name),  # #16.3-4
         })
     present = {d.name for d in snapshot.devices}
     held = links.driver_event.devices if links.driver_event else ()
@@ -168,6 +170,7 @@ def device_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorSt
             "missing_polls": links.device_misses.get(name, 0),
             "driver_event": name in held,
             **_rename_fields(identity),
+            **adapter_fields(state, name),  # #16.3-4
         })
     return records
 
