@@ -46,6 +46,7 @@ CONFIG_KEYS = {
     "nicTemperatureInterval", "nicTemperatureMargin",
     "stateHoldDown",
     "linkFlapCount", "linkFlapWindow", "linkFlapFatalCount",
+    "adapterCheckInterval", "charDeviceIssm",  # #16.3-6
 }  # fmt: skip
 COUNTER_FIELDS = {
     "name", "path", "enabled", "isFatal", "thresholdType", "threshold", "velocityUnit",
@@ -186,6 +187,8 @@ def test_shipped_config_defaults_match_the_toml_page():
         doc = m.group(1)
         if isinstance(value, str) and doc.startswith('"') and "<" not in doc:
             assert doc == f'"{value}"', key
+        elif isinstance(value, bool):  # before int: a bool is one
+            assert doc == str(value).lower(), key
         elif isinstance(value, int):
             assert doc == str(value), key
 

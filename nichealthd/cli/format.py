@@ -252,6 +252,13 @@ def devices_table(records: list[dict[str, Any]], style: Style, width: int = 80) 
 
     lines = render_table(headers, rows, width, shrink=(7, 3, 2, 1, 4), right=(5,),
                          colour=colour)
+    for r in records:  # #16.3-4
+        if r.get("firmware_drift"):
+            lines.append(fit(f"{r.get('device')}: firmware drift ({r['firmware_drift']} of its "
+                             f"role group's cards of the same model)", width))
+        if r.get("char_devices_missing"):
+            lines.append(fit(f"{r.get('device')}: character devices missing: "
+                             f"{', '.join(r['char_devices_missing'])}", width))
     renamed = [r for r in records if r.get("renamed_from")]
     if renamed:
         lines.append("")

@@ -228,6 +228,11 @@ class Config:
     pcie_aer_correctable_per_minute: int = 8
     nic_temperature_interval: float = 60.0  # each hwmon read is a firmware command (MTMP)
     nic_temperature_margin: int = 5  # degrees C below temp*_crit that are already degraded
+    # Adapter facts (#16.3-6: character devices, lost NICs, firmware, netdev state) are read
+    # and judged this often, not every poll; issm character devices are expected only on
+    # request (NVSentinel #1728: platforms such as GB300 create none).
+    adapter_check_interval: float = 10.0
+    char_device_issm: bool = False
     outbox_max_events: int = 100_000
     outbox_max_bytes: int = 64 * 1024 * 1024
     event_history_size: int = 1000
@@ -299,6 +304,7 @@ DURATION_BOUNDS: Dict[str, Tuple[float, float]] = {
     "pcieLinkInterval": (0.0, 86400.0),
     "pcieAerInterval": (0.0, 86400.0),
     "nicTemperatureInterval": (0.0, 86400.0),
+    "adapterCheckInterval": (1.0, 3600.0),
 }
 INTEGER_BOUNDS: Dict[str, Tuple[int, int]] = {
     "outboxMaxEvents": (1, 10_000_000),
@@ -521,6 +527,9 @@ SCALAR_KEYS: Dict[str, Tuple[str, Callable[[Any], Any]]] = {
                           _duration_between(*DURATION_BOUNDS["driverReloadGrace"])),
     "driverReloadTimeout": ("driver_reload_timeout",
                             _duration_between(*DURATION_BOUNDS["driverReloadTimeout"])),
+    "adapterCheckInterval": ("adapter_check_interval",
+                             _duration_between(*DURATION_BOUNDS["adapterCheckInterval"])),
+    "charDeviceIssm": ("char_device_issm", _bool),
     "outboxMaxEvents": ("outbox_max_events",
                         _integer_between(*INTEGER_BOUNDS["outboxMaxEvents"])),
     "outboxMaxBytes": ("outbox_max_bytes", _integer_between(*INTEGER_BOUNDS["outboxMaxBytes"])),

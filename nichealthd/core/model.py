@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Mapping, Optional, Union
+from typing import TYPE_CHECKING, Mapping, Optional, Union
+
+if TYPE_CHECKING:  # pragma: no cover - the adapter facts are plain data of their own module
+    from .adapter import AdapterFacts
 
 from .pcifacts import AerTable, PcieHop, Sensor
 
@@ -186,6 +189,8 @@ class HostSnapshot:
     pcie: Optional[Mapping[str, tuple[PcieHop, ...]]] = None
     aer: Optional[Mapping[str, tuple[AerTable, ...]]] = None
     hwmon: Optional[Mapping[str, tuple[Sensor, ...]]] = None
+    # The slow adapter facts (#16.3-6); None on a poll that did not read them.
+    adapter: Optional[AdapterFacts] = None
 
     def device(self, name: str) -> Optional[DeviceSnapshot]:
         for device in self.devices:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from .adapter_views import adapter_fields
 from .checks import families
 from .checks.counters import saturation_key
 from .checks.efa_counters import EFA_COUNTERS
@@ -158,6 +159,7 @@ def device_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorSt
             "driver_event": False,
             **_rename_fields(identity),
             **pci_fields(result.pictures, device.name),  # #16
+            **adapter_fields(state, device.name),  # #16.3-4
         })
     present = {d.name for d in snapshot.devices}
     held = links.driver_event.devices if links.driver_event else ()
@@ -175,6 +177,7 @@ def device_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorSt
             "driver_event": name in held,
             "adapter": "",
             **_rename_fields(identity),
+            **adapter_fields(state, name),  # #16.3-4
         })
     efa = state.section(EFA_STATE)
     for name in sorted(set(efa.known_devices) - present):  # #18.2: a missing EFA device

@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable, Dict, List, NoReturn, Optional
 
-from . import mutate, pcifiles, tree
+from . import adapter, mutate, pcifiles, tree
 from .fsio import SimError
 from .profiles import PROFILES
 
@@ -166,6 +166,24 @@ def _build_parser() -> argparse.ArgumentParser:
     p = cmd("temp", "set DEV's ASIC temperature (degrees C)", "ROOT", "DEV", "CELSIUS")
     p.add_argument("--crit", type=float, metavar="C", help="also set its critical threshold")
     cmd("hide-class", "make sys/class/infiniband absent", "ROOT")
+    # --- adapter (#16.3-6)
+    for verb, text in (("chardev-remove", "remove a character device entry (or with --class "
+                        "a whole class directory)"),
+                       ("chardev-restore", "bring a removed character device entry back")):
+        p = cmd(verb, text, "ROOT")
+        p.add_argument("DEV", nargs="?")
+        p.add_argument("--kind", default="umad", choices=("uverbs", "umad", "issm"),
+                       help="default: umad")
+        p.add_argument("--port", type=_port, default=1, help="default: 1")
+        p.add_argument("--class", dest="klass", choices=("verbs", "mad"),
+                       help="the whole sys/class/infiniband_verbs or infiniband_mad")
+    cmd("unbind", "the driver lets go of DEV's PCI function: no RDMA device, netdev or "
+        "character devices; the function stays on the bus", "ROOT", "DEV")
+    cmd("bind", "undo unbind", "ROOT", "DEV")
+    cmd("fw", "a firmware flash: rewrite DEV's fw_ver", "ROOT", "DEV", "VERSION")
+    p = cmd("link-admin", "ip link set <netdev of DEV> up|down (flags IFF_UP; down also "
+            "sets operstate down)", "ROOT", "DEV", "STATE")
+    p.add_argument("--port", type=_port, default=1, help="default: 1")
     cmd("unhide-class", "bring sys/class/infiniband back", "ROOT")
     return parser
 
@@ -238,6 +256,22 @@ def _reboot(a: argparse.Namespace) -> None:
     print(f"boot_id {mutate.reboot(a.ROOT)}")
 
 
+def _chardev(a: argparse.Namespace, remove: bool) -> None:
+    if a.klass:
+        (adapter.remove_class if remove else adapter.restore_class)(a.ROOT, a.klass)
+        return
+    if not a.DEV:
+        raise SimError("give DEV (or --class verbs|mad)")
+    func = adapter.remove_chardev if remove else adapter.restore_chardev
+    print(func(a.ROOT, a.DEV, a.kind, a.port))
+
+
+def _link_admin(a: argparse.Namespace) -> None:
+    if a.STATE not in ("up", "down"):
+        raise SimError(f"STATE is up or down, got {a.STATE!r}")
+    adapter.link_admin(a.ROOT, a.DEV, a.STATE == "up", a.port)
+
+
 def _demo(a: argparse.Namespace) -> None:
     from .demo import run_demo  # imports nothing of the daemon until asked
     code = run_demo(a.profile, a.root)
@@ -282,6 +316,12 @@ HANDLERS: Dict[str, Callable[[argparse.Namespace], None]] = {
                            f"{pcifiles.aer(_function(a), a.KIND, a.count, a.error, a.upstream)}"),
     "temp": lambda a: print(pcifiles.temperature(_function(a), float(a.CELSIUS), a.crit)),
     "hide-class": lambda a: mutate.hide_class(a.ROOT),
+    "chardev-remove": lambda a: _chardev(a, remove=True),
+    "chardev-restore": lambda a: _chardev(a, remove=False),
+    "unbind": lambda a: print(adapter.unbind(a.ROOT, a.DEV)),
+    "bind": lambda a: print(adapter.bind(a.ROOT, a.DEV)),
+    "fw": lambda a: adapter.set_firmware(a.ROOT, a.DEV, a.VERSION),
+    "link-admin": lambda a: _link_admin(a),
     "unhide-class": lambda a: mutate.unhide_class(a.ROOT),
 }
 

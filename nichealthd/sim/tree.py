@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, cast
 
-from . import kernel
+from . import adapter, kernel
 from .fsio import PathLike, PortId, SimError, symlink, write_new
 from .pcie import ROOT_PORT, Layout, plan
 from .pcifiles import aer_files, hwmon
@@ -201,6 +201,7 @@ class _Builder:
             mtu, ntype = "9000", "1"
         for name, value in (
             ("operstate", "up" if up else "down"),
+            ("flags", "0x1003"),  # IFF_UP | IFF_BROADCAST | IFF_MULTICAST (#16.6)
             ("carrier_changes", "0"),
             ("dev_port", "0"),
             ("dev_id", "0x0"),
@@ -605,6 +606,7 @@ def create(
         for vf_no, pci in enumerate(vf_pcis(prof, nic)):
             builder.vf(nic, pf_dir, pci, f"mlx5_{next_index}", vf_no)
             next_index += 1
+    adapter.build(top, builder.devices)  # character devices (#16.4)
     default_iface = prof.default_route_iface
     if default_iface == "eno1":
         builder.non_mellanox_eno1()

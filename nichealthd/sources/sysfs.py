@@ -43,6 +43,7 @@ from ..core.model import (
     PortSnapshot,
     Unreadable,
 )
+from .adapter import AdapterReader
 
 log = logging.getLogger("nichealthd.sysfs")
 
@@ -306,6 +307,8 @@ class SysfsReader:
         self.unreadable_reads = 0
         self.discoveries = 0
         self._fd_exhausted = False  # this poll saw EMFILE/ENFILE (logged once, not per file)
+        # The slow adapter facts (#16.3-6), read at their own cadence.
+        self.adapter = AdapterReader(config, monotonic)
 
     # ----------------------------------------------------------------- public
 
@@ -313,6 +316,7 @@ class SysfsReader:
         """Apply a reloaded config: counters or paths may have changed, so rediscover."""
         self.config = config
         self._dirty = True
+        self.adapter.reconfigure(config)
 
     def observe(self, now: datetime) -> HostSnapshot:
         """Read everything one poll needs. Never raises on bad sysfs content."""
@@ -334,7 +338,8 @@ class SysfsReader:
         complete = all(plan.info.ports_listed or plan.info.is_vf for plan in self._plans)
         # An empty class directory: is the hardware still there (a driver event, #19.2)?
         functions = None if names else self._mellanox_functions()
-        return HostSnapshot(now, boot_id, devices, complete=complete, pci_functions=functions)
+        return HostSnapshot(now, boot_id, devices, complete=complete, pci_functions=functions,
+                            adapter=self.adapter.observe(devices))
 
     def _mellanox_functions(self) -> Optional[int]:
         """Mellanox (vendor 0x15b3) network or InfiniBand functions on the PCI bus.

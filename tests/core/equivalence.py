@@ -122,15 +122,20 @@ def trace(seed: int, length: int = POLLS) -> tuple[list[HostSnapshot], set[int],
     return polls, failed, restarts
 
 
-# Keys added after main at dd25288 (not part of what main wrote): the seam's schemas, #19's
-# device identities and driver event (which say nothing main's keys do not), the sections
-# and keys of #15.4-6 (hold-down, flaps, rate) and #16's PCI-side families (empty on these
-# traces, which have no PCI facts).
-ADDED_KEYS = ("schemas", "device_identities", "driver_event", "port_holds", "port_blips",
-              "link_flaps", "rate_degraded",
-              "pcie_degraded_links", "aer_counter_snapshots", "aer_breach_flags",
-              "aer_saturated_counters", "aer_saturated_quiet_counters",
-              "nic_temperature_alerts")
+# Keys added after main at dd25288 (not part of what main wrote): the seam's schemas, and
+# #19's device identities and driver event (which say nothing main's keys do not), and
+# #15.4's hold-down keys of the link-state section.
+ADDED_KEYS = ("schemas", "device_identities", "driver_event", "port_holds", "port_blips")
+# Families added since (#16 ...): their own sections, empty on these traces (no adapter facts),
+# are no part of what main wrote either.
+MAIN_FAMILIES = ("link_state", "link_counters")
+
+
+def _added_keys() -> tuple[str, ...]:
+    from nichealthd.core.checks import families
+
+    return ADDED_KEYS + tuple(k for f in families() if f.id not in MAIN_FAMILIES
+                              for k in f.keys)
 # errorCodes of the families added after main (#15.5, #15.6): their events are new behaviour
 # on top of main's stream, which must stay identical without them.
 NEW_CODES = frozenset({("link_flap",), ("link_rate",)})
@@ -139,7 +144,7 @@ NEW_CODES = frozenset({("link_flap",), ("link_rate",)})
 def main_state(state: MonitorState) -> dict[str, Any]:
     """The state file's content less the keys added since main (not part of what it wrote)."""
     data = state.to_json()
-    for key in ADDED_KEYS:
+    for key in _added_keys():
         data.pop(key, None)
     return data
 

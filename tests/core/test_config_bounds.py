@@ -66,6 +66,10 @@ NUMERIC: dict[str, tuple[str, list[str], list[str]]] = {
     "driverReloadTimeout": ("driverReloadGrace = 0\ndriverReloadTimeout = {}",
                             ["nan", "inf", "-inf", "0", '"999ms"', '"25h"', "86401"],
                             ["1", '"1s"', '"24h"']),
+    # #16.3-6: the adapter facts' cadence.
+    "adapterCheckInterval": ("adapterCheckInterval = {}",
+                             ["nan", "inf", "-inf", "0", '"999ms"', '"61m"', "3601"],
+                             ["1", '"1s"', '"1h"']),
     "outboxMaxEvents": ("outboxMaxEvents = {}",
                         ["nan", "inf", "-inf", "0", "-5", "10000001", "1.5", '"100"'],
                         ["1", "10000000"]),

@@ -34,11 +34,15 @@ from nichealthd.storage.store import load_state, save_state
 from .builders import DISABLED, DOWN, Runner, at, counters_port, device, host, port
 from .equivalence import OLD_STATE
 
+ADAPTER_FAMILIES = ("netdev_link", "char_devices", "lost_nics", "firmware")
+
 
 def test_the_built_in_families_are_found_in_their_order() -> None:
     ids = [f.id for f in families()]
     assert ids[:4] == ["link_state", "efa_state", "link_counters", "efa_counters"]
     assert {"link_flaps", "link_rate", "pcie_link", "pcie_aer", "nic_temperature"} <= set(ids)
+    adapter = [i for i in ids if i in ADAPTER_FAMILIES]  # #16.3-6, in their order
+    assert adapter == [i for i in ADAPTER_FAMILIES if i in ids] and "char_devices" in adapter
     keys = [k for f in families() for k in f.keys]
     assert len(keys) == len(set(keys))
     # The EFA families (#18) leave their empty keys out of the file.

@@ -64,9 +64,11 @@ def test_changed_boot_id_sends_baselines_and_drops_stale_breaches(
     assert run.fatal() == []
     clears = [e for e in run.events if not e["entitiesImpacted"]]
     config = load_config(str(host.config))
-    # The EFA checks (#18) are cleared only on a host with an EFA device.
+    # The EFA checks (#18) are cleared only on a host with an EFA device; and
+    # InfiniBandCharDeviceCheck's own (#16.4: its section starts fresh after a reboot)
     assert sorted(e["checkName"] for e in clears) == sorted(
-        set(config.checks) - {"EFAStateCheck", "EFADegradationCheck"})
+        [*(set(config.checks) - {"EFAStateCheck", "EFADegradationCheck"}),
+         "InfiniBandCharDeviceCheck"])
     baselines = [e for e in run.events if "healthy after reboot" in e["message"]]
     monitored_ports = 8 + 4  # dgx-h100: 8 compute + 4 storage functions, one port each
     assert len(baselines) == monitored_ports * len(config.active_counters)

@@ -1,0 +1,201 @@
+"""The firmware-drift family (#16.3): same card model in a role group, same firmware.
+
+Cards of one role group (compute, storage) with the same ``hca_type`` and ``board_id`` should
+run the same ``fw_ver``: a card left on another version (a failed or forgotten flash) behaves
+differently under load. No static table of "good" versions: the group's own majority is the
+reference. Each minority version is one non-fatal event (the layer's degradation check,
+errorCode ``firmware_drift``) naming both versions, with the minority's NICs as entities;
+a device that joins the majority (or whose group no longer has one) recovers with a healthy
+event. A group without a strict majority (4 and 4) says nothing: which side is wrong cannot
+be told. A device's firmware changing at runtime (a flash the driver has picked up) is
+logged and the group judged again at the same read.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime
+from typing import Any, Iterable, Mapping, Optional
+
+from ..config import ETH_DEGRADATION_CHECK, IB_DEGRADATION_CHECK
+from ..events import ENTITY_NIC, HealthEvent, make_event
+from ..family import READS_DEVICES, CheckFamily, Condition, Cycle, Series, Verdict
+from ..model import DeviceSnapshot
+from ..state import DEGRADED, parse_str, parse_table
+from .adapter_section import Latched, LatchSection, held
+from .identity import renamed_keys
+from .link_state import LINK_STATE, device_layer
+
+CODE_FIRMWARE = "firmware_drift"
+DEGRADATION_OF = {"InfiniBand": IB_DEGRADATION_CHECK, "Ethernet": ETH_DEGRADATION_CHECK}
+
+
+class FirmwareSection(LatchSection):
+    """Latched drift per ``<device>:firmware`` (detail: ``<its version> vs <majority>``),
+    and the last version read of each device (``firmware_versions``)."""
+
+    PREFIX = "firmware"
+
+    def __init__(self, misses: Optional[dict[str, int]] = None,
+                 latched: Optional[dict[str, Latched]] = None, cleared: bool = False,
+                 versions: Optional[dict[str, str]] = None) -> None:
+        super().__init__(misses or {}, latched or {}, cleared)
+        self.versions: dict[str, str] = versions or {}
+
+    @classmethod
+    def keys(cls) -> tuple[str, ...]:
+        return (*cls.latch_keys(), "firmware_versions")
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, FirmwareSection) and super().__eq__(other)
+                and self.versions == other.versions)
+
+    def copy(self) -> FirmwareSection:
+        return FirmwareSection(dict(self.misses), dict(self.latched), self.cleared,
+                               dict(self.versions))
+
+    def to_json(self) -> dict[str, Any]:
+        data = super().to_json()
+        data["firmware_versions"] = dict(sorted(self.versions.items()))
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> FirmwareSection:
+        versions = {parse_str(k): parse_str(v)
+                    for k, v in parse_table(data, "firmware_versions").items()}
+        return FirmwareSection(*cls.parse_latches(data), versions=versions)
+
+    def renamed(self, renames: Mapping[str, str]) -> FirmwareSection:
+        base = super().renamed(renames)
+        return FirmwareSection(base.misses, base.latched, base.cleared,
+                               renamed_keys(self.versions, renames))
+
+
+def key_of(device: str) -> str:
+    return f"{device}:firmware"
+
+
+def _group(device: DeviceSnapshot, role: str) -> Optional[tuple[str, str, str]]:
+    if not device.hca_type or not device.board_id:
+        return None
+    return (role, device.hca_type, device.board_id)
+
+
+def majority(versions: Iterable[str]) -> Optional[str]:
+    """The version more than half of the group runs; None without one."""
+    counts = Counter(versions)
+    if len(counts) < 2:
+        return None
+    version, count = counts.most_common(1)[0]
+    return version if count * 2 > sum(counts.values()) else None
+
+
+class Firmware(CheckFamily[FirmwareSection]):
+    """Firmware consistency within a role group (same HCA type and board)."""
+
+    id = "firmware"
+    order = 50
+    keys = FirmwareSection.keys()
+    section_type = FirmwareSection
+    reads = frozenset({READS_DEVICES})
+
+    def evaluate(self, previous: FirmwareSection, cycle: Cycle, memory: Any
+                 ) -> Verdict[FirmwareSection]:
+        facts = cycle.snapshot.adapter
+        if facts is None:
+            return Verdict(previous)
+        now = cycle.now
+        state = previous.copy()
+        notes: list[str] = []
+        events: list[tuple[str, HealthEvent]] = []
+        links = cycle.previous.section(LINK_STATE)
+        versions: dict[str, str] = {}
+        for device in cycle.monitored:
+            version = facts.firmware.get(device.name) or device.fw_ver
+            if version:
+                versions[device.name] = version
+                was = previous.versions.get(device.name)
+                if was is not None and was != version:
+                    notes.append(f"{device.name}: firmware changed {was} -> {version} "
+                                 f"(flashed and picked up by the driver); firmware "
+                                 f"consistency judged again")
+        state.versions = {**{k: v for k, v in previous.versions.items()
+                             if k in set(links.known_devices)}, **versions}
+        if held(cycle):
+            return Verdict(state, (), versions, notes=tuple(notes))
+        groups: dict[tuple[str, str, str], list[DeviceSnapshot]] = {}
+        for device in cycle.monitored:
+            group = _group(device, cycle.roles[device.name].role)
+            if group is not None and device.name in versions:
+                groups.setdefault(group, []).append(device)
+        drifting: dict[str, tuple[str, str, DeviceSnapshot]] = {}  # name -> (its, majority)
+        judged: set[str] = set()
+        for _group_key, members in sorted(groups.items()):
+            judged.update(d.name for d in members)
+            expected = majority(versions[d.name] for d in members)
+            if expected is None:
+                continue
+            for device in members:
+                if versions[device.name] != expected:
+                    drifting[device.name] = (versions[device.name], expected, device)
+        # New drift: one event per (group, minority version), the devices not yet latched.
+        fresh: dict[tuple[str, str, str], list[DeviceSnapshot]] = {}
+        for name, (version, expected, device) in sorted(drifting.items()):
+            latched = state.latched.get(key_of(name))
+            detail = f"{version} vs {expected}"
+            if latched is not None and latched.detail == detail:
+                continue
+            state.latched[key_of(name)] = Latched(now, detail)
+            layer = device_layer(device, links) or "InfiniBand"
+            fresh.setdefault((version, expected, layer), []).append(device)
+        for (version, expected, layer), devices in sorted(fresh.items()):
+            check = DEGRADATION_OF.get(layer, IB_DEGRADATION_CHECK)
+            if check not in cycle.enabled:
+                continue
+            first = devices[0]
+            events.append((first.name, make_event(
+                check, fatal=False, healthy=False, error_code=CODE_FIRMWARE,
+                entities=tuple((ENTITY_NIC, d.name) for d in devices), at=now,
+                message=(f"{_names(devices)} {'runs' if len(devices) == 1 else 'run'} "
+                         f"firmware {version} while the other {first.hca_type} cards "
+                         f"(board {first.board_id}) of the "
+                         f"{cycle.roles[first.name].role} group run {expected}"))))
+        # Recovery: latched devices judged now and no longer drifting.
+        for key in sorted(state.latched):
+            name = key.rsplit(":", 1)[0]
+            if name in drifting or name not in judged:
+                continue
+            old = state.latched.pop(key)
+            device = next(d for d in cycle.monitored if d.name == name)
+            check = DEGRADATION_OF.get(device_layer(device, links) or "", IB_DEGRADATION_CHECK)
+            if check in cycle.enabled:
+                events.append((name, make_event(
+                    check, fatal=False, healthy=True, error_code=CODE_FIRMWARE,
+                    entities=((ENTITY_NIC, name),), at=now,
+                    message=(f"{name} firmware {versions[name]} is consistent with its group "
+                             f"again (was {old.detail})"))))
+        return Verdict(state, tuple(events), versions, notes=tuple(notes))
+
+    def rename(self, section: FirmwareSection, renames: Mapping[str, str], now: datetime
+               ) -> FirmwareSection:
+        return section.renamed(renames)
+
+    def conditions(self, section: FirmwareSection, picture: Any) -> Iterable[Condition]:
+        for key in sorted(section.latched):
+            name = key.rsplit(":", 1)[0]
+            yield Condition(DEGRADED, f"{name}: firmware {section.latched[key].detail}")
+
+    def series(self, section: FirmwareSection, picture: Any) -> Iterable[Series]:
+        drift = {k.rsplit(":", 1)[0] for k in section.latched}
+        yield Series("firmware_drift", "1 while a device runs another firmware than the "
+                     "majority of its role group's cards of the same model", "gauge",
+                     ("device", "fw_ver"),
+                     tuple(((name, version), 1.0 if name in drift else 0.0)
+                           for name, version in sorted(section.versions.items())))
+
+
+def _names(devices: list[DeviceSnapshot]) -> str:
+    return ", ".join(d.name for d in devices)
+
+
+FAMILY = FIRMWARE = Firmware()

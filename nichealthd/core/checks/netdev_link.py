@@ -1,0 +1,134 @@
+"""The netdev-link family (#16.6): a port ACTIVE / LinkUp whose netdev is down.
+
+The RDMA port can be up while its netdev is not (a carrier the kernel did not see, a bond
+that took the slave down, an IPoIB interface left down): RDMA traffic may pass, IP over that
+port (RoCE's GIDs, NCCL's bootstrap, storage) does not. An ACTIVE / LinkUp port whose
+netdev's ``operstate`` is ``down`` or ``lowerlayerdown`` at 2 consecutive adapter reads is a
+non-fatal degradation (the layer's degradation check, errorCode ``netdev_down``), unless the
+netdev is administratively down (IFF_UP clear in ``flags``: somebody ran ``ip link set ...
+down``; logged, not reported). It recovers with a healthy event when the netdev is up again,
+when it is set administratively down, or when the port leaves ACTIVE (its own state is then
+the state check's business).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Iterable, Mapping
+
+from ..adapter import NetdevLink
+from ..config import ETH_DEGRADATION_CHECK, IB_DEGRADATION_CHECK
+from ..events import HealthEvent, make_event, port_entities
+from ..family import READS_PORTS, CheckFamily, Condition, Cycle, Verdict
+from ..model import PortSnapshot
+from ..state import DEGRADED
+from .adapter_section import Latched, LatchSection, held
+
+CODE_NETDEV_DOWN = "netdev_down"
+DOWN_READS = 2
+DEGRADATION_OF = {"InfiniBand": IB_DEGRADATION_CHECK, "Ethernet": ETH_DEGRADATION_CHECK}
+
+
+class NetdevLinkSection(LatchSection):
+    PREFIX = "netdev_link"
+
+
+def key_of(device: str, port: int) -> str:
+    return f"{device}:{port}:netdev"
+
+
+def _active(port: PortSnapshot) -> bool:
+    return bool(port.state and port.state.endswith("ACTIVE")
+                and port.phys_state and port.phys_state.endswith("LinkUp"))
+
+
+class NetdevLinkFamily(CheckFamily[NetdevLinkSection]):
+    """ACTIVE / LinkUp ports whose netdev is down (not administratively)."""
+
+    id = "netdev_link"
+    order = 30
+    keys = NetdevLinkSection.keys()
+    section_type = NetdevLinkSection
+    reads = frozenset({READS_PORTS})
+
+    def evaluate(self, previous: NetdevLinkSection, cycle: Cycle, memory: Any
+                 ) -> Verdict[NetdevLinkSection]:
+        facts = cycle.snapshot.adapter
+        if facts is None:
+            return Verdict(previous)
+        now = cycle.now
+        state = previous.copy()
+        events: list[tuple[str, HealthEvent]] = []
+        notes: list[str] = []
+        hold = held(cycle)
+        seen: set[str] = set()
+        for device in cycle.monitored:
+            for port in device.ports:
+                key = key_of(device.name, port.port)
+                link = facts.netdevs.get(port.key)
+                check = DEGRADATION_OF.get(port.link_layer or "")
+                if link is None or check is None or not port.readable:
+                    continue  # no netdev, or nothing known this time: hold
+                seen.add(key)
+                bad = _active(port) and link.down and link.admin_up is not False
+                latched = state.latched.get(key)
+                if not bad:
+                    state.misses.pop(key, None)
+                    if latched is not None:
+                        del state.latched[key]
+                        if check in cycle.enabled:
+                            events.append((device.name, _event(
+                                check, device.name, port.port, link, now, healthy=True,
+                                why=_recovered(port, link))))
+                    elif (_active(port) and link.down and link.admin_up is False
+                          and previous.misses.get(key) is None):
+                        notes.append(f"{device.name} port {port.port}: netdev {link.netdev} "
+                                     f"is administratively down (ip link set ... down): "
+                                     f"not reported")
+                    continue
+                if latched is not None or hold or check not in cycle.enabled:
+                    continue
+                misses = state.misses.get(key, 0) + 1
+                if misses < DOWN_READS:
+                    state.misses[key] = misses
+                    continue
+                state.misses.pop(key, None)
+                state.latched[key] = Latched(now, f"{link.netdev} {link.operstate}")
+                events.append((device.name, _event(check, device.name, port.port, link, now,
+                                                   healthy=False, why="")))
+        for key in [k for k in state.misses if k not in seen]:
+            del state.misses[key]
+        return Verdict(state, tuple(events), dict(facts.netdevs), notes=tuple(notes))
+
+    def rename(self, section: NetdevLinkSection, renames: Mapping[str, str], now: datetime
+               ) -> NetdevLinkSection:
+        return section.renamed(renames)
+
+    def conditions(self, section: NetdevLinkSection, picture: Any) -> Iterable[Condition]:
+        for key in sorted(section.latched):
+            device, number, _ = key.split(":")
+            yield Condition(DEGRADED, f"netdev {section.latched[key].detail}",
+                            (device, int(number)), alone=f"{device} port {number} netdev down")
+
+
+def _recovered(port: PortSnapshot, link: NetdevLink) -> str:
+    if not _active(port):
+        return f"the port left ACTIVE ({port.state})"
+    if link.admin_up is False:
+        return f"netdev {link.netdev} is now administratively down"
+    return f"netdev {link.netdev} is {link.operstate} again"
+
+
+def _event(check: str, device: str, port: int, link: NetdevLink, now: datetime, *,
+           healthy: bool, why: str) -> HealthEvent:
+    if healthy:
+        message = f"{device} port {port}: {why}"
+    else:
+        message = (f"{device} port {port} is ACTIVE / LinkUp but its netdev {link.netdev} is "
+                   f"{link.operstate} (not administratively down): IP traffic over this port "
+                   f"fails")
+    return make_event(check, fatal=False, healthy=healthy, error_code=CODE_NETDEV_DOWN,
+                      entities=port_entities(device, port), at=now, message=message)
+
+
+FAMILY = NETDEV_LINK = NetdevLinkFamily()

@@ -1,0 +1,196 @@
+"""The adapter side of a simulated host (#16.3-6): character devices, unbound PFs, firmware, flags.
+
+Built after the devices: one ``uverbsN`` per RDMA device under
+``<function>/infiniband_verbs/`` and one ``umadN`` and ``issmN`` per port under
+``<function>/infiniband_mad/``, each with ``ibdev`` (and ``port``), linked from
+``sys/class/infiniband_verbs`` and ``sys/class/infiniband_mad`` with their ``abi_version``
+files, as drivers/infiniband/core/uverbs_main.c and user_mad.c lay them out. Mutations:
+``chardev-remove`` / ``chardev-restore`` (one entry, or a whole class directory), ``unbind``
+/ ``bind`` (a PF whose driver let go: no ``infiniband/``, no ``net/``, no driver link),
+``fw`` (a flash: ``fw_ver`` rewritten in place) and ``link-admin`` (``flags`` IFF_UP).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+from . import tree
+from .fsio import PathLike, SimError, stash, symlink, unstash, write_in_place, write_new
+
+CLASS_VERBS = "sys/class/infiniband_verbs"
+CLASS_MAD = "sys/class/infiniband_mad"
+CLASSES = {"verbs": CLASS_VERBS, "mad": CLASS_MAD}
+KINDS = ("uverbs", "umad", "issm")
+UNBOUND = "unbound"  # manifest key: PF name -> what unbind took away
+IFF_UP = 0x1
+
+
+def build(root: Path, devices: List[Dict[str, Any]]) -> None:
+    """The class directories and one entry per device / port of the manifest's devices."""
+    if not devices:
+        return  # no RDMA hardware: ib_uverbs / ib_umad never load
+    verbs, mad = root / CLASS_VERBS, root / CLASS_MAD
+    write_new(verbs / "abi_version", "6\n")
+    write_new(mad / "abi_version", "5\n")
+    umad = 0
+    for index, dev in enumerate(devices):
+        pdir = root / dev["pci_path"]
+        entries = {"uverbs": f"uverbs{index}"}
+        _entry(root, pdir / "infiniband_verbs" / entries["uverbs"], verbs, dev["name"], None,
+               231, 192 + index)
+        for port in sorted(dev["ports"], key=int):
+            _entry(root, pdir / "infiniband_mad" / f"umad{umad}", mad, dev["name"], int(port),
+                   231, umad)
+            _entry(root, pdir / "infiniband_mad" / f"issm{umad}", mad, dev["name"], int(port),
+                   231, 64 + umad)
+            entries[f"umad:{port}"] = f"umad{umad}"
+            entries[f"issm:{port}"] = f"issm{umad}"
+            umad += 1
+        dev["chardevs"] = entries
+
+
+def _entry(root: Path, edir: Path, class_dir: Path, ibdev: str, port: Optional[int],
+           major: int, minor: int) -> None:
+    write_new(edir / "ibdev", ibdev + "\n")
+    if port is not None:
+        write_new(edir / "port", f"{port}\n")
+    write_new(edir / "dev", f"{major}:{minor}\n")
+    symlink(class_dir / edir.name, edir)
+
+
+def _entry_name(dev: Dict[str, Any], kind: str, port: Optional[int]) -> str:
+    if kind not in KINDS:
+        raise SimError(f"unknown character device kind {kind!r} (one of: {', '.join(KINDS)})")
+    entries = dev.get("chardevs") or {}
+    key = kind if kind == "uverbs" else f"{kind}:{port or 1}"
+    if key not in entries:
+        raise SimError(f"{dev['name']} has no {kind} entry"
+                       + ("" if kind == "uverbs" else f" for port {port or 1}"))
+    return str(entries[key])
+
+
+def _class_of(kind: str) -> str:
+    return CLASS_VERBS if kind == "uverbs" else CLASS_MAD
+
+
+def remove_chardev(root: PathLike, dev: str, kind: str, port: Optional[int] = None) -> str:
+    """One class entry of DEV vanishes (entry dir and class link); returns its name."""
+    top = Path(root)
+    device = tree.device(tree.load(top), dev)
+    name = _entry_name(device, kind, port)
+    link = top / _class_of(kind) / name
+    if not os.path.lexists(link):
+        raise SimError(f"{_class_of(kind)}/{name} is removed already")
+    sub = "infiniband_verbs" if kind == "uverbs" else "infiniband_mad"
+    stash(top, top / device["pci_path"] / sub / name)
+    stash(top, link)
+    return name
+
+
+def restore_chardev(root: PathLike, dev: str, kind: str, port: Optional[int] = None) -> str:
+    top = Path(root)
+    device = tree.device(tree.load(top), dev)
+    name = _entry_name(device, kind, port)
+    sub = "infiniband_verbs" if kind == "uverbs" else "infiniband_mad"
+    unstash(top, top / device["pci_path"] / sub / name)
+    unstash(top, top / _class_of(kind) / name)
+    return name
+
+
+def remove_class(root: PathLike, which: str) -> None:
+    """A whole class directory vanishes (``rmmod ib_umad``, ``ib_uverbs``)."""
+    if which not in CLASSES:
+        raise SimError(f"unknown class {which!r} (verbs or mad)")
+    stash(Path(root), Path(root) / CLASSES[which])
+
+
+def restore_class(root: PathLike, which: str) -> None:
+    if which not in CLASSES:
+        raise SimError(f"unknown class {which!r} (verbs or mad)")
+    unstash(Path(root), Path(root) / CLASSES[which])
+
+
+def unbind(root: PathLike, dev: str) -> str:
+    """The driver lets go of DEV's PCI function (or never probed it): its RDMA device, netdev
+    and character devices vanish, the function stays on the bus. Returns its PCI address."""
+    top = Path(root)
+    manifest = tree.load(top)
+    device = tree.device(manifest, dev)
+    if device["kind"] != "pf":
+        raise SimError(f"{dev} is not a physical function")
+    pdir = top / device["pci_path"]
+    if not (pdir / "driver").is_symlink():
+        raise SimError(f"{dev} ({device['pci']}) is unbound already")
+    moved = []
+    for rel in ("infiniband", "net", "infiniband_verbs", "infiniband_mad", "driver"):
+        path = pdir / rel
+        if os.path.lexists(path):
+            moved.append(rel)
+    links = [f"{tree.CLASS_IB}/{dev}"]
+    port = (device.get("ports") or {}).get("1") or {}
+    if port.get("netdev"):
+        links.append(f"sys/class/net/{port['netdev']}")
+    links.extend(f"{_class_of(kind.split(':')[0])}/{name}"
+                 for kind, name in (device.get("chardevs") or {}).items())
+    links.append(f"{tree.MLX5_DRIVER}/{device['pci']}")
+    for rel in moved:
+        stash(top, pdir / rel)
+    for link in links:
+        if os.path.lexists(top / link):
+            stash(top, top / link)
+    manifest.setdefault(UNBOUND, {})[dev] = {"dirs": moved, "links": links}
+    _save(top, manifest)
+    return str(device["pci"])
+
+
+def bind(root: PathLike, dev: str) -> str:
+    """Undo :func:`unbind`: the driver probes the function again."""
+    top = Path(root)
+    manifest = tree.load(top)
+    record = (manifest.get(UNBOUND) or {}).pop(dev, None)
+    if record is None:
+        raise SimError(f"{dev} is not unbound")
+    device = tree.device(manifest, dev)
+    pdir = top / device["pci_path"]
+    for rel in record["dirs"]:
+        unstash(top, pdir / rel)
+    for link in record["links"]:
+        unstash(top, top / link)
+    _save(top, manifest)
+    return str(device["pci"])
+
+
+def set_firmware(root: PathLike, dev: str, version: str) -> None:
+    """A firmware flash seen by the driver: ``fw_ver`` rewritten in place."""
+    if not version or not version.isprintable() or " " in version:
+        raise SimError(f"a firmware version is one word, got {version!r}")
+    top = Path(root)
+    device = tree.device(tree.load(top), dev)
+    path = top / device["ib_path"] / "fw_ver"
+    if not path.is_file():
+        raise SimError(f"{dev} has no fw_ver (removed or unbound?)")
+    write_in_place(path, version + "\n")
+
+
+def link_admin(root: PathLike, dev: str, up: bool, port: int = 1) -> None:
+    """``ip link set <netdev> up|down``: the IFF_UP bit of ``flags`` and the operstate."""
+    top = Path(root)
+    device = tree.device(tree.load(top), dev)
+    rec = tree.port_record(device, port)
+    if not rec["netdev_path"]:
+        raise SimError(f"{dev} port {port} has no netdev")
+    ndir = top / rec["netdev_path"]
+    flags_path = ndir / "flags"
+    flags = int(flags_path.read_text().strip(), 16) if flags_path.is_file() else 0x1003
+    flags = flags | IFF_UP if up else flags & ~IFF_UP
+    write_in_place(flags_path, f"{flags:#x}\n")
+    if not up:
+        write_in_place(ndir / "operstate", "down\n")
+
+
+def _save(root: Path, manifest: tree.Manifest) -> None:
+    from .mutate import _save_manifest  # one writer of sim.json
+
+    _save_manifest(root, manifest)

@@ -1,0 +1,216 @@
+"""Reading the slow adapter facts (#16.3-6) at their own cadence: char devices, PCI NICs, firmware.
+
+Every ``adapterCheckInterval`` (and at the first poll) one read gathers:
+
+- the entries of ``<sysfs>/class/infiniband_verbs`` (``uverbsN/ibdev``) and
+  ``<sysfs>/class/infiniband_mad`` (``umadN`` / ``issmN`` with ``ibdev`` and ``port``), as the
+  kernel's drivers/infiniband/core/uverbs_main.c and user_mad.c create them: one listdir per
+  class directory; what an entry names is read once and cached while the set of RDMA devices
+  stays the same (a reload may give ``uverbs0`` to another device);
+- the Mellanox physical functions of ``<sysfs>/bus/pci/devices``: one listdir; ``vendor``,
+  ``class`` and ``physfn`` of an address are read once (fixed while it exists), then one
+  listdir of ``<function>/infiniband`` per Mellanox PF;
+- ``fw_ver`` of each registered device (a flash changes it at runtime);
+- ``operstate`` of each port's netdev, and ``flags`` (IFF_UP) when it is down.
+
+Polls in between get None (:attr:`HostSnapshot.adapter`): no information, nothing judged.
+Like every source it never raises on bad content: what cannot be read is None.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Callable, Iterable, Optional
+
+from ..core.adapter import IFF_UP, AdapterFacts, CharDevices, NetdevLink, PciNic
+from ..core.config import Config
+from ..core.model import DeviceSnapshot
+
+log = logging.getLogger("nichealthd.adapter")
+
+MELLANOX_VENDOR = "0x15b3"
+NETWORK_CLASSES = ("0x0200", "0x0207", "0x0280")  # Ethernet, InfiniBand, other network
+_OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+def read_text(path: str) -> Optional[str]:
+    """The first line of a small file, stripped; None when it cannot be read or is empty."""
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+        try:
+            raw = os.read(fd, 256)
+        finally:
+            os.close(fd)
+    except OSError:
+        return None
+    text = raw.decode("ascii", errors="replace").split("\n", 1)[0].strip()
+    return text or None
+
+
+def listdir(path: str) -> Optional[list[str]]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return None
+
+
+def parse_port(text: Optional[str]) -> Optional[int]:
+    if text is None or not text.isascii() or not text.isdecimal():
+        return None
+    return int(text)
+
+
+class AdapterReader:
+    """Reads :class:`AdapterFacts` once per ``adapterCheckInterval``."""
+
+    def __init__(self, config: Config, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self._monotonic = monotonic
+        self._read_at: Optional[float] = None
+        # class entry (``uverbs0``, ``umad3``) -> (ibdev, port or 0); dropped whole when the
+        # RDMA device names change.
+        self._entries: dict[str, tuple[str, int]] = {}
+        self._entries_for: frozenset[str] = frozenset()
+        # PCI address -> (class, physfn present) of Mellanox functions; None: not one.
+        self._functions: dict[str, Optional[tuple[str, bool]]] = {}
+        self.reads = 0
+
+    def reconfigure(self, config: Config) -> None:
+        self.config = config
+        self._read_at = None  # read at the next poll under the new config
+
+    def due(self) -> bool:
+        now = self._monotonic()
+        last = self._read_at
+        return last is None or now < last or now - last >= self.config.adapter_check_interval
+
+    def observe(self, devices: Iterable[DeviceSnapshot]) -> Optional[AdapterFacts]:
+        """The facts, or None when the interval has not elapsed since the last read."""
+        if not self.due():
+            return None
+        self._read_at = self._monotonic()
+        self.reads += 1
+        devices = tuple(devices)
+        names = frozenset(d.name for d in devices)
+        if names != self._entries_for:
+            self._entries, self._entries_for = {}, names
+        root = self.config.sysfs_root
+        chardevs = CharDevices(
+            uverbs=self._device_entries(os.path.join(root, "class/infiniband_verbs"), "uverbs"),
+            umad=self._port_entries(os.path.join(root, "class/infiniband_mad"), "umad"),
+            issm=self._port_entries(os.path.join(root, "class/infiniband_mad"), "issm"))
+        return AdapterFacts(
+            chardevs=chardevs,
+            pci_nics=self._pci_nics(),
+            firmware=self._firmware(devices),
+            netdevs=self._netdevs(devices))
+
+    # ------------------------------------------------------------ char devices
+
+    def _listing(self, directory: str, prefix: str) -> Optional[list[tuple[str, int]]]:
+        entries = listdir(directory)
+        if entries is None:
+            return None
+        found = []
+        for entry in entries:
+            if not entry.startswith(prefix) or not entry[len(prefix):].isdecimal():
+                continue  # abi_version and anything else
+            known = self._entries.get(entry)
+            if known is None:
+                base = os.path.join(directory, entry)
+                ibdev = read_text(os.path.join(base, "ibdev"))
+                if ibdev is None:
+                    continue  # being created or removed: seen at the next read
+                port = parse_port(read_text(os.path.join(base, "port"))) or 0
+                known = self._entries[entry] = (ibdev, port)
+            found.append(known)
+        return found
+
+    def _device_entries(self, directory: str, prefix: str) -> Optional[frozenset[str]]:
+        listing = self._listing(directory, prefix)
+        if listing is None:
+            return None
+        return frozenset(ibdev for ibdev, _ in listing)
+
+    def _port_entries(self, directory: str, prefix: str
+                      ) -> Optional[frozenset[tuple[str, int]]]:
+        listing = self._listing(directory, prefix)
+        if listing is None:
+            return None
+        return frozenset(entry for entry in listing if entry[1] > 0)
+
+    # ------------------------------------------------------------ PCI functions
+
+    def _pci_nics(self) -> Optional[tuple[PciNic, ...]]:
+        bus = os.path.join(self.config.sysfs_root, "bus/pci/devices")
+        addresses = listdir(bus)
+        if addresses is None:
+            return None
+        present = set(addresses)
+        for gone in [a for a in self._functions if a not in present]:
+            del self._functions[gone]
+        nics = []
+        for address in sorted(addresses):
+            pdir = os.path.join(bus, address)
+            if address not in self._functions:
+                self._functions[address] = _mellanox_function(pdir)
+            known = self._functions[address]
+            if known is None or known[1]:
+                continue  # not a Mellanox network function, or a VF
+            registered = bool(listdir(os.path.join(pdir, "infiniband")))
+            driver = netdevs = numa = None
+            if not registered:  # the details only for a function the evaluator may report
+                try:
+                    driver = os.path.basename(os.readlink(os.path.join(pdir, "driver")))
+                except OSError:
+                    driver = None
+                netdevs = tuple(sorted(listdir(os.path.join(pdir, "net")) or ()))
+                numa_text = read_text(os.path.join(pdir, "numa_node"))
+                numa = int(numa_text) if numa_text and numa_text.lstrip("-").isdecimal() \
+                    else None
+            nics.append(PciNic(address, known[0], registered, driver, netdevs or (), numa))
+        return tuple(nics)
+
+    # ------------------------------------------------------------ firmware, netdevs
+
+    def _firmware(self, devices: tuple[DeviceSnapshot, ...]) -> dict[str, str]:
+        base = self.config.sys_class_infiniband
+        firmware = {}
+        for device in devices:
+            if device.is_vf:
+                continue
+            version = read_text(os.path.join(base, device.name, "fw_ver"))
+            if version is not None:
+                firmware[device.name] = version
+        return firmware
+
+    def _netdevs(self, devices: tuple[DeviceSnapshot, ...]) -> dict[str, NetdevLink]:
+        base = self.config.sys_class_net
+        links = {}
+        for device in devices:
+            for port in device.ports:
+                if not port.netdev:
+                    continue
+                operstate = port.operstate or read_text(
+                    os.path.join(base, port.netdev, "operstate"))
+                admin_up = None
+                if operstate is not None and operstate != "up":
+                    flags = read_text(os.path.join(base, port.netdev, "flags"))
+                    try:
+                        admin_up = bool(int(flags, 16) & IFF_UP) if flags else None
+                    except ValueError:
+                        admin_up = None
+                links[port.key] = NetdevLink(port.netdev, operstate, admin_up)
+        return links
+
+
+def _mellanox_function(pdir: str) -> Optional[tuple[str, bool]]:
+    """(class, is a VF) of a Mellanox network/InfiniBand function; None for anything else."""
+    if (read_text(os.path.join(pdir, "vendor")) or "").lower() != MELLANOX_VENDOR:
+        return None
+    pci_class = (read_text(os.path.join(pdir, "class")) or "").lower()
+    if not pci_class.startswith(NETWORK_CLASSES):
+        return None
+    return pci_class, os.path.lexists(os.path.join(pdir, "physfn"))
