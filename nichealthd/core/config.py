@@ -21,6 +21,13 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 from .config_errors import Collector, ConfigError, Problem, show
 from .config_lines import KeyLines
 from .duration import format_duration, parse_duration
+from .kernel_rules import (
+    DEFAULT_KERNEL_RULES,
+    KERNEL_LOG_MODES,
+    RULES_TABLE,
+    KernelRule,
+    merge_kernel_rules,
+)
 
 DEFAULT_CONFIG_PATH = "/etc/nichealthd/config.toml"
 
@@ -168,6 +175,11 @@ class Config:
     sys_class_net_setting: str = ""
     counter_detection_enabled: bool = True
     counters: tuple[CounterSpec, ...] = DEFAULT_COUNTERS
+    # The kernel log (#17): where driver faults are read from, and the rules.
+    kernel_log: str = "journal"
+    kernel_log_path: str = ""  # a journal directory/file or a kmsg-format file (tests, sim)
+    kernel_log_max_lines: int = 5000  # read per poll; the rest is read by the next polls
+    kernel_rules: tuple[KernelRule, ...] = DEFAULT_KERNEL_RULES
     notices: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -212,6 +224,7 @@ INTEGER_BOUNDS: Dict[str, Tuple[int, int]] = {
     "outboxMaxEvents": (1, 10_000_000),
     "outboxMaxBytes": (64 * 1024, 16 * 1024 ** 3),
     "eventHistorySize": (1, 100_000),
+    "kernelLogMaxLines": (10, 1_000_000),
 }
 # A counter is at most 64 bits: a larger threshold could never be breached.
 THRESHOLD_MAX = float(2 ** 64)
@@ -424,6 +437,11 @@ SCALAR_KEYS: Dict[str, Tuple[str, Callable[[Any], Any]]] = {
     "outboxMaxBytes": ("outbox_max_bytes", _integer_between(*INTEGER_BOUNDS["outboxMaxBytes"])),
     "eventHistorySize": ("event_history_size",
                          _integer_between(*INTEGER_BOUNDS["eventHistorySize"])),
+    # The kernel log (#17); the [[kernelLogRules]] table is merged by kernel_rules.
+    "kernelLog": ("kernel_log", _choice(KERNEL_LOG_MODES)),
+    "kernelLogPath": ("kernel_log_path", _string),
+    "kernelLogMaxLines": ("kernel_log_max_lines",
+                          _integer_between(*INTEGER_BOUNDS["kernelLogMaxLines"])),
 }
 DETECTION = "counterDetection"
 DETECTION_KEYS = ("enabled", "counters")
@@ -454,13 +472,15 @@ def build_config(data: Mapping[str, Any], source: Optional[str],
     errors = Collector()
     values: Dict[str, Any] = {"source": source}
     for key, raw in data.items():
-        if key != DETECTION:
+        if key not in (DETECTION, RULES_TABLE):
             _scalar(values, errors, source, key, raw, lines.line("", key))
     for key, raw in overrides.items():
         _scalar(values, errors, None, key, raw, None)
     notices: List[str] = []
     detection = _counter_detection(data.get(DETECTION, {}), source, lines, errors, notices)
     _check_driver_reload(values, data, source, lines, errors)
+    if RULES_TABLE in data:
+        values["kernel_rules"] = merge_kernel_rules(data[RULES_TABLE], source, lines, errors)
     errors.raise_if_any()
     values.update(detection)
     if not values.get("node_name"):
@@ -489,7 +509,7 @@ def _scalar(values: Dict[str, Any], errors: Collector, source: Optional[str], ke
             raw: Any, line: Optional[int]) -> None:
     if key not in SCALAR_KEYS:
         errors.add(source, _key_label(key),
-                   f"unknown key{_hint(key, [*SCALAR_KEYS, DETECTION])}; the keys are listed "
+                   f"unknown key{_hint(key, [*SCALAR_KEYS, DETECTION, RULES_TABLE])}; the keys are listed "
                    f"in nichealthd.toml(5)", line)
         return
     attr, convert = SCALAR_KEYS[key]

@@ -145,6 +145,14 @@ class DeviceSnapshot:
 
 
 @dataclass(frozen=True)
+class KernelLine:
+    """One kernel log message read this poll (#17): its text and when the kernel logged it."""
+
+    text: str
+    at: datetime
+
+
+@dataclass(frozen=True)
 class HostSnapshot:
     """Everything one poll observed. ``complete`` is False when enumeration was uncertain."""
 
@@ -155,6 +163,10 @@ class HostSnapshot:
     # Mellanox network/InfiniBand functions on the PCI bus, counted only when the class
     # directory lists no device (None: not looked): the hardware is there, the driver is not.
     pci_functions: Optional[int] = None
+    # The kernel log lines read this poll (#17), oldest first, and the source's position after
+    # them: the kernel-log family commits it with the poll (None: nothing was read, keep it).
+    kernel_lines: tuple[KernelLine, ...] = ()
+    kernel_cursor: Optional[str] = None
 
     def device(self, name: str) -> Optional[DeviceSnapshot]:
         for device in self.devices:

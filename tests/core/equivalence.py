@@ -124,7 +124,8 @@ def trace(seed: int, length: int = POLLS) -> tuple[list[HostSnapshot], set[int],
 
 # Keys added after main at dd25288 (not part of what main wrote): the seam's schemas, and
 # #19's device identities and driver event (which say nothing main's keys do not).
-ADDED_KEYS = ("schemas", "device_identities", "driver_event")
+# #17: the kernel-log family (its cursor, dedup times and counts: no lines in these traces).
+ADDED_KEYS = ("schemas", "device_identities", "driver_event", "kernel_log")
 
 
 def main_state(state: MonitorState) -> dict[str, Any]:

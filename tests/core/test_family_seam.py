@@ -36,7 +36,7 @@ from .equivalence import OLD_STATE
 
 
 def test_the_built_in_families_are_found_in_their_order() -> None:
-    assert [f.id for f in families()] == ["link_state", "link_counters"]
+    assert [f.id for f in families()] == ["link_state", "link_counters", "kernel_log"]
     keys = [k for f in families() for k in f.keys]
     assert len(keys) == len(set(keys))
     assert set(keys) | {"version", "boot_id", "event_seq", "schemas"} == set(
