@@ -509,8 +509,8 @@ def _scalar(values: Dict[str, Any], errors: Collector, source: Optional[str], ke
             raw: Any, line: Optional[int]) -> None:
     if key not in SCALAR_KEYS:
         errors.add(source, _key_label(key),
-                   f"unknown key{_hint(key, [*SCALAR_KEYS, DETECTION, RULES_TABLE])}; the keys are listed "
-                   f"in nichealthd.toml(5)", line)
+                   f"unknown key{_hint(key, [*SCALAR_KEYS, DETECTION, RULES_TABLE])}; the keys "
+                   f"are listed in nichealthd.toml(5)", line)
         return
     attr, convert = SCALAR_KEYS[key]
     value = errors.convert(source, key, convert, raw, line)

@@ -145,8 +145,8 @@ def attribution(text: str) -> Tuple[Optional[str], Optional[str]]:
 @dataclass(frozen=True)
 class CompiledRule:
     rule: KernelRule
-    pattern: "re.Pattern[str]"
-    header: Optional["re.Pattern[str]"]
+    pattern: re.Pattern[str]
+    header: Optional[re.Pattern[str]]
 
 
 def compile_rules(rules: Tuple[KernelRule, ...]) -> Tuple[CompiledRule, ...]:
