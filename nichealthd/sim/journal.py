@@ -92,7 +92,7 @@ def write_entries(target: PathLike, entries: Iterable[bytes]) -> Path:
         raise SimError("systemd-journal-remote is not installed (Debian: apt-get install "
                        "systemd-journal-remote)")
     done = subprocess.run([binary, "-o", str(path), "-"], input=b"".join(entries),
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
+                          capture_output=True, check=False)
     if done.returncode != 0:
         raise SimError(f"systemd-journal-remote failed: "
                        f"{done.stderr.decode(errors='replace').strip()}")
