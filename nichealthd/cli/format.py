@@ -228,6 +228,11 @@ def devices_table(records: list[dict[str, Any]], style: Style, width: int = 80) 
         lines.extend(fit(f"{r.get('device')} was {r['renamed_from']} until "
                          f"{r.get('renamed_at') or '?'} (same PCI function)", width)
                      for r in renamed)
+    faults = [r for r in records if r.get("driver_fault")]  # #17: the kernel log
+    if faults:
+        lines.append("")
+        lines.extend(fit(f"{r.get('device')} driver fault: {r['driver_fault']}", width)
+                     for r in faults)
     return lines
 
 

@@ -11,6 +11,7 @@ from typing import Any, Optional
 
 from .checks import families
 from .checks.counters import saturation_key
+from .checks.kernel_log import KERNEL_LOG, device_fault
 from .checks.link_counters import LINK_COUNTERS
 from .checks.link_section import DeviceIdentity
 from .checks.link_state import LINK_STATE
@@ -152,6 +153,7 @@ def device_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorSt
             "present": True,
             "driver_event": False,
             **_rename_fields(identity),
+            **device_fault(state.section(KERNEL_LOG), device.name),  # #17
         })
     present = {d.name for d in snapshot.devices}
     held = links.driver_event.devices if links.driver_event else ()
@@ -168,6 +170,7 @@ def device_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorSt
             "missing_polls": links.device_misses.get(name, 0),
             "driver_event": name in held,
             **_rename_fields(identity),
+            **device_fault(state.section(KERNEL_LOG), name),  # #17
         })
     return records
 

@@ -1,4 +1,4 @@
-"""The /dev/kmsg fallback on files of real /dev/kmsg records (Documentation/ABI/testing/dev-kmsg)."""
+"""The /dev/kmsg fallback on files of real records (Documentation/ABI/testing/dev-kmsg)."""
 
 from __future__ import annotations
 
