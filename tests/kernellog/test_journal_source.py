@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from nichealthd.sim.journal import export_entry, write_entries
 from nichealthd.sources.kernel_log import JournalSource
@@ -98,3 +99,20 @@ def test_only_kernel_transport(tmp_path: Path) -> None:
 def test_a_journal_file_path(tmp_path: Path) -> None:
     path = write_entries(tmp_path / "one.journal", entries(["x"]))
     assert texts(JournalSource(str(path)).read("", BOOT_A, 100)) == ["x"]
+
+
+def test_sim_kernel_log_command_writes_the_hosts_boot_and_the_devices_line(
+        tmp_path: Path, capsys: Any) -> None:
+    from nichealthd.sim import cli, tree
+    root = tmp_path / "host"
+    tree.create(root, "dgx-h100")
+    boot = (root / tree.BOOT_ID).read_text().strip()
+    assert cli.main(["kernel-log", str(root), "mlx5_0", "netdev_watchdog_6.8",
+                     "--count", "2"]) == 0
+    assert "2 kernel line(s) appended" in capsys.readouterr().out
+    lines, _ = JournalSource(str(root / "journal")).read("", boot, 100)
+    assert [line.text for line in lines] == [
+        "mlx5_core 0000:18:00.0 ibp24s0: NETDEV WATCHDOG: CPU: 7: transmit queue 3 timed out "
+        "5120 ms"] * 2
+    assert cli.main(["kernel-log", str(root), "mlx5_99", "health_poll_failed"]) == 2
+    assert cli.main(["kernel-log", str(root), "mlx5_0", "no_such_rule"]) == 2

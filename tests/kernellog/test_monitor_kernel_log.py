@@ -15,6 +15,7 @@ from nichealthd.runtime.startup import load_topology
 from nichealthd.sim import tree
 from nichealthd.sim.journal import kernel_log
 from nichealthd.sources.config_file import load_config
+from nichealthd.storage import store
 
 from .conftest import needs_journal
 
@@ -71,7 +72,7 @@ def test_a_failed_commit_reads_the_lines_again(tmp_path: Path,
     monitor.start()
     monitor.poll()  # the baseline
     kernel_log(root, "mlx5_0", "cmd_exec_timeout")
-    real = monitor_module.save_state
+    real = store.save_state
 
     def failing(path: str, state: Any) -> None:
         raise OSError(28, "No space left on device")
