@@ -282,8 +282,8 @@ def open_kernel_log(config: Config) -> Optional[KernelLogSource]:
         log.info("kernel log: off (kernelLog = \"off\")")
         return None
     if not path and os.path.abspath(config.sysfs_root) != "/sys":
-        log.info("kernel log: not read (sysfsRoot %s is not this host's; set kernelLogPath "
-                 "to read one)", config.sysfs_root)
+        log.info("kernel log: not read (sysfsRoot is not /sys: a simulated host; set "
+                 "kernelLogPath to read its journal)")
         return None
     if mode == "journal":
         if path or journal_available():

@@ -261,3 +261,15 @@ def test_dedup_window_is_per_device() -> None:
     lines = (LINES["module_unplugged"], LINES["module_unplugged"].replace(NIC, "0000:1a:00.0"))
     result = r.poll(snap(*lines, when=1, devices=(nic(), other)))
     assert [e.entities[0][1] for e in driver_events(result)] == ["mlx5_0", "mlx5_1"]
+
+
+def test_show_devices_has_the_last_driver_fault() -> None:
+    from nichealthd.cli.format import Style, devices_table
+    from nichealthd.core.views import device_records
+    r = runner()
+    s = snap(LINES["module_unplugged"], when=1)
+    result = r.poll(s)
+    (record,) = device_records(s, result, r.state)
+    assert record["driver_fault"].startswith("module_unplugged at 2026-01-01T12:00:01Z: ")
+    assert any("mlx5_0 driver fault: module_unplugged" in line
+               for line in devices_table([record], Style(False), 200))
