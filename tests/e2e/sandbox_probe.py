@@ -87,7 +87,7 @@ attempt("dev_list", lambda: sorted(os.listdir("/dev")))
 
 def journal_entries():
     """#17: system journal entries the daemon's user can read (systemd-journal group)."""
-    from systemd import journal
+    journal = __import__("systemd.journal", fromlist=["Reader"])
     reader = journal.Reader(flags=journal.SYSTEM)
     reader.seek_head()
     count = sum(1 for _ in zip(range(50), reader))
