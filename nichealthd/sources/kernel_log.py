@@ -104,8 +104,19 @@ class JournalSource:
                 self._pushed = entry  # the committed line is gone (vacuumed): this one is new
             self._position = committed
             return
+        if self._boot is None:  # no boot ID to match on: never replay older boots
+            if committed:
+                reader.seek_cursor(committed)
+                entry = reader.get_next()
+                if entry and not reader.test_cursor(committed):
+                    self._pushed = entry
+            else:
+                reader.seek_tail()
+                reader.get_previous()  # new lines from here on
+            self._position = committed or None
+            return
         reader.seek_head()  # the first line of this boot (the match is on it)
-        self._position = committed if committed and self._boot is None else None
+        self._position = None
 
     def read(self, committed: str, boot_id: Optional[str], limit: int) -> Batch:
         boot = _boot_hex(boot_id)

@@ -116,3 +116,11 @@ def test_sim_kernel_log_command_writes_the_hosts_boot_and_the_devices_line(
         "5120 ms"] * 2
     assert cli.main(["kernel-log", str(root), "mlx5_99", "health_poll_failed"]) == 2
     assert cli.main(["kernel-log", str(root), "mlx5_0", "no_such_rule"]) == 2
+
+
+def test_without_a_boot_id_only_new_lines(tmp_path: Path) -> None:
+    write_entries(tmp_path, entries(["old"]))
+    source = JournalSource(str(tmp_path))
+    assert texts(source.read("", None, 100)) == []
+    write_entries(tmp_path, entries(["new"], start=1))
+    assert texts(source.read("", None, 100)) == ["new"]
