@@ -31,6 +31,7 @@ DAEMON_FLAGS = {
     "--checks", "--metrics-listen", "--dbus", "--varlink-socket", "--event-log", "--once",
     "--log-level", "--version", "--help",
 }  # fmt: skip
+KERNEL_LOG_KEYS = {"kernelLog", "kernelLogPath", "kernelLogMaxLines"}  # #17
 CONFIG_KEYS = {
     "sysfsRoot", "procRoot", "bootIdPath", "stateFile", "metadataPath", "topologySource",
     "nodeName",
@@ -149,6 +150,10 @@ def shipped_config_keys() -> set:
     for line in text.splitlines():
         if line.startswith("#[counterDetection") or line.startswith("#[[counterDetection"):
             in_counter_examples = True
+        if line.startswith("#[[kernelLogRules"):  # #17: examples until the next block
+            in_counter_examples = True
+        if line.startswith("# --- Counter detection"):
+            in_counter_examples = False
         m = re.match(r"^#(\w+) = ", line)
         if m and not in_counter_examples:
             keys.add(m.group(1))
@@ -157,7 +162,9 @@ def shipped_config_keys() -> set:
 
 def test_toml_page_and_shipped_config_list_every_key():
     assert documented_config_keys() == CONFIG_KEYS
-    assert shipped_config_keys() == CONFIG_KEYS
+    assert shipped_config_keys() == CONFIG_KEYS | KERNEL_LOG_KEYS
+    kernel = section("nichealthd.toml.5", "KERNEL LOG")  # #17
+    assert set(re.findall(r"^\.BR (\w+) \" = ", kernel, re.M)) == KERNEL_LOG_KEYS
     counters = section("nichealthd.toml.5", "COUNTER DETECTION")
     for field in COUNTER_FIELDS:
         assert re.search(rf"^\.BR? {field}\b", counters, re.M), field

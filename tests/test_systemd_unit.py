@@ -121,6 +121,8 @@ def test_unit_contract():
     assert one(s, "RuntimeDirectoryMode") == "0755"
     assert one(s, "User") == "nichealthd"
     assert (s, "DynamicUser") not in d
+    # #17: the journal's kernel messages, and no other group
+    assert d[(s, "SupplementaryGroups")] == ["systemd-journal"]
     for key in (
         "ProtectHome",
         "PrivateTmp",

@@ -270,6 +270,11 @@ def devices_table(records: list[dict[str, Any]], style: Style, width: int = 80) 
     if pci:  # #16: the PCI side of each NIC, when it is known
         lines.append("")
         lines.extend(fit(f"{r.get('device')}: {_pci_line(r)}", width) for r in pci)
+    faults = [r for r in records if r.get("driver_fault")]  # #17: the kernel log
+    if faults:
+        lines.append("")
+        lines.extend(fit(f"{r.get('device')} driver fault: {r['driver_fault']}", width)
+                     for r in faults)
     return lines
 
 

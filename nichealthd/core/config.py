@@ -21,6 +21,13 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 from .config_errors import Collector, ConfigError, Problem, show
 from .config_lines import KeyLines
 from .duration import format_duration, parse_duration
+from .kernel_rules import (
+    DEFAULT_KERNEL_RULES,
+    KERNEL_LOG_MODES,
+    RULES_TABLE,
+    KernelRule,
+    merge_kernel_rules,
+)
 
 DEFAULT_CONFIG_PATH = "/etc/nichealthd/config.toml"
 
@@ -243,6 +250,11 @@ class Config:
     counter_detection_enabled: bool = True
     counters: tuple[CounterSpec, ...] = DEFAULT_COUNTERS
     efa_counters: tuple[CounterSpec, ...] = DEFAULT_EFA_COUNTERS
+    # The kernel log (#17): where driver faults are read from, and the rules.
+    kernel_log: str = "journal"
+    kernel_log_path: str = ""  # a journal directory/file or a kmsg-format file (tests, sim)
+    kernel_log_max_lines: int = 5000  # read per poll; the rest is read by the next polls
+    kernel_rules: tuple[KernelRule, ...] = DEFAULT_KERNEL_RULES
     notices: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -314,6 +326,7 @@ INTEGER_BOUNDS: Dict[str, Tuple[int, int]] = {
     "nicTemperatureMargin": (0, 50),
     "linkFlapCount": (0, 10_000),
     "linkFlapFatalCount": (0, 10_000),
+    "kernelLogMaxLines": (10, 1_000_000),
 }
 # A counter is at most 64 bits: a larger threshold could never be breached.
 THRESHOLD_MAX = float(2 ** 64)
@@ -547,6 +560,11 @@ SCALAR_KEYS: Dict[str, Tuple[str, Callable[[Any], Any]]] = {
                                _duration_between(*DURATION_BOUNDS["nicTemperatureInterval"])),
     "nicTemperatureMargin": ("nic_temperature_margin",
                              _integer_between(*INTEGER_BOUNDS["nicTemperatureMargin"])),
+    # The kernel log (#17); the [[kernelLogRules]] table is merged by kernel_rules.
+    "kernelLog": ("kernel_log", _choice(KERNEL_LOG_MODES)),
+    "kernelLogPath": ("kernel_log_path", _string),
+    "kernelLogMaxLines": ("kernel_log_max_lines",
+                          _integer_between(*INTEGER_BOUNDS["kernelLogMaxLines"])),
 }
 DETECTION = "counterDetection"
 DETECTION_KEYS = ("enabled", "counters")
@@ -577,7 +595,7 @@ def build_config(data: Mapping[str, Any], source: Optional[str],
     errors = Collector()
     values: Dict[str, Any] = {"source": source}
     for key, raw in data.items():
-        if key != DETECTION:
+        if key not in (DETECTION, RULES_TABLE):
             _scalar(values, errors, source, key, raw, lines.line("", key))
     for key, raw in overrides.items():
         _scalar(values, errors, None, key, raw, None)
@@ -585,6 +603,8 @@ def build_config(data: Mapping[str, Any], source: Optional[str],
     detection = _counter_detection(data.get(DETECTION, {}), source, lines, errors, notices)
     _flap_counts(values, errors, source, lines, "linkFlapFatalCount" in overrides)
     _check_driver_reload(values, data, source, lines, errors)
+    if RULES_TABLE in data:
+        values["kernel_rules"] = merge_kernel_rules(data[RULES_TABLE], source, lines, errors)
     errors.raise_if_any()
     values.update(detection)
     if not values.get("node_name"):
@@ -613,8 +633,8 @@ def _scalar(values: Dict[str, Any], errors: Collector, source: Optional[str], ke
             raw: Any, line: Optional[int]) -> None:
     if key not in SCALAR_KEYS:
         errors.add(source, _key_label(key),
-                   f"unknown key{_hint(key, [*SCALAR_KEYS, DETECTION])}; the keys are listed "
-                   f"in nichealthd.toml(5)", line)
+                   f"unknown key{_hint(key, [*SCALAR_KEYS, DETECTION, RULES_TABLE])}; the keys "
+                   f"are listed in nichealthd.toml(5)", line)
         return
     attr, convert = SCALAR_KEYS[key]
     value = errors.convert(source, key, convert, raw, line)

@@ -174,6 +174,14 @@ class DeviceSnapshot:
 
 
 @dataclass(frozen=True)
+class KernelLine:
+    """One kernel log message read this poll (#17): its text and when the kernel logged it."""
+
+    text: str
+    at: datetime
+
+
+@dataclass(frozen=True)
 class HostSnapshot:
     """Everything one poll observed. ``complete`` is False when enumeration was uncertain."""
 
@@ -191,6 +199,10 @@ class HostSnapshot:
     hwmon: Optional[Mapping[str, tuple[Sensor, ...]]] = None
     # The slow adapter facts (#16.3-6); None on a poll that did not read them.
     adapter: Optional[AdapterFacts] = None
+    # The kernel log lines read this poll (#17), oldest first, and the source's position after
+    # them: the kernel-log family commits it with the poll (None: nothing was read, keep it).
+    kernel_lines: tuple[KernelLine, ...] = ()
+    kernel_cursor: Optional[str] = None
 
     def device(self, name: str) -> Optional[DeviceSnapshot]:
         for device in self.devices:

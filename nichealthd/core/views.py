@@ -14,6 +14,7 @@ from .checks import families
 from .checks.counters import saturation_key
 from .checks.efa_counters import EFA_COUNTERS
 from .checks.efa_state import EFA_STATE
+from .checks.kernel_log import KERNEL_LOG, device_fault
 from .checks.link_counters import LINK_COUNTERS
 from .checks.link_section import DeviceIdentity
 from .checks.link_state import LINK_STATE
@@ -160,6 +161,7 @@ def device_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorSt
             **_rename_fields(identity),
             **pci_fields(result.pictures, device.name),  # #16
             **adapter_fields(state, device.name),  # #16.3-4
+            **device_fault(state.section(KERNEL_LOG), device.name),  # #17
         })
     present = {d.name for d in snapshot.devices}
     held = links.driver_event.devices if links.driver_event else ()
@@ -178,6 +180,7 @@ def device_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorSt
             "adapter": "",
             **_rename_fields(identity),
             **adapter_fields(state, name),  # #16.3-4
+            **device_fault(state.section(KERNEL_LOG), name),  # #17
         })
     efa = state.section(EFA_STATE)
     for name in sorted(set(efa.known_devices) - present):  # #18.2: a missing EFA device

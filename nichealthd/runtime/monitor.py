@@ -11,6 +11,7 @@ computes an honest rate over its real elapsed time.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from datetime import datetime, timezone
@@ -19,6 +20,7 @@ from typing import Callable, Optional
 from ..core.boot import decide_start
 from ..core.checks import families
 from ..core.checks.counters import CounterMemory
+from ..core.checks.kernel_log import KERNEL_LOG
 from ..core.config import Config
 from ..core.evaluate import CycleResult, Topology, due_reads, evaluate, urgent_change
 from ..core.family import READS_COUNTERS
@@ -26,6 +28,7 @@ from ..core.model import HostSnapshot
 from ..core.pcitopo import summary
 from ..core.state import MonitorState
 from ..core.topology import Role
+from ..sources.kernel_log import KernelLogSource, open_kernel_log
 from ..sources.pcie import PciFactsReader
 from ..sources.sysfs import SysfsReader
 from ..storage.store import (
@@ -62,7 +65,8 @@ class Monitor:
                  clock: Callable[[], datetime] = utc_now,
                  monotonic: Callable[[], float] = time.monotonic,
                  topology_loader: Optional[TopologyLoader] = None,
-                 topology_reason: str = "") -> None:
+                 topology_reason: str = "",
+                 kernel_log: Optional[KernelLogSource] = None) -> None:
         self.config = config
         self.topology = topology
         self.topology_loader = topology_loader
@@ -75,6 +79,10 @@ class Monitor:
         self.reader = reader or SysfsReader(config)
         # The slow PCI facts (#16): read only when a family judging them is due.
         self.pci_facts = PciFactsReader(config.sysfs_root, config.sys_class_infiniband)
+        # The kernel log (#17): read each poll from the committed cursor (KERNEL_LOG section).
+        self.kernel_log = kernel_log if kernel_log is not None else (
+            open_kernel_log(config) if KERNEL_LOG.enabled(config) else None)
+        self._kernel_log_problem = ""
         self.clock = clock
         self.monotonic = monotonic
         self.journal = Journal(config.state_dir, config.event_history_size)
@@ -138,7 +146,7 @@ class Monitor:
         now = self.clock()
         stage = READ
         try:
-            snapshot = self.reader.observe(now)
+            snapshot = self._read_kernel_log(self.reader.observe(now))
             slow = due_reads(self.config, self.memory, now)
             if slow:
                 # Monitored devices, and those not classified yet (the evaluation of this
@@ -181,6 +189,35 @@ class Monitor:
         outcome.duration = self.monotonic() - started
         self.last = outcome
         return outcome
+
+    def _read_kernel_log(self, snapshot: HostSnapshot) -> HostSnapshot:
+        """The snapshot with the kernel lines after the committed cursor (#17).
+
+        The cursor advances only with the commit of the poll that evaluated the lines (it is
+        in the kernel-log section): a poll that fails or whose commit fails reads them again.
+        A source that cannot be read is logged once and gives no lines; the other checks go on.
+        """
+        if self.kernel_log is None or not KERNEL_LOG.enabled(self.config):
+            return snapshot
+        committed = self.state.section(KERNEL_LOG).cursor
+        try:
+            lines, cursor = self.kernel_log.read(committed, snapshot.boot_id,
+                                                 self.config.kernel_log_max_lines)
+        except Exception as exc:
+            problem = describe_exception(exc)
+            if problem != self._kernel_log_problem:
+                log.warning("cannot read the kernel log (%s): %s; trying again each poll",
+                            self.kernel_log.description, problem)
+                self._kernel_log_problem = problem
+            self.kernel_log.close()
+            return snapshot
+        if self._kernel_log_problem:
+            log.info("kernel log (%s) readable again", self.kernel_log.description)
+            self._kernel_log_problem = ""
+        if len(lines) >= self.config.kernel_log_max_lines:
+            log.debug("kernel log: %d lines this poll (kernelLogMaxLines), the rest next poll",
+                      len(lines))
+        return dataclasses.replace(snapshot, kernel_lines=lines, kernel_cursor=cursor)
 
     def _commit(self, result: CycleResult) -> tuple[list[JournalEntry], bool]:
         """Commit events and state; returns the committed entries and whether a write
@@ -233,19 +270,26 @@ class Monitor:
                     topology_loader: Optional[TopologyLoader] = None,
                     topology_reason: str = "") -> None:
         """Apply a reloaded config; snapshots and breach latches are kept."""
-        self.config = config
+        old, self.config = self.config, config
         self.topology = topology
         self.topology_loader = topology_loader or self.topology_loader
         self.topology_reason = topology_reason or self.topology_reason
         self.topology_summary = ""  # logged again with the roles of the next poll
         self.reader.reconfigure(config)
         self.pci_facts.reconfigure(config.sysfs_root, config.sys_class_infiniband)
+        if (old.kernel_log, old.kernel_log_path, old.sysfs_root) != (
+                config.kernel_log, config.kernel_log_path, config.sysfs_root):
+            if self.kernel_log is not None:
+                self.kernel_log.close()
+            self.kernel_log = open_kernel_log(config) if KERNEL_LOG.enabled(config) else None
         self.journal.history_size = config.event_history_size
 
     def close(self) -> None:
         self.flush()
         self.reader.close()
         self.pci_facts.close()
+        if self.kernel_log is not None:
+            self.kernel_log.close()
 
     # -------------------------------------------------------------- logging
 

@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable, Dict, List, NoReturn, Optional
 
-from . import adapter, mutate, pcifiles, tree
+from . import adapter, journal, mutate, pcifiles, tree
 from .fsio import SimError
 from .profiles import PROFILES
 
@@ -185,6 +185,15 @@ def _build_parser() -> argparse.ArgumentParser:
             "sets operstate down)", "ROOT", "DEV", "STATE")
     p.add_argument("--port", type=_port, default=1, help="default: 1")
     cmd("unhide-class", "bring sys/class/infiniband back", "ROOT")
+    # The kernel log (#17): real journal files the daemon reads with kernelLogPath.
+    p = cmd("kernel-log", "append the kernel's line for RULE about DEV (or 'host') to the "
+            "host's journal (ROOT/journal; point kernelLogPath at it)", "ROOT", "DEV", "RULE")
+    p.add_argument("--journal", metavar="PATH", help="journal directory or file "
+                   "(default: ROOT/journal)")
+    p.add_argument("--count", type=int, default=1, metavar="N", help="repeats (default 1)")
+    p.add_argument("--interval", type=_seconds, default=0.0, metavar="S",
+                   help="seconds between the repeats' timestamps (default 0)")
+    p.add_argument("--text", help="log this text instead of RULE's line (RULE is ignored)")
     return parser
 
 
@@ -272,6 +281,14 @@ def _link_admin(a: argparse.Namespace) -> None:
     adapter.link_admin(a.ROOT, a.DEV, a.STATE == "up", a.port)
 
 
+def _kernel_log(a: argparse.Namespace) -> None:
+    if not 1 <= a.count <= 1_000_000:
+        raise SimError(f"--count must be between 1 and 1000000, got {a.count}")
+    path, written = journal.kernel_log(a.ROOT, a.DEV, a.RULE, journal=a.journal,
+                                       count=a.count, interval=a.interval, text=a.text)
+    print(f"{written} kernel line(s) appended to {path}")
+
+
 def _demo(a: argparse.Namespace) -> None:
     from .demo import run_demo  # imports nothing of the daemon until asked
     code = run_demo(a.profile, a.root)
@@ -323,6 +340,7 @@ HANDLERS: Dict[str, Callable[[argparse.Namespace], None]] = {
     "fw": lambda a: adapter.set_firmware(a.ROOT, a.DEV, a.VERSION),
     "link-admin": lambda a: _link_admin(a),
     "unhide-class": lambda a: mutate.unhide_class(a.ROOT),
+    "kernel-log": _kernel_log,
 }
 
 

@@ -85,6 +85,20 @@ attempt("other_pids_visible", lambda: sorted(p for p in os.listdir("/proc") if p
 attempt("dev_list", lambda: sorted(os.listdir("/dev")))
 
 
+def journal_entries():
+    """#17: system journal entries the daemon's user can read (systemd-journal group)."""
+    journal = __import__("systemd.journal", fromlist=["Reader"])
+    reader = journal.Reader(flags=journal.SYSTEM)
+    reader.seek_head()
+    count = sum(1 for _ in zip(range(50), reader))
+    reader.close()
+    return count
+
+
+attempt("journal_entries", journal_entries)
+attempt("dev_kmsg", lambda: os.close(os.open("/dev/kmsg", os.O_RDONLY)))
+
+
 async def serve():
     from dbus_fast import BusType, Message, MessageType
     from dbus_fast.aio import MessageBus

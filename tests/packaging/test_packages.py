@@ -175,6 +175,8 @@ def test_deb_builds_lintian_clean_with_contract(deb_file):
     assert not re.search(r"python3-[\w-]+ \(>=", depends.replace("python3 (>=", "")), depends
     assert "sdnotify" not in depends  # spoken by nichealthd.runtime.notify itself
     assert "Recommends: python3-pystemd" in info
+    recommends = re.search(r"^Recommends: (.*)$", info, re.M)[1]  # type: ignore[index]
+    assert "python3-systemd" in [r.strip() for r in recommends.split(",")]  # #17: journal
     assert "Architecture: all" in info
     control = Path(run("mktemp", "-d").strip())
     run("dpkg-deb", "-e", str(deb_file), str(control))
@@ -268,6 +270,8 @@ def test_rpm_fedora_layout_and_requires(rpm_fedora):
     check_target_requires(rpm_fedora, "fedora42")
     requires = rpm_query(rpm_fedora, "-R")
     assert "(python3-dbus-fast or python3-dbus-next)" in requires
+    assert "python3-systemd" in rpm_query(rpm_fedora, "--recommends")  # #17: weak
+    assert "python3-systemd" not in requires
     assert "python3-tomli" not in requires  # Python 3.13: tomllib
 
 

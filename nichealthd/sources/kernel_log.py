@@ -1,0 +1,316 @@
+"""Reads the kernel log for the kernel-log family (#17): the journal, or /dev/kmsg as fallback.
+
+A source is read once per poll from the position the last committed poll left (the cursor in
+the kernel-log section of the state): when that is not where the source stands (the first
+poll, a commit that failed), it seeks back to it, so no line is lost and none is read twice.
+It returns at most ``kernelLogMaxLines`` lines per poll and the position after them.
+
+- Journal: python3-systemd's ``systemd.journal.Reader``, kernel transport only, entries of the
+  current boot (``_BOOT_ID``); the cursor is the journal's own (``s=...;i=...;b=<boot>;...``).
+  A cursor of another boot starts at the first line of the current boot.
+- /dev/kmsg: one record per read (``<prio>,<seq>,<usec>,<flags>;<text>``, continuation lines
+  start with a space, Documentation/ABI/testing/dev-kmsg); the cursor is
+  ``kmsg:<boot id>:<seq>``. A regular file of such records stands in for it in tests.
+"""
+
+from __future__ import annotations
+
+import errno
+import importlib
+import logging
+import os
+import stat
+import time
+from datetime import datetime, timezone
+from typing import Any, Callable, Optional, Protocol
+
+from ..core.config import Config
+from ..core.model import KernelLine
+
+log = logging.getLogger("nichealthd.kernel_log")
+
+JOURNAL_DIRS = ("/run/log/journal", "/var/log/journal")
+KMSG = "/dev/kmsg"
+KMSG_RECORD_MAX = 8192
+MISSING_MODULE = ("python3-systemd is not installed (no module systemd.journal): reading "
+                  "kernel messages from /dev/kmsg instead; install python3-systemd (Debian/"
+                  "Ubuntu) or python3-systemd (Fedora/RHEL) to read the journal with a cursor")
+
+Batch = tuple[tuple[KernelLine, ...], Optional[str]]
+
+
+class KernelLogSource(Protocol):
+    """What the monitor reads each poll."""
+
+    description: str
+
+    def read(self, committed: str, boot_id: Optional[str], limit: int) -> Batch:
+        """Lines after ``committed`` (the start of the boot if it is empty or of another
+        boot), at most ``limit``, and the position after them (None: nothing new)."""
+
+    def close(self) -> None:
+        """Release the journal or the device."""
+
+
+def _boot_hex(boot_id: Optional[str]) -> Optional[str]:
+    return boot_id.replace("-", "").strip().lower() if boot_id else None
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+class JournalSource:
+    """The kernel messages of the systemd journal (or of a journal directory or file)."""
+
+    def __init__(self, path: str = "", journal_module: Any = None) -> None:
+        if journal_module is None:
+            journal_module = importlib.import_module("systemd.journal")  # python3-systemd
+        self._journal = journal_module
+        self.path = path
+        self.description = f"journal {path}" if path else "the systemd journal"
+        self._reader: Any = None
+        self._boot: Optional[str] = None
+        self._position: Optional[str] = None
+        self._pushed: Optional[dict[str, Any]] = None
+
+    def _open(self, boot: Optional[str]) -> None:
+        self.close()
+        converters: dict[str, Callable[[Any], Any]] = {"__REALTIME_TIMESTAMP": int,
+                                                       "MESSAGE": _text}
+        if self.path and os.path.isfile(self.path):
+            reader = self._journal.Reader(files=[self.path], converters=converters)
+        elif self.path:
+            reader = self._journal.Reader(path=self.path, converters=converters)
+        else:
+            reader = self._journal.Reader(converters=converters)
+        reader.add_match(_TRANSPORT="kernel")
+        if boot:
+            reader.add_match(_BOOT_ID=boot)
+        reader.fileno()  # the inotify watch: process() then sees rotated and new files
+        self._reader, self._boot, self._position, self._pushed = reader, boot, None, None
+
+    def _seek(self, committed: str) -> None:
+        reader = self._reader
+        self._pushed = None
+        usable = bool(committed) and self._boot is not None and \
+            f";b={self._boot};" in f";{committed};"
+        if usable:
+            reader.seek_cursor(committed)
+            entry = reader.get_next()
+            if entry and not reader.test_cursor(committed):
+                self._pushed = entry  # the committed line is gone (vacuumed): this one is new
+            self._position = committed
+            return
+        if self._boot is None:  # no boot ID to match on: never replay older boots
+            if committed:
+                reader.seek_cursor(committed)
+                entry = reader.get_next()
+                if entry and not reader.test_cursor(committed):
+                    self._pushed = entry
+            else:
+                reader.seek_tail()
+                reader.get_previous()  # new lines from here on
+            self._position = committed or None
+            return
+        reader.seek_head()  # the first line of this boot (the match is on it)
+        self._position = None
+
+    def read(self, committed: str, boot_id: Optional[str], limit: int) -> Batch:
+        boot = _boot_hex(boot_id)
+        if self._reader is None or boot != self._boot:
+            self._open(boot)
+            self._seek(committed)
+        elif committed != (self._position or ""):
+            self._seek(committed)
+        else:
+            self._reader.process()
+        lines: list[KernelLine] = []
+        while len(lines) < limit:
+            entry, self._pushed = self._pushed or self._reader.get_next(), None
+            if not entry:
+                break
+            self._position = entry["__CURSOR"]
+            text = entry.get("MESSAGE")
+            if text is None:
+                continue
+            usec = entry.get("__REALTIME_TIMESTAMP") or 0
+            at = datetime.fromtimestamp(usec / 1_000_000, timezone.utc)
+            lines.append(KernelLine(_text(text), at))
+        return tuple(lines), self._position
+
+    def close(self) -> None:
+        if self._reader is not None:
+            try:
+                self._reader.close()
+            finally:
+                self._reader = None
+
+
+class KmsgSource:
+    """/dev/kmsg records (or a file of them), sequence numbers as the cursor."""
+
+    def __init__(self, path: str = KMSG,
+                 clock: Callable[[], float] = time.time,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.path = path
+        self.description = path
+        self._clock, self._monotonic = clock, monotonic
+        self._fd: Optional[int] = None
+        self._device = False
+        self._buffer = b""
+        self._boot: Optional[str] = None
+        self._seq = -1  # the last sequence number read
+        self._lost = 0
+
+    def _open(self) -> None:
+        self.close()
+        self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        self._device = stat.S_ISCHR(os.fstat(self._fd).st_mode)
+        self._buffer, self._seq = b"", -1
+
+    def _records(self) -> Any:
+        """Raw records in order; a device gives one per read, a file one per line."""
+        assert self._fd is not None
+        while True:
+            if self._device:
+                try:
+                    data = os.read(self._fd, KMSG_RECORD_MAX)
+                except BlockingIOError:
+                    return
+                except OSError as exc:
+                    if exc.errno == errno.EPIPE:  # overwritten before we read it
+                        self._lost += 1
+                        continue
+                    raise
+                if not data:
+                    return
+                yield data
+            else:
+                while b"\n" not in self._buffer:
+                    data = os.read(self._fd, 65536)
+                    if not data:
+                        return  # a partial last line is read when it is complete
+                    self._buffer += data
+                record, _, self._buffer = self._buffer.partition(b"\n")
+                if record.startswith(b" ") or not record:
+                    continue  # a continuation line (KEY=value) of the record before
+                yield record
+
+    def read(self, committed: str, boot_id: Optional[str], limit: int) -> Batch:
+        boot = (boot_id or "").strip()
+        want = _kmsg_seq(committed, boot)
+        if self._fd is None or boot != self._boot or want < self._seq:
+            self._open()
+            self._boot = boot
+        lines: list[KernelLine] = []
+        offset = self._clock() - self._monotonic()  # wall time of monotonic 0 (the boot)
+        for raw in self._records():
+            parsed = parse_kmsg(raw)
+            if parsed is None:
+                continue
+            seq, usec, text = parsed
+            if seq <= want:
+                self._seq = max(self._seq, seq)
+                continue
+            self._seq = seq
+            lines.append(KernelLine(text, datetime.fromtimestamp(offset + usec / 1e6,
+                                                                  timezone.utc)))
+            if len(lines) >= limit:
+                break
+        if self._lost:
+            log.warning("/dev/kmsg: %d kernel message(s) were overwritten before they could "
+                        "be read", self._lost)
+            self._lost = 0
+        seq = max(self._seq, want)
+        return tuple(lines), (f"kmsg:{boot}:{seq}" if seq >= 0 else None)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _kmsg_seq(cursor: str, boot: str) -> int:
+    """The sequence number a kmsg cursor of this boot stands at; -1 otherwise."""
+    parts = cursor.split(":")
+    if len(parts) != 3 or parts[0] != "kmsg" or parts[1] != boot:
+        return -1
+    try:
+        return int(parts[2])
+    except ValueError:
+        return -1
+
+
+def parse_kmsg(raw: bytes) -> Optional[tuple[int, int, str]]:
+    """(sequence, microseconds since boot, text) of one /dev/kmsg record; None if malformed.
+
+    ``6,1234,5678901,-;mlx5_core 0000:19:00.0: ...`` (prefix fields: facility/priority,
+    sequence, timestamp, flags, optional more fields; Documentation/ABI/testing/dev-kmsg).
+    """
+    head, sep, body = raw.partition(b";")
+    if not sep:
+        return None
+    fields = head.split(b",")
+    if len(fields) < 4:
+        return None
+    try:
+        seq, usec = int(fields[1]), int(fields[2])
+    except ValueError:
+        return None
+    text = body.split(b"\n", 1)[0].decode("utf-8", "replace")
+    return seq, usec, _unescape(text)
+
+
+def _unescape(text: str) -> str:
+    r"""/dev/kmsg escapes non-printable bytes as ``\xNN``."""
+    if "\\x" not in text:
+        return text
+    out, i = [], 0
+    while i < len(text):
+        if text.startswith("\\x", i) and i + 4 <= len(text):
+            try:
+                out.append(chr(int(text[i + 2:i + 4], 16)))
+                i += 4
+                continue
+            except ValueError:
+                pass
+        out.append(text[i])
+        i += 1
+    return "".join(out)
+
+
+def journal_available() -> bool:
+    return any(os.path.isdir(d) for d in JOURNAL_DIRS)
+
+
+def open_kernel_log(config: Config) -> Optional[KernelLogSource]:
+    """The source ``kernelLog`` asks for, or its fallback; None when off. Logs the choice."""
+    mode, path = config.kernel_log, config.kernel_log_path
+    if mode == "off":
+        log.info("kernel log: off (kernelLog = \"off\")")
+        return None
+    if not path and os.path.abspath(config.sysfs_root) != "/sys":
+        log.info("kernel log: not read (sysfsRoot is not /sys: a simulated host; set "
+                 "kernelLogPath to read its journal)")
+        return None
+    if mode == "journal":
+        if path or journal_available():
+            try:
+                source: KernelLogSource = JournalSource(path)
+            except ImportError:
+                log.warning("%s", MISSING_MODULE)
+            else:
+                log.info("kernel log: %s (kernel transport, cursor in the state file)",
+                         source.description)
+                return source
+            if path:
+                return None  # a journal path cannot be read as kmsg
+        else:
+            log.info("kernel log: no journal in %s, reading %s", " or ".join(JOURNAL_DIRS),
+                     KMSG)
+    source = KmsgSource(path or KMSG)
+    log.info("kernel log: %s (sequence numbers as the cursor)", source.description)
+    return source
