@@ -139,7 +139,10 @@ def test_show_devices(daemon: Any) -> None:
     assert out.returncode == 0
     assert all(len(line) <= 80 for line in out.stdout.splitlines())
     names = {d["name"] for d in tree.load(daemon.root)["devices"]}
-    assert {line.split()[0] for line in out.stdout.splitlines()[1:]} == names
+    table, _, details = out.stdout.partition("\n\n")  # the table, then per-NIC detail lines
+    assert {line.split()[0] for line in table.splitlines()[1:]} == names
+    # Below the table (#16, #17): "<device>: PCIe ...", "<device> driver fault: ...", ...
+    assert {line.split()[0].rstrip(":") for line in details.splitlines() if line} <= names
     devices = json.loads(ctl("--json", "show", "devices").stdout)
     assert {d["device"] for d in devices} == names
 
