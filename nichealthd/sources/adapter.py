@@ -27,26 +27,14 @@ from typing import Callable, Iterable, Optional
 from ..core.adapter import IFF_UP, AdapterFacts, CharDevices, NetdevLink, PciNic
 from ..core.config import Config
 from ..core.model import DeviceSnapshot
+from .attribute import read_text
 
 log = logging.getLogger("nichealthd.adapter")
 
 MELLANOX_VENDOR = "0x15b3"
-NETWORK_CLASSES = ("0x0200", "0x0207", "0x0280")  # Ethernet, InfiniBand, other network
-_OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
-
-
-def read_text(path: str) -> Optional[str]:
-    """The first line of a small file, stripped; None when it cannot be read or is empty."""
-    try:
-        fd = os.open(path, _OPEN_FLAGS)
-        try:
-            raw = os.read(fd, 256)
-        finally:
-            os.close(fd)
-    except OSError:
-        return None
-    text = raw.decode("ascii", errors="replace").split("\n", 1)[0].strip()
-    return text or None
+# PCI class codes of network controllers: Ethernet, InfiniBand, other (pci_ids.h 0x0200,
+# 0x0207, 0x0280); the sysfs ``class`` file reads 0xCCSSPP.
+NETWORK_CLASSES = ("0x0200", "0x0207", "0x0280")
 
 
 def listdir(path: str) -> Optional[list[str]]:
@@ -155,7 +143,7 @@ class AdapterReader:
         for address in sorted(addresses):
             pdir = os.path.join(bus, address)
             if address not in self._functions:
-                self._functions[address] = _mellanox_function(pdir)
+                self._functions[address] = mellanox_function(pdir)
             known = self._functions[address]
             if known is None or known[1]:
                 continue  # not a Mellanox network function, or a VF
@@ -206,7 +194,7 @@ class AdapterReader:
         return links
 
 
-def _mellanox_function(pdir: str) -> Optional[tuple[str, bool]]:
+def mellanox_function(pdir: str) -> Optional[tuple[str, bool]]:
     """(class, is a VF) of a Mellanox network/InfiniBand function; None for anything else."""
     if (read_text(os.path.join(pdir, "vendor")) or "").lower() != MELLANOX_VENDOR:
         return None

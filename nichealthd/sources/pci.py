@@ -12,14 +12,13 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Optional
 
 from ..core.pcitopo import NVIDIA_VENDOR, PciFunction, derive, is_gpu, parse_int
 from ..core.topology import GpuTopology
+from .attribute import read_text
 
 log = logging.getLogger("nichealthd.pci")
 
-_OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
 
 
 @dataclass(frozen=True)
@@ -35,19 +34,6 @@ class PciScan:
         return derive(self.gpus, self.nics)
 
 
-def _read(path: str) -> Optional[str]:
-    try:
-        fd = os.open(path, _OPEN_FLAGS)
-        try:
-            raw = os.read(fd, 256)
-        finally:
-            os.close(fd)
-    except OSError:
-        return None
-    text = raw.decode("ascii", errors="replace").split("\n", 1)[0].strip()
-    return text or None
-
-
 def _function(address: str, link: str, devices: str) -> PciFunction:
     """The function behind ``link`` with its path below ``devices`` (empty when outside)."""
     real = os.path.realpath(link)
@@ -55,7 +41,7 @@ def _function(address: str, link: str, devices: str) -> PciFunction:
     parts: tuple[str, ...] = ()
     if relative != "." and not relative.startswith(".."):
         parts = tuple(relative.split(os.sep))
-    numa = parse_int(_read(os.path.join(real, "numa_node")))
+    numa = parse_int(read_text(os.path.join(real, "numa_node")))
     return PciFunction(address or os.path.basename(real), parts,
                        numa if numa is not None else -1)
 
@@ -75,9 +61,9 @@ def scan(sysfs_root: str, class_infiniband: str) -> PciScan:
     nvswitches = 0
     for address in addresses:
         link = os.path.join(bus, address)
-        if parse_int(_read(os.path.join(link, "vendor")), 16) != NVIDIA_VENDOR:
+        if parse_int(read_text(os.path.join(link, "vendor")), 16) != NVIDIA_VENDOR:
             continue
-        pci_class = _read(os.path.join(link, "class"))
+        pci_class = read_text(os.path.join(link, "class"))
         is_vf = os.path.lexists(os.path.join(link, "physfn"))
         if is_gpu("0x10de", pci_class, is_vf):
             gpus.append(_function(address, link, devices))

@@ -43,22 +43,17 @@ from ..core.model import (
     PortSnapshot,
     Unreadable,
 )
-from .adapter import AdapterReader
+from .adapter import AdapterReader, mellanox_function
+from .attribute import OPEN_FLAGS as _OPEN_FLAGS
+from .attribute import read_text as _read_text
 
 log = logging.getLogger("nichealthd.sysfs")
 
 REDISCOVER_SECONDS = 60.0
-MELLANOX_VENDOR = "0x15b3"
-# PCI class codes of network controllers: Ethernet, InfiniBand, other (pci_ids.h 0x0200,
-# 0x0207, 0x0280); the sysfs ``class`` file reads 0xCCSSPP.
-NETWORK_CLASSES = ("0x0200", "0x0207", "0x0280")
 MAX_COUNTER = 2**64 - 1
 GID_SCAN_LIMIT = 32
 _GONE = (errno.ENOENT, errno.ENODEV, errno.ESTALE, errno.ENXIO)
 _READ_SIZE = 128
-# O_NONBLOCK: a FIFO (or anything else that blocks on open) must not hang the poll; sysfs
-# attributes ignore the flag.
-_OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
 _FD_EXHAUSTED = (errno.EMFILE, errno.ENFILE)
 # File descriptors left for everything but kept sysfs files: D-Bus, gRPC, the metrics HTTP
 # server and its clients, the journal, the state and outbox files, discovery's own reads.
@@ -353,11 +348,7 @@ class SysfsReader:
             return None
         count = 0
         for entry in entries:
-            pdir = os.path.join(bus, entry)
-            if (_read_text(os.path.join(pdir, "vendor")) or "").lower() != MELLANOX_VENDOR:
-                continue
-            pclass = (_read_text(os.path.join(pdir, "class")) or "").lower()
-            if pclass.startswith(NETWORK_CLASSES):
+            if mellanox_function(os.path.join(bus, entry)) is not None:
                 count += 1
         return count
 
@@ -715,23 +706,6 @@ def _polled_paths(plan: _PortPlan) -> Iterable[str]:
     if plan.carrier_path:
         yield plan.carrier_path
     yield from plan.counter_files.values()
-
-
-def _read_text(path: str, whole: bool = False) -> Optional[str]:
-    """A small file's text (first line unless ``whole``); None when it cannot be read.
-
-    Three syscalls (open, read, close): discovery reads hundreds of these on a big host.
-    """
-    try:
-        fd = os.open(path, _OPEN_FLAGS)
-        try:
-            raw = os.read(fd, 4096)
-        finally:
-            os.close(fd)
-    except OSError:
-        return None
-    text = raw.decode("ascii", errors="replace")
-    return text.strip() if whole else text.split("\n", 1)[0].strip() or None
 
 
 def _listdir(path: str) -> Optional[list[str]]:
