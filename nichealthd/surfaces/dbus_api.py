@@ -25,7 +25,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple, TypeVar
 from ..core.events import CODE_PORT_MISSING, CODE_PORT_STATE, ENTITY_NIC, ENTITY_PORT
 from ..core.views import counter_records, device_records, port_health, port_records
 from ..storage.store import JournalEntry
-from .answers import counters_problem, event_record
+from .answers import ReloadWaiters, counters_problem, event_record
 from .context import ServiceContext
 from .dbus_common import (
     BUS_NAME,
@@ -68,7 +68,6 @@ log = logging.getLogger("nichealthd.dbus")
 INTROSPECTION_XML = os.path.join(os.path.dirname(__file__), "org.nichealthd.NicHealth1.xml")
 CONNECT_TIMEOUT = 5.0
 RETRY_MIN, RETRY_MAX = 1.0, 60.0
-RELOAD_WAIT = 10.0
 REFUSED_LOG_SECONDS = 60.0  # at most one line per minute about clients over their budget
 REBUILD_FACTOR = 10.0  # an answer is rebuilt at most every 10x its build time
 MAX_WRITER_BACKLOG = 32  # replies waiting for the bus socket; beyond, calls wait (memory)
@@ -286,7 +285,7 @@ class DbusService:
         self._status: Dict[str, Any] = {}
         self._props: Dict[str, Any] = {}
         self._port_health: Dict[Tuple[str, int], Tuple[str, bool, str]] = {}
-        self._reload_waiters: List[Tuple[int, asyncio.Future[Tuple[bool, str]]]] = []
+        self.reloads = ReloadWaiters(lambda: context.stats().polls, context.request_reload)
         self._task: Optional[asyncio.Future[None]] = None
         self._stopping = False
         self._last_problem = ""
@@ -319,18 +318,18 @@ class DbusService:
             for entry in outcome.committed:
                 self.interface.EventEmitted(self._event_variants(entry))
         self._signal_properties()
-        self._settle_reloads(self.context.reload_error())
+        self.reloads.settle(self.context.reload_error())
 
     def on_reload(self, config: Any) -> None:
         self._lasting.clear()
         if config.dbus != self.mode:
             log.warning("dbus = %r takes effect at the next restart (serving on the %s bus)",
                         config.dbus, self.mode)
-        self._resolve_reloads(True, f"configuration reloaded from {self.context.config_path}")
+        self.reloads.resolve(True, f"configuration reloaded from {self.context.config_path}")
 
     async def stop(self) -> None:
         self._stopping = True
-        self._resolve_reloads(False, "nichealthd is stopping")
+        self.reloads.resolve(False, "nichealthd is stopping")
         if self._task is not None:
             self._task.cancel()
             try:
@@ -762,40 +761,8 @@ class DbusService:
     # ----------------------------------------------------------- reload
 
     async def reload(self) -> Tuple[bool, str]:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Tuple[bool, str]] = loop.create_future()
-        self._reload_waiters.append((self.context.stats().polls, future))
         log.info("reload requested over D-Bus")
-        self.context.request_reload()
-        try:
-            return await asyncio.wait_for(asyncio.shield(future), RELOAD_WAIT)
-        except asyncio.TimeoutError:
-            return True, ("reload requested; it is applied after the poll in progress "
-                          "completes (check `nichealthctl status`)")
-
-    def _settle_reloads(self, reload_error: str) -> None:
-        """A reload is attempted right after the poll that follows the request; by the
-        second poll after it, a waiter that on_reload did not resolve was rejected."""
-        polls = self.context.stats().polls
-        still = []
-        for requested_at, future in self._reload_waiters:
-            if future.done():
-                continue
-            if polls >= requested_at + 2:
-                if reload_error:
-                    future.set_result((False, f"reload rejected, the running configuration "
-                                              f"is kept: {reload_error}"))
-                else:
-                    future.set_result((True, "reload requested"))
-            else:
-                still.append((requested_at, future))
-        self._reload_waiters = still
-
-    def _resolve_reloads(self, accepted: bool, message: str) -> None:
-        for _, future in self._reload_waiters:
-            if not future.done():
-                future.set_result((accepted, message))
-        self._reload_waiters = []
+        return await self.reloads.request()
 
 
 __all__ = ["DbusService", "NicHealthInterface", "event_record", "PROPERTIES", "Variant"]

@@ -42,7 +42,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from .. import __version__
 from ..core.views import counter_records, device_records, port_records
-from .answers import counters_problem, event_record
+from .answers import ReloadWaiters, counters_problem, event_record
 from .context import ServiceContext
 from .varlink_protocol import (
     EXPECTED_MORE,
@@ -80,7 +80,6 @@ WATCH_BACKLOG = 4 * 1024 * 1024  # unread WatchEvents bytes before the client is
 # (the first poll of a 256-NIC host commits ~3800 baselines, 2.5 MB: a reader keeps up)
 BATCH = 32  # calls answered per connection per turn of the loop
 MAX_CACHED = 256  # prepared answers kept per poll (ListCounters has one per argument)
-RELOAD_WAIT = 10.0
 LOG_EVERY = 60.0  # at most one line a minute about misbehaving clients
 LISTEN_BACKLOG = 64
 
@@ -241,7 +240,7 @@ class VarlinkService:
         self._picture: Optional[Tuple[Any, Any, Any, Any]] = None
         self._cache: Dict[Any, bytes] = {}
         self._published_seq = context.journal.last_seq
-        self._reload_waiters: List[Tuple[int, asyncio.Future[Tuple[bool, str]]]] = []
+        self.reloads = ReloadWaiters(lambda: context.stats().polls, context.request_reload)
         self._dropped: Dict[str, Any] = {"count": 0, "logged_at": None}
         self._refused: Dict[str, Any] = {"count": 0, "logged_at": None}
         self._handlers: Dict[str, Handler] = {
@@ -275,15 +274,15 @@ class VarlinkService:
             self._picture = (outcome.snapshot, outcome.result, view.state, view.config)
         self._cache.clear()
         self._publish(outcome.committed)
-        self._settle_reloads(self.context.reload_error())
+        self.reloads.settle(self.context.reload_error())
 
     def on_reload(self, config: Any) -> None:
-        self._resolve_reloads(True, f"configuration reloaded from {self.context.config_path}")
+        self.reloads.resolve(True, f"configuration reloaded from {self.context.config_path}")
         if config.varlink_socket != self.path:
             asyncio.ensure_future(self._move(config.varlink_socket))
 
     async def stop(self) -> None:
-        self._resolve_reloads(False, "nichealthd is stopping")
+        self.reloads.resolve(False, "nichealthd is stopping")
         self._close_server()
         goodbye = encode_error(ERROR_PREFIX + "ShuttingDown",
                                {"message": "nichealthd is stopping"})
@@ -513,7 +512,7 @@ class VarlinkService:
             self.context.request_reload()
             return None
         conn.busy = True
-        task = asyncio.ensure_future(self._wait_reload())
+        task = asyncio.ensure_future(self.reloads.request())
 
         def done(finished: asyncio.Future[Tuple[bool, str]]) -> None:
             conn.busy = False
@@ -528,38 +527,6 @@ class VarlinkService:
 
         task.add_done_callback(done)
         return None
-
-    async def _wait_reload(self) -> Tuple[bool, str]:
-        future: asyncio.Future[Tuple[bool, str]] = asyncio.get_running_loop().create_future()
-        self._reload_waiters.append((self.context.stats().polls, future))
-        self.context.request_reload()
-        try:
-            return await asyncio.wait_for(asyncio.shield(future), RELOAD_WAIT)
-        except asyncio.TimeoutError:
-            return True, ("reload requested; it is applied after the poll in progress "
-                          "completes (check `nichealthctl status`)")
-
-    def _settle_reloads(self, reload_error: str) -> None:
-        """As the D-Bus API: by the second poll after a request, a waiter that on_reload
-        did not resolve was rejected (the reload is attempted after the poll that follows)."""
-        polls = self.context.stats().polls
-        still = []
-        for requested_at, future in self._reload_waiters:
-            if future.done():
-                continue
-            if polls >= requested_at + 2:
-                future.set_result((False, f"reload rejected, the running configuration is "
-                                          f"kept: {reload_error}") if reload_error
-                                  else (True, "reload requested"))
-            else:
-                still.append((requested_at, future))
-        self._reload_waiters = still
-
-    def _resolve_reloads(self, accepted: bool, message: str) -> None:
-        for _, future in self._reload_waiters:
-            if not future.done():
-                future.set_result((accepted, message))
-        self._reload_waiters = []
 
     # ------------------------------------------------------------ watching
 
