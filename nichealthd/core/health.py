@@ -190,9 +190,8 @@ def _base(port: Optional[PortSnapshot], record: Optional[PortRecord]) -> tuple[s
         if is_active(port.state, port.phys_state):
             return HEALTHY, []
         return UNKNOWN, ["not evaluated"]
-    text = f"{state_name(record.state)}/{state_name(record.physical_state)}"
     if record.health == SUPPRESSED:
         return UNCABLED, []
     if record.health in (DEGRADED, FATAL):
-        return record.health, [text]
+        return record.health, [f"{state_name(record.state)}/{state_name(record.physical_state)}"]
     return HEALTHY, []

@@ -29,7 +29,7 @@ import resource
 import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Callable, Iterable, Mapping, Optional, Union
+from typing import Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from ..core.config import Config, CounterSpec
 from ..core.model import (
@@ -141,6 +141,23 @@ class AttributeFiles:
             # repaired, and a failing file is rare enough that the extra open costs nothing.
             self.forget(path)
             raise
+
+    def read_open(self, paths: Sequence[str]) -> Optional[list[bytes]]:
+        """Every file of ``paths``, when all of them are open already (a steady poll), in one
+        tight loop; None when one is not open or a read fails: the caller then reads them one
+        by one with :meth:`read`, which opens, forgets and reports as usual."""
+        fds = self._fds
+        try:
+            opened = [fds[path] for path in paths]
+        except KeyError:
+            return None
+        pread = self._pread
+        try:
+            raws = [pread(fd, _READ_SIZE, 0) for fd in opened]
+        except OSError:
+            return None
+        self.reads += len(opened)
+        return raws
 
     def _open_file(self, path: str) -> int:
         """Open ``path``; when the process is out of fds, keep fewer open and try once more."""
@@ -270,7 +287,7 @@ class _PortPlan:
     # The raw bytes of the last clean read of the counter files and what they parsed to: a
     # port read again with the same bytes reuses the mapping (and the evaluator then knows
     # it is unchanged at a glance).
-    last_raw: Optional[list[Union[bytes, OSError, None]]] = None
+    last_raw: Optional[Sequence[Union[bytes, OSError, None]]] = None
     last_counters: Mapping[str, CounterReading] = field(default_factory=dict)
 
 
@@ -598,16 +615,10 @@ class SysfsReader:
 
     def _read_counters(self, plan: _PortPlan) -> Mapping[str, CounterReading]:
         """Every configured counter of a port: name -> value, ABSENT or Unreadable."""
-        raws: list[Union[bytes, OSError, None]] = []
-        einval, read = self.einval, self.files.read
-        for path in plan.counter_paths:
-            if path in einval:
-                raws.append(None)
-                continue
-            try:
-                raws.append(read(path))
-            except OSError as exc:
-                raws.append(exc)  # never equal to a last read: the port is parsed afresh
+        raws: Optional[Sequence[Union[bytes, OSError, None]]] = self.files.read_open(
+            plan.counter_paths)
+        if raws is None:
+            raws = self._read_counter_files(plan)
         if raws == plan.last_raw:
             return plan.last_counters
         values = {path: self._counter(path, raw) for path, raw in zip(plan.counter_paths, raws)}
@@ -618,6 +629,21 @@ class SysfsReader:
         plan.last_raw = raws if clean else None
         plan.last_counters = counters
         return counters
+
+    def _read_counter_files(self, plan: _PortPlan) -> list[Union[bytes, OSError, None]]:
+        """The port's counter files one by one: None for a file remembered for EINVAL (not
+        read again), the error of a read that failed."""
+        raws: list[Union[bytes, OSError, None]] = []
+        einval, read = self.einval, self.files.read
+        for path in plan.counter_paths:
+            if path in einval:
+                raws.append(None)
+                continue
+            try:
+                raws.append(read(path))
+            except OSError as exc:
+                raws.append(exc)  # never equal to a last read: the port is parsed afresh
+        return raws
 
     def _counter(self, path: str, raw: Union[bytes, OSError, None]) -> CounterReading:
         """Parse one counter read (None: a file remembered for EINVAL, not read)."""

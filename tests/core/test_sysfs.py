@@ -279,6 +279,34 @@ def test_a_gone_file_is_reopened_and_triggers_rediscovery(host: Path) -> None:
     assert opened.count(state) == 2
 
 
+def test_a_read_failing_in_a_steady_poll_is_that_counter_alone(host: Path) -> None:
+    # A steady poll reads a port's open counter files in one batch (AttributeFiles.read_open);
+    # a read failing inside it (EIO from a firmware query) must still cost that counter only.
+    failing = str(host / "sys/class/infiniband/mlx5_0/ports/1/counters/symbol_error")
+    paths: dict[int, str] = {}
+    fail = [False]
+
+    def opener(path: str, flags: int) -> int:
+        fd = os.open(path, flags)
+        paths[fd] = path
+        return fd
+
+    def preader(fd: int, size: int, offset: int) -> bytes:
+        if fail[0] and paths[fd] == failing:
+            raise OSError(errno.EIO, "Input/output error")
+        return os.pread(fd, size, offset)
+
+    reader = reader_for(host, AttributeFiles(opener, preader))
+    healthy = port_of(reader.observe(at(0))).counters
+    fail[0] = True
+    counters = port_of(reader.observe(at(1))).counters
+    assert isinstance(counters["symbol_error"], Unreadable)
+    assert {k: v for k, v in counters.items() if not k.startswith("symbol_error")} == {
+        k: v for k, v in healthy.items() if not k.startswith("symbol_error")}
+    fail[0] = False
+    assert port_of(reader.observe(at(2))).counters == healthy
+
+
 def test_link_layer_is_read_until_known(host: Path) -> None:
     layer = "sys/class/infiniband/mlx5_0/ports/1/link_layer"
     mutate.unreadable(host, layer)
