@@ -289,6 +289,11 @@ def _pci_line(record: dict[str, Any]) -> str:
         parts.append(f"AER fatal {record.get('aer_dev_fatal', '?')} non-fatal "
                      f"{record.get('aer_dev_nonfatal', '?')} correctable "
                      f"{record.get('aer_dev_correctable', '?')}")
+    if record.get("aer_root_port"):
+        parts.append(f"root port {record['aer_root_port']} AER fatal "
+                     f"{record.get('aer_rootport_total_err_fatal', '?')} non-fatal "
+                     f"{record.get('aer_rootport_total_err_nonfatal', '?')} correctable "
+                     f"{record.get('aer_rootport_total_err_cor', '?')}")
     if "temperature_c" in record:
         crit = record.get("temperature_crit_c")
         parts.append(f"{float(record['temperature_c']):.1f} °C"
