@@ -31,7 +31,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Mapping
 
 from ..config import Config, CounterSpec
 from ..events import ENTITY_NIC, ENTITY_PCI, HealthEvent, make_event
@@ -303,11 +303,6 @@ def _ours(event: HealthEvent, device: str, table: AerTable) -> HealthEvent:
                .replace(f"Port {table.address} port 0:", f"PCIe AER on {where}:")
                .replace(f"port {table.address} port 0", f"PCI function {where}"))
     return replace(event, message=message, entities=pci_entities(device, table.address))
-
-
-def root_port_of(facts: Mapping[str, tuple[AerTable, ...]], device: str) -> Optional[AerTable]:
-    """The root port table above ``device`` in a poll's AER facts (for the views)."""
-    return next((t for t in facts.get(device, ()) if t.rootport), None)
 
 
 FAMILY = PCIE_AER = PcieAer()
