@@ -1,6 +1,8 @@
 #!/bin/sh
 # Debian packages for the metrics tests and the benchmark (called from .ci/run):
 #   prometheus               -> promtool, for `promtool check metrics` in tests/metrics
+#                               (tests/metrics/test_promtool.py: every family's series, faulted;
+#                               .ci/run sets NICHEALTHD_REQUIRE_PROMTOOL=1, so they cannot skip)
 #   prometheus-node-exporter -> the peer the benchmark compares against (bench/, not run by CI)
 #   strace                   -> syscalls per counter value in the benchmark
 # On a host running systemd the packages also start their services (:9090, :9100); the tests

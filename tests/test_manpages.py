@@ -43,7 +43,7 @@ CONFIG_KEYS = {
     "sysClassInfinibandPath", "sysClassNetPath", "cardVerdictHoldTime",
     "driverReloadGrace", "driverReloadTimeout",
     # #16.1, .2, .7
-    "pcieLinkInterval", "pcieAerInterval", "pcieAerCorrectablePerMinute",
+    "pcieLinkInterval", "pcieAerInterval", "pcieAerCorrectablePerMinute", "pcieAerRootPort",
     "nicTemperatureInterval", "nicTemperatureMargin",
     "stateHoldDown",
     "linkFlapCount", "linkFlapWindow", "linkFlapFatalCount",

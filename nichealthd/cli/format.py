@@ -244,7 +244,7 @@ def devices_table(records: list[dict[str, Any]], style: Style, width: int = 80) 
              ",".join(r.get("netdevs") or []) or "-") for r in records]
 
     def colour(col: int, text: str, padded: str) -> str:
-        if col == 6 and text == "MISSING":
+        if col == 6 and text in ("MISSING", "LOST"):
             return style.paint(padded, "red")
         if col == 6 and text == "RELOADING":
             return style.paint(padded, "yellow")
@@ -252,7 +252,11 @@ def devices_table(records: list[dict[str, Any]], style: Style, width: int = 80) 
 
     lines = render_table(headers, rows, width, shrink=(7, 3, 2, 1, 4), right=(5,),
                          colour=colour)
-    for r in records:  # #16.3-4
+    for r in records:  # #16.3-5
+        if r.get("lost"):
+            lines.append(fit(f"{r.get('device')}: lost NIC, no RDMA device: "
+                             f"{r.get('lost_reason') or '?'} (since "
+                             f"{r.get('lost_since') or '?'})", width))
         if r.get("firmware_drift"):
             lines.append(fit(f"{r.get('device')}: firmware drift ({r['firmware_drift']} of its "
                              f"role group's cards of the same model)", width))
@@ -289,6 +293,11 @@ def _pci_line(record: dict[str, Any]) -> str:
         parts.append(f"AER fatal {record.get('aer_dev_fatal', '?')} non-fatal "
                      f"{record.get('aer_dev_nonfatal', '?')} correctable "
                      f"{record.get('aer_dev_correctable', '?')}")
+    if record.get("aer_root_port"):
+        parts.append(f"root port {record['aer_root_port']} AER fatal "
+                     f"{record.get('aer_rootport_total_err_fatal', '?')} non-fatal "
+                     f"{record.get('aer_rootport_total_err_nonfatal', '?')} correctable "
+                     f"{record.get('aer_rootport_total_err_cor', '?')}")
     if "temperature_c" in record:
         crit = record.get("temperature_crit_c")
         parts.append(f"{float(record['temperature_c']):.1f} °C"
@@ -317,9 +326,12 @@ def pcie_table(records: list[dict[str, Any]], style: Style, width: int = 80) -> 
 
 
 def _device_state(record: dict[str, Any]) -> str:
-    """present, MISSING, or RELOADING while every device is gone in a driver event (#19)."""
+    """present, MISSING, RELOADING while every device is gone in a driver event (#19), or
+    LOST for a PCI function without an RDMA device (#16.5)."""
     if record.get("present", True):
         return "present"
+    if record.get("lost"):
+        return "LOST"
     return "RELOADING" if record.get("driver_event") else "MISSING"
 
 

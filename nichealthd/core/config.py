@@ -38,8 +38,11 @@ ETH_DEGRADATION_CHECK = "EthernetDegradationCheck"
 # AWS Elastic Fabric Adapter (#18): the netdev's state, and the efa driver's hw_counters.
 EFA_STATE_CHECK = "EFAStateCheck"
 EFA_DEGRADATION_CHECK = "EFADegradationCheck"
+# NVSentinel's check of the /dev/infiniband character devices (#16.4): a check of its own, so
+# that `checks` can switch it off without the link checks.
+CHAR_DEVICE_CHECK = "InfiniBandCharDeviceCheck"
 ALL_CHECKS = (IB_STATE_CHECK, IB_DEGRADATION_CHECK, ETH_STATE_CHECK, ETH_DEGRADATION_CHECK,
-              EFA_STATE_CHECK, EFA_DEGRADATION_CHECK)
+              EFA_STATE_CHECK, EFA_DEGRADATION_CHECK, CHAR_DEVICE_CHECK)
 
 PROCESSING_STRATEGIES = ("EXECUTE_REMEDIATION", "STORE_ONLY", "STORE_AND_ANALYSE")
 DBUS_MODES = ("system", "session", "none")
@@ -233,6 +236,9 @@ class Config:
     # DCGM's limit for PCIe replays (DCGM_LIMIT_MAX_PCIREPLAY_RATE, "8 replays per minute is
     # the maximum recommended by RM"): correctable AER errors count replays among others.
     pcie_aer_correctable_per_minute: int = 8
+    # Root ports' aer_rootport_total_err_* (every device below them, GPUs on the same switch
+    # too) judged against the NICs below (#16.2); false leaves only the NICs' own tables.
+    pcie_aer_root_port: bool = True
     nic_temperature_interval: float = 60.0  # each hwmon read is a firmware command (MTMP)
     nic_temperature_margin: int = 5  # degrees C below temp*_crit that are already degraded
     # Adapter facts (#16.3-6: character devices, lost NICs, firmware, netdev state) are read
@@ -556,6 +562,7 @@ SCALAR_KEYS: Dict[str, Tuple[str, Callable[[Any], Any]]] = {
     "pcieAerCorrectablePerMinute": (
         "pcie_aer_correctable_per_minute",
         _integer_between(*INTEGER_BOUNDS["pcieAerCorrectablePerMinute"])),
+    "pcieAerRootPort": ("pcie_aer_root_port", _bool),
     "nicTemperatureInterval": ("nic_temperature_interval",
                                _duration_between(*DURATION_BOUNDS["nicTemperatureInterval"])),
     "nicTemperatureMargin": ("nic_temperature_margin",

@@ -20,7 +20,7 @@ from .checks.counters import CounterMemory, CounterObservation
 from .checks.identity import detect_renames, rename_notes
 from .checks.link_counters import LINK_COUNTERS
 from .checks.link_state import LINK_STATE
-from .config import EFA_DEGRADATION_CHECK, EFA_STATE_CHECK, Config
+from .config import CHAR_DEVICE_CHECK, EFA_DEGRADATION_CHECK, EFA_STATE_CHECK, Config
 from .events import BACKDATE, HealthEvent
 from .family import SLOW_READS, CheckFamily, Cycle
 from .model import HostSnapshot
@@ -163,7 +163,9 @@ def urgent_change(old: MonitorState, new: MonitorState, config: Config) -> bool:
 
 def _cleared(enabled: frozenset[str], snapshot: HostSnapshot) -> frozenset[str]:
     """The checks whose conditions a baseline clears: the EFA checks (#18) only on a host
-    with an EFA device, so that a ConnectX host says exactly what it said before them."""
+    with an EFA device, so that a ConnectX host says exactly what it said before them; never
+    the character-device check, whose family sends its own clear with its fresh section."""
+    enabled = enabled - {CHAR_DEVICE_CHECK}
     if any(device.is_efa for device in snapshot.devices):
         return enabled
     return enabled - {EFA_STATE_CHECK, EFA_DEGRADATION_CHECK}

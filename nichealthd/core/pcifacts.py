@@ -12,6 +12,11 @@ text formats (pure: they get the text, never a path):
   (``Documentation/ABI/testing/sysfs-bus-pci-devices-aer``): one ``<ErrorName> <count>`` line
   per error type, ending with ``TOTAL_ERR_COR`` / ``TOTAL_ERR_NONFATAL`` /
   ``TOTAL_ERR_FATAL <n>``;
+- ``aer_rootport_total_err_cor`` / ``_fatal`` / ``_nonfatal`` (same document,
+  ``drivers/pci/pcie/aer.c``: ``sysfs_emit(buf, "%llu\n", ...)``): one decimal count each,
+  the ERR_* messages the root port received from the whole hierarchy below it (itself, every
+  switch, the NIC, a GPU on the same switch); the kernel shows them only on root ports (and
+  root complex event collectors), so their presence is what tells a root port;
 - hwmon ``temp*_input`` / ``_crit`` / ``_highest`` (millidegrees Celsius) and ``_label``.
 """
 
@@ -23,6 +28,11 @@ from typing import Mapping, Optional
 # The AER files of a function and the total line each one ends with.
 AER_FILES = (("aer_dev_fatal", "TOTAL_ERR_FATAL"), ("aer_dev_nonfatal", "TOTAL_ERR_NONFATAL"),
              ("aer_dev_correctable", "TOTAL_ERR_COR"))
+# A root port's totals of the hierarchy below it, each with the function file of the same
+# severity (a NIC's own error shows in both: its ``aer_dev_*`` and its root port's total).
+ROOTPORT_FILES = (("aer_rootport_total_err_fatal", "aer_dev_fatal"),
+                  ("aer_rootport_total_err_nonfatal", "aer_dev_nonfatal"),
+                  ("aer_rootport_total_err_cor", "aer_dev_correctable"))
 
 
 @dataclass(frozen=True)
@@ -83,13 +93,15 @@ class AerTable:
     """The AER totals of one PCI function: file name (``aer_dev_fatal``) -> TOTAL_ERR_* value.
 
     A file that is absent (no AER capability, a VM) is not in ``totals``; one that could not
-    be parsed is in ``unreadable``.
+    be parsed is in ``unreadable``. A ``rootport`` table holds the root port's
+    ``aer_rootport_total_err_*`` counts of the hierarchy below it (not its ``aer_dev_*``).
     """
 
     address: str
     totals: Mapping[str, int] = field(default_factory=dict)
     unreadable: tuple[str, ...] = ()
     upstream: bool = False  # the port above the NIC function, not the function itself
+    rootport: bool = False  # the root port's totals of everything below it
 
 
 @dataclass(frozen=True)
@@ -137,6 +149,15 @@ def parse_aer_total(text: str, total: str) -> Optional[int]:
         if len(parts) == 2 and parts[0] == total and parts[1].isdigit():
             return int(parts[1])
     return None
+
+
+def parse_count(text: str) -> Optional[int]:
+    """A single decimal count (``aer_rootport_total_err_cor``: ``"3\\n"``); None for anything
+    else (empty, garbage, a negative number)."""
+    body = text.strip()
+    if not body.isdigit() or not body.isascii() or len(body) > 20:
+        return None
+    return int(body)
 
 
 def parse_aer_lines(text: str) -> dict[str, int]:

@@ -43,7 +43,11 @@ def pci_fields(pictures: Mapping[str, Any], device: str) -> dict[str, Any]:
     aer = pictures.get(PCIE_AER.id)
     tables: tuple[AerTable, ...] = (aer[0] if aer else {}).get(device, ())
     for table in tables:
-        if not table.upstream:
+        if table.rootport:  # the root port above it: its address and totals of all below
+            out["aer_root_port"] = table.address
+            for name, value in table.totals.items():
+                out[name] = value  # aer_rootport_total_err_fatal, _nonfatal, _cor
+        elif not table.upstream:
             for name, value in table.totals.items():
                 out[name] = value  # aer_dev_fatal, aer_dev_nonfatal, aer_dev_correctable
     sensors: tuple[Sensor, ...] = (pictures.get(NIC_TEMPERATURE.id) or {}).get(device, ())

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from .adapter_views import adapter_fields
+from .adapter_views import adapter_fields, lost_nic_records
 from .checks import families
 from .checks.counters import saturation_key
 from .checks.efa_counters import EFA_COUNTERS
@@ -192,6 +192,7 @@ def device_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorSt
             "missing_polls": efa.device_misses.get(name, 0), "driver_event": False,
             "adapter": "efa", **_rename_fields(None),
         })
+    records.extend(lost_nic_records(state, result.pictures))  # #16.5: no RDMA device at all
     return records
 
 

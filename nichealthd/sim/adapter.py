@@ -5,7 +5,10 @@ Built after the devices: one ``uverbsN`` per RDMA device under
 ``<function>/infiniband_mad/``, each with ``ibdev`` (and ``port``), linked from
 ``sys/class/infiniband_verbs`` and ``sys/class/infiniband_mad`` with their ``abi_version``
 files, as drivers/infiniband/core/uverbs_main.c and user_mad.c lay them out. Mutations:
-``chardev-remove`` / ``chardev-restore`` (one entry, or a whole class directory), ``unbind``
+``chardev-remove`` / ``chardev-restore`` (one entry, or a whole class directory); a
+``remove-device`` (hot-unplug) takes the device's entries with it and ``restore-device`` brings
+them back (:func:`take_chardevs`, :func:`give_back_chardevs`), and a rename rewrites their
+``ibdev`` (:func:`retitle_chardevs`), as the kernel does; ``unbind``
 / ``bind`` (a PF whose driver let go: no ``infiniband/``, no ``net/``, no driver link),
 ``fw`` (a flash: ``fw_ver`` rewritten in place) and ``link-admin`` (``flags`` IFF_UP).
 """
@@ -24,6 +27,7 @@ CLASS_MAD = "sys/class/infiniband_mad"
 CLASSES = {"verbs": CLASS_VERBS, "mad": CLASS_MAD}
 KINDS = ("uverbs", "umad", "issm")
 UNBOUND = "unbound"  # manifest key: PF name -> what unbind took away
+TAKEN = "removed_chardevs"  # manifest key: device -> the entries remove-device took away
 IFF_UP = 0x1
 
 
@@ -97,6 +101,57 @@ def restore_chardev(root: PathLike, dev: str, kind: str, port: Optional[int] = N
     unstash(top, top / device["pci_path"] / sub / name)
     unstash(top, top / _class_of(kind) / name)
     return name
+
+
+def _entry_paths(dev: Dict[str, Any]) -> List[str]:
+    """ROOT-relative paths of every character device entry of DEV: its directory under the
+    PCI function and its class link."""
+    out = []
+    for key, name in sorted((dev.get("chardevs") or {}).items()):
+        kind = key.split(":")[0]
+        sub = "infiniband_verbs" if kind == "uverbs" else "infiniband_mad"
+        out.append(f"{dev['pci_path']}/{sub}/{name}")
+        out.append(f"{_class_of(kind)}/{name}")
+    return out
+
+
+def take_chardevs(root: Path, manifest: tree.Manifest, dev: str) -> List[str]:
+    """A hot-unplug of DEV: its uverbs / umad / issm entries vanish with it (those present;
+    an entry removed before by chardev-remove stays removed). Recorded in ``manifest`` (the
+    caller saves it); returns the paths taken."""
+    taken = []
+    for rel in _entry_paths(tree.device(manifest, dev)):
+        if os.path.lexists(root / rel):
+            stash(root, root / rel)
+            taken.append(rel)
+    manifest.setdefault(TAKEN, {})[dev] = taken
+    return taken
+
+
+def check_chardevs(root: Path, manifest: tree.Manifest, dev: str) -> None:
+    """Raise before anything moves when :func:`give_back_chardevs` could not put an entry
+    back (its directory is gone)."""
+    taken = (manifest.get(TAKEN) or {}).get(dev, [])
+    blocked = [rel for rel in taken if not (root / rel).parent.is_dir()]
+    if blocked:
+        raise SimError(f"cannot restore {dev}'s character device {blocked[0]}: its directory "
+                       f"is removed (chardev-restore --class, or bind, first)")
+
+
+def give_back_chardevs(root: Path, manifest: tree.Manifest, dev: str) -> None:
+    """Undo :func:`take_chardevs` (the caller saves ``manifest``)."""
+    check_chardevs(root, manifest, dev)
+    for rel in (manifest.get(TAKEN) or {}).get(dev, []):
+        unstash(root, root / rel)
+    (manifest.get(TAKEN) or {}).pop(dev, None)
+
+
+def retitle_chardevs(root: Path, dev: Dict[str, Any]) -> None:
+    """The ``ibdev`` of DEV's present entries, after a rename: its new name."""
+    for rel in _entry_paths(dev):
+        ibdev = root / rel / "ibdev"
+        if "/class/" not in f"/{rel}" and ibdev.is_file():
+            write_in_place(ibdev, dev["name"] + "\n")
 
 
 def remove_class(root: PathLike, which: str) -> None:

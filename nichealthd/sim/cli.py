@@ -163,6 +163,10 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--count", type=int, default=1, metavar="N", help="default 1")
     p.add_argument("--error", metavar="NAME", help="e.g. BadTLP, MalfTLP")
     p.add_argument("--upstream", action="store_true", help="the port above the NIC")
+    p.add_argument("--rootport-only", action="store_true",
+                   help="only the total of the root port above DEV (an error of another device "
+                        "below it: a GPU, a switch port); by default the root port's total "
+                        "counts the error too, as the kernel counts it")
     p = cmd("temp", "set DEV's ASIC temperature (degrees C)", "ROOT", "DEV", "CELSIUS")
     p.add_argument("--crit", type=float, metavar="C", help="also set its critical threshold")
     cmd("hide-class", "make sys/class/infiniband absent", "ROOT")
@@ -296,6 +300,15 @@ def _demo(a: argparse.Namespace) -> None:
         raise SystemExit(code)
 
 
+def _aer(a: argparse.Namespace) -> None:
+    if a.rootport_only:
+        address, value = pcifiles.rootport_aer(_function(a), a.KIND, a.count)
+        print(f"root port {address}: {pcifiles.ROOTPORT[a.KIND]} = {value}")
+        return
+    print(f"{a.KIND} total = "
+          f"{pcifiles.aer(_function(a), a.KIND, a.count, a.error, a.upstream)}")
+
+
 def _function(a: argparse.Namespace) -> Path:
     """DEV's PCI function directory (#16 mutations)."""
     return pcifiles.device_function(a.ROOT, tree.device(tree.load(Path(a.ROOT)), a.DEV))
@@ -329,8 +342,7 @@ HANDLERS: Dict[str, Callable[[argparse.Namespace], None]] = {
     "driver-load": lambda a: _renamed(mutate.load_driver(a.ROOT, a.rename)),
     "pcie-degrade": lambda a: print(pcifiles.pcie_degrade(
         _function(a), a.hop, a.width, a.speed, a.upstream_max_speed, a.restore)),
-    "aer": lambda a: print(f"{a.KIND} total = "
-                           f"{pcifiles.aer(_function(a), a.KIND, a.count, a.error, a.upstream)}"),
+    "aer": _aer,
     "temp": lambda a: print(pcifiles.temperature(_function(a), float(a.CELSIUS), a.crit)),
     "hide-class": lambda a: mutate.hide_class(a.ROOT),
     "chardev-remove": lambda a: _chardev(a, remove=True),

@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
-from . import kernel, tree
+from . import adapter, kernel, tree
 from .fsio import (
     STASH,
     PathLike,
@@ -354,21 +354,37 @@ def _class_link(root: Path, dev: str) -> Path:
 
 
 def remove_device(root: PathLike, dev: str) -> None:
-    """Hot-unplug the IB device: its dir and class link go to ROOT/.removed (PCI dir stays)."""
+    """Hot-unplug the IB device: its dir and class link, and its character devices (uverbs,
+    umad, issm entries and class links), go to ROOT/.removed; the PCI dir stays."""
     top = Path(root)
-    device = _device(top, dev)
+    manifest = tree.load(top)
+    _remove_device(top, manifest, dev)
+    _save_manifest(top, manifest)
+
+
+def _remove_device(top: Path, manifest: tree.Manifest, dev: str) -> None:
+    device = tree.device(manifest, dev)
     link = _class_link(top, dev)
     stash(top, top / device["ib_path"])
     stash(top, link)
+    adapter.take_chardevs(top, manifest, dev)
 
 
 def restore_device(root: PathLike, dev: str) -> None:
-    """Bring a removed IB device back exactly as it was."""
+    """Bring a removed IB device back exactly as it was, character devices included."""
     top = Path(root)
-    device = _device(top, dev)
+    manifest = tree.load(top)
+    _restore_device(top, manifest, dev)
+    _save_manifest(top, manifest)
+
+
+def _restore_device(top: Path, manifest: tree.Manifest, dev: str) -> None:
+    device = tree.device(manifest, dev)
     link = _class_link(top, dev)
+    adapter.check_chardevs(top, manifest, dev)
     unstash(top, top / device["ib_path"])
     unstash(top, link)
+    adapter.give_back_chardevs(top, manifest, dev)
 
 
 def remove_port(root: PathLike, dev: str, port: PortId) -> None:
@@ -517,6 +533,7 @@ def rename_device(root: PathLike, dev: str, new: str) -> None:
     # link leads nowhere (sysfs renames atomically; two renames cannot).
     os.unlink(link)
     _move_device(top, idir, new)
+    adapter.retitle_chardevs(top, tree.device(manifest, new))
     _save_manifest(top, manifest)
 
 
@@ -532,7 +549,7 @@ def unload_driver(root: PathLike) -> list[str]:
     gone = []
     for device in manifest["devices"]:
         if (top / device["ib_path"]).is_dir():
-            remove_device(top, device["name"])
+            _remove_device(top, manifest, device["name"])
             gone.append(device["name"])
     manifest[UNLOADED] = gone
     _save_manifest(top, manifest)
@@ -564,7 +581,7 @@ def load_driver(root: PathLike, rename: bool = False) -> dict[str, str]:
     if clash:  # checked before anything moves
         raise SimError(f"cannot rename onto present devices: {', '.join(clash)}")
     for name in gone:
-        restore_device(top, name)
+        _restore_device(top, manifest, name)
         reset_counters(top, name)
     if rename:
         dirs = {name: top / tree.device(manifest, name)["ib_path"] for name in gone}
@@ -573,8 +590,9 @@ def load_driver(root: PathLike, rename: bool = False) -> dict[str, str]:
         for name in gone:
             _rename_record(manifest, name, f"{name}.reloading")
         for name in gone:
-            _rename_record(manifest, f"{name}.reloading", names[name])
+            record = _rename_record(manifest, f"{name}.reloading", names[name])
             _move_device(top, dirs[name], names[name])
+            adapter.retitle_chardevs(top, record)
     manifest.pop(UNLOADED, None)
     _save_manifest(top, manifest)
     return names

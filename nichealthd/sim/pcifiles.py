@@ -2,9 +2,13 @@
 
 Formats as the kernel writes them: ``aer_dev_*`` are ``<ErrorName> <count>`` lines ending with
 ``TOTAL_ERR_COR`` / ``TOTAL_ERR_NONFATAL`` / ``TOTAL_ERR_FATAL``
-(``Documentation/ABI/testing/sysfs-bus-pci-devices-aer``); mlx5 hwmon ``temp*_input``,
-``_crit``, ``_highest`` are millidegrees Celsius, ``_label`` the sensor's name. The mutations
-(``pcie-degrade``, ``aer``, ``temp``) write in place, like every sim mutation.
+(``Documentation/ABI/testing/sysfs-bus-pci-devices-aer``); a root port's
+``aer_rootport_total_err_cor`` / ``_fatal`` / ``_nonfatal`` are one decimal count each, the
+ERR_* messages it received from the hierarchy below it (so an error of the NIC counts in the
+NIC's table and in its root port's total, as the kernel's AER driver counts it); mlx5 hwmon
+``temp*_input``, ``_crit``, ``_highest`` are millidegrees Celsius, ``_label`` the sensor's
+name. The mutations (``pcie-degrade``, ``aer``, ``temp``) write in place, like every sim
+mutation.
 """
 
 from __future__ import annotations
@@ -22,6 +26,9 @@ UNCOR_ERRORS = ("Undefined", "DLP", "SDES", "TLP", "FCP", "CmpltTO", "CmpltAbrt"
 AER = {"correctable": ("aer_dev_correctable", COR_ERRORS, "TOTAL_ERR_COR"),
        "nonfatal": ("aer_dev_nonfatal", UNCOR_ERRORS, "TOTAL_ERR_NONFATAL"),
        "fatal": ("aer_dev_fatal", UNCOR_ERRORS, "TOTAL_ERR_FATAL")}
+ROOTPORT = {"correctable": "aer_rootport_total_err_cor",
+            "nonfatal": "aer_rootport_total_err_nonfatal",
+            "fatal": "aer_rootport_total_err_fatal"}
 CRIT_MDEG = 105000  # a ConnectX ASIC's critical threshold as mlx5 hwmon shows it
 IDLE_MDEG = 55000
 
@@ -36,6 +43,12 @@ def aer_files(pdir: Path) -> None:
     """Zeroed AER tables of one PCIe function."""
     for file, errors, total in AER.values():
         write_new(pdir / file, _table(errors, total, {}))
+
+
+def rootport_files(pdir: Path) -> None:
+    """Zeroed ``aer_rootport_total_err_*`` of a root port."""
+    for file in ROOTPORT.values():
+        write_new(pdir / file, "0\n")
 
 
 def hwmon(pdir: Path, index: int) -> None:
@@ -103,11 +116,14 @@ def pcie_degrade(function: Path, hop: int, width: Optional[int], speed: Optional
 
 
 def aer(function: Path, kind: str, count: int = 1, error: Optional[str] = None,
-        upstream: bool = False) -> int:
+        upstream: bool = False, root: bool = True) -> int:
     """Add ``count`` errors of ``kind`` (fatal|nonfatal|correctable) to the NIC function (or
-    the port above it); returns the new total."""
+    the port above it) and, with ``root``, to the total of the root port above (where it has
+    one: the messages reached it); returns the function's new total."""
     if kind not in AER:
         raise SimError(f"aer: kind must be one of {', '.join(AER)}, got {kind!r}")
+    if count < 1:
+        raise SimError(f"aer: --count must be at least 1, got {count}")
     file, errors, total = AER[kind]
     target = function.parent if upstream else function
     path = target / file
@@ -123,7 +139,34 @@ def aer(function: Path, kind: str, count: int = 1, error: Optional[str] = None,
         raise SimError(f"aer: {kind} error names are {', '.join(errors)}")
     counts[name] = counts.get(name, 0) + count
     write_in_place(path, _table(errors, total, counts))
+    if root and _root_port(function) is not None:
+        rootport_aer(function, kind, count)
     return sum(counts.values())
+
+
+def _root_port(function: Path) -> Optional[Path]:
+    """The root port at the top of the function's path, if it has the root port totals."""
+    functions = chain(function)
+    if len(functions) < 2 or not (functions[0] / ROOTPORT["fatal"]).is_file():
+        return None
+    return functions[0]
+
+
+def rootport_aer(function: Path, kind: str, count: int = 1) -> tuple[str, int]:
+    """Add ``count`` ERR_* messages of ``kind`` to the total of the root port above the NIC
+    only (an error another device below it reported: a GPU, a switch port); returns the root
+    port's address and its new total."""
+    if kind not in ROOTPORT:
+        raise SimError(f"aer: kind must be one of {', '.join(ROOTPORT)}, got {kind!r}")
+    if count < 1:
+        raise SimError(f"aer: --count must be at least 1, got {count}")
+    port = _root_port(function)
+    if port is None:
+        raise SimError(f"no root port with aer_rootport_total_* above {function.name}")
+    path = port / ROOTPORT[kind]
+    value = int(_read(path) or 0) + count
+    write_in_place(path, f"{value}\n")
+    return port.name, value
 
 
 def temperature(function: Path, celsius: float, crit: Optional[float] = None) -> str:

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Tuple, cast
 from . import adapter, kernel
 from .fsio import PathLike, PortId, SimError, symlink, write_new
 from .pcie import ROOT_PORT, Layout, plan
-from .pcifiles import aer_files, hwmon
+from .pcifiles import aer_files, hwmon, rootport_files
 from .profiles import (
     HCAS,
     IB,
@@ -162,6 +162,8 @@ class _Builder:
             self.plain_function(devices / bridge.path, bridge.bdf, vendor, device, "0x060400",
                                 bridge.numa, "pcieport", GEN5)
             aer_files(devices / bridge.path)
+            if bridge.kind == ROOT_PORT:  # the totals of the hierarchy below it (#16.2)
+                rootport_files(devices / bridge.path)
         for gpu in self.profile.gpus:
             self.plain_function(devices / self.layout.path_of(gpu.pci), gpu.pci, "0x10de",
                                 self.profile.gpu_device, "0x030200", gpu.numa, "nvidia", GEN5)

@@ -9,6 +9,9 @@ The links are paired from the bottom: the NIC and the port above it, then the sw
 port above that port and *its* parent, and so on (PCIe alternates root/downstream ports with
 upstream ports or endpoints; a switch's upstream-to-downstream step is internal, no link).
 Each file is read with open/read/close (three syscalls): a few dozen files every 10 or 60 s.
+The AER files (the NIC function's and the port's above it, and the root port's
+``aer_rootport_total_err_*`` at the top of the path) stay open and are re-read with pread; a
+root port above several NICs is read once per poll.
 Like every source it never raises on bad content: an unreadable value is None (not judged).
 """
 
@@ -23,10 +26,12 @@ from ..core.family import READS_AER, READS_HWMON, READS_PCIE
 from ..core.model import DeviceSnapshot, HostSnapshot
 from ..core.pcifacts import (
     AER_FILES,
+    ROOTPORT_FILES,
     AerTable,
     LinkEnd,
     PcieHop,
     parse_aer_total,
+    parse_count,
     parse_speed,
     parse_width,
 )
@@ -129,14 +134,14 @@ class PciFactsReader:
                 if k in {(d.name, d.pci_address or "") for d in chosen}}
         if len(kept) != len(self._paths):  # a device went away: close its AER files
             self._paths = kept
-            self.aer_files.retain(os.path.join(d, name) for p in kept.values() if p
-                                  for _, d in p.chain[-2:] for name, _ in AER_FILES)
+            self.aer_files.retain(_aer_paths(p for p in kept.values() if p))
         found = {name: path for name, path in paths.items() if path is not None}
         if READS_PCIE in parts:
             snapshot = replace(snapshot, pcie={name: self._hops(path)
                                                for name, path in found.items()})
         if READS_AER in parts:
-            snapshot = replace(snapshot, aer={name: self._aer(path)
+            rootports: dict[str, Optional[AerTable]] = {}  # read once per poll
+            snapshot = replace(snapshot, aer={name: self._aer(path, rootports)
                                               for name, path in found.items()})
         if READS_HWMON in parts:
             snapshot = replace(snapshot, hwmon={name: self.hwmon.sensors(path.chain[-1][1])
@@ -170,11 +175,39 @@ class PciFactsReader:
         return tuple(PcieHop(self._end(*up, current=False), self._end(*down, current=True))
                      for up, down in path.hops())
 
-    def _aer(self, path: FunctionPath) -> tuple[AerTable, ...]:
+    def _aer(self, path: FunctionPath, rootports: dict[str, Optional[AerTable]]
+             ) -> tuple[AerTable, ...]:
         tables = [self._aer_table(*path.chain[-1], upstream=False)]
         if len(path.chain) >= 2:
             tables.append(self._aer_table(*path.chain[-2], upstream=True))
+            address, directory = path.chain[0]
+            if address not in rootports:
+                rootports[address] = self._rootport_table(address, directory)
+            table = rootports[address]
+            if table is not None:
+                tables.append(table)
         return tuple(t for t in tables if t.totals or t.unreadable)
+
+    def _rootport_table(self, address: str, directory: str) -> Optional[AerTable]:
+        """The ``aer_rootport_total_err_*`` of the function at the top of the path; None
+        where it has none (not a root port, no AER: a VM, a function on the root bus)."""
+        totals = {}
+        unreadable = []
+        for name, _ in ROOTPORT_FILES:
+            self.reads += 1
+            try:
+                text = self.aer_files.read(os.path.join(directory, name)).decode(
+                    "ascii", errors="replace")
+            except OSError:
+                continue
+            value = parse_count(text)
+            if value is None:
+                unreadable.append(name)
+            else:
+                totals[name] = value
+        if not totals and not unreadable:
+            return None
+        return AerTable(address, totals, tuple(unreadable), rootport=True)
 
     def _aer_table(self, address: str, directory: str, upstream: bool) -> AerTable:
         totals = {}
@@ -192,3 +225,14 @@ class PciFactsReader:
             else:
                 totals[name] = value
         return AerTable(address, totals, tuple(unreadable), upstream)
+
+
+def _aer_paths(paths: Iterable[FunctionPath]) -> Iterable[str]:
+    """Every AER file the reader may keep open for ``paths``."""
+    for path in paths:
+        for _, directory in path.chain[-2:]:
+            for name, _ in AER_FILES:
+                yield os.path.join(directory, name)
+        if len(path.chain) >= 2:
+            for name, _ in ROOTPORT_FILES:
+                yield os.path.join(path.chain[0][1], name)

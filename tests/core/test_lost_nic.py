@@ -94,3 +94,40 @@ def test_no_verdict_during_a_driver_event_or_without_facts() -> None:
     fired = [n for n in range(6) if lost(runner.poll(snap(n, LOST, adapter=n % 2 == 0)))]
     assert fired == [4]
     assert "0000:48:00.0" in runner.state.section(LOST_NICS).latched
+
+
+def test_a_reported_lost_nic_is_a_device_row_between_adapter_reads_too() -> None:
+    """#16.5: ``show devices`` (D-Bus, varlink) lists it by its PCI address, with why."""
+    from nichealthd.core.adapter_views import lost_nic_records
+    from nichealthd.core.views import device_records
+
+    runner = Runner()
+    eth = PciNic("0000:49:00.0", "0x020000", False, "mlx5_core", ("eth3",), 1)
+    for n in range(2):
+        pending = runner.poll(snap(n, LOST, eth))
+        assert lost_nic_records(runner.state, pending.pictures) == []  # not reported yet
+    result = runner.poll(snap(2, LOST, eth))
+    rows = lost_nic_records(runner.state, result.pictures)
+    assert [(r["device"], r["pci_address"], r["link_layer"], r["lost_reason"]) for r in rows] == [
+        ("0000:48:00.0", "0000:48:00.0", "InfiniBand", "no driver is bound to it"),
+        ("0000:49:00.0", "0000:49:00.0", "Ethernet",
+         "driver mlx5_core is bound but registered no RDMA device (probe failed, or mlx5_ib "
+         "not loaded)")]
+    assert rows[1]["netdevs"] == ["eth3"] and rows[1]["numa_node"] == 1
+    assert rows[1]["driver"] == "mlx5_core" and rows[1]["card"] == "0000:49:00"
+    assert all(r["lost"] and not r["present"] and r["lost_since"] == "2026-01-01T12:00:02Z"
+               for r in rows)
+    # A poll without an adapter read still shows what the last read saw.
+    between = runner.poll(snap(3, adapter=False))
+    assert lost_nic_records(runner.state, between.pictures) == rows
+    records = device_records(snap(3), between, runner.state)
+    assert [r["device"] for r in records if r.get("lost")] == ["0000:48:00.0", "0000:49:00.0"]
+    assert {frozenset(r) for r in records if r.get("lost")} == {frozenset(rows[0])}
+    # After a restart (no read yet) the row is still there, from the state alone.
+    runner.restart()
+    bare = lost_nic_records(runner.state, {})
+    assert [(r["device"], r["lost_reason"], r["netdevs"]) for r in bare] == [
+        (r["device"], r["lost_reason"], []) for r in rows]
+    # Registered again: the row goes.
+    back = runner.poll(snap(4, replace(LOST, registered=True), replace(eth, registered=True)))
+    assert lost_nic_records(runner.state, back.pictures) == []

@@ -79,7 +79,33 @@ def test_a_fatal_aer_is_one_fatal_event_and_a_correctable_error_none(
     assert fatal[0]["isFatal"] and fatal[0]["recommendedAction"] == "REPLACE_VM"
     assert fatal[0]["checkName"] == "InfiniBandStateCheck"
     assert {"entityType": "PCI", "entityValue": nic.name} in fatal[0]["entitiesImpacted"]
+    # The root port above counted the same error (the sim counts it as the kernel does):
+    # the NIC's event is the one report.
+    top = pcifiles.chain(nic)[0]
+    assert (top / "aer_rootport_total_err_fatal").read_text() == "1\n"
+    assert not pci_events(run.events, "aer_rootport_total_err_fatal")
     assert not pci_events(host.once().events, "aer_dev_fatal")  # latched, said once
+
+
+def test_a_fatal_error_below_a_shared_root_port_is_one_event_naming_every_nic_below(
+        sim_host: Callable[..., SimHost]) -> None:
+    host = sim_host("dgx-h100")
+    assert host.once().returncode == 0
+    nic = function(host, "mlx5_1")  # one function of the dual-port storage card ...
+    top = pcifiles.chain(nic)[0]
+    assert pcifiles.chain(function(host, "mlx5_2"))[0] == top  # ... the other below it too
+    pcifiles.rootport_aer(nic, "fatal")  # another device below the root port reported it
+    run = host.once()
+    got = pci_events(run.events, "aer_rootport_total_err_fatal")
+    assert len(got) == 1, run.events
+    event = got[0]
+    assert event["checkName"] == "EthernetStateCheck" and event["isFatal"]
+    assert event["entitiesImpacted"] == [{"entityType": "NIC", "entityValue": "mlx5_1"},
+                                         {"entityType": "NIC", "entityValue": "mlx5_2"},
+                                         {"entityType": "PCI", "entityValue": top.name}]
+    assert f"root port {top.name} above mlx5_1, mlx5_2" in event["message"]
+    assert not [e for e in run.events if e["errorCode"][:1] == ["aer_dev_fatal"]]
+    assert not pci_events(host.once().events, "aer_rootport_total_err_fatal")  # latched
 
 
 def test_temperature_margin_critical_and_recovery(sim_host: Callable[..., SimHost]) -> None:

@@ -74,8 +74,43 @@ def test_show_pcie_and_devices_show_the_pci_side_over_both(start_daemon: Any) ->
         hops = json.loads(ctl(*transport, "show", "pcie", "--json").stdout)
         assert [h["upstream"] for h in hops[0]["pcie_hops"]][0] == up.name
         devices = ctl(*transport, "show", "devices", "--wide").stdout
+        root_port = pcifiles.chain(nic)[0].name  # it counted the NIC's errors too
         assert "mlx5_0: PCIe x8 at 32.0 GT/s (1 hop(s) DEGRADED), AER fatal 0 non-fatal 0 " \
-               "correctable 3, 61.0 °C (crit 105.0)" in devices, devices
+               f"correctable 3, root port {root_port} AER fatal 0 non-fatal 0 correctable " \
+               "3, 61.0 °C (crit 105.0)" in devices, devices
+
+
+def test_show_devices_lists_a_lost_nic_with_its_address_and_why_over_both(
+        start_daemon: Any) -> None:
+    """#16.5: a Mellanox PF without an RDMA device is a LOST row of ``show devices``."""
+    from dbushelpers import make_sim
+
+    from nichealthd.sim import adapter
+    from tests.harness import wait_until
+    root = make_sim()
+    with open(root / "nichealthd.toml", "a") as config:
+        config.write('adapterCheckInterval = "1s"\n')
+    address = adapter.unbind(root, "mlx5_4")
+    daemon = start_daemon(root)
+    varlink = f"--varlink={daemon.varlink_socket}"
+
+    def lost() -> list[dict[str, Any]]:
+        return [d for d in json.loads(ctl("show", "devices", "--json").stdout) if d.get("lost")]
+
+    wait_until(lambda: bool(lost()), "the lost NIC in show devices --json")
+    (row,) = lost()
+    assert (row["device"], row["pci_address"], row["present"]) == (address, address, False)
+    assert row["lost_reason"] == "no driver is bound to it"
+    for transport in ((), (varlink,)):
+        assert [d for d in json.loads(ctl(*transport, "show", "devices", "--json").stdout)
+                if d.get("lost")] == [row]
+        table = ctl(*transport, "show", "devices", "--wide").stdout
+        line = next(ln for ln in table.splitlines() if ln.startswith(address))
+        assert line.split()[-2:] == ["LOST", "-"], table  # STATE, NETDEVS (unbound: none)
+        assert f"{address}: lost NIC, no RDMA device: no driver is bound to it (since " \
+               f"{row['lost_since']})" in table, table
+    adapter.bind(root, "mlx5_4")
+    wait_until(lambda: not lost(), "the lost NIC's row gone once it registers")
 
 
 def test_no_bus_falls_back_to_the_varlink_socket(daemon: Any, tmp_path: Path) -> None:

@@ -28,6 +28,8 @@ INTERVAL = 0.2
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: takes tens of seconds (benchmark smoke run)")
+    config.addinivalue_line("markers", "promtool: runs promtool check metrics (skipped without "
+                            "promtool unless NICHEALTHD_REQUIRE_PROMTOOL is set)")
 
 
 def free_port() -> int:

@@ -12,10 +12,11 @@ import socket
 from typing import Any
 
 import pytest
-from vlhelpers import Raw, VarlinkDaemon, records
+from vlhelpers import Raw, VarlinkDaemon, make_sim, records
 
-from nichealthd.sim import mutate, tree
+from nichealthd.sim import adapter, mutate, tree
 from nichealthd.surfaces.varlink import DESCRIPTION_FILE, INTERFACE
+from tests.harness import wait_until
 
 varlink = pytest.importorskip("varlink", reason="the PyPI varlink client (test extra)")
 
@@ -99,6 +100,30 @@ def test_every_record_field_is_declared_with_its_type(daemon: VarlinkDaemon) -> 
             answer = raw.ask(M + method, params)
             assert answer["error"] is None, answer
             _declared(stock, answer["parameters"], method)
+
+
+def test_a_lost_nic_is_a_device_row_with_its_address_and_why(
+        start_daemon: Any) -> None:
+    """#16.5: the PF without an RDMA device is listed (fields declared, optional ones)."""
+    root = make_sim()
+    with (root / "nichealthd.toml").open("a") as fh:
+        fh.write('adapterCheckInterval = "1s"\n')
+    address = adapter.unbind(root, "mlx5_4")
+    daemon = start_daemon(root)
+    with client(daemon) as c, c.open(INTERFACE, namespaced=False) as monitor, \
+            Raw(daemon.socket) as raw:
+        def lost() -> list[dict[str, Any]]:
+            return [d for d in monitor.ListDevices()["devices"] if d.get("lost")]
+        wait_until(lambda: bool(lost()), "the lost NIC's row", 60, daemon.proc, daemon.log)
+        (row,) = lost()
+        assert row["device"] == row["pci_address"] == address
+        assert row["present"] is False and row["lost_reason"] == "no driver is bound to it"
+        assert row["lost_since"].endswith("Z") and row["link_layer"] == "InfiniBand"
+        others = [d for d in monitor.ListDevices()["devices"] if not d.get("lost")]
+        assert all("lost" not in d for d in others)  # the field exists only on such rows
+        stock = monitor.ListDevices()
+        answer = raw.ask(M + "ListDevices", {})
+        _declared(stock, answer["parameters"], "ListDevices")
 
 
 def test_counters_filters_and_their_errors(daemon: VarlinkDaemon) -> None:

@@ -12,7 +12,9 @@ InfiniBand port, one ``issm`` per InfiniBand port only when ``charDeviceIssm`` a
 ``REPLACE_VM`` with errorCode ``uverbs`` / ``umad`` / ``issm``; latched until seen again
 (then a healthy event). A class directory that is absent (``ib_uverbs`` / ``ib_umad`` not
 loaded) is uncertain: nothing is counted, nothing reported. No count either while the
-enumeration is uncertain or a driver reload is in progress (#19.2).
+enumeration is uncertain or a driver reload is in progress (#19.2). The check is switched off
+by leaving ``InfiniBandCharDeviceCheck`` out of ``checks``: the family then does not run (its
+section is kept as it is, as for every check switched off).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from datetime import datetime
 from typing import Any, Iterable, Mapping, Optional
 
 from ..adapter import CharDevices
+from ..config import CHAR_DEVICE_CHECK as CHAR_DEVICE_CHECK  # re-exported
+from ..config import Config
 from ..events import ENTITY_NIC, ENTITY_PORT, HealthEvent, make_event
 from ..family import (
     HOST,
@@ -35,7 +39,6 @@ from ..family import (
 from ..state import FATAL
 from .adapter_section import Latched, LatchSection, held, scoped_clear
 
-CHAR_DEVICE_CHECK = "InfiniBandCharDeviceCheck"
 MISSING_READS = 3  # consecutive adapter reads without the entry (NVSentinel's 3 polls)
 UVERBS, UMAD, ISSM = "uverbs", "umad", "issm"
 CLASS_DIR = {UVERBS: "/sys/class/infiniband_verbs", UMAD: "/sys/class/infiniband_mad",
@@ -103,6 +106,9 @@ class CharDeviceFamily(CheckFamily[CharDeviceSection]):
     keys = CharDeviceSection.keys()
     section_type = CharDeviceSection
     reads = frozenset({READS_DEVICES, READS_PORTS})
+
+    def enabled(self, config: Config) -> bool:
+        return CHAR_DEVICE_CHECK in config.checks
 
     def evaluate(self, previous: CharDeviceSection, cycle: Cycle, memory: Any
                  ) -> Verdict[CharDeviceSection]:

@@ -145,13 +145,13 @@ class Firmware(CheckFamily[FirmwareSection]):
             detail = f"{version} vs {expected}"
             if latched is not None and latched.detail == detail:
                 continue
-            state.latched[key_of(name)] = Latched(now, detail)
             layer = device_layer(device, links) or "InfiniBand"
+            if DEGRADATION_OF.get(layer, IB_DEGRADATION_CHECK) not in cycle.enabled:
+                continue  # its check is switched off: neither told nor held
+            state.latched[key_of(name)] = Latched(now, detail)
             fresh.setdefault((version, expected, layer), []).append(device)
         for (version, expected, layer), devices in sorted(fresh.items()):
             check = DEGRADATION_OF.get(layer, IB_DEGRADATION_CHECK)
-            if check not in cycle.enabled:
-                continue
             first = devices[0]
             events.append((first.name, make_event(
                 check, fatal=False, healthy=False, error_code=CODE_FIRMWARE,

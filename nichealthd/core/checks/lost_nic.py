@@ -92,8 +92,8 @@ class LostNics(CheckFamily[LostNicSection]):
     def evaluate(self, previous: LostNicSection, cycle: Cycle, memory: Any
                  ) -> Verdict[LostNicSection]:
         facts = cycle.snapshot.adapter
-        if facts is None or facts.pci_nics is None:
-            return Verdict(previous)  # not read, or the bus could not be listed
+        if facts is None or facts.pci_nics is None:  # not read, or the bus not listed:
+            return Verdict(previous, picture=memory.slots.get(self.id))  # the last read
         now, config = cycle.now, cycle.config
         state = previous.copy()
         events: list[HealthEvent] = []
@@ -136,6 +136,7 @@ class LostNics(CheckFamily[LostNicSection]):
         if not hold:
             for key in [k for k in state.misses if k not in seen]:
                 del state.misses[key]
+        memory.slots[self.id] = facts.pci_nics  # the views show it between reads
         return Verdict(state, tuple((HOST, e) for e in events), facts.pci_nics,
                        notes=tuple(notes))
 
