@@ -24,9 +24,10 @@ def efa_port(name: str, operstate: Optional[str] = "up", carrier: Optional[int] 
 
 def efa(name: str = "rdmap16s27", pci: str = "0000:10:1b.0", driver: Optional[str] = "efa",
         vendor: str = "0x1d0f", **kw: Any) -> DeviceSnapshot:
+    guid = kw.pop("node_guid", None)
     ports = kw.pop("ports", None) or (efa_port(name, **kw),)
     return DeviceSnapshot(name=name, pci_address=pci, numa_node=0, driver=driver,
-                          vendor=vendor, ports=ports)
+                          vendor=vendor, ports=ports, node_guid=guid)
 
 
 NAMES = [f"rdmap{16 * i}s27" for i in range(1, 5)]
