@@ -57,9 +57,11 @@ def test_adapter_family_by_driver_then_vendor() -> None:
 
 
 def test_efa_roles_come_from_the_pcie_topology() -> None:
-    topo = GpuTopology(frozenset({0}), (), {"a": ("PXB",), "b": ("NODE",)})
+    topo = GpuTopology(frozenset({0}), (), {"a": ("PXB",), "b": ("NODE",), "c": ("PHB",)})
     assert classify(efa("a"), topo, frozenset()).role == COMPUTE
     assert classify(efa("b"), topo, frozenset()).role == STORAGE
+    # p4d: EFA and GPUs on one root bus, no switch (aws-ofi-nccl: "meet at host bridges").
+    assert classify(efa("c"), topo, frozenset()).role == COMPUTE
     vf = DeviceSnapshot(name="v", driver="efa", vendor="0x1d0f", is_vf=True)
     assert classify(vf, topo, frozenset()).role == "vf"
     assert classify(efa("rdmap1"), topo, frozenset(), exclusion=("^rdmap",)).role == "excluded"

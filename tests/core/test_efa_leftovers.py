@@ -23,7 +23,7 @@ from .test_efa import NAMES, TOPOLOGY, efa, events_of
 GUID = {n: f"14b0:33ff:fef8:00{i:02x}" for i, n in enumerate(NAMES)}
 
 
-def fleet(renamed: Optional[dict[str, str]] = None, **changes: dict[str, Any]
+def fleet(renamed: Optional[dict[str, str]] = None, /, **changes: dict[str, Any]
           ) -> list[DeviceSnapshot]:
     """The four EFA devices; ``renamed``: old name -> the name the kernel now gives it (same
     PCI function, same GUID); ``changes`` per (current) device name."""
@@ -36,7 +36,7 @@ def fleet(renamed: Optional[dict[str, str]] = None, **changes: dict[str, Any]
     return out
 
 
-def snap(when: float, renamed: Optional[dict[str, str]] = None,
+def snap(when: float, renamed: Optional[dict[str, str]] = None, /,
          **changes: dict[str, Any]) -> HostSnapshot:
     return host(*fleet(renamed, **changes), when=when)
 
@@ -69,10 +69,10 @@ def test_a_renamed_efa_device_keeps_its_latched_breach() -> None:
     assert section.identities[new].renamed_from == dev
     assert section.identities[new].pci_address == "0000:20:1b.0"
     assert not section.device_misses and not section.missing_devices
-    (back,) = events_of(runner.poll(snap(7, renamed, **{new: drops(0)})))
+    last = runner.poll(snap(7, renamed, **{new: drops(0)}))
+    (back,) = events_of(last)
     assert back.is_healthy and back.entities[0] == ("NIC", new)
-    records = {r["device"]: r for r in device_records(snap(7, renamed), runner.last,
-                                                      runner.state)}
+    records = {r["device"]: r for r in device_records(snap(7, renamed), last, runner.state)}
     assert records[new]["renamed_from"] == dev and dev not in records
 
 
