@@ -148,8 +148,8 @@ DEFAULT_COUNTERS: tuple[CounterSpec, ...] = (
 # later only). Paths are relative to /sys/class/infiniband/<device>: ``{port}`` is the port
 # number (EFA has one port); a device counter is judged on every port of the device (on port 1).
 # The values are u64 (atomic64_t in the driver, u64 from the device): 64-bit, never wrapping.
-# Thresholds (all configurable by editing the entries below in a fork; see nichealthd.toml(5)
-# for the reasons in prose):
+# Thresholds (each configurable by [[counterDetection.efaCounters]] entries merged by name, as
+# the ConnectX counters are; see nichealthd.toml(5) for the reasons in prose):
 DEFAULT_EFA_COUNTERS: tuple[CounterSpec, ...] = (
     # An admin command the device never completed: efa_com gives up on the admin queue (it is
     # marked not running and every later command fails), so the device is unusable until it
@@ -574,8 +574,12 @@ SCALAR_KEYS: Dict[str, Tuple[str, Callable[[Any], Any]]] = {
                           _integer_between(*INTEGER_BOUNDS["kernelLogMaxLines"])),
 }
 DETECTION = "counterDetection"
-DETECTION_KEYS = ("enabled", "counters")
+DETECTION_KEYS = ("enabled", "counters", "efaCounters")
 COUNTERS_TABLE = "counterDetection.counters"
+# The EFA counters (#18.3), merged by name over DEFAULT_EFA_COUNTERS as the ConnectX ones are
+# over DEFAULT_COUNTERS; their paths are relative to the device (``{port}``: the port number).
+EFA_COUNTERS_KEY = "efaCounters"
+EFA_COUNTERS_TABLE = "counterDetection.efaCounters"
 
 # Counter field -> (CounterSpec attribute, converter).
 COUNTER_FIELDS: Dict[str, Tuple[str, Callable[[Any], Any]]] = {
@@ -675,37 +679,45 @@ def _counter_detection(detection: Any, source: Optional[str], lines: KeyLines,
             enabled = errors.convert(source, f"{DETECTION}.enabled", _bool, raw, line)
             if enabled is not None:
                 values["counter_detection_enabled"] = enabled
-        elif key != "counters":
+        elif key not in ("counters", EFA_COUNTERS_KEY):
             errors.add(source, f"{DETECTION}.{_key_label(key)}",
                        f"unknown key{_hint(key, DETECTION_KEYS)}; [counterDetection] has "
-                       f"only enabled and [[counterDetection.counters]]", line)
+                       f"only enabled, [[counterDetection.counters]] and "
+                       f"[[{EFA_COUNTERS_TABLE}]]", line)
     counters, counter_notices = merge_counters(detection.get("counters", []), source,
                                                lines, errors)
     values["counters"] = counters
     notices.extend(counter_notices)
+    if EFA_COUNTERS_KEY in detection:
+        values["efa_counters"], _ = merge_counters(
+            detection[EFA_COUNTERS_KEY], source, lines, errors, efa=True)
     return values
 
 
 def merge_counters(entries: Any, source: Optional[str], lines: Optional[KeyLines] = None,
-                   errors: Optional[Collector] = None
+                   errors: Optional[Collector] = None, *, efa: bool = False
                    ) -> Tuple[Tuple[CounterSpec, ...], List[str]]:
-    """Merge user entries over the defaults by ``name`` (override / disable / add).
+    """Merge user entries over the defaults by ``name`` (override / disable / add): the
+    ConnectX counters of ``[[counterDetection.counters]]``, or with ``efa`` the EFA ones of
+    ``[[counterDetection.efaCounters]]`` (#18.3: the same fields, device-relative paths).
 
     Problems go to ``errors`` (raised at once when no collector is given).
     """
     own = errors is None
     errors = errors if errors is not None else Collector()
     lines = lines or KeyLines()
-    merged = {c.name: c for c in DEFAULT_COUNTERS}
-    order = [c.name for c in DEFAULT_COUNTERS]
+    defaults = DEFAULT_EFA_COUNTERS if efa else DEFAULT_COUNTERS
+    table = EFA_COUNTERS_TABLE if efa else COUNTERS_TABLE
+    merged = {c.name: c for c in defaults}
+    order = [c.name for c in defaults]
     notices: List[str] = []
     if not isinstance(entries, list):
-        errors.add(source, COUNTERS_TABLE, f"expected an array of tables, got {show(entries)}",
-                   lines.line(DETECTION, "counters"))
+        errors.add(source, table, f"expected an array of tables, got {show(entries)}",
+                   lines.line(DETECTION, table.rpartition(".")[2]))
         entries = []
     seen: set[str] = set()
     for index, entry in enumerate(entries):
-        spec = _counter_entry(index, entry, merged, seen, source, lines, errors, notices)
+        spec = _counter_entry(index, entry, merged, seen, source, lines, errors, notices, efa)
         if spec is not None:
             if spec.name not in merged:
                 order.append(spec.name)
@@ -717,12 +729,16 @@ def merge_counters(entries: Any, source: Optional[str], lines: Optional[KeyLines
 
 def _counter_entry(index: int, entry: Any, merged: Mapping[str, CounterSpec], seen: set[str],
                    source: Optional[str], lines: KeyLines, errors: Collector,
-                   notices: List[str]) -> Optional[CounterSpec]:
-    """One ``[[counterDetection.counters]]`` entry merged over its default; None if invalid."""
-    def line(key: str = "") -> Optional[int]:
-        return lines.line(COUNTERS_TABLE, key, index) or lines.line(DETECTION, "counters")
+                   notices: List[str], efa: bool = False) -> Optional[CounterSpec]:
+    """One ``[[counterDetection.counters]]`` (or ``efaCounters``) entry merged over its
+    default; None if invalid."""
+    table = EFA_COUNTERS_TABLE if efa else COUNTERS_TABLE
 
-    where = f"{COUNTERS_TABLE}[{index}]"
+    def line(key: str = "") -> Optional[int]:
+        return (lines.line(table, key, index)
+                or lines.line(DETECTION, table.rpartition(".")[2]))
+
+    where = f"{table}[{index}]"
     if not isinstance(entry, dict):
         errors.add(source, where, f"expected a table, got {show(entry)}", line())
         return None
@@ -730,7 +746,7 @@ def _counter_entry(index: int, entry: Any, merged: Mapping[str, CounterSpec], se
                           line("name"))
     if name is None:
         return None
-    where = f"{COUNTERS_TABLE}[{name}]"
+    where = f"{table}[{name}]"
     if name in seen:
         errors.add(source, f"{where}.name", "duplicate counter name", line("name"))
         return None
@@ -739,8 +755,10 @@ def _counter_entry(index: int, entry: Any, merged: Mapping[str, CounterSpec], se
     base = merged.get(name)
     if base is None:
         if "path" not in entry:
-            errors.add(source, f"{where}.path", "a new counter needs a path (relative to the "
-                       "port directory, or absolute with {interface})", line())
+            relative = ("the device directory, {port} standing for the port number" if efa
+                        else "the port directory")
+            errors.add(source, f"{where}.path", f"a new counter needs a path (relative to "
+                       f"{relative}, or absolute with {{interface}})", line())
         base = CounterSpec(name=name, path="")
     fields: Dict[str, Any] = {}
     for key, raw in entry.items():
@@ -760,13 +778,15 @@ def _counter_entry(index: int, entry: Any, merged: Mapping[str, CounterSpec], se
         notices.append(f"{source}: {where}.path: {_SPEC_CARRIER_PATH} does not exist on any "
                        f"kernel; reading {REAL_CARRIER_PATH} instead")
         spec = replace(spec, path=REAL_CARRIER_PATH)
-    for key, problem in _counter_problems(spec):
+    for key, problem in _counter_problems(spec, efa):
         errors.add(source, f"{where}.{key}", problem, line(key) or line())
     return spec
 
 
-def _counter_problems(spec: CounterSpec) -> List[Tuple[str, str]]:
-    """What is wrong with a merged counter as a whole: (field, problem) pairs."""
+def _counter_problems(spec: CounterSpec, efa: bool = False) -> List[Tuple[str, str]]:
+    """What is wrong with a merged counter as a whole: (field, problem) pairs. An EFA
+    counter's relative path (to the device) may hold ``{port}``; an absolute one, of either
+    kind, ``{interface}``."""
     problems = []
     if spec.is_velocity and spec.velocity_unit not in VELOCITY_UNITS:
         problems.append(("velocityUnit",
@@ -777,8 +797,13 @@ def _counter_problems(spec: CounterSpec) -> List[Tuple[str, str]]:
         problems.append(("path", "must not be empty"))
     elif ".." in path.split("/"):
         problems.append(("path", "must not contain '..'"))
+    elif not path.startswith("/") and efa:
+        if placeholders - {"port"}:
+            problems.append(("path", "the only placeholder allowed in a path relative to the "
+                             "device is {port}; {interface} needs an absolute path"))
     elif placeholders - {"interface"}:
-        problems.append(("path", "the only placeholder allowed is {interface}"))
+        problems.append(("path", "the only placeholder allowed is {interface}"
+                         + (" ({port} only in a path relative to the device)" if efa else "")))
     elif placeholders and not path.startswith("/"):
         problems.append(("path", "{interface} is only allowed in absolute paths"))
     return problems

@@ -17,8 +17,10 @@ from typing import Any, Mapping
 
 from .checks import families
 from .checks.counters import CounterMemory, CounterObservation
+from .checks.efa_state import EFA_STATE
 from .checks.identity import detect_renames, rename_notes
 from .checks.link_counters import LINK_COUNTERS
+from .checks.link_section import DeviceIdentity
 from .checks.link_state import LINK_STATE
 from .config import CHAR_DEVICE_CHECK, EFA_DEGRADATION_CHECK, EFA_STATE_CHECK, Config
 from .events import BACKDATE, HealthEvent
@@ -66,10 +68,10 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
     """
     memory = memory.copy()
     notes: list[str] = []
-    links = previous.section(LINK_STATE)
-    renames = detect_renames(links.identities, snapshot.devices, links.known_devices)
+    identities, known = _identities(previous)
+    renames = detect_renames(identities, snapshot.devices, known)
     if renames:  # the same devices under new names (#19.1): every family's records follow
-        notes.extend(rename_notes(renames, links.identities, now))
+        notes.extend(rename_notes(renames, identities, now))
         previous = _renamed(previous, renames, now)
         _forget(memory, set(renames) | set(renames.values()))
     enabled = frozenset(config.checks)
@@ -104,6 +106,17 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
         events.extend(device_events)
     events.extend(host)
     return CycleResult(tuple(events), next_state, memory, roles, pictures, tuple(notes))
+
+
+def _identities(state: MonitorState) -> tuple[Mapping[str, DeviceIdentity], list[str]]:
+    """The recorded hardware identities and known names of every device: the link-state
+    family's (ConnectX) and, on an EFA host, the EFA state family's (#18, #19.1)."""
+    links = state.section(LINK_STATE)
+    efa = state.section(EFA_STATE)
+    if not efa.identities and not efa.known_devices:
+        return links.identities, links.known_devices
+    return ({**efa.identities, **links.identities},
+            [*links.known_devices, *efa.known_devices])
 
 
 def _renamed(state: MonitorState, renames: Mapping[str, str], now: datetime) -> MonitorState:

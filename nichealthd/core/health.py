@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from .checks import families
+from .checks.efa_state import EFA_STATE
 from .checks.link_section import PortRecord
 from .checks.link_state import LINK_STATE
 from .checks.ports import is_active, state_name
@@ -103,6 +104,9 @@ def assess(state: MonitorState, snapshot: HostSnapshot, roles: Mapping[str, Role
     poll, for conditions that depend on it.
     """
     links = state.section(LINK_STATE)
+    # EFA ports down since first sight without evidence (#18): uncabled, as ConnectX ones are
+    # (their port attributes say ACTIVE/LinkUp whatever the netdev, so _base cannot see it).
+    uncabled = EFA_STATE.suppressed(state.section(EFA_STATE))
     bases: dict[PortId, tuple[str, list[str], bool]] = {}
     card_of: dict[str, str] = {}
     present_devices = set()
@@ -118,6 +122,9 @@ def assess(state: MonitorState, snapshot: HostSnapshot, roles: Mapping[str, Role
         seen = set()
         for port in device.ports:
             seen.add(port.port)
+            if uncabled and (device.name, port.port) in uncabled:
+                bases[(device.name, port.port)] = (UNCABLED, [], True)
+                continue
             bases[(device.name, port.port)] = (
                 *_base(port, links.port_states.get(port.key)), True)
         for record in recorded.get(device.name, ()):

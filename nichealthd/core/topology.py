@@ -109,7 +109,9 @@ def classify(device: DeviceSnapshot, topology: GpuTopology, default_route: froze
     if device.link_layer == "InfiniBand":
         return Role(COMPUTE, "InfiniBand link layer")
     if device.is_efa:  # #18.4: EFA's link layer is "Unknown"; only PCIe places it
-        return Role(STORAGE, "EFA, no PCIe switch shared with a GPU")
+        if "PHB" in levels:  # AWS p4d: EFA and GPUs meet at their root complex, no switch
+            return Role(COMPUTE, "EFA on a GPU's PCI root complex (PHB)")
+        return Role(STORAGE, "EFA, no PCIe switch or root complex shared with a GPU")
     if levels & _HOST_NEAR:
         return Role(STORAGE, "Ethernet, NODE/PHB to a GPU")
     if (device.hca_type or "").upper() in BLUEFIELD_HCA_TYPES:

@@ -135,9 +135,10 @@ def device_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorSt
     """Every device seen, plus known devices that are missing."""
     records = []
     links = state.section(LINK_STATE)
+    efa = state.section(EFA_STATE)
     for device in snapshot.devices:
         role = result.roles.get(device.name)
-        identity = links.identities.get(device.name)
+        identity = links.identities.get(device.name) or efa.identities.get(device.name)
         records.append({
             "device": device.name,
             "hca_type": device.hca_type or "",
@@ -182,15 +183,18 @@ def device_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorSt
             **adapter_fields(state, name),  # #16.3-4
             **device_fault(state.section(KERNEL_LOG), name),  # #17
         })
-    efa = state.section(EFA_STATE)
     for name in sorted(set(efa.known_devices) - present):  # #18.2: a missing EFA device
+        identity = efa.identities.get(name)
         records.append({
-            "device": name, "hca_type": "", "fw_ver": "", "board_id": "", "node_guid": "",
-            "pci_address": "", "card": "", "numa_node": -1, "driver": "", "netdevs": [],
+            "device": name, "hca_type": "", "fw_ver": "", "board_id": "",
+            "node_guid": identity.node_guid if identity else "",
+            "pci_address": identity.pci_address if identity else "", "card": "",
+            "numa_node": -1, "driver": "", "netdevs": [],
             "is_vf": False, "role": "", "role_reason": "", "monitored": True,
             "link_layer": "", "ports": 0, "present": False,
-            "missing_polls": efa.device_misses.get(name, 0), "driver_event": False,
-            "adapter": "efa", **_rename_fields(None),
+            "missing_polls": efa.device_misses.get(name, 0),
+            "driver_event": bool(efa.driver_event and name in efa.driver_event.devices),
+            "adapter": "efa", **_rename_fields(identity),
         })
     records.extend(lost_nic_records(state, result.pictures))  # #16.5: no RDMA device at all
     return records

@@ -1,11 +1,14 @@
 """AWS Elastic Fabric Adapter functions in the fake host (#18.5): EFA, its ENA partner, files.
 
 What the efa driver shows (drivers/infiniband/hw/efa/efa_verbs.c): one port that is always
-``4: ACTIVE`` / ``5: LinkUp`` at ``100 Gb/sec (4X EDR)`` (``efa_query_port`` hard-codes
-IB_SPEED_EDR, IB_WIDTH_4X), link layer ``Unknown`` (IB_LINK_LAYER_UNSPECIFIED), one GID, the
-port statistics under ``ports/1/hw_counters`` and the device statistics under
-``hw_counters``. The netdev is the ENA function's (vendor 0x1d0f, device 0xec20, driver ena)
-beside it on the same bus, with ``operstate`` and ``carrier``.
+``4: ACTIVE`` / ``5: LinkUp``, at the rate of the device's link (``efa_query_port``: older
+kernels hard-code IB_SPEED_EDR x IB_WIDTH_4X, ``100 Gb/sec (4X EDR)``; newer ones map the
+device's ``max_link_speed_gbps``, 400 to ``400 Gb/sec (8X HDR)``), link layer ``Unknown``
+(IB_LINK_LAYER_UNSPECIFIED), one GID, the port statistics under ``ports/1/hw_counters`` and
+the device statistics under ``hw_counters``. The netdev of an "EFA with ENA" interface is
+the ENA function's (vendor 0x1d0f, device 0xec20, driver ena) at the profile's ``ena_pci``
+(on the EFA's root bus on p4d, behind a downstream port of its own from p5 on), with
+``operstate`` and ``carrier``. The PCI device id is the EFA generation (profiles.HCAS).
 """
 
 from __future__ import annotations
@@ -15,14 +18,13 @@ from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 
 from . import kernel
 from .fsio import symlink, write_new
-from .profiles import NicSpec, ena_pci
+from .profiles import HCAS, NicSpec, ena_pci
 
 if TYPE_CHECKING:  # pragma: no cover
     from .tree import _Builder
 
 EFA_DRIVER = "sys/bus/pci/drivers/efa"
 AMAZON = "0x1d0f"
-EFA_DEVICE_ID = "0xefa2"
 ENA_DEVICE_ID = "0xec20"
 # EFA_DEFINE_PORT_STATS (with the rdma_write and network groups of newer kernels) and
 # EFA_DEFINE_DEVICE_STATS of efa_verbs.c, in the driver's order.
@@ -50,7 +52,7 @@ def _function(builder: _Builder, pci: str, numa: int, device: str, driver: str,
 def efa_pf(builder: _Builder, nic: NicSpec, index: int, guid: str, ip: str) -> Dict[str, Any]:
     """One EFA function (and its ENA partner); returns its manifest record."""
     assert nic.name and nic.rate
-    pdir = _function(builder, nic.pci, nic.numa, EFA_DEVICE_ID, "efa", "0x020000")
+    pdir = _function(builder, nic.pci, nic.numa, HCAS[nic.hca][0], "efa", "0x020000")
     builder.link_files(pdir, "32.0 GT/s PCIe", 16)
     idir = pdir / "infiniband" / nic.name
     write_new(idir / "fw_ver", "0.0.0.0\n")
@@ -84,6 +86,7 @@ def efa_pf(builder: _Builder, nic: NicSpec, index: int, guid: str, ip: str) -> D
         "numa": nic.numa,
         "link_layer": "Unknown",
         "hca_type": "",
+        "ena_pci": nic.ena_pci,
         "adapter": "efa",
         "physfn": None,
         "pci_path": builder.rel(pdir),

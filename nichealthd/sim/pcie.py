@@ -11,6 +11,10 @@ builds the tree the matrix of its profile describes:
   at ``PIX`` directly on a downstream port of the first switch (one bridge);
 - every other NIC, GPU and the NVSwitches get a root complex of their own, so they are
   ``NODE`` to the GPUs of their NUMA node and ``SYS`` to the rest;
+- at ``PHB`` the NIC and its GPUs sit on one root bus, no bridge between them (AWS p4d:
+  EFA, ENA and two GPUs per root bus);
+- an EFA's ENA function (``NicSpec.ena_pci``) on a bus of its own sits beside its EFA (on
+  a downstream port of the same switch, or on the same root bus);
 - a ``flat`` profile (a cloud VM) puts everything directly on the root bus ``pci0000:00``.
 
 Bus numbers follow the kernel's rule where they can (a bridge's secondary bus is the bus of
@@ -25,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Set, Tuple
 
 from .fsio import SimError
-from .profiles import Profile, card_of, parse_pci, resolved_nics
+from .profiles import NicSpec, Profile, card_of, parse_pci, resolved_nics
 
 ROOT_PORT, SWITCH_UP, SWITCH_DOWN = "root port", "switch upstream port", "switch downstream port"
 
@@ -105,6 +109,20 @@ class _Planner:
         rc = self.host_bridge(dom, root)
         self.layout.parents[(dom, bus)] = self.bridge(rc, _bdf(dom, root, 1), ROOT_PORT, numa)
 
+    def rooted(self, dom: int, leaves: List[Tuple[int, int]], numa: int) -> None:
+        """One root complex whose root bus is the lowest leaf bus: leaves on that bus sit
+        on it directly (PHB), any other leaf bus behind a root port of it."""
+        root = min(bus for d, bus in leaves if d == dom)
+        rc = self.host_bridge(dom, root)
+        slot = 2
+        for leaf in sorted(set(leaves)):
+            if leaf == (dom, root):
+                self.layout.parents[leaf] = rc
+            else:
+                self.layout.parents[leaf] = self.bridge(rc, _bdf(dom, root, slot), ROOT_PORT,
+                                                        numa)
+                slot += 1
+
     def switched(self, dom: int, numa: int, direct: List[Tuple[int, int]],
                  behind: Dict[int, List[int]]) -> None:
         """Root complex -> root port -> switch; ``direct`` (domain, bus) leaves on its
@@ -136,6 +154,11 @@ class _Planner:
                     sub_up, _bdf(sub_dom, downs, index % 32, index // 32), SWITCH_DOWN, numa)
 
 
+def _nic_buses(nic: NicSpec) -> List[str]:
+    """The functions of a NIC that need a place on the bus: itself, and an EFA's ENA."""
+    return [nic.pci, nic.ena_pci] if nic.adapter == "efa" and nic.ena_pci else [nic.pci]
+
+
 def plan(profile: Profile) -> Layout:
     """The PCIe tree of ``profile`` (see the module docstring)."""
     planner = _Planner(profile)
@@ -154,8 +177,9 @@ def plan(profile: Profile) -> Layout:
     for (dom, bus, _, _), _numa in gpus:
         planner.buses.reserve(dom, bus)
     for nic in nics:
-        dom, bus, _, _ = parse_pci(nic.pci)
-        planner.buses.reserve(dom, bus)
+        for pci in _nic_buses(nic):
+            dom, bus, _, _ = parse_pci(pci)
+            planner.buses.reserve(dom, bus)
     # Pairings: union of GPUs that share a NIC (profiles pair one GPU per NIC).
     group_of = list(range(len(gpus)))
 
@@ -173,8 +197,10 @@ def plan(profile: Profile) -> Layout:
         members.setdefault(find(index), []).append(index)
     cards_of: Dict[int, Dict[str, Tuple[int, int, str]]] = {}
     for nic in paired:
-        dom, bus, _, _ = parse_pci(nic.pci)
-        cards_of.setdefault(find(nic.gpus[0]), {})[card_of(nic.pci)] = (dom, bus, nic.pair_level)
+        for pci in _nic_buses(nic):
+            dom, bus, _, _ = parse_pci(pci)
+            cards_of.setdefault(find(nic.gpus[0]), {})[card_of(pci)] = (dom, bus,
+                                                                        nic.pair_level)
     placed: Set[Tuple[int, int]] = set()
     for group, indices in sorted(members.items()):
         cards = cards_of.get(group)
@@ -182,6 +208,11 @@ def plan(profile: Profile) -> Layout:
             continue
         (dom, _, _, _), numa = gpus[indices[0]]
         direct = [(gpus[i][0][0], gpus[i][0][1]) for i in indices]
+        if any(level == "PHB" for _, _, level in cards.values()):
+            leaves = sorted({*direct, *((d, b) for d, b, _ in cards.values())})
+            planner.rooted(dom, leaves, numa)
+            placed.update(leaves)
+            continue
         behind: Dict[int, List[int]] = {}
         for card_dom, bus, level in cards.values():
             if level == "PIX":
@@ -196,10 +227,11 @@ def plan(profile: Profile) -> Layout:
             planner.lone(dom, bus, numa)
             placed.add((dom, bus))
     for nic in nics:
-        dom, bus, _, _ = parse_pci(nic.pci)
-        if (dom, bus) not in placed:
-            planner.lone(dom, bus, nic.numa)
-            placed.add((dom, bus))
+        for pci in _nic_buses(nic):
+            dom, bus, _, _ = parse_pci(pci)
+            if (dom, bus) not in placed:
+                planner.lone(dom, bus, nic.numa)
+                placed.add((dom, bus))
     if profile.nvswitches:
         buses = [planner.buses.take(0, 0x100) for _ in range(profile.nvswitches)]
         numa = min((g.numa for g in profile.gpus), default=0)

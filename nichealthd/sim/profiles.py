@@ -28,9 +28,16 @@ HCAS: Dict[str, Tuple[str, str, str, str]] = {
     "bf3": ("0xa2dc", "MT41692", "32.41.1000", "MT_0000000884"),
     # ConnectX family SR-IOV virtual function (what a VF reports, whatever the PF is).
     "vf": ("0x101e", "MT4126", "28.41.1000", "MT_0000000838"),
-    # AWS Elastic Fabric Adapter, second generation (pci.ids 1d0f:efa1 is the first, p4d;
-    # efa2 the p5 one): no hca_type/board_id files, firmware version as the efa driver shows.
-    "efa": ("0xefa2", "", "0.0.0.0", ""),
+    # AWS Elastic Fabric Adapter (#18.5): no hca_type/board_id files, firmware version as the
+    # efa driver shows. The PCI device id is the EFA generation: efa0 on p4d (EFA v1, Nitro
+    # v3), efa1 on p5 (EFA v2, Nitro v4), efa2 on p5en (EFA v3, Nitro v5), efa3 on p6-b200
+    # (EFA v4, Nitro v6), as real hwloc trees show them (aws-ofi-nccl's
+    # tests/unit/fixtures/topology/{p4d,p5en,p6-b200}/topology.xml; p5: the lstopo of the
+    # Hugging Face ultrascale playbook) and the generations of AWS's EFA page (efa.html).
+    "efa0": ("0xefa0", "", "0.0.0.0", ""),
+    "efa1": ("0xefa1", "", "0.0.0.0", ""),
+    "efa2": ("0xefa2", "", "0.0.0.0", ""),
+    "efa3": ("0xefa3", "", "0.0.0.0", ""),
 }
 
 RATES = {
@@ -73,10 +80,12 @@ class NicSpec:
     rate: Optional[str] = None
     vfs: int = 0
     default_route: bool = False
-    # "mlx5", or "efa" (#18.5): an Amazon EFA function, with its ENA partner's netdev beside
-    # it on the same bus (``netdev``), or none at all when ``ena`` is False (efa-only).
+    # "mlx5", or "efa" (#18.5): an Amazon EFA function of an "EFA with ENA" interface, whose
+    # ENA function (netdev ``netdev``) is at ``ena_pci`` (default: the next slot of the EFA's
+    # bus), or of an EFA-only interface when ``ena`` is False (no ENA, no netdev).
     adapter: str = "mlx5"
     ena: bool = True
+    ena_pci: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -97,6 +106,7 @@ class Profile:
     flat: bool = False
     nvswitches: int = 0
     gpu_device: str = "0x2330"
+    nvswitch_device: str = "0x22a3"  # H100/H200 NVSwitch; A100's is 0x1af1
 
     @property
     def default_route_iface(self) -> str:
@@ -160,17 +170,24 @@ def resolved_nics(profile: Profile) -> List[NicSpec]:
 
 def _resolved_efa(nic: NicSpec) -> NicSpec:
     """An EFA function named as on AWS (rdma-core's udev rule, NAME_PCI: ``rdmap<bus>s<slot>``),
-    its ENA partner at slot+1 of the same bus (``enp<bus>s<slot+1>``)."""
+    its ENA partner (if any) at ``ena_pci``, default the next slot of the same bus, named as
+    systemd names it (``enp<bus>s<slot>``)."""
     _, bus, dev, _ = parse_pci(nic.pci)
-    netdev = nic.netdev or (f"enp{bus}s{dev + 1}" if nic.ena else None)
-    return dataclasses.replace(nic, name=nic.name or f"rdmap{bus}s{dev}", netdev=netdev,
+    if not nic.ena:
+        return dataclasses.replace(nic, name=nic.name or f"rdmap{bus}s{dev}", netdev=None,
+                                   ena_pci=None, rate=nic.rate or "100 Gb/sec (4X EDR)")
+    dom = parse_pci(nic.pci)[0]
+    partner = nic.ena_pci or f"{dom:04x}:{bus:02x}:{dev + 1:02x}.0"
+    _, ebus, edev, _ = parse_pci(partner)
+    return dataclasses.replace(nic, name=nic.name or f"rdmap{bus}s{dev}",
+                               netdev=nic.netdev or f"enp{ebus}s{edev}", ena_pci=partner,
                                rate=nic.rate or "100 Gb/sec (4X EDR)")
 
 
 def ena_pci(nic: NicSpec) -> str:
-    """The PCI address of an EFA function's ENA partner: the next slot of the same bus."""
-    dom, bus, dev, _ = parse_pci(nic.pci)
-    return f"{dom:04x}:{bus:02x}:{dev + 1:02x}.0"
+    """The PCI address of an EFA function's ENA partner (of a resolved NicSpec)."""
+    assert nic.ena_pci, f"{nic.pci} has no ENA partner"
+    return nic.ena_pci
 
 
 def vf_pcis(profile: Profile, pf: NicSpec) -> List[str]:
@@ -501,37 +518,142 @@ def _cloud_vm_ib() -> Profile:
     )
 
 
-def _p5(ena: bool = True) -> Profile:
-    """AWS p5.48xlarge (#18.5): 8 H100 SXM5 and 32 EFA network cards of 100 Gb/s (3200 Gbps).
+# ------------------------------------------------------------------ AWS EFA hosts (#18.5)
+# Where the layouts come from. Device counts and bandwidth: AWS's instance pages and EC2 user
+# guide (p4d/p5/p5e: docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html and
+# p5-efa.html, "P5 and P5e instances support up to 32 network cards ... 3,200 Gbps"); the EFA
+# generation of each instance type: the tables of efa.html (Nitro v3..v6). The PCI trees: real
+# hwloc dumps of the instances in aws-ofi-nccl's tests/unit/fixtures/topology/<type>/
+# topology.xml (p4d, p5en, p6-b200, with the expectations of its topology unit test: "p4d EFA
+# NICs and GPUs meet at host bridges, not PCIe switches"; "p6-b200 places its eight Amazon EFA
+# NICs behind shared PCIe switches"), and for p5 aws-ofi-nccl's topology/p5.48xl-topo.xml
+# (device names) with two measured listings (uccl's 10_warmup example output: cuda:0
+# 53:00.0 with rdmap79s0..82s0 at 4f..52:00.0, GPUs 0-3 on NUMA 0; the Hugging Face
+# ultrascale playbook's lstopo: rdmap79s0 at 4f:00.0, id 1d0f:efa1, alone on the bus of its
+# bridge 46:01.0). From p5 on every function (EFA, ENA, GPU, NVMe) sits alone on the bus of
+# its own downstream port of an Amazon switch (1d0f:0200); on p4d the ENA, the EFA and two
+# GPUs share one root bus.
 
-    The numbers are AWS's: the P5 instance page (https://aws.amazon.com/ec2/instance-types/p5/:
-    8 H100, 3200 Gbps EFA networking) and the EC2 user guide's network-card table
-    (docs.aws.amazon.com/AWSEC2/latest/UserGuide/using-eni.html#network-cards: p5.48xlarge,
-    32 network cards) with its EFA page (efa-acc-inst-types.html). Each GPU shares a PCIe
-    switch with four EFA devices (AWS's p5 topology: NCCL with aws-ofi-nccl drives 4 EFA per
-    GPU, ``nvidia-smi topo -m`` shows them PXB); GPUs 0-3 on NUMA node 0, 4-7 on node 1.
-    Each EFA sits at slot 0 of its own bus with its ENA partner at slot 1 (an "efa"
-    interface); network card 0's ENA carries the default route. ``ena=False``: efa-only
-    interfaces (no netdev) on every card but the first.
+
+def _p4d() -> Profile:
+    """AWS p4d.24xlarge: 8 A100 SXM4 40GB and 4 EFA of 100 Gb/s (400 Gbps), EFA v1.
+
+    The real tree (aws-ofi-nccl tests/unit/fixtures/topology/p4d/topology.xml, lspci in
+    aws-ofi-nccl issue #64): four root buses 10, 20 (NUMA 0), 90, a0 (NUMA 1), each holding
+    one "EFA with ENA" interface (ENA ens32 at 10:00.0, ens65 at 20:01.0, ens129 at 90:01.0,
+    ens161 at a0:01.0; EFA 1d0f:efa0 at <bus>:1b.0, rdmap16s27...), two GPUs (10de:20b0 at
+    1c.0 and 1d.0) and two NVMe disks: EFA and GPUs meet at the host bridge (PHB). Six
+    NVSwitches (10de:1af1) sit on root bus 80. ens32 carries the default route.
     """
-    gpu_buses = [0x53, 0x64, 0x75, 0x86, 0x97, 0xA8, 0xB9, 0xCA]
+    groups = ((0x10, 0, 0x00, "ens32"), (0x20, 0, 0x01, "ens65"),
+              (0x90, 1, 0x01, "ens129"), (0xA0, 1, 0x01, "ens161"))
+    gpus = tuple(GpuSpec(f"0000:{bus:02x}:{dev:02x}.0", numa)
+                 for bus, numa, _, _ in groups for dev in (0x1C, 0x1D))
+    nics = [NicSpec(f"0000:{bus:02x}:1b.0", numa, "Unknown", COMPUTE, hca="efa0",
+                    gpus=(2 * i, 2 * i + 1), pair_level="PHB", adapter="efa",
+                    ena_pci=f"0000:{bus:02x}:{slot:02x}.0", netdev=netdev,
+                    default_route=i == 0)
+            for i, (bus, numa, slot, netdev) in enumerate(groups)]
+    return Profile(
+        "p4d",
+        "AWS p4d.24xlarge: 8 A100, 4 EFA of 100 Gb/s on four root buses with their ENA and "
+        "two GPUs each (PHB); ens32 has the default route",
+        gpus,
+        tuple(nics),
+        nvswitches=6,
+        gpu_device="0x20b0",
+        nvswitch_device="0x1af1",
+    )
+
+
+P5_GPU_BUSES = (0x53, 0x64, 0x75, 0x86, 0x97, 0xA8, 0xB9, 0xCA)
+
+
+def _p5(ena: bool = True, name: str = "p5", gpu: str = "0x2330", model: str = "H100"
+        ) -> Profile:
+    """AWS p5.48xlarge (#18.5): 8 H100 SXM5 and 32 EFA of 100 Gb/s (3200 Gbps), EFA v2.
+
+    GPU g at bus P5_GPU_BUSES[g] (GPUs 0-3 on NUMA 0, 4-7 on NUMA 1) with its four EFA
+    (1d0f:efa1) on the four buses just below it (53:00.0 with rdmap79s0..rdmap82s0 at
+    4f..52:00.0), all on downstream ports of one switch (PIX, as aws-ofi-nccl's p5 topology
+    puts them). Not in any file found: where a p5's ENA functions sit. They are modelled as
+    p6-b200's real tree has them, each on a bus of its own behind a downstream port of its
+    EFA's switch (here the four buses above the GPU's), never on the EFA's bus; so the sysfs
+    reader's bus pairing (sources/sysfs.py ``_efa_netdev``) finds no partner and these EFA
+    devices are watched for presence and counters only, as on the real layout. Card 0's ENA
+    carries the default route. ``ena=False``: EFA-only interfaces (no ENA) but on card 0.
+    """
     gpus = tuple(GpuSpec(f"0000:{b:02x}:00.0", 0 if i < 4 else 1)
-                 for i, b in enumerate(gpu_buses))
+                 for i, b in enumerate(P5_GPU_BUSES))
     nics = []
-    for g, gbus in enumerate(gpu_buses):
+    for g, gbus in enumerate(P5_GPU_BUSES):
         for k in range(4):
             first = g == 0 and k == 0
-            nics.append(NicSpec(f"0000:{gbus - 0x10 + 4 * k:02x}:00.0", gpus[g].numa, "Unknown",
-                                COMPUTE, hca="efa", gpus=(g,), adapter="efa",
-                                ena=ena or first, default_route=first))
+            nics.append(NicSpec(f"0000:{gbus - 4 + k:02x}:00.0", gpus[g].numa, "Unknown",
+                                COMPUTE, hca="efa1", gpus=(g,), pair_level="PIX",
+                                adapter="efa", ena=ena or first,
+                                ena_pci=f"0000:{gbus + 1 + k:02x}:00.0",
+                                default_route=first))
     return Profile(
-        "p5" if ena else "p5-efa-only",
-        "AWS p5.48xlarge: 8 H100, 32 EFA (4 per GPU behind its PCIe switch, PXB), "
-        + ("each with its ENA netdev" if ena else "efa-only interfaces but network card 0")
+        name if ena else f"{name}-efa-only",
+        f"AWS {name}.48xlarge: 8 {model}, 32 EFA (4 per GPU on its PCIe switch, PIX), "
+        + ("each with an ENA on a bus of its own" if ena
+           else "efa-only interfaces but network card 0")
         + "; card 0's ENA has the default route",
         gpus,
         tuple(nics),
         nvswitches=4,
+        gpu_device=gpu,
+    )
+
+
+def _p5e() -> Profile:
+    """AWS p5e.48xlarge: p5's layout with 8 H200 SXM (10de:2335) and the same 32 EFA v2 of
+    100 Gb/s (AWS: "P5 and P5e instances support up to 32 network cards", both Nitro v4 /
+    EFA v2 in efa.html). Its PCI bus numbers are not in any file found: p5's are used."""
+    return _p5(name="p5e", gpu="0x2335", model="H200")
+
+
+def _p6_b200() -> Profile:
+    """AWS p6-b200.48xlarge: 8 B200 (10de:2901) and 8 EFA v4 (1d0f:efa3) of 400 Gb/s
+    (3200 Gbps: ep-benchmarks-efa's hardware table, pplx-garden's "EFA 400Gb/s x 8"; the efa
+    driver reports 400 Gbps as "400 Gb/sec (8X HDR)", efa_link_gbps_to_speed_and_width).
+
+    The real tree (aws-ofi-nccl tests/unit/fixtures/topology/p6-b200/topology.xml): four
+    switches, two per NUMA node, each with two ENA, two EFA and two GPUs (and two NVMe disks)
+    on downstream ports of their own: ENA 47/48 (enp71s0, enp72s0), EFA 4f/50 (rdmap79s0,
+    rdmap80s0), GPU 51/52; ENA 58/59, EFA 60/61, GPU 62/63; ENA 6a/6b, EFA 71/72, GPU 75/76;
+    ENA 7c/7d, EFA 84/85, GPU 86/87. The third switch also holds two ConnectX-7 InfiniBand
+    functions (15b3:1021, ibp115s0f0 and ibp116s0f0, port ACTIVE; 100 Gb/sec (2X HDR) as
+    another B200 host reports them): PIX to GPUs 4-5, NODE to 6-7, SYS to 0-3. No ENA shares
+    an EFA's bus, so the EFA devices get presence and counters only (see ``_p5``);
+    enp71s0 carries the default route.
+    """
+    groups = (((0x47, 0x48), (0x4F, 0x50), (0x51, 0x52), 0),
+              ((0x58, 0x59), (0x60, 0x61), (0x62, 0x63), 0),
+              ((0x6A, 0x6B), (0x71, 0x72), (0x75, 0x76), 1),
+              ((0x7C, 0x7D), (0x84, 0x85), (0x86, 0x87), 1))
+    gpus = tuple(GpuSpec(f"0000:{b:02x}:00.0", numa) for _, _, pair, numa in groups
+                 for b in pair)
+    nics: List[NicSpec] = []
+    for g, (enas, efas, _, numa) in enumerate(groups):
+        for k in (0, 1):
+            nics.append(NicSpec(f"0000:{efas[k]:02x}:00.0", numa, "Unknown", COMPUTE,
+                                hca="efa3", gpus=(2 * g, 2 * g + 1), pair_level="PIX",
+                                adapter="efa", ena_pci=f"0000:{enas[k]:02x}:00.0",
+                                rate="400 Gb/sec (8X HDR)", default_route=g == 0 and k == 0))
+    for k, bus in enumerate((0x73, 0x74)):
+        name = f"ibp{bus}s0f0"
+        nics.insert(6 + k, NicSpec(f"0000:{bus:02x}:00.0", 1, IB, COMPUTE, gpus=(4, 5),
+                                   pair_level="PIX", name=name, netdev=name,
+                                   rate="100 Gb/sec (2X HDR)"))
+    return Profile(
+        "p6-b200",
+        "AWS p6-b200.48xlarge: 8 B200, 8 EFA of 400 Gb/s (2 per PCIe switch with 2 GPUs, "
+        "PIX), 2 ConnectX-7 IB (ibp115s0f0, ibp116s0f0); enp71s0 has the default route",
+        gpus,
+        tuple(nics),
+        gpu_device="0x2901",
     )
 
 
@@ -552,8 +674,11 @@ PROFILES: Dict[str, Callable[[], Profile]] = {
     "cloud-vm": _cloud_vm,
     "cloud-vm-ib": _cloud_vm_ib,
     "synthetic": lambda: synthetic(8),
+    "p4d": _p4d,
     "p5": _p5,
     "p5-efa-only": lambda: _p5(ena=False),
+    "p5e": _p5e,
+    "p6-b200": _p6_b200,
 }
 
 

@@ -75,7 +75,6 @@ def _pf_address(index: int, default_route: bool) -> str:
 GEN5, GEN4 = "32.0 GT/s PCIe", "16.0 GT/s PCIe"
 BRIDGE_IDS = {ROOT_PORT: ("0x8086", "0x352a")}  # Intel root port; switches: Broadcom PEX
 SWITCH_IDS = ("0x1000", "0xc030")
-NVSWITCH_DEVICE = "0x22a3"
 
 
 class _Builder:
@@ -170,7 +169,8 @@ class _Builder:
         numa = max(min((g.numa for g in self.profile.gpus), default=0), 0)
         for pci in self.layout.nvswitches:
             self.plain_function(devices / self.layout.path_of(pci), pci, "0x10de",
-                                NVSWITCH_DEVICE, "0x068000", numa, "nvidia", GEN4)
+                                self.profile.nvswitch_device, "0x068000", numa, "nvidia",
+                                GEN4)
         if self.profile.flat:  # the VM's host bridge function on the root bus
             self.plain_function(devices / "pci0000:00/0000:00:00.0", "0000:00:00.0",
                                 "0x8086", "0x1237", "0x060000", -1, None, None)

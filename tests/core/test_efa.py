@@ -24,9 +24,10 @@ def efa_port(name: str, operstate: Optional[str] = "up", carrier: Optional[int] 
 
 def efa(name: str = "rdmap16s27", pci: str = "0000:10:1b.0", driver: Optional[str] = "efa",
         vendor: str = "0x1d0f", **kw: Any) -> DeviceSnapshot:
+    guid = kw.pop("node_guid", None)
     ports = kw.pop("ports", None) or (efa_port(name, **kw),)
     return DeviceSnapshot(name=name, pci_address=pci, numa_node=0, driver=driver,
-                          vendor=vendor, ports=ports)
+                          vendor=vendor, ports=ports, node_guid=guid)
 
 
 NAMES = [f"rdmap{16 * i}s27" for i in range(1, 5)]
@@ -56,9 +57,11 @@ def test_adapter_family_by_driver_then_vendor() -> None:
 
 
 def test_efa_roles_come_from_the_pcie_topology() -> None:
-    topo = GpuTopology(frozenset({0}), (), {"a": ("PXB",), "b": ("NODE",)})
+    topo = GpuTopology(frozenset({0}), (), {"a": ("PXB",), "b": ("NODE",), "c": ("PHB",)})
     assert classify(efa("a"), topo, frozenset()).role == COMPUTE
     assert classify(efa("b"), topo, frozenset()).role == STORAGE
+    # p4d: EFA and GPUs on one root bus, no switch (aws-ofi-nccl: "meet at host bridges").
+    assert classify(efa("c"), topo, frozenset()).role == COMPUTE
     vf = DeviceSnapshot(name="v", driver="efa", vendor="0x1d0f", is_vf=True)
     assert classify(vf, topo, frozenset()).role == "vf"
     assert classify(efa("rdmap1"), topo, frozenset(), exclusion=("^rdmap",)).role == "excluded"

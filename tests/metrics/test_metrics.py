@@ -161,7 +161,7 @@ def test_efa_devices_are_named_by_their_adapter(sim: Callable[..., Path], daemon
                                                  ) -> None:
     """#18.6: the device info series names the adapter family; EFA counters are series."""
     s = daemon(sim("p5")).scrape()
-    infos = series(s, "nichealthd_device_info", device="rdmap67s0")
+    infos = series(s, "nichealthd_device_info", device="rdmap79s0")
     assert [(i["adapter"], i["role"], i["hca_type"]) for i in infos] == [("efa", "compute", "")]
     assert {i["adapter"] for i in series(s, "nichealthd_device_info")} == {"efa"}
 

@@ -41,11 +41,15 @@ EXPECTED = {
     "synthetic": {"compute": 8},
     "cloud-vm": {},
     "cloud-vm-ib": {"compute": 1},
+    "p4d": {"compute": 4},
     "p5": {"compute": 32},
     "p5-efa-only": {"compute": 32},
+    "p5e": {"compute": 32},
+    "p6-b200": {"compute": 10},  # 8 EFA, 2 ConnectX-7 IB
 }
-# The EFA profiles (#18.5) have their own layout tests (tests/sim/test_efa.py).
-MLX5 = [p for p in EXPECTED if not p.startswith("p5")]
+# The AWS profiles (#18.5) have their own layout tests (tests/sim/test_efa.py).
+AWS = ("p4d", "p5", "p5-efa-only", "p5e", "p6-b200")
+MLX5 = [p for p in EXPECTED if p not in AWS]
 
 
 def read(path: Path) -> str:
@@ -120,7 +124,8 @@ def classify(root: Path) -> Dict[str, str]:
         gated = numa not in gpu_numas if gpu_numas else bluefield
         if name in default_devs or gated:
             roles[name] = "management"
-        elif {"PIX", "PXB"} & set(topo) or link == "InfiniBand":
+        elif ({"PIX", "PXB"} & set(topo) or link == "InfiniBand"
+              or (link == "Unknown" and "PHB" in topo)):  # an EFA on a GPU's root complex
             roles[name] = "compute"
         elif {"NODE", "PHB"} & set(topo):
             roles[name] = "storage"

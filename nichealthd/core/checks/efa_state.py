@@ -9,13 +9,16 @@ that cannot be read (EINVAL while the interface is administratively down) is no 
 interface) is watched for presence only.
 
 The rules of the other adapters apply: at first sight a port already down is reported only
-when its peers prove it anomalous (the EFA ports of its role group are decisively up: spec
-§4.3's homogeneity over one-port cards), else it is taken as not connected and stays quiet
-until it has been up once; a device is declared gone after three complete enumerations
-without it (spec §7), and its return is a recovery; every EFA device gone at once is an efa
-driver event, held as :mod:`.driver` holds mlx5's (``driverReloadGrace``,
-``driverReloadTimeout``). The link-state family leaves EFA devices
-to this one (their link layer, ``Unknown``, is not one it judges).
+when its card is anomalous (spec §4.3's homogeneity over the EFA cards of its role group,
+:mod:`.efa_cards`), else it is taken as not connected ("uncabled" on every surface) and stays
+quiet until it has been up once, unless its card later falls short of its peers for
+``cardVerdictHoldTime`` (a fatal card event); a device is declared gone after three complete
+enumerations without it (spec §7), and its return is a recovery; every EFA device gone at once
+is an efa driver event, held as :mod:`.driver` holds mlx5's (``driverReloadGrace``,
+``driverReloadTimeout``); a device back at the PCI function of a known one under another
+name is that device renamed (#19.1: its identity is recorded here, its records follow it).
+The link-state family leaves EFA devices to this one (their link layer, ``Unknown``, is not
+one it judges).
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from ..family import (
     PortId,
     Verdict,
 )
-from ..model import PortSnapshot
+from ..model import DeviceSnapshot, PortSnapshot
 from ..state import (
     FATAL,
     HEALTHY,
@@ -56,13 +59,17 @@ from ..state import (
     parse_table,
     parse_when,
 )
-from ..topology import group_mode
+from ..topology import anomalous_cards
+from .efa_cards import EfaCardAnomaly, card_counts, card_events, netdev_down, short_ports
+from .identity import identity_of, renamed_keys
+from .link_section import DeviceIdentity, identities_json, parse_identities
 
 KEYS = ("efa_ports", "efa_known_devices", "efa_device_misses", "efa_missing_devices",
-        "efa_driver_event")
+        "efa_driver_event", "efa_device_identities", "efa_group_modes", "efa_card_anomalies",
+        "efa_card_pending")
 CODE_DRIVER_EVENT = "driver_event"
 MISSES_BEFORE_GONE = 3
-UP_OPERSTATES = ("up", "unknown")  # "unknown": drivers that never set it (RFC 2863)
+__all__ = ["EFA_STATE", "EfaPort", "EfaStateSection", "netdev_down"]
 
 
 @dataclass(frozen=True)
@@ -123,18 +130,26 @@ class EfaDriverEvent:
 
 @dataclass
 class EfaStateSection:
-    """Port records by ``<device>_<port>``, known devices, misses, devices declared gone."""
+    """Port records by ``<device>_<port>``, known devices, misses, devices declared gone, the
+    hardware identity of each known device (#19.1), and card homogeneity (decisive modes by
+    role, latched and held card verdicts by card)."""
 
     ports: dict[str, EfaPort] = field(default_factory=dict)
     known_devices: list[str] = field(default_factory=list)
     device_misses: dict[str, int] = field(default_factory=dict)
     missing_devices: dict[str, datetime] = field(default_factory=dict)
     driver_event: Optional[EfaDriverEvent] = None
+    identities: dict[str, DeviceIdentity] = field(default_factory=dict)
+    group_modes: dict[str, int] = field(default_factory=dict)
+    card_anomalies: dict[str, EfaCardAnomaly] = field(default_factory=dict)
+    card_pending: dict[str, datetime] = field(default_factory=dict)
 
     def copy(self) -> EfaStateSection:
         return EfaStateSection(dict(self.ports), list(self.known_devices),
                                dict(self.device_misses), dict(self.missing_devices),
-                               self.driver_event)
+                               self.driver_event, dict(self.identities),
+                               dict(self.group_modes), dict(self.card_anomalies),
+                               dict(self.card_pending))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -144,6 +159,12 @@ class EfaStateSection:
             "efa_missing_devices": {k: format_timestamp(v)
                                     for k, v in sorted(self.missing_devices.items())},
             "efa_driver_event": self.driver_event.to_json() if self.driver_event else {},
+            "efa_device_identities": identities_json(self.identities),
+            "efa_group_modes": dict(sorted(self.group_modes.items())),
+            "efa_card_anomalies": {k: v.to_json()
+                                   for k, v in sorted(self.card_anomalies.items())},
+            "efa_card_pending": {k: format_timestamp(v)
+                                 for k, v in sorted(self.card_pending.items())},
         }
 
     @classmethod
@@ -156,19 +177,12 @@ class EfaStateSection:
              for k, v in parse_table(data, "efa_device_misses").items()},
             {k: parse_when(v) for k, v in parse_table(data, "efa_missing_devices").items()},
             EfaDriverEvent.from_json(data.get("efa_driver_event")),
+            parse_identities(data, "efa_device_identities"),
+            {k: parse_int(v, 1 << 16) for k, v in parse_table(data, "efa_group_modes").items()},
+            {k: EfaCardAnomaly.from_json(v)
+             for k, v in parse_table(data, "efa_card_anomalies").items()},
+            {k: parse_when(v) for k, v in parse_table(data, "efa_card_pending").items()},
         )
-
-
-def netdev_down(port: PortSnapshot) -> Optional[bool]:
-    """True (DOWN), False (up) or None (nothing known this poll) from the port's netdev."""
-    operstate = (port.operstate or "").strip().lower()
-    if operstate and operstate not in UP_OPERSTATES:
-        return True
-    if port.carrier == 0:
-        return True
-    if not operstate and port.carrier is None:
-        return None
-    return False
 
 
 def _describe(port: PortSnapshot) -> str:
@@ -203,20 +217,37 @@ class EfaState(CheckFamily[EfaStateSection]):
 
     def rename(self, section: EfaStateSection, renames: Mapping[str, str], now: datetime
                ) -> EfaStateSection:
-        """Records of a renamed device under its new name (EFA names come from the PCI
-        address, ``rdmap<bus>s<slot>``, so this is rare: a udev rule changed)."""
+        """Every record of a renamed device under its new name, as the link-state family
+        does for ConnectX (#19.1); its identity remembers the old name. EFA names come from
+        the PCI address (rdma-core's udev rule, ``rdmap<bus>s<slot>``), so a rename is a
+        changed udev rule or naming policy (``efa_0`` before rdma-core 27, ``rdmap…`` after)
+        meeting devices the daemon already knows."""
         state = section.copy()
-        state.ports = {}
+        moved = {}
+        kept = {}
         for key, record in section.ports.items():
             new = renames.get(record.device)
             if new is None:
-                state.ports[key] = record
+                kept[key] = record
             else:
-                state.ports[f"{new}_{record.port}"] = replace(record, device=new)
+                moved[f"{new}_{record.port}"] = replace(record, device=new)
+        targets = set(renames.values())
+        state.ports = {**{k: r for k, r in kept.items() if r.device not in targets}, **moved}
         state.known_devices = sorted({renames.get(n, n) for n in section.known_devices})
-        state.device_misses = {renames.get(k, k): v for k, v in section.device_misses.items()}
-        state.missing_devices = {renames.get(k, k): v
-                                 for k, v in section.missing_devices.items()}
+        state.device_misses = renamed_keys(section.device_misses, renames)
+        state.missing_devices = renamed_keys(section.missing_devices, renames)
+        identities = renamed_keys(section.identities, renames)
+        for old, new in renames.items():
+            identity = section.identities.get(old)
+            if identity is not None and not new.startswith(f"{old}@"):
+                identities[new] = replace(identity, renamed_from=old, renamed_at=now)
+        state.identities = identities
+        if section.driver_event is not None:
+            state.driver_event = replace(section.driver_event, devices=tuple(sorted(
+                renames.get(n, n) for n in section.driver_event.devices)))
+        state.card_anomalies = {
+            card: replace(anomaly, ports=tuple(_renamed_port(k, renames) for k in anomaly.ports))
+            for card, anomaly in section.card_anomalies.items()}
         return state
 
     def evaluate(self, previous: EfaStateSection, cycle: Cycle, memory: Any
@@ -226,7 +257,12 @@ class EfaState(CheckFamily[EfaStateSection]):
         events: list[tuple[str, HealthEvent]] = []
         notes: list[str] = []
         efa = [d for d in cycle.monitored if d.is_efa]
-        evidence = self._group_up(efa, cycle)
+        told = {key: record.health for key, record in previous.ports.items()}
+        cards = card_counts((d for d in cycle.snapshot.devices if d.is_efa), cycle.roles, told)
+        verdicts, modes = anomalous_cards(cards.values(), previous.group_modes)
+        if any(previous.group_modes.get(role) != mode for role, mode in modes.items()):
+            state.group_modes.update(modes)
+        short = short_ports(efa, verdicts, told)
         for device in efa:
             name = device.name
             state.device_misses.pop(name, None)
@@ -239,7 +275,7 @@ class EfaState(CheckFamily[EfaStateSection]):
                 if port.netdev is None:
                     continue  # efa-only: presence only
                 event = self._port(port, previous.ports.get(port.key), state, now,
-                                   cycle.baseline, evidence.get(cycle.roles[name].role), notes)
+                                   cycle.baseline, port.key in short, notes)
                 if event is not None:
                     events.append((name, event))
         present = {d.name for d in cycle.snapshot.devices}
@@ -261,6 +297,10 @@ class EfaState(CheckFamily[EfaStateSection]):
         monitored = {d.name for d in cycle.monitored}
         state.known_devices = sorted(
             (set(previous.known_devices) - (present - monitored)) | efa_names)
+        _record_identities(efa, previous, state)
+        events.extend((HOST, e) for e in card_events(
+            cards, verdicts, efa, previous, state, cycle.config.card_verdict_hold_time, now,
+            notes))
         return Verdict(state, tuple(events), notes=tuple(notes))
 
     @staticmethod
@@ -308,21 +348,8 @@ class EfaState(CheckFamily[EfaStateSection]):
         return frozenset(event.devices)
 
     @staticmethod
-    def _group_up(efa: Iterable[Any], cycle: Cycle) -> dict[str, bool]:
-        """Per role, whether its EFA ports with a netdev are decisively up (spec §4.3 over
-        one-port cards: the mode of 1/0 active ports is 1): the evidence that makes a port
-        already down at first sight a failure rather than a card never connected."""
-        counts: dict[str, list[int]] = {}
-        for device in efa:
-            for port in device.ports:
-                down = netdev_down(port) if port.netdev else None
-                if down is not None:
-                    counts.setdefault(cycle.roles[device.name].role, []).append(int(not down))
-        return {role: group_mode(values) == 1 for role, values in counts.items()}
-
-    @staticmethod
     def _port(port: PortSnapshot, record: Optional[EfaPort], state: EfaStateSection,
-              now: datetime, baseline: bool, evidence: Optional[bool], notes: list[str]
+              now: datetime, baseline: bool, evidence: bool, notes: list[str]
               ) -> Optional[HealthEvent]:
         down = netdev_down(port)
         if down is None:
@@ -340,7 +367,7 @@ class EfaState(CheckFamily[EfaStateSection]):
                 told = SUPPRESSED
                 notes.append(f"{port.device} port {port.port}: {_describe(port)} at first "
                              f"sight and its peers are not decisively up: treated as not "
-                             f"connected, not reported")
+                             f"connected (uncabled), not reported")
         else:
             told = record.health
             if not down and told != HEALTHY:
@@ -357,15 +384,59 @@ class EfaState(CheckFamily[EfaStateSection]):
         return event
 
     def conditions(self, section: EfaStateSection, picture: Any) -> Iterable[Condition]:
-        """Each EFA port told DOWN, each EFA device declared gone."""
+        """Each EFA port told DOWN, each port a latched card verdict rests on, each EFA
+        device declared gone."""
         for key in sorted(section.ports):
             record = section.ports[key]
             if record.health == FATAL:
                 port: PortId = (record.device, record.port)
                 yield Condition(FATAL, f"netdev {record.netdev} down", port,
                                 alone=f"EFA {record.device} port {record.port} netdev down")
+        for card, anomaly in sorted(section.card_anomalies.items()):
+            reason = f"card {card} has {anomaly.active} of {anomaly.expected} ports active"
+            records = [section.ports[k] for k in anomaly.ports if k in section.ports]
+            for record in records:
+                yield Condition(FATAL, reason, (record.device, record.port),
+                                alone=f"EFA {reason}")
+            if not records:
+                yield Condition(FATAL, f"EFA {reason}")
         for name in sorted(section.missing_devices):
             yield Condition(FATAL, f"EFA {name} missing")
+
+    def port_fields(self, section: EfaStateSection, picture: Any, port: PortId
+                    ) -> Mapping[str, Any]:
+        """An EFA port's ``since``: when the health it was last told began (ConnectX ports
+        have theirs from the link-state record; nothing is added to them)."""
+        if not section.ports:
+            return {}
+        record = section.ports.get(f"{port[0]}_{port[1]}")
+        return {"since": format_timestamp(record.since)} if record is not None else {}
+
+    def suppressed(self, section: EfaStateSection) -> frozenset[PortId]:
+        """The EFA ports down since first sight without evidence: "uncabled" on every
+        surface, as ConnectX ports suppressed at first sight are (core/health.py)."""
+        return frozenset((r.device, r.port) for r in section.ports.values()
+                         if r.health == SUPPRESSED)
+
+
+def _renamed_port(key: str, renames: Mapping[str, str]) -> str:
+    """A port key ``<device>_<port>`` under the new device name."""
+    device, sep, number = key.rpartition("_")
+    return f"{renames[device]}_{number}" if sep and device in renames else key
+
+
+def _record_identities(efa: Iterable[DeviceSnapshot], previous: EfaStateSection,
+                       state: EfaStateSection) -> None:
+    """The hardware identity of each known EFA device (#19.1): present ones as read now,
+    gone ones as last recorded (so that their return under another name is recognised)."""
+    identities = {name: previous.identities[name] for name in state.known_devices
+                  if name in previous.identities}
+    for device in efa:
+        identity = identity_of(device, previous.identities.get(device.name))
+        if identity is not None:
+            identities[device.name] = identity
+    if identities != previous.identities:
+        state.identities = identities
 
 
 FAMILY = EFA_STATE = EfaState()

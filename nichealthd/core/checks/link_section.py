@@ -147,11 +147,7 @@ class LinkStateSection:
                 for k, a in sorted(self.card_anomalies.items())},
             "group_modes": dict(sorted(self.group_modes.items())),
             "card_pending": timestamps(self.card_pending),
-            "device_identities": {
-                k: {"pci_address": i.pci_address, "node_guid": i.node_guid,
-                    **({"renamed_from": i.renamed_from, "renamed_at": ts(i.renamed_at)}
-                       if i.renamed_from and i.renamed_at else {})}
-                for k, i in sorted(self.identities.items())},
+            "device_identities": identities_json(self.identities),
             "driver_event": None if self.driver_event is None else {
                 "since": ts(self.driver_event.since),
                 "devices": list(self.driver_event.devices),
@@ -193,12 +189,7 @@ class LinkStateSection:
                          for k, v in parse_table(data, "group_modes").items()},
             card_pending={parse_str(k): when(v)
                           for k, v in parse_table(data, "card_pending").items()},
-            identities={
-                parse_str(k): DeviceIdentity(
-                    parse_str(v["pci_address"]), parse_str(v.get("node_guid", "")),
-                    parse_str(v.get("renamed_from", "")),
-                    when(v["renamed_at"]) if "renamed_at" in v else None)
-                for k, v in parse_table(data, "device_identities").items()},
+            identities=parse_identities(data, "device_identities"),
             driver_event=_driver_event(data.get("driver_event")),
             port_holds={parse_str(k): PortHold(when(v["since"]), parse_str(v["state"]),
                                                parse_str(v["physical_state"]))
@@ -206,6 +197,26 @@ class LinkStateSection:
             port_blips={parse_str(k): parse_int(v)
                         for k, v in parse_table(data, "port_blips").items()},
         )
+
+
+def identities_json(identities: Mapping[str, DeviceIdentity]) -> dict[str, Any]:
+    """Device identities as the state file holds them (``device_identities``, and the EFA
+    state family's ``efa_device_identities``)."""
+    return {
+        k: {"pci_address": i.pci_address, "node_guid": i.node_guid,
+            **({"renamed_from": i.renamed_from, "renamed_at": format_timestamp(i.renamed_at)}
+               if i.renamed_from and i.renamed_at else {})}
+        for k, i in sorted(identities.items())}
+
+
+def parse_identities(data: Mapping[str, Any], key: str) -> dict[str, DeviceIdentity]:
+    """The identities under ``key`` of the state file (absent: none). Raises on garbage."""
+    return {
+        parse_str(k): DeviceIdentity(
+            parse_str(v["pci_address"]), parse_str(v.get("node_guid", "")),
+            parse_str(v.get("renamed_from", "")),
+            parse_when(v["renamed_at"]) if "renamed_at" in v else None)
+        for k, v in parse_table(data, key).items()}
 
 
 def _driver_event(value: Any) -> Optional[DriverEvent]:
