@@ -258,11 +258,21 @@ def health_status(snapshot: Optional[HostSnapshot], result: Optional[CycleResult
     STATUS= line): overall health, counts by health, and the fatal and degraded ports by name
     with their reasons. Before the first poll nothing is judged: all zero, ``healthy``."""
     if snapshot is None or result is None:
-        host = HostHealth({})
-    else:
-        host = assess_host(snapshot, result, state)
+        return dict(_status_keys(HostHealth({})))
+    return dict(_status_keys(assess_host(snapshot, result, state)))
+
+
+_LAST_KEYS: list[tuple[HostHealth, dict[str, Any]]] = []
+
+
+def _status_keys(host: HostHealth) -> dict[str, Any]:
+    """The keys of one assessment, kept like :func:`assess_host`'s answer (the D-Bus status
+    and STATUS= ask twice a poll); callers get a copy and never change the lists in it."""
+    last = _LAST_KEYS[0] if _LAST_KEYS else None
+    if last is not None and last[0] is host:
+        return last[1]
     counts = host.counts()
-    return {
+    keys = {
         "health": host.health,
         "ports_total": counts["total"],
         "ports_healthy": counts[HEALTHY],
@@ -274,6 +284,8 @@ def health_status(snapshot: Optional[HostSnapshot], result: Optional[CycleResult
         "degraded_ports": host.names(DEGRADED),
         "problems": host.problems(),
     }
+    _LAST_KEYS[:] = [(host, keys)]
+    return keys
 
 
 def status_summary(health: dict[str, Any]) -> str:

@@ -111,6 +111,9 @@ class PciFactsReader:
         self.aer_files = AttributeFiles(preader=lambda fd, _size, offset: os.pread(
             fd, _READ_SIZE, offset), budget=AER_KEPT_OPEN)
         self.reads = 0  # files read (the bench reports it)
+        # Each AER file's last content and its count: an unchanged table (the steady state)
+        # is not decoded and parsed again every pcieAerInterval.
+        self._aer_last: dict[str, tuple[bytes, Optional[int]]] = {}
 
     def reconfigure(self, sysfs_root: str, class_infiniband: str) -> None:
         if (sysfs_root, class_infiniband) != (self.sysfs_root, self.class_infiniband):
@@ -118,6 +121,7 @@ class PciFactsReader:
             self._paths.clear()
             self.hwmon.forget()
             self.aer_files.close()
+            self._aer_last.clear()
 
     def close(self) -> None:
         self.aer_files.close()
@@ -134,7 +138,9 @@ class PciFactsReader:
                 if k in {(d.name, d.pci_address or "") for d in chosen}}
         if len(kept) != len(self._paths):  # a device went away: close its AER files
             self._paths = kept
-            self.aer_files.retain(_aer_paths(p for p in kept.values() if p))
+            keep = set(_aer_paths(p for p in kept.values() if p))
+            self.aer_files.retain(keep)
+            self._aer_last = {k: v for k, v in self._aer_last.items() if k in keep}
         found = {name: path for name, path in paths.items() if path is not None}
         if READS_PCIE in parts:
             snapshot = replace(snapshot, pcie={name: self._hops(path)
@@ -196,11 +202,9 @@ class PciFactsReader:
         for name, _ in ROOTPORT_FILES:
             self.reads += 1
             try:
-                text = self.aer_files.read(os.path.join(directory, name)).decode(
-                    "ascii", errors="replace")
+                value = self._count(os.path.join(directory, name), None)
             except OSError:
                 continue
-            value = parse_count(text)
             if value is None:
                 unreadable.append(name)
             else:
@@ -209,17 +213,28 @@ class PciFactsReader:
             return None
         return AerTable(address, totals, tuple(unreadable), rootport=True)
 
+    def _count(self, path: str, total: Optional[str]) -> Optional[int]:
+        """The count of one AER file: its ``total`` line (an ``aer_dev_*`` table) or its one
+        number (None: an ``aer_rootport_total_*`` file); None when unparsable. Raises the
+        read's OSError."""
+        raw = self.aer_files.read(path)
+        last = self._aer_last.get(path)
+        if last is not None and last[0] == raw:
+            return last[1]
+        text = raw.decode("ascii", errors="replace")
+        value = parse_count(text) if total is None else parse_aer_total(text, total)
+        self._aer_last[path] = (raw, value)
+        return value
+
     def _aer_table(self, address: str, directory: str, upstream: bool) -> AerTable:
         totals = {}
         unreadable = []
         for name, total in AER_FILES:
             self.reads += 1
             try:
-                text = self.aer_files.read(os.path.join(directory, name)).decode(
-                    "ascii", errors="replace")
+                value = self._count(os.path.join(directory, name), total)
             except OSError:
                 continue  # no AER capability here (a VM, a port without it)
-            value = parse_aer_total(text, total)
             if value is None:
                 unreadable.append(name)
             else:
