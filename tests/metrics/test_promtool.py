@@ -134,15 +134,15 @@ def test_an_efa_host_with_its_faults_passes_promtool(sim: Callable[..., Path],
                                                       daemon: Start) -> None:
     """#18: the EFA families add to the port series; their labels must lint as well."""
     promtool()
-    root = sim("p5", metadata=False)
+    root = sim("p4d", metadata=False)  # its EFAs share their bus with their ENA netdev
     running = daemon(root)
-    mutate.set_port(root, "rdmap71s0", 1, operstate="down")
-    mutate.counter(root, "rdmap75s0", 1, "no_completion_cmds", add=1)
+    mutate.set_port(root, "rdmap144s27", 1, operstate="down")
+    mutate.counter(root, "rdmap160s27", 1, "no_completion_cmds", add=1)
 
     def faulted() -> bool:
         s = running.scrape()
-        return one(s, "nichealthd_port_health", device="rdmap71s0") and \
-            one(s, "nichealthd_threshold_breached", device="rdmap75s0")
+        return one(s, "nichealthd_port_health", device="rdmap144s27") and \
+            one(s, "nichealthd_threshold_breached", device="rdmap160s27")
 
     running.wait_for(faulted, what="the EFA faults in the metrics")
     text = running.text()
