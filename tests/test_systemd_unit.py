@@ -204,7 +204,8 @@ def test_kmsg_dropin_grants_reading_dev_kmsg_and_nothing_else():
     text = KMSG_DROPIN.read_text()
     assert "/usr/share/doc/nichealthd/examples/kmsg.conf" in text
     assert "/etc/systemd/system/nichealthd.service.d/kmsg.conf" in text
-    from nichealthd.sources.kernel_log import KMSG_DROPIN as SHIPPED, KMSG_DROPIN_TARGET
+    from nichealthd.sources.kernel_log import KMSG_DROPIN as SHIPPED
+    from nichealthd.sources.kernel_log import KMSG_DROPIN_TARGET
     assert SHIPPED in text and KMSG_DROPIN_TARGET in text  # what the daemon's message names
 
 
