@@ -5,7 +5,9 @@ do), then drives the in-process path of one poll for the kernel log: the journal
 from the committed cursor plus the kernel-log family's evaluation of the lines, on a 8-device
 snapshot. "idle": no new line per poll. "1000/s": 1,000 new kernel lines per 1 s poll (one
 mlx5 fault line in 20, the rest unrelated lines); the journal writes happen between the timed
-reads and are not counted. Prints CPU (process_time) and wall per poll, and CPU % of one core
+reads and are not counted. "repeating": the same, with the fault a TX timeout, a non-fatal rule
+whose every line is counted in the repetition window (#17.4); the ACCESS_REG fault of the
+other load is not. Prints CPU (process_time) and wall per poll, and CPU % of one core
 at a 1 s poll interval. Needs python3-systemd (or systemd-python) and systemd-journal-remote.
 
     python3 bench/kernel_log.py [--polls N] [--rate LINES_PER_S]
@@ -36,6 +38,7 @@ from nichealthd.sources.kernel_log import JournalSource
 BOOT = "0123456789abcdef0123456789abcdef"
 FAULT = ("mlx5_core 0000:{bus:02x}:00.0: mlx5_cmd_out_err:838:(pid 9): ACCESS_REG(0x805) "
          "op_mod(0x1) failed, status bad parameter(0x3), syndrome (0x6c4d4c), err(-22)")
+REPEATING = "mlx5_core 0000:{bus:02x}:00.0 ib{port}: TX timeout detected"
 NOISE = "audit: type=1400 audit({n}.000:1): apparmor=\"ALLOWED\" operation=\"open\" n={n}"
 
 
@@ -50,16 +53,17 @@ def snapshot(now: datetime) -> HostSnapshot:
     return HostSnapshot(now, BOOT, devices)
 
 
-def batch(first: int, count: int, start_usec: int) -> list[bytes]:
+def batch(first: int, count: int, start_usec: int, fault: str = FAULT) -> list[bytes]:
     out = []
     for k in range(count):
         n = first + k
-        text = FAULT.format(bus=0x10 + n % 8) if n % 20 == 0 else NOISE.format(n=n)
+        text = (fault.format(bus=0x10 + n % 8, port=n % 8) if n % 20 == 0
+                else NOISE.format(n=n))
         out.append(export_entry(text, BOOT, start_usec + k * 1000, 1_000_000 + n))
     return out
 
 
-def run(polls: int, rate: int, directory: Path) -> dict[str, Any]:
+def run(polls: int, rate: int, directory: Path, fault: str = FAULT) -> dict[str, Any]:
     config = build_config({"nodeName": "bench"}, None, {})
     topology = Topology(GpuTopology(frozenset({0}), (), {}))
     source = JournalSource(str(directory))
@@ -74,7 +78,7 @@ def run(polls: int, rate: int, directory: Path) -> dict[str, Any]:
     base = int(time.time() * 1e6)
     for poll in range(polls + 3):
         if rate:
-            write_entries(directory, batch(written, rate, base + poll * 1_000_000))
+            write_entries(directory, batch(written, rate, base + poll * 1_000_000, fault))
             written += rate
         now = datetime.now(timezone.utc)
         c0, w0 = time.process_time(), time.perf_counter()
@@ -90,7 +94,8 @@ def run(polls: int, rate: int, directory: Path) -> dict[str, Any]:
             read_cpu.append(c_read - c0)
             wall.append(w1 - w0)
             lines_seen += len(lines)
-            events += sum(1 for e in result.events if e.check_name == "SysLogsNICDriverError")
+            events += sum(1 for e in result.events if e.check_name == "SysLogsNICDriverError"
+                          or e.error_code[0].endswith("_repeated"))
     source.close()
     section: KernelLogSection = state.section(KERNEL_LOG)
     return {"cpu": cpu, "read": read_cpu, "wall": wall, "lines": lines_seen, "events": events,
@@ -107,11 +112,12 @@ def main() -> int:
           "read: the journal part alone")
     print(f"{'load':<14}{'CPU/poll ms (median, max)':<28}{'read ms':<10}"
           f"{'wall/poll ms':<14}{'CPU % at 1 s':<14}lines/matches/events")
-    for label, rate in (("idle", 0), (f"{args.rate} lines/s", args.rate)):
+    for label, rate, fault in (("idle", 0, FAULT), (f"{args.rate} lines/s", args.rate, FAULT),
+                               ("  repeating", args.rate, REPEATING)):
         with tempfile.TemporaryDirectory(prefix="nichealthd-bench-journal-") as tmp:
             directory = Path(tmp)
             write_entries(directory, batch(0, 10, int(time.time() * 1e6) - 10_000_000))
-            got = run(args.polls, rate, directory)
+            got = run(args.polls, rate, directory, fault)
         cpu_ms = [c * 1000 for c in got["cpu"]]
         wall_ms = [w * 1000 for w in got["wall"]]
         median = statistics.median(cpu_ms)

@@ -31,7 +31,8 @@ DAEMON_FLAGS = {
     "--checks", "--metrics-listen", "--dbus", "--varlink-socket", "--event-log", "--once",
     "--log-level", "--version", "--help",
 }  # fmt: skip
-KERNEL_LOG_KEYS = {"kernelLog", "kernelLogPath", "kernelLogMaxLines"}  # #17
+KERNEL_LOG_KEYS = {"kernelLog", "kernelLogPath", "kernelLogMaxLines",
+                   "kernelLogRepeatCount", "kernelLogRepeatWindow"}  # #17
 CONFIG_KEYS = {
     "sysfsRoot", "procRoot", "bootIdPath", "stateFile", "metadataPath", "topologySource",
     "nodeName",

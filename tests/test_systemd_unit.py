@@ -13,6 +13,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 UNIT = REPO / "systemd/nichealthd.service"
+KMSG_DROPIN = REPO / "systemd/examples/kmsg.conf"  # #17: kernelLog = "kmsg"
 ANALYZE = shutil.which("systemd-analyze", path="/usr/bin:/bin:" + os.environ.get("PATH", "")) or ""
 
 needs_analyze = pytest.mark.skipif(
@@ -20,11 +21,11 @@ needs_analyze = pytest.mark.skipif(
 )
 
 
-def directives() -> dict:
+def directives(path: Path = UNIT) -> dict:
     """Every (section, key) of the unit with the list of its values, in order."""
     out: dict = {}
     section = ""
-    for line in UNIT.read_text().splitlines():
+    for line in path.read_text().splitlines():
         line = line.strip()
         if not line or line.startswith(("#", ";")):
             continue
@@ -47,7 +48,8 @@ def man_tree(tmp_path: Path) -> Path:
 
 
 @needs_analyze
-def test_systemd_analyze_verify_prints_nothing(tmp_path):
+@pytest.mark.parametrize("dropin", [False, True], ids=["unit", "unit+kmsg-dropin"])
+def test_systemd_analyze_verify_prints_nothing(tmp_path, dropin):
     """`systemd-analyze verify` exits 0 on warnings, so any output at all is a failure.
 
     verify checks that ExecStart's binary exists: when nichealthd is not installed at
@@ -68,6 +70,9 @@ def test_systemd_analyze_verify_prints_nothing(tmp_path):
         )
         assert n == 1
     (unit_dir / "nichealthd.service").write_text(text)
+    if dropin:  # verify loads the drop-ins of the unit's directory
+        (unit_dir / "nichealthd.service.d").mkdir()
+        shutil.copy(KMSG_DROPIN, unit_dir / "nichealthd.service.d/kmsg.conf")
     env = dict(os.environ, MANPATH=str(man_tree(tmp_path)), SYSTEMD_LOG_COLOR="0")
     res = subprocess.run(
         [ANALYZE, "verify", str(unit_dir / "nichealthd.service")],
@@ -181,3 +186,50 @@ def test_start_failures_the_operator_must_fix_keep_the_start_budget():
     assert {EXIT_STARTUP, EXIT_USAGE} <= prevented
     assert EXIT_CRASH not in prevented
     assert d[("Service", "Restart")] == ["on-failure"]
+
+
+def test_kmsg_dropin_grants_reading_dev_kmsg_and_nothing_else():
+    """#17: the example drop-in for kernelLog = "kmsg" (installed by the packages under
+    /usr/share/doc/nichealthd/examples/): the node, read only, and CAP_SYSLOG for
+    kernel.dmesg_restrict = 1 (which a private user namespace cannot hold)."""
+    d = directives(KMSG_DROPIN)
+    assert d == {
+        ("Service", "BindReadOnlyPaths"): ["/dev/kmsg"],
+        ("Service", "DeviceAllow"): ["/dev/kmsg r"],
+        ("Service", "ProtectKernelLogs"): ["no"],
+        ("Service", "PrivateUsers"): ["no"],
+        ("Service", "CapabilityBoundingSet"): ["CAP_SYSLOG"],
+        ("Service", "AmbientCapabilities"): ["CAP_SYSLOG"],
+    }
+    text = KMSG_DROPIN.read_text()
+    assert "/usr/share/doc/nichealthd/examples/kmsg.conf" in text
+    assert "/etc/systemd/system/nichealthd.service.d/kmsg.conf" in text
+    from nichealthd.sources.kernel_log import KMSG_DROPIN as SHIPPED
+    from nichealthd.sources.kernel_log import KMSG_DROPIN_TARGET
+    assert SHIPPED in text and KMSG_DROPIN_TARGET in text  # what the daemon's message names
+
+
+def security_score(unit_root: Path) -> float:
+    res = subprocess.run([ANALYZE, "security", "--offline=true", f"--root={unit_root}",
+                          "--no-pager", "nichealthd.service"], capture_output=True, text=True)
+    m = re.search(r"Overall exposure level for nichealthd\.service: (\d+\.\d+)", res.stdout)
+    assert m, res.stdout + res.stderr
+    return float(m.group(1))
+
+
+@needs_analyze
+def test_kmsg_dropin_score_and_the_default_unit_unchanged(tmp_path):
+    """The drop-in costs some hardening (CAP_SYSLOG, no private user namespace) but keeps the
+    unit within the 2.0 of the issue; the default unit is scored as it was (no drop-in)."""
+    units = tmp_path / "root/etc/systemd/system"
+    units.mkdir(parents=True)
+    shutil.copy(UNIT, units / "nichealthd.service")
+    default = security_score(tmp_path / "root")
+    (units / "nichealthd.service.d").mkdir()
+    shutil.copy(KMSG_DROPIN, units / "nichealthd.service.d/kmsg.conf")
+    with_dropin = security_score(tmp_path / "root")
+    print(f"systemd-analyze security: unit {default}, unit + kmsg drop-in {with_dropin}")
+    plain = subprocess.run([ANALYZE, "security", "--offline=true", "--no-pager", str(UNIT)],
+                           capture_output=True, text=True).stdout
+    assert f"nichealthd.service: {default}" in plain  # the same scoring as the test above
+    assert default < with_dropin <= 2.0

@@ -261,6 +261,10 @@ class Config:
     kernel_log_path: str = ""  # a journal directory/file or a kmsg-format file (tests, sim)
     kernel_log_max_lines: int = 5000  # read per poll; the rest is read by the next polls
     kernel_rules: tuple[KernelRule, ...] = DEFAULT_KERNEL_RULES
+    # Repetition of non-fatal driver faults (#17.4): NVSentinel's analyzer rule
+    # RepeatedNICDriverError (3 events of one pattern in 1 h -> CONTACT_SUPPORT); 0 is off.
+    kernel_log_repeat_count: int = 3
+    kernel_log_repeat_window: float = 3600.0
     notices: tuple[str, ...] = field(default=(), compare=False)
 
     @property
@@ -323,6 +327,7 @@ DURATION_BOUNDS: Dict[str, Tuple[float, float]] = {
     "pcieAerInterval": (0.0, 86400.0),
     "nicTemperatureInterval": (0.0, 86400.0),
     "adapterCheckInterval": (1.0, 3600.0),
+    "kernelLogRepeatWindow": (1.0, 7 * 86400.0),
 }
 INTEGER_BOUNDS: Dict[str, Tuple[int, int]] = {
     "outboxMaxEvents": (1, 10_000_000),
@@ -333,6 +338,8 @@ INTEGER_BOUNDS: Dict[str, Tuple[int, int]] = {
     "linkFlapCount": (0, 10_000),
     "linkFlapFatalCount": (0, 10_000),
     "kernelLogMaxLines": (10, 1_000_000),
+    # at most this many line times are kept per rule and device (the state stays small)
+    "kernelLogRepeatCount": (0, 1000),
 }
 # A counter is at most 64 bits: a larger threshold could never be breached.
 THRESHOLD_MAX = float(2 ** 64)
@@ -370,6 +377,15 @@ def _integer_between(low: int, high: int) -> Callable[[Any], int]:
             raise ValueError(f"must be between {low} and {high}, got {show(value)}")
         return value
     return convert
+
+
+def _repeat_count(value: Any) -> int:
+    """``kernelLogRepeatCount``: 0 (off) or a repetition, which takes at least two lines."""
+    count = _integer_between(*INTEGER_BOUNDS["kernelLogRepeatCount"])(value)
+    if count == 1:
+        raise ValueError("must be 0 (repetition off) or at least 2 (one line is a fault, "
+                         "not a repetition), got 1")
+    return count
 
 
 def _duration_between(low: float, high: float) -> Callable[[Any], float]:
@@ -572,6 +588,9 @@ SCALAR_KEYS: Dict[str, Tuple[str, Callable[[Any], Any]]] = {
     "kernelLogPath": ("kernel_log_path", _string),
     "kernelLogMaxLines": ("kernel_log_max_lines",
                           _integer_between(*INTEGER_BOUNDS["kernelLogMaxLines"])),
+    "kernelLogRepeatCount": ("kernel_log_repeat_count", _repeat_count),
+    "kernelLogRepeatWindow": ("kernel_log_repeat_window",
+                              _duration_between(*DURATION_BOUNDS["kernelLogRepeatWindow"])),
 }
 DETECTION = "counterDetection"
 DETECTION_KEYS = ("enabled", "counters", "efaCounters")

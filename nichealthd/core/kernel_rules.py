@@ -1,12 +1,16 @@
 """The kernel-log rules (issue #17): which mlx5 driver messages are faults, and of which device.
 
-Each rule is named, has an errorCode (its name unless configured), is fatal or not, and has a
-dedup window (gpud's: 5 min, 24 h for ACCESS_REG). The built-in rules are NVSentinel's eleven
-syslog NIC rules, written from the kernel's own message formats (the driver source lines are
-cited at each rule). ``[[kernelLogRules]]`` entries of the config file override a rule by name
-(any field), switch it off (``enabled = false``) or add a new one. A rule with ``header`` is
-stateful: it matches only within ``headerLines`` kernel lines after a line matching its header
-(a soft-lockup report followed by an mlx5 NAPI stack frame).
+Each rule is named, has an errorCode (its name unless configured), is fatal or not, has a
+dedup window (gpud's: 5 min, 24 h for ACCESS_REG), and, when non-fatal, counts toward the
+repetition of driver faults (``repeat``; ``kernelLogRepeatCount`` lines of it on one device
+within ``kernelLogRepeatWindow``) unless switched off: ACCESS_REG failures are left out, as
+NVSentinel's analyzer leaves them out of its RepeatedNICDriverError rule (restricted
+functions log one for every counter read: noise, not a recurring fault). The built-in rules
+are NVSentinel's eleven syslog NIC rules, written from the kernel's own message formats (the
+driver source lines are cited at each rule). ``[[kernelLogRules]]`` entries of the config
+file override a rule by name (any field), switch it off (``enabled = false``) or add a new
+one. A rule with ``header`` is stateful: it matches only within ``headerLines`` kernel lines
+after a line matching its header (a soft-lockup report followed by an mlx5 NAPI stack frame).
 
 Attribution: the PCI address of the message (``mlx5_core 0000:19:00.0: ...``, as printed by
 ``dev_printk``) or a network interface name (``NETDEV WATCHDOG: eth0 (mlx5_core): ...``).
@@ -53,6 +57,7 @@ class KernelRule:
     description: str = ""
     header: str = ""  # stateful: ``regex`` counts only within headerLines after this
     header_lines: int = 64
+    repeat: bool = True  # a non-fatal rule's lines count toward kernelLogRepeatCount
 
     @property
     def code(self) -> str:
@@ -125,8 +130,8 @@ DEFAULT_KERNEL_RULES: Tuple[KernelRule, ...] = (
     #   "(0x%x), err(%d)\n", ...) -> "mlx5_core 0000:19:00.0: mlx5_cmd_out_err:838:(pid 9):
     #   ACCESS_REG(0x805) op_mod(0x1) failed, status bad parameter(0x3), ..."
     KernelRule("access_reg_failed", r"mlx5_cmd_out_err.*ACCESS_REG.*failed",
-               window=ONE_DAY, description="a register access failed (restricted functions "
-               "log this for every counter read)"),
+               window=ONE_DAY, repeat=False, description="a register access failed "
+               "(restricted functions log this for every counter read)"),
     # events.c port_module_event():
     #   mlx5_core_info(dev, "Port module event: module %u, %s\n", num, status) with
     #   mlx5_pme_status_to_string(MLX5_MODULE_STATUS_UNPLUGGED) "Cable unplugged"
@@ -158,7 +163,7 @@ def compile_rules(rules: Tuple[KernelRule, ...]) -> Tuple[CompiledRule, ...]:
 # ------------------------------------------------------------------ config
 
 RULE_FIELDS = ("name", "regex", "enabled", "isFatal", "window", "errorCode", "description",
-               "header", "headerLines")
+               "header", "headerLines", "repeat")
 
 
 def _regex(value: Any) -> str:
@@ -215,6 +220,7 @@ _CONVERT: Dict[str, Tuple[str, Any]] = {
     "isFatal": ("is_fatal", _flag), "window": ("window", _window),
     "errorCode": ("error_code", _name), "description": ("description", _text),
     "header": ("header", _header), "headerLines": ("header_lines", _header_lines),
+    "repeat": ("repeat", _flag),
 }
 
 
@@ -277,4 +283,6 @@ def merge_kernel_rules(entries: Any, source: Optional[str], lines: KeyLines,
 def describe_rules(rules: Mapping[str, KernelRule]) -> List[str]:
     """One line per rule, for logs and documentation."""
     return [f"{r.name}: {'fatal' if r.is_fatal else 'non-fatal'}, window "
-            f"{format_duration(r.window)}" for r in rules.values()]
+            f"{format_duration(r.window)}"
+            f"{'' if r.is_fatal or r.repeat else ', not counted for repetition'}"
+            for r in rules.values()]

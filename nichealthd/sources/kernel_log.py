@@ -11,6 +11,8 @@ It returns at most ``kernelLogMaxLines`` lines per poll and the position after t
 - /dev/kmsg: one record per read (``<prio>,<seq>,<usec>,<flags>;<text>``, continuation lines
   start with a space, Documentation/ABI/testing/dev-kmsg); the cursor is
   ``kmsg:<boot id>:<seq>``. A regular file of such records stands in for it in tests.
+  The shipped unit hides /dev/kmsg; when it cannot be opened the error says which drop-in
+  grants it (:data:`KMSG_DROPIN`, shipped as an example), and the monitor logs it once.
 """
 
 from __future__ import annotations
@@ -32,6 +34,20 @@ log = logging.getLogger("nichealthd.kernel_log")
 JOURNAL_DIRS = ("/run/log/journal", "/var/log/journal")
 KMSG = "/dev/kmsg"
 KMSG_RECORD_MAX = 8192
+# The drop-in that lets the service read /dev/kmsg (systemd/examples/kmsg.conf, installed by
+# the packages as an example) and where an operator puts it.
+KMSG_DROPIN = "/usr/share/doc/nichealthd/examples/kmsg.conf"
+KMSG_DROPIN_TARGET = "/etc/systemd/system/nichealthd.service.d/kmsg.conf"
+# Why open(/dev/kmsg) fails: kernel/printk/printk.c devkmsg_open() -> check_syslog_permissions()
+# refuses readers without CAP_SYSLOG when kernel.dmesg_restrict = 1 (EPERM), the unit's device
+# cgroup (DevicePolicy=closed) refuses the node (EPERM), PrivateDevices=yes leaves it out of
+# the service's /dev (ENOENT).
+_KMSG_WHY = {
+    errno.ENOENT: "there is no /dev/kmsg in the service's /dev (PrivateDevices=yes)",
+    errno.EPERM: "not permitted (the unit's DevicePolicy=, or kernel.dmesg_restrict = 1 "
+                 "without CAP_SYSLOG)",
+    errno.EACCES: "access denied",
+}
 MISSING_MODULE = ("python3-systemd is not installed (no module systemd.journal): reading "
                   "kernel messages from /dev/kmsg instead; install python3-systemd (Debian/"
                   "Ubuntu) or python3-systemd (Fedora/RHEL) to read the journal with a cursor")
@@ -149,6 +165,22 @@ class JournalSource:
                 self._reader = None
 
 
+class KmsgUnavailable(OSError):
+    """/dev/kmsg cannot be opened; the message tells the operator how to grant it."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def kmsg_unavailable(exc: OSError) -> KmsgUnavailable:
+    why = _KMSG_WHY.get(exc.errno or 0, exc.strerror or str(exc))
+    return KmsgUnavailable(
+        exc.errno, f"{KMSG} cannot be opened: {why}. The shipped unit hides it: to read the "
+        f"kernel log from {KMSG} install the drop-in {KMSG_DROPIN} as {KMSG_DROPIN_TARGET}, "
+        f"then systemctl daemon-reload and systemctl restart nichealthd (nichealthd(8), "
+        f"KERNEL LOG), or use kernelLog = \"journal\" with python3-systemd")
+
+
 class KmsgSource:
     """/dev/kmsg records (or a file of them), sequence numbers as the cursor."""
 
@@ -167,7 +199,12 @@ class KmsgSource:
 
     def _open(self) -> None:
         self.close()
-        self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            if self.path == KMSG:
+                raise kmsg_unavailable(exc) from None
+            raise
         self._device = stat.S_ISCHR(os.fstat(self._fd).st_mode)
         self._buffer, self._seq = b"", -1
 

@@ -79,6 +79,13 @@ NUMERIC: dict[str, tuple[str, list[str], list[str]]] = {
     "kernelLogMaxLines": ("kernelLogMaxLines = {}",
                           ["nan", "inf", "-inf", "9", "1000001", "1.5", '"100"'],
                           ["10", "1000000"]),
+    # #17.4: repetition of non-fatal driver faults (0 off; one line is no repetition).
+    "kernelLogRepeatCount": ("kernelLogRepeatCount = {}",
+                             ["nan", "inf", "-1", "1", "1001", "1.5", '"3"'],
+                             ["0", "2", "1000"]),
+    "kernelLogRepeatWindow": ("kernelLogRepeatWindow = {}",
+                              ["nan", "inf", "-inf", "0", '"999ms"', '"169h"', "604801"],
+                              ['"1s"', '"1h"', '"168h"', "604800"]),
     "eventHistorySize": ("eventHistorySize = {}",
                          ["nan", "inf", "-inf", "0", "100001", "true"],
                          ["1", "100000"]),

@@ -204,8 +204,9 @@ def test_section_round_trips_and_renames() -> None:
 def test_series_counts_per_rule_and_device() -> None:
     r = runner()
     r.poll(snap(LINES["access_reg_failed"], LINES["access_reg_failed"], when=1))
-    (series,) = KERNEL_LOG.series(r.state.section(KERNEL_LOG), None)
-    assert series.kind == "counter"
+    series, window = KERNEL_LOG.series(r.state.section(KERNEL_LOG), None)
+    assert series.kind == "counter" and window.kind == "gauge"
+    assert window.samples == ()  # access_reg_failed does not count toward repetition
     assert series.samples == ((("access_reg_failed", "mlx5_0"), 2.0),)
 
 

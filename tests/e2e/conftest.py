@@ -45,8 +45,8 @@ def boot(e2e_ready, tmp_path) -> Iterator[Callable[..., nspawn.Container]]:
     """Factory: boot(flavour) -> a running Container; all are powered off at teardown."""
     started: List[nspawn.Container] = []
 
-    def _boot(flavour: str = "base") -> nspawn.Container:
-        c = nspawn.Container(flavour)
+    def _boot(flavour: str = "base", nspawn_args: tuple = ()) -> nspawn.Container:
+        c = nspawn.Container(flavour, nspawn_args=nspawn_args)
         started.append(c)
         c.start()
         return c

@@ -37,6 +37,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -289,8 +290,10 @@ def _children(pid: int) -> list:
 class Container:
     """One booted throw-away copy of a cached rootfs."""
 
-    def __init__(self, flavour: str = "base", workdir: Optional[Path] = None) -> None:
+    def __init__(self, flavour: str = "base", workdir: Optional[Path] = None,
+                 nspawn_args: Sequence[str] = ()) -> None:
         self.flavour = flavour
+        self.nspawn_args = tuple(nspawn_args)  # more systemd-nspawn options (--bind-ro=...)
         self.name = f"nichealthd-e2e-{uuid.uuid4().hex[:8]}"
         parent = workdir or Path(os.environ.get("NICHEALTHD_E2E_WORKDIR", "/var/tmp"))
         self.root = parent / self.name
@@ -309,6 +312,7 @@ class Container:
         script = (
             f"{enter}exec systemd-nspawn -q -D {self.root} -b --register=no --keep-unit "
             f"--console=passive --private-network --machine={self.name[:64]}"
+            + "".join(f" {shlex.quote(arg)}" for arg in self.nspawn_args)
         )
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(

@@ -2,9 +2,25 @@
 
 from __future__ import annotations
 
+import errno
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
-from nichealthd.sources.kernel_log import KmsgSource, parse_kmsg
+import pytest
+
+from nichealthd.sources.kernel_log import (
+    KMSG_DROPIN,
+    KMSG_DROPIN_TARGET,
+    KmsgSource,
+    KmsgUnavailable,
+    kmsg_unavailable,
+    parse_kmsg,
+)
+
+REPO = Path(__file__).resolve().parents[2]
 
 BOOT = "11111111-2222-3333-4444-555555555555"
 RECORDS = (
@@ -65,3 +81,40 @@ def test_malformed_records_are_skipped() -> None:
     assert parse_kmsg(b"garbage") is None
     assert parse_kmsg(b"6,x,1,-;t") is None
     assert parse_kmsg(b"6,7,8,-;text") == (7, 8, "text")
+
+
+def test_a_missing_kmsg_file_is_a_plain_error(tmp_path: Path) -> None:
+    """Only /dev/kmsg itself gets the drop-in hint; a kernelLogPath file is the user's."""
+    with pytest.raises(FileNotFoundError) as info:
+        KmsgSource(str(tmp_path / "absent")).read("", BOOT, 10)
+    assert not isinstance(info.value, KmsgUnavailable)
+
+
+@pytest.mark.parametrize("code, why", [
+    (errno.ENOENT, "there is no /dev/kmsg in the service's /dev (PrivateDevices=yes)"),
+    (errno.EPERM, "kernel.dmesg_restrict = 1 without CAP_SYSLOG"),
+])
+def test_the_reason_and_the_drop_in_to_install(code: int, why: str) -> None:
+    error = kmsg_unavailable(OSError(code, os.strerror(code)))
+    text = str(error)
+    assert text.startswith("/dev/kmsg cannot be opened: ") and why in text
+    assert f"install the drop-in {KMSG_DROPIN} as {KMSG_DROPIN_TARGET}" in text
+    assert error.errno == code
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="needs root to drop to an unprivileged user with setpriv")
+def test_an_unprivileged_reader_gets_the_drop_in_hint() -> None:
+    """The real /dev/kmsg opened by a user without CAP_SYSLOG: refused where
+    kernel.dmesg_restrict = 1 (kernel/printk/printk.c check_syslog_permissions)."""
+    if Path("/proc/sys/kernel/dmesg_restrict").read_text().strip() != "1":
+        pytest.skip("kernel.dmesg_restrict is 0 here: every user may read /dev/kmsg")
+    code = ("from nichealthd.sources.kernel_log import KmsgSource\n"
+            "try:\n    KmsgSource().read('', 'boot', 10)\n"
+            "except Exception as exc:\n    print(type(exc).__name__, exc.errno, exc)\n")
+    run = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                          sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO)}, check=False)
+    assert run.stdout.startswith(f"KmsgUnavailable {errno.EPERM} /dev/kmsg cannot be opened: "
+                                 "not permitted"), run.stdout + run.stderr
+    assert KMSG_DROPIN in run.stdout

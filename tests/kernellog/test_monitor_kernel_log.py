@@ -109,3 +109,25 @@ def test_without_a_path_a_simulated_host_reads_no_kernel_log(tmp_path: Path) -> 
     monitor = Monitor(cfg, load_topology(cfg))
     assert monitor.kernel_log is None
     monitor.close()
+
+
+def test_a_repeating_fault_across_a_restart(tmp_path: Path) -> None:
+    """#17.4 on real journal files: lines of one non-fatal rule a minute apart are one
+    SysLogsNICDriverError event per dedup window, and the third within the hour one
+    CONTACT_SUPPORT repetition; the window is in the state file (a restart keeps it)."""
+    root, cfg = host(tmp_path)
+    t0 = time.time() - 600
+    kernel_log(root, "mlx5_3", "mlx5_tx_timeout_detected", count=2, interval=60, start=t0)
+    monitor, events = run(cfg)
+    assert [e.error_code for e in events] == [("mlx5_tx_timeout_detected",)]
+    monitor.close()
+    kernel_log(root, "mlx5_3", "mlx5_tx_timeout_detected", start=t0 + 120)
+    monitor = Monitor(cfg, load_topology(cfg))
+    monitor.start()
+    outcome = monitor.poll()
+    got = [e.event for e in outcome.committed if e.event.error_code[0].startswith("mlx5_tx")]
+    assert [(e.check_name, e.error_code, e.recommended_action, e.is_fatal) for e in got] == [
+        ("InfiniBandDegradationCheck", ("mlx5_tx_timeout_detected_repeated",),
+         "CONTACT_SUPPORT", False)]  # the third line is within the first's dedup window
+    assert ("NIC", "mlx5_3") in got[0].entities
+    monitor.close()

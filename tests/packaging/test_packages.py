@@ -224,7 +224,8 @@ def check_target_layout(rpm: Path, target: str) -> None:
     assert sitelib + "nichealthd/runtime/daemon.py" in files
     assert "/usr/lib/systemd/system/nichealthd.service" in files
     allowed = ("/etc/nichealthd", "/usr/bin/", sitelib, "/usr/lib/systemd/system/",
-               "/usr/lib/sysusers.d/", "/usr/share/dbus-1/", "/usr/share/man/")  # fmt: skip
+               "/usr/lib/sysusers.d/", "/usr/share/dbus-1/", "/usr/share/man/",
+               "/usr/share/doc/nichealthd")  # fmt: skip  (#17: the kmsg drop-in example)
     for f in files:
         assert f.startswith(allowed), f  # never dist-packages, /lib, /usr/local
         if f.endswith(".pyc"):  # bytecode only for the target's Python
@@ -295,6 +296,17 @@ def test_rpm_and_deb_carry_the_same_files(deb_file, rpm_file):
     deb, rpm = deb_files(deb_file), rpm_files(rpm_file)
     assert deb == rpm, {"only in .deb": deb - rpm, "only in .rpm": rpm - deb}
     assert deb >= EXPECTED
+
+
+def test_both_ship_the_kmsg_drop_in_as_an_example(deb_file, rpm_file):
+    """#17: kernelLog = "kmsg" needs systemd/examples/kmsg.conf, which both packages install
+    uncompressed at the path the daemon's message and nichealthd(8) name (/usr/share/doc is
+    left out of the file comparison above: Debian's copyright and changelog live there)."""
+    from nichealthd.sources.kernel_log import KMSG_DROPIN
+
+    assert f" .{KMSG_DROPIN}\n" in run("dpkg-deb", "-c", str(deb_file))
+    assert KMSG_DROPIN in rpm_query(rpm_file, "-l")
+    assert KMSG_DROPIN in rpm_query(rpm_file, "-d")  # marked as documentation
 
 
 def test_builds_from_release_tarball(deb_file, rpm_file, tmp_path):

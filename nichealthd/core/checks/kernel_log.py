@@ -14,18 +14,38 @@ Events: checkName ``SysLogsNICDriverError`` and errorCode ``[<rule>]``, as NVSen
 syslog monitor reports them, so its analyzer rules for repeated NIC driver errors apply to
 either; fatal rules say REPLACE_VM. A fatal fault stays an open condition for the rest of the
 boot (the driver does not say when a device recovers).
+
+Repetition (#17.4), flap-style: the lines of a non-fatal rule (``repeat``: all but
+access_reg_failed) on one monitored device are counted in a sliding window, timed by the
+kernel's own timestamps. Every matching line counts, not only the deduplicated events: the
+dedup window (5 min) would hide a fault that comes back every minute, and NVSentinel's syslog
+monitor, whose events its analyzer counts, reports every line. ``kernelLogRepeatCount`` (3)
+lines within ``kernelLogRepeatWindow`` (1 h) — the figures of NVSentinel's analyzer rule
+RepeatedNICDriverError, which escalates 3 non-fatal events of one pattern within 1 h to
+CONTACT_SUPPORT — give ONE non-fatal event with ``recommendedAction`` CONTACT_SUPPORT under
+the device's degradation check (``InfiniBandDegradationCheck``, ``EthernetDegradationCheck``,
+``EFADegradationCheck``), errorCode ``<rule code>_repeated``, entities the NIC and its PCI
+address; its healthy event follows when the window holds fewer lines than the count. Not under
+``SysLogsNICDriverError``: that check holds the fatal faults, which no healthy event may clear
+(a fatal fact of a NIC consolidates under its layer's checks, as for every other family). The
+window is persisted (it survives a restart), a reboot clears it with the rest of the state,
+``kernelLogRepeatCount = 0`` switches it off (with the recovery of what it had reported). At
+most ``kernelLogRepeatCount`` line times are kept per rule and device: enough to decide, and
+the state stays small under a flood. Unattributable lines (the host's) are not counted.
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Iterable, Mapping, Optional
 
-from ..config import Config
+from ..config import EFA_DEGRADATION_CHECK, Config
+from ..duration import format_duration
 from ..events import (
     ENTITY_NIC,
+    ENTITY_PCI,
     ENTITY_PORT,
     HealthEvent,
     format_timestamp,
@@ -34,11 +54,23 @@ from ..events import (
 from ..family import HOST, READS_DEVICES, CheckFamily, Condition, Cycle, Series, Verdict
 from ..kernel_rules import CompiledRule, KernelRule, attribution, compile_rules
 from ..model import DeviceSnapshot, HostSnapshot, KernelLine
-from ..state import FATAL, parse_bool, parse_int, parse_str, parse_table, parse_when
+from ..state import (
+    DEGRADED,
+    FATAL,
+    parse_bool,
+    parse_int,
+    parse_list,
+    parse_str,
+    parse_table,
+    parse_when,
+)
+from .link_state import LINK_STATE
+from .pci_open import layer_checks
 
 CHECK_NAME = "SysLogsNICDriverError"
 KEY = "kernel_log"
 MAX_TEXT = 1000  # a kernel line is at most 1 KiB (PRINTKRB_RECORD_MAX) ; longer is cut
+REPEATED = "_repeated"  # suffix of a repetition's errorCode
 
 
 @dataclass(frozen=True)
@@ -75,9 +107,54 @@ class Pending:
         return cls(parse_str(data["line"]), parse_int(data["left"]))
 
 
+@dataclass(frozen=True)
+class Told:
+    """The identity a repetition event was sent with: its recovery carries exactly this one
+    (the platform clears a condition by identity), even if the device was renamed since."""
+
+    check: str
+    code: str
+    entities: tuple[tuple[str, str], ...]
+    since: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        return {"check": self.check, "code": self.code,
+                "entities": [list(e) for e in self.entities],
+                "since": format_timestamp(self.since)}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Told:
+        entities = []
+        for entity in parse_list(data["entities"], "entities"):
+            kind, value = parse_list(entity, "entity")
+            entities.append((parse_str(kind), parse_str(value)))
+        return cls(parse_str(data["check"]), parse_str(data["code"]), tuple(entities),
+                   parse_when(data["since"]))
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """One non-fatal rule on one device: the times of its last lines within the repetition
+    window (oldest first, at most kernelLogRepeatCount), and the repetition event told."""
+
+    times: tuple[datetime, ...] = ()
+    told: Optional[Told] = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"times": [format_timestamp(t) for t in self.times],
+                "told": self.told.to_json() if self.told else None}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Repeat:
+        told = data.get("told")
+        return cls(tuple(parse_when(t) for t in parse_list(data["times"], "times")),
+                   Told.from_json(told) if told is not None else None)
+
+
 @dataclass
 class KernelLogSection:
-    """The cursor, the dedup times, the match counts, the last and the fatal faults."""
+    """The cursor, the dedup times, the match counts, the last and the fatal faults, the
+    repetition windows."""
 
     cursor: str = ""
     last_event: dict[str, datetime] = field(default_factory=dict)  # "rule|device" -> line time
@@ -85,13 +162,16 @@ class KernelLogSection:
     faults: dict[str, Fault] = field(default_factory=dict)  # device (or "") -> last fault
     fatal: dict[str, str] = field(default_factory=dict)  # device (or "") -> fatal rule
     pending: dict[str, Pending] = field(default_factory=dict)  # rule -> header seen
+    repeats: dict[str, Repeat] = field(default_factory=dict)  # "rule|device" -> window
 
     def copy(self) -> KernelLogSection:
         return KernelLogSection(self.cursor, dict(self.last_event), dict(self.counts),
-                                dict(self.faults), dict(self.fatal), dict(self.pending))
+                                dict(self.faults), dict(self.fatal), dict(self.pending),
+                                dict(self.repeats))
 
     def without_cursor(self) -> tuple[Any, ...]:
-        return (self.last_event, self.counts, self.faults, self.fatal, self.pending)
+        return (self.last_event, self.counts, self.faults, self.fatal, self.pending,
+                self.repeats)
 
     def to_json(self) -> dict[str, Any]:
         return {KEY: {
@@ -101,6 +181,7 @@ class KernelLogSection:
             "faults": {k: v.to_json() for k, v in sorted(self.faults.items())},
             "fatal": dict(sorted(self.fatal.items())),
             "pending": {k: v.to_json() for k, v in sorted(self.pending.items())},
+            "repeats": {k: v.to_json() for k, v in sorted(self.repeats.items())},
         }}
 
     @classmethod
@@ -113,7 +194,9 @@ class KernelLogSection:
             {parse_str(k): Fault.from_json(v) for k, v in parse_table(table, "faults").items()},
             {parse_str(k): parse_str(v) for k, v in parse_table(table, "fatal").items()},
             {parse_str(k): Pending.from_json(v)
-             for k, v in parse_table(table, "pending").items()})
+             for k, v in parse_table(table, "pending").items()},
+            {parse_str(k): Repeat.from_json(v)  # absent in state files of before #17.4
+             for k, v in parse_table(table, "repeats").items()})
 
 
 @functools.lru_cache(maxsize=4)
@@ -161,17 +244,29 @@ class KernelLog(CheckFamily[KernelLogSection]):
     def evaluate(self, previous: KernelLogSection, cycle: Cycle, memory: Any
                  ) -> Verdict[KernelLogSection]:
         snapshot = cycle.snapshot
+        moved = snapshot.kernel_cursor is not None and snapshot.kernel_cursor != previous.cursor
+        if not snapshot.kernel_lines and not moved and not _repeats_due(previous, cycle):
+            return Verdict(previous)  # the common case: nothing read, nothing expires
         state = previous.copy()
         if snapshot.kernel_cursor is not None:
             state.cursor = snapshot.kernel_cursor
-        if not snapshot.kernel_lines:
-            return Verdict(state)
+        touched: dict[str, DeviceSnapshot] = {}  # "rule|device" counted this poll
+        events: list[tuple[str, HealthEvent]] = []
+        if snapshot.kernel_lines:
+            self._lines(state, cycle, events, touched)
+        events.extend(_repetition(state, cycle, touched))
+        return Verdict(state, tuple(events))
+
+    def _lines(self, state: KernelLogSection, cycle: Cycle,
+               events: list[tuple[str, HealthEvent]],
+               touched: dict[str, DeviceSnapshot]) -> None:
+        """Match the poll's lines: dedup events, counts, faults, repetition times."""
+        snapshot = cycle.snapshot
         rules = _compiled(cycle.config.kernel_rules)
         stateless = [r for r in rules if r.header is None]
         stateful = [r for r in rules if r.header is not None]
         devices = _Devices(snapshot)
         monitored = frozenset(d.name for d in cycle.monitored)
-        events: list[tuple[str, HealthEvent]] = []
         for line in snapshot.kernel_lines:
             text = line.text[:MAX_TEXT]
             matched = False
@@ -188,7 +283,7 @@ class KernelLog(CheckFamily[KernelLogSection]):
                 if compiled.pattern.search(text):
                     del state.pending[name]
                     self._match(compiled.rule, f"{waiting.line} / {text.strip()}", line, state,
-                                devices, monitored, cycle, events)
+                                devices, monitored, cycle, events, touched)
                     matched = True
                 elif waiting.left <= 1:
                     del state.pending[name]
@@ -199,14 +294,14 @@ class KernelLog(CheckFamily[KernelLogSection]):
             for compiled in stateless:
                 if compiled.pattern.search(text):
                     self._match(compiled.rule, text, line, state, devices, monitored, cycle,
-                                events)
+                                events, touched)
                     break  # a line is one fault: the first rule that matches names it
-        return Verdict(state, tuple(events))
 
     @staticmethod
     def _match(rule: KernelRule, text: str, line: KernelLine, state: KernelLogSection,
                devices: _Devices, monitored: frozenset[str], cycle: Cycle,
-               events: list[tuple[str, HealthEvent]]) -> None:
+               events: list[tuple[str, HealthEvent]],
+               touched: dict[str, DeviceSnapshot]) -> None:
         device, port = devices.find(text)
         target = device.name if device is not None else HOST
         key = f"{rule.name}|{target}"
@@ -216,6 +311,9 @@ class KernelLog(CheckFamily[KernelLogSection]):
         state.faults[target] = Fault(rule.name, line.at, text, rule.is_fatal)
         if rule.is_fatal:
             state.fatal.setdefault(target, rule.name)
+        elif device is not None and _counts_repeats(rule, cycle.config):
+            _count(state, key, line.at, cycle)
+            touched[key] = device
         last = state.last_event.get(key)
         if last is not None and (line.at - last).total_seconds() < rule.window:
             return  # within the dedup window of the last event
@@ -249,7 +347,8 @@ class KernelLog(CheckFamily[KernelLogSection]):
             section.cursor, {key(k): v for k, v in section.last_event.items()},
             {key(k): v for k, v in section.counts.items()},
             {renames.get(k, k): v for k, v in section.faults.items()},
-            {renames.get(k, k): v for k, v in section.fatal.items()}, dict(section.pending))
+            {renames.get(k, k): v for k, v in section.fatal.items()}, dict(section.pending),
+            {key(k): v for k, v in section.repeats.items()})  # told: the identity as sent
 
     def urgent(self, old: KernelLogSection, new: KernelLogSection, config: Config) -> bool:
         """A match is written at once; a cursor that only moved over unrelated lines is
@@ -257,10 +356,14 @@ class KernelLog(CheckFamily[KernelLogSection]):
         return old.without_cursor() != new.without_cursor()
 
     def conditions(self, section: KernelLogSection, picture: Any) -> Iterable[Condition]:
-        """A fatal driver fault holds for the rest of the boot."""
+        """A fatal driver fault holds for the rest of the boot; a repetition until its
+        window holds fewer lines than kernelLogRepeatCount."""
         for target in sorted(section.fatal):
             who = target or "host"
             yield Condition(FATAL, f"{who}: kernel driver fault {section.fatal[target]}")
+        for key in sorted(k for k, r in section.repeats.items() if r.told):
+            rule, _, device = key.rpartition("|")
+            yield Condition(DEGRADED, f"{device}: kernel driver fault {rule} repeated")
 
     def series(self, section: KernelLogSection, picture: Any) -> Iterable[Series]:
         samples = []
@@ -270,6 +373,126 @@ class KernelLog(CheckFamily[KernelLogSection]):
         yield Series("kernel_log_matches_total", "Kernel log lines that matched a driver "
                      "fault rule, per rule and device (empty device: not attributable)",
                      "counter", ("rule", "device"), tuple(samples))
+        yield Series("kernel_log_repeat_window_matches",
+                     "Lines of a non-fatal driver fault rule within kernelLogRepeatWindow, "
+                     "per rule and device, as of the last poll with kernel lines (at most "
+                     "kernelLogRepeatCount are kept)", "gauge", ("rule", "device"),
+                     tuple((tuple(k.rpartition("|")[::2]), float(len(r.times)))
+                           for k, r in sorted(section.repeats.items())))
+
+
+def _counts_repeats(rule: KernelRule, config: Config) -> bool:
+    """Whether the rule's lines count toward repetition under ``config``."""
+    return bool(config.kernel_log_repeat_count) and rule.repeat and not rule.is_fatal
+
+
+def _horizon(cycle: Cycle) -> datetime:
+    """Lines at or before this time are out of the repetition window."""
+    return cycle.now - timedelta(seconds=cycle.config.kernel_log_repeat_window)
+
+
+def _count(state: KernelLogSection, key: str, at: datetime, cycle: Cycle) -> None:
+    """One more line of ``key`` in its window (the last kernelLogRepeatCount are kept)."""
+    if at <= _horizon(cycle):
+        return  # an old line (a backlog read after a restart): it repeats nothing now
+    record = state.repeats.get(key) or Repeat()
+    times = tuple(sorted((*record.times, at)))[-cycle.config.kernel_log_repeat_count:]
+    state.repeats[key] = replace(record, times=times)
+
+
+def _repeats_due(section: KernelLogSection, cycle: Cycle) -> bool:
+    """Whether a repetition window has something to drop or to clear (its lines expire, the
+    count or the rule changed, repetition was switched off)."""
+    if not section.repeats:
+        return False
+    config = cycle.config
+    threshold = config.kernel_log_repeat_count
+    if not threshold:
+        return True
+    horizon = _horizon(cycle)
+    counting = {r.name for r in config.kernel_rules if r.enabled and _counts_repeats(r, config)}
+    return any(not r.times or r.times[0] <= horizon or (r.told and len(r.times) < threshold)
+               or k.rpartition("|")[0] not in counting for k, r in section.repeats.items())
+
+
+def _degradation_check(device: DeviceSnapshot, cycle: Cycle) -> Optional[str]:
+    """The check a repetition of ``device`` is reported under (None: layer unknown)."""
+    if device.is_efa:
+        return EFA_DEGRADATION_CHECK
+    names = layer_checks(device, cycle.previous.section(LINK_STATE))
+    return names.degradation if names else None
+
+
+def _repetition(state: KernelLogSection, cycle: Cycle,
+                touched: Mapping[str, DeviceSnapshot]) -> list[tuple[str, HealthEvent]]:
+    """Slide every window; tell the repetitions that reached the count, clear those that
+    fell below it (or whose rule no longer counts, or when switched off)."""
+    if not state.repeats:
+        return []
+    config = cycle.config
+    threshold = config.kernel_log_repeat_count
+    window = format_duration(config.kernel_log_repeat_window)
+    horizon = _horizon(cycle)
+    rules = {r.name: r for r in config.kernel_rules if r.enabled}
+    monitored: Optional[dict[str, DeviceSnapshot]] = None
+    events: list[tuple[str, HealthEvent]] = []
+    for key in sorted(state.repeats):
+        record = state.repeats[key]
+        name, _, target = key.rpartition("|")
+        rule = rules.get(name)
+        counting = rule is not None and _counts_repeats(rule, config)
+        times = tuple(t for t in record.times if t > horizon) if counting else ()
+        told = record.told
+        if told is not None and told.check not in cycle.enabled:
+            told = None  # its check was switched off: nothing to tell it (as link flaps)
+        if told is not None and (not counting or len(times) < threshold):
+            why = (f"{len(times)} line(s) within {window} (threshold {threshold})"
+                   if counting else "repetition detection switched off for this rule"
+                   if threshold else "repetition detection switched off")
+            events.append((target, make_event(
+                told.check, fatal=False, healthy=True, error_code=told.code,
+                entities=told.entities, at=cycle.now,
+                message=f"{target}: kernel driver fault {name} no longer repeating - {why}")))
+            told = None
+        elif told is None and counting and len(times) >= threshold:
+            assert rule is not None
+            device = touched.get(key)
+            if device is None:
+                if monitored is None:
+                    monitored = {d.name: d for d in cycle.monitored}
+                device = monitored.get(target)
+            check = _degradation_check(device, cycle) if device is not None else None
+            if device is not None and check is not None and check in cycle.enabled:
+                told = Told(check, f"{rule.code}{REPEATED}", _entities(device), cycle.now)
+                events.append((target, _repeat_event(rule, told, target, len(times),
+                                                     cycle)))
+        if not times and told is None:
+            del state.repeats[key]
+        elif (times, told) != (record.times, record.told):
+            state.repeats[key] = Repeat(times, told)
+    return events
+
+
+def _entities(device: DeviceSnapshot) -> tuple[tuple[str, str], ...]:
+    if device.pci_address:
+        return ((ENTITY_NIC, device.name), (ENTITY_PCI, device.pci_address))
+    return ((ENTITY_NIC, device.name),)
+
+
+def _repeat_event(rule: KernelRule, told: Told, target: str, lines: int, cycle: Cycle
+                  ) -> HealthEvent:
+    config = cycle.config
+    window = format_duration(config.kernel_log_repeat_window)
+    what = rule.description or rule.name
+    event = make_event(
+        told.check, fatal=False, healthy=False, error_code=told.code, entities=told.entities,
+        at=cycle.now,
+        message=f"{target}: kernel driver fault {rule.name} ({what}) repeated - {lines} lines "
+                f"within {window} (threshold {config.kernel_log_repeat_count}) - the driver's "
+                f"recovery is not holding")
+    return replace(event, recommended_action="CONTACT_SUPPORT", metadata={
+        "kernel_log_rule": rule.name, "kernel_log_repeats": str(lines),
+        "kernel_log_repeat_window": window})
 
 
 def device_fault(section: KernelLogSection, device: str) -> dict[str, Any]:
