@@ -9,9 +9,13 @@ Every ``adapterCheckInterval`` (and at the first poll) one read gathers:
   stays the same (a reload may give ``uverbs0`` to another device);
 - the Mellanox physical functions of ``<sysfs>/bus/pci/devices``: one listdir; ``vendor``,
   ``class`` and ``physfn`` of an address are read once (fixed while it exists), then one
-  listdir of ``<function>/infiniband`` per Mellanox PF;
+  listdir of ``<function>/infiniband`` per Mellanox PF that no RDMA device of the poll's
+  snapshot stands for (a registered function needs no proof);
 - ``fw_ver`` of each registered device (a flash changes it at runtime);
 - ``operstate`` of each port's netdev, and ``flags`` (IFF_UP) when it is down.
+
+``fw_ver`` and ``operstate`` are kept open and re-read with pread, as the counters are: one
+syscall a file instead of three, every read.
 
 Polls in between get None (:attr:`HostSnapshot.adapter`): no information, nothing judged.
 Like every source it never raises on bad content: what cannot be read is None.
@@ -27,7 +31,7 @@ from typing import Callable, Iterable, Optional
 from ..core.adapter import IFF_UP, AdapterFacts, CharDevices, NetdevLink, PciNic
 from ..core.config import Config
 from ..core.model import DeviceSnapshot
-from .attribute import read_text
+from .attribute import AttributeFiles, read_text
 
 log = logging.getLogger("nichealthd.adapter")
 
@@ -35,6 +39,8 @@ MELLANOX_VENDOR = "0x15b3"
 # PCI class codes of network controllers: Ethernet, InfiniBand, other (pci_ids.h 0x0200,
 # 0x0207, 0x0280); the sysfs ``class`` file reads 0xCCSSPP.
 NETWORK_CLASSES = ("0x0200", "0x0207", "0x0280")
+# At most this many fw_ver/operstate files stay open; the rest are opened for each read.
+KEPT_OPEN = 512
 
 
 def listdir(path: str) -> Optional[list[str]]:
@@ -64,10 +70,17 @@ class AdapterReader:
         # PCI address -> (class, physfn present) of Mellanox functions; None: not one.
         self._functions: dict[str, Optional[tuple[str, bool]]] = {}
         self.reads = 0
+        # fw_ver and operstate files, kept open between reads; closed when no longer read.
+        self.files = AttributeFiles(budget=KEPT_OPEN)
+        self._used: set[str] = set()
 
     def reconfigure(self, config: Config) -> None:
         self.config = config
         self._read_at = None  # read at the next poll under the new config
+        self.files.close()
+
+    def close(self) -> None:
+        self.files.close()
 
     def due(self) -> bool:
         now = self._monotonic()
@@ -89,11 +102,31 @@ class AdapterReader:
             uverbs=self._device_entries(os.path.join(root, "class/infiniband_verbs"), "uverbs"),
             umad=self._port_entries(os.path.join(root, "class/infiniband_mad"), "umad"),
             issm=self._port_entries(os.path.join(root, "class/infiniband_mad"), "issm"))
-        return AdapterFacts(
+        registered = frozenset(d.pci_address for d in devices if d.pci_address)
+        self._used = set()
+        facts = AdapterFacts(
             chardevs=chardevs,
-            pci_nics=self._pci_nics(),
+            pci_nics=self._pci_nics(registered),
             firmware=self._firmware(devices),
             netdevs=self._netdevs(devices))
+        self.files.retain(self._used)  # a device or netdev gone: its files are closed
+        return facts
+
+    def _kept(self, path: str) -> Optional[str]:
+        """The first line of a file read at every adapter read, kept open; None if unreadable.
+
+        A file kept open from a device that was removed and registered again fails once
+        (ENODEV): it is opened afresh at once, so the new device's value is not lost."""
+        for _attempt in range(2 if path in self.files else 1):
+            try:
+                raw = self.files.read(path)
+                break
+            except OSError:
+                continue
+        else:
+            return None
+        self._used.add(path)
+        return raw.decode("ascii", errors="replace").split("\n", 1)[0].strip() or None
 
     # ------------------------------------------------------------ char devices
 
@@ -131,7 +164,7 @@ class AdapterReader:
 
     # ------------------------------------------------------------ PCI functions
 
-    def _pci_nics(self) -> Optional[tuple[PciNic, ...]]:
+    def _pci_nics(self, registered: frozenset[str]) -> Optional[tuple[PciNic, ...]]:
         bus = os.path.join(self.config.sysfs_root, "bus/pci/devices")
         addresses = listdir(bus)
         if addresses is None:
@@ -147,9 +180,9 @@ class AdapterReader:
             known = self._functions[address]
             if known is None or known[1]:
                 continue  # not a Mellanox network function, or a VF
-            registered = bool(listdir(os.path.join(pdir, "infiniband")))
+            bound = address in registered or bool(listdir(os.path.join(pdir, "infiniband")))
             driver = netdevs = numa = None
-            if not registered:  # the details only for a function the evaluator may report
+            if not bound:  # the details only for a function the evaluator may report
                 try:
                     driver = os.path.basename(os.readlink(os.path.join(pdir, "driver")))
                 except OSError:
@@ -158,7 +191,7 @@ class AdapterReader:
                 numa_text = read_text(os.path.join(pdir, "numa_node"))
                 numa = int(numa_text) if numa_text and numa_text.lstrip("-").isdecimal() \
                     else None
-            nics.append(PciNic(address, known[0], registered, driver, netdevs or (), numa))
+            nics.append(PciNic(address, known[0], bound, driver, netdevs or (), numa))
         return tuple(nics)
 
     # ------------------------------------------------------------ firmware, netdevs
@@ -169,7 +202,7 @@ class AdapterReader:
         for device in devices:
             if device.is_vf:
                 continue
-            version = read_text(os.path.join(base, device.name, "fw_ver"))
+            version = self._kept(os.path.join(base, device.name, "fw_ver"))
             if version is not None:
                 firmware[device.name] = version
         return firmware
@@ -181,7 +214,7 @@ class AdapterReader:
             for port in device.ports:
                 if not port.netdev:
                     continue
-                operstate = port.operstate or read_text(
+                operstate = port.operstate or self._kept(
                     os.path.join(base, port.netdev, "operstate"))
                 admin_up = None
                 if operstate is not None and operstate != "up":

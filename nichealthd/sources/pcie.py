@@ -35,8 +35,8 @@ from ..core.pcifacts import (
     parse_speed,
     parse_width,
 )
+from .attribute import AttributeFiles
 from .hwmon import HwmonReader
-from .sysfs import AttributeFiles
 
 log = logging.getLogger("nichealthd.pcie")
 

@@ -20,7 +20,6 @@ unreadable instead of hanging the poll.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import functools
 import logging
@@ -44,7 +43,8 @@ from ..core.model import (
     Unreadable,
 )
 from .adapter import AdapterReader, mellanox_function
-from .attribute import OPEN_FLAGS as _OPEN_FLAGS
+from .attribute import FD_EXHAUSTED as _FD_EXHAUSTED
+from .attribute import AttributeFiles
 from .attribute import read_text as _read_text
 
 log = logging.getLogger("nichealthd.sysfs")
@@ -53,8 +53,6 @@ REDISCOVER_SECONDS = 60.0
 MAX_COUNTER = 2**64 - 1
 GID_SCAN_LIMIT = 32
 _GONE = (errno.ENOENT, errno.ENODEV, errno.ESTALE, errno.ENXIO)
-_READ_SIZE = 128
-_FD_EXHAUSTED = (errno.EMFILE, errno.ENFILE)
 # File descriptors left for everything but kept sysfs files: D-Bus, gRPC, the metrics HTTP
 # server and its clients, the journal, the state and outbox files, discovery's own reads.
 FD_RESERVE = 128
@@ -105,107 +103,6 @@ class ProblemLog:
     @property
     def active(self) -> int:
         return len(self._active)
-
-
-class AttributeFiles:
-    """Open-once, pread-many access to small attribute files.
-
-    ``opener``/``preader`` default to the os functions; tests inject failures that cannot be
-    produced with regular files (EINVAL, EIO from firmware queries).
-    """
-
-    def __init__(self, opener: Callable[[str, int], int] = os.open,
-                 preader: Callable[[int, int, int], bytes] = os.pread,
-                 budget: Optional[int] = None) -> None:
-        self._open = opener
-        self._pread = preader
-        self._fds: dict[str, int] = {}
-        self.reads = 0
-        # At most this many files stay open (None: all); the rest are opened for each read.
-        self.budget = budget
-        self.transient_reads = 0
-
-    def read(self, path: str) -> bytes:
-        """Current content; raises OSError (ENOENT when the file does not exist)."""
-        fd = self._fds.get(path)
-        if fd is None:
-            fd = self._open_file(path)
-            if self.budget is not None and len(self._fds) >= self.budget:
-                return self._read_once(path, fd)
-            self._fds[path] = fd
-        self.reads += 1
-        try:
-            return self._pread(fd, _READ_SIZE, 0)
-        except OSError:
-            # Reopen on the next read: the file may have been replaced (ENODEV, ESTALE) or
-            # repaired, and a failing file is rare enough that the extra open costs nothing.
-            self.forget(path)
-            raise
-
-    def read_open(self, paths: Sequence[str]) -> Optional[list[bytes]]:
-        """Every file of ``paths``, when all of them are open already (a steady poll), in one
-        tight loop; None when one is not open or a read fails: the caller then reads them one
-        by one with :meth:`read`, which opens, forgets and reports as usual."""
-        fds = self._fds
-        try:
-            opened = [fds[path] for path in paths]
-        except KeyError:
-            return None
-        pread = self._pread
-        try:
-            raws = [pread(fd, _READ_SIZE, 0) for fd in opened]
-        except OSError:
-            return None
-        self.reads += len(opened)
-        return raws
-
-    def _open_file(self, path: str) -> int:
-        """Open ``path``; when the process is out of fds, keep fewer open and try once more."""
-        try:
-            return self._open(path, _OPEN_FLAGS)
-        except OSError as exc:
-            if exc.errno not in _FD_EXHAUSTED or not self._fds:
-                raise
-        # The limit is smaller than the budget assumed (fds used elsewhere): shed an eighth
-        # of the kept files (at least 16) for good, so this does not repeat every poll.
-        shed = max(16, len(self._fds) // 8)
-        self.budget = max(0, len(self._fds) - shed)
-        for kept in list(self._fds)[self.budget:]:
-            self.forget(kept)
-        return self._open(path, _OPEN_FLAGS)
-
-    def _read_once(self, path: str, fd: int) -> bytes:
-        """A read that does not fit the budget: the file is closed again at once."""
-        self.reads += 1
-        self.transient_reads += 1
-        try:
-            return self._pread(fd, _READ_SIZE, 0)
-        finally:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-
-    def __contains__(self, path: str) -> bool:
-        return path in self._fds
-
-    def retain(self, paths: Iterable[str]) -> None:
-        """Close every cached file that is not in ``paths`` (the new discovery's plan)."""
-        keep = set(paths)
-        for path in [p for p in self._fds if p not in keep]:
-            self.forget(path)
-
-    def forget(self, path: str) -> None:
-        fd = self._fds.pop(path, None)
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-
-    def close(self) -> None:
-        for path in list(self._fds):
-            self.forget(path)
-
-    @property
-    def open_files(self) -> int:
-        return len(self._fds)
 
 
 def parse_counter(raw: bytes) -> Union[int, Unreadable]:
@@ -387,6 +284,7 @@ class SysfsReader:
 
     def close(self) -> None:
         self.files.close()
+        self.adapter.close()
 
     # ------------------------------------------------------------- discovery
 

@@ -8,8 +8,9 @@ from typing import Iterator
 import pytest
 
 from nichealthd.sim import tree
+from nichealthd.sources.attribute import AttributeFiles
 from nichealthd.sources.config_file import load_config
-from nichealthd.sources.sysfs import AttributeFiles, SysfsReader
+from nichealthd.sources.sysfs import SysfsReader
 
 
 @pytest.fixture

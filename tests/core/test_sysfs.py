@@ -11,8 +11,9 @@ import pytest
 
 from nichealthd.core.model import ABSENT, CounterKind, Unreadable
 from nichealthd.sim import mutate
+from nichealthd.sources.attribute import AttributeFiles
 from nichealthd.sources.config_file import load_config
-from nichealthd.sources.sysfs import AttributeFiles, SysfsReader, counter_kind, parse_counter
+from nichealthd.sources.sysfs import SysfsReader, counter_kind, parse_counter
 
 from .builders import at
 from .conftest import open_readers, reader_for

@@ -14,7 +14,7 @@ import pytest
 from nichealthd.core.config import DEFAULT_COUNTERS, DEFAULT_EFA_COUNTERS
 from nichealthd.core.model import ABSENT
 from nichealthd.sim import mutate, tree
-from nichealthd.sources.sysfs import AttributeFiles
+from nichealthd.sources.attribute import AttributeFiles
 
 from .builders import at
 from .conftest import reader_for

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from nichealthd.core.model import ABSENT, Unreadable
-from nichealthd.sources.sysfs import AttributeFiles, fd_budget, parse_decimal
+from nichealthd.sources.attribute import AttributeFiles
+from nichealthd.sources.sysfs import fd_budget, parse_decimal
 
 from .builders import at
 from .conftest import reader_for

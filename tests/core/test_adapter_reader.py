@@ -1,0 +1,99 @@
+"""The adapter facts reader on a sim tree: what it keeps open, and what it need not list."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from datetime import datetime, timezone
+from pathlib import Path
+
+from nichealthd.core.adapter import AdapterFacts
+from nichealthd.sim import adapter, mutate, tree
+from nichealthd.sources.attribute import AttributeFiles
+from nichealthd.sources.config_file import load_config
+from nichealthd.sources.sysfs import SysfsReader
+
+from .conftest import open_readers
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class CountedOpens:
+    """os.open, counting the opens of the files whose name ends with one of ``names``."""
+
+    def __init__(self, *names: str) -> None:
+        self.names = names
+        self.opened = 0
+
+    def __call__(self, path: str, flags: int) -> int:
+        if path.endswith(self.names):
+            self.opened += 1
+        return os.open(path, flags)
+
+
+def reader(root: Path, clock: Clock) -> SysfsReader:
+    made = SysfsReader(load_config(str(root / "nichealthd.toml")), monotonic=clock)
+    open_readers.append(made)
+    return made
+
+
+def adapter_read(made: SysfsReader, clock: Clock) -> AdapterFacts:
+    clock.now += 3600  # past any adapterCheckInterval
+    facts = made.observe(datetime.now(timezone.utc)).adapter
+    assert facts is not None
+    return facts
+
+
+def test_fw_ver_and_operstate_are_opened_once_and_a_flash_is_still_seen(host: Path) -> None:
+    clock = Clock()
+    made = reader(host, clock)
+    opens = CountedOpens("/fw_ver", "/operstate")
+    made.adapter.files = AttributeFiles(opener=opens)
+    first = adapter_read(made, clock)
+    opened = opens.opened
+    assert opened == made.adapter.files.open_files > 0
+    name = sorted(first.firmware)[0]
+    adapter.set_firmware(host, name, "28.99.9999")
+    second = adapter_read(made, clock)
+    assert opens.opened == opened  # pread on the kept files, no open
+    assert second.firmware[name] == "28.99.9999"
+    assert {k: v for k, v in second.firmware.items() if k != name} == \
+        {k: v for k, v in first.firmware.items() if k != name}
+    assert second.netdevs == first.netdevs
+
+
+def test_a_removed_device_has_its_kept_files_closed(host: Path) -> None:
+    clock = Clock()
+    made = reader(host, clock)
+    first = adapter_read(made, clock)
+    kept = made.adapter.files.open_files
+    name = sorted(first.firmware)[0]
+    ports_with_netdev = sum(1 for key in first.netdevs if key.startswith(f"{name}_"))
+    assert ports_with_netdev
+    mutate.remove_device(host, name)
+    second = adapter_read(made, clock)
+    assert name not in second.firmware
+    assert made.adapter.files.open_files == kept - 1 - ports_with_netdev
+
+
+def test_a_registered_function_needs_no_listing_of_its_infiniband_directory(
+        host: Path) -> None:
+    """The function of a device in the class directory is registered: its own
+    ``infiniband/`` directory is not listed (34 listdirs every read on a 34-NIC host)."""
+    clock = Clock()
+    made = reader(host, clock)
+    before = adapter_read(made, clock)
+    assert before.pci_nics is not None
+    assert all(nic.registered for nic in before.pci_nics)
+    manifest = tree.load(host)
+    dev = next(d for d in manifest["devices"] if d["kind"] == "pf")
+    shutil.rmtree(host / "sys/bus/pci/devices" / dev["pci"] / "infiniband")
+    after = adapter_read(made, clock)
+    nic = next(n for n in after.pci_nics or () if n.address == dev["pci"])
+    assert nic.registered
