@@ -452,7 +452,7 @@ class SysfsReader:
         if plan.info.is_vf:
             return plan.info
         ports = tuple(self._read_port(plan, port) for port in plan.ports)
-        return replace(plan.info, ports=ports)
+        return plan.info.with_ports(ports)
 
     def _read_port(self, device: _DevicePlan, plan: _PortPlan) -> PortSnapshot:
         attribute = self._attribute

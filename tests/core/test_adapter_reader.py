@@ -1,9 +1,11 @@
-"""The adapter facts reader on a sim tree: what it keeps open, and what it need not list."""
+"""The adapter facts reader on a sim tree (what it keeps open, what it need not list), and
+the per-poll device copy."""
 
 from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -97,3 +99,15 @@ def test_a_registered_function_needs_no_listing_of_its_infiniband_directory(
     after = adapter_read(made, clock)
     nic = next(n for n in after.pci_nics or () if n.address == dev["pci"])
     assert nic.registered
+
+
+def test_a_device_with_this_polls_ports_is_the_device_with_those_ports_and_no_other_change(
+        host: Path) -> None:
+    clock = Clock()
+    made = reader(host, clock)
+    snapshot = made.observe(datetime.now(timezone.utc))
+    for device in snapshot.devices:
+        ports = device.ports
+        moved = device.with_ports(ports[:1])
+        assert moved == replace(device, ports=ports[:1])
+        assert device.ports is ports  # the original is untouched
