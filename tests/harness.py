@@ -1,25 +1,40 @@
-"""Waiting in tests: on a condition with a deadline, never for a guessed time (issue 20.8).
+"""Running daemons in tests: start nichealthd on a sim tree, wait with a deadline, stop it.
 
-A loaded 2-core machine makes every fixed sleep either too short (a flake) or too long (a
-slow suite). Tests wait for what they need instead: a poll count (the daemon logs one line per
-poll started at ``--log-level debug``), a log line, an event, an HTTP answer. The deadline is
-generous because it is only reached when something is wrong.
+Waiting (issue 20.8): a loaded 2-core machine makes every fixed sleep either too short (a
+flake) or too long (a slow suite). Tests wait for what they need instead: a poll count (the
+daemon logs one line per poll started at ``--log-level debug``), a log line, an event, an HTTP
+answer. The deadline is generous because it is only reached when something is wrong.
+
+Starting and stopping: :class:`SimDaemon` is ``python -m nichealthd.runtime.daemon`` on a
+``nichealthd-sim`` tree made by :func:`world_readable_sim` (its directory is world-readable so
+that a client run as :data:`NOBODY` reaches the daemon's sockets); the D-Bus and varlink
+tests' daemons build on it. :func:`stop_process` is the one way a test stops a process.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import shutil
+import signal
 import socket
 import subprocess
+import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import IO, Any, Awaitable, Callable, Optional, Union
+from typing import IO, Any, Awaitable, Callable, Mapping, Optional, Sequence, Union
 
+from nichealthd.sim import tree
+
+REPO = Path(__file__).resolve().parents[1]
 DEADLINE = 30.0  # seconds; reached only when the awaited thing never comes
 CHECK_EVERY = 0.02  # between two checks of the condition (not a synchronisation)
 POLL_STARTED = "poll started at monotonic"  # one debug line per poll (nichealthd.runtime.service)
+STOP_WAIT = 15.0  # seconds a daemon gets to exit after SIGTERM before it is killed
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]  # argv prefix: as nobody
 
 
 def wait_until(predicate: Callable[[], bool], what: str, timeout: float = DEADLINE,
@@ -151,3 +166,72 @@ class NotifySocket:
         wait_until(arrived, f"{needle!r} datagram", seconds,
                    detail=lambda: str(self.messages[-5:]))
         return found[0]
+
+
+def stop_process(proc: subprocess.Popen[Any], timeout: float = STOP_WAIT,
+                 sig: int = signal.SIGTERM) -> int:
+    """Send ``sig`` if ``proc`` still runs, kill it if it has not exited ``timeout`` seconds
+    later; returns its exit status."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    return int(proc.returncode)
+
+
+def world_readable_sim(profile: str = "dgx-h100", prefix: str = "nichealthd-sim-",
+                       **kw: Any) -> Path:
+    """A new ``nichealthd-sim`` tree (``tree.create(ROOT, profile, **kw)``); returns ROOT,
+    ``DIR/host`` in a new temp DIR of mode 0755, where the daemon's sockets and log go so that
+    a client running as nobody reaches them. Remove DIR with :meth:`SimDaemon.cleanup`."""
+    directory = Path(tempfile.mkdtemp(prefix=prefix))
+    os.chmod(directory, 0o755)
+    root = directory / "host"
+    tree.create(root, profile, **kw)
+    return root
+
+
+class SimDaemon:
+    """``python -m nichealthd.runtime.daemon --config ROOT/nichealthd.toml ARGS`` run from the
+    checkout on a sim tree, with ``env`` added to this environment; what it writes (stdout and
+    stderr) goes to a log file beside the tree, read with :meth:`log`."""
+
+    def __init__(self, root: Path, args: Sequence[str],
+                 env: Optional[Mapping[str, str]] = None) -> None:
+        self.root = root
+        self.log_path = root.parent / f"daemon-{time.monotonic_ns()}.log"
+        path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+        full_env = dict(os.environ, PYTHONPATH=path)
+        full_env.update(env or {})
+        self.log_file = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "nichealthd.runtime.daemon", "--config",
+             str(root / "nichealthd.toml"), *args],
+            cwd=REPO, env=full_env, stdout=self.log_file, stderr=subprocess.STDOUT)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_until(self, predicate: Callable[[], bool], what: str,
+                   timeout: float = DEADLINE) -> None:
+        """:func:`wait_until` that fails at once if the daemon exits, showing its log."""
+        wait_until(predicate, what, timeout, self.proc, self.log)
+
+    def wait_log(self, needle: str, count: int = 1, timeout: float = DEADLINE) -> str:
+        """Until the daemon logged ``needle`` ``count`` times; returns the log then."""
+        self.wait_until(lambda: self.log().count(needle) >= count,
+                        f"{needle!r} x{count} in the log", timeout)
+        return self.log()
+
+    def stop(self) -> int:
+        """SIGTERM, a kill after STOP_WAIT seconds; returns the exit status."""
+        returncode = stop_process(self.proc)
+        self.log_file.close()
+        return returncode
+
+    def cleanup(self) -> None:
+        """Remove the tree's directory (the one :func:`world_readable_sim` made)."""
+        shutil.rmtree(self.root.parent, ignore_errors=True)

@@ -14,7 +14,7 @@ import pytest
 
 from nichealthd.sim import mutate
 
-from ..harness import DEADLINE, Lines, NotifySocket, wait_until
+from ..harness import DEADLINE, Lines, NotifySocket, stop_process, wait_until
 from ..threadstop import ThreadStopper
 from .conftest import REPO, SimHost
 
@@ -44,13 +44,7 @@ class Daemon:
         wait_until(predicate, what, timeout, self.proc, self.lines.tail)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> tuple[int, str]:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_process(self.proc, timeout, sig)
         err = self.lines.join()
         assert self.proc.stderr is not None
         self.proc.stderr.close()

@@ -63,7 +63,7 @@ def start_daemon(system_bus: TestBus) -> Iterator[Callable[..., DaemonProcess]]:
     yield _start
     for daemon in started:
         daemon.stop()
-        shutil.rmtree(daemon.root.parent, ignore_errors=True)
+        daemon.cleanup()
 
 
 @pytest.fixture

@@ -5,18 +5,15 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import pytest
 from testbus import REPO
 
-from nichealthd.sim import tree
 from nichealthd.surfaces.dbus_common import (
     BUS_NAME,
     INTERFACE,
@@ -25,18 +22,13 @@ from nichealthd.surfaces.dbus_common import (
     MessageBus,
     from_variants,
 )
-from tests.harness import DEADLINE, wait_until, wait_until_async
+from tests.harness import DEADLINE, SimDaemon, wait_until_async, world_readable_sim
 
 POLL = 0.2
-NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
 
 def make_sim(profile: str = "dgx-h100", **kw: Any) -> Path:
-    directory = Path(tempfile.mkdtemp(prefix="nichealthd-sim-"))
-    os.chmod(directory, 0o755)
-    root = directory / "host"
-    tree.create(root, profile, **kw)
-    return root
+    return world_readable_sim(profile, "nichealthd-sim-", **kw)
 
 
 ASK_TIMEOUT = 5.0  # one GetStatus while waiting for the daemon; unanswered = ask again
@@ -64,44 +56,23 @@ async def _has_polled(address: str) -> bool:
 RUNNING: list[DaemonProcess] = []  # the daemons started, newest last
 
 
-class DaemonProcess:
+class DaemonProcess(SimDaemon):
     """nichealthd running on a sim tree; ``log()`` is what it wrote so far. It serves its
     varlink API too, on ``varlink_socket`` (nichealthctl's tests run over both)."""
 
     def __init__(self, root: Path, bus_address: str, interval: str = "200ms",
                  extra: Optional[list[str]] = None) -> None:
-        self.root = root
         self.address = bus_address
         self.varlink_socket = str(root.parent / "io.nichealthd.Monitor")
         RUNNING.append(self)
-        self.log_path = root.parent / f"daemon-{time.monotonic_ns()}.log"
-        env = dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=bus_address,
-                   PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        self.log_file = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "nichealthd.runtime.daemon", "--config",
-             str(root / "nichealthd.toml"), "--dbus", "system", "--polling-interval", interval,
-             "--varlink-socket", self.varlink_socket, *(extra or [])],
-            cwd=REPO, env=env, stdout=self.log_file, stderr=subprocess.STDOUT)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
+        super().__init__(root, ["--dbus", "system", "--polling-interval", interval,
+                                "--varlink-socket", self.varlink_socket, *(extra or [])],
+                         env={"DBUS_SYSTEM_BUS_ADDRESS": bus_address})
 
     def wait_for_name(self, timeout: float = DEADLINE) -> None:
         """Until the daemon owns the name and has polled (asked with dbus-fast, not busctl)."""
-        wait_until(lambda: asyncio.run(_has_polled(self.address)),
-                   "nichealthd on the bus after a poll", timeout, self.proc, self.log)
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log_file.close()
-        return self.proc.returncode
+        self.wait_until(lambda: asyncio.run(_has_polled(self.address)),
+                        "nichealthd on the bus after a poll", timeout)
 
 
 _READABLE: list[Path] = []
@@ -231,6 +202,4 @@ def wait_polls(more: int, timeout: float = DEADLINE) -> int:
 def wait_log(daemon: DaemonProcess, needle: str, count: int = 1,
              timeout: float = DEADLINE) -> str:
     """Until the daemon logged ``needle`` ``count`` times; returns the log then."""
-    wait_until(lambda: daemon.log().count(needle) >= count, f"{needle!r} x{count} in the log",
-               timeout, daemon.proc, daemon.log)
-    return daemon.log()
+    return daemon.wait_log(needle, count, timeout)

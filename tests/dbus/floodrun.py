@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from tests.harness import NOBODY
+
 HERE = Path(__file__).resolve().parent
-NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 _POLLS = re.compile(r"^nichealthd_polls_total (\S+)$", re.MULTILINE)
 
 

@@ -16,11 +16,11 @@ from typing import Any, Callable
 
 import dbushelpers
 import pytest
-from dbushelpers import NOBODY, make_sim, wait_polls
+from dbushelpers import make_sim, wait_polls
 from testbus import REPO
 
 from nichealthd.sim import mutate, tree
-from tests.harness import Lines, wait_until
+from tests.harness import NOBODY, Lines, wait_until
 
 ANSI = re.compile(r"\x1b\[")
 TRANSPORT = ["dbus"]  # the transport of the test running now

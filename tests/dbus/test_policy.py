@@ -10,7 +10,9 @@ import sys
 from typing import Any
 
 import pytest
-from dbushelpers import NOBODY, busctl, ctl, source_for
+from dbushelpers import busctl, ctl, source_for
+
+from tests.harness import NOBODY
 
 # Acts as root and as user nobody (setpriv): CI runs these in its root stage.
 pytestmark = [pytest.mark.root,

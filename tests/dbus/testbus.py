@@ -11,11 +11,12 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import signal
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.harness import stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 POLICY_DIR = REPO / "etc" / "dbus-1" / "system.d"
@@ -59,13 +60,7 @@ class TestBus:
     directory: str
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, 5)
         for pipe in (self.process.stdout, self.process.stderr):
             if pipe is not None:
                 pipe.close()

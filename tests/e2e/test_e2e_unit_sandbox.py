@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness import NOBODY
+
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,7 +81,7 @@ def install_sandboxed_probe(c) -> None:
 def busctl(c, *args, user=None):
     cmd = ["busctl", "--system", "call", NAME, OBJ, *args]
     if user:
-        cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *cmd]
+        cmd = [*NOBODY, *cmd]
     return c.run(cmd, check=False)
 
 
@@ -154,10 +156,7 @@ def test_unit_sandbox_under_real_systemd(boot):
         assert res.returncode != 0 and "Access denied" in res.stderr, (call, res)
     steal = c.run(
         [
-            "setpriv",
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
+            *NOBODY,
             "python3",
             "-c",
             "import asyncio\nfrom dbus_fast.aio import MessageBus\nfrom dbus_fast import BusType\n"

@@ -17,12 +17,13 @@ import nspawn
 import pytest
 from install import install_from_source, point_config_at, sim_host
 
+from tests.harness import NOBODY
+
 pytestmark = pytest.mark.e2e
 
 UNIT = "nichealthd.service"
 SOCKET = "/run/nichealthd/io.nichealthd.Monitor"
 IFACE = "io.nichealthd.Monitor"
-NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 IDL = "/usr/lib/python3/dist-packages/nichealthd/surfaces/io.nichealthd.Monitor.varlink"
 
 

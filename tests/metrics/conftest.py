@@ -6,7 +6,6 @@ The daemon is a subprocess on a sim tree, scraped over HTTP — the same path Pr
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -20,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from nichealthd.sim import tree
 
-from ..harness import DEADLINE, wait_until
+from ..harness import DEADLINE, stop_process, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 INTERVAL = 0.2
@@ -115,13 +114,7 @@ class RunningDaemon:
         return self.scrape()
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, 10)
         self.log.close()
 
 

@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
-from vlhelpers import NOBODY, Raw, VarlinkDaemon, make_sim, records, run_as
+from vlhelpers import Raw, VarlinkDaemon, make_sim, records, run_as
 
 from nichealthd.sim import mutate, tree
 from nichealthd.surfaces import varlink as service
-from tests.harness import wait_until
+from tests.harness import NOBODY, wait_until
 
 M = "io.nichealthd.Monitor."
 

@@ -11,21 +11,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any, Optional
 
-from nichealthd.sim import tree
 from nichealthd.surfaces.varlink_protocol import encode_call, parse_reply
-from tests.harness import DEADLINE, wait_until
+from tests.harness import SimDaemon, world_readable_sim
 
-REPO = Path(__file__).resolve().parents[2]
-NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 SOCKET_NAME = "io.nichealthd.Monitor"
 
 
@@ -83,36 +77,22 @@ class Raw:
 
 
 def make_sim(profile: str = "dgx-h100", **kwargs: Any) -> Path:
-    directory = Path(tempfile.mkdtemp(prefix="nichealthd-vl-"))
-    os.chmod(directory, 0o755)
-    root = directory / "host"
-    tree.create(root, profile, **kwargs)
-    return root
+    return world_readable_sim(profile, "nichealthd-vl-", **kwargs)
 
 
-class VarlinkDaemon:
+class VarlinkDaemon(SimDaemon):
     """nichealthd on a sim tree with the varlink API on ``self.socket``."""
 
     def __init__(self, root: Path, interval: str = "200ms",
                  extra: Optional[list[str]] = None, flag: bool = True) -> None:
-        self.root = root
         self.socket = str(root.parent / SOCKET_NAME)
         if not flag:  # the socket from the config file (varlinkSocket), as a reload sees it
             config = root / "nichealthd.toml"
             config.write_text(config.read_text().replace(
                 'varlinkSocket = ""', f'varlinkSocket = "{self.socket}"'))
-        self.log_path = root.parent / f"daemon-{time.monotonic_ns()}.log"
-        self.log_file = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
-        env = dict(os.environ, PYTHONPATH=str(REPO))
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "nichealthd.runtime.daemon", "--config",
-             str(root / "nichealthd.toml"), "--dbus", "none", "--polling-interval", interval,
-             *(["--varlink-socket", self.socket] if flag else []), "--log-level", "debug",
-             *(extra or [])],
-            cwd=REPO, env=env, stdout=self.log_file, stderr=subprocess.STDOUT)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
+        super().__init__(root, ["--dbus", "none", "--polling-interval", interval,
+                                *(["--varlink-socket", self.socket] if flag else []),
+                                "--log-level", "debug", *(extra or [])])
 
     def polls(self) -> int:
         with Raw(self.socket, timeout=5.0) as conn:
@@ -120,34 +100,13 @@ class VarlinkDaemon:
         return int(answer["parameters"]["status"]["poll_count"])
 
     def wait_ready(self) -> None:
-        wait_until(lambda: self.polls() > 0, "nichealthd answering on varlink after a poll",
-                   DEADLINE, self.proc, self.log)
+        self.wait_until(lambda: self.polls() > 0, "nichealthd answering on varlink after a poll")
 
     def wait_polls(self, more: int) -> int:
         """Until ``more`` polls completed after this call (a change made before is seen)."""
         target = self.polls() + more
-        wait_until(lambda: self.polls() >= target, f"{more} more polls", DEADLINE, self.proc,
-                   self.log)
+        self.wait_until(lambda: self.polls() >= target, f"{more} more polls")
         return target
-
-    def wait_log(self, needle: str) -> str:
-        wait_until(lambda: needle in self.log(), f"{needle!r} in the log", DEADLINE, self.proc,
-                   self.log)
-        return self.log()
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log_file.close()
-        return self.proc.returncode
-
-    def cleanup(self) -> None:
-        shutil.rmtree(self.root.parent, ignore_errors=True)
 
 
 def run_as(user: list[str], script: str, timeout: float = 30
