@@ -20,6 +20,8 @@ from nichealthd.sources.kernel_log import (
     parse_kmsg,
 )
 
+from ..harness import NOBODY
+
 REPO = Path(__file__).resolve().parents[2]
 
 BOOT = "11111111-2222-3333-4444-555555555555"
@@ -112,8 +114,7 @@ def test_an_unprivileged_reader_gets_the_drop_in_hint() -> None:
     code = ("from nichealthd.sources.kernel_log import KmsgSource\n"
             "try:\n    KmsgSource().read('', 'boot', 10)\n"
             "except Exception as exc:\n    print(type(exc).__name__, exc.errno, exc)\n")
-    run = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                          sys.executable, "-c", code], capture_output=True, text=True,
+    run = subprocess.run([*NOBODY, sys.executable, "-c", code], capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(REPO)}, check=False)
     assert run.stdout.startswith(f"KmsgUnavailable {errno.EPERM} /dev/kmsg cannot be opened: "
                                  "not permitted"), run.stdout + run.stderr
