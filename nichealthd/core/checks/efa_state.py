@@ -61,7 +61,7 @@ from ..state import (
 )
 from ..topology import anomalous_cards
 from .efa_cards import EfaCardAnomaly, card_counts, card_events, netdev_down, short_ports
-from .identity import identity_of, renamed_keys
+from .identity import identity_of, renamed_identities, renamed_keys, renamed_names
 from .link_section import DeviceIdentity, identities_json, parse_identities
 
 KEYS = ("efa_ports", "efa_known_devices", "efa_device_misses", "efa_missing_devices",
@@ -236,15 +236,10 @@ class EfaState(CheckFamily[EfaStateSection]):
         state.known_devices = sorted({renames.get(n, n) for n in section.known_devices})
         state.device_misses = renamed_keys(section.device_misses, renames)
         state.missing_devices = renamed_keys(section.missing_devices, renames)
-        identities = renamed_keys(section.identities, renames)
-        for old, new in renames.items():
-            identity = section.identities.get(old)
-            if identity is not None and not new.startswith(f"{old}@"):
-                identities[new] = replace(identity, renamed_from=old, renamed_at=now)
-        state.identities = identities
+        state.identities = renamed_identities(section.identities, renames, now)
         if section.driver_event is not None:
-            state.driver_event = replace(section.driver_event, devices=tuple(sorted(
-                renames.get(n, n) for n in section.driver_event.devices)))
+            state.driver_event = replace(section.driver_event, devices=renamed_names(
+                section.driver_event.devices, renames))
         state.card_anomalies = {
             card: replace(anomaly, ports=tuple(_renamed_port(k, renames) for k in anomaly.ports))
             for card, anomaly in section.card_anomalies.items()}

@@ -21,6 +21,7 @@ gone under a name that is not the other device's.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import Iterable, Mapping, Optional, TypeVar
 
@@ -120,6 +121,23 @@ def renamed_keys(table: Mapping[str, V], renames: Mapping[str, str]) -> dict[str
     out = {k: v for k, v in table.items() if k not in renames}
     out.update((renames[k], v) for k, v in table.items() if k in renames)
     return out
+
+
+def renamed_identities(identities: Mapping[str, DeviceIdentity], renames: Mapping[str, str],
+                       now: datetime) -> dict[str, DeviceIdentity]:
+    """The identities under the new names, each renamed one recording its old name and when
+    (an ``<old>@<address>`` alias is not a rename of the device itself)."""
+    out = renamed_keys(identities, renames)
+    for old, new in renames.items():
+        identity = identities.get(old)
+        if identity is not None and not new.startswith(f"{old}@"):
+            out[new] = replace(identity, renamed_from=old, renamed_at=now)
+    return out
+
+
+def renamed_names(names: Iterable[str], renames: Mapping[str, str]) -> tuple[str, ...]:
+    """Device names under the new names, sorted (a driver event's ``devices``)."""
+    return tuple(sorted(renamed(n, renames) for n in names))
 
 
 def renamed_counter_key(key: str, renames: Mapping[str, str]) -> str:

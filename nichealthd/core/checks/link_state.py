@@ -32,7 +32,7 @@ from ..topology import anomalous_cards
 from .cards import card_counts, forget_pending, release_raised_ports, runtime_verdicts, short_ports
 from .devices import card_events, device_missing, device_present
 from .driver import judge_driver_event
-from .identity import identity_of, renamed_keys
+from .identity import identity_of, renamed_identities, renamed_keys, renamed_names
 from .link_section import KEYS, LinkStateSection, PortHold, PortRecord
 from .ports import held_transition, missing_port, returned_port
 
@@ -85,15 +85,10 @@ class LinkState(CheckFamily[LinkStateSection]):
         state.card_anomalies = {
             card: replace(anomaly, ports=_renamed_ports(anomaly.ports, renames))
             for card, anomaly in section.card_anomalies.items()}
-        identities = renamed_keys(section.identities, renames)
-        for old, new in renames.items():
-            identity = section.identities.get(old)
-            if identity is not None and not new.startswith(f"{old}@"):
-                identities[new] = replace(identity, renamed_from=old, renamed_at=now)
-        state.identities = identities
+        state.identities = renamed_identities(section.identities, renames, now)
         if section.driver_event is not None:
-            state.driver_event = replace(section.driver_event, devices=tuple(sorted(
-                renames.get(n, n) for n in section.driver_event.devices)))
+            state.driver_event = replace(section.driver_event, devices=renamed_names(
+                section.driver_event.devices, renames))
         state.port_holds = _renamed_port_table(section.port_holds, renames)
         state.port_blips = _renamed_port_table(section.port_blips, renames)
         return state
