@@ -379,22 +379,41 @@ def bench_node_exporter(root: Path, settings: Settings, report: Report) -> None:
         for _ in range(settings.scrapes):
             http_get(url)
         per_scrape = (cpu_seconds(proc.pid) - cpu0) / settings.scrapes
+        per_second = scraped_each_second(proc.pid, url, settings.duration)
     finally:
         proc.terminate()
         proc.wait(10)
     fig = report.figures
     fig["node_exporter_cpu_per_scrape_s"] = per_scrape
+    fig["node_exporter_cpu_per_scrape_1s_s"] = per_second
     fig["node_exporter_series"] = series
-    ours = fig.get("daemon_cpu_per_cycle_s", fig.get("cycle_cpu_median_s"))
-    line = (f"  node_exporter --collector.infiniband, {settings.scrapes} scrapes: "
-            f"{ms(per_scrape)} CPU per scrape ({series} node_infiniband series)")
-    if ours is not None and per_scrape > 0:
-        fig["ratio_daemon"] = ours / per_scrape
+    line = (f"  node_exporter --collector.infiniband ({series} node_infiniband series): "
+            f"{ms(per_scrape)} CPU per scrape, {settings.scrapes} back to back; "
+            f"{ms(per_second)} per scrape, once a second for {settings.duration:.0f} s")
+    ours = fig.get("daemon_cpu_per_cycle_s")
+    if ours is not None and per_second > 0:
+        fig["ratio_daemon"] = ours / per_second
+        fig["ratio_daemon_back_to_back"] = ours / per_scrape
         fig["ratio_inprocess"] = fig["cycle_cpu_median_s"] / per_scrape
-        line += (f"; nichealthd CPU per cycle {ms(ours)} (whole daemon) -> ratio "
-                 f"{fig['ratio_daemon']:.2f}, in-process cycle -> {fig['ratio_inprocess']:.2f} "
-                 + verdict(report, "ratio", fig["ratio_daemon"] <= TARGET_RATIO, "<= 1.0"))
+        line += (f"\n    nichealthd CPU per cycle {ms(ours)} (whole daemon, 1 s polling) -> ratio "
+                 f"{fig['ratio_daemon']:.2f} to the scrape once a second "
+                 + verdict(report, "ratio", fig["ratio_daemon"] <= TARGET_RATIO, "<= 1.0")
+                 + f"; {fig['ratio_daemon_back_to_back']:.2f} to the back-to-back scrape; "
+                 f"in-process cycle to back-to-back scrape {fig['ratio_inprocess']:.2f}")
     print(line, flush=True)
+
+
+def scraped_each_second(pid: int, url: str, seconds: float) -> float:
+    """node_exporter's CPU per scrape when scraped once a second, as nichealthd polls: the
+    whole process over the window (its idle runtime included, as the daemon figure includes
+    the daemon's) divided by the scrapes. Back-to-back scrapes run on warm caches; a process
+    woken once a second does not, on either side of the comparison."""
+    scrapes = max(1, int(seconds))
+    cpu0, start = cpu_seconds(pid), time.monotonic()
+    for n in range(1, scrapes + 1):
+        time.sleep(max(0.0, start + n - time.monotonic()))
+        http_get(url)
+    return (cpu_seconds(pid) - cpu0) / scrapes
 
 
 # ------------------------------------------------------------ 5. latency
@@ -538,7 +557,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(f"nichealthd benchmark, {time.strftime('%Y-%m-%d %H:%M %Z')}; {machine()}")
     print(f"targets for the {TARGET_HOST}-device host: <= 5 ms CPU per cycle, <= 0.5 % of one "
           f"core, peak RSS <= 60 MiB; every host: <= 1.5 syscalls per counter value, CPU per "
-          f"cycle <= node_exporter's per scrape, event latency <= interval + 50 ms")
+          f"cycle <= node_exporter's per scrape (both once a second), event latency <= "
+          f"interval + 50 ms")
     bus = start_bus() if shutil.which("dbus-daemon") else None
     settings.bus_address = bus.address if bus else None
     print("the daemon runs as deployed: metrics, event log, connector target (absent: down), "

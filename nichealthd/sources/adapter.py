@@ -5,8 +5,9 @@ Every ``adapterCheckInterval`` (and at the first poll) one read gathers:
 - the entries of ``<sysfs>/class/infiniband_verbs`` (``uverbsN/ibdev``) and
   ``<sysfs>/class/infiniband_mad`` (``umadN`` / ``issmN`` with ``ibdev`` and ``port``), as the
   kernel's drivers/infiniband/core/uverbs_main.c and user_mad.c create them: one listdir per
-  class directory; what an entry names is read once and cached while the set of RDMA devices
-  stays the same (a reload may give ``uverbs0`` to another device);
+  class directory (``umad`` and ``issm`` share one); what an entry names is read once and
+  cached while the set of RDMA devices stays the same (a reload may give ``uverbs0`` to
+  another device);
 - the Mellanox physical functions of ``<sysfs>/bus/pci/devices``: one listdir; ``vendor``,
   ``class`` and ``physfn`` of an address are read once (fixed while it exists), then one
   listdir of ``<function>/infiniband`` per Mellanox PF that no RDMA device of the poll's
@@ -39,8 +40,6 @@ MELLANOX_VENDOR = "0x15b3"
 # PCI class codes of network controllers: Ethernet, InfiniBand, other (pci_ids.h 0x0200,
 # 0x0207, 0x0280); the sysfs ``class`` file reads 0xCCSSPP.
 NETWORK_CLASSES = ("0x0200", "0x0207", "0x0280")
-# At most this many fw_ver/operstate files stay open; the rest are opened for each read.
-KEPT_OPEN = 512
 
 
 def listdir(path: str) -> Optional[list[str]]:
@@ -59,7 +58,8 @@ def parse_port(text: Optional[str]) -> Optional[int]:
 class AdapterReader:
     """Reads :class:`AdapterFacts` once per ``adapterCheckInterval``."""
 
-    def __init__(self, config: Config, monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, config: Config, monotonic: Callable[[], float] = time.monotonic,
+                 files: Optional[AttributeFiles] = None) -> None:
         self.config = config
         self._monotonic = monotonic
         self._read_at: Optional[float] = None
@@ -70,17 +70,22 @@ class AdapterReader:
         # PCI address -> (class, physfn present) of Mellanox functions; None: not one.
         self._functions: dict[str, Optional[tuple[str, bool]]] = {}
         self.reads = 0
-        # fw_ver and operstate files, kept open between reads; closed when no longer read.
-        self.files = AttributeFiles(budget=KEPT_OPEN)
+        # fw_ver and operstate files, kept open between reads and closed when no longer read:
+        # the sysfs reader's own files, so that one open-file budget covers every kept file.
+        self.files = files if files is not None else AttributeFiles()
+        self.kept: frozenset[str] = frozenset()
         self._used: set[str] = set()
 
     def reconfigure(self, config: Config) -> None:
         self.config = config
         self._read_at = None  # read at the next poll under the new config
-        self.files.close()
+        self._forget(self.kept)
 
-    def close(self) -> None:
-        self.files.close()
+    def _forget(self, paths: frozenset[str]) -> None:
+        """Close kept files that are read no more."""
+        for path in paths:
+            self.files.forget(path)
+        self.kept -= paths
 
     def due(self) -> bool:
         now = self._monotonic()
@@ -98,10 +103,13 @@ class AdapterReader:
         if names != self._entries_for:
             self._entries, self._entries_for = {}, names
         root = self.config.sysfs_root
+        verbs = os.path.join(root, "class/infiniband_verbs")
+        mad = os.path.join(root, "class/infiniband_mad")
+        mad_entries = listdir(mad)  # once for both umad and issm
         chardevs = CharDevices(
-            uverbs=self._device_entries(os.path.join(root, "class/infiniband_verbs"), "uverbs"),
-            umad=self._port_entries(os.path.join(root, "class/infiniband_mad"), "umad"),
-            issm=self._port_entries(os.path.join(root, "class/infiniband_mad"), "issm"))
+            uverbs=self._device_entries(verbs, listdir(verbs), "uverbs"),
+            umad=self._port_entries(mad, mad_entries, "umad"),
+            issm=self._port_entries(mad, mad_entries, "issm"))
         registered = frozenset(d.pci_address for d in devices if d.pci_address)
         self._used = set()
         facts = AdapterFacts(
@@ -109,7 +117,8 @@ class AdapterReader:
             pci_nics=self._pci_nics(registered),
             firmware=self._firmware(devices),
             netdevs=self._netdevs(devices))
-        self.files.retain(self._used)  # a device or netdev gone: its files are closed
+        self._forget(self.kept - self._used)  # a device or netdev gone: its files are closed
+        self.kept = frozenset(self._used)
         return facts
 
     def _kept(self, path: str) -> Optional[str]:
@@ -130,8 +139,9 @@ class AdapterReader:
 
     # ------------------------------------------------------------ char devices
 
-    def _listing(self, directory: str, prefix: str) -> Optional[list[tuple[str, int]]]:
-        entries = listdir(directory)
+    def _listing(self, directory: str, entries: Optional[list[str]], prefix: str
+                 ) -> Optional[list[tuple[str, int]]]:
+        """(ibdev, port or 0) of the ``entries`` of ``directory`` named ``<prefix>N``."""
         if entries is None:
             return None
         found = []
@@ -149,15 +159,16 @@ class AdapterReader:
             found.append(known)
         return found
 
-    def _device_entries(self, directory: str, prefix: str) -> Optional[frozenset[str]]:
-        listing = self._listing(directory, prefix)
+    def _device_entries(self, directory: str, entries: Optional[list[str]], prefix: str
+                        ) -> Optional[frozenset[str]]:
+        listing = self._listing(directory, entries, prefix)
         if listing is None:
             return None
         return frozenset(ibdev for ibdev, _ in listing)
 
-    def _port_entries(self, directory: str, prefix: str
+    def _port_entries(self, directory: str, entries: Optional[list[str]], prefix: str
                       ) -> Optional[frozenset[tuple[str, int]]]:
-        listing = self._listing(directory, prefix)
+        listing = self._listing(directory, entries, prefix)
         if listing is None:
             return None
         return frozenset(entry for entry in listing if entry[1] > 0)

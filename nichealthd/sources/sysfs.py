@@ -217,7 +217,7 @@ class SysfsReader:
         self.discoveries = 0
         self._fd_exhausted = False  # this poll saw EMFILE/ENFILE (logged once, not per file)
         # The slow adapter facts (#16.3-6), read at their own cadence.
-        self.adapter = AdapterReader(config, monotonic)
+        self.adapter = AdapterReader(config, monotonic, self.files)
 
     # ----------------------------------------------------------------- public
 
@@ -284,7 +284,6 @@ class SysfsReader:
 
     def close(self) -> None:
         self.files.close()
-        self.adapter.close()
 
     # ------------------------------------------------------------- discovery
 
@@ -325,8 +324,8 @@ class SysfsReader:
         previous = {plan.info.name: plan for plan in self._plans} if periodic else {}
         self._plans = [self._discover_device(name, previous.get(name))
                        for name in sorted(names)]
-        self.files.retain(path for plan in self._plans for port in plan.ports
-                          for path in _polled_paths(port))
+        self.files.retain([path for plan in self._plans for port in plan.ports
+                           for path in _polled_paths(port)] + list(self.adapter.kept))
         self._names = names
         self._discovered_at = self._monotonic()
         self._dirty = False

@@ -39,8 +39,8 @@ class CountedOpens:
         return os.open(path, flags)
 
 
-def reader(root: Path, clock: Clock) -> SysfsReader:
-    made = SysfsReader(load_config(str(root / "nichealthd.toml")), monotonic=clock)
+def reader(root: Path, clock: Clock, files: AttributeFiles | None = None) -> SysfsReader:
+    made = SysfsReader(load_config(str(root / "nichealthd.toml")), files=files, monotonic=clock)
     open_readers.append(made)
     return made
 
@@ -54,12 +54,11 @@ def adapter_read(made: SysfsReader, clock: Clock) -> AdapterFacts:
 
 def test_fw_ver_and_operstate_are_opened_once_and_a_flash_is_still_seen(host: Path) -> None:
     clock = Clock()
-    made = reader(host, clock)
     opens = CountedOpens("/fw_ver", "/operstate")
-    made.adapter.files = AttributeFiles(opener=opens)
+    made = reader(host, clock, AttributeFiles(opener=opens))
     first = adapter_read(made, clock)
     opened = opens.opened
-    assert opened == made.adapter.files.open_files > 0
+    assert made.adapter.kept and all(path in made.files for path in made.adapter.kept)
     name = sorted(first.firmware)[0]
     adapter.set_firmware(host, name, "28.99.9999")
     second = adapter_read(made, clock)
@@ -74,14 +73,31 @@ def test_a_removed_device_has_its_kept_files_closed(host: Path) -> None:
     clock = Clock()
     made = reader(host, clock)
     first = adapter_read(made, clock)
-    kept = made.adapter.files.open_files
     name = sorted(first.firmware)[0]
-    ports_with_netdev = sum(1 for key in first.netdevs if key.startswith(f"{name}_"))
-    assert ports_with_netdev
+    its_own = {path for path in made.adapter.kept if f"/{name}/" in path
+               or any(path.endswith(f"/{link.netdev}/operstate")
+                      for key, link in first.netdevs.items() if key.startswith(f"{name}_"))}
+    assert len(its_own) >= 2  # its fw_ver and a netdev's operstate
     mutate.remove_device(host, name)
     second = adapter_read(made, clock)
     assert name not in second.firmware
-    assert made.adapter.files.open_files == kept - 1 - ports_with_netdev
+    assert not its_own & made.adapter.kept
+    assert not [path for path in its_own if path in made.files]
+
+
+def test_a_rediscovery_keeps_the_adapter_files_open(host: Path) -> None:
+    """One open-file budget: the kept files are the sysfs reader's, and its re-discovery
+    (which closes what its new plan does not poll) leaves the adapter's open."""
+    clock = Clock()
+    opens = CountedOpens("/fw_ver")
+    made = reader(host, clock, AttributeFiles(opener=opens))
+    adapter_read(made, clock)
+    opened = opens.opened
+    assert opened
+    discoveries = made.discoveries
+    adapter_read(made, clock)  # an hour later: the periodic re-discovery is due too
+    assert made.discoveries == discoveries + 1
+    assert opens.opened == opened
 
 
 def test_a_registered_function_needs_no_listing_of_its_infiniband_directory(
