@@ -79,6 +79,10 @@ class AdapterReader:
     def reconfigure(self, config: Config) -> None:
         self.config = config
         self._read_at = None  # read at the next poll under the new config
+        self.release()
+
+    def release(self) -> None:
+        """Close every kept file (the device set changed: the next read opens what it needs)."""
         self._forget(self.kept)
 
     def _forget(self, paths: frozenset[str]) -> None:

@@ -324,6 +324,8 @@ class SysfsReader:
         previous = {plan.info.name: plan for plan in self._plans} if periodic else {}
         self._plans = [self._discover_device(name, previous.get(name))
                        for name in sorted(names)]
+        if not periodic:
+            self.adapter.release()  # its files of a device gone are closed now, not in 10 s
         self.files.retain([path for plan in self._plans for port in plan.ports
                            for path in _polled_paths(port)] + list(self.adapter.kept))
         self._names = names
