@@ -48,7 +48,7 @@ from ..family import (
     PortId,
     Verdict,
 )
-from ..model import DeviceSnapshot, PortSnapshot
+from ..model import PortSnapshot
 from ..state import (
     FATAL,
     HEALTHY,
@@ -61,7 +61,13 @@ from ..state import (
 )
 from ..topology import anomalous_cards
 from .efa_cards import EfaCardAnomaly, card_counts, card_events, netdev_down, short_ports
-from .identity import identity_of, renamed_identities, renamed_keys, renamed_names
+from .identity import (
+    recorded_identities,
+    renamed_identities,
+    renamed_keys,
+    renamed_names,
+    renamed_port_key,
+)
 from .link_section import DeviceIdentity, identities_json, parse_identities
 
 KEYS = ("efa_ports", "efa_known_devices", "efa_device_misses", "efa_missing_devices",
@@ -241,7 +247,7 @@ class EfaState(CheckFamily[EfaStateSection]):
             state.driver_event = replace(section.driver_event, devices=renamed_names(
                 section.driver_event.devices, renames))
         state.card_anomalies = {
-            card: replace(anomaly, ports=tuple(_renamed_port(k, renames) for k in anomaly.ports))
+            card: replace(anomaly, ports=tuple(renamed_port_key(k, renames) for k in anomaly.ports))
             for card, anomaly in section.card_anomalies.items()}
         return state
 
@@ -292,7 +298,9 @@ class EfaState(CheckFamily[EfaStateSection]):
         monitored = {d.name for d in cycle.monitored}
         state.known_devices = sorted(
             (set(previous.known_devices) - (present - monitored)) | efa_names)
-        _record_identities(efa, previous, state)
+        identities = recorded_identities(efa, previous.identities, state.known_devices)
+        if identities != previous.identities:
+            state.identities = identities
         events.extend((HOST, e) for e in card_events(
             cards, verdicts, efa, previous, state, cycle.config.card_verdict_hold_time, now,
             notes))
@@ -412,26 +420,6 @@ class EfaState(CheckFamily[EfaStateSection]):
         surface, as ConnectX ports suppressed at first sight are (core/health.py)."""
         return frozenset((r.device, r.port) for r in section.ports.values()
                          if r.health == SUPPRESSED)
-
-
-def _renamed_port(key: str, renames: Mapping[str, str]) -> str:
-    """A port key ``<device>_<port>`` under the new device name."""
-    device, sep, number = key.rpartition("_")
-    return f"{renames[device]}_{number}" if sep and device in renames else key
-
-
-def _record_identities(efa: Iterable[DeviceSnapshot], previous: EfaStateSection,
-                       state: EfaStateSection) -> None:
-    """The hardware identity of each known EFA device (#19.1): present ones as read now,
-    gone ones as last recorded (so that their return under another name is recognised)."""
-    identities = {name: previous.identities[name] for name in state.known_devices
-                  if name in previous.identities}
-    for device in efa:
-        identity = identity_of(device, previous.identities.get(device.name))
-        if identity is not None:
-            identities[device.name] = identity
-    if identities != previous.identities:
-        state.identities = identities
 
 
 FAMILY = EFA_STATE = EfaState()

@@ -140,6 +140,25 @@ def renamed_names(names: Iterable[str], renames: Mapping[str, str]) -> tuple[str
     return tuple(sorted(renamed(n, renames) for n in names))
 
 
+def recorded_identities(devices: Iterable[DeviceSnapshot],
+                        previous: Mapping[str, DeviceIdentity], known: Iterable[str]
+                        ) -> dict[str, DeviceIdentity]:
+    """The hardware identity of each known device (#19.1): present ones as read now, gone
+    ones as last recorded (so that their return under another name is recognised)."""
+    identities = {name: previous[name] for name in known if name in previous}
+    for device in devices:
+        identity = identity_of(device, previous.get(device.name))
+        if identity is not None:
+            identities[device.name] = identity
+    return identities
+
+
+def renamed_port_key(key: str, renames: Mapping[str, str]) -> str:
+    """A port key ``<device>_<port>`` under the new device name."""
+    device, sep, number = key.rpartition("_")
+    return f"{renames[device]}_{number}" if sep and device in renames else key
+
+
 def renamed_counter_key(key: str, renames: Mapping[str, str]) -> str:
     """``mlx5_3:1:symbol_error`` -> ``mlx5_20:1:symbol_error`` (DESIGN §2.5 keys)."""
     device, sep, rest = key.partition(":")

@@ -32,7 +32,13 @@ from ..topology import anomalous_cards
 from .cards import card_counts, forget_pending, release_raised_ports, runtime_verdicts, short_ports
 from .devices import card_events, device_missing, device_present
 from .driver import judge_driver_event
-from .identity import identity_of, renamed_identities, renamed_keys, renamed_names
+from .identity import (
+    recorded_identities,
+    renamed_identities,
+    renamed_keys,
+    renamed_names,
+    renamed_port_key,
+)
 from .link_section import KEYS, LinkStateSection, PortHold, PortRecord
 from .ports import held_transition, missing_port, returned_port
 
@@ -83,7 +89,7 @@ class LinkState(CheckFamily[LinkStateSection]):
         state.device_misses = renamed_keys(section.device_misses, renames)
         state.missing_devices = renamed_keys(section.missing_devices, renames)
         state.card_anomalies = {
-            card: replace(anomaly, ports=_renamed_ports(anomaly.ports, renames))
+            card: replace(anomaly, ports=tuple(renamed_port_key(k, renames) for k in anomaly.ports))
             for card, anomaly in section.card_anomalies.items()}
         state.identities = renamed_identities(section.identities, renames, now)
         if section.driver_event is not None:
@@ -152,7 +158,10 @@ class LinkState(CheckFamily[LinkStateSection]):
                         name, layer, check, state, now, held=name in held))
         state.known_devices = sorted(
             (set(previous.known_devices) - (present - monitored_names)) | monitored_names)
-        _record_identities(cycle.monitored, previous, state)
+        identities = recorded_identities(cycle.monitored, previous.identities,
+                                         state.known_devices)
+        if identities != previous.identities:
+            state.identities = identities
         forget_pending(cards, verdicts, state)
         if not cycle.baseline:
             verdicts = runtime_verdicts(verdicts, snapshot, state, cycle.config, now)
@@ -186,20 +195,6 @@ def without_efa(cycle: Cycle) -> Cycle:
                    monitored=tuple(d for d in cycle.monitored if not d.is_efa))
 
 
-def _record_identities(monitored: Iterable[DeviceSnapshot], previous: LinkStateSection,
-                       state: LinkStateSection) -> None:
-    """The hardware identity of each known device (#19.1): present ones as read now, gone
-    ones as last recorded (so that their return under another name is recognised)."""
-    identities = {name: previous.identities[name] for name in state.known_devices
-                  if name in previous.identities}
-    for device in monitored:
-        identity = identity_of(device, previous.identities.get(device.name))
-        if identity is not None:
-            identities[device.name] = identity
-    if identities != previous.identities:
-        state.identities = identities
-
-
 def _renamed_port_key(key: str, record: PortRecord, renames: Mapping[str, str]) -> str:
     new = renames.get(record.device)
     if new is None:
@@ -207,22 +202,13 @@ def _renamed_port_key(key: str, record: PortRecord, renames: Mapping[str, str]) 
     return f"{new}_{record.port}"
 
 
-def _renamed_ports(keys: Iterable[str], renames: Mapping[str, str]) -> tuple[str, ...]:
-    """Port keys ``<device>_<port>`` under the new names."""
-    out = []
-    for key in keys:
-        device, sep, number = key.rpartition("_")
-        out.append(f"{renames[device]}_{number}" if sep and device in renames else key)
-    return tuple(out)
-
-
 def _renamed_port_table(table: Mapping[str, V], renames: Mapping[str, str]) -> dict[str, V]:
     """A table keyed by port key, under the new names (a renamed device's record wins)."""
     if not table:
         return {}
-    out = {k: v for k, v in table.items() if _renamed_ports((k,), renames)[0] == k}
-    out.update((_renamed_ports((k,), renames)[0], v) for k, v in table.items()
-               if _renamed_ports((k,), renames)[0] != k)
+    moved = {k: renamed_port_key(k, renames) for k in table}
+    out = {k: v for k, v in table.items() if moved[k] == k}
+    out.update((moved[k], v) for k, v in table.items() if moved[k] != k)
     return out
 
 
