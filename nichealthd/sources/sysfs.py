@@ -186,12 +186,17 @@ class _PortPlan:
     # it is unchanged at a glance).
     last_raw: Optional[Sequence[Union[bytes, OSError, None]]] = None
     last_counters: Mapping[str, CounterReading] = field(default_factory=dict)
+    # Likewise each text attribute's last clean read (path -> bytes, text), and the last
+    # snapshot: a port whose files all read as before is that same (immutable) snapshot.
+    last_texts: dict[str, tuple[bytes, str]] = field(default_factory=dict)
+    last_snapshot: Optional[PortSnapshot] = None
 
 
 @dataclass
 class _DevicePlan:
     info: DeviceSnapshot
     ports: list[_PortPlan]
+    last_snapshot: Optional[DeviceSnapshot] = None  # reused while its ports are the same
 
 
 class SysfsReader:
@@ -453,29 +458,42 @@ class SysfsReader:
         if plan.info.is_vf:
             return plan.info
         ports = tuple(self._read_port(plan, port) for port in plan.ports)
-        return plan.info.with_ports(ports)
+        last = plan.last_snapshot
+        if last is not None and len(last.ports) == len(ports) and all(
+                a is b for a, b in zip(last.ports, ports)):
+            return last
+        plan.last_snapshot = plan.info.with_ports(ports)
+        return plan.last_snapshot
 
     def _read_port(self, device: _DevicePlan, plan: _PortPlan) -> PortSnapshot:
+        texts = plan.last_texts
         attribute = self._attribute
         state_path, phys_path, layer_path, rate_path = plan.attribute_paths
-        state = attribute(state_path)
-        phys_state = attribute(phys_path)
+        state = attribute(state_path, texts)
+        phys_state = attribute(phys_path, texts)
         link_layer = plan.link_layer
         if link_layer is None:
             link_layer = plan.link_layer = attribute(layer_path)
-        rate = attribute(rate_path)
+        rate = attribute(rate_path, texts)
         operstate = None
         carrier = None
         if plan.operstate_path and (link_layer == "Ethernet" or plan.efa):
-            operstate = attribute(plan.operstate_path)
+            operstate = attribute(plan.operstate_path, texts)
         if plan.carrier_path:
             carrier = self._carrier(plan.carrier_path)
         counters = {} if plan.device in self.skip_counters else self._read_counters(plan)
-        return PortSnapshot(
+        last = plan.last_snapshot
+        if (last is not None and last.counters is counters and last.state == state
+                and last.phys_state == phys_state and last.link_layer == link_layer
+                and last.rate == rate and last.operstate == operstate
+                and last.carrier == carrier and last.gid_count == plan.gid_count):
+            return last  # netdev, paths and kinds are the plan's own: fixed with it
+        plan.last_snapshot = PortSnapshot(
             device=plan.device, port=plan.port, link_layer=link_layer, state=state,
             phys_state=phys_state, rate=rate, operstate=operstate, netdev=plan.netdev,
             gid_count=plan.gid_count, counters=counters, counter_paths=plan.counter_files,
             counter_kinds=plan.counter_kinds, carrier=carrier)
+        return plan.last_snapshot
 
     def _carrier(self, path: str) -> Optional[int]:
         """A netdev's ``carrier``: 1, 0 or None. The kernel answers EINVAL while the
@@ -494,22 +512,37 @@ class SysfsReader:
         self.problems.clear(path)
         return value
 
-    def _attribute(self, path: str) -> Optional[str]:
-        """A text attribute; None (unknown) when it cannot be read, logged once."""
+    def _attribute(self, path: str, texts: Optional[dict[str, tuple[bytes, str]]] = None
+                   ) -> Optional[str]:
+        """A text attribute; None (unknown) when it cannot be read, logged once.
+
+        ``texts``: the port's last clean reads; the same bytes again are the same text (a
+        read that fails or gives no text drops its entry, so a recovery is still logged).
+        """
         try:
             raw = self.files.read(path)
         except OSError as exc:
+            if texts:
+                texts.pop(path, None)
             self._failed(path, exc)
             return None
+        if texts is not None:
+            seen = texts.get(path)
+            if seen is not None and seen[0] == raw:
+                return seen[1]
         try:
             text = raw.decode("ascii").split("\n", 1)[0].strip()
         except UnicodeDecodeError:
             text = ""
         if not text:
+            if texts:
+                texts.pop(path, None)
             self.unreadable_reads += 1
             self.problems.report(path, f"{path}: empty or not text; value unknown this poll")
             return None
         self.problems.clear(path)
+        if texts is not None:
+            texts[path] = (raw, text)
         return text
 
     def _read_counters(self, plan: _PortPlan) -> Mapping[str, CounterReading]:

@@ -356,3 +356,43 @@ def test_an_empty_class_directory_counts_the_mellanox_functions_on_the_bus(host:
     assert snapshot.pci_functions == len(names)  # PFs and VFs; the Intel eno1 is not counted
     mutate.load_driver(host)
     assert reader.observe(at(2)).pci_functions is None
+
+
+def test_a_port_read_as_before_is_the_same_snapshot(host: Path) -> None:
+    """A port (and a device) whose files all read the same bytes is the last poll's immutable
+    snapshot; any change in a state, rate or counter file makes a new one."""
+    reader = reader_for(host)
+    first = reader.observe(at(0)).device("mlx5_0")
+    second = reader.observe(at(1)).device("mlx5_0")
+    assert first is not None and second is first and second.ports[0] is first.ports[0]
+    mutate.set_port(host, "mlx5_0", 1, state="DOWN", phys_state="Disabled")
+    third = reader.observe(at(2)).device("mlx5_0")
+    assert third is not None and third is not first
+    assert (third.ports[0].state, third.ports[0].phys_state) == ("1: DOWN", "3: Disabled")
+    assert third.ports[0].counters is first.ports[0].counters
+    mutate.set_rate(host, "mlx5_0", 1, "200 Gb/sec (4X HDR)")
+    assert port_of(reader.observe(at(3))).rate == "200 Gb/sec (4X HDR)"
+    mutate.counter(host, "mlx5_0", 1, "link_downed", add=1)
+    fourth = port_of(reader.observe(at(4)))
+    assert fourth.counters["link_downed"] == 1 and fourth.rate == "200 Gb/sec (4X HDR)"
+    assert port_of(reader.observe(at(5))) is fourth
+
+
+def test_an_attribute_that_recovers_with_its_old_bytes_is_logged_readable(
+        host: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The parsed text of an attribute is kept with its bytes; a failed or empty read drops
+    it, so the same bytes after the failure are parsed again and the recovery logged."""
+    state = "sys/class/infiniband/mlx5_0/ports/1/state"
+    text = (host / state).read_bytes().decode()
+    reader = reader_for(host)
+    assert port_of(reader.observe(at(0))).state == "4: ACTIVE"
+    for second, broken in ((1, ""), (3, "\xff")):
+        mutate.garbage(host, state, broken)
+        with caplog.at_level(logging.INFO):
+            caplog.clear()
+            assert port_of(reader.observe(at(second))).state is None
+            mutate.garbage(host, state, text)
+            assert port_of(reader.observe(at(second + 1))).state == "4: ACTIVE"
+        messages = [r.getMessage() for r in caplog.records]
+        assert any("empty or not text" in m for m in messages)
+        assert any(m.endswith("readable again") for m in messages)
