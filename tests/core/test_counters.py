@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from nichealthd.core.checks import counters
-from nichealthd.core.checks.counter_section import CounterSnap
+from nichealthd.core.checks.counter_section import BreachFlag, CounterSection, CounterSnap
+from nichealthd.core.checks.counters import urgent_counter_change
 from nichealthd.core.config import CHAR_DEVICE_CHECK, EFA_DEGRADATION_CHECK, EFA_STATE_CHECK
 from nichealthd.core.model import ABSENT, CounterKind, Unreadable
 from nichealthd.core.state import MonitorState
@@ -625,3 +626,30 @@ def test_saturation_while_a_breach_of_the_same_check_is_latched_is_no_second_eve
     assert [(e.is_healthy, e.error_code) for e in cleared.events] == [
         (True, ("symbol_error",))]
     assert runner.state.saturated == {}
+
+
+def test_only_advanced_velocity_windows_can_wait_for_the_flush() -> None:
+    """What a commit must write at once (CheckFamily.urgent of both counter families): a
+    velocity window that closed can wait for the periodic flush; anything else cannot."""
+    specs = config().active_counters
+    velocity = next(s.name for s in specs if s.is_velocity)
+    delta = next(s.name for s in specs if not s.is_velocity)
+    old = CounterSection({f"mlx5_0:1:{velocity}": CounterSnap(5, at(0)),
+                          f"mlx5_0:1:{delta}": CounterSnap(1, at(0)),
+                          # a name may hold a colon: the name is what follows the port
+                          f"mlx5_0:1:x:{velocity}": CounterSnap(1, at(0))})
+
+    def changed(**tables: Any) -> bool:
+        return urgent_counter_change(old, replace(old, **tables), specs)
+
+    assert not changed()
+    snaps = dict(old.counter_snapshots)
+    snaps[f"mlx5_0:1:{velocity}"] = CounterSnap(5, at(1))
+    assert not changed(counter_snapshots=snaps)
+    snaps[f"mlx5_0:1:{delta}"] = CounterSnap(1, at(0))  # equal, another object
+    assert not changed(counter_snapshots=snaps)
+    assert changed(counter_snapshots={**snaps, f"mlx5_0:1:{delta}": CounterSnap(2, at(1))})
+    assert changed(counter_snapshots={**snaps, f"mlx5_0:1:x:{velocity}": CounterSnap(2, at(1))})
+    assert changed(counter_snapshots={**snaps, f"mlx5_0:2:{velocity}": CounterSnap(0, at(1))})
+    assert changed(breach_flags={f"mlx5_0:1:{delta}": BreachFlag("c", True, at(1))})
+    assert changed(saturated={f"mlx5_0:1:{velocity}": at(1)})

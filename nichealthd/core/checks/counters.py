@@ -350,6 +350,55 @@ def _carry(previous: Optional[CounterObservation], value: int) -> CounterObserva
     return CounterObservation(value, previous.delta, previous.rate)
 
 
+def urgent_counter_change(old: CounterSection, new: CounterSection,
+                          specs: tuple[CounterSpec, ...]) -> bool:
+    """Whether a counter section changed in more than velocity snapshots that advanced.
+
+    Those are flushed within a minute (a window resumed from an older snapshot still
+    computes an honest rate); anything else is written at once. Asked at every commit: a
+    per-second window closes on every poll, so the names are looked up before comparing.
+    """
+    if (old.breach_flags, old.saturated, old.saturated_quiet) != (
+            new.breach_flags, new.saturated, new.saturated_quiet):
+        return True
+    was_snaps, snaps = old.counter_snapshots, new.counter_snapshots
+    if was_snaps.keys() != snaps.keys():
+        return True
+    velocity = _velocity_names(specs)
+    names = _COUNTER_NAMES
+    for key, snap in snaps.items():
+        was = was_snaps[key]
+        if was is snap:
+            continue
+        name = names.get(key)
+        if name is None:
+            if len(names) >= _COUNTER_NAMES_KEPT:
+                names.clear()
+            name = names[key] = key.split(":", 2)[-1]  # <device>:<port>:<name>, name may hold ":"
+        if name not in velocity and was != snap:
+            return True
+    return False
+
+
+_COUNTER_NAMES: dict[str, str] = {}  # state key -> counter name (a cache)
+_COUNTER_NAMES_KEPT = 1 << 16
+
+
+_VELOCITY: dict[int, tuple[tuple[CounterSpec, ...], frozenset[str]]] = {}
+
+
+def _velocity_names(specs: tuple[CounterSpec, ...]) -> frozenset[str]:
+    """The velocity counters of ``specs``, kept per specs object (a config's own tuple)."""
+    known = _VELOCITY.get(id(specs))
+    if known is not None and known[0] is specs:
+        return known[1]
+    if len(_VELOCITY) >= 8:
+        _VELOCITY.clear()
+    names = frozenset(spec.name for spec in specs if spec.is_velocity)
+    _VELOCITY[id(specs)] = (specs, names)
+    return names
+
+
 def saturation_key(device: str, port: int, kind: Optional[CounterKind]) -> Optional[str]:
     """A counter file's key in ``CounterSection.saturated(_quiet)``; None if it cannot saturate."""
     if kind is None or kind.limit is None:

@@ -21,7 +21,13 @@ from ..events import HealthEvent
 from ..family import READS_COUNTERS, READS_PORTS, CheckFamily, Condition, Cycle, Verdict
 from .counter_section import KEYS as COUNTER_KEYS
 from .counter_section import CounterSection
-from .counters import CheckNames, CounterMemory, CounterObservation, evaluate_port_counters
+from .counters import (
+    CheckNames,
+    CounterMemory,
+    CounterObservation,
+    evaluate_port_counters,
+    urgent_counter_change,
+)
 from .link_counters import LINK_COUNTERS
 
 PREFIX = "efa_"
@@ -73,17 +79,7 @@ class EfaCounters(CheckFamily[CounterSection]):
 
     def urgent(self, old: CounterSection, new: CounterSection, config: Config) -> bool:
         """As for the link counters: velocity snapshots that only advanced can wait."""
-        if (old.breach_flags, old.saturated, old.saturated_quiet) != (
-                new.breach_flags, new.saturated, new.saturated_quiet):
-            return True
-        if old.counter_snapshots.keys() != new.counter_snapshots.keys():
-            return True
-        velocity = frozenset(c.name for c in config.active_efa_counters if c.is_velocity)
-        for key, snap in new.counter_snapshots.items():
-            was = old.counter_snapshots[key]
-            if was is not snap and was != snap and key.split(":", 2)[-1] not in velocity:
-                return True
-        return False
+        return urgent_counter_change(old, new, config.active_efa_counters)
 
     def conditions(self, section: CounterSection, picture: Any) -> Iterable[Condition]:
         return LINK_COUNTERS.conditions(section, picture)

@@ -24,7 +24,13 @@ from ..family import READS_COUNTERS, READS_PORTS, CheckFamily, Condition, Cycle,
 from ..model import PortSnapshot, Unreadable, is_value
 from ..state import DEGRADED, FATAL, counter_key
 from .counter_section import KEYS, CounterSection, CounterSnap
-from .counters import CheckNames, CounterMemory, CounterObservation, evaluate_port_counters
+from .counters import (
+    CheckNames,
+    CounterMemory,
+    CounterObservation,
+    evaluate_port_counters,
+    urgent_counter_change,
+)
 from .identity import renamed_counter_table
 from .link_section import LinkStateSection
 from .link_state import LINK_STATE, device_layer
@@ -91,19 +97,8 @@ class LinkCounters(CheckFamily[CounterSection]):
             renamed_counter_table(section.saturated_quiet, renames))
 
     def urgent(self, old: CounterSection, new: CounterSection, config: Config) -> bool:
-        """Anything but velocity snapshots that advanced: those are flushed within a minute
-        (a window resumed from an older snapshot still computes an honest rate)."""
-        if (old.breach_flags, old.saturated, old.saturated_quiet) != (
-                new.breach_flags, new.saturated, new.saturated_quiet):
-            return True
-        if old.counter_snapshots.keys() != new.counter_snapshots.keys():
-            return True
-        velocity = frozenset(c.name for c in config.active_counters if c.is_velocity)
-        for key, snap in new.counter_snapshots.items():
-            was = old.counter_snapshots[key]
-            if was is not snap and was != snap and key.split(":", 2)[-1] not in velocity:
-                return True  # <device>:<port>:<name>, and a name may hold a colon
-        return False
+        """Anything but velocity snapshots that advanced (:func:`urgent_counter_change`)."""
+        return urgent_counter_change(old, new, config.active_counters)
 
     def conditions(self, section: CounterSection, picture: Any) -> Iterable[Condition]:
         """Each latched breach (fatal or not) and each saturation reported as an event."""
