@@ -27,7 +27,7 @@ from .events import BACKDATE, HealthEvent
 from .family import SLOW_READS, CheckFamily, Cycle
 from .model import HostSnapshot
 from .state import MonitorState
-from .topology import CardCount, Role, Topology, classify
+from .topology import CardCount, Role, Topology, classify_all
 
 __all__ = ["CycleResult", "Topology", "due_reads", "evaluate", "urgent_change"]
 
@@ -75,9 +75,8 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
         previous = _renamed(previous, renames, now)
         _forget(memory, set(renames) | set(renames.values()))
     enabled = frozenset(config.checks)
-    roles = {d.name: classify(d, topology.gpus, topology.default_route,
-                              config.nic_exclusion_regex, config.nic_inclusion_regex_override)
-             for d in snapshot.devices}
+    roles = classify_all(snapshot.devices, topology, config.nic_exclusion_regex,
+                         config.nic_inclusion_regex_override)
     monitored = tuple(d for d in snapshot.devices if roles[d.name].monitored)
     cycle = Cycle(snapshot, config, topology, now, baseline, enabled, roles, monitored,
                   previous)

@@ -79,6 +79,38 @@ def _matches(patterns: Iterable[str], names: Iterable[str]) -> bool:
     return any(rx.search(name) for rx in compiled for name in names)
 
 
+def classify_all(devices: Iterable[DeviceSnapshot], topology: Topology,
+                 exclusion: tuple[str, ...] = (), inclusion_override: tuple[str, ...] = ()
+                 ) -> dict[str, Role]:
+    """Every device's role (:func:`classify`), by name.
+
+    Asked every poll. A device the reader gives as the same (immutable) snapshot as last
+    poll, under the same topology and filters, keeps its role object: its cards are then
+    recognised as unchanged too (:func:`~nichealthd.core.checks.cards.card_counts`).
+    """
+    last = _LAST_ROLES[0] if _LAST_ROLES else None
+    known = (last[3] if last is not None and last[0] is topology
+             and last[1] == exclusion and last[2] == inclusion_override else {})
+    kept: dict[int, tuple[DeviceSnapshot, Role]] = {}
+    roles = {}
+    for device in devices:
+        seen = known.get(id(device))
+        if seen is not None and seen[0] is device:
+            role = seen[1]
+        else:
+            role = classify(device, topology.gpus, topology.default_route, exclusion,
+                            inclusion_override)
+        kept[id(device)] = (device, role)
+        roles[device.name] = role
+    _LAST_ROLES[:] = [(topology, exclusion, inclusion_override, kept)]
+    return roles
+
+
+# The last classification: topology, filters, and id(device) -> (device, role).
+_LAST_ROLES: list[tuple[Topology, tuple[str, ...], tuple[str, ...],
+                        dict[int, tuple[DeviceSnapshot, Role]]]] = []
+
+
 def classify(device: DeviceSnapshot, topology: GpuTopology, default_route: frozenset[str],
              exclusion: tuple[str, ...] = (), inclusion_override: tuple[str, ...] = ()) -> Role:
     """The role of one device, in the order of spec §4.2 (with VFs and filters first)."""

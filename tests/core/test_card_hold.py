@@ -7,8 +7,11 @@ from typing import Callable, Optional
 
 import pytest
 
+from nichealthd.core.checks.cards import card_counts
+from nichealthd.core.checks.link_section import LinkStateSection, PortRecord
 from nichealthd.core.model import DeviceSnapshot
 from nichealthd.core.state import MonitorState
+from nichealthd.core.topology import Role
 
 from .builders import (
     ACTIVE,
@@ -17,6 +20,7 @@ from .builders import (
     LINKUP,
     POLLING,
     Runner,
+    at,
     config,
     device,
     host,
@@ -342,3 +346,24 @@ def test_port_positions_follow_the_pci_function_not_the_device_name() -> None:
     ports = [e.entities[0][1] for e in fatal(result) if e.error_code == ("port_state",)]
     assert ports == ["mlx5_9"]
     assert runner.state.port_states["mlx5_10_1"].health == "suppressed"
+
+
+def test_card_counts_follow_the_held_record_of_an_unreadable_port() -> None:
+    """card_counts keeps its last answer only while every port was read and known: with an
+    unreadable port the count rests on the held record, which may change between polls."""
+    devices = (device("mlx5_0", ports=(port("mlx5_0", 1, state=None),)),)
+    roles = {"mlx5_0": Role("compute", "test")}
+
+    def held(state: str, phys: str) -> LinkStateSection:
+        record = PortRecord("mlx5_0", 1, state, phys, "InfiniBand", "healthy", at(0))
+        return LinkStateSection(port_states={"mlx5_0_1": record})
+
+    card = devices[0].card or ""
+    assert card_counts(devices, roles, held(ACTIVE, LINKUP))[card].active == 1
+    assert card_counts(devices, roles, held(DOWN, DISABLED))[card].active == 0
+    readable = (device("mlx5_0", ports=(port("mlx5_0", 1),)),)
+    first = card_counts(readable, roles, held(DOWN, DISABLED))
+    assert first[card].active == 1
+    assert card_counts(readable, roles, LinkStateSection()) == first
+    assert card_counts(readable, {"mlx5_0": Role("management", "test")},
+                       LinkStateSection())[card].role == "management"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -16,8 +17,10 @@ from nichealthd.core.topology import (
     CardCount,
     GpuTopology,
     MetadataError,
+    Topology,
     anomalous_cards,
     classify,
+    classify_all,
     group_mode,
 )
 from nichealthd.sources.gpu_metadata import MAX_METADATA_BYTES, load_gpu_topology
@@ -330,3 +333,23 @@ def test_lower_links_loops_and_depth_are_bounded(tmp_path: Path) -> None:
     assert host.devices() == frozenset()
     host.routes(v4=v4_default("a") + v4_default("nonexistent"))
     assert host.devices() == frozenset()
+
+
+def test_classify_all_keeps_a_role_only_for_the_same_device_and_inputs() -> None:
+    """An unchanged device (the reader's same snapshot) keeps its role object; another
+    snapshot, topology or filter is classified afresh."""
+    nics = [nic("mlx5_0", 0), nic("mlx5_1", 1, "Ethernet")]
+    gpus = GpuTopology(frozenset({0}), (), {"mlx5_1": ("SYS",)})
+    topology = Topology(gpus)
+    first = classify_all(nics, topology)
+    assert {n: r.role for n, r in first.items()} == {"mlx5_0": "compute",
+                                                      "mlx5_1": "management"}
+    again = classify_all(nics, topology)
+    assert all(again[n] is first[n] for n in first)
+    moved = replace(nics[1], numa_node=0)  # another snapshot of mlx5_1
+    third = classify_all([nics[0], moved], topology)
+    assert third["mlx5_0"] is first["mlx5_0"] and third["mlx5_1"].role == "storage"
+    assert classify_all([nics[0], moved], topology, ("mlx5_0",))["mlx5_0"].role == "excluded"
+    other = Topology(GpuTopology(frozenset({1}), (), {}))
+    assert classify_all(nics, other)["mlx5_0"].role == "management"
+    assert classify_all(nics, other, (), ("mlx5_1",))["mlx5_0"].role == "excluded"

@@ -202,7 +202,33 @@ def card_counts(devices: tuple[DeviceSnapshot, ...], roles: Mapping[str, Role],
 
     A reading without its state numbers (garbage) is unknown like an unreadable one: the last
     known reading is held, and with none the card's count is unknown (never evidence).
+
+    Asked every poll. The reader gives an unchanged device as the same (immutable) snapshot
+    and :func:`~nichealthd.core.topology.classify` the same role as the same object, so the
+    last answer is kept while every device and role is the one it was computed from, and no
+    port needed ``previous`` (all were read and known).
     """
+    last = _LAST_COUNTS[0] if _LAST_COUNTS else None
+    if (last is not None and len(last[0]) == len(devices)
+            and all(a is b for a, b in zip(last[0], devices))
+            and all(roles.get(d.name) is r for d, r in zip(devices, last[1]))):
+        return dict(last[2])
+    cards, held = _count_cards(devices, roles, previous)
+    _LAST_COUNTS[:] = [] if held else [
+        (tuple(devices), tuple(roles.get(d.name) for d in devices), cards)]
+    return dict(cards)
+
+
+# The last answer of card_counts: (devices, their roles, the counts).
+_LAST_COUNTS: list[tuple[tuple[DeviceSnapshot, ...], tuple[Optional[Role], ...],
+                         dict[str, CardCount]]] = []
+
+
+def _count_cards(devices: tuple[DeviceSnapshot, ...], roles: Mapping[str, Role],
+                 previous: LinkStateSection) -> tuple[dict[str, CardCount], bool]:
+    """The counts, and whether a port's held record was needed (the answer then rests on
+    ``previous`` too and is not kept)."""
+    held = False
     grouped: dict[str, list[DeviceSnapshot]] = {}
     for device in devices:
         if roles[device.name].role in ("vf", "excluded", "unsupported") or not device.card:
@@ -217,6 +243,7 @@ def card_counts(devices: tuple[DeviceSnapshot, ...], roles: Mapping[str, Role],
                 if port.readable and is_known(port.state, port.phys_state):
                     active += is_active(port.state, port.phys_state)
                     continue
+                held = True
                 record: Optional[PortRecord] = previous.port_states.get(port.key)
                 if record is None or not is_known(record.state, record.physical_state):
                     known = False
@@ -233,4 +260,4 @@ def card_counts(devices: tuple[DeviceSnapshot, ...], roles: Mapping[str, Role],
             exempt=MANAGEMENT in member_roles,
             link_layer=next((d.link_layer for d in members if d.link_layer), "InfiniBand"),
         )
-    return cards
+    return cards, held
