@@ -397,3 +397,20 @@ def test_reload_to_a_new_target(tmp_path: Path, sockdir: Path) -> None:
     finally:
         old.stop()
         new.stop()
+
+
+def test_an_absent_socket_is_looked_for_every_probe_cap_without_jitter(tmp_path: Path) -> None:
+    """The socket file is looked for with a stat: exponential up to probe_cap and not
+    jittered (a host without NVSentinel wakes every probe_cap, not every probe_cap / 2 on
+    average); a connector that answers badly is still retried with full jitter."""
+    config = make_config(tmp_path, "unix://" + str(tmp_path / "absent.sock"))
+    now = [100.0]
+    sender = fast_sender(config, Outbox(config).journal, backoff_base=0.5, probe_cap=5.0,
+                         jitter=lambda: 0.25, clock=lambda: now[0])
+    delays = []
+    for _ in range(6):
+        delays.append(sender.step())
+        now[0] += delays[-1]
+    assert delays == [0.5, 1.0, 2.0, 4.0, 5.0, 5.0]
+    assert sender.status.state == "not installed"
+    assert sender._backoff(8.0) == 8.0 * 0.25  # the other retries keep their jitter

@@ -340,7 +340,10 @@ class Sender:
             # installed" (one info line), not a connector that went down.
             state = "down" if self._socket_seen else NOT_INSTALLED
             self._set_state(state, reason, code="SOCKET")
-            return self._backoff(self.probe_cap)
+            # Looking for the socket file is one stat on this host, with no server to spare
+            # from a herd: not jittered, so a host without NVSentinel wakes every probe_cap,
+            # not twice as often (the file is still found within probe_cap of appearing).
+            return self._backoff(self.probe_cap, jittered=False)
         self._socket_seen = True
         batch, wait = self.next_batch()
         if not batch:
@@ -483,11 +486,12 @@ class Sender:
 
     # ----------------------------------------------------------------- state
 
-    def _backoff(self, cap: float) -> float:
-        """Exponential backoff with full jitter: uniform(0, min(cap, base * 2^attempt))."""
+    def _backoff(self, cap: float, jittered: bool = True) -> float:
+        """Exponential backoff with full jitter: uniform(0, min(cap, base * 2^attempt));
+        without jitter, the ceiling itself."""
         ceiling = min(cap, self.backoff_base * 2.0 ** min(self._attempt, 30))
         self._attempt += 1
-        delay = max(0.01, self.jitter() * ceiling)
+        delay = max(0.01, self.jitter() * ceiling if jittered else ceiling)
         self._retry_at = self.clock() + delay
         return delay
 
