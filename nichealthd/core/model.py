@@ -7,6 +7,7 @@ value this time). The evaluator treats both as "no information", never as 0 or D
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Mapping, Optional, Union
@@ -106,7 +107,7 @@ class PortSnapshot:
     # on an administratively down interface: no signal).
     carrier: Optional[int] = None
 
-    @property
+    @functools.cached_property  # asked several times per port per poll (frozen: stays valid)
     def key(self) -> str:
         """The port-state key of the persisted state (spec §6.6): ``mlx5_0_1``."""
         return f"{self.device}_{self.port}"
@@ -146,7 +147,7 @@ class DeviceSnapshot:
         object.__setattr__(made, "ports", ports)
         return made
 
-    @property
+    @functools.cached_property  # not of the ports: with_ports copies it rightly
     def card(self) -> Optional[str]:
         """The physical card: PCI domain:bus:device without the function (``0000:47:00``)."""
         if not self.pci_address or "." not in self.pci_address:

@@ -120,6 +120,9 @@ class PortEntries:
     # Entry keys of saturating files that are not the file's key (symbol_error_fatal): where
     # state files written before saturation was kept per file recorded it a second time.
     stale: tuple[str, ...] = ()
+    # The port's event entities and its name in messages (used only when an event is made).
+    entities: tuple[tuple[str, str], ...] = ()
+    where: str = ""
 
     @classmethod
     def of(cls, port: PortSnapshot, specs: tuple[CounterSpec, ...], checks: CheckNames,
@@ -153,7 +156,8 @@ class PortEntries:
                     file not in TRAFFIC_COUNTERS and checks.degradation in enabled)
         files = {sat.key for sat in saturating.values()}
         made = cls(specs, checks, enabled, kinds, tuple(entries), tuple(saturating.values()),
-                   tuple(k for k in stale if k not in files))
+                   tuple(k for k in stale if k not in files),
+                   port_entities(port.device, port.port), f"port {port.device} port {port.port}")
         memory.port_entries[(port.device, port.port)] = made
         return made
 
@@ -212,13 +216,11 @@ def evaluate_port_counters(
     reading starts a fresh window without being judged.
     """
     events: list[HealthEvent] = []
-    # Built once per port, not once per counter: they are only used when an event is made.
-    entities = port_entities(port.device, port.port)
-    where = f"port {port.device} port {port.port}"
     last_values, last_times = memory.last_values, memory.last_times
     readings = port.counters
     remembered = memory.port_entries.get((port.device, port.port))
     known = PortEntries.of(port, specs, checks, enabled_checks, memory)
+    entities, where = known.entities, known.where
     for spec, check, key, kind in known.entries:
         reading = readings.get(spec.name)
         if type(reading) is not int:  # ABSENT or Unreadable (is_value, inline: a hot loop)
