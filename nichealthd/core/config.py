@@ -69,28 +69,24 @@ class CounterSpec:
     velocity_unit: str = ""
     description: str = ""
 
-    # Cached (asked for every counter of every port on every poll); a frozen dataclass
-    # keeps them valid, and they are not fields, so equality and replace() ignore them.
-    @functools.cached_property
-    def window_seconds(self) -> float:
-        """The velocity window (1 s / 1 min / 1 h); 0 for delta counters."""
-        return VELOCITY_UNITS.get(self.velocity_unit, 0.0) if self.is_velocity else 0.0
+    # Derived once (asked for every counter of every port on every poll). Plain instance
+    # attributes, not cached properties: an attribute without a descriptor on the class is
+    # the interpreter's fast path. Not compared, and replace() derives them again.
+    is_velocity: bool = field(init=False, repr=False, compare=False)
+    # The velocity window (1 s / 1 min / 1 h); 0 for delta counters.
+    window_seconds: float = field(init=False, repr=False, compare=False)
+    # Seconds after its start at which a velocity window counts as full: the window less the
+    # scheduling jitter accepted on it, 2 % of it and at most 50 ms (a 1 s poll wakes a few
+    # milliseconds late or early, and without this a 1 s window would be evaluated only every
+    # other poll). The rate is always computed over the real elapsed time.
+    window_full_after: float = field(init=False, repr=False, compare=False)
 
-    @functools.cached_property
-    def window_full_after(self) -> float:
-        """Seconds after its start at which a velocity window counts as full.
-
-        The window less the scheduling jitter accepted on it, 2 % of it and at most 50 ms: a
-        1 s poll wakes a few milliseconds late or early, and without this a 1 s window would
-        be evaluated only every other poll. The rate is always computed over the real
-        elapsed time.
-        """
-        window = self.window_seconds
-        return window - min(0.02 * window, 0.05)
-
-    @functools.cached_property
-    def is_velocity(self) -> bool:
-        return self.threshold_type == "velocity"
+    def __post_init__(self) -> None:
+        is_velocity = self.threshold_type == "velocity"
+        window = VELOCITY_UNITS.get(self.velocity_unit, 0.0) if is_velocity else 0.0
+        object.__setattr__(self, "is_velocity", is_velocity)
+        object.__setattr__(self, "window_seconds", window)
+        object.__setattr__(self, "window_full_after", window - min(0.02 * window, 0.05))
 
     @property
     def unit_label(self) -> str:

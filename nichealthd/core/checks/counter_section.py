@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, NamedTuple, Optional
 
 from ..events import format_timestamp
 from ..state import parse_bool, parse_nonnegative, parse_str, parse_table, parse_when, timestamps
@@ -17,9 +17,12 @@ from ..state import parse_bool, parse_nonnegative, parse_str, parse_table, parse
 KEYS = ("counter_snapshots", "breach_flags", "saturated_counters", "saturated_quiet_counters")
 
 
-@dataclass(frozen=True)
-class CounterSnap:
-    """A counter value and when it was read (the start of the current window)."""
+class CounterSnap(NamedTuple):
+    """A counter value and when it was read (the start of the current window).
+
+    A NamedTuple: a per-second velocity window closes on every poll, so one is made for most
+    counters of every port on every poll.
+    """
 
     value: int
     timestamp: datetime
