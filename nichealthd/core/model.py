@@ -107,12 +107,12 @@ class PortSnapshot:
     # on an administratively down interface: no signal).
     carrier: Optional[int] = None
 
-    @functools.cached_property  # asked several times per port per poll (frozen: stays valid)
+    @functools.cached_property  # asked several times per port per poll (frozen: stays right)
     def key(self) -> str:
         """The port-state key of the persisted state (spec §6.6): ``mlx5_0_1``."""
         return f"{self.device}_{self.port}"
 
-    @property
+    @functools.cached_property
     def readable(self) -> bool:
         """State, physical state and link layer were all read: health can be judged."""
         return None not in (self.state, self.phys_state, self.link_layer)
@@ -141,26 +141,28 @@ class DeviceSnapshot:
 
         ``dataclasses.replace`` re-validates every field (3 µs); a copy of the instance
         dict is a fifth of that, and stays right when a field is added (no ``__slots__``).
+        It copies the cached properties too: none of them depends on the ports (the
+        ``link_layer`` that does is a plain property).
         """
         made = object.__new__(DeviceSnapshot)
         made.__dict__.update(self.__dict__)
         object.__setattr__(made, "ports", ports)
         return made
 
-    @functools.cached_property  # not of the ports: with_ports copies it rightly
+    @functools.cached_property
     def card(self) -> Optional[str]:
         """The physical card: PCI domain:bus:device without the function (``0000:47:00``)."""
         if not self.pci_address or "." not in self.pci_address:
             return self.pci_address
         return self.pci_address.rsplit(".", 1)[0]
 
-    @property
+    @functools.cached_property
     def is_mellanox(self) -> bool:
         """Spec §5.3 plus the PCI vendor id: name ``mlx5_*``, driver ``mlx5_core`` or 0x15b3."""
         return (self.name.startswith("mlx5_") or self.driver == "mlx5_core"
                 or (self.vendor or "").lower() == "0x15b3")
 
-    @property
+    @functools.cached_property
     def is_efa(self) -> bool:
         """An AWS Elastic Fabric Adapter (#18.1): driver ``efa``, else PCI vendor 0x1d0f
         (Amazon; its ENA network functions have no RDMA device, so under
@@ -169,7 +171,7 @@ class DeviceSnapshot:
             return self.driver == "efa"
         return (self.vendor or "").lower() == EFA_VENDOR
 
-    @property
+    @functools.cached_property
     def adapter(self) -> str:
         """The adapter family (#18.6): ``mlx5``, ``efa`` or ``""`` (neither: unsupported)."""
         if self.is_efa:
