@@ -28,6 +28,7 @@ from ..core.model import HostSnapshot
 from ..core.pcitopo import summary
 from ..core.state import MonitorState
 from ..core.topology import Role
+from ..core.views import health_status
 from ..sources.kernel_log import KernelLogSource, open_kernel_log
 from ..sources.pcie import PciFactsReader
 from ..sources.sysfs import SysfsReader
@@ -186,6 +187,7 @@ class Monitor:
             self.guard.failed(COMMIT, str(exc), "commit failed, the state is unchanged and "
                               "this poll will be evaluated again: %s")
         self.polls += 1
+        _assess_now(snapshot, result, self.state)
         outcome.duration = self.monotonic() - started
         self.last = outcome
         return outcome
@@ -344,3 +346,14 @@ def _why(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror
     return describe_exception(exc)
+
+
+def _assess_now(snapshot: HostSnapshot, result: CycleResult, state: MonitorState) -> None:
+    """Work out the health of the poll's picture here, on the poll thread, while it is still
+    in cache: every surface asks for it on the main thread next, and the views keep the last
+    answer (:func:`~nichealthd.core.views.assess_host`). A failure is theirs to report: they
+    compute it again and log it."""
+    try:
+        health_status(snapshot, result, state)
+    except Exception:  # noqa: BLE001 - reported by the surfaces, see above
+        pass

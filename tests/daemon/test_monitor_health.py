@@ -1,0 +1,67 @@
+"""The health of a poll is worked out once, on the poll thread, and read by every surface."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from nichealthd.core import health, views
+from nichealthd.runtime.monitor import Monitor
+from nichealthd.runtime.startup import load_topology
+from nichealthd.sim import mutate, tree
+from nichealthd.sources.config_file import load_config
+
+
+@pytest.fixture
+def monitor(tmp_path: Path) -> Iterator[Monitor]:
+    root = tmp_path / "host"
+    tree.create(root, "dgx-h100")
+    config = load_config(str(root / "nichealthd.toml"))
+    os.makedirs(config.state_dir, exist_ok=True)
+    made = Monitor(config, load_topology(config))
+    made.start()
+    yield made
+    made.close()
+
+
+def status(monitor: Monitor) -> dict[str, Any]:
+    """What the daemon's surfaces ask on the main thread after a poll."""
+    assert monitor.last is not None
+    return views.health_status(monitor.last.snapshot, monitor.last.result, monitor.state)
+
+
+def test_the_poll_assesses_and_the_surfaces_reuse_the_answer(
+        monitor: Monitor, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    real = health.assess
+
+    def counted(*args: Any) -> Any:
+        calls.append(args)
+        return real(*args)
+
+    monkeypatch.setattr("nichealthd.core.views.assess", counted)
+    monitor.poll()
+    assert len(calls) == 1
+    assert status(monitor)["health"] == "healthy" and len(calls) == 1
+    mutate.set_port(Path(monitor.config.sysfs_root).parent, "mlx5_0", 1, state="DOWN",
+                    phys_state="Disabled")
+    monitor.poll()
+    assert len(calls) == 2
+    assert status(monitor)["health"] == "fatal" and len(calls) == 2
+
+
+def test_an_assessment_that_fails_does_not_fail_the_poll(
+        monitor: Monitor, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The surfaces compute it again and report the failure; the poll is committed."""
+    def broken(*args: Any) -> Any:
+        raise RuntimeError("a bug in the health model")
+
+    monkeypatch.setattr("nichealthd.core.views.assess", broken)
+    outcome = monitor.poll()
+    assert outcome.commit_error is None and outcome.committed  # the baseline events
+    assert monitor.last is outcome
+    with pytest.raises(RuntimeError):
+        status(monitor)
