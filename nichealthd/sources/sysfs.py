@@ -28,6 +28,7 @@ import resource
 import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from types import MappingProxyType
 from typing import Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from ..core.config import Config, CounterSpec
@@ -158,6 +159,11 @@ def counter_kind(path: str) -> CounterKind:
     if parent == "hw_counters":
         return CounterKind(name, HW_COUNTER_WIDTH)
     return CounterKind(name)
+
+
+# The counters of a device whose counters are not read (not monitored): one shared empty
+# mapping, so that its unchanged ports stay the same snapshots.
+NOT_READ: Mapping[str, CounterReading] = MappingProxyType({})
 
 
 @dataclass
@@ -481,7 +487,8 @@ class SysfsReader:
             operstate = attribute(plan.operstate_path, texts)
         if plan.carrier_path:
             carrier = self._carrier(plan.carrier_path)
-        counters = {} if plan.device in self.skip_counters else self._read_counters(plan)
+        counters = (NOT_READ if plan.device in self.skip_counters
+                    else self._read_counters(plan))
         last = plan.last_snapshot
         if (last is not None and last.counters is counters and last.state == state
                 and last.phys_state == phys_state and last.link_layer == link_layer

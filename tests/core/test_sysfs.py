@@ -396,3 +396,11 @@ def test_an_attribute_that_recovers_with_its_old_bytes_is_logged_readable(
         messages = [r.getMessage() for r in caplog.records]
         assert any("empty or not text" in m for m in messages)
         assert any(m.endswith("readable again") for m in messages)
+
+
+def test_a_device_whose_counters_are_not_read_stays_the_same_snapshot(host: Path) -> None:
+    reader = reader_for(host)
+    reader.skip_counters = frozenset({"mlx5_0"})  # not monitored (the monitor's choice)
+    first = reader.observe(at(0)).device("mlx5_0")
+    assert first is not None and dict(first.ports[0].counters) == {}
+    assert reader.observe(at(1)).device("mlx5_0") is first
