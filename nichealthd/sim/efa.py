@@ -42,6 +42,25 @@ DEVICE_STATS: Tuple[str, ...] = (
 )
 
 
+def ena_mac(guid: str) -> str:
+    """The ENA partner's hardware address: locally administered unicast, as AWS gives its
+    network interfaces (``16:b0:33:f8:77:cd``), the last five bytes from the EFA's GUID."""
+    digits = guid.replace(":", "")[-10:]
+    return "16:" + ":".join(digits[i:i + 2] for i in range(0, 10, 2))
+
+
+def link_local_gid(mac: str) -> str:
+    """The link-local GID with the modified EUI-64 of ``mac`` (RFC 4291 appendix A): what an
+    "EFA with ENA" interface shows as its GID 0, by the one real p5 GID at hand
+    (``fe80::14b0:33ff:fef8:77cd`` is ``16:b0:33:f8:77:cd``'s). The reader pairs the two by
+    it (sources/sysfs.py)."""
+    octets = [int(part, 16) for part in mac.split(":")]
+    octets[0] ^= 0x02  # the universal/local bit, inverted in an EUI-64 identifier
+    iid = octets[:3] + [0xFF, 0xFE] + octets[3:]
+    return "fe80:0000:0000:0000:" + ":".join(f"{iid[i]:02x}{iid[i + 1]:02x}"
+                                             for i in range(0, 8, 2))
+
+
 def _function(builder: _Builder, pci: str, numa: int, device: str, driver: str,
               pclass: str) -> Path:
     pdir: Path = builder.root / "sys/devices" / builder.layout.path_of(pci)
@@ -65,7 +84,9 @@ def efa_pf(builder: _Builder, nic: NicSpec, index: int, guid: str, ip: str) -> D
     write_new(port / "phys_state", kernel.phys_state_line("LinkUp"))
     write_new(port / "rate", nic.rate + "\n")
     write_new(port / "link_layer", "Unknown\n")
-    write_new(port / "gids" / "0", "fe80:0000:0000:0000:" + guid + "\n")
+    mac = ena_mac(guid) if nic.netdev else None
+    gid = link_local_gid(mac) if mac else "fe80:0000:0000:0000:" + guid
+    write_new(port / "gids" / "0", gid + "\n")
     for name in PORT_STATS:
         write_new(port / "hw_counters" / name, "0\n")
     for name in DEVICE_STATS:
@@ -74,7 +95,7 @@ def efa_pf(builder: _Builder, nic: NicSpec, index: int, guid: str, ip: str) -> D
     ndir: Optional[Path] = None
     if nic.netdev:
         ena = _function(builder, ena_pci(nic), nic.numa, ENA_DEVICE_ID, "ena", "0x020000")
-        ndir = builder.netdev(ena, nic.netdev, "Ethernet", guid, guid.encode()[:8], True)
+        ndir = builder.netdev(ena, nic.netdev, "Ethernet", guid, guid.encode()[:8], True, mac)
         write_new(ndir / "carrier", "1\n")
         builder._connected_route(nic.netdev, ip, nic.default_route)
     return {

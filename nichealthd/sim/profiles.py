@@ -579,9 +579,11 @@ def _p5(ena: bool = True, name: str = "p5", gpu: str = "0x2330", model: str = "H
     puts them). Not in any file found: where a p5's ENA functions sit. They are modelled as
     p6-b200's real tree has them, each on a bus of its own behind a downstream port of its
     EFA's switch (here the four buses above the GPU's), never on the EFA's bus; so the sysfs
-    reader's bus pairing (sources/sysfs.py ``_efa_netdev``) finds no partner and these EFA
-    devices are watched for presence and counters only, as on the real layout. Card 0's ENA
-    carries the default route. ``ena=False``: EFA-only interfaces (no ENA) but on card 0.
+    reader's bus pairing (sources/sysfs.py ``_efa_netdev``) finds no partner and pairs them by
+    the MAC the EFA's link-local GID was made from (sim/efa.py ``link_local_gid``, after the
+    one real p5 GID at hand). Card 0's ENA carries the default route. ``ena=False``:
+    EFA-only interfaces (no ENA) but on card 0: those are watched for presence and counters
+    only.
     """
     gpus = tuple(GpuSpec(f"0000:{b:02x}:00.0", 0 if i < 4 else 1)
                  for i, b in enumerate(P5_GPU_BUSES))

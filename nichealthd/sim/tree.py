@@ -188,12 +188,16 @@ class _Builder:
         self._connected_route("eth0", "10.128.0.20", True)
 
     def netdev(
-        self, pdir: Path, iface: str, link_layer: str, guid: str, mac_seed: bytes, up: bool
+        self, pdir: Path, iface: str, link_layer: str, guid: str, mac_seed: bytes, up: bool,
+        mac: Optional[str] = None,
     ) -> Path:
-        """net/<iface> of a function plus its class/net link; returns the netdev dir."""
+        """net/<iface> of a function plus its class/net link; returns the netdev dir.
+        ``mac``: the hardware address, when the caller decides it (an AWS ENA's)."""
         ndir = pdir / "net" / iface
         self.ifindex += 1
-        if link_layer == IB:  # IPoIB hardware address: QPN + GID
+        if mac is not None:
+            address, mtu, ntype = mac, "9001", "1"
+        elif link_layer == IB:  # IPoIB hardware address: QPN + GID
             address = "00:00:10:49:fe:80:00:00:00:00:00:00:" + ":".join(
                 guid.replace(":", "")[i : i + 2] for i in range(0, 16, 2)
             )

@@ -224,6 +224,7 @@ class SysfsReader:
         # Devices whose counters are not read (management NICs, excluded devices): the
         # monitor sets this from the roles, so no firmware query is spent on them.
         self.skip_counters: frozenset[str] = frozenset()
+        self._addresses: Optional[dict[str, str]] = None  # netdev -> MAC, per discovery
         self.unreadable_reads = 0
         self.discoveries = 0
         self._fd_exhausted = False  # this poll saw EMFILE/ENFILE (logged once, not per file)
@@ -332,6 +333,7 @@ class SysfsReader:
         # registered (hardware facts, link layers, InfiniBand GID tables, which follow the port
         # GUID) is carried over: re-reading it costs ~100 syscalls per port.
         periodic = not self._dirty and names == self._names
+        self._addresses = None
         previous = {plan.info.name: plan for plan in self._plans} if periodic else {}
         self._plans = [self._discover_device(name, previous.get(name))
                        for name in sorted(names)]
@@ -361,6 +363,18 @@ class SysfsReader:
             "an open and a close; raise the limit (LimitNOFILE= in the systemd unit, "
             "ulimit -n) to keep them all open")
 
+    def _netdev_addresses(self) -> Mapping[str, str]:
+        """Every netdev's hardware address (lower case), listed once per discovery and only
+        when an EFA needs it (#18.2)."""
+        if self._addresses is None:
+            net = self.config.sys_class_net
+            self._addresses = {}
+            for name in _listdir(net) or ():
+                address = _read_text(os.path.join(net, name, "address"))
+                if address:
+                    self._addresses[name] = address.lower()
+        return self._addresses
+
     def _discover_device(self, name: str, previous: Optional[_DevicePlan] = None
                          ) -> _DevicePlan:
         base = os.path.join(self.config.sys_class_infiniband, name)
@@ -373,7 +387,8 @@ class SysfsReader:
         # An EFA function's own netdev, else its ENA partner's (#18.2); never the device's
         # netdevs (those decide the management role by the default route, and the ENA of
         # network card 0 carries it on every AWS instance).
-        efa_netdev = _efa_netdev(pci, netdevs) if facts.is_efa else None
+        efa_netdev = (_efa_netdev(pci, netdevs, os.path.join(base, "ports", "1", "gids", "0"),
+                                  self._netdev_addresses) if facts.is_efa else None)
         port_names = None if facts.is_vf else _listdir(os.path.join(base, "ports"))
         known = {port.port: port for port in previous.ports} if previous else {}
         ports = []
@@ -695,13 +710,17 @@ def _netdev_for_port(pci: str, netdevs: Iterable[str], port: int) -> Optional[st
     return netdevs[0] if netdevs else None
 
 
-def _efa_netdev(pci: str, netdevs: tuple[str, ...]) -> Optional[str]:
+def _efa_netdev(pci: str, netdevs: tuple[str, ...], gid_path: str,
+                addresses: Callable[[], Mapping[str, str]]) -> Optional[str]:
     """The netdev an EFA function's health is read from (#18.2).
 
     Its own (``device/net``) when it has one; else the one netdev of the other Amazon
     (vendor 0x1d0f) functions on its PCI bus: an "efa" interface is an ENA and an EFA
-    function of one network card side by side. None when there is no such partner (an
-    "efa-only" interface) or it is ambiguous: then only the device's presence is watched.
+    function of one network card side by side (p4d). From p5 on every function sits on a bus
+    of its own; there the partner is the one netdev whose hardware address is the source of
+    the EFA's link-local GID (:func:`mac_of_link_local_gid`). None when there is no such
+    partner (an "efa-only" interface) or it is ambiguous: then only the device's presence
+    is watched. ``addresses``: netdev -> hardware address, listed once per discovery.
     """
     if netdevs:
         return netdevs[0]
@@ -717,7 +736,31 @@ def _efa_netdev(pci: str, netdevs: tuple[str, ...]) -> Optional[str]:
         if (_read_text(os.path.join(sdir, "vendor")) or "").lower() != EFA_VENDOR:
             continue
         found.extend(_listdir(os.path.join(sdir, "net")) or ())
-    return found[0] if len(found) == 1 else None
+    if found:
+        return found[0] if len(found) == 1 else None
+    mac = mac_of_link_local_gid(_read_text(gid_path) or "")
+    if mac is None:
+        return None
+    owners = [name for name, address in addresses().items() if address == mac]
+    return owners[0] if len(owners) == 1 else None
+
+
+def mac_of_link_local_gid(gid: str) -> Optional[str]:
+    """The MAC a link-local GID's modified EUI-64 interface identifier was made from
+    (``fe80::14b0:33ff:fef8:77cd`` -> ``16:b0:33:f8:77:cd``, RFC 4291 appendix A); None for
+    any other GID. An EFA's GID 0 has this form, the one real p5 GID at hand shows; a MAC
+    matches exactly or not at all, so a pairing by it cannot be wrong by chance."""
+    groups = gid.strip().lower().split(":")
+    if len(groups) != 8 or groups[:4] != ["fe80", "0000", "0000", "0000"]:
+        return None
+    try:
+        iid = bytes.fromhex("".join(groups[4:]))
+    except ValueError:
+        return None
+    if len(iid) != 8 or iid[3:5] != b"\xff\xfe":
+        return None
+    octets = [iid[0] ^ 0x02, *iid[1:3], *iid[5:]]
+    return ":".join(f"{octet:02x}" for octet in octets)
 
 
 def _count_gids(port_dir: str) -> Optional[int]:

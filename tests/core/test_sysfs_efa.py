@@ -1,6 +1,6 @@
 """#18: the sysfs reader on simulated AWS hosts: EFA discovery, netdev pairing, carrier,
 counters (p4d, whose real tree puts each EFA's ENA on its root bus; p5 and p6-b200, whose
-real trees put every function on a bus of its own)."""
+real trees put every function on a bus of its own, paired by the MAC of the EFA's GID)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from nichealthd.core.config import DEFAULT_COUNTERS, DEFAULT_EFA_COUNTERS
 from nichealthd.core.model import ABSENT
 from nichealthd.sim import mutate, tree
 from nichealthd.sources.attribute import AttributeFiles
+from nichealthd.sources.sysfs import mac_of_link_local_gid
 
 from .builders import at
 from .conftest import reader_for
@@ -49,18 +50,66 @@ def test_efa_devices_their_netdev_partner_and_their_own_counters(p4d: Path) -> N
 
 
 @pytest.mark.parametrize("profile", ["p5", "p5-efa-only", "p6-b200"])
-def test_no_enas_share_an_efa_bus_from_p5_on_so_no_netdev_is_paired(tmp_path: Path,
-                                                                    profile: str) -> None:
+def test_from_p5_on_an_efa_is_paired_by_the_mac_its_gid_was_made_from(tmp_path: Path,
+                                                                       profile: str) -> None:
     """The real p5en/p6-b200 trees (and a p5's lstopo) put every ENA behind a downstream
-    port of its own: the bus pairing finds no partner, and these EFA devices are watched
-    for presence and counters only (reported in #18's closing note)."""
+    port of its own, so no ENA shares an EFA's bus; an "EFA with ENA" interface's GID 0 is
+    the link-local GID of its ENA's MAC (the real p5 GID fe80::14b0:33ff:fef8:77cd is
+    16:b0:33:f8:77:cd's): each EFA gets exactly its own ENA, an efa-only one none."""
     root = tmp_path / profile
     tree.create(root, profile)
     snapshot = reader_for(root).observe(at(0))
-    efa = [d for d in snapshot.devices if d.is_efa]
+    efa = {d.name: d for d in snapshot.devices if d.is_efa}
     assert len(efa) in (8, 32)
-    assert [d.name for d in efa if d.ports[0].netdev] == []
-    assert all(set(d.ports[0].counters) >= {"rx_drops", "no_completion_cmds"} for d in efa)
+    wanted = {d["name"]: d["ports"]["1"]["netdev"] for d in tree.load(root)["devices"]
+              if d.get("adapter") == "efa"}
+    assert {name: d.ports[0].netdev for name, d in efa.items()} == wanted
+    assert any(wanted.values()) and (profile != "p5-efa-only" or None in wanted.values())
+    assert all(set(d.ports[0].counters) >= {"rx_drops", "no_completion_cmds"}
+               for d in efa.values())
+
+
+@pytest.mark.parametrize("gid,mac", [
+    ("fe80:0000:0000:0000:14b0:33ff:fef8:77cd", "16:b0:33:f8:77:cd"),
+    ("FE80:0000:0000:0000:0000:00ff:fe00:0001\n", "02:00:00:00:00:01"),
+    ("fe80:0000:0000:0000:0a1b:2c3d:4e5f:6071", None),  # no ff:fe: not made from a MAC
+    ("fe80:0000:0000:0001:14b0:33ff:fef8:77cd", None),  # not link-local
+    ("0000:0000:0000:0000:0000:0000:0000:0000", None),
+    ("fe80::14b0:33ff:fef8:77cd", None),  # sysfs writes all eight groups
+    ("fe80:0000:0000:0000:14b0:33ff:fef8:77zz", None),
+    ("", None),
+])
+def test_the_mac_of_a_link_local_gid(gid: str, mac: object) -> None:
+    assert mac_of_link_local_gid(gid) == mac
+
+
+def test_a_gid_pairs_nothing_when_no_netdev_or_two_netdevs_have_its_mac(tmp_path: Path
+                                                                        ) -> None:
+    """A MAC matches one netdev exactly or the EFA is watched for presence only: an ENA
+    whose address is another (or a copy of it on a second interface) is no partner."""
+    root = tmp_path / "p5"
+    tree.create(root, "p5")
+    record = next(d for d in tree.load(root)["devices"]
+                  if d.get("adapter") == "efa" and d["ports"]["1"]["netdev"])
+    name, netdev = record["name"], record["ports"]["1"]["netdev"]
+    address = root / "sys/class/net" / netdev / "address"
+    mac = address.read_text()
+    other = next(d["ports"]["1"]["netdev"] for d in tree.load(root)["devices"]
+                 if d.get("adapter") == "efa" and d["ports"]["1"]["netdev"] not in (None, netdev))
+    others = root / "sys/class/net" / other / "address"
+    kept = others.read_text()
+
+    def partner() -> object:
+        device = reader_for(root).observe(at(0)).device(name)
+        assert device is not None
+        return device.ports[0].netdev
+
+    assert partner() == netdev
+    others.write_text(mac)  # two interfaces with the MAC: ambiguous
+    assert partner() is None
+    others.write_text(kept)
+    address.write_text("02:00:00:00:00:99\n")  # no interface with it
+    assert partner() is None
 
 
 def test_absent_counters_are_absent_not_zero(p4d: Path) -> None:

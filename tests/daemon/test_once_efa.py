@@ -1,8 +1,8 @@
 """#18 end to end: the real daemon (``--once`` and running) on a simulated p5.
 
-On the real p5 layout no ENA shares an EFA's bus (sim/profiles.py ``_p5``), so the EFA
-devices are watched for presence and counters; the netdev rules run on p4d
-(tests/daemon/test_once_efa_p4d.py, the "done when" on a layout the first tests never saw)."""
+On the real p5 layout no ENA shares an EFA's bus (sim/profiles.py ``_p5``): an EFA is paired
+with the ENA whose MAC its link-local GID was made from (sources/sysfs.py). The same rules on
+p4d, paired by the bus: tests/daemon/test_once_efa_p4d.py."""
 
 from __future__ import annotations
 
@@ -46,15 +46,32 @@ def test_a_healthy_busy_host_sends_nothing(p5: SimHost) -> None:
     assert p5.once().events == []
 
 
-def test_an_ena_on_a_bus_of_its_own_is_not_judged_as_the_efa(p5: SimHost) -> None:
-    """The ENA the sim lists for the EFA is on another bus (as on the real layout): the
-    reader pairs nothing, so that interface going down or losing its carrier says nothing
-    about the EFA device (no event is invented), while its presence and counters are still
-    watched."""
+def test_its_interface_set_down_is_one_fatal_event(p5: SimHost) -> None:
+    """The ENA is on a bus of its own: it is found by the MAC of the EFA's GID."""
+    netdev = next(d["ports"]["1"]["netdev"] for d in p5.manifest["devices"]
+                  if d["name"] == DEV)
     mutate.set_port(p5.root, DEV, 1, operstate="down")
-    mutate.carrier(p5.root, DEV, 1, 0)
+    run = p5.once()
+    assert unhealthy(run.events) == [("EFAStateCheck", True, ["port_state"], DEV)]
+    assert run.events[0]["recommendedAction"] == "REPLACE_VM"
+    assert f"netdev {netdev} operstate down" in run.events[0]["message"]
     assert p5.once().events == []
-    assert json.loads(p5.state_file.read_text()).get("efa_ports", {}) == {}
+    mutate.set_port(p5.root, DEV, 1, operstate="up")
+    assert [(e["checkName"], e["isHealthy"]) for e in p5.once().events] == [
+        ("EFAStateCheck", True)]
+
+
+def test_an_efa_only_interface_is_watched_for_presence_only(
+        sim_host: Callable[..., SimHost]) -> None:
+    """No ENA, no netdev: nothing says the EFA's link is down, so nothing is invented."""
+    host = sim_host("p5-efa-only", metadata=False)
+    assert host.once().returncode == 0
+    efa = [d for d in host.manifest["devices"] if d.get("adapter") == "efa"]
+    only = next(d["name"] for d in efa if not d["ports"]["1"]["netdev"])
+    paired = next(d["name"] for d in efa if d["ports"]["1"]["netdev"])
+    assert host.once().events == []
+    ports = json.loads(host.state_file.read_text()).get("efa_ports", {})
+    assert f"{paired}_1" in ports and f"{only}_1" not in ports
 
 
 def test_no_completion_cmds_plus_one_is_one_fatal_event(p5: SimHost) -> None:
