@@ -366,7 +366,7 @@ def urgent_counter_change(old: CounterSection, new: CounterSection,
     was_snaps, snaps = old.counter_snapshots, new.counter_snapshots
     if was_snaps.keys() != snaps.keys():
         return True
-    velocity = _velocity_names(specs)
+    velocity = frozenset(spec.name for spec in specs if spec.is_velocity)
     names = _COUNTER_NAMES
     for key, snap in snaps.items():
         was = was_snaps[key]
@@ -384,21 +384,6 @@ def urgent_counter_change(old: CounterSection, new: CounterSection,
 
 _COUNTER_NAMES: dict[str, str] = {}  # state key -> counter name (a cache)
 _COUNTER_NAMES_KEPT = 1 << 16
-
-
-_VELOCITY: dict[int, tuple[tuple[CounterSpec, ...], frozenset[str]]] = {}
-
-
-def _velocity_names(specs: tuple[CounterSpec, ...]) -> frozenset[str]:
-    """The velocity counters of ``specs``, kept per specs object (a config's own tuple)."""
-    known = _VELOCITY.get(id(specs))
-    if known is not None and known[0] is specs:
-        return known[1]
-    if len(_VELOCITY) >= 8:
-        _VELOCITY.clear()
-    names = frozenset(spec.name for spec in specs if spec.is_velocity)
-    _VELOCITY[id(specs)] = (specs, names)
-    return names
 
 
 def saturation_key(device: str, port: int, kind: Optional[CounterKind]) -> Optional[str]:
