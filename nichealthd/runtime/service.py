@@ -1,7 +1,8 @@
 """The runtime: a drift-free poll loop, sd_notify, signals, and the plug-in services.
 
-One asyncio loop runs everything. The poll itself runs in a single worker thread so that a
-sysfs read that hangs cannot freeze the D-Bus API — and so that the watchdog can tell: the
+One asyncio loop runs everything. The poll itself runs in the poll thread
+(:mod:`~nichealthd.runtime.pollworker`), which also waits for its tick, so that a sysfs read
+that hangs cannot freeze the D-Bus API — and so that the watchdog can tell: the
 keepalive is sent only while polls keep completing, so systemd restarts a stuck poller even
 though the event loop is alive. Services (D-Bus, varlink, metrics, platform connector) plug in
 through :class:`Service` and are told about every poll; none of them can delay one. They receive a
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import concurrent.futures
 import logging
 import os
 import signal
@@ -39,6 +39,7 @@ from ..surfaces.varlink import VarlinkService
 from .monitor import NO_DEVICES
 from .notify import Notifier
 from .pollguard import PollFailed
+from .pollworker import PollWorker, Woken
 from .startup import (
     EXIT_OK,
     Startup,
@@ -93,13 +94,13 @@ class Daemon:
         self.connector = ConnectorStatus()  # replaced (never changed) by the connector
         self.services: list[Service] = []
         self._poll_listeners: list[Callable[[PollOutcome], None]] = []
-        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="poll")
+        self._worker: Optional[PollWorker] = None  # started by run(), on the running loop
         # Plain flags and one future at a time, not asyncio Events and tasks: an idle cycle
-        # then costs the event loop a handful of wake-ups and system calls (issue 7).
+        # then costs the event loop one wake-up (issue 7, #15.8).
         self._stop_requested = False
         self._reload_requested = False
-        self._waiter: Optional[asyncio.Future[None]] = None  # the wait between polls
-        self._polling: Optional[asyncio.Future[PollOutcome]] = None  # the poll in progress
+        # The wait for the next tick and the poll after it (one job of the poll thread).
+        self._polling: Optional[asyncio.Future[Union[PollOutcome, Woken]]] = None
         self._withholding = False
         self.poll_abandoned = False
 
@@ -113,7 +114,7 @@ class Daemon:
         if self._stop_requested:
             return
         self._stop_requested = True
-        _resolve(self._waiter)
+        self._wake()
         polling = self._polling
         if polling is not None and not polling.done():
             asyncio.get_running_loop().call_later(STOP_POLL_GRACE, self._abandon, polling)
@@ -121,7 +122,11 @@ class Daemon:
     def request_reload(self) -> None:
         """Reload after the poll in progress, or at once when between polls."""
         self._reload_requested = True
-        _resolve(self._waiter)
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._worker is not None:
+            self._worker.wake()
 
     def health(self) -> str:
         return str(self.health_status()["health"])
@@ -170,6 +175,7 @@ class Daemon:
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
+        self._worker = PollWorker(loop)
         for signum, handler in ((signal.SIGTERM, self.request_stop),
                                 (signal.SIGINT, self.request_stop),
                                 (signal.SIGHUP, self.request_reload)):
@@ -190,55 +196,51 @@ class Daemon:
         return EXIT_OK
 
     async def _poll_loop(self) -> None:
-        loop = asyncio.get_running_loop()
         interval = self.config.polling_interval
         origin = time.monotonic()
         ticks = 0
         first = True
+        due: Optional[float] = None  # the first poll at once
         while not self._stop_requested:
-            outcome = await self._poll(loop)
+            outcome = await self._poll(due)
             if outcome is None:
                 break
             if isinstance(outcome, PollFailed):
                 # Logged and counted by the monitor's guard; the watchdog keepalive stops
                 # only if polls keep failing past its interval (last_poll_monotonic is old).
                 self.notifier.status(self.status_line(), refresh=STATUS_REFRESH_SECONDS)
-            else:
+            elif isinstance(outcome, PollOutcome):
                 self._after_poll(outcome)
-            # READY=1 only once a poll has been committed: a daemon that cannot read or
-            # write (fds exhausted, state directory broken) must not report itself started.
-            if first and isinstance(outcome, PollOutcome) and outcome.commit_error is None:
-                self.notifier.ready(self.status_line())
-                log.info("nichealthd %s ready: %s", __version__, self.status_line())
-                first = False
+                # READY=1 only once a poll has been committed: a daemon that cannot read or
+                # write (fds exhausted, state directory broken) must not report itself started.
+                if first and outcome.commit_error is None:
+                    self.notifier.ready(self.status_line())
+                    log.info("nichealthd %s ready: %s", __version__, self.status_line())
+                    first = False
             if self._reload_requested:
                 self._reload_requested = False
                 await self._reload()
                 if self.config.polling_interval != interval:
                     interval, origin, ticks = self.config.polling_interval, time.monotonic(), 0
+                    due = origin + interval
+                    continue
+            if isinstance(outcome, Woken):
+                continue  # a request cut the wait short: that tick is still to come
             # Drift-free: the schedule is origin + k * interval; a late cycle skips ticks
             # instead of shifting every later one.
             ticks = max(ticks + 1, int((time.monotonic() - origin) / interval) + 1)
-            await self._sleep(loop, origin + ticks * interval - time.monotonic())
+            due = origin + ticks * interval
 
-    async def _sleep(self, loop: asyncio.AbstractEventLoop, delay: float) -> None:
-        """Wait for the next tick; a stop or reload request ends the wait early."""
-        if delay <= 0 or self._stop_requested or self._reload_requested:
-            return
-        waiter = self._waiter = loop.create_future()
-        timer = loop.call_later(delay, _resolve, waiter)
-        try:
-            await waiter
-        finally:
-            timer.cancel()
-            self._waiter = None
+    async def _poll(self, due: Optional[float]) -> Union[PollOutcome, PollFailed, Woken, None]:
+        """Wait for the tick ``due`` (monotonic; None: now) and poll, in the poll thread.
 
-    async def _poll(self, loop: asyncio.AbstractEventLoop
-                    ) -> Union[PollOutcome, PollFailed, None]:
-        """One poll in the worker thread; the failure when it could not read or evaluate;
-        None when a stop abandoned it (see request_stop)."""
-        log.debug("poll started at monotonic %.4f", time.monotonic())
-        polling = self._polling = loop.run_in_executor(self._executor, self.monitor.poll)
+        The failure when it could not read or evaluate; :class:`Woken` when a stop or reload
+        request came first (no poll); None when a stop abandoned a poll that hung (see
+        request_stop)."""
+        assert self._worker is not None
+        if due is not None and (self._stop_requested or self._reload_requested):
+            return Woken()
+        polling = self._polling = self._worker.run(self._timed_poll, due=due)
         try:
             return await polling
         except PollFailed as failed:
@@ -250,7 +252,11 @@ class Daemon:
         finally:
             self._polling = None
 
-    def _abandon(self, polling: asyncio.Future[PollOutcome]) -> None:
+    def _timed_poll(self) -> PollOutcome:
+        log.debug("poll started at monotonic %.4f", time.monotonic())
+        return self.monitor.poll()
+
+    def _abandon(self, polling: asyncio.Future[Union[PollOutcome, Woken]]) -> None:
         """A stop's grace for a hanging poll (a sysfs read that never returns) is over."""
         if polling.done():
             return
@@ -303,11 +309,11 @@ class Daemon:
                           "keeping the running configuration")
             self.notifier.ready(self.status_line())
             return
-        loop = asyncio.get_running_loop()
         if choice.reason != self.monitor.topology_reason:
             log_topology(choice)
-        await loop.run_in_executor(self._executor, self.monitor.reconfigure, config,
-                                   choice.topology, topology_loader(config), choice.reason)
+        assert self._worker is not None
+        await self._worker.run(self.monitor.reconfigure, config, choice.topology,
+                               topology_loader(config), choice.reason)
         self.config = config
         self.reload_error = ""
         if config.event_log != (self.event_log.path if self.event_log else ""):
@@ -343,17 +349,18 @@ class Daemon:
     async def _shutdown(self) -> None:
         self.notifier.stopping()
         log.info("stopping: committing state and delivering pending events")
-        loop = asyncio.get_running_loop()
+        worker = self._worker
+        assert worker is not None
         if not self.poll_abandoned:
-            await loop.run_in_executor(self._executor, self.monitor.flush)
+            await worker.run(self.monitor.flush)
         for service in reversed(self.services):
             try:
                 await asyncio.wait_for(service.stop(), STOP_DELIVERY_SECONDS)
             except Exception as exc:
                 log.warning("%s did not stop cleanly: %s", service.name, exc)
         if not self.poll_abandoned:
-            await loop.run_in_executor(self._executor, self.monitor.close)
-        self._executor.shutdown(wait=False)
+            await worker.run(self.monitor.close)
+        worker.shutdown()
         self.notifier.close()
 
     def _make_services(self) -> list[Service]:
@@ -432,7 +439,3 @@ def run_service(startup: Startup, args: argparse.Namespace) -> int:
         os._exit(status)  # the hung poll thread would keep the interpreter from exiting
     return status
 
-
-def _resolve(waiter: Optional[asyncio.Future[None]]) -> None:
-    if waiter is not None and not waiter.done():
-        waiter.set_result(None)

@@ -156,6 +156,22 @@ def test_reload_rejects_a_broken_config_and_keeps_running(
     assert any(e["errorCode"] == ["link_downed"] for e in events(host))
 
 
+def test_reload_and_stop_between_polls_act_at_once_without_a_poll(
+        sim_host: Callable[..., SimHost], notify: NotifySocket) -> None:
+    """The wait for the next tick is in the poll thread (runtime/pollworker.py): a request
+    ends it. With a 60 s interval, SIGHUP is applied and SIGTERM obeyed within the test's
+    deadline, and neither makes the poll that was not due yet."""
+    host = sim_host()
+    daemon = Daemon(host, notify, "--polling-interval", "60s")
+    notify.wait_for("READY=1")
+    daemon.proc.send_signal(signal.SIGHUP)
+    notify.wait_for("RELOADING=1")
+    notify.wait_for("READY=1", seconds=20)
+    code, err = daemon.stop(timeout=20)
+    assert code == 0, err
+    assert err.count("poll started at monotonic") == 1, err
+
+
 def test_sigint_stops_cleanly_and_state_survives_restart(
         sim_host: Callable[..., SimHost], notify: NotifySocket) -> None:
     host = sim_host()

@@ -1,0 +1,88 @@
+"""The poll thread: the one thread that reads sysfs and runs the monitor, and waits for its tick.
+
+Sysfs reads run off the event loop so that a read that never returns cannot freeze D-Bus,
+varlink or the stop sequence (:mod:`nichealthd.runtime.service`). A ``ThreadPoolExecutor``
+did that at a price paid on every cycle: the loop woke for a timer, handed the poll over
+(a work item, a concurrent future chained to an asyncio one) and woke again for the result.
+Here the wait before a poll happens in this thread, and a result goes back with one
+``call_soon_threadsafe``: the loop wakes once per cycle, for the outcome (issue #15.8).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+import time
+from typing import Any, Callable, Optional, TypeVar, Union
+
+T = TypeVar("T")
+
+
+class Woken:
+    """The wait before a job was ended by :meth:`PollWorker.wake`: the job did not run."""
+
+
+WOKEN = Woken()
+
+_Job = tuple[Callable[..., Any], tuple[Any, ...], Optional[float], "asyncio.Future[Any]"]
+
+
+class PollWorker:
+    """One thread running jobs in order, each optionally not before a monotonic time."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, name: str = "poll") -> None:
+        self._loop = loop
+        self._jobs: queue.SimpleQueue[Optional[_Job]] = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def run(self, function: Callable[..., T], *args: Any, due: Optional[float] = None
+            ) -> asyncio.Future[Union[T, Woken]]:
+        """``function(*args)`` in the thread, once ``time.monotonic()`` reaches ``due`` (None:
+        at once); the future gives its result or exception, or :data:`WOKEN` when
+        :meth:`wake` ended the wait first. A wake before this call is forgotten: callers
+        check their own reasons to wake before they ask for a wait."""
+        future: asyncio.Future[Union[T, Woken]] = self._loop.create_future()
+        self._wake.clear()
+        self._jobs.put((function, args, due, future))
+        return future
+
+    def wake(self) -> None:
+        """End the wait of the job waiting for its time (a stop or reload request)."""
+        self._wake.set()
+
+    def shutdown(self) -> None:
+        """Let the thread end after the jobs already given (a hung job keeps it: it is a
+        daemon thread, so it never holds up the exit of the process)."""
+        self._jobs.put(None)
+
+    def _serve(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            function, args, due, future = job
+            result: Any = WOKEN
+            error: Optional[BaseException] = None
+            delay = 0.0 if due is None else due - time.monotonic()
+            if delay <= 0 or not self._wake.wait(delay):
+                try:
+                    result = function(*args)
+                except BaseException as exc:  # the awaiting coroutine gets it (as from an executor)
+                    error = exc
+            try:
+                self._loop.call_soon_threadsafe(_settle, future, result, error)
+            except RuntimeError:  # the loop is closed: nobody is waiting any more
+                return
+            del job, function, args, future, result, error
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: Optional[BaseException]) -> None:
+    if future.cancelled():  # a stop abandoned the job (service.Daemon._abandon)
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)

@@ -1,0 +1,111 @@
+"""The poll thread (runtime/pollworker.py): waits for its tick, runs jobs in order, and hands
+results and exceptions back to the event loop; a wake ends a wait, a cancelled job is dropped."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any, Awaitable, Callable, TypeVar
+
+import pytest
+
+from nichealthd.runtime.pollworker import WOKEN, PollWorker
+
+T = TypeVar("T")
+
+
+def run(test: Callable[[PollWorker], Awaitable[T]]) -> T:
+    async def main() -> T:
+        worker = PollWorker(asyncio.get_running_loop())
+        try:
+            return await test(worker)
+        finally:
+            worker.shutdown()
+    return asyncio.run(main())
+
+
+def test_a_job_without_a_time_runs_at_once_in_the_poll_thread() -> None:
+    async def go(worker: PollWorker) -> Any:
+        return await worker.run(lambda: threading.current_thread().name)
+
+    assert run(go) == "poll"
+
+
+def test_a_job_waits_for_its_time() -> None:
+    async def go(worker: PollWorker) -> tuple[float, Any]:
+        due = time.monotonic() + 0.2
+        return due, await worker.run(time.monotonic, due=due)
+
+    due, ran_at = run(go)
+    assert ran_at >= due
+
+
+def test_a_wake_ends_the_wait_and_the_job_does_not_run() -> None:
+    calls: list[int] = []
+
+    async def go(worker: PollWorker) -> Any:
+        job = worker.run(calls.append, 1, due=time.monotonic() + 60)
+        await asyncio.sleep(0.05)
+        worker.wake()
+        return await asyncio.wait_for(job, 10)
+
+    assert run(go) is WOKEN
+    assert calls == []
+
+
+def test_a_wake_before_the_job_is_forgotten() -> None:
+    async def go(worker: PollWorker) -> tuple[float, Any]:
+        worker.wake()
+        due = time.monotonic() + 0.1
+        return due, await worker.run(time.monotonic, due=due)
+
+    due, ran_at = run(go)
+    assert ran_at is not WOKEN and ran_at >= due
+
+
+def test_an_exception_reaches_the_awaiting_coroutine_and_the_thread_goes_on() -> None:
+    def fail() -> None:
+        raise ValueError("bad sysfs value")
+
+    async def go(worker: PollWorker) -> Any:
+        with pytest.raises(ValueError, match="bad sysfs value"):
+            await worker.run(fail)
+        return await worker.run(lambda: "next")
+
+    assert run(go) == "next"
+
+
+def test_a_cancelled_job_is_dropped_and_the_next_one_runs() -> None:
+    release = threading.Event()
+
+    async def go(worker: PollWorker) -> Any:
+        hung = worker.run(release.wait, 10)  # a poll that does not return in time
+        await asyncio.sleep(0.05)
+        hung.cancel()  # the stop's grace is over (service.Daemon._abandon)
+        release.set()
+        return await asyncio.wait_for(worker.run(lambda: "after"), 10)
+
+    assert run(go) == "after"
+
+
+def test_jobs_run_in_order() -> None:
+    order: list[int] = []
+
+    async def go(worker: PollWorker) -> None:
+        await asyncio.gather(*(worker.run(order.append, i) for i in range(20)))
+
+    run(go)
+    assert order == list(range(20))
+
+
+def test_shutdown_ends_the_thread_after_the_jobs_given() -> None:
+    threads: list[Any] = []
+
+    async def go(worker: PollWorker) -> None:
+        threads.append(await worker.run(threading.current_thread))
+
+    run(go)
+    assert isinstance(threads[0], threading.Thread)
+    threads[0].join(10)
+    assert not threads[0].is_alive()
