@@ -39,7 +39,7 @@ from ..surfaces.varlink import VarlinkService
 from .monitor import NO_DEVICES
 from .notify import Notifier
 from .pollguard import PollFailed
-from .pollworker import PollWorker, Woken
+from .pollworker import WOKEN, PollWorker, Woken
 from .startup import (
     EXIT_OK,
     Startup,
@@ -239,7 +239,7 @@ class Daemon:
         request_stop)."""
         assert self._worker is not None
         if due is not None and (self._stop_requested or self._reload_requested):
-            return Woken()
+            return WOKEN
         polling = self._polling = self._worker.run(self._timed_poll, due=due)
         try:
             return await polling
