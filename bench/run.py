@@ -233,15 +233,16 @@ def bench_cycle(root: Path, settings: Settings, report: Report) -> None:
 class DaemonProcess:
     """A real nichealthd on the tree, configured as deployed: 1 s polling, metrics on a free
     port, event log on, the D-Bus service on a private system bus (when ``bus_address``), and
-    a connector target whose socket does not exist (a host without NVSentinel: "down")."""
+    a connector target whose socket does not exist (a host without NVSentinel: "down").
+    ``repo``: the checkout it runs from (bench/daemon_ab.py runs two revisions)."""
 
-    def __init__(self, root: Path, bus_address: Optional[str]) -> None:
+    def __init__(self, root: Path, bus_address: Optional[str], repo: Path = REPO) -> None:
         self.root = root
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.event_log = root / "events.jsonl"
         self.log = open(root / "daemon.log", "w")  # noqa: SIM115 - closed in stop()
-        env = dict(os.environ, PYTHONPATH=str(REPO))
+        env = dict(os.environ, PYTHONPATH=str(repo))
         if bus_address:
             env["DBUS_SYSTEM_BUS_ADDRESS"] = bus_address
         self.proc = subprocess.Popen(
@@ -251,7 +252,7 @@ class DaemonProcess:
              "--event-log", str(self.event_log), "--log-level", "warning",
              "--dbus", "system" if bus_address else "none",
              "--platform-connector-socket", f"unix://{root}/no-connector.sock"],
-            cwd=REPO, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+            cwd=repo, env=env, stdout=self.log, stderr=subprocess.STDOUT)
         wait_until(lambda: http_get(self.url + "/healthz").startswith("ok"), 30,
                    "nichealthd to answer /healthz")
 
