@@ -13,13 +13,14 @@ and prints the median CPU (``time.process_time``) per cycle.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -56,6 +57,29 @@ def checkout(rev: Optional[str], into: Path) -> Path:
     return into
 
 
+@contextlib.contextmanager
+def revisions(a: str, b: Optional[str], work: Path) -> Iterator[dict[str, Path]]:
+    """Name -> work tree of revisions ``a`` and ``b`` (None: this working tree), removed after."""
+    trees = {a: checkout(a, work / "a"), b or "working tree": checkout(b, work / "b")}
+    try:
+        yield trees
+    finally:
+        for tree in trees.values():
+            if tree != REPO:
+                subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force",
+                                str(tree)], check=False)
+
+
+def ab_arguments(description: str) -> argparse.ArgumentParser:
+    """The arguments both A/B scripts take: two revisions, the host's size, the rounds."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("a", help="git revision A")
+    parser.add_argument("b", nargs="?", help="git revision B (default: the working tree)")
+    parser.add_argument("--devices", type=int, default=34)
+    parser.add_argument("--rounds", type=int, default=5)
+    return parser
+
+
 def cycle_cpu(tree: Path, host: Path, state: Path, cycles: int) -> float:
     env = dict(os.environ, PYTHONPATH=str(tree))
     out = subprocess.run([sys.executable, "-c", PROBE, str(host), str(state), str(cycles)],
@@ -64,11 +88,7 @@ def cycle_cpu(tree: Path, host: Path, state: Path, cycles: int) -> float:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("a", help="git revision A")
-    parser.add_argument("b", nargs="?", help="git revision B (default: the working tree)")
-    parser.add_argument("--devices", type=int, default=34)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser = ab_arguments(__doc__.split("\n\n")[0])
     parser.add_argument("--cycles", type=int, default=300)
     parser.add_argument("--profile", default="synthetic",
                         help="nichealthd-sim profile of the host (e.g. p5, #18); "
@@ -82,19 +102,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         host = work / "host"
         simtree.create(host, args.profile,
                        devices=args.devices if args.profile == "synthetic" else None)
-        trees = {args.a: checkout(args.a, work / "a"),
-                 args.b or "working tree": checkout(args.b, work / "b")}
-        medians: dict[str, list[float]] = {name: [] for name in trees}
-        try:
+        with revisions(args.a, args.b, work) as trees:
+            medians: dict[str, list[float]] = {name: [] for name in trees}
             for round_ in range(args.rounds):
                 for name, tree in trees.items():
                     state = work / f"state-{round_}-{len(medians[name])}-{abs(hash(name))}"
                     medians[name].append(cycle_cpu(tree, host, state, args.cycles))
-        finally:
-            for tree in trees.values():
-                if tree != REPO:
-                    subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force",
-                                    str(tree)], check=False)
         shape = (f"{args.devices} devices" if args.profile == "synthetic"
                  else f"profile {args.profile}")
         print(f"{shape}, {args.rounds} interleaved rounds of {args.cycles} "

@@ -17,16 +17,14 @@ Windows of a whole number of minutes keep one periodic re-discovery and state fl
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Optional
 
-from cycle_ab import REPO, checkout
+from cycle_ab import ab_arguments, revisions
 from run import DaemonProcess, build_host, cpu_seconds
 from testbus import start_bus  # tests/dbus, on the path once run is imported
 
@@ -64,19 +62,14 @@ def one_round(trees: dict[str, Path], work: Path, devices: int, seconds: float,
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("a", help="git revision A")
-    parser.add_argument("b", nargs="?", help="git revision B (default: the working tree)")
-    parser.add_argument("--devices", type=int, default=34)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser = ab_arguments(__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=60.0)
     args = parser.parse_args(argv)
     b_name = args.b or "working tree"
+    differences = []
     with tempfile.TemporaryDirectory(prefix="nichealthd-daemon-ab-") as tmp:
         work = Path(tmp)
-        trees = {args.a: checkout(args.a, work / "a"), b_name: checkout(args.b, work / "b")}
-        differences = []
-        try:
+        with revisions(args.a, args.b, work) as trees:
             print(f"{args.devices} devices, {args.rounds} rounds of {args.seconds:.0f} s, "
                   f"both daemons at once: CPU per cycle (ms)")
             for round_ in range(args.rounds):
@@ -87,15 +80,10 @@ def main(argv: Optional[list[str]] = None) -> int:
                 print(f"  round {round_ + 1}: {args.a} {cpu[args.a] * 1000:.2f}, {b_name} "
                       f"{cpu[b_name] * 1000:.2f}, difference {difference * 1000:+.2f}",
                       flush=True)
-        finally:
-            for tree in trees.values():
-                if tree != REPO:
-                    subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force",
-                                    str(tree)], check=False)
-        lower = sum(d < 0 for d in differences)
-        print(f"{b_name} - {args.a}: median {statistics.median(differences) * 1000:+.2f} ms per "
-              f"cycle, mean {statistics.mean(differences) * 1000:+.2f}; lower in {lower} of "
-              f"{len(differences)} rounds")
+    lower = sum(d < 0 for d in differences)
+    print(f"{b_name} - {args.a}: median {statistics.median(differences) * 1000:+.2f} ms per "
+          f"cycle, mean {statistics.mean(differences) * 1000:+.2f}; lower in {lower} of "
+          f"{len(differences)} rounds")
     return 0
 
 
