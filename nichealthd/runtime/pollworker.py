@@ -29,14 +29,16 @@ _Job = tuple[Callable[..., Any], tuple[Any, ...], Optional[float], "asyncio.Futu
 
 
 class PollWorker:
-    """One thread running jobs in order, each optionally not before a monotonic time."""
+    """One thread running jobs in order, each optionally not before a monotonic time.
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, name: str = "poll") -> None:
-        self._loop = loop
+    The thread starts with the first job; each job's result goes to the event loop that asked
+    for it (:meth:`run` is called from a coroutine).
+    """
+
+    def __init__(self, name: str = "poll") -> None:
         self._jobs: queue.SimpleQueue[Optional[_Job]] = queue.SimpleQueue()
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
-        self._thread.start()
 
     def run(self, function: Callable[..., T], *args: Any, due: Optional[float] = None
             ) -> asyncio.Future[Union[T, Woken]]:
@@ -44,9 +46,11 @@ class PollWorker:
         at once); the future gives its result or exception, or :data:`WOKEN` when
         :meth:`wake` ended the wait first. A wake before this call is forgotten: callers
         check their own reasons to wake before they ask for a wait."""
-        future: asyncio.Future[Union[T, Woken]] = self._loop.create_future()
+        future: asyncio.Future[Union[T, Woken]] = asyncio.get_running_loop().create_future()
         self._wake.clear()
         self._jobs.put((function, args, due, future))
+        if self._thread.ident is None:
+            self._thread.start()
         return future
 
     def wake(self) -> None:
@@ -73,7 +77,7 @@ class PollWorker:
                 except BaseException as exc:  # the awaiting coroutine gets it (as from an executor)
                     error = exc
             try:
-                self._loop.call_soon_threadsafe(_settle, future, result, error)
+                future.get_loop().call_soon_threadsafe(_settle, future, result, error)
             except RuntimeError:  # the loop is closed: nobody is waiting any more
                 return
             del job, function, args, future, result, error

@@ -94,7 +94,7 @@ class Daemon:
         self.connector = ConnectorStatus()  # replaced (never changed) by the connector
         self.services: list[Service] = []
         self._poll_listeners: list[Callable[[PollOutcome], None]] = []
-        self._worker: Optional[PollWorker] = None  # started by run(), on the running loop
+        self._worker = PollWorker()  # the poll thread: reads sysfs, runs the monitor
         # Plain flags and one future at a time, not asyncio Events and tasks: an idle cycle
         # then costs the event loop one wake-up (issue 7, #15.8).
         self._stop_requested = False
@@ -114,7 +114,7 @@ class Daemon:
         if self._stop_requested:
             return
         self._stop_requested = True
-        self._wake()
+        self._worker.wake()
         polling = self._polling
         if polling is not None and not polling.done():
             asyncio.get_running_loop().call_later(STOP_POLL_GRACE, self._abandon, polling)
@@ -122,11 +122,7 @@ class Daemon:
     def request_reload(self) -> None:
         """Reload after the poll in progress, or at once when between polls."""
         self._reload_requested = True
-        self._wake()
-
-    def _wake(self) -> None:
-        if self._worker is not None:
-            self._worker.wake()
+        self._worker.wake()
 
     def health(self) -> str:
         return str(self.health_status()["health"])
@@ -175,7 +171,6 @@ class Daemon:
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
-        self._worker = PollWorker(loop)
         for signum, handler in ((signal.SIGTERM, self.request_stop),
                                 (signal.SIGINT, self.request_stop),
                                 (signal.SIGHUP, self.request_reload)):
@@ -237,10 +232,9 @@ class Daemon:
         The failure when it could not read or evaluate; :class:`Woken` when a stop or reload
         request came first (no poll); None when a stop abandoned a poll that hung (see
         request_stop)."""
-        assert self._worker is not None
         if due is not None and (self._stop_requested or self._reload_requested):
             return WOKEN
-        polling = self._polling = self._worker.run(self._timed_poll, due=due)
+        polling = self._polling = self._worker.run(self._logged_poll, due=due)
         try:
             return await polling
         except PollFailed as failed:
@@ -252,7 +246,7 @@ class Daemon:
         finally:
             self._polling = None
 
-    def _timed_poll(self) -> PollOutcome:
+    def _logged_poll(self) -> PollOutcome:
         log.debug("poll started at monotonic %.4f", time.monotonic())
         return self.monitor.poll()
 
@@ -311,7 +305,6 @@ class Daemon:
             return
         if choice.reason != self.monitor.topology_reason:
             log_topology(choice)
-        assert self._worker is not None
         await self._worker.run(self.monitor.reconfigure, config, choice.topology,
                                topology_loader(config), choice.reason)
         self.config = config
@@ -349,18 +342,16 @@ class Daemon:
     async def _shutdown(self) -> None:
         self.notifier.stopping()
         log.info("stopping: committing state and delivering pending events")
-        worker = self._worker
-        assert worker is not None
         if not self.poll_abandoned:
-            await worker.run(self.monitor.flush)
+            await self._worker.run(self.monitor.flush)
         for service in reversed(self.services):
             try:
                 await asyncio.wait_for(service.stop(), STOP_DELIVERY_SECONDS)
             except Exception as exc:
                 log.warning("%s did not stop cleanly: %s", service.name, exc)
         if not self.poll_abandoned:
-            await worker.run(self.monitor.close)
-        worker.shutdown()
+            await self._worker.run(self.monitor.close)
+        self._worker.shutdown()
         self.notifier.close()
 
     def _make_services(self) -> list[Service]:

@@ -17,7 +17,7 @@ T = TypeVar("T")
 
 def run(test: Callable[[PollWorker], Awaitable[T]]) -> T:
     async def main() -> T:
-        worker = PollWorker(asyncio.get_running_loop())
+        worker = PollWorker()
         try:
             return await test(worker)
         finally:
