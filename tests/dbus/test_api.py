@@ -276,7 +276,11 @@ def test_property_get_with_busctl_and_set_is_refused(daemon: Any) -> None:
     assert denied.returncode != 0 and "readonly" in denied.stderr.lower()
 
 
-def test_properties_changed_once_per_poll_with_only_changed_values(daemon: Any) -> None:
+def test_quiet_polls_signal_no_property_change_and_say_so_in_introspection(
+        daemon: Any) -> None:
+    """LastPoll and PollCount change every poll: EmitsChangedSignal=false (as systemd's
+    counters), so a quiet host sends no PropertiesChanged; the others signal their changes
+    (Health: test_port_down_emits_port_health_changed_event_emitted_and_health_change)."""
     async def go() -> list[Any]:
         async with BusClient() as client:
             await client.subscribe(f"type='signal',interface='org.freedesktop.DBus.Properties',"
@@ -287,20 +291,15 @@ def test_properties_changed_once_per_poll_with_only_changed_values(daemon: Any) 
                 return await poll_count(client) >= first + 6
 
             await wait_until_async(six_polls, "six polls while subscribed")
-            last = await poll_count(client)
-            polls.append(last - first)
             return [m for m in client.signals if m.member == "PropertiesChanged"]
 
-    polls: list[int] = []
-    signals = run(go())
-    assert polls[0] - 1 <= len(signals) <= polls[0] + 1  # one per poll (PollCount), no more
-    for message in signals:
-        assert message.body[0] == INTERFACE
-        changed = message.body[1]
-        assert {"PollCount", "LastPoll"} <= set(changed)
-        assert "Version" not in changed and "NodeName" not in changed
-    counts = [m.body[1]["PollCount"].value for m in signals]
-    assert counts == sorted(counts) and len(set(counts)) == len(counts)
+    assert run(go()) == []
+    out = busctl("introspect", "org.nichealthd.NicHealth1", OBJECT_PATH, INTERFACE)
+    assert out.returncode == 0, out.stderr
+    flags = {line.split()[0]: line.split()[-1] for line in out.stdout.splitlines()
+             if " property " in line}
+    assert "emits-change" not in flags[".LastPoll"] and "emits-change" not in flags[".PollCount"]
+    assert flags[".Health"] == "emits-change" and flags[".OutboxDepth"] == "emits-change"
 
 
 # ------------------------------------------------------------------------ signals
@@ -328,6 +327,7 @@ def test_port_down_emits_port_health_changed_event_emitted_and_health_change(
     assert record["isHealthy"] is False and record["seq"] > 0
     assert {"entityType": "NIC", "entityValue": "mlx5_3"} in record["entitiesImpacted"]
     assert health.body[1]["Health"].value == "fatal"
+    assert not {"LastPoll", "PollCount"} & set(health.body[1])  # never signalled
 
 
 def test_port_recovery_emits_healthy_port_health_changed(start_daemon: Any) -> None:
