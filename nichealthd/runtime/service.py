@@ -234,7 +234,9 @@ class Daemon:
         request_stop)."""
         if due is not None and (self._stop_requested or self._reload_requested):
             return WOKEN
-        polling = self._polling = self._worker.run(self._logged_poll, due=due)
+        # The tick after this one, unless a poll runs late: the thread rests until then.
+        after = (time.monotonic() if due is None else due) + self.config.polling_interval
+        polling = self._polling = self._worker.run(self._logged_poll, due=due, next_due=after)
         try:
             return await polling
         except PollFailed as failed:

@@ -109,3 +109,49 @@ def test_shutdown_ends_the_thread_after_the_jobs_given() -> None:
     assert isinstance(threads[0], threading.Thread)
     threads[0].join(10)
     assert not threads[0].is_alive()
+
+
+def test_after_a_job_with_next_due_the_thread_rests_and_the_next_job_runs_at_its_time(
+        ) -> None:
+    """Handing over the job expected at next_due does not end the rest (it wakes nobody)."""
+    async def go(worker: PollWorker) -> tuple[float, float, Any]:
+        rest_until = time.monotonic() + 0.3
+        await worker.run(lambda: None, next_due=rest_until)
+        await asyncio.sleep(0.05)
+        assert worker._resting_until == rest_until  # resting, with nothing to do yet
+        due = rest_until + 0.05
+        job = worker.run(time.monotonic, due=due)
+        await asyncio.sleep(0.05)
+        assert worker._resting_until == rest_until  # the job given did not end the rest
+        return rest_until, due, await asyncio.wait_for(job, 10)
+
+    rest_until, due, ran_at = run(go)
+    assert ran_at >= due
+
+
+@pytest.mark.parametrize("earlier", ["at once", "before the rest ends", "wake", "shutdown"])
+def test_what_is_wanted_before_the_rest_ends_ends_it(earlier: str) -> None:
+    """A job due before the rest ends, a wake (stop, reload) and a shutdown end the rest."""
+    async def go(worker: PollWorker) -> tuple[float, Any]:
+        await worker.run(lambda: None, next_due=time.monotonic() + 60)
+        await asyncio.sleep(0.05)
+        asked = time.monotonic()
+        if earlier == "at once":
+            result = await asyncio.wait_for(worker.run(time.monotonic), 10)
+        elif earlier == "before the rest ends":
+            result = await asyncio.wait_for(worker.run(time.monotonic, due=asked + 0.1), 10)
+        elif earlier == "wake":
+            worker.wake()
+            result = await asyncio.wait_for(worker.run(time.monotonic), 10)
+        else:
+            thread = worker._thread
+            worker.shutdown()
+            await asyncio.get_running_loop().run_in_executor(None, thread.join, 10)
+            result = thread.is_alive()
+        return asked, result
+
+    asked, result = run(go)
+    if earlier == "shutdown":
+        assert result is False  # the thread ended, not 60 s later
+    else:
+        assert asked <= result < asked + 5
