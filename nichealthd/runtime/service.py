@@ -197,7 +197,8 @@ class Daemon:
         first = True
         due: Optional[float] = None  # the first poll at once
         while not self._stop_requested:
-            outcome = await self._poll(due)
+            # The tick after this one, unless the poll runs late: the poll thread rests until then.
+            outcome = await self._poll(due, (origin if due is None else due) + interval)
             if outcome is None:
                 break
             if isinstance(outcome, PollFailed):
@@ -226,17 +227,18 @@ class Daemon:
             ticks = max(ticks + 1, int((time.monotonic() - origin) / interval) + 1)
             due = origin + ticks * interval
 
-    async def _poll(self, due: Optional[float]) -> Union[PollOutcome, PollFailed, Woken, None]:
-        """Wait for the tick ``due`` (monotonic; None: now) and poll, in the poll thread.
+    async def _poll(self, due: Optional[float], next_due: float
+                    ) -> Union[PollOutcome, PollFailed, Woken, None]:
+        """Wait for the tick ``due`` (monotonic; None: now) and poll, in the poll thread, which
+        then rests until ``next_due``.
 
         The failure when it could not read or evaluate; :class:`Woken` when a stop or reload
         request came first (no poll); None when a stop abandoned a poll that hung (see
         request_stop)."""
         if due is not None and (self._stop_requested or self._reload_requested):
             return WOKEN
-        # The tick after this one, unless a poll runs late: the thread rests until then.
-        after = (time.monotonic() if due is None else due) + self.config.polling_interval
-        polling = self._polling = self._worker.run(self._logged_poll, due=due, next_due=after)
+        polling = self._polling = self._worker.run(self._logged_poll, due=due,
+                                                   next_due=next_due)
         try:
             return await polling
         except PollFailed as failed:
