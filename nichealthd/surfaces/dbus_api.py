@@ -95,7 +95,7 @@ PROPERTIES = (
 # Properties that change at every poll are not signalled (EmitsChangedSignal=false in the
 # XML, as systemd marks its own counters): a PropertiesChanged every second would wake every
 # subscriber and fill `busctl monitor`; clients read them with Get.
-_UNSIGNALLED = frozenset({"LastPoll", "PollCount"})
+UNSIGNALLED_PROPERTIES = frozenset({"LastPoll", "PollCount"})
 _PORT_EVENT_CODES = {CODE_PORT_STATE, CODE_PORT_MISSING}
 # Read-only members answered from prepared bytes, with their input signatures.
 _READ_METHODS = {"ListPorts": "", "ListDevices": "", "ListCounters": "su", "ListEvents": "u",
@@ -720,7 +720,7 @@ class DbusService:
         values that changed."""
         values = self._prop_values(self._status)
         changed = {k: v for k, v in values.items()
-                   if k not in _UNSIGNALLED and self._props.get(k) != v}
+                   if k not in UNSIGNALLED_PROPERTIES and self._props.get(k) != v}
         self._props = values
         if changed and self.interface is not None:
             self.interface.emit_properties_changed(changed)

@@ -9,7 +9,7 @@ from typing import Any
 from dbushelpers import BusClient, busctl, make_sim, poll_count, run, wait_polls
 
 from nichealthd.sim import mutate, tree
-from nichealthd.surfaces.dbus_api import NicHealthInterface
+from nichealthd.surfaces.dbus_api import UNSIGNALLED_PROPERTIES, NicHealthInterface
 from nichealthd.surfaces.dbus_common import (
     INTERFACE,
     OBJECT_PATH,
@@ -83,6 +83,10 @@ def test_documented_xml_matches_the_implementation() -> None:
         }
 
     assert shape(documented) == shape(generated)
+    # What the XML says is not signalled is what the code does not signal.
+    assert {p.name for p in documented.properties
+            if p.annotations.get("org.freedesktop.DBus.Property.EmitsChangedSignal") == "false"
+            } == UNSIGNALLED_PROPERTIES
 
 
 # ------------------------------------------------------------------------ methods
