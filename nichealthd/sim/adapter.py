@@ -246,6 +246,6 @@ def link_admin(root: PathLike, dev: str, up: bool, port: int = 1) -> None:
 
 
 def _save(root: Path, manifest: tree.Manifest) -> None:
-    from .mutate import _save_manifest  # one writer of sim.json
+    from .mutate import save_manifest  # one writer of sim.json
 
-    _save_manifest(root, manifest)
+    save_manifest(root, manifest)

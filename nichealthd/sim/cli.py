@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable, Dict, List, NoReturn, Optional
 
-from . import adapter, journal, mutate, pcifiles, tree
+from . import adapter, journal, mutate, pcibus, pcifiles, tree
 from .fsio import SimError
 from .profiles import PROFILES
 
@@ -126,7 +126,8 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("DEV", nargs="?")
     p.add_argument("PORT", nargs="?", type=_port)
     cmd("reboot", "new boot_id, counters zeroed, ports back to the profile's state", "ROOT")
-    cmd("remove-device", "hot-remove an IB device (dir + class link)", "ROOT", "DEV")
+    cmd("remove-device", "an IB device leaves the class directory (dir + class link); its "
+        "PCI function stays on the bus (pci-remove takes the card off it)", "ROOT", "DEV")
     cmd("restore-device", "bring a removed IB device back", "ROOT", "DEV")
     cmd("remove-port", "remove ports/<PORT> of a device", "ROOT", "DEV", "PORT")
     cmd("restore-port", "bring a removed port back", "ROOT", "DEV", "PORT")
@@ -144,10 +145,24 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="stay unloaded S seconds before the return (blocks; default 0)")
     p.add_argument("--rename", action="store_true",
                    help="return under shifted names (mlx5_N -> mlx5_N+<device count>)")
-    cmd("driver-unload", "every RDMA device vanishes at once (until driver-load)", "ROOT")
+    p.add_argument("--stagger", type=_seconds, default=0.0, metavar="S",
+                   help="unload a third of the devices at a time, S seconds apart (blocks)")
+    p = cmd("driver-unload", "every RDMA device vanishes at once (until driver-load)", "ROOT")
+    p.add_argument("--stagger", type=_seconds, default=0.0, metavar="S",
+                   help="a third of the devices at a time, S seconds apart (blocks), as an "
+                        "unload with busy users does")
     p = cmd("driver-load", "the devices of driver-unload return, counters at zero", "ROOT")
     p.add_argument("--rename", action="store_true",
                    help="return under shifted names (mlx5_N -> mlx5_N+<device count>)")
+    p = cmd("fw-reset", "firmware reset of DEV's card: its RDMA devices vanish while its "
+            "PCI functions stay on the bus, and return with their counters at zero", "ROOT",
+            "DEV")
+    p.add_argument("--down", type=_seconds, default=30.0, metavar="S",
+                   help="seconds the devices stay away (blocks; default 30)")
+    cmd("pci-remove", "DEV's card falls off the PCI bus: RDMA devices, netdevs and PCI "
+        "functions vanish (until pci-rescan)", "ROOT", "DEV")
+    cmd("pci-rescan", "DEV's card is found on the PCI bus again (undo pci-remove); its "
+        "devices return with their counters at zero", "ROOT", "DEV")
     # PCI side of a NIC (#16)
     p = cmd("pcie-degrade", "train a PCIe hop of DEV down (or back with --restore)", "ROOT",
             "DEV")
@@ -337,8 +352,13 @@ HANDLERS: Dict[str, Callable[[argparse.Namespace], None]] = {
     "unreadable": lambda a: mutate.unreadable(a.ROOT, a.PATH),
     "readable": lambda a: mutate.readable(a.ROOT, a.PATH),
     "rename": lambda a: mutate.rename_device(a.ROOT, a.DEV, a.NEW),
-    "driver-reload": lambda a: _renamed(mutate.driver_reload(a.ROOT, a.down, a.rename)),
-    "driver-unload": lambda a: print(f"{len(mutate.unload_driver(a.ROOT))} devices gone"),
+    "driver-reload": lambda a: _renamed(mutate.driver_reload(a.ROOT, a.down, a.rename,
+                                                             stagger=a.stagger)),
+    "driver-unload": lambda a: print(
+        f"{len(mutate.unload_driver(a.ROOT, a.stagger))} devices gone"),
+    "fw-reset": lambda a: print(" ".join(pcibus.firmware_reset(a.ROOT, a.DEV, a.down))),
+    "pci-remove": lambda a: print(" ".join(pcibus.pci_remove(a.ROOT, a.DEV))),
+    "pci-rescan": lambda a: print(" ".join(pcibus.pci_rescan(a.ROOT, a.DEV))),
     "driver-load": lambda a: _renamed(mutate.load_driver(a.ROOT, a.rename)),
     "pcie-degrade": lambda a: print(pcifiles.pcie_degrade(
         _function(a), a.hop, a.width, a.speed, a.upstream_max_speed, a.restore)),

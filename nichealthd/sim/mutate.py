@@ -354,15 +354,19 @@ def _class_link(root: Path, dev: str) -> Path:
 
 
 def remove_device(root: PathLike, dev: str) -> None:
-    """Hot-unplug the IB device: its dir and class link, and its character devices (uverbs,
-    umad, issm entries and class links), go to ROOT/.removed; the PCI dir stays."""
+    """The IB device leaves the class directory: its dir and class link, and its character
+    devices (uverbs, umad, issm entries and class links), go to ROOT/.removed; the PCI
+    function stays on the bus (a driver unbind or a failed probe, as nichealthd sees it;
+    :func:`nichealthd.sim.pcibus.pci_remove` takes a card off the bus)."""
     top = Path(root)
     manifest = tree.load(top)
-    _remove_device(top, manifest, dev)
-    _save_manifest(top, manifest)
+    take_device(top, manifest, dev)
+    save_manifest(top, manifest)
 
 
-def _remove_device(top: Path, manifest: tree.Manifest, dev: str) -> None:
+def take_device(top: Path, manifest: tree.Manifest, dev: str) -> None:
+    """DEV's RDMA device leaves the class directory (dir, class link, character devices);
+    the caller saves ``manifest``."""
     device = tree.device(manifest, dev)
     link = _class_link(top, dev)
     stash(top, top / device["ib_path"])
@@ -374,11 +378,12 @@ def restore_device(root: PathLike, dev: str) -> None:
     """Bring a removed IB device back exactly as it was, character devices included."""
     top = Path(root)
     manifest = tree.load(top)
-    _restore_device(top, manifest, dev)
-    _save_manifest(top, manifest)
+    give_back_device(top, manifest, dev)
+    save_manifest(top, manifest)
 
 
-def _restore_device(top: Path, manifest: tree.Manifest, dev: str) -> None:
+def give_back_device(top: Path, manifest: tree.Manifest, dev: str) -> None:
+    """Undo :func:`take_device` (the caller saves ``manifest``)."""
     device = tree.device(manifest, dev)
     link = _class_link(top, dev)
     adapter.check_chardevs(top, manifest, dev)
@@ -477,7 +482,7 @@ def unhide_class(root: PathLike) -> None:
 UNLOADED = "driver_unloaded"  # manifest key: the devices a driver-unload took away
 
 
-def _save_manifest(root: Path, manifest: tree.Manifest) -> None:
+def save_manifest(root: Path, manifest: tree.Manifest) -> None:
     """Write sim.json atomically (a reader never sees half of it)."""
     path = root / tree.MANIFEST
     tmp = path.with_name(path.name + ".tmp")
@@ -534,25 +539,35 @@ def rename_device(root: PathLike, dev: str, new: str) -> None:
     os.unlink(link)
     _move_device(top, idir, new)
     adapter.retitle_chardevs(top, tree.device(manifest, new))
-    _save_manifest(top, manifest)
+    save_manifest(top, manifest)
 
 
-def unload_driver(root: PathLike) -> list[str]:
-    """``rmmod mlx5_ib``: every present IB device vanishes at once (dirs and class links go
-    to ROOT/.removed); the PCI functions stay on the bus, unbound. Returns the names."""
+def unload_driver(root: PathLike, stagger: float = 0.0,
+                  sleep: Callable[[float], None] = time.sleep) -> list[str]:
+    """``rmmod mlx5_ib``: every present IB device vanishes (dirs and class links go to
+    ROOT/.removed); the PCI functions stay on the bus, unbound. At once, or with ``stagger``
+    a third of them at a time, ``stagger`` seconds apart (blocking), as an unload whose busy
+    uverbs users hold some devices back does. Returns the names."""
+    if stagger < 0:
+        raise SimError(f"--stagger must be >= 0 seconds, got {stagger:g}")
     top = Path(root)
     manifest = tree.load(top)
     if manifest.get(UNLOADED):
         raise SimError("the driver is unloaded already; run driver-load first")
     if not (top / tree.CLASS_IB).is_dir():
         raise SimError("sys/class/infiniband is hidden; run unhide-class first")
-    gone = []
-    for device in manifest["devices"]:
-        if (top / device["ib_path"]).is_dir():
-            _remove_device(top, manifest, device["name"])
-            gone.append(device["name"])
-    manifest[UNLOADED] = gone
-    _save_manifest(top, manifest)
+    present = [d["name"] for d in manifest["devices"] if (top / d["ib_path"]).is_dir()]
+    size = len(present) if not stagger else -(-len(present) // 3)
+    groups = [present[i:i + size] for i in range(0, len(present), size or 1)]
+    gone: list[str] = []
+    for number, group in enumerate(groups):
+        if number:
+            sleep(stagger)
+        for name in group:
+            take_device(top, manifest, name)
+            gone.append(name)
+        manifest[UNLOADED] = gone
+        save_manifest(top, manifest)
     return gone
 
 
@@ -581,7 +596,7 @@ def load_driver(root: PathLike, rename: bool = False) -> dict[str, str]:
     if clash:  # checked before anything moves
         raise SimError(f"cannot rename onto present devices: {', '.join(clash)}")
     for name in gone:
-        _restore_device(top, manifest, name)
+        give_back_device(top, manifest, name)
         reset_counters(top, name)
     if rename:
         dirs = {name: top / tree.device(manifest, name)["ib_path"] for name in gone}
@@ -594,17 +609,18 @@ def load_driver(root: PathLike, rename: bool = False) -> dict[str, str]:
             _move_device(top, dirs[name], names[name])
             adapter.retitle_chardevs(top, record)
     manifest.pop(UNLOADED, None)
-    _save_manifest(top, manifest)
+    save_manifest(top, manifest)
     return names
 
 
 def driver_reload(root: PathLike, down: float = 0.0, rename: bool = False,
-                  sleep: Callable[[float], None] = time.sleep) -> dict[str, str]:
-    """Unload, stay down ``down`` seconds (blocking), load again: a driver reload or a
-    firmware reset as a running daemon sees it."""
+                  sleep: Callable[[float], None] = time.sleep, stagger: float = 0.0
+                  ) -> dict[str, str]:
+    """Unload (at once, or staggered: :func:`unload_driver`), stay down ``down`` seconds
+    (blocking), load again: a driver reload or a firmware reset as a running daemon sees it."""
     if down < 0:
         raise SimError(f"--down must be >= 0 seconds, got {down:g}")
-    unload_driver(root)
+    unload_driver(root, stagger, sleep)
     if down:
         sleep(down)
     return load_driver(root, rename)
