@@ -29,7 +29,8 @@ from .model import HostSnapshot
 from .state import MonitorState
 from .topology import CardCount, Role, Topology, classify_all
 
-__all__ = ["CycleResult", "Topology", "due_reads", "evaluate", "urgent_change"]
+__all__ = ["CycleResult", "Topology", "due_reads", "evaluate", "urgent_change",
+           "watched_functions"]
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,14 @@ def _identities(state: MonitorState) -> tuple[Mapping[str, DeviceIdentity], list
         return links.identities, links.known_devices
     return ({**efa.identities, **links.identities},
             [*links.known_devices, *efa.known_devices])
+
+
+def watched_functions(state: MonitorState) -> frozenset[str]:
+    """The PCI functions of the known devices (their recorded identities): the reader lists
+    the bus in a poll in which one of them has no device, so that a device gone with its
+    function still on the bus is told from one that left the bus (core/checks/driver.py)."""
+    identities, _ = _identities(state)
+    return frozenset(i.pci_address for i in identities.values() if i.pci_address)
 
 
 def _renamed(state: MonitorState, renames: Mapping[str, str], now: datetime) -> MonitorState:

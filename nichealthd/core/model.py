@@ -206,6 +206,10 @@ class HostSnapshot:
     # Mellanox network/InfiniBand functions on the PCI bus, counted only when the class
     # directory lists no device (None: not looked): the hardware is there, the driver is not.
     pci_functions: Optional[int] = None
+    # The PCI addresses listed under bus/pci/devices, read only in a poll in which a known
+    # device's function has no device in the class directory (None: not listed, or not
+    # listable): is the hardware still there (a driver event) or did it leave the bus?
+    pci_bus: Optional[frozenset[str]] = None
     # The slow PCI facts of each monitored device (#16), read only in a poll in which a family
     # reading them is due (None: not read this poll): PCIe link hops, AER totals, sensors.
     pcie: Optional[Mapping[str, tuple[PcieHop, ...]]] = None

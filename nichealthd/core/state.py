@@ -13,7 +13,7 @@ This module also holds the strict field parsers the families use for their secti
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Optional, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Mapping, Optional, TypeVar, cast
 
 from .events import format_timestamp, parse_timestamp
 
@@ -213,7 +213,7 @@ def epoch() -> datetime:
     return parse_timestamp("1970-01-01T00:00:00Z")
 
 
-def timestamps(table: dict[str, datetime]) -> dict[str, str]:
+def timestamps(table: Mapping[str, datetime]) -> dict[str, str]:
     """A table of times as the state file writes it (sorted keys, RFC 3339)."""
     return {k: format_timestamp(v) for k, v in sorted(table.items())}
 

@@ -22,7 +22,14 @@ from ..core.checks import families
 from ..core.checks.counters import CounterMemory
 from ..core.checks.kernel_log import KERNEL_LOG
 from ..core.config import Config
-from ..core.evaluate import CycleResult, Topology, due_reads, evaluate, urgent_change
+from ..core.evaluate import (
+    CycleResult,
+    Topology,
+    due_reads,
+    evaluate,
+    urgent_change,
+    watched_functions,
+)
 from ..core.family import READS_COUNTERS
 from ..core.model import HostSnapshot
 from ..core.pcitopo import summary
@@ -147,6 +154,9 @@ class Monitor:
         now = self.clock()
         stage = READ
         try:
+            # The known devices' PCI functions: a poll in which one has no device lists the
+            # bus, to tell a driver event from a NIC gone from the bus.
+            self.reader.watched_functions = watched_functions(self.state)
             snapshot = self._read_kernel_log(self.reader.observe(now))
             slow = due_reads(self.config, self.memory, now)
             if slow:

@@ -224,6 +224,9 @@ class SysfsReader:
         # Devices whose counters are not read (management NICs, excluded devices): the
         # monitor sets this from the roles, so no firmware query is spent on them.
         self.skip_counters: frozenset[str] = frozenset()
+        # The PCI functions of the known devices (the monitor sets this from the state): a
+        # poll in which one of them has no device lists the bus (HostSnapshot.pci_bus).
+        self.watched_functions: frozenset[str] = frozenset()
         self._addresses: Optional[dict[str, str]] = None  # netdev -> MAC, per discovery
         self.unreadable_reads = 0
         self.discoveries = 0
@@ -260,7 +263,18 @@ class SysfsReader:
         # An empty class directory: is the hardware still there (a driver event, #19.2)?
         functions = None if names else self._mellanox_functions()
         return HostSnapshot(now, boot_id, devices, complete=complete, pci_functions=functions,
+                            pci_bus=self._bus_if_unregistered(devices),
                             adapter=self.adapter.observe(devices))
+
+    def _bus_if_unregistered(self, devices: tuple[DeviceSnapshot, ...]
+                             ) -> Optional[frozenset[str]]:
+        """The addresses on the PCI bus when a watched function has no device this poll (one
+        directory listing, only then); None otherwise or when the bus cannot be listed."""
+        watched = self.watched_functions
+        if not watched or watched <= {d.pci_address for d in devices}:
+            return None
+        entries = _listdir(os.path.join(self.config.sysfs_root, "bus/pci/devices"))
+        return None if entries is None else frozenset(entries)
 
     def _mellanox_functions(self) -> Optional[int]:
         """Mellanox (vendor 0x15b3) network or InfiniBand functions on the PCI bus.

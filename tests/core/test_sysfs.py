@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from nichealthd.core.model import ABSENT, CounterKind, Unreadable
-from nichealthd.sim import mutate
+from nichealthd.sim import mutate, pcibus
 from nichealthd.sources.attribute import AttributeFiles
 from nichealthd.sources.config_file import load_config
 from nichealthd.sources.sysfs import SysfsReader, counter_kind, parse_counter
@@ -166,6 +166,27 @@ def test_device_changes_trigger_rediscovery(host: Path) -> None:
     mutate.unhide_class(host)
     mutate.restore_device(host, "mlx5_3")
     assert reader.observe(at(3)).device("mlx5_3") is not None
+
+
+def test_the_bus_is_listed_only_when_a_watched_function_has_no_device(host: Path) -> None:
+    reader = reader_for(host)
+    first = reader.observe(at(0))
+    assert first.pci_bus is None  # nothing watched yet
+    reader.watched_functions = frozenset(d.pci_address for d in first.devices
+                                         if d.pci_address)
+    assert reader.observe(at(1)).pci_bus is None  # every watched function has its device
+    address = first.device("mlx5_3").pci_address  # type: ignore[union-attr]
+    mutate.remove_device(host, "mlx5_3")
+    held = reader.observe(at(2))
+    assert held.pci_bus is not None and address in held.pci_bus
+    mutate.restore_device(host, "mlx5_3")
+    pcibus.pci_remove(host, "mlx5_3")
+    off = reader.observe(at(3))
+    assert off.pci_bus is not None and address not in off.pci_bus
+    pcibus.pci_rescan(host, "mlx5_3")
+    mutate.remove_device(host, "mlx5_3")
+    mutate.remove_file(host, "sys/bus/pci/devices")
+    assert reader.observe(at(4)).pci_bus is None  # not listable: no evidence either way
 
 
 def test_unreadable_state_file_makes_the_port_unknown(host: Path) -> None:

@@ -7,7 +7,7 @@ from typing import Callable
 
 import pytest
 
-from nichealthd.sim import mutate
+from nichealthd.sim import mutate, pcibus
 
 from .conftest import SimHost
 
@@ -84,16 +84,17 @@ def test_runtime_down_recovery_and_intermediate_states(
         (True, "Port mlx5_0 port 1: healthy (ACTIVE, LinkUp)")]
 
 
-def test_device_removed_is_fatal_on_the_third_poll(sim_host: Callable[..., SimHost]) -> None:
+def test_device_off_the_bus_is_fatal_on_the_third_poll(sim_host: Callable[..., SimHost]
+                                                       ) -> None:
     host = sim_host()
     host.once()
-    mutate.remove_device(host.root, "mlx5_3")
+    pcibus.pci_remove(host.root, "mlx5_3")
     assert host.once().by_code("device_missing") == []
     assert host.once().by_code("device_missing") == []
     gone = host.once().by_code("device_missing")
     assert [(e["isFatal"], e["message"]) for e in gone] == [
         (True, "NIC mlx5_3 disappeared from /sys/class/infiniband/ - hardware failure")]
-    mutate.restore_device(host.root, "mlx5_3")
+    pcibus.pci_rescan(host.root, "mlx5_3")
     back = host.once().by_code("device_missing")
     assert [e["isHealthy"] for e in back] == [True]
 

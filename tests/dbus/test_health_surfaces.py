@@ -23,7 +23,7 @@ import pytest
 from dbushelpers import BusClient, DaemonProcess, ctl, make_sim
 from prometheus_client.parser import text_string_to_metric_families
 
-from nichealthd.sim import mutate
+from nichealthd.sim import mutate, pcibus
 from nichealthd.surfaces.dbus_common import from_variants
 from tests.harness import NotifySocket, wait_until
 
@@ -180,7 +180,7 @@ def test_every_surface_shows_the_same_health_for_each_kind_of_condition(
         assert_surfaces_agree(daemon, metrics_port, notify, "mlx5_6/1", "degraded",
                               "port_rcv_errors breached")
 
-        mutate.remove_device(root, "mlx5_9")
+        pcibus.pci_remove(root, "mlx5_9")  # off the bus: gone, not a driver event
         assert_surfaces_agree(daemon, metrics_port, notify, "mlx5_9/1", "fatal",
                               "mlx5_9 missing")
         gone = [p for p in json.loads(ctl("show", "ports", "--json").stdout)

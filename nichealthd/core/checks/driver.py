@@ -1,28 +1,42 @@
-"""Every RDMA device gone at once is a driver event, not N hardware failures (#19.2, DESIGN §2.10).
+"""RDMA devices that leave while their PCI functions stay are a driver event, not broken NICs.
 
-``rmmod mlx5_ib``/``mlx5_core``, ``devlink dev reload``, ``mlxfwreset`` and a driver upgrade
-unregister every device of the driver in the same instant; a NIC that falls off the bus takes
-only itself. So when, in one complete enumeration,
+``rmmod mlx5_ib``/``mlx5_core``, ``devlink dev reload``, a driver unbind, ``mlxfwreset`` or a
+firmware activation of one card, a PCI remove/rescan and a driver upgrade unregister RDMA
+devices while their PCI functions stay on the bus (or come straight back); a NIC that falls
+off the bus takes its function with it (DESIGN §2.10: a device is its PCI function). So a
+known device gone from the class directory in a complete enumeration is *held* — counted,
+not judged — when
 
-- every known device that was present at the last one is gone (two or more of them: one
-  device alone vanishing says nothing about the driver), or
-- the class directory lists no device at all while Mellanox network/InfiniBand functions are
-  still on the PCI bus (``<sysfs-root>/bus/pci/devices``: the hardware is there, the driver
-  is not; this also covers an unload seen half-way by one poll),
+- its PCI function (the address recorded for it) is still listed under
+  ``<sysfs-root>/bus/pci/devices`` (:attr:`HostSnapshot.pci_bus`, listed in a poll in which
+  a known function has no device); or, where that cannot be told (no address recorded, the
+  bus not listable),
+- every known device present at the last enumeration is gone in the same poll (two or more:
+  one device alone vanishing says nothing about the driver), or the class directory lists no
+  device while Mellanox functions are on the bus (the whole-driver evidence).
 
-judgement is held: no per-device verdict. After ``driverReloadGrace`` without their return one
-non-fatal event per state check says so (entities: the held NICs), and after
-``driverReloadTimeout`` the devices still gone are judged one by one as before (spec §7: fatal,
-the host event closed first). When any held device is back, the driver is back: the event ends
-(closed by a healthy event if it was reported), and a device still absent then is judged by
-the spec's three-poll rule from that poll on. Partial disappearance never starts an event.
+The held devices form one driver event: devices that leave over several polls (an unload
+with busy users removes them a few at a time, seconds apart; one card's firmware reset after
+another's) join it. After ``driverReloadGrace`` one non-fatal event per state check names the
+devices held that long. A held device leaves the event when
+
+- it is back (its misses are forgotten by :func:`.devices.device_present`);
+- its function is seen off the bus: judged by the spec's three-poll rule from that poll on;
+- it has been gone ``driverReloadTimeout``: judged at once (its misses are long past three,
+  so it is fatal: a function unbound for good, a probe that never succeeded);
+- without the bus evidence, another held device is back: the driver is back without it, and
+  the three-poll rule applies from then (spec §7).
+
+When the last device has left, a reported event is closed by one healthy event per check it
+was sent under (before any per-device verdict of the same poll: the evaluator puts this
+family's host events in order).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime
-from typing import Mapping, Optional
+from typing import Mapping, NamedTuple, Optional
 
 from ..config import Config
 from ..events import ENTITY_NIC, HealthEvent, make_event
@@ -33,90 +47,187 @@ CODE_DRIVER_EVENT = "driver_event"
 MIN_DEVICES = 2  # "all at once" needs more than one device (or the PCI functions' evidence)
 
 
+class DriverVerdict(NamedTuple):
+    """What :func:`judge_driver_event` decided for one poll."""
+
+    held: frozenset[str]  # names held from per-device judgement this poll
+    events: list[HealthEvent]  # host-level events (report, close)
+    notes: list[str]  # log lines
+
+
+def on_bus(name: str, section: LinkStateSection, snapshot: HostSnapshot) -> Optional[bool]:
+    """Whether the PCI function recorded for ``name`` is listed on the bus this poll; None
+    when it cannot be told (no address recorded, the bus not listed or not listable)."""
+    identity = section.identities.get(name)
+    if snapshot.pci_bus is None or identity is None or not identity.pci_address:
+        return None
+    return identity.pci_address in snapshot.pci_bus
+
+
 def judge_driver_event(previous: LinkStateSection, state: LinkStateSection,
                        snapshot: HostSnapshot, config: Config, enabled: frozenset[str],
                        layer_of: Mapping[str, str], check_of: Mapping[str, str],
-                       now: datetime) -> tuple[frozenset[str], list[HealthEvent], list[str]]:
-    """The names held from per-device judgement this poll, the host events and log lines.
+                       now: datetime) -> DriverVerdict:
+    """Which gone devices are held this poll, with the host events and log lines.
 
-    Writes ``state.driver_event`` (and restarts the misses of held devices when the event
-    ends with the driver back). ``layer_of`` is each known device's recorded link layer.
+    Writes ``state.driver_event`` and restarts the misses of a device that leaves the event
+    for the three-poll rule. ``layer_of`` is each gone or held device's recorded link layer.
     """
     event = previous.driver_event
     if not snapshot.complete:
         # Uncertain enumeration: nothing is counted or decided (the rule of devices.py).
-        return (frozenset(event.devices) if event else frozenset()), [], []
+        return DriverVerdict(frozenset(event.devices) if event else frozenset(), [], [])
     present = {d.name for d in snapshot.devices}
+    known = len([n for n in previous.known_devices if n not in previous.missing_devices])
+    notes: list[str] = []
     if event is not None:
-        return _continue(event, state, present, config, enabled, layer_of, check_of, now)
-    candidates = tuple(sorted(n for n in previous.known_devices
-                              if n not in previous.missing_devices))
-    if not candidates or any(n in present for n in candidates):
-        return frozenset(), [], []
-    at_once = (len(candidates) >= MIN_DEVICES
-               and all(previous.device_misses.get(n, 0) == 0 for n in candidates))
-    functions = snapshot.pci_functions or 0
-    unbound = not snapshot.devices and functions > 0
-    if not (at_once or unbound):
-        return frozenset(), [], []
-    state.driver_event = DriverEvent(now, candidates)
-    why = (f"{functions} Mellanox PCI functions are still on the bus" if unbound else
-           "in the same poll")
-    notes = [f"all {len(candidates)} RDMA devices gone at once ({why}): driver unloaded or "
-             f"firmware reset in progress; no per-device verdict for "
-             f"{_duration(config.driver_reload_grace)} (driverReloadGrace), per-device after "
-             f"{_duration(config.driver_reload_timeout)} (driverReloadTimeout)"]
-    held, events, more = _continue(state.driver_event, state, present, config, enabled,
-                                   layer_of, check_of, now)
-    return held, events, notes + more
-
-
-def _continue(event: DriverEvent, state: LinkStateSection, present: set[str], config: Config,
-              enabled: frozenset[str], layer_of: Mapping[str, str],
-              check_of: Mapping[str, str], now: datetime
-              ) -> tuple[frozenset[str], list[HealthEvent], list[str]]:
-    back = [n for n in event.devices if n in present]
-    if now < event.since:  # the wall clock went back: the wait starts again from here
-        event = state.driver_event = replace(event, since=now)
-    elapsed = (now - event.since).total_seconds()
-    if back:
-        state.driver_event = None
-        still = [n for n in event.devices if n not in present]
-        for name in still:
-            state.device_misses.pop(name, None)  # the three-poll rule starts now
-        note = (f"{len(back)} of {len(event.devices)} RDMA devices are back after "
-                f"{_duration(elapsed)}: the driver event is over")
-        if still:
-            note += (f"; still gone: {', '.join(still)} (judged one by one: fatal after "
-                     f"three polls without them)")
-        return frozenset(), _close(event, now, f"back after {_duration(elapsed)}"), [note]
-    if elapsed >= config.driver_reload_timeout:
-        state.driver_event = None
-        note = (f"all {len(event.devices)} RDMA devices gone for {_duration(elapsed)}, longer "
-                f"than driverReloadTimeout ({_duration(config.driver_reload_timeout)}): "
-                f"judged one by one")
-        return frozenset(), _close(event, now, f"gone for {_duration(elapsed)}, longer than "
-                                               f"driverReloadTimeout: judged per device"), [note]
+        if now < event.since:  # the wall clock went back: the waits start again from here
+            event = replace(event, since=now, left={})
+        event = _leave(event, previous, state, snapshot, config, present, now, notes)
+    left = set(previous.driver_event.devices if previous.driver_event else ())
+    joining = _joining(event, previous, snapshot, present, left)
+    if joining:
+        notes.append(_join_note(joining, event, snapshot, known, config))
+        if event is None:
+            event = DriverEvent(now, joining)
+        else:
+            event = replace(event, devices=tuple(sorted({*event.devices, *joining})),
+                            left={**event.left, **{n: now for n in joining}})
     events: list[HealthEvent] = []
-    if not event.reported and elapsed >= config.driver_reload_grace:
-        checks = _checks(event, enabled, layer_of, check_of)
-        n = len(event.devices)
-        for check, names in checks.items():
-            events.append(make_event(
-                check, fatal=False, healthy=False, error_code=CODE_DRIVER_EVENT,
-                entities=tuple((ENTITY_NIC, name) for name in names), at=now,
-                message=(f"all {n} RDMA devices gone at once: driver unloaded or firmware "
-                         f"reset in progress (gone for {_duration(elapsed)}: "
-                         f"{_names(event.devices)})")))
-        state.driver_event = replace(event, reported=True, checks=tuple(sorted(checks)))
-    return frozenset(event.devices), events, []
+    if event is not None and event.devices:
+        event, events = _report(event, enabled, layer_of, check_of, known, config, now)
+    elif event is not None:
+        events = _close(event, previous.driver_event, present, now)
+        notes.append("the driver event is over")
+        event = None
+    state.driver_event = event
+    return DriverVerdict(frozenset(event.devices) if event else frozenset(), events, notes)
 
 
-def _checks(event: DriverEvent, enabled: frozenset[str], layer_of: Mapping[str, str],
-            check_of: Mapping[str, str]) -> dict[str, list[str]]:
-    """The enabled state check of each held device's layer -> its devices."""
-    by_check: dict[str, list[str]] = {}
+def _leave(event: DriverEvent, previous: LinkStateSection, state: LinkStateSection,
+           snapshot: HostSnapshot, config: Config, present: set[str], now: datetime,
+           notes: list[str]) -> DriverEvent:
+    """The event less the devices that leave it this poll (back, off the bus, timed out, or
+    left behind by the driver's return), with a log line for each reason."""
+    back = [n for n in event.devices if n in present]
+    off_bus, timed_out, behind = [], [], []
     for name in event.devices:
+        if name in present:
+            continue
+        bus = on_bus(name, previous, snapshot)
+        if bus is False:
+            off_bus.append(name)
+        elif (now - event.left_at(name)).total_seconds() >= config.driver_reload_timeout:
+            timed_out.append(name)
+        elif back and bus is None:
+            behind.append(name)
+    for name in off_bus + behind:
+        state.device_misses.pop(name, None)  # the three-poll rule starts now
+    if back:
+        notes.append(f"{len(back)} of {len(event.devices)} RDMA devices are back after "
+                     f"{_duration((now - event.since).total_seconds())}"
+                     + ("" if len(back) == len(event.devices) else f": {_names(tuple(back))}"))
+    if off_bus:
+        notes.append(f"the PCI function of {_names(tuple(off_bus))} left the bus too: judged "
+                     f"one by one (fatal after three polls without them)")
+    if timed_out:
+        notes.append(f"{_names(tuple(timed_out))} gone longer than driverReloadTimeout "
+                     f"({_duration(config.driver_reload_timeout)}) with the PCI function on "
+                     f"the bus: judged one by one")
+    if behind:
+        notes.append(f"still gone after the others came back: {_names(tuple(behind))} "
+                     f"(judged one by one: fatal after three polls without them)")
+    leaving = {*back, *off_bus, *timed_out, *behind}
+    if not leaving:
+        return event
+    return replace(event, devices=tuple(n for n in event.devices if n not in leaving),
+                   left={n: t for n, t in event.left.items() if n not in leaving})
+
+
+def _joining(event: Optional[DriverEvent], previous: LinkStateSection,
+             snapshot: HostSnapshot, present: set[str], held: set[str]) -> tuple[str, ...]:
+    """The gone devices that join (or start) the event this poll; ``held``: those held at
+    the last poll (a device that left the event does not join it again in the same poll)."""
+    candidates = sorted(n for n in previous.known_devices
+                        if n not in previous.missing_devices and n not in held)
+    gone = [n for n in candidates if n not in present]
+    if not gone:
+        return ()
+    bus = {n: on_bus(n, previous, snapshot) for n in gone}
+    joining = {n for n in gone if bus[n]}
+    unknown = [n for n in gone if bus[n] is None]
+    if unknown and _whole_driver(event, previous, snapshot, candidates, present):
+        joining.update(unknown)
+    return tuple(sorted(joining))
+
+
+def _whole_driver(event: Optional[DriverEvent], previous: LinkStateSection,
+                  snapshot: HostSnapshot, candidates: list[str], present: set[str]) -> bool:
+    """The evidence for the driver when the bus cannot tell: the class directory empty while
+    Mellanox functions are on the bus, or (starting an event) every known device gone in the
+    same poll."""
+    if not snapshot.devices and (snapshot.pci_functions or 0) > 0:
+        return True
+    return (event is None and len(candidates) >= MIN_DEVICES
+            and not any(n in present for n in candidates)
+            and all(previous.device_misses.get(n, 0) == 0 for n in candidates))
+
+
+def _join_note(joining: tuple[str, ...], event: Optional[DriverEvent], snapshot: HostSnapshot,
+               known: int, config: Config) -> str:
+    if event is None and len(joining) == known and not snapshot.devices:
+        functions = snapshot.pci_functions
+        why = (f"{functions} Mellanox PCI functions are still on the bus" if functions
+               else "in the same poll")
+        head = f"all {known} RDMA devices gone at once ({why}): driver unloaded or firmware " \
+               f"reset in progress"
+    else:
+        joins = ("" if event is None or not event.devices
+                 else f" (joins the driver event of {_names(event.devices)})")
+        head = (f"{_names(joining)} gone with the PCI function on the bus: driver unbound or "
+                f"unloaded, or firmware reset in progress{joins}")
+    return (f"{head}; no per-device verdict for {_duration(config.driver_reload_grace)} "
+            f"(driverReloadGrace), per-device after {_duration(config.driver_reload_timeout)} "
+            f"(driverReloadTimeout)")
+
+
+def _report(event: DriverEvent, enabled: frozenset[str], layer_of: Mapping[str, str],
+            check_of: Mapping[str, str], known: int, config: Config, now: datetime
+            ) -> tuple[DriverEvent, list[HealthEvent]]:
+    """One non-fatal event per state check once a held device has been gone
+    ``driverReloadGrace``: the first names every device held then (those of a staggered
+    unload together), a later one each device that joined after it, once its grace is over."""
+    grace = config.driver_reload_grace
+    overdue = [n for n in event.devices if n not in event.told
+               and (now - event.left_at(n)).total_seconds() >= grace]
+    if not overdue:
+        return event, []
+    due = tuple(n for n in event.devices if n not in event.told) if not event.told \
+        else tuple(overdue)
+    events = []
+    checks = _checks(due, enabled, layer_of, check_of)
+    elapsed = _duration((now - min(event.left_at(n) for n in due)).total_seconds())
+    if len(due) == known and not event.told:
+        what = (f"all {known} RDMA devices gone at once: driver unloaded or firmware reset in "
+                f"progress")
+    else:
+        what = (f"{len(due)} of {known} RDMA devices gone while their PCI functions stay on "
+                f"the bus: driver unbound or unloaded, or firmware reset in progress")
+    for check, names in checks.items():
+        events.append(make_event(
+            check, fatal=False, healthy=False, error_code=CODE_DRIVER_EVENT,
+            entities=tuple((ENTITY_NIC, name) for name in names), at=now,
+            message=f"{what} (gone for {elapsed}: {_names(due)})"))
+    told = tuple(sorted({*event.told, *due}))
+    return replace(event, reported=True, told=told,
+                   checks=tuple(sorted({*event.checks, *checks}))), events
+
+
+def _checks(names: tuple[str, ...], enabled: frozenset[str], layer_of: Mapping[str, str],
+            check_of: Mapping[str, str]) -> dict[str, list[str]]:
+    """The enabled state check of each device's layer -> its devices."""
+    by_check: dict[str, list[str]] = {}
+    for name in names:
         layer = layer_of.get(name) or "InfiniBand"
         check = check_of.get(layer, check_of["InfiniBand"])
         if check in enabled:
@@ -124,14 +235,23 @@ def _checks(event: DriverEvent, enabled: frozenset[str], layer_of: Mapping[str, 
     return by_check
 
 
-def _close(event: DriverEvent, now: datetime, why: str) -> list[HealthEvent]:
+def _close(event: DriverEvent, started: Optional[DriverEvent], present: set[str],
+           now: datetime) -> list[HealthEvent]:
     """The healthy events that close a reported driver event, one per check it used."""
-    if not event.reported:
+    if not event.reported or not event.told:
         return []
+    back = [n for n in event.told if n in present]
+    if len(back) == len(event.told):
+        since = started.since if started else event.since
+        why = f"back after {_duration((now - since).total_seconds())}"
+    elif back:
+        why = (f"{len(back)} back, {len(event.told) - len(back)} judged per device "
+               f"(driverReloadTimeout, or off the PCI bus)")
+    else:
+        why = "gone too long or off the PCI bus: judged per device"
     return [make_event(check, fatal=False, healthy=True, error_code=CODE_DRIVER_EVENT,
-                       entities=tuple((ENTITY_NIC, name) for name in event.devices), at=now,
-                       message=(f"driver event over: {len(event.devices)} RDMA devices "
-                                f"{why}"))
+                       entities=tuple((ENTITY_NIC, name) for name in event.told), at=now,
+                       message=f"driver event over: {len(event.told)} RDMA devices {why}")
             for check in event.checks]
 
 
@@ -144,4 +264,4 @@ def _duration(seconds: Optional[float]) -> str:
     value = float(seconds or 0)
     if value >= 120 and value % 60 == 0:
         return f"{int(value // 60)} min"
-    return f"{value:g} s"
+    return f"{round(value, 1):g} s"

@@ -9,7 +9,7 @@ keys absent: no identities known yet, no driver event).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Mapping, Optional
 
@@ -88,17 +88,34 @@ class DeviceIdentity:
 
 @dataclass(frozen=True)
 class DriverEvent:
-    """Every known device gone at once (#19.2): a driver unload, reload or firmware reset.
+    """RDMA devices gone while their PCI functions stay (:mod:`.driver`): a driver unload,
+    unbind or reload, or a firmware reset of one card or all.
 
-    ``devices`` are the names held (no per-device verdict while the event lasts);
-    ``reported`` once the host-level non-fatal event was sent (after ``driverReloadGrace``),
-    under ``checks`` (the state checks of the held devices' link layers).
+    ``devices`` are the names held now (no per-device verdict while they are), each since it
+    left (``left``; ``since`` for those of the event's first poll). ``told`` are the devices
+    named in the host-level non-fatal event sent after ``driverReloadGrace``, under ``checks``
+    (the state checks of their link layers): the close goes to them.
     """
 
     since: datetime
     devices: tuple[str, ...]
     reported: bool = False
     checks: tuple[str, ...] = ()
+    left: Mapping[str, datetime] = field(default_factory=dict)
+    told: tuple[str, ...] = ()
+
+    def left_at(self, name: str) -> datetime:
+        """When ``name`` left (the event's start for a device without its own time)."""
+        return self.left.get(name, self.since)
+
+    def renamed(self, renames: Mapping[str, str]) -> DriverEvent:
+        """The event with every device under its new name (a rename, DESIGN §2.10)."""
+        def new(name: str) -> str:
+            return renames.get(name, name)
+
+        return replace(self, devices=tuple(sorted(new(n) for n in self.devices)),
+                       left={new(n): t for n, t in self.left.items()},
+                       told=tuple(sorted(new(n) for n in self.told)))
 
 
 @dataclass
@@ -148,11 +165,7 @@ class LinkStateSection:
             "group_modes": dict(sorted(self.group_modes.items())),
             "card_pending": timestamps(self.card_pending),
             "device_identities": identities_json(self.identities),
-            "driver_event": None if self.driver_event is None else {
-                "since": ts(self.driver_event.since),
-                "devices": list(self.driver_event.devices),
-                "reported": self.driver_event.reported,
-                "checks": list(self.driver_event.checks)},
+            "driver_event": _driver_event_json(self.driver_event),
             "port_holds": {
                 k: {"since": ts(h.since), "state": h.state, "physical_state": h.physical_state}
                 for k, h in sorted(self.port_holds.items())},
@@ -219,13 +232,28 @@ def parse_identities(data: Mapping[str, Any], key: str) -> dict[str, DeviceIdent
         for k, v in parse_table(data, key).items()}
 
 
+def _driver_event_json(event: Optional[DriverEvent]) -> Optional[dict[str, Any]]:
+    if event is None:
+        return None
+    return {"since": format_timestamp(event.since), "devices": list(event.devices),
+            "reported": event.reported, "checks": list(event.checks),
+            "left": timestamps(event.left), "told": list(event.told)}
+
+
 def _driver_event(value: Any) -> Optional[DriverEvent]:
+    """A driver event of the state file; one written before ``left`` and ``told`` existed
+    held every device since its start and, once reported, had told them all."""
     if value is None:
         return None
     if not isinstance(value, dict):
         raise TypeError("driver_event must be an object or null")
+    devices = tuple(parse_str(d) for d in parse_list(value["devices"], "driver_event.devices"))
+    reported = parse_bool(value.get("reported", False))
+    told = (tuple(parse_str(d) for d in parse_list(value["told"], "driver_event.told"))
+            if "told" in value else devices if reported else ())
     return DriverEvent(
-        parse_when(value["since"]),
-        tuple(parse_str(d) for d in parse_list(value["devices"], "driver_event.devices")),
-        parse_bool(value.get("reported", False)),
-        tuple(parse_str(c) for c in parse_list(value.get("checks", []), "driver_event.checks")))
+        parse_when(value["since"]), devices, reported,
+        tuple(parse_str(c) for c in parse_list(value.get("checks", []), "driver_event.checks")),
+        {parse_str(k): parse_when(v)
+         for k, v in parse_table(value, "left").items()},
+        told)

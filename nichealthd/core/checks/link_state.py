@@ -36,7 +36,6 @@ from .identity import (
     recorded_identities,
     renamed_identities,
     renamed_keys,
-    renamed_names,
     renamed_port_key,
 )
 from .link_section import KEYS, LinkStateSection, PortHold, PortRecord
@@ -93,8 +92,7 @@ class LinkState(CheckFamily[LinkStateSection]):
             for card, anomaly in section.card_anomalies.items()}
         state.identities = renamed_identities(section.identities, renames, now)
         if section.driver_event is not None:
-            state.driver_event = replace(section.driver_event, devices=renamed_names(
-                section.driver_event.devices, renames))
+            state.driver_event = section.driver_event.renamed(renames)
         state.port_holds = _renamed_port_table(section.port_holds, renames)
         state.port_blips = _renamed_port_table(section.port_blips, renames)
         return state
@@ -143,12 +141,13 @@ class LinkState(CheckFamily[LinkStateSection]):
         monitored_names = {d.name for d in cycle.monitored}
         gone = sorted(set(previous.known_devices) - present)
         layers = {name: recorded_layer(previous, name) or "InfiniBand"
-                  for name in (previous.driver_event.devices if previous.driver_event
-                               else gone)}
-        held, driver_events, driver_notes = judge_driver_event(
+                  for name in {*gone, *(previous.driver_event.devices
+                                        if previous.driver_event else ())}}
+        driver = judge_driver_event(
             previous, state, snapshot, cycle.config, enabled, layers, STATE_CHECK_OF, now)
-        events.extend((HOST, e) for e in driver_events)
-        notes.extend(driver_notes)
+        events.extend((HOST, e) for e in driver.events)
+        notes.extend(driver.notes)
+        held = driver.held
         for name in gone:
             if snapshot.complete:
                 layer = layers.get(name) or recorded_layer(previous, name) or "InfiniBand"
