@@ -106,6 +106,10 @@ class PortSnapshot:
     # The netdev's ``carrier`` (EFA, #18.2): 1, 0, or None (not read, unreadable, or EINVAL
     # on an administratively down interface: no signal).
     carrier: Optional[int] = None
+    # The InfiniBand subnet an ACTIVE port is on: its GID prefix and its subnet manager's LID
+    # (``fe80:0000:0000:0000/0x1``), read when the port became ACTIVE (the SM had just
+    # configured it); None otherwise (not ACTIVE, RoCE, unreadable).
+    fabric: Optional[str] = None
 
     @functools.cached_property  # asked several times per port per poll (frozen: stays right)
     def key(self) -> str:

@@ -205,15 +205,23 @@ def anomalous_cards(cards: Iterable[CardCount], remembered: Optional[Mapping[str
     """Cards below their role group's mode, and the decisive modes of this poll.
 
     Where the group is not decisive now (for example two cards, one of which just dropped:
-    a tie), the last decisive mode of the same boot is the reference (``remembered``); at
-    first sight there is none, so a tie is never evidence (REFERENCE §2).
+    a tie), the last decisive mode of the same boot is the reference (``remembered``), as
+    long as a peer of the group is at that mode now: a card is short only beside one that
+    shows what it should have. When every card of the group has fallen (a fabric whose subnet
+    manager is gone leaves every port in INIT), no peer shows the NIC at fault. At first
+    sight there is no remembered mode, so a tie is never evidence (REFERENCE §2).
     """
     cards = list(cards)
     modes = homogeneity(cards)
-    reference = {**(remembered or {}), **modes}
+    reference = dict(modes)
+    for role, mode in (remembered or {}).items():
+        # A peer with an unknown port counts at what it has: its active ports only grow.
+        if role not in reference and any(
+                c.role == role and not c.exempt and c.active >= mode for c in cards):
+            reference[role] = mode
     verdicts = {}
     for card in cards:
-        mode = reference.get(card.role)
-        if mode is not None and card.known and not card.exempt and card.active < mode:
-            verdicts[card.card] = CardVerdict(card, mode)
+        expected = reference.get(card.role)
+        if expected is not None and card.known and not card.exempt and card.active < expected:
+            verdicts[card.card] = CardVerdict(card, expected)
     return verdicts, modes

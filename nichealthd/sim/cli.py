@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable, Dict, List, NoReturn, Optional
 
-from . import adapter, journal, mutate, pcibus, pcifiles, tree
+from . import adapter, journal, mutate, pcibus, pcifiles, subnet, tree
 from .fsio import SimError
 from .profiles import PROFILES
 
@@ -163,6 +163,9 @@ def _build_parser() -> argparse.ArgumentParser:
         "functions vanish (until pci-rescan)", "ROOT", "DEV")
     cmd("pci-rescan", "DEV's card is found on the PCI bus again (undo pci-remove); its "
         "devices return with their counters at zero", "ROOT", "DEV")
+    p = cmd("sm", "stop or start the InfiniBand subnet manager: stop takes every ACTIVE "
+            "InfiniBand port to INIT/LinkUp without its LIDs, start brings them back", "ROOT")
+    p.add_argument("ACTION", choices=("stop", "start"))
     # PCI side of a NIC (#16)
     p = cmd("pcie-degrade", "train a PCIe hop of DEV down (or back with --restore)", "ROOT",
             "DEV")
@@ -359,6 +362,8 @@ HANDLERS: Dict[str, Callable[[argparse.Namespace], None]] = {
     "fw-reset": lambda a: print(" ".join(pcibus.firmware_reset(a.ROOT, a.DEV, a.down))),
     "pci-remove": lambda a: print(" ".join(pcibus.pci_remove(a.ROOT, a.DEV))),
     "pci-rescan": lambda a: print(" ".join(pcibus.pci_rescan(a.ROOT, a.DEV))),
+    "sm": lambda a: print(" ".join(f"{d}/{p}" for d, p in (
+        subnet.stop(a.ROOT) if a.ACTION == "stop" else subnet.start(a.ROOT)))),
     "driver-load": lambda a: _renamed(mutate.load_driver(a.ROOT, a.rename)),
     "pcie-degrade": lambda a: print(pcifiles.pcie_degrade(
         _function(a), a.hop, a.width, a.speed, a.upstream_max_speed, a.restore)),

@@ -185,6 +185,10 @@ class _PortPlan:
     # EFA (#18.2): its health is its netdev's; ``carrier`` is read beside ``operstate``.
     efa: bool = False
     carrier_path: Optional[str] = None
+    # An InfiniBand port's subnet (PortSnapshot.fabric), read once each time it is seen
+    # ACTIVE after another state (and again after each discovery).
+    fabric: Optional[str] = None
+    fabric_read: bool = False
     counter_reads: tuple[tuple[str, Optional[str]], ...] = ()
     counter_paths: tuple[str, ...] = ()  # each counter file once (two entries may share one)
     # The raw bytes of the last clean read of the counter files and what they parsed to: a
@@ -516,19 +520,27 @@ class SysfsReader:
             operstate = attribute(plan.operstate_path, texts)
         if plan.carrier_path:
             carrier = self._carrier(plan.carrier_path)
+        fabric = None
+        if link_layer == "InfiniBand" and state is not None and state.startswith("4:"):
+            if not plan.fabric_read:
+                plan.fabric, plan.fabric_read = _fabric_of(plan.directory), True
+            fabric = plan.fabric
+        else:
+            plan.fabric_read = False
         counters = (NOT_READ if plan.device in self.skip_counters
                     else self._read_counters(plan))
         last = plan.last_snapshot
         if (last is not None and last.counters is counters and last.state == state
                 and last.phys_state == phys_state and last.link_layer == link_layer
                 and last.rate == rate and last.operstate == operstate
-                and last.carrier == carrier and last.gid_count == plan.gid_count):
+                and last.carrier == carrier and last.gid_count == plan.gid_count
+                and last.fabric == fabric):
             return last  # netdev, paths and kinds are the plan's own: fixed with it
         plan.last_snapshot = PortSnapshot(
             device=plan.device, port=plan.port, link_layer=link_layer, state=state,
             phys_state=phys_state, rate=rate, operstate=operstate, netdev=plan.netdev,
             gid_count=plan.gid_count, counters=counters, counter_paths=plan.counter_files,
-            counter_kinds=plan.counter_kinds, carrier=carrier)
+            counter_kinds=plan.counter_kinds, carrier=carrier, fabric=fabric)
         return plan.last_snapshot
 
     def _carrier(self, path: str) -> Optional[int]:
@@ -775,6 +787,22 @@ def mac_of_link_local_gid(gid: str) -> Optional[str]:
         return None
     octets = [iid[0] ^ 0x02, *iid[1:3], *iid[5:]]
     return ":".join(f"{octet:02x}" for octet in octets)
+
+
+def _fabric_of(port_dir: str) -> Optional[str]:
+    """``<GID prefix>/<SM LID>`` of an ACTIVE InfiniBand port (``fe80:0000:0000:0000/0x1``):
+    the subnet prefix is GID 0's upper 64 bits (``gids/0``, printed ``%pI6``), the SM LID is
+    ``sm_lid`` (``0x%x``, kernel drivers/infiniband/core/sysfs.c). None when either cannot
+    be read or the port has no SM (LID 0)."""
+    gid = (_read_text(os.path.join(port_dir, "gids", "0")) or "").split(":")
+    lid = _read_text(os.path.join(port_dir, "sm_lid")) or ""
+    try:
+        sm_lid = int(lid, 16) if lid.lower().startswith("0x") else 0
+    except ValueError:
+        return None
+    if len(gid) != 8 or not 0 < sm_lid < 0xFFFF:
+        return None
+    return f"{':'.join(gid[:4]).lower()}/0x{sm_lid:x}"
 
 
 def _count_gids(port_dir: str) -> Optional[int]:

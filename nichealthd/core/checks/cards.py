@@ -21,8 +21,8 @@ from .ports import is_active, is_known, port_health, port_label
 
 
 def runtime_verdicts(verdicts: dict[str, CardVerdict], snapshot: HostSnapshot,
-                     state: LinkStateSection, config: Config, now: datetime
-                     ) -> dict[str, CardVerdict]:
+                     state: LinkStateSection, config: Config, now: datetime,
+                     waiting: frozenset[str] = frozenset()) -> dict[str, CardVerdict]:
     """The verdicts to report after the first poll (#21.1).
 
     A card short only of ports in a non-fatal state (INIT, ARMED, ACTIVE_DEFER, Polling,
@@ -38,7 +38,9 @@ def runtime_verdicts(verdicts: dict[str, CardVerdict], snapshot: HostSnapshot,
     NVIDIA's 30 s ``rdma_linkflap_fatal`` is about a DOWN outage, which is fatal here at once.
 
     A card with a port whose unhealthy state is held down (``stateHoldDown``, #15.4) says
-    nothing while the hold lasts: a blip of its port is not a short card either.
+    nothing while the hold lasts: a blip of its port is not a short card either. Nor does a
+    card short only of ports ``waiting`` for the subnet manager on a fabric that is out
+    (:mod:`.fabric`): its hold clock starts when the fabric is back.
     """
     hold = timedelta(seconds=config.card_verdict_hold_time)
     kept = {}
@@ -50,6 +52,8 @@ def runtime_verdicts(verdicts: dict[str, CardVerdict], snapshot: HostSnapshot,
                 port.key in state.port_holds for name in verdict.count.devices
                 for port in _ports(snapshot, name)):
             continue
+        if waiting and _rests_on(verdict.count.devices, snapshot, state, waiting):
+            continue  # its clock was dropped by restart_pending
         classes = _short_classes(verdict.count.devices, snapshot, state)
         if classes and FATAL not in classes:
             since = state.card_pending.setdefault(card, now)
@@ -89,6 +93,24 @@ def _short_classes(devices: tuple[str, ...], snapshot: HostSnapshot,
     return classes
 
 
+def _rests_on(devices: tuple[str, ...], snapshot: HostSnapshot, state: LinkStateSection,
+              keys: frozenset[str]) -> bool:
+    """Whether every inactive port of the card not told fatal on its own (nor uncabled at
+    first sight) is among ``keys``: the card's shortfall is theirs alone."""
+    short = [port.key for port, record in _card_ports(devices, snapshot, state)
+             if not (record is not None and record.health in (SUPPRESSED, FATAL))
+             and not is_active(*_reading(port, record))]
+    return bool(short) and all(key in keys for key in short)
+
+
+def _reading(port: PortSnapshot, record: Optional[PortRecord]
+             ) -> tuple[Optional[str], Optional[str]]:
+    """The port's state now, or as last recorded when it is unreadable now."""
+    if port.readable and is_known(port.state, port.phys_state):
+        return port.state, port.phys_state
+    return (record.state, record.physical_state) if record else (None, None)
+
+
 def _card_ports(devices: tuple[str, ...], snapshot: HostSnapshot, state: LinkStateSection
                 ) -> Iterator[tuple[PortSnapshot, Optional[PortRecord]]]:
     """Each port of the card's devices in this poll, with its record."""
@@ -100,11 +122,26 @@ def _card_ports(devices: tuple[str, ...], snapshot: HostSnapshot, state: LinkSta
 
 def forget_pending(cards: dict[str, CardCount], verdicts: dict[str, CardVerdict],
                    state: LinkStateSection) -> None:
-    """Drop the hold clock of cards no longer short (an unknown card keeps its clock)."""
+    """Drop the hold clock of cards no longer short. An unknown card keeps its clock, and so
+    does a card still below its group's remembered mode while no peer shows it (no evidence
+    either way this poll: :func:`~nichealthd.core.topology.anomalous_cards`)."""
     for card in list(state.card_pending):
         count = cards.get(card)
-        if card in state.card_anomalies or (
-                card not in verdicts and (count is None or count.known)):
+        if card in state.card_anomalies:
+            del state.card_pending[card]
+        elif card in verdicts or (count is not None and not count.known):
+            continue
+        elif count is None or count.active >= state.group_modes.get(count.role, 0):
+            del state.card_pending[card]
+
+
+def restart_pending(cards: dict[str, CardCount], snapshot: HostSnapshot,
+                    state: LinkStateSection, waiting: frozenset[str]) -> None:
+    """Drop the hold clock of cards short only of ports ``waiting`` for the subnet manager
+    on a fabric that is out (:mod:`.fabric`): it starts again when the fabric is back."""
+    for card in list(state.card_pending):
+        count = cards.get(card)
+        if count is not None and _rests_on(count.devices, snapshot, state, waiting):
             del state.card_pending[card]
 
 

@@ -1,10 +1,11 @@
 """The link-state family's section of the state: port records, device presence, card verdicts.
 
 Its keys are those of spec §6.6 (``port_states``, ``known_devices``) plus nichealthd's own
-(misses, missing devices, latched card verdicts, group modes, held verdicts, and since #19 the
-hardware identity of each known device and a driver event being held), with the same JSON as
-before the check-family seam: a state file of an older nichealthd loads unchanged (the #19
-keys absent: no identities known yet, no driver event).
+(misses, missing devices, latched card verdicts, group modes, held verdicts, the hardware
+identity of each known device, a driver event being held, the hold-down's pending edges and
+blips, and the InfiniBand fabric of each port with the fabric events in progress), with the
+same JSON as before the check-family seam: a state file of an older nichealthd loads
+unchanged (a key absent: nothing of it known yet).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from ..state import (
 
 KEYS = ("port_states", "known_devices", "device_misses", "missing_devices", "card_anomalies",
         "group_modes", "card_pending", "device_identities", "driver_event", "port_holds",
-        "port_blips")
+        "port_blips", "port_fabrics", "fabric_events")
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,16 @@ class DriverEvent:
                        told=tuple(sorted(new(n) for n in self.told)))
 
 
+@dataclass(frozen=True)
+class FabricEvent:
+    """An InfiniBand fabric whose ports all left ACTIVE for the SM's states (:mod:`.fabric`):
+    since when, the NICs on it, and whether the non-fatal event was sent (its recovery is)."""
+
+    since: datetime
+    devices: tuple[str, ...]
+    reported: bool = False
+
+
 @dataclass
 class LinkStateSection:
     """What the link-state family remembers; a value of one poll (see :meth:`copy`)."""
@@ -136,6 +147,9 @@ class LinkStateSection:
     # port key -> its pending hold-down, and the blips it absorbed this boot (#15.4)
     port_holds: dict[str, PortHold] = field(default_factory=dict)
     port_blips: dict[str, int] = field(default_factory=dict)
+    # port key -> the InfiniBand fabric it was last ACTIVE on; fabric -> its event (.fabric)
+    port_fabrics: dict[str, str] = field(default_factory=dict)
+    fabric_events: dict[str, FabricEvent] = field(default_factory=dict)
 
     def copy(self) -> LinkStateSection:
         """A copy whose containers can be changed without touching this one."""
@@ -143,7 +157,8 @@ class LinkStateSection:
             dict(self.port_states), list(self.known_devices), dict(self.device_misses),
             dict(self.missing_devices), dict(self.card_anomalies), dict(self.group_modes),
             dict(self.card_pending), dict(self.identities), self.driver_event,
-            dict(self.port_holds), dict(self.port_blips))
+            dict(self.port_holds), dict(self.port_blips), dict(self.port_fabrics),
+            dict(self.fabric_events))
 
     def to_json(self) -> dict[str, Any]:
         ts = format_timestamp
@@ -170,6 +185,10 @@ class LinkStateSection:
                 k: {"since": ts(h.since), "state": h.state, "physical_state": h.physical_state}
                 for k, h in sorted(self.port_holds.items())},
             "port_blips": dict(sorted(self.port_blips.items())),
+            "port_fabrics": dict(sorted(self.port_fabrics.items())),
+            "fabric_events": {
+                k: {"since": ts(e.since), "devices": list(e.devices), "reported": e.reported}
+                for k, e in sorted(self.fabric_events.items())},
         }
 
     @classmethod
@@ -209,6 +228,14 @@ class LinkStateSection:
                         for k, v in parse_table(data, "port_holds").items()},
             port_blips={parse_str(k): parse_int(v)
                         for k, v in parse_table(data, "port_blips").items()},
+            port_fabrics={parse_str(k): parse_str(v)
+                          for k, v in parse_table(data, "port_fabrics").items()},
+            fabric_events={
+                parse_str(k): FabricEvent(
+                    when(v["since"]),
+                    tuple(parse_str(d) for d in parse_list(v["devices"], "devices")),
+                    parse_bool(v.get("reported", False)))
+                for k, v in parse_table(data, "fabric_events").items()},
         )
 
 

@@ -29,9 +29,17 @@ from ..family import (
 from ..model import DeviceSnapshot
 from ..state import SUPPRESSED
 from ..topology import anomalous_cards
-from .cards import card_counts, forget_pending, release_raised_ports, runtime_verdicts, short_ports
+from .cards import (
+    card_counts,
+    forget_pending,
+    release_raised_ports,
+    restart_pending,
+    runtime_verdicts,
+    short_ports,
+)
 from .devices import card_events, device_missing, device_present
 from .driver import judge_driver_event
+from .fabric import judge_fabrics, remember_fabrics, renamed_fabric_events
 from .identity import (
     recorded_identities,
     renamed_identities,
@@ -95,6 +103,8 @@ class LinkState(CheckFamily[LinkStateSection]):
             state.driver_event = section.driver_event.renamed(renames)
         state.port_holds = _renamed_port_table(section.port_holds, renames)
         state.port_blips = _renamed_port_table(section.port_blips, renames)
+        state.port_fabrics = _renamed_port_table(section.port_fabrics, renames)
+        state.fabric_events = renamed_fabric_events(section.fabric_events, renames)
         return state
 
     def evaluate(self, previous: LinkStateSection, cycle: Cycle, memory: Any
@@ -157,13 +167,22 @@ class LinkState(CheckFamily[LinkStateSection]):
                         name, layer, check, state, now, held=name in held))
         state.known_devices = sorted(
             (set(previous.known_devices) - (present - monitored_names)) | monitored_names)
+        if state.port_fabrics:
+            _forget_fabrics_of_unknown(state)
         identities = recorded_identities(cycle.monitored, previous.identities,
                                          state.known_devices)
         if identities != previous.identities:
             state.identities = identities
+        remember_fabrics(cycle.monitored, state)
+        fabrics = judge_fabrics(previous, state, cycle.monitored, enabled, now)
+        events.extend((HOST, e) for e in fabrics.events)
+        notes.extend(fabrics.notes)
         forget_pending(cards, verdicts, state)
+        if fabrics.waiting:
+            restart_pending(cards, snapshot, state, fabrics.waiting)
         if not cycle.baseline:
-            verdicts = runtime_verdicts(verdicts, snapshot, state, cycle.config, now)
+            verdicts = runtime_verdicts(verdicts, snapshot, state, cycle.config, now,
+                                        fabrics.waiting)
         events.extend((HOST, e) for e in card_events(cards, verdicts, state, STATE_CHECK_OF,
                                                      enabled, now, raised))
         events.extend((HOST, e) for e in release_raised_ports(previous, state, now))
@@ -192,6 +211,14 @@ def without_efa(cycle: Cycle) -> Cycle:
     devices = tuple(d for d in cycle.snapshot.devices if not d.is_efa)
     return replace(cycle, snapshot=replace(cycle.snapshot, devices=devices),
                    monitored=tuple(d for d in cycle.monitored if not d.is_efa))
+
+
+def _forget_fabrics_of_unknown(state: LinkStateSection) -> None:
+    """Drop the remembered fabric of ports whose device is no longer known."""
+    known = set(state.known_devices)
+    stale = [k for k in state.port_fabrics if k.rpartition("_")[0] not in known]
+    for key in stale:
+        del state.port_fabrics[key]
 
 
 def _renamed_port_key(key: str, record: PortRecord, renames: Mapping[str, str]) -> str:

@@ -1,0 +1,155 @@
+"""The InfiniBand fabrics of the host's ports: a subnet-manager outage is one fabric event.
+
+An InfiniBand port whose link is up (phys_state LinkUp) waits in INIT until the subnet
+manager (SM) configures it, and in ARMED until the SM activates it (spec §3.2: transient
+states). When the SM is down or unreachable every port of the fabric that retrains stays
+there: without this view each card would be "short" of its port after
+``cardVerdictHoldTime`` and get a REPLACE_VM — on every node of the fabric at once.
+
+A port's fabric is the subnet it was last seen ACTIVE on (:attr:`PortSnapshot.fabric`, GID
+prefix and SM LID), remembered in the state, since a port waiting for the SM may read SM LID
+0. A fabric of two or more of the host's ports none of which is ACTIVE, two or more of them
+waiting for the SM (INIT/ARMED with LinkUp), is *out*: one non-fatal host-level event names
+it (``errorCode`` ``fabric_event``, the NICs on it as entities), no card verdict rests on its
+waiting ports while it lasts, and a healthy event closes it when one of its ports is ACTIVE
+again; the per-port rules then judge the ports still waiting (a port stuck in INIT or ARMED
+among ACTIVE peers is its own fault, after ``cardVerdictHoldTime``). Ports DOWN or Disabled
+are physical faults and judged as ever; the port-state events of the waiting ports (non-fatal
+degradations on InfiniBand) are sent as ever.
+
+Limit: two fabrics with the same subnet prefix (the default ``fe80::``) whose SMs have the same
+LID look like one; give each fabric its own subnet prefix (the SM's ``subnet_prefix``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+from typing import Iterable, Mapping, NamedTuple, Optional
+
+from ..config import IB_STATE_CHECK
+from ..events import ENTITY_NIC, HealthEvent, make_event
+from ..model import DeviceSnapshot, PortSnapshot
+from .link_section import FabricEvent, LinkStateSection
+from .ports import is_active, is_known, split_state, state_name
+
+CODE_FABRIC_EVENT = "fabric_event"
+MIN_PORTS = 2  # "together": one port alone leaving ACTIVE says nothing about its fabric
+
+_INIT, _ARMED, _LINKUP = 2, 3, 5
+
+
+class FabricVerdict(NamedTuple):
+    """What :func:`judge_fabrics` decided for one poll."""
+
+    waiting: frozenset[str]  # port keys waiting for the SM on a fabric that is out
+    events: list[HealthEvent]
+    notes: list[str]
+
+
+def waits_for_sm(state: Optional[str], phys_state: Optional[str]) -> bool:
+    """INIT or ARMED with the link up: the port is cabled and trained, the SM has not (yet)
+    configured or activated it."""
+    return (split_state(state)[0] in (_INIT, _ARMED)
+            and split_state(phys_state)[0] == _LINKUP)
+
+
+def remember_fabrics(devices: Iterable[DeviceSnapshot], state: LinkStateSection) -> None:
+    """Record the fabric of every InfiniBand port that reads ACTIVE with a fabric now."""
+    for device in devices:
+        for port in device.ports:
+            if port.fabric and state.port_fabrics.get(port.key) != port.fabric:
+                state.port_fabrics[port.key] = port.fabric
+
+
+def judge_fabrics(previous: LinkStateSection, state: LinkStateSection,
+                  devices: Iterable[DeviceSnapshot], enabled: frozenset[str],
+                  now: datetime) -> FabricVerdict:
+    """The fabrics out this poll: start, keep and end their events (``state.fabric_events``).
+
+    ``devices``: the monitored devices of the poll; a port is judged on its reading, or,
+    when unreadable, on its last record.
+    """
+    members: dict[str, list[tuple[PortSnapshot, tuple[Optional[str], Optional[str]]]]] = {}
+    for device in devices:
+        for port in device.ports:
+            fabric = state.port_fabrics.get(port.key)
+            if fabric is None:
+                continue
+            reading = _reading(port, previous)
+            if reading is not None:
+                members.setdefault(fabric, []).append((port, reading))
+    waiting: set[str] = set()
+    events: list[HealthEvent] = []
+    notes: list[str] = []
+    for fabric, ports in sorted(members.items()):
+        held = [p for p, r in ports if waits_for_sm(*r)]
+        out = (len(ports) >= MIN_PORTS and len(held) >= MIN_PORTS
+               and not any(is_active(*r) for _, r in ports))
+        event = previous.fabric_events.get(fabric)
+        if out:
+            waiting.update(p.key for p in held)
+            if event is None:
+                event = FabricEvent(now, tuple(sorted({p.device for p, _ in ports})))
+                notes.append(_message(fabric, event, ports))
+                if IB_STATE_CHECK in enabled:
+                    events.append(_event(fabric, event, ports, now))
+                    event = replace(event, reported=True)
+                state.fabric_events[fabric] = event
+        elif event is not None:
+            del state.fabric_events[fabric]
+            notes.append(f"InfiniBand fabric {_name(fabric)} is back: "
+                         f"{sum(is_active(*r) for _, r in ports)} of {len(ports)} ports ACTIVE")
+            if event.reported:
+                events.append(_recovery(fabric, event, ports, now))
+    for fabric in [f for f in state.fabric_events if f not in members]:
+        del state.fabric_events[fabric]  # its ports are gone or unknown: nothing to hold
+    return FabricVerdict(frozenset(waiting), events, notes)
+
+
+def _reading(port: PortSnapshot, previous: LinkStateSection
+             ) -> Optional[tuple[Optional[str], Optional[str]]]:
+    if port.readable and is_known(port.state, port.phys_state):
+        return port.state, port.phys_state
+    record = previous.port_states.get(port.key)
+    return (record.state, record.physical_state) if record else None
+
+
+def _name(fabric: str) -> str:
+    """``fe80:0000:0000:0000 (SM LID 0x1)``."""
+    prefix, _, lid = fabric.partition("/")
+    return f"{prefix} (SM LID {lid})" if lid else prefix
+
+
+def _message(fabric: str, event: FabricEvent,
+             ports: list[tuple[PortSnapshot, tuple[Optional[str], Optional[str]]]]) -> str:
+    states = sorted({state_name(r[0]) for _, r in ports if waits_for_sm(*r)})
+    return (f"InfiniBand fabric {_name(fabric)}: all {len(ports)} ports of this host on it "
+            f"left ACTIVE together, {'/'.join(states)} with the link up "
+            f"({', '.join(event.devices)}): the subnet manager is down, unreachable or has not "
+            f"configured them - a fabric event, not a NIC fault (no card verdict while it lasts)")
+
+
+def _event(fabric: str, event: FabricEvent,
+           ports: list[tuple[PortSnapshot, tuple[Optional[str], Optional[str]]]],
+           now: datetime) -> HealthEvent:
+    return make_event(IB_STATE_CHECK, fatal=False, healthy=False, error_code=CODE_FABRIC_EVENT,
+                      entities=tuple((ENTITY_NIC, d) for d in event.devices), at=now,
+                      message=_message(fabric, event, ports))
+
+
+def _recovery(fabric: str, event: FabricEvent,
+              ports: list[tuple[PortSnapshot, tuple[Optional[str], Optional[str]]]],
+              now: datetime) -> HealthEvent:
+    active = sum(is_active(*r) for _, r in ports)
+    return make_event(IB_STATE_CHECK, fatal=False, healthy=True, error_code=CODE_FABRIC_EVENT,
+                      entities=tuple((ENTITY_NIC, d) for d in event.devices), at=now,
+                      message=(f"InfiniBand fabric {_name(fabric)} is back: {active} of "
+                               f"{len(ports)} ports of this host on it ACTIVE again"))
+
+
+def renamed_fabric_events(events: Mapping[str, FabricEvent], renames: Mapping[str, str]
+                          ) -> dict[str, FabricEvent]:
+    """The events with their devices under new names (a rename, DESIGN §2.10)."""
+    return {f: replace(e, devices=tuple(sorted(renames.get(d, d) for d in e.devices)))
+            for f, e in events.items()}
