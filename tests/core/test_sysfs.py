@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from nichealthd.core.model import ABSENT, CounterKind, Unreadable
-from nichealthd.sim import mutate, pcibus
+from nichealthd.sim import mutate, pcibus, subnet
 from nichealthd.sources.attribute import AttributeFiles
 from nichealthd.sources.config_file import load_config
 from nichealthd.sources.sysfs import SysfsReader, counter_kind, parse_counter
@@ -187,6 +187,27 @@ def test_the_bus_is_listed_only_when_a_watched_function_has_no_device(host: Path
     mutate.remove_device(host, "mlx5_3")
     mutate.remove_file(host, "sys/bus/pci/devices")
     assert reader.observe(at(4)).pci_bus is None  # not listable: no evidence either way
+
+
+def test_an_infiniband_port_reads_its_fabric_when_it_becomes_active(host: Path) -> None:
+    reader = reader_for(host)
+    first = reader.observe(at(0))
+    assert port_of(first).fabric == "fe80:0000:0000:0000/0x1"
+    assert port_of(first, "mlx5_1").fabric is None  # RoCE: no subnet manager
+    subnet.stop(host)
+    waiting = reader.observe(at(1))
+    assert port_of(waiting).state == "2: INIT" and port_of(waiting).fabric is None
+    port_dir = "sys/class/infiniband/mlx5_0/ports/1/"
+    subnet.start(host)
+    mutate.garbage(host, port_dir + "sm_lid", "0x7")  # failed over to the SM at LID 7
+    assert port_of(reader.observe(at(2))).fabric == "fe80:0000:0000:0000/0x7"
+    mutate.garbage(host, port_dir + "sm_lid", "0x9")
+    assert port_of(reader.observe(at(3))).fabric == "fe80:0000:0000:0000/0x7"  # read once
+    mutate.garbage(host, port_dir + "gids/0", "garbage")
+    mutate.set_port(host, "mlx5_0", 1, state="INIT")
+    reader.observe(at(4))
+    mutate.set_port(host, "mlx5_0", 1, state="ACTIVE")
+    assert port_of(reader.observe(at(5))).fabric is None  # unreadable: no fabric
 
 
 def test_unreadable_state_file_makes_the_port_unknown(host: Path) -> None:

@@ -17,7 +17,7 @@ from ..model import DeviceSnapshot, HostSnapshot, PortSnapshot
 from ..state import FATAL, HEALTHY, SUPPRESSED
 from ..topology import MANAGEMENT, CardCount, CardVerdict, Role
 from .link_section import LinkStateSection, PortRecord
-from .ports import is_active, is_known, port_health, port_label
+from .ports import is_active, is_known, known_reading, port_health, port_label
 
 
 def runtime_verdicts(verdicts: dict[str, CardVerdict], snapshot: HostSnapshot,
@@ -81,11 +81,8 @@ def _short_classes(devices: tuple[str, ...], snapshot: HostSnapshot,
     for port, record in _card_ports(devices, snapshot, state):
         if record is not None and record.health in (SUPPRESSED, FATAL):
             continue
-        if port.readable and is_known(port.state, port.phys_state):
-            reading = (port.state, port.phys_state)
-        elif record is not None:
-            reading = (record.state, record.physical_state)
-        else:
+        reading = known_reading(port, record)
+        if reading == (None, None):
             continue
         if not is_active(*reading):
             classes.add(port_health(reading[0], reading[1], port.link_layer
@@ -99,16 +96,8 @@ def _rests_on(devices: tuple[str, ...], snapshot: HostSnapshot, state: LinkState
     first sight) is among ``keys``: the card's shortfall is theirs alone."""
     short = [port.key for port, record in _card_ports(devices, snapshot, state)
              if not (record is not None and record.health in (SUPPRESSED, FATAL))
-             and not is_active(*_reading(port, record))]
+             and not is_active(*known_reading(port, record))]
     return bool(short) and all(key in keys for key in short)
-
-
-def _reading(port: PortSnapshot, record: Optional[PortRecord]
-             ) -> tuple[Optional[str], Optional[str]]:
-    """The port's state now, or as last recorded when it is unreadable now."""
-    if port.readable and is_known(port.state, port.phys_state):
-        return port.state, port.phys_state
-    return (record.state, record.physical_state) if record else (None, None)
 
 
 def _card_ports(devices: tuple[str, ...], snapshot: HostSnapshot, state: LinkStateSection
@@ -162,10 +151,7 @@ def short_ports(snapshot: HostSnapshot, cards: dict[str, CardCount],
         for name in count.devices:
             device = by_name.get(name)
             for port in device.ports if device else ():
-                reading: tuple[Optional[str], Optional[str]] = (port.state, port.phys_state)
-                if not (port.readable and is_known(*reading)):
-                    record = previous.port_states.get(port.key)
-                    reading = (record.state, record.physical_state) if record else (None, None)
+                reading = known_reading(port, previous.port_states.get(port.key))
                 positions[(_function(device), port.port)] = is_active(*reading)
         layout[card] = positions
     short: set[str] = set()

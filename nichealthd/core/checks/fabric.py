@@ -31,7 +31,7 @@ from ..config import IB_STATE_CHECK
 from ..events import ENTITY_NIC, HealthEvent, make_event
 from ..model import DeviceSnapshot, PortSnapshot
 from .link_section import FabricEvent, LinkStateSection
-from .ports import is_active, is_known, split_state, state_name
+from .ports import is_active, known_reading, split_state, state_name
 
 CODE_FABRIC_EVENT = "fabric_event"
 MIN_PORTS = 2  # "together": one port alone leaving ACTIVE says nothing about its fabric
@@ -76,8 +76,8 @@ def judge_fabrics(previous: LinkStateSection, state: LinkStateSection,
             fabric = state.port_fabrics.get(port.key)
             if fabric is None:
                 continue
-            reading = _reading(port, previous)
-            if reading is not None:
+            reading = known_reading(port, previous.port_states.get(port.key))
+            if reading != (None, None):
                 members.setdefault(fabric, []).append((port, reading))
     waiting: set[str] = set()
     events: list[HealthEvent] = []
@@ -105,14 +105,6 @@ def judge_fabrics(previous: LinkStateSection, state: LinkStateSection,
     for fabric in [f for f in state.fabric_events if f not in members]:
         del state.fabric_events[fabric]  # its ports are gone or unknown: nothing to hold
     return FabricVerdict(frozenset(waiting), events, notes)
-
-
-def _reading(port: PortSnapshot, previous: LinkStateSection
-             ) -> Optional[tuple[Optional[str], Optional[str]]]:
-    if port.readable and is_known(port.state, port.phys_state):
-        return port.state, port.phys_state
-    record = previous.port_states.get(port.key)
-    return (record.state, record.physical_state) if record else None
 
 
 def _name(fabric: str) -> str:

@@ -60,6 +60,15 @@ def is_known(state: Optional[str], phys_state: Optional[str]) -> bool:
     return split_state(state)[0] is not None and split_state(phys_state)[0] is not None
 
 
+def known_reading(port: PortSnapshot, record: Optional[PortRecord]
+                  ) -> tuple[Optional[str], Optional[str]]:
+    """The port's (state, phys_state) now, or as last recorded when it cannot be judged now
+    (unreadable, or a reading without its numbers: #21); (None, None) with neither."""
+    if port.readable and is_known(port.state, port.phys_state):
+        return port.state, port.phys_state
+    return (record.state, record.physical_state) if record else (None, None)
+
+
 def port_health(state: Optional[str], phys_state: Optional[str], link_layer: str) -> str:
     """Classify one reading as HEALTHY, FATAL, DEGRADED or QUIET."""
     logical, physical = split_state(state)[0], split_state(phys_state)[0]
