@@ -16,7 +16,7 @@ from nichealthd.core.evaluate import CycleResult
 from nichealthd.core.model import DeviceSnapshot, HostSnapshot
 from nichealthd.core.topology import CardCount, anomalous_cards
 
-from .builders import ACTIVE, DOWN, LINKUP, POLLING, Runner, host
+from .builders import ACTIVE, DOWN, LINKUP, POLLING, Runner, host, with_counters
 from .test_identity import nic
 
 FABRIC = "fe80:0000:0000:0000/0x1"
@@ -169,3 +169,20 @@ def test_a_fabric_renamed_with_its_devices_keeps_its_event() -> None:
     links = runner.state.section(LINK_STATE)
     assert links.fabric_events[FABRIC].devices == ("mlx5_4", "mlx5_5")
     assert set(links.port_fabrics) == {"mlx5_4_1", "mlx5_5_1"}
+
+
+def test_the_real_faults_stay_replace_vm() -> None:
+    """What the fabric view and the driver events must not hide: a port DOWN/Polling for 10
+    minutes, and link_downed +1 on an ACTIVE port an hour after the last."""
+    runner = started()
+    down = [poll(runner, s, {2: DOWN}, phys=POLLING) for s in range(1, 10 * MINUTES)]
+    assert replace_vm(down) == [
+        "Port mlx5_2 port 1: state DOWN, phys_state Polling - no connectivity"]
+    counted = Runner()
+    for hour, value in enumerate((0, 0, 1)):
+        devices = [card(i) for i in range(8)]
+        devices[4] = devices[4].with_ports(
+            (with_counters(devices[4].ports[0], link_downed=value),))
+        result = counted.poll(host(*devices, when=hour * 60 * MINUTES))
+    assert [e.error_code for e in result.events if e.recommended_action == "REPLACE_VM"] == [
+        ("link_downed",)]
