@@ -36,13 +36,13 @@ outages the hold-down absorbed: the outage that brings them to the count within 
 gives one fatal ``link_flap`` event (REPLACE_VM) under the state check, recovered when fewer
 are left. So the hold-down keeps at most ``linkFlapCount`` - 1 cycles of fatal outages per port
 and window quiet. Only absorbed outages count: one that outlasted the hold-down (or ended while
-the daemon was away, ``held_transition``) was reported fatal on its own, and INIT/ARMED or
-LinkErrorRecovery outages (an SM sweep, not fatal without the hold-down) are not made fatal by
-it. Whether an outage was absorbed is what the link-state family makes of the same reading
-(:func:`_absorption`); each outage remembers whether it read fatal and was absorbed, and each
-cycle of the window whether it was. An explicit ``linkFlapFatalCount`` replaces the escalation
-(its count of every cycle, as without a hold-down). With ``linkFlapCount`` = 0 nothing
-escalates: the config loader warns about it.
+the daemon was away, ``held_transition``) was reported fatal on its own, and an outage that
+only read INIT/ARMED (a Subnet Manager's doing) or LinkErrorRecovery, never fatal without the
+hold-down, is not made fatal by it. Whether an outage was absorbed is what the link-state
+family makes of the same reading (:func:`_absorption`); each outage remembers whether it read
+fatal and was absorbed, and each cycle of the window whether it was. An explicit
+``linkFlapFatalCount`` replaces the escalation (its count of every cycle, as without a
+hold-down). With ``linkFlapCount`` = 0 nothing escalates: the config loader warns about it.
 
 Identity: the layer's degradation check (fatal: its state check), ``errorCode`` ``link_flap``,
 the port's entities — the checks the spec names and NVSentinel's analyzer counts, kept apart
