@@ -349,6 +349,15 @@ def test_a_restart_in_an_outage_keeps_what_it_learnt() -> None:
     assert [(c, s) for _, c, s, _ in drill.flap_events()] == [(IB_STATE, "fatal")]
 
 
+def test_a_reload_without_the_hold_down_recovers_the_escalated_flap() -> None:
+    drill = Drill(held())
+    drill.flap()
+    drill.runner.config = config()  # the flaps stay counted: the non-fatal flap takes over
+    drill.poll(UP)
+    assert [(c, s) for _, c, s, _ in drill.flap_events()][1:] == [
+        (IB_STATE, "healthy"), (IB_DEGRADED, "degraded")]
+
+
 def test_a_window_written_by_an_older_nichealthd_loads_with_nothing_absorbed() -> None:
     old = {"link_flaps": {"mlx5_0_1": {
         "device": "mlx5_0", "port": 1, "link_layer": "InfiniBand", "up": True,
