@@ -173,7 +173,7 @@ class LinkFlaps(CheckFamily[FlapSection]):
             memory.slots.pop(self.id, None)
             return _switched_off(previous, cycle)
         links = cycle.previous.section(LINK_STATE)
-        hold_down = cycle.config.state_hold_down if escalation_count(cycle.config) else 0.0
+        hold_down = cycle.config.state_hold_down if _escalation_count(cycle.config) else 0.0
         last: Mapping[str, tuple[Optional[int], ...]] = memory.slots.get(self.id) or {}
         values: dict[str, tuple[Optional[int], ...]] = {}
         changed: dict[str, FlapRecord] = {}
@@ -352,13 +352,13 @@ def _absorption(record: FlapRecord, port: PortSnapshot, layer: str, links: LinkS
     return record.outage_fatal or health == FATAL, absorbed
 
 
-def escalation_count(config: Config) -> int:
+def _escalation_count(config: Config) -> int:
     """The fatal count of the hold-down escalation; 0 where it does not apply.
 
     It applies while ``stateHoldDown`` > 0 leaves ``linkFlapFatalCount`` at 0 and flap
-    detection on: ``linkFlapCount`` (at least 2, so a single reseat stays a blip) fatal
-    outages absorbed within the window are fatal, as each would have been without the
-    hold-down.
+    detection on: ``linkFlapCount`` (at least 2, so a single reseat is never fatal) cycles
+    of fatal outages absorbed within the window are fatal, as each outage would have been
+    without the hold-down.
     """
     if config.link_flap_fatal_count or config.state_hold_down <= 0 or not config.link_flap_count:
         return 0
@@ -372,7 +372,7 @@ def _verdict(record: FlapRecord, cycle: Cycle) -> tuple[FlapRecord, list[HealthE
     if names is None or (not record.told and (not record.cycles
                                               or record.count < config.link_flap_count)):
         return record, []  # the common case, cheaply
-    count, escalation = record.count, escalation_count(config)
+    count, escalation = record.count, _escalation_count(config)
     fatal_count = escalation or config.link_flap_fatal_count
     fatal = bool(fatal_count) and (record.absorbed if escalation else count) >= fatal_count
     wanted: set[str] = {names.state} if fatal else set()
