@@ -627,7 +627,7 @@ def build_config(data: Mapping[str, Any], source: Optional[str],
         _scalar(values, errors, None, key, raw, None)
     notices: List[str] = []
     detection = _counter_detection(data.get(DETECTION, {}), source, lines, errors, notices)
-    _flap_counts(values, errors, source, lines, "linkFlapFatalCount" in overrides)
+    _flap_counts(values, errors, source, lines, "linkFlapFatalCount" in overrides, notices)
     _check_driver_reload(values, data, source, lines, errors)
     if RULES_TABLE in data:
         values["kernel_rules"] = merge_kernel_rules(data[RULES_TABLE], source, lines, errors)
@@ -669,15 +669,26 @@ def _scalar(values: Dict[str, Any], errors: Collector, source: Optional[str], ke
 
 
 def _flap_counts(values: Mapping[str, Any], errors: Collector, source: Optional[str],
-                 lines: KeyLines, flag: bool) -> None:
+                 lines: KeyLines, flag: bool, notices: List[str]) -> None:
     """A fatal flap count below the flap count, or of 1, would make one outage fatal twice
-    (its port-state event and its flap) or skip the non-fatal stage (#15.5)."""
+    (its port-state event and its flap) or skip the non-fatal stage (#15.5).
+
+    A hold-down with flap detection off is valid (an operator's explicit choice, and a
+    config that loaded before must not stop the daemon) but is warned about: nothing then
+    escalates the outages the hold-down absorbs (``core/checks/link_flaps.py``).
+    """
     fatal = values.get("link_flap_fatal_count", 0)
     count = values.get("link_flap_count", Config.link_flap_count)
     if fatal and (fatal < 2 or (count and fatal < count)):
         errors.add(None if flag else source, "linkFlapFatalCount",
                    f"must be 0 (never fatal) or at least linkFlapCount ({count}) and 2, "
                    f"got {fatal}", None if flag else lines.line("", "linkFlapFatalCount"))
+    hold_down = values.get("state_hold_down", Config.state_hold_down)
+    if count == 0 and isinstance(hold_down, float) and hold_down > 0:
+        notices.append(f"{source or 'command line'}: stateHoldDown "
+                       f"({format_duration(hold_down)}) with linkFlapCount = 0: an outage "
+                       f"shorter than the hold-down is never reported, however often the "
+                       f"link flaps (flap detection is off, so nothing escalates)")
 
 
 def _counter_detection(detection: Any, source: Optional[str], lines: KeyLines,

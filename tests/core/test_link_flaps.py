@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from nichealthd.core.checks.link_flaps import LINK_FLAPS
+from nichealthd.core.checks.link_state import LINK_STATE
 from nichealthd.core.config import ConfigError
 from nichealthd.core.evaluate import CycleResult
 from nichealthd.core.state import MonitorState
@@ -198,3 +199,199 @@ def test_flap_detection_can_be_switched_off_and_unknown_readings_are_no_evidence
     runner.poll(host(nic(("\x00zz", "5: LinkUp")), when=11))  # unknown: still down
     runner.poll(host(nic(), when=12))
     assert count(runner) == 1
+
+
+# The hold-down escalation: a hold-down never disarms what the default config reports fatal.
+
+IB_STATE, IB_DEGRADED = "InfiniBandStateCheck", "InfiniBandDegradationCheck"
+INIT = ("2: INIT", "5: LinkUp")
+
+
+class Drill:
+    """A port polled every second: outages of ``down`` s with ``up`` s between, each
+    raising link_downed by one as a real port does (``nichealthd-sim flap``)."""
+
+    def __init__(self, runner: Runner, layer: str = "InfiniBand") -> None:
+        self.runner, self.layer, self.downed, self.when = runner, layer, 0, 0
+        self.events: list[tuple[int, Any]] = []  # (when, event) of every port event
+        self.poll(UP)
+
+    def poll(self, state: tuple[str, str]) -> None:
+        snapshot = host(nic(state, self.layer, link_downed=self.downed), when=self.when)
+        self.events.extend((self.when, e) for e in self.runner.poll(snapshot).events
+                           if e.entities)
+        self.when += 1
+
+    def flap(self, cycles: int = 4, down: int = 3, up: int = 3,
+             via: tuple[tuple[str, str], ...] = (DN,)) -> None:
+        """``cycles`` outages reading ``via`` (each for ``down`` s), then ACTIVE."""
+        for _ in range(cycles):
+            self.downed += 1
+            for step in range(down):
+                self.poll(via[min(step, len(via) - 1)])
+            for _ in range(up):
+                self.poll(UP)
+
+    def wait_until(self, when: int) -> None:
+        """Idle (up) until ``when``; the flap family only looks when its window slides."""
+        self.when = when
+        self.poll(UP)
+
+    def summary(self) -> list[tuple[str, str, str]]:
+        return sorted((e.error_code[0], e.severity, e.recommended_action)
+                      for _, e in self.events)
+
+    def flap_events(self) -> list[tuple[int, str, str, str]]:
+        return [(when, e.check_name, e.severity, e.message) for when, e in self.events
+                if e.error_code == ("link_flap",)]
+
+
+def held(**keys: Any) -> Runner:
+    return Runner(cfg=config(stateHoldDown="10s", **keys))
+
+
+def test_four_flaps_under_a_hold_down_are_one_fatal_flap_event_at_the_third() -> None:
+    drill = Drill(held())
+    drill.events.clear()
+    drill.flap()  # outages at 1-3, 7-9, 13-15, 19-21; back at 4, 10, 16, 22
+    assert blips(drill.runner) == 4 and absorbed(drill.runner) == 4
+    fatal = ("Port mlx5_0 port 1: LinkFlap - 3 down/up cycles within 1h, 3 absorbed by "
+             "stateHoldDown 10s (fatal at 3) - unstable link")
+    assert drill.flap_events() == [(16, IB_STATE, "fatal", fatal)]
+    assert drill.summary() == [("link_flap", "fatal", "REPLACE_VM")]  # nothing else
+    assert "link_downed" not in fatal  # the analyzer's RepeatedNICLinkFlap counts those
+    # The window slides: 3 absorbed cycles until an hour after the second (10), then 2.
+    drill.wait_until(3609)
+    drill.wait_until(3610)
+    assert drill.flap_events()[1:] == [(3610, IB_STATE, "healthy", (
+        "Port mlx5_0 port 1: LinkFlap recovered - 2 down/up cycles within 1h, 2 absorbed by "
+        "stateHoldDown 10s (threshold 3)"))]
+    drill.wait_until(3700)  # the window empty: nothing more to say
+    assert len(drill.flap_events()) == 2 and count(drill.runner) == 0
+
+
+def test_the_same_flaps_without_a_hold_down_are_reported_as_before() -> None:
+    drill = Drill(Runner())
+    drill.events.clear()
+    drill.flap()
+    # each outage its fatal port event and recovery, the first link_downed rise a (latched)
+    # fatal breach, and the flap at the third cycle the non-fatal CONTACT_SUPPORT event
+    assert drill.summary() == sorted(
+        [("port_state", "fatal", "REPLACE_VM")] * 4 + [("port_state", "healthy", "NONE")] * 4
+        + [("link_downed", "fatal", "REPLACE_VM"),
+           ("link_flap", "degraded", "CONTACT_SUPPORT")])
+    assert [(w, c) for w, c, _, _ in drill.flap_events()] == [(16, IB_DEGRADED)]
+
+
+def test_one_or_two_reseats_under_a_hold_down_stay_silent() -> None:
+    drill = Drill(held())
+    drill.events.clear()
+    drill.flap(cycles=1, down=5)
+    assert drill.events == [] and blips(drill.runner) == 1
+    drill.flap(cycles=1, down=8)
+    assert drill.events == [] and absorbed(drill.runner) == 2
+
+
+def test_an_explicit_fatal_count_wins_over_the_escalation() -> None:
+    drill = Drill(held(linkFlapFatalCount=5))
+    drill.flap(cycles=4)
+    assert [(w, c, s) for w, c, s, _ in drill.flap_events()] == [(16, IB_DEGRADED, "degraded")]
+    drill.flap(cycles=1)
+    assert drill.flap_events()[1:] == [(28, IB_STATE, "fatal", (
+        "Port mlx5_0 port 1: LinkFlap - 5 down/up cycles within 1h (fatal at 5) - "
+        "unstable link"))]
+
+
+def test_only_fatal_outages_the_hold_down_absorbed_escalate() -> None:
+    """What the port state already reported, and what is never fatal without the
+    hold-down (INIT on InfiniBand, a Subnet Manager's doing), is not escalated."""
+    sm = Drill(held())
+    sm.flap(via=(INIT,))
+    assert blips(sm.runner) == 4 and absorbed(sm.runner) == 0
+    assert [(c, s) for _, c, s, _ in sm.flap_events()] == [(IB_DEGRADED, "degraded")]
+    long = Drill(held())
+    long.events.clear()
+    long.flap(cycles=3, down=12)  # each past the hold-down: reported fatal on its own
+    assert long.summary().count(("port_state", "fatal", "REPLACE_VM")) == 3
+    assert [(c, s) for _, c, s, _ in long.flap_events()] == [(IB_DEGRADED, "degraded")]
+    # two absorbed among them are not enough; a third is
+    mixed = Drill(held())
+    mixed.flap(cycles=1)
+    mixed.flap(cycles=1, down=12)
+    mixed.flap(cycles=1)
+    assert absorbed(mixed.runner) == 2
+    assert [(c, s) for _, c, s, _ in mixed.flap_events()] == [(IB_DEGRADED, "degraded")]
+    mixed.flap(cycles=1)
+    assert [(c, s) for _, c, s, _ in mixed.flap_events()][1:] == [(IB_STATE, "fatal")]
+
+
+def test_roce_down_then_init_on_the_way_back_is_an_absorbed_outage() -> None:
+    drill = Drill(held(), layer="Ethernet")
+    drill.flap(cycles=3, down=4, via=(DN, DN, INIT))
+    assert blips(drill.runner) == 3 and absorbed(drill.runner) == 3
+    assert [(c, s) for _, c, s, _ in drill.flap_events()] == [("EthernetStateCheck", "fatal")]
+    # down again from INIT and past the hold-down: reported by its port state, not absorbed
+    again = Drill(held(), layer="Ethernet")
+    again.events.clear()
+    again.flap(cycles=1, down=15, via=(DN, INIT, *[DN] * 13))
+    assert ("port_state", "fatal", "REPLACE_VM") in again.summary()
+    assert (blips(again.runner), count(again.runner), absorbed(again.runner)) == (1, 1, 0)
+
+
+def test_a_restart_in_an_outage_keeps_what_it_learnt() -> None:
+    """The outage read DOWN before the restart only: the state file says it was fatal."""
+    drill = Drill(held())
+    drill.flap(cycles=2)
+    drill.downed += 1
+    drill.poll(DN)
+    drill.runner.restart()
+    drill.poll(UP)
+    assert [(c, s) for _, c, s, _ in drill.flap_events()] == [(IB_STATE, "fatal")]
+
+
+def test_a_reload_without_the_hold_down_recovers_the_escalated_flap() -> None:
+    drill = Drill(held())
+    drill.flap()
+    drill.runner.config = config()  # the flaps stay counted: the non-fatal flap takes over
+    drill.poll(UP)
+    assert [(c, s) for _, c, s, _ in drill.flap_events()][1:] == [
+        (IB_STATE, "healthy"), (IB_DEGRADED, "degraded")]
+
+
+def test_a_window_written_by_an_older_nichealthd_loads_with_nothing_absorbed() -> None:
+    old = {"link_flaps": {"mlx5_0_1": {
+        "device": "mlx5_0", "port": 1, "link_layer": "InfiniBand", "up": True,
+        "down_seen": False, "open_downs": 0, "cycles": [["2026-01-01T12:00:10Z", 2]],
+        "told": []}}}
+    record = LINK_FLAPS.load(old, 1).link_flaps["mlx5_0_1"]
+    assert (record.count, record.absorbed, record.outage_fatal) == (2, 0, False)
+    assert LINK_FLAPS.load(LINK_FLAPS.dump(LINK_FLAPS.load(old, 1)), 1).link_flaps == {
+        "mlx5_0_1": record}
+
+
+def test_a_hold_down_without_flap_detection_is_warned_about_and_escalates_nothing() -> None:
+    off = config(stateHoldDown="10s", linkFlapCount=0)
+    assert [n for n in off.notices if "linkFlapCount = 0" in n] == [
+        "test.toml: stateHoldDown (10s) with linkFlapCount = 0: an outage shorter than the "
+        "hold-down is never reported, however often the link flaps (flap detection is off, "
+        "so nothing escalates)"]
+    assert not config(stateHoldDown="10s").notices and not config(linkFlapCount=0).notices
+    drill = Drill(Runner(cfg=off))
+    drill.events.clear()
+    drill.flap()
+    assert drill.events == [] and blips(drill.runner) == 4
+
+
+def test_a_flap_count_of_one_escalates_at_two_so_one_reseat_is_not_fatal() -> None:
+    drill = Drill(held(linkFlapCount=1))
+    drill.flap(cycles=2)
+    assert [(w, c, s) for w, c, s, _ in drill.flap_events()] == [
+        (4, IB_DEGRADED, "degraded"), (10, IB_STATE, "fatal")]
+
+
+def blips(runner: Runner) -> int:
+    return runner.state.section(LINK_STATE).port_blips.get("mlx5_0_1", 0)
+
+
+def absorbed(runner: Runner) -> int:
+    return runner.state.section(LINK_FLAPS).link_flaps["mlx5_0_1"].absorbed

@@ -27,6 +27,23 @@ outage is never fatal twice (its port-state event and the ``link_downed`` counte
 it). The healthy event is sent when the window holds fewer cycles than the count (or the fatal
 count) again.
 
+The hold-down escalation: ``stateHoldDown`` (``ports.hold_phase``) absorbs an outage shorter
+than it, which without it is a fatal port-state event (DOWN or Disabled) and a fatal
+``link_downed`` breach; so a link that flaps often enough would never be fatal with it. While
+``stateHoldDown`` > 0, ``linkFlapFatalCount`` = 0 and flap detection is on, the fatal count is
+``linkFlapCount`` (at least 2, so one reseat is never fatal), counted over the cycles of fatal
+outages the hold-down absorbed: the outage that brings them to the count within the window
+gives one fatal ``link_flap`` event (REPLACE_VM) under the state check, recovered when fewer
+are left. So the hold-down keeps at most ``linkFlapCount`` - 1 cycles of fatal outages per port
+and window quiet. Only absorbed outages count: one that outlasted the hold-down (or ended while
+the daemon was away, ``held_transition``) was reported fatal on its own, and an outage that
+only read INIT/ARMED (a Subnet Manager's doing) or LinkErrorRecovery, never fatal without the
+hold-down, is not made fatal by it. Whether an outage was absorbed is what the link-state
+family makes of the same reading (:func:`_absorption`); each outage remembers whether it read
+fatal and was absorbed, and each cycle of the window whether it was. An explicit
+``linkFlapFatalCount`` replaces the escalation (its count of every cycle, as without a
+hold-down). With ``linkFlapCount`` = 0 nothing escalates: the config loader warns about it.
+
 Identity: the layer's degradation check (fatal: its state check), ``errorCode`` ``link_flap``,
 the port's entities — the checks the spec names and NVSentinel's analyzer counts, kept apart
 from ``port_state`` and ``link_downed`` so only a flap recovery clears a flap. The message never
@@ -40,6 +57,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Iterable, Mapping, Optional
 
+from ..config import Config
 from ..duration import format_duration
 from ..events import HealthEvent, format_timestamp, make_event, port_entities
 from ..family import (
@@ -65,8 +83,9 @@ from ..state import (
 )
 from .counters import CounterMemory
 from .link_counters import CHECK_NAMES_OF
+from .link_section import LinkStateSection
 from .link_state import LINK_STATE, device_layer
-from .ports import is_active, is_known, port_label
+from .ports import BLIP, HELD, hold_phase, is_active, is_known, port_health, port_label
 
 CODE_LINK_FLAP = "link_flap"
 COUNTERS = ("link_downed", "carrier_changes")
@@ -77,7 +96,8 @@ MAX_ENTRIES = 4096  # polls with cycles kept per port: bounds the state of a por
 @dataclass(frozen=True)
 class FlapRecord:
     """One port: its last known link, its outage not yet closed (the state seen down, the
-    counters' downs), its cycles in the window (when, how many), the checks told it flaps."""
+    counters' downs, whether it read fatal and whether the hold-down absorbed it), its cycles
+    in the window (when, how many, absorbed), the checks told it flaps."""
 
     device: str
     port: int
@@ -85,13 +105,20 @@ class FlapRecord:
     up: bool
     down_seen: bool = False
     open_downs: int = 0
-    cycles: tuple[tuple[datetime, int], ...] = ()
+    cycles: tuple[tuple[datetime, int, bool], ...] = ()
     told: tuple[str, ...] = ()
+    outage_fatal: bool = False
+    outage_absorbed: bool = False
 
     @property
     def count(self) -> int:
         """Cycles in the window as of the last poll."""
-        return sum(n for _, n in self.cycles)
+        return sum(n for _, n, _ in self.cycles)
+
+    @property
+    def absorbed(self) -> int:
+        """Those of them that were fatal outages the hold-down absorbed (blips)."""
+        return sum(n for _, n, absorbed in self.cycles if absorbed)
 
 
 @dataclass
@@ -104,20 +131,25 @@ class FlapSection:
         return {"link_flaps": {
             k: {"device": r.device, "port": r.port, "link_layer": r.link_layer, "up": r.up,
                 "down_seen": r.down_seen, "open_downs": r.open_downs,
-                "cycles": [[format_timestamp(t), n] for t, n in r.cycles],
-                "told": list(r.told)}
+                "cycles": [[format_timestamp(t), n, a] for t, n, a in r.cycles],
+                "told": list(r.told), "outage_fatal": r.outage_fatal,
+                "outage_absorbed": r.outage_absorbed}
             for k, r in sorted(self.link_flaps.items())}}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> FlapSection:
-        """Layout 1. Raises on anything malformed."""
+        """Layout 1. Raises on anything malformed. A record of an older nichealthd (cycles
+        of two items, no outage flags) loads with nothing absorbed: it knew no escalation;
+        an older nichealthd reads the first two items of a cycle and ignores the flags."""
         return cls({
             parse_str(k): FlapRecord(
                 parse_str(v["device"]), parse_int(v["port"], 2**16), parse_str(v["link_layer"]),
                 parse_bool(v["up"]), parse_bool(v["down_seen"]), parse_int(v["open_downs"]),
-                tuple((parse_when(c[0]), parse_int(c[1]))
+                tuple((parse_when(c[0]), parse_int(c[1]), len(c) > 2 and parse_bool(c[2]))
                       for c in parse_list(v["cycles"], "cycles")),
-                tuple(parse_str(c) for c in parse_list(v["told"], "told")))
+                tuple(parse_str(c) for c in parse_list(v["told"], "told")),
+                parse_bool(v.get("outage_fatal", False)),
+                parse_bool(v.get("outage_absorbed", False)))
             for k, v in parse_table(data, "link_flaps").items()})
 
 
@@ -141,6 +173,7 @@ class LinkFlaps(CheckFamily[FlapSection]):
             memory.slots.pop(self.id, None)
             return _switched_off(previous, cycle)
         links = cycle.previous.section(LINK_STATE)
+        hold_down = cycle.config.state_hold_down if _escalation_count(cycle.config) else 0.0
         last: Mapping[str, tuple[Optional[int], ...]] = memory.slots.get(self.id) or {}
         values: dict[str, tuple[Optional[int], ...]] = {}
         changed: dict[str, FlapRecord] = {}
@@ -157,7 +190,7 @@ class LinkFlaps(CheckFamily[FlapSection]):
                     values[key] = now_values
                 record = previous.link_flaps.get(key)
                 new = _step(record, port, port.link_layer or layer or "", now_values,
-                            last.get(key), cycle.now, horizon)
+                            last.get(key), cycle.now, horizon, links, hold_down)
                 if new is None:
                     continue
                 new, port_events = _verdict(new, cycle)
@@ -254,8 +287,13 @@ def _link_up(port: PortSnapshot) -> Optional[bool]:
 def _step(record: Optional[FlapRecord], port: PortSnapshot, layer: str,
           now_values: tuple[Optional[int], ...],
           last_values: Optional[tuple[Optional[int], ...]], now: datetime,
-          horizon: datetime) -> Optional[FlapRecord]:
-    """The record after this poll: downs opened, closed into cycles, the window slid."""
+          horizon: datetime, links: LinkStateSection, hold_down: float
+          ) -> Optional[FlapRecord]:
+    """The record after this poll: downs opened, closed into cycles, the window slid.
+
+    ``hold_down`` > 0 while the escalation applies: an open outage then also learns whether
+    it read fatal and whether the hold-down absorbed it (:func:`_absorption`).
+    """
     up = _link_up(port)
     if record is None:
         if up is None:
@@ -267,22 +305,64 @@ def _step(record: Optional[FlapRecord], port: PortSnapshot, layer: str,
             and (not record.cycles or record.cycles[0][0] > horizon)):
         return record  # the common case: nothing happened
     down_seen = record.down_seen or (record.up and up is False)
-    open_downs, closed = record.open_downs + downs, 0
+    fatal, absorbed = record.outage_fatal, record.outage_absorbed
+    if down_seen and up is not None and hold_down > 0:
+        fatal, absorbed = _absorption(record, port, layer, links, now, hold_down)
+    open_downs, closed, closed_absorbed = record.open_downs + downs, 0, False
     if up and down_seen:  # back from an outage the state saw
         closed, down_seen, open_downs = max(1, open_downs), False, 0
+        closed_absorbed, fatal, absorbed = fatal and absorbed, False, False
     elif up and record.up:  # up all along: the counters' downs of earlier polls were short
         closed, open_downs = record.open_downs, downs
     cycles = record.cycles
     if closed:
-        cycles = (*cycles, (now, closed))[-MAX_ENTRIES:]
+        cycles = (*cycles, (now, closed, closed_absorbed))[-MAX_ENTRIES:]
     if cycles and cycles[0][0] <= horizon:
         cycles = tuple(c for c in cycles if c[0] > horizon)
     link_up = record.up if up is None else up
-    if (link_up, down_seen, open_downs, cycles, layer) == (
-            record.up, record.down_seen, record.open_downs, record.cycles, record.link_layer):
+    if (link_up, down_seen, open_downs, cycles, layer, fatal, absorbed) == (
+            record.up, record.down_seen, record.open_downs, record.cycles, record.link_layer,
+            record.outage_fatal, record.outage_absorbed):
         return record
     return replace(record, up=link_up, down_seen=down_seen, open_downs=open_downs,
-                   cycles=cycles, link_layer=layer)
+                   cycles=cycles, link_layer=layer, outage_fatal=fatal,
+                   outage_absorbed=absorbed)
+
+
+def _absorption(record: FlapRecord, port: PortSnapshot, layer: str, links: LinkStateSection,
+                now: datetime, hold_down: float) -> tuple[bool, bool]:
+    """The open outage after this (readable) reading: whether it read fatal (DOWN or
+    Disabled: a fatal port-state event without the hold-down), and whether the hold-down
+    absorbed it so far.
+
+    The link-state family judges this reading by :func:`hold_phase` on the same committed
+    section (both families read ``cycle.previous``), so the phase found here is the one it
+    acts on: a blip (healthy again, or RoCE INIT/ARMED on its way back, within the hold-down)
+    absorbs the outage; an unhealthy reading that is not held, or a hold that ended without
+    a blip, is reported by the port state, so the outage is not absorbed.
+    """
+    health = port_health(port.state, port.phys_state, layer)
+    hold = links.port_holds.get(port.key)
+    phase = hold_phase(links.port_states.get(port.key), hold, health, now, hold_down)
+    absorbed = record.outage_absorbed
+    if phase == BLIP:
+        absorbed = True
+    elif phase != HELD and (hold is not None or health in (FATAL, DEGRADED)):
+        absorbed = False
+    return record.outage_fatal or health == FATAL, absorbed
+
+
+def _escalation_count(config: Config) -> int:
+    """The fatal count of the hold-down escalation; 0 where it does not apply.
+
+    It applies while ``stateHoldDown`` > 0 leaves ``linkFlapFatalCount`` at 0 and flap
+    detection on: ``linkFlapCount`` (at least 2, so a single reseat is never fatal) cycles
+    of fatal outages absorbed within the window are fatal, as each outage would have been
+    without the hold-down.
+    """
+    if config.link_flap_fatal_count or config.state_hold_down <= 0 or not config.link_flap_count:
+        return 0
+    return max(config.link_flap_count, 2)
 
 
 def _verdict(record: FlapRecord, cycle: Cycle) -> tuple[FlapRecord, list[HealthEvent]]:
@@ -292,8 +372,9 @@ def _verdict(record: FlapRecord, cycle: Cycle) -> tuple[FlapRecord, list[HealthE
     if names is None or (not record.told and (not record.cycles
                                               or record.count < config.link_flap_count)):
         return record, []  # the common case, cheaply
-    count, fatal_count = record.count, config.link_flap_fatal_count
-    fatal = bool(fatal_count) and count >= fatal_count
+    count, escalation = record.count, _escalation_count(config)
+    fatal_count = escalation or config.link_flap_fatal_count
+    fatal = bool(fatal_count) and (record.absorbed if escalation else count) >= fatal_count
     wanted: set[str] = {names.state} if fatal else set()
     if count >= config.link_flap_count and (not fatal or names.degradation in record.told):
         wanted.add(names.degradation)
@@ -304,12 +385,19 @@ def _verdict(record: FlapRecord, cycle: Cycle) -> tuple[FlapRecord, list[HealthE
                 else replace(record, told=tuple(sorted(told)))), []
     label = port_label(record.device, record.port, record.link_layer)
     window = format_duration(config.link_flap_window)
+
+    def tally(check: str) -> str:
+        held = (f", {record.absorbed} absorbed by stateHoldDown "
+                f"{format_duration(config.state_hold_down)}"
+                if escalation and check == names.state else "")
+        return f"{count} down/up cycles within {window}{held}"
+
     events = []
     for check in sorted(told - wanted):
         events.append(make_event(
             check, fatal=False, healthy=True, error_code=CODE_LINK_FLAP, at=cycle.now,
             entities=port_entities(record.device, record.port),
-            message=f"{label}: LinkFlap recovered - {count} down/up cycles within {window} "
+            message=f"{label}: LinkFlap recovered - {tally(check)} "
                     f"(threshold {config.link_flap_count})"))
     for check in sorted(wanted - told):
         is_fatal = check == names.state
@@ -318,8 +406,7 @@ def _verdict(record: FlapRecord, cycle: Cycle) -> tuple[FlapRecord, list[HealthE
         event = make_event(
             check, fatal=is_fatal, healthy=False, error_code=CODE_LINK_FLAP, at=cycle.now,
             entities=port_entities(record.device, record.port),
-            message=f"{label}: LinkFlap - {count} down/up cycles within {window} ({limit}) "
-                    f"- unstable link")
+            message=f"{label}: LinkFlap - {tally(check)} ({limit}) - unstable link")
         events.append(event if is_fatal else replace(event, recommended_action="CONTACT_SUPPORT"))
     return replace(record, told=tuple(sorted(wanted))), events
 
