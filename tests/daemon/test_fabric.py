@@ -13,8 +13,8 @@ from typing import Any, Callable
 from ..harness import NotifySocket
 from .conftest import SimHost
 from .test_driver_reload import configure, sim, state
-from .test_pci_identity import replace_vm
-from .test_service import Daemon, events, notify  # noqa: F401 (fixture)
+from .test_pci_identity import replace_vm, running
+from .test_service import events, notify  # noqa: F401 (fixture)
 
 
 def coded(run_events: list[dict[str, Any]], code: str) -> list[dict[str, Any]]:
@@ -24,9 +24,7 @@ def coded(run_events: list[dict[str, Any]], code: str) -> list[dict[str, Any]]:
 def test_an_sm_outage_longer_than_the_card_hold_is_one_fabric_event(
         sim_host: Callable[..., SimHost], notify: NotifySocket) -> None:  # noqa: F811
     host = configure(sim_host(), cardVerdictHoldTime="2s")
-    daemon = Daemon(host, notify)
-    try:
-        notify.wait_for("READY=1")
+    with running(host, notify) as daemon:
         daemon.wait_polls(2)
         before = len(events(host))
         ports = sim(host, "sm", "stop").split()
@@ -45,18 +43,12 @@ def test_an_sm_outage_longer_than_the_card_hold_is_one_fabric_event(
         assert len(fabric[0]["entitiesImpacted"]) == 8
         assert coded(after, "card_active_ports") == []
         assert state(host)["fabric_events"] == {}
-    finally:
-        code, err = daemon.stop()
-    assert code == 0, err
-    assert "Traceback" not in err
 
 
 def test_one_port_stuck_armed_among_active_peers_is_one_card_replace_vm(
         sim_host: Callable[..., SimHost], notify: NotifySocket) -> None:  # noqa: F811
     host = configure(sim_host(), cardVerdictHoldTime="2s")
-    daemon = Daemon(host, notify)
-    try:
-        notify.wait_for("READY=1")
+    with running(host, notify) as daemon:
         before = len(events(host))
         sim(host, "port", "mlx5_6", "1", "--state", "ARMED")
         daemon.wait_until(lambda: bool(replace_vm(events(host)[before:])), "the card verdict")
@@ -65,6 +57,3 @@ def test_one_port_stuck_armed_among_active_peers_is_one_card_replace_vm(
         assert [(e["errorCode"], e["message"]) for e in replace_vm(after)] == [
             (["card_active_ports"], "Card 0000:9a:00 (compute) has 0 active ports, expected 1")]
         assert coded(after, "fabric_event") == []
-    finally:
-        code, err = daemon.stop()
-    assert code == 0, err

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 from ..harness import DEADLINE, NotifySocket
 from .conftest import REPO, SimHost
@@ -21,14 +22,25 @@ def replace_vm(run_events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [e for e in run_events if e["recommendedAction"] == "REPLACE_VM"]
 
 
+@contextmanager
+def running(host: SimHost, notify: NotifySocket) -> Iterator[Daemon]:  # noqa: F811
+    """The daemon on ``host``, ready; stopped cleanly (exit 0, no traceback) afterwards."""
+    daemon = Daemon(host, notify)
+    try:
+        notify.wait_for("READY=1")
+        yield daemon
+    finally:
+        code, err = daemon.stop()
+    assert code == 0, err
+    assert "Traceback" not in err
+
+
 def test_an_unload_that_takes_more_than_two_seconds_gives_no_replace_vm(
         sim_host: Callable[..., SimHost], notify: NotifySocket) -> None:  # noqa: F811
     """A third of the 13 devices at a time, 1.1 s apart (11 polls between them), back 3 s
     later: before the devices were judged by PCI function, the first third was REPLACE_VM."""
     host = sim_host()
-    daemon = Daemon(host, notify)
-    try:
-        notify.wait_for("READY=1")
+    with running(host, notify) as daemon:
         daemon.wait_polls(2)
         before = len(events(host))
         sim(host, "driver-unload", "--stagger", "1.1")
@@ -41,18 +53,12 @@ def test_an_unload_that_takes_more_than_two_seconds_gives_no_replace_vm(
         after = events(host)[before:]
         assert replace_vm(after) == [] and fatal(after) == []
         assert state(host)["driver_event"] is None and not state(host)["missing_devices"]
-    finally:
-        code, err = daemon.stop()
-    assert code == 0, err
-    assert "Traceback" not in err
 
 
 def test_a_firmware_reset_of_one_card_gives_no_event(
         sim_host: Callable[..., SimHost], notify: NotifySocket) -> None:  # noqa: F811
     host = sim_host()
-    daemon = Daemon(host, notify)
-    try:
-        notify.wait_for("READY=1")
+    with running(host, notify) as daemon:
         daemon.wait_polls(2)
         before = len(events(host))
         reset = subprocess.Popen(
@@ -68,17 +74,12 @@ def test_a_firmware_reset_of_one_card_gives_no_event(
         daemon.wait_polls(5)
         assert events(host)[before:] == []  # within the grace: not even the driver event
         assert state(host)["driver_event"] is None
-    finally:
-        code, err = daemon.stop()
-    assert code == 0, err
 
 
 def test_a_function_unbound_for_good_is_replace_vm_after_the_timeout(
         sim_host: Callable[..., SimHost], notify: NotifySocket) -> None:  # noqa: F811
     host = configure(sim_host(), driverReloadGrace="1s", driverReloadTimeout="3s")
-    daemon = Daemon(host, notify)
-    try:
-        notify.wait_for("READY=1")
+    with running(host, notify) as daemon:
         before = len(events(host))
         sim(host, "unbind", "mlx5_2")
         daemon.wait_until(lambda: bool(fatal(events(host)[before:])), "the verdict",
@@ -91,17 +92,12 @@ def test_a_function_unbound_for_good_is_replace_vm_after_the_timeout(
                                               "functions stay on the bus")
         assert replace_vm(after) == [after[2]]
         assert after[2]["entitiesImpacted"][0]["entityValue"] == "mlx5_2"
-    finally:
-        code, err = daemon.stop()
-    assert code == 0, err
 
 
 def test_a_card_off_the_pci_bus_is_replace_vm_at_the_third_poll(
         sim_host: Callable[..., SimHost], notify: NotifySocket) -> None:  # noqa: F811
     host = sim_host()
-    daemon = Daemon(host, notify)
-    try:
-        notify.wait_for("READY=1")
+    with running(host, notify) as daemon:
         before = len(events(host))
         assert sim(host, "pci-remove", "mlx5_5").split() == ["mlx5_5"]
         daemon.wait_until(lambda: bool(fatal(events(host)[before:])), "the verdict")
@@ -114,6 +110,3 @@ def test_a_card_off_the_pci_bus_is_replace_vm_at_the_third_poll(
         daemon.wait_until(lambda: len(events(host)) > before + 1, "the recovery")
         back = events(host)[before + 1:]
         assert [(e["errorCode"][0], e["isHealthy"]) for e in back] == [(GONE, True)]
-    finally:
-        code, err = daemon.stop()
-    assert code == 0, err
