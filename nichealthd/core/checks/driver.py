@@ -17,8 +17,9 @@ not judged — when
 
 The held devices form one driver event: devices that leave over several polls (an unload
 with busy users removes them a few at a time, seconds apart; one card's firmware reset after
-another's) join it. After ``driverReloadGrace`` one non-fatal event per state check names the
-devices held that long. A held device leaves the event when
+another's) join it. Once one of them has been gone ``driverReloadGrace``, one non-fatal event
+per state check names every device held then; a device that joins later is named when its
+own grace is over. A held device leaves the event when
 
 - it is back (its misses are forgotten by :func:`.devices.device_present`);
 - its function is seen off the bus: judged by the spec's three-poll rule from that poll on;
@@ -84,8 +85,8 @@ def judge_driver_event(previous: LinkStateSection, state: LinkStateSection,
         if now < event.since:  # the wall clock went back: the waits start again from here
             event = replace(event, since=now, left={})
         event = _leave(event, previous, state, snapshot, config, present, now, notes)
-    left = set(previous.driver_event.devices if previous.driver_event else ())
-    joining = _joining(event, previous, snapshot, present, left)
+    held_before = set(previous.driver_event.devices if previous.driver_event else ())
+    joining = _joining(event, previous, snapshot, present, held_before)
     if joining:
         notes.append(_join_note(joining, event, snapshot, known, config))
         if event is None:
