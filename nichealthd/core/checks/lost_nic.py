@@ -95,10 +95,10 @@ class LostNicSection(LatchSection):
 @dataclass(frozen=True)
 class LastRead:
     """What the family keeps between adapter reads (volatile): the functions of the last
-    read (shown by the views) and whether that read found the driver down."""
+    read (shown by the views) and whether functions waited for the RDMA driver at it."""
 
     nics: tuple[PciNic, ...]
-    driver_down: bool
+    waiting: bool
 
 
 def role_of(nic: PciNic, topology: Topology, exclusion: tuple[str, ...],
@@ -202,7 +202,7 @@ class LostNics(CheckFamily[LostNicSection]):
             for table in (state.misses, state.since):
                 for key in [k for k in table if k not in seen]:
                     del table[key]
-        notes.extend(_driver_notes(last, bool(waiting), len(waiting), with_device, config))
+        notes.extend(_driver_notes(last, len(waiting), with_device, config))
         memory.slots[self.id] = LastRead(facts.pci_nics, bool(waiting))
         return Verdict(state, tuple((HOST, e) for e in events), facts.pci_nics,
                        notes=tuple(notes))
@@ -252,16 +252,16 @@ class LostNics(CheckFamily[LostNicSection]):
                      ("pci",), tuple(((k,), 1.0) for k in sorted(section.latched)))
 
 
-def _driver_notes(last: Optional[LastRead], down: bool, waiting: int, with_device: int,
-                  config: Config) -> list[str]:
+def _driver_notes(last: Optional[LastRead], waiting: int, with_device: int, config: Config
+                  ) -> list[str]:
     """One log line when functions start waiting for the RDMA driver, one when it is up."""
-    if down and (last is None or not last.driver_down):
+    if waiting and (last is None or not last.waiting):
         return [f"no Mellanox PCI function has an RDMA device (the RDMA driver, mlx5_ib, is "
                 f"not loaded yet?): {waiting} function(s) without one are not judged until it "
                 f"registers a device on another"]
-    if not down and last is not None and last.driver_down and with_device:
+    if not waiting and last is not None and last.waiting and with_device:
         return [f"the RDMA driver is up ({with_device} Mellanox PCI function(s) have their "
-                f"RDMA device): a function still without one is reported after "
+                f"RDMA device): any function still without one is reported after "
                 f"{format_duration(config.driver_reload_grace)} (driverReloadGrace)"]
     return []
 
