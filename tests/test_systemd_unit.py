@@ -175,6 +175,22 @@ def test_unit_sets_an_open_file_limit_the_daemon_cannot_set_itself():
     assert int(d[("Service", "LimitNOFILE")][-1]) >= 65536
 
 
+def test_ordered_after_the_rdma_driver_without_depending_on_it():
+    """The lost-NIC check after boot order: started after rdma-core's module loaders and
+    hardware target and systemd-modules-load.service where they run (names as rdma-core's
+    kernel-boot/ ships them), never pulling them in, so a host without rdma-core starts it
+    (verify stays silent with them absent: the test above)."""
+    d = directives()
+    after = {unit for value in d[("Unit", "After")] for unit in value.split()}
+    rdma = {"rdma-hw.target", "rdma-load-modules@rdma.service",
+            "rdma-load-modules@infiniband.service", "rdma-load-modules@roce.service",
+            "systemd-modules-load.service"}
+    assert rdma | {"network.target", "dbus.socket"} <= after
+    for key in ("Wants", "Requires", "Requisite", "BindsTo", "PartOf", "Upholds"):
+        pulled = {unit for value in d.get(("Unit", key), []) for unit in value.split()}
+        assert not pulled & rdma, key
+
+
 def test_start_failures_the_operator_must_fix_keep_the_start_budget():
     """Issue 24: statuses 1 and 2 are not restarted (restarting cannot fix them, and each retry
     would burn StartLimitBurst until `systemctl restart` after the fix is refused); a crash is."""

@@ -56,10 +56,16 @@ class GpuTopology:
 
 @dataclass(frozen=True)
 class Topology:
-    """Everything classification needs that is read once at start (and on reload)."""
+    """Everything classification needs that is read once at start (and on reload).
+
+    ``default_route``: the RDMA devices under the default routes (they classify devices);
+    ``default_route_netdevs``: the netdevs that carry them, followed down through bonds and
+    VLANs (they recognise a management PCI function that has no RDMA device to name).
+    """
 
     gpus: GpuTopology
     default_route: frozenset[str] = frozenset()
+    default_route_netdevs: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from ..core.evaluate import Topology
 from ..core.topology import GpuTopology, MetadataError
 from ..sources.gpu_metadata import load_gpu_topology
 from ..sources.pci import read_pci_topology
-from ..sources.routes import read_default_route_devices
+from ..sources.routes import rdma_devices_of, read_default_route_netdevs
 from ..surfaces.eventlog import EventLog
 from .monitor import Monitor
 
@@ -80,10 +80,12 @@ def _from_sysfs(config: Config) -> GpuTopology:
 
 
 def choose_topology(config: Config) -> TopologyChoice:
-    """The GPU topology (see :func:`choose_gpu_topology`) and the default route."""
+    """The GPU topology (see :func:`choose_gpu_topology`) and the default route: its netdevs
+    and their RDMA devices."""
     gpus, reason = choose_gpu_topology(config)
-    routes = read_default_route_devices(config.proc_root, config.sys_class_net)
-    return TopologyChoice(Topology(gpus, routes), reason)
+    netdevs = read_default_route_netdevs(config.proc_root, config.sys_class_net)
+    routes = rdma_devices_of(config.sys_class_net, netdevs)
+    return TopologyChoice(Topology(gpus, routes, default_route_netdevs=netdevs), reason)
 
 
 def load_topology(config: Config) -> Topology:

@@ -9,7 +9,8 @@ files, as drivers/infiniband/core/uverbs_main.c and user_mad.c lay them out. Mut
 ``remove-device`` (hot-unplug) takes the device's entries with it and ``restore-device`` brings
 them back (:func:`take_chardevs`, :func:`give_back_chardevs`), and a rename rewrites their
 ``ibdev`` (:func:`retitle_chardevs`), as the kernel does; ``unbind``
-/ ``bind`` (a PF whose driver let go: no ``infiniband/``, no ``net/``, no driver link),
+/ ``bind`` (a PF whose driver let go: no ``infiniband/``, no ``net/``, no driver link; ``bind
+--driver vfio-pci`` hands the unbound PF to another driver: a driver link and nothing else),
 ``fw`` (a flash: ``fw_ver`` rewritten in place) and ``link-admin`` (``flags`` IFF_UP).
 """
 
@@ -26,7 +27,9 @@ CLASS_VERBS = "sys/class/infiniband_verbs"
 CLASS_MAD = "sys/class/infiniband_mad"
 CLASSES = {"verbs": CLASS_VERBS, "mad": CLASS_MAD}
 KINDS = ("uverbs", "umad", "issm")
-UNBOUND = "unbound"  # manifest key: PF name -> what unbind took away
+UNBOUND = "unbound"  # manifest key: PF name -> what unbind took away (and its other driver)
+MLX5_CORE = "mlx5_core"
+DRIVERS = "sys/bus/pci/drivers"
 TAKEN = "removed_chardevs"  # manifest key: device -> the entries remove-device took away
 IFF_UP = 0x1
 
@@ -176,6 +179,11 @@ def unbind(root: PathLike, dev: str) -> str:
     if device["kind"] != "pf":
         raise SimError(f"{dev} is not a physical function")
     pdir = top / device["pci_path"]
+    record = (manifest.get(UNBOUND) or {}).get(dev)
+    if record is not None and record.get("driver"):  # bound to another driver: it lets go
+        _release(top, device, record.pop("driver"))
+        _save(top, manifest)
+        return str(device["pci"])
     if not (pdir / "driver").is_symlink():
         raise SimError(f"{dev} ({device['pci']}) is unbound already")
     moved = []
@@ -200,21 +208,45 @@ def unbind(root: PathLike, dev: str) -> str:
     return str(device["pci"])
 
 
-def bind(root: PathLike, dev: str) -> str:
-    """Undo :func:`unbind`: the driver probes the function again."""
+def bind(root: PathLike, dev: str, driver: Optional[str] = None) -> str:
+    """Undo :func:`unbind`: mlx5_core probes the function again. With another ``driver``
+    (``vfio-pci`` for passthrough, say) that driver takes the unbound function instead: its
+    driver link, no RDMA device, netdev or character devices; ``unbind`` lets it go again."""
     top = Path(root)
     manifest = tree.load(top)
-    record = (manifest.get(UNBOUND) or {}).pop(dev, None)
+    record = (manifest.get(UNBOUND) or {}).get(dev)
     if record is None:
         raise SimError(f"{dev} is not unbound")
     device = tree.device(manifest, dev)
     pdir = top / device["pci_path"]
+    other = record.get("driver")
+    if driver not in (None, MLX5_CORE):
+        if not driver or not all(c.isalnum() or c in "_-" for c in driver):
+            raise SimError(f"a driver name is letters, digits, '_' and '-', got {driver!r}")
+        if other:
+            raise SimError(f"{dev} is bound to {other} already; unbind it first")
+        drv = top / DRIVERS / driver
+        drv.mkdir(parents=True, exist_ok=True)
+        symlink(pdir / "driver", drv)
+        symlink(drv / device["pci"], pdir)
+        record["driver"] = driver
+        _save(top, manifest)
+        return str(device["pci"])
+    if other:
+        _release(top, device, other)
+    del manifest[UNBOUND][dev]
     for rel in record["dirs"]:
         unstash(top, pdir / rel)
     for link in record["links"]:
         unstash(top, top / link)
     _save(top, manifest)
     return str(device["pci"])
+
+
+def _release(top: Path, device: Dict[str, Any], driver: str) -> None:
+    """The other driver of :func:`bind` lets go: its links go, the function is unbound."""
+    os.unlink(top / device["pci_path"] / "driver")
+    os.unlink(top / DRIVERS / driver / device["pci"])
 
 
 def set_firmware(root: PathLike, dev: str, version: str) -> None:

@@ -201,7 +201,10 @@ def _build_parser() -> argparse.ArgumentParser:
                        help="the whole sys/class/infiniband_verbs or infiniband_mad")
     cmd("unbind", "the driver lets go of DEV's PCI function: no RDMA device, netdev or "
         "character devices; the function stays on the bus", "ROOT", "DEV")
-    cmd("bind", "undo unbind", "ROOT", "DEV")
+    p = cmd("bind", "undo unbind (or with --driver hand the unbound function to another "
+            "driver: a driver link, no RDMA device or netdev)", "ROOT", "DEV")
+    p.add_argument("--driver", metavar="NAME",
+                   help="e.g. vfio-pci (passthrough); default: mlx5_core, undoing unbind")
     cmd("fw", "a firmware flash: rewrite DEV's fw_ver", "ROOT", "DEV", "VERSION")
     p = cmd("link-admin", "ip link set <netdev of DEV> up|down (flags IFF_UP; down also "
             "sets operstate down)", "ROOT", "DEV", "STATE")
@@ -373,7 +376,7 @@ HANDLERS: Dict[str, Callable[[argparse.Namespace], None]] = {
     "chardev-remove": lambda a: _chardev(a, remove=True),
     "chardev-restore": lambda a: _chardev(a, remove=False),
     "unbind": lambda a: print(adapter.unbind(a.ROOT, a.DEV)),
-    "bind": lambda a: print(adapter.bind(a.ROOT, a.DEV)),
+    "bind": lambda a: print(adapter.bind(a.ROOT, a.DEV, a.driver)),
     "fw": lambda a: adapter.set_firmware(a.ROOT, a.DEV, a.VERSION),
     "link-admin": lambda a: _link_admin(a),
     "unhide-class": lambda a: mutate.unhide_class(a.ROOT),

@@ -1,7 +1,9 @@
-"""The IB devices under the host's default routes (spec §4.2: the management NIC carries them).
+"""The netdevs and IB devices under the host's default routes (spec §4.2: the management NIC
+carries them).
 
 Read from ``/proc/net/route``, ``/proc/net/ipv6_route`` and ``/sys/class/net`` at start and on
-reload; anything unreadable adds nothing.
+reload; anything unreadable adds nothing. The IB devices classify RDMA devices; the netdevs
+recognise a management function that has no RDMA device at all (the lost-NIC family).
 """
 
 from __future__ import annotations
@@ -102,19 +104,27 @@ def read_default_route_interfaces(proc_root: str) -> list[str]:
     return list(dict.fromkeys(interfaces))
 
 
-def read_default_route_devices(proc_root: str, sys_class_net: str) -> frozenset[str]:
-    """IB devices under the interfaces of every default route; empty when it cannot be told.
+def read_default_route_netdevs(proc_root: str, sys_class_net: str) -> frozenset[str]:
+    """Every netdev that carries a default route: the interface of each default route (IPv4
+    and IPv6) and every netdev below it, through bonds, VLANs and other stacked netdevs
+    (:func:`lower_netdevs`); empty when it cannot be told."""
+    return frozenset(netdev for iface in read_default_route_interfaces(proc_root)
+                     for netdev in lower_netdevs(sys_class_net, iface))
 
-    Each default route's interface (IPv4 and IPv6) is followed down through bonds, VLANs and
-    other stacked netdevs (:func:`lower_netdevs`); a netdev maps to an IB device through
-    ``/sys/class/net/<iface>/device/infiniband/<dev>`` (REFERENCE §3).
-    """
+
+def rdma_devices_of(sys_class_net: str, netdevs: frozenset[str]) -> frozenset[str]:
+    """The IB devices of ``netdevs``: ``/sys/class/net/<iface>/device/infiniband/<dev>``
+    (REFERENCE §3); a netdev without that directory adds nothing."""
     devices: set[str] = set()
-    for iface in read_default_route_interfaces(proc_root):
-        for netdev in lower_netdevs(sys_class_net, iface):
-            try:
-                devices.update(os.listdir(os.path.join(sys_class_net, netdev,
-                                                       "device/infiniband")))
-            except OSError:
-                continue
+    for netdev in netdevs:
+        try:
+            devices.update(os.listdir(os.path.join(sys_class_net, netdev, "device/infiniband")))
+        except OSError:
+            continue
     return frozenset(devices)
+
+
+def read_default_route_devices(proc_root: str, sys_class_net: str) -> frozenset[str]:
+    """IB devices under the interfaces of every default route; empty when it cannot be told
+    (:func:`read_default_route_netdevs`, then :func:`rdma_devices_of`)."""
+    return rdma_devices_of(sys_class_net, read_default_route_netdevs(proc_root, sys_class_net))

@@ -8,7 +8,7 @@ import os
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 import pytest
 
@@ -30,6 +30,7 @@ from nichealthd.sources.routes import (
     parse_default_routes_v4,
     parse_default_routes_v6,
     read_default_route_devices,
+    read_default_route_netdevs,
 )
 
 from .builders import device, port
@@ -232,9 +233,11 @@ class Host:
         (self.proc / "net/route").write_text(ROUTE_HEAD + v4)
         (self.proc / "net/ipv6_route").write_text(v6)
 
-    def physical(self, iface: str, ib_device: str) -> None:
-        pci = self.root / "sys/devices/pci0000:00" / ib_device
-        (pci / "infiniband" / ib_device).mkdir(parents=True)
+    def physical(self, iface: str, ib_device: Optional[str]) -> None:
+        """A netdev of a PCI function; ``ib_device`` None: the function has no RDMA device."""
+        pci = self.root / "sys/devices/pci0000:00" / (ib_device or f"no-rdma-{iface}")
+        if ib_device:
+            (pci / "infiniband" / ib_device).mkdir(parents=True)
         ndir = pci / "net" / iface
         ndir.mkdir(parents=True)
         (ndir / "device").symlink_to(pci)
@@ -286,6 +289,22 @@ def test_management_nic_behind_a_bond_is_excluded(tmp_path: Path, how: str) -> N
     result = onprem_roles(host.devices())
     assert (result["mlx5_0"], result["mlx5_5"]) == ("management", "management")
     assert onprem_roles(frozenset())["mlx5_0"] == "storage"  # without the route: storage
+
+
+def test_the_netdevs_of_the_default_route_without_any_rdma_device(tmp_path: Path) -> None:
+    """A front-end NIC with RoCE off (or mlx5_ib not loaded): the route's netdevs are known
+    down to the bond's slaves although no RDMA device names them."""
+    host = Host(tmp_path)
+    host.physical("ens1f0np0", None)
+    host.physical("ens1f1np1", None)
+    host.physical("ens2f0np0", None)  # not under the route
+    host.virtual("bond0", ("ens1f0np0", "ens1f1np1"), "ens1f0np0 ens1f1np1")
+    host.virtual("bond0.100", ("bond0",))
+    host.routes(v4=v4_default("bond0.100"))
+    assert host.devices() == frozenset()
+    netdevs = read_default_route_netdevs(str(host.proc), str(host.net))
+    assert netdevs == {"bond0.100", "bond0", "ens1f0np0", "ens1f1np1"}
+    assert read_default_route_netdevs(str(tmp_path / "nothing"), str(host.net)) == frozenset()
 
 
 def test_management_nic_behind_a_vlan_and_a_vlan_on_a_bond(tmp_path: Path) -> None:

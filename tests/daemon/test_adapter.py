@@ -55,7 +55,11 @@ def test_the_class_directory_removed_entirely_is_no_event(
 
 def test_a_mellanox_pf_without_infiniband_entry_is_one_fatal_event_with_its_address(
         sim_host: Callable[..., SimHost]) -> None:
+    """Unbound before the first start (never a known device), its siblings registered: with
+    no driver grace, the three-read floor decides (the grace itself: test_lost_nic_boot)."""
     host = sim_host()
+    with host.config.open("a") as config:
+        config.write('driverReloadGrace = "0s"\n')
     dev = compute(host)[0]
     address = adapter.unbind(host.root, dev["name"])
     runs = [host.once() for _ in range(5)]

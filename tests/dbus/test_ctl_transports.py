@@ -89,7 +89,7 @@ def test_show_devices_lists_a_lost_nic_with_its_address_and_why_over_both(
     from tests.harness import wait_until
     root = make_sim()
     with open(root / "nichealthd.toml", "a") as config:
-        config.write('adapterCheckInterval = "1s"\n')
+        config.write('adapterCheckInterval = "1s"\ndriverReloadGrace = "0s"\n')  # third read
     address = adapter.unbind(root, "mlx5_4")
     daemon = start_daemon(root)
     varlink = f"--varlink={daemon.varlink_socket}"

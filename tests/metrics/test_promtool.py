@@ -83,7 +83,8 @@ def test_every_series_with_every_family_faulted_passes_promtool(
         importlib.util.find_spec("systemd") is not None
     with (root / "nichealthd.toml").open("a") as config:
         config.write('pcieLinkInterval = "200ms"\npcieAerInterval = "200ms"\n'
-                     'nicTemperatureInterval = "200ms"\nadapterCheckInterval = "1s"\n')
+                     'nicTemperatureInterval = "200ms"\nadapterCheckInterval = "1s"\n'
+                     'driverReloadGrace = "0s"\n')  # a lost NIC after its third read
         if journals:
             config.write(f'kernelLogPath = "{root / "journal"}"\n')
     # Faults seen from the first poll on.

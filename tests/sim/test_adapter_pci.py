@@ -138,3 +138,33 @@ def test_a_driver_reload_takes_every_entry_and_a_rename_retitles_them(root: Path
     mutate.rename_device(root, new, "mlx5_99")
     assert (root / adapter.CLASS_VERBS / "uverbs0" / "ibdev").read_text() == "mlx5_99\n"
     assert (root / adapter.CLASS_MAD / "issm0" / "ibdev").read_text() == "mlx5_99\n"
+
+
+# ------------------------------------------------------------ unbind, bind --driver (#16.5)
+
+def test_bind_to_another_driver_gives_a_driver_link_and_nothing_else(
+        root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """vfio-pci takes the unbound function (passthrough): what the lost-NIC check reads is
+    its driver link; unbind lets it go, bind hands it back to mlx5_core as it was."""
+    pdir = function(root, "mlx5_4")
+    address = pdir.name
+    assert main(["unbind", str(root), "mlx5_4"]) == 0
+    assert not os.path.lexists(pdir / "driver") and not os.path.lexists(pdir / "infiniband")
+    assert main(["bind", str(root), "mlx5_4", "--driver", "vfio-pci"]) == 0
+    assert os.path.basename(os.readlink(pdir / "driver")) == "vfio-pci"
+    assert (root / "sys/bus/pci/drivers/vfio-pci" / address).resolve() == pdir.resolve()
+    assert not os.path.lexists(pdir / "infiniband") and not os.path.lexists(pdir / "net")
+    with pytest.raises(SimError, match="bound to vfio-pci already"):
+        adapter.bind(root, "mlx5_4", "other")
+    with pytest.raises(SimError, match="a driver name"):
+        adapter.bind(root, "mlx5_4", "../x")
+    assert adapter.unbind(root, "mlx5_4") == address  # vfio-pci lets go: unbound again
+    assert not os.path.lexists(pdir / "driver")
+    assert not os.path.lexists(root / "sys/bus/pci/drivers/vfio-pci" / address)
+    adapter.bind(root, "mlx5_4", "vfio-pci")
+    assert main(["bind", str(root), "mlx5_4"]) == 0  # straight back to mlx5_core
+    assert os.path.basename(os.readlink(pdir / "driver")) == "mlx5_core"
+    assert os.path.isdir(pdir / "infiniband/mlx5_4") and os.path.lexists(root / IB0)
+    assert not os.path.lexists(root / "sys/bus/pci/drivers/vfio-pci" / address)
+    assert tree.load(root).get(adapter.UNBOUND) == {}
+    assert capsys.readouterr().out.split() == [address] * 3

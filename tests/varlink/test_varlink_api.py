@@ -107,7 +107,7 @@ def test_a_lost_nic_is_a_device_row_with_its_address_and_why(
     """#16.5: the PF without an RDMA device is listed (fields declared, optional ones)."""
     root = make_sim()
     with (root / "nichealthd.toml").open("a") as fh:
-        fh.write('adapterCheckInterval = "1s"\n')
+        fh.write('adapterCheckInterval = "1s"\ndriverReloadGrace = "0s"\n')  # third read
     address = adapter.unbind(root, "mlx5_4")
     daemon = start_daemon(root)
     with client(daemon) as c, c.open(INTERFACE, namespaced=False) as monitor, \

@@ -5,45 +5,107 @@ A physical function (vendor 0x15b3, network or InfiniBand class, no ``physfn``) 
 is not bound, or its probe failed (firmware not responding, a PCI error at probe). No device
 name ever existed, so the spec's device-missing rule cannot see it; this family reports it by
 its PCI address: fatal (REPLACE_VM) under the state check of its class (InfiniBand for
-0x0207, Ethernet otherwise), errorCode ``nic_unregistered``, after 3 consecutive adapter
-reads (as a missing device), latched until an RDMA device registers on it.
+0x0207, Ethernet otherwise), errorCode ``nic_unregistered``, latched until an RDMA device
+registers on it.
 
-Not judged: a function whose address is a known device's (the link-state family reports that
-device missing, once), anything while the enumeration is uncertain or a driver reload is in
-progress (#19.2: every function is unbound for a while), and a function that the roles do
-not monitor. The roles apply as to a device (spec §4.2): ``nicInclusionRegexOverride`` and
-``nicExclusionRegex`` are matched against what the function has for names — its PCI address
-and its netdevs, if the Ethernet driver created any — and the management classification
-(default route, NUMA node without a GPU) applies as to any NIC.
+A function without a device is also what every function looks like at boot until the RDMA
+driver (mlx5_ib) has loaded and probed it, so the verdict waits for proof that the driver is
+up and has left this one function out:
+
+- **The driver is up**: another Mellanox function has its RDMA device. While none has one
+  (mlx5_ib not loaded yet, or unloaded) nothing is judged and every pending clock restarts:
+  an RDMA driver that registered nothing cannot be told from one that has not loaded. (A
+  host whose every function fails its probe is therefore not reported here.)
+- **The driver grace has passed**: the function has been without its device, with the driver
+  up, for ``driverReloadGrace`` (3 min by default: mlx5_ib probes the functions one after
+  the other, and a firmware that is still initialising may take the mlx5 driver's own 180 s).
+  The clock starts at the first adapter read that saw it so (``lost_nic_since`` in the state
+  file, so a restart neither restarts the clock nor reports early; a wall clock that went
+  back restarts it). The three consecutive reads of the device-missing rule stay a floor: a
+  ``driverReloadGrace`` shorter than two ``adapterCheckInterval`` (``0s`` included) still
+  needs three reads, so one read racing a probe is never a verdict.
+
+Not judged at all: a function whose address is a known device's (the link-state family
+reports that device missing, once); anything while the enumeration is uncertain or a driver
+reload is in progress (#19.2: every function is unbound for a while); a function bound to a
+driver other than the Mellanox core drivers (``vfio-pci`` for passthrough to a guest, or any
+other owner: no RDMA device is expected of it), while an unbound function (no driver at all)
+is judged; and a function that the roles do not monitor. The roles apply as to a device (spec
+§4.2): ``nicInclusionRegexOverride`` and ``nicExclusionRegex`` are matched against what the
+function has for names (its PCI address and its netdevs, if the Ethernet driver created any),
+a function one of whose netdevs carries a default route (the route's interface followed down
+through bonds and VLANs, :attr:`Topology.default_route_netdevs`) is the management NIC, and
+the NUMA classification applies as to any NIC.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Iterable, Mapping, Optional
 
 from ..adapter import PciNic
-from ..config import ETH_STATE_CHECK, IB_STATE_CHECK
-from ..events import HealthEvent, make_event
+from ..config import ETH_STATE_CHECK, IB_STATE_CHECK, Config
+from ..duration import format_duration
+from ..events import HealthEvent, format_timestamp, make_event
 from ..family import HOST, READS_DEVICES, CheckFamily, Condition, Cycle, Series, Verdict
 from ..model import DeviceSnapshot
-from ..state import FATAL
+from ..state import FATAL, parse_str, parse_table, parse_when
 from ..topology import COMPUTE, EXCLUDED, MANAGEMENT, STORAGE, Role, Topology, classify
 from .adapter_section import ENTITY_PCI, Latched, LatchSection, held
 from .link_state import LINK_STATE
 
 CODE_UNREGISTERED = "nic_unregistered"
-MISSING_READS = 3
+MISSING_READS = 3  # the floor: consecutive adapter reads without a device, as a missing device
+# The Mellanox core drivers whose RDMA half (mlx5_ib, mlx4_ib) registers the device of a
+# function they hold; a function bound to any other driver is not expected to have one.
+RDMA_CORE_DRIVERS = frozenset({"mlx5_core", "mlx4_core"})
 
 
+@dataclass
 class LostNicSection(LatchSection):
+    """The common latch tables, and since when each pending function has been without its
+    device while the driver was up (``lost_nic_since``: the grace clock)."""
+
     PREFIX = "lost_nic"
+    SINCE = "lost_nic_since"
+
+    since: dict[str, datetime] = field(default_factory=dict)
+
+    @classmethod
+    def keys(cls) -> tuple[str, ...]:
+        return (*cls.latch_keys(), cls.SINCE)
+
+    def copy(self) -> LostNicSection:
+        return LostNicSection(dict(self.misses), dict(self.latched), self.cleared,
+                              dict(self.since))
+
+    def to_json(self) -> dict[str, Any]:
+        data = super().to_json()
+        data[self.SINCE] = {k: format_timestamp(v) for k, v in sorted(self.since.items())}
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> LostNicSection:
+        since = {parse_str(k): parse_when(v) for k, v in parse_table(data, cls.SINCE).items()}
+        return cls(*cls.parse_latches(data), since=since)
+
+
+@dataclass(frozen=True)
+class LastRead:
+    """What the family keeps between adapter reads (volatile): the functions of the last
+    read (shown by the views) and whether functions waited for the RDMA driver at it."""
+
+    nics: tuple[PciNic, ...]
+    waiting: bool
 
 
 def role_of(nic: PciNic, topology: Topology, exclusion: tuple[str, ...],
             inclusion: tuple[str, ...]) -> Role:
     """The role the function would have as a device (spec §4.2), from its address, netdevs
-    and NUMA node (it has no RDMA name, link layer or GPU distance)."""
+    and NUMA node (it has no RDMA name, link layer or GPU distance). The default route is
+    compared by netdev: the function has no RDMA device for the route's device set to name."""
     names = (nic.address, *nic.netdevs)
     if inclusion:
         if not any(re.search(p, n) for p in inclusion for n in names):
@@ -52,11 +114,16 @@ def role_of(nic: PciNic, topology: Topology, exclusion: tuple[str, ...],
                     "pinned by nicInclusionRegexOverride")
     if exclusion and any(re.search(p, n) for p in exclusion for n in names):
         return Role(EXCLUDED, "matched by nicExclusionRegex")
-    if set(names) & topology.default_route:
-        return Role(MANAGEMENT, "carries the host's default route")
+    if set(nic.netdevs) & topology.default_route_netdevs:
+        return Role(MANAGEMENT, "its netdev carries the host's default route")
     probe = DeviceSnapshot(name=nic.address, pci_address=nic.address,
                            numa_node=nic.numa_node, vendor="0x15b3", netdevs=nic.netdevs)
     return classify(probe, topology.gpus, frozenset())
+
+
+def foreign_driver(nic: PciNic) -> bool:
+    """Bound to a driver that registers no RDMA device (vfio-pci, say); unbound is not."""
+    return nic.driver is not None and nic.driver not in RDMA_CORE_DRIVERS
 
 
 def _check(nic: PciNic) -> str:
@@ -66,18 +133,19 @@ def _check(nic: PciNic) -> str:
 def _why(nic: PciNic) -> str:
     if nic.driver is None:
         return "no driver is bound to it"
-    return (f"driver {nic.driver} is bound but registered no RDMA device (probe failed, or "
-            f"mlx5_ib not loaded)")
+    return (f"driver {nic.driver} is bound but registered no RDMA device while other "
+            f"functions have theirs (probe failed)")
 
 
-def lost_event(nic: PciNic, now: Any) -> HealthEvent:
+def lost_event(nic: PciNic, now: datetime, elapsed: float) -> HealthEvent:
     kind = "InfiniBand" if nic.is_infiniband else "Ethernet"
     netdevs = f" (netdev {', '.join(nic.netdevs)})" if nic.netdevs else ""
     return make_event(
         _check(nic), fatal=True, healthy=False, error_code=CODE_UNREGISTERED,
         entities=((ENTITY_PCI, nic.address),), at=now,
         message=(f"Mellanox {kind} PCI function {nic.address}{netdevs} is on the bus without "
-                 f"an RDMA device (no infiniband/ entry): {_why(nic)}"))
+                 f"an RDMA device (no infiniband/ entry) for {format_duration(round(elapsed))}: "
+                 f"{_why(nic)}"))
 
 
 class LostNics(CheckFamily[LostNicSection]):
@@ -92,8 +160,9 @@ class LostNics(CheckFamily[LostNicSection]):
     def evaluate(self, previous: LostNicSection, cycle: Cycle, memory: Any
                  ) -> Verdict[LostNicSection]:
         facts = cycle.snapshot.adapter
+        last: Optional[LastRead] = memory.slots.get(self.id)
         if facts is None or facts.pci_nics is None:  # not read, or the bus not listed:
-            return Verdict(previous, picture=memory.slots.get(self.id))  # the last read
+            return Verdict(previous, picture=last.nics if last else None)  # the last read
         now, config = cycle.now, cycle.config
         state = previous.copy()
         events: list[HealthEvent] = []
@@ -102,11 +171,14 @@ class LostNics(CheckFamily[LostNicSection]):
         known = {d.pci_address for d in cycle.snapshot.devices if d.pci_address}
         known |= {i.pci_address for i in links.identities.values()}
         hold = held(cycle)
+        with_device = sum(1 for nic in facts.pci_nics if nic.registered)
+        waiting: list[str] = []  # judged once the driver is up
         seen = set()
         for nic in facts.pci_nics:
             key = nic.address
             if nic.registered:
                 state.misses.pop(key, None)
+                state.since.pop(key, None)
                 if key in state.latched:
                     del state.latched[key]
                     events.append(make_event(
@@ -114,31 +186,61 @@ class LostNics(CheckFamily[LostNicSection]):
                         entities=((ENTITY_PCI, key),), at=now,
                         message=f"Mellanox PCI function {key} has an RDMA device again"))
                 continue
-            if key in known or key in state.latched or hold:
+            if key in known or key in state.latched or hold or not self._judged(nic, cycle):
                 continue
-            if _check(nic) not in cycle.enabled:
-                continue
-            role = role_of(nic, cycle.topology, config.nic_exclusion_regex,
-                           config.nic_inclusion_regex_override)
-            if not role.monitored:
+            if not with_device:
+                waiting.append(key)
                 continue
             seen.add(key)
-            misses = state.misses.get(key, 0) + 1
-            if misses < MISSING_READS:
-                state.misses[key] = misses
-                if misses == 1:
-                    notes.append(f"Mellanox PCI function {key} has no RDMA device "
-                                 f"({_why(nic)}); reported after {MISSING_READS} reads")
-                continue
-            state.misses.pop(key, None)
-            state.latched[key] = Latched(now, _why(nic))
-            events.append(lost_event(nic, now))
-        if not hold:
-            for key in [k for k in state.misses if k not in seen]:
-                del state.misses[key]
-        memory.slots[self.id] = facts.pci_nics  # the views show it between reads
+            event = self._miss(state, nic, now, config, with_device, notes)
+            if event is not None:
+                events.append(event)
+        # A function judged no more (registered, excluded) restarts its clock, and no device
+        # anywhere (the driver down, held as a reload or not) restarts every clock; a read
+        # held while the driver is up neither counts nor restarts.
+        if not hold or not with_device:
+            for table in (state.misses, state.since):
+                for key in [k for k in table if k not in seen]:
+                    del table[key]
+        notes.extend(_driver_notes(last, len(waiting), with_device, config))
+        memory.slots[self.id] = LastRead(facts.pci_nics, bool(waiting))
         return Verdict(state, tuple((HOST, e) for e in events), facts.pci_nics,
                        notes=tuple(notes))
+
+    @staticmethod
+    def _judged(nic: PciNic, cycle: Cycle) -> bool:
+        """Whether the function is judged at all: its check enabled, a Mellanox core driver
+        or none bound, and a monitored role."""
+        if _check(nic) not in cycle.enabled or foreign_driver(nic):
+            return False
+        config = cycle.config
+        return role_of(nic, cycle.topology, config.nic_exclusion_regex,
+                       config.nic_inclusion_regex_override).monitored
+
+    @staticmethod
+    def _miss(state: LostNicSection, nic: PciNic, now: datetime, config: Config,
+              with_device: int, notes: list[str]) -> Optional[HealthEvent]:
+        """One more read without its device while the driver is up: the fatal event once both
+        the grace and the floor of reads have passed, else None."""
+        key = nic.address
+        since = state.since.get(key)
+        if since is None or now < since:  # first seen so, or the wall clock went back
+            since = state.since[key] = now
+        misses = state.misses.get(key, 0) + 1
+        elapsed = (now - since).total_seconds()
+        if misses < MISSING_READS or elapsed < config.driver_reload_grace:
+            state.misses[key] = min(misses, MISSING_READS)  # stable while the grace runs
+            if misses == 1:
+                notes.append(
+                    f"Mellanox PCI function {key} has no RDMA device ({_why(nic)}) while "
+                    f"{with_device} other function(s) have theirs; reported if still so after "
+                    f"{format_duration(config.driver_reload_grace)} (driverReloadGrace) and "
+                    f"{MISSING_READS} adapter reads")
+            return None
+        state.misses.pop(key, None)
+        state.since.pop(key, None)
+        state.latched[key] = Latched(now, _why(nic))
+        return lost_event(nic, now, elapsed)
 
     def conditions(self, section: LostNicSection, picture: Any) -> Iterable[Condition]:
         for key in sorted(section.latched):
@@ -148,6 +250,20 @@ class LostNics(CheckFamily[LostNicSection]):
         yield Series("pci_function_unregistered", "Mellanox physical functions on the PCI bus "
                      "reported without an RDMA device: 1 while latched", "gauge",
                      ("pci",), tuple(((k,), 1.0) for k in sorted(section.latched)))
+
+
+def _driver_notes(last: Optional[LastRead], waiting: int, with_device: int, config: Config
+                  ) -> list[str]:
+    """One log line when functions start waiting for the RDMA driver, one when it is up."""
+    if waiting and (last is None or not last.waiting):
+        return [f"no Mellanox PCI function has an RDMA device (the RDMA driver, mlx5_ib, is "
+                f"not loaded yet?): {waiting} function(s) without one are not judged until it "
+                f"registers a device on another"]
+    if not waiting and last is not None and last.waiting and with_device:
+        return [f"the RDMA driver is up ({with_device} Mellanox PCI function(s) have their "
+                f"RDMA device): any function still without one is reported after "
+                f"{format_duration(config.driver_reload_grace)} (driverReloadGrace)"]
+    return []
 
 
 FAMILY = LOST_NICS = LostNics()
