@@ -144,10 +144,14 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="stay unloaded S seconds before the return (blocks; default 0)")
     p.add_argument("--rename", action="store_true",
                    help="return under shifted names (mlx5_N -> mlx5_N+<device count>)")
+    p.add_argument("--swap", nargs=2, metavar=("DEV", "OTHER"), default=(),
+                   help="DEV and OTHER return under each other's names (probe order changed)")
     cmd("driver-unload", "every RDMA device vanishes at once (until driver-load)", "ROOT")
     p = cmd("driver-load", "the devices of driver-unload return, counters at zero", "ROOT")
     p.add_argument("--rename", action="store_true",
                    help="return under shifted names (mlx5_N -> mlx5_N+<device count>)")
+    p.add_argument("--swap", nargs=2, metavar=("DEV", "OTHER"), default=(),
+                   help="DEV and OTHER return under each other's names (probe order changed)")
     # PCI side of a NIC (#16)
     p = cmd("pcie-degrade", "train a PCIe hop of DEV down (or back with --restore)", "ROOT",
             "DEV")
@@ -337,9 +341,10 @@ HANDLERS: Dict[str, Callable[[argparse.Namespace], None]] = {
     "unreadable": lambda a: mutate.unreadable(a.ROOT, a.PATH),
     "readable": lambda a: mutate.readable(a.ROOT, a.PATH),
     "rename": lambda a: mutate.rename_device(a.ROOT, a.DEV, a.NEW),
-    "driver-reload": lambda a: _renamed(mutate.driver_reload(a.ROOT, a.down, a.rename)),
+    "driver-reload": lambda a: _renamed(mutate.driver_reload(a.ROOT, a.down, a.rename,
+                                                             swap=a.swap)),
     "driver-unload": lambda a: print(f"{len(mutate.unload_driver(a.ROOT))} devices gone"),
-    "driver-load": lambda a: _renamed(mutate.load_driver(a.ROOT, a.rename)),
+    "driver-load": lambda a: _renamed(mutate.load_driver(a.ROOT, a.rename, a.swap)),
     "pcie-degrade": lambda a: print(pcifiles.pcie_degrade(
         _function(a), a.hop, a.width, a.speed, a.upstream_max_speed, a.restore)),
     "aer": _aer,
