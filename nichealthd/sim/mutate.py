@@ -22,6 +22,7 @@ from .fsio import (
     PathLike,
     PortId,
     SimError,
+    discard,
     inside,
     stash,
     stash_key,
@@ -378,12 +379,18 @@ def restore_device(root: PathLike, dev: str) -> None:
     _save_manifest(top, manifest)
 
 
-def _restore_device(top: Path, manifest: tree.Manifest, dev: str) -> None:
+def _restore_device(top: Path, manifest: tree.Manifest, dev: str, listed: bool = True
+                    ) -> None:
+    """Bring DEV's dir back; its class link too, or with ``listed`` False drop it (the
+    caller lists the device under a new name)."""
     device = tree.device(manifest, dev)
     link = _class_link(top, dev)
     adapter.check_chardevs(top, manifest, dev)
     unstash(top, top / device["ib_path"])
-    unstash(top, link)
+    if listed:
+        unstash(top, link)
+    else:
+        discard(top, link)
     adapter.give_back_chardevs(top, manifest, dev)
 
 
@@ -594,14 +601,14 @@ def load_driver(root: PathLike, rename: bool = False, swap: Sequence[str] = ()
     clash = sorted(set(names.values()) & staying)
     if clash:  # checked before anything moves
         raise SimError(f"cannot rename onto present devices: {', '.join(clash)}")
-    for name in gone:
-        _restore_device(top, manifest, name)
-        reset_counters(top, name)
     moving = [name for name in gone if names[name] != name]
+    for name in gone:
+        # A device that returns under another name is never listed under its old one (the
+        # kernel registers it once, under the new name): its old class link is dropped.
+        _restore_device(top, manifest, name, listed=name not in moving)
+        reset_counters(top, name)
     if moving:
         dirs = {name: top / tree.device(manifest, name)["ib_path"] for name in moving}
-        for name in moving:  # every old class link first: a new name may be an old one
-            os.unlink(top / tree.CLASS_IB / name)
         for name in moving:
             _rename_record(manifest, name, f"{name}.reloading")
         for name in moving:

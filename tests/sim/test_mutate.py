@@ -398,6 +398,7 @@ def test_driver_reload_with_swap_trades_two_names_at_their_pci_functions(root: P
     assert (manifest["roles"]["mlx5_0"], manifest["roles"]["mlx5_1"]) == \
         (roles["mlx5_1"], roles["mlx5_0"])
     assert {d["name"] for d in manifest["devices"] if d.get("physfn") == "mlx5_1"} == vfs
+    assert not list((root / ".removed").rglob("*"))  # no old class link left behind
     count = len(manifest["devices"])
     shifted = mutate.driver_reload(root, rename=True, swap=("mlx5_0", "mlx5_1"))
     assert (shifted["mlx5_0"], shifted["mlx5_1"]) == (f"mlx5_{count + 1}", f"mlx5_{count}")
