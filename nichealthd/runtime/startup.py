@@ -7,17 +7,19 @@ Shared by :mod:`nichealthd.runtime.daemon` (command line, start-up checks, ``--o
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from ..core.config import Config
 from ..core.evaluate import Topology
 from ..core.topology import GpuTopology, MetadataError
-from ..sources.gpu_metadata import load_gpu_topology
+from ..sources.gpu_metadata import current_functions, read_gpu_metadata, resolve_names
 from ..sources.pci import read_pci_topology
 from ..sources.routes import read_default_route_devices
+from ..storage.metadata_names import load_names, names_path, save_names
 from ..surfaces.eventlog import EventLog
 from .monitor import Monitor
 
@@ -62,7 +64,7 @@ def choose_gpu_topology(config: Config) -> tuple[GpuTopology, str]:
         return _from_sysfs(config), "topologySource = sysfs"
     if mode == "metadata" or os.path.exists(config.metadata_path):
         try:
-            gpus = load_gpu_topology(config.metadata_path)
+            gpus = _from_metadata(config)
         except MetadataError as exc:
             if mode == "metadata":
                 raise StartupError(f"{exc}{sandbox_hint(config.metadata_path)} (or set "
@@ -77,6 +79,35 @@ def choose_gpu_topology(config: Config) -> tuple[GpuTopology, str]:
 
 def _from_sysfs(config: Config) -> GpuTopology:
     return read_pci_topology(config.sysfs_root, config.sys_class_infiniband)
+
+
+def _from_metadata(config: Config) -> GpuTopology:
+    """The metadata file's topology with its device names resolved to PCI functions: as
+    resolved when this content was first read (kept beside the state file), names not
+    resolved then as they are now. A rename since then (a reload that permuted the names)
+    leaves each row with the function it was written for."""
+    gpus, digest = read_gpu_metadata(config.metadata_path)
+    names = gpus.nic_topology.keys()
+    record = names_path(config.state_dir)
+    kept = load_names(record, digest)
+    current = current_functions(config.sys_class_infiniband)
+    resolved = resolve_names(names, current, kept)
+    if kept is None:
+        log.info("GPU metadata file %s: %d of its %d device names resolved to PCI functions "
+                 "(kept while its content is unchanged: roles follow the function across "
+                 "renames)", config.metadata_path, len(resolved), len(names))
+    stale = [f"{name} is {address}, now {_name_of(address, current)}"
+             for name, address in sorted(resolved.items()) if current.get(name) != address]
+    if stale:
+        log.info("GPU metadata file %s predates a rename: %s", config.metadata_path,
+                 "; ".join(stale))
+    if resolved != kept:
+        save_names(record, digest, resolved)
+    return dataclasses.replace(gpus, nic_addresses=resolved)
+
+
+def _name_of(address: str, current: Mapping[str, str]) -> str:
+    return next((n for n, a in sorted(current.items()) if a == address), "not listed")
 
 
 def choose_topology(config: Config) -> TopologyChoice:
