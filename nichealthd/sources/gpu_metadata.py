@@ -4,16 +4,16 @@ The file is read like every file of unknown provenance (:mod:`.safefile`): a FIF
 a huge or deeply nested file is a :class:`MetadataError` naming the file, never a hang.
 
 Its matrix is keyed by RDMA device name; :func:`resolve_names` turns each name into the PCI
-function it names (``<class>/<name>/device``), so that classification follows the function
-when a reload permutes the names (:meth:`GpuTopology.levels_of`). Which resolution to keep
-while the content is unchanged is :mod:`nichealthd.storage.metadata_names`' job.
+function it names (:func:`nichealthd.sources.pci.current_functions`), so that classification
+follows the function when a reload permutes the names (:meth:`GpuTopology.levels_of`).
+Which resolution to keep while the content is unchanged is
+:mod:`nichealthd.storage.metadata_names`' job.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 from typing import Iterable, Mapping, Optional
 
 from ..core.topology import GpuTopology, MetadataError
@@ -69,20 +69,6 @@ def read_gpu_metadata(path: str) -> tuple[GpuTopology, str]:
     # Every GPU at numa_node -1 (a VM): the NUMA gate is skipped (DESIGN §2.10), not a refusal.
     return (GpuTopology(frozenset(numa), tuple(addresses), matrix, source="metadata",
                         numa_gate=bool(numa)), hashlib.sha256(raw).hexdigest())
-
-
-def current_functions(class_infiniband: str) -> dict[str, str]:
-    """The PCI address of every RDMA device now (name -> address; ``<name>/device``)."""
-    try:
-        names = sorted(os.listdir(class_infiniband))
-    except OSError:
-        return {}
-    found = {}
-    for name in names:
-        link = os.path.join(class_infiniband, name, "device")
-        if os.path.exists(link):
-            found[name] = os.path.basename(os.path.realpath(link))
-    return found
 
 
 def resolve_names(names: Iterable[str], current: Mapping[str, str],

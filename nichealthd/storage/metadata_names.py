@@ -46,8 +46,8 @@ def load_names(path: str, digest: str) -> Optional[dict[str, str]]:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        log.warning("cannot read %s: %s; the GPU metadata's device names are resolved afresh",
-                    path, exc.strerror)
+        log.debug("cannot read %s: %s; the GPU metadata's device names are resolved afresh",
+                  path, exc.strerror)
         return None
     try:
         data = json.loads(raw) if len(raw) <= MAX_BYTES else None
@@ -57,21 +57,23 @@ def load_names(path: str, digest: str) -> Optional[dict[str, str]]:
     if (not isinstance(data, dict) or data.get("version") != VERSION
             or not isinstance(data.get("sha256"), str) or not isinstance(names, dict)
             or not all(isinstance(k, str) and isinstance(v, str) for k, v in names.items())):
-        log.warning("%s is not a record of resolved device names; the GPU metadata's device "
-                    "names are resolved afresh", path)
+        log.debug("%s is not a record of resolved device names; the GPU metadata's device "
+                  "names are resolved afresh (and the record rewritten)", path)
         return None
     return dict(names) if data["sha256"] == digest else None
 
 
 def save_names(path: str, digest: str, names: Mapping[str, str]) -> bool:
-    """Keep ``names`` for the content of ``digest``; False (logged) when it cannot be written:
-    the resolution then holds for this read only."""
+    """Keep ``names`` for the content of ``digest``; False when it cannot be written: the
+    resolution then holds for this read only."""
     data = {"version": VERSION, "sha256": digest, "names": dict(sorted(names.items()))}
-    try:
+    try:  # at the first start, the topology is read before the state directory is made
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         atomic_write(path, json.dumps(data, indent=1).encode() + b"\n", 0o644)
     except OSError as exc:
-        log.warning("cannot write %s: %s; the GPU metadata's device names will be resolved "
-                    "afresh at its next read (after a rename, roles may then follow the "
-                    "file's stale names)", path, exc.strerror or exc)
+        # Debug only: the state file lives in the same directory, and its commits say loudly
+        # that the directory is unusable (a start before it is made says only that).
+        log.debug("cannot write %s: %s; the GPU metadata's device names will be resolved "
+                  "afresh at its next read", path, exc.strerror or exc)
         return False
     return True

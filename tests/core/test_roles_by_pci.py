@@ -20,10 +20,11 @@ import pytest
 from nichealthd.core.config import Config
 from nichealthd.core.model import DeviceSnapshot
 from nichealthd.core.topology import GpuTopology, Topology, classify, classify_all
-from nichealthd.runtime.startup import choose_gpu_topology
+from nichealthd.runtime.startup import choose_gpu_topology, choose_topology
 from nichealthd.sim import mutate, tree
 from nichealthd.sources.config_file import load_config
-from nichealthd.sources.gpu_metadata import current_functions, resolve_names
+from nichealthd.sources.gpu_metadata import resolve_names
+from nichealthd.sources.pci import current_functions
 from nichealthd.sources.routes import read_default_route_devices
 from nichealthd.storage.metadata_names import load_names, names_path, save_names
 
@@ -132,22 +133,24 @@ RIGHT = {"mlx5_0": (ETH, "storage"), "mlx5_1": (IB, "compute"),
 
 
 def test_a_reread_of_the_unchanged_file_after_a_swap_keeps_the_first_resolution(
-        dgx: Path, caplog: pytest.LogCaptureFixture) -> None:
+        dgx: Path) -> None:
     cfg = config_of(dgx)
-    caplog.set_level(logging.INFO)
-    first, _ = choose_gpu_topology(cfg)
+    choice = choose_topology(cfg)
+    first = choice.gpus
     assert (first.nic_addresses["mlx5_0"], first.nic_addresses["mlx5_1"]) == (IB, ETH)
-    assert "13 of its 13 device names resolved to PCI functions" in caplog.text
+    assert choice.notes == (f"GPU metadata file {cfg.metadata_path}: 13 of its 13 device "
+                            f"names resolved to PCI functions (kept while its content is "
+                            f"unchanged: roles follow the function across renames)",)
     record = json.loads(Path(names_path(cfg.state_dir)).read_text())
     assert record["names"] == dict(first.nic_addresses)
     mutate.driver_reload(dgx, swap=("mlx5_0", "mlx5_1"))
     assert current_functions(cfg.sys_class_infiniband)["mlx5_0"] == ETH
-    caplog.clear()
-    again, _ = choose_gpu_topology(cfg)  # a new name, a reload, or a restart reads it again
+    choice = choose_topology(cfg)  # a new name, a reload, or a restart reads it again
+    again = choice.gpus
     assert again.nic_addresses == first.nic_addresses
-    assert "resolved to PCI functions" not in caplog.text
-    assert ("predates a rename: mlx5_0 is 0000:18:00.0, now mlx5_1; mlx5_1 is 0000:29:00.0, "
-            "now mlx5_0") in caplog.text
+    assert choice.notes == (f"GPU metadata file {cfg.metadata_path} predates a rename: "
+                            f"mlx5_0 is 0000:18:00.0, now mlx5_1; mlx5_1 is 0000:29:00.0, "
+                            f"now mlx5_0",)
     assert roles_now(dgx, again) == RIGHT
     # What reading the file again as on main does: the old names on the new devices.
     assert roles_now(dgx, replace(again, nic_addresses={}))["mlx5_0"] == (ETH, "compute")
@@ -196,6 +199,7 @@ def test_the_sysfs_topology_follows_the_functions_without_a_new_walk(dgx: Path) 
 
 def test_a_record_that_cannot_be_used_is_resolved_afresh(
         dgx: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, "nichealthd.store")
     cfg = config_of(dgx)
     record = Path(names_path(cfg.state_dir))
     record.parent.mkdir(parents=True, exist_ok=True)
@@ -209,6 +213,9 @@ def test_a_record_that_cannot_be_used_is_resolved_afresh(
 
 def test_a_record_that_cannot_be_written_leaves_this_read_resolved(
         dgx: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Said at debug level only: the state file beside it fails loudly in that directory
+    (and a start that fails there says only that)."""
+    caplog.set_level(logging.DEBUG, "nichealthd.store")
     cfg = config_of(dgx)
     blocked = Path(cfg.state_dir)
     blocked.parent.mkdir(parents=True, exist_ok=True)
