@@ -9,6 +9,12 @@ same (stale) file after a rename, or a restart after a rename made while the dae
 stopped, must not resolve the old names to the devices that carry them now. A rewritten file
 (another digest) is resolved afresh.
 
+Keyed by content, not by time: comparing the file's mtime with a rename's ``renamed_at``
+cannot order a file written while the daemon was stopped against a reload made then (the
+rename is only seen, and stamped, at the first poll after the start). Where the content is
+the same, its rows are the same for every function it was resolved to, whoever wrote it and
+when; what stays unknowable is a file first read after a rename that it predates.
+
 The record is small (``{"version", "sha256", "names": {name: address}}``) and lives beside the
 state file (``metadata-names.json``); anything unusable in it is no record (resolved afresh).
 """
