@@ -107,13 +107,17 @@ def derive(gpus: Sequence[PciFunction], nics: Mapping[str, PciFunction]) -> GpuT
     """The matrix of spec §12.2 (one row per NIC, one cell per GPU in ``gpus`` order).
 
     The NUMA gate (spec §4.1) runs only when at least one GPU has a known NUMA node; with
-    none (a VM, or no GPU at all) it is skipped (DESIGN §2.10).
+    none (a VM, or no GPU at all) it is skipped (DESIGN §2.10). Each row is keyed by the
+    NIC's name at the walk and carries its function's address, so a reload that permutes
+    the names without a new walk leaves each row with its function
+    (:meth:`GpuTopology.levels_of`).
     """
     numa = frozenset(g.numa_node for g in gpus if g.numa_node >= 0)
-    matrix = {name: tuple(relation(nic, gpu) for gpu in gpus)
-              for name, nic in sorted(nics.items())}
+    ordered = sorted(nics.items())
+    matrix = {name: tuple(relation(nic, gpu) for gpu in gpus) for name, nic in ordered}
     return GpuTopology(numa, tuple(g.address for g in gpus), matrix, source="sysfs",
-                       numa_gate=bool(numa))
+                       numa_gate=bool(numa),
+                       nic_addresses={name: nic.address for name, nic in ordered if nic.address})
 
 
 def role_counts(roles: Iterable[Role]) -> str:

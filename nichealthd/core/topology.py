@@ -7,9 +7,10 @@ of the spec is a plain test.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional
 
 from .model import DeviceSnapshot
@@ -41,6 +42,11 @@ class GpuTopology:
     known NUMA node (all ``-1``, as on VMs, or no GPU at all): DESIGN §2.10 skips the gate
     there instead of refusing to start, and management NICs are then the default route's and
     the BlueField DPUs.
+
+    ``nic_addresses``: the PCI function each row's name named when the matrix was made (name
+    -> address; a name absent here was not resolved). The matrix is keyed by kernel name,
+    which a driver reload may permute; the function is the device's identity (DESIGN §2.10),
+    so a row follows its function: :meth:`levels_of`.
     """
 
     gpu_numa_nodes: frozenset[int]
@@ -48,10 +54,30 @@ class GpuTopology:
     nic_topology: Mapping[str, tuple[str, ...]]
     source: str = "metadata"
     numa_gate: bool = True
+    nic_addresses: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def empty(cls) -> GpuTopology:
         return cls(frozenset(), (), {}, source="none", numa_gate=False)
+
+    @functools.cached_property
+    def _rows_by_address(self) -> dict[str, tuple[str, ...]]:
+        return {address: self.nic_topology[name] for name, address in self.nic_addresses.items()
+                if name in self.nic_topology}
+
+    def levels_of(self, device: DeviceSnapshot) -> tuple[str, ...]:
+        """The device's row: the one of its PCI function; by its name only where the row's
+        name was not resolved to a function, or the device's own address is unknown. A name
+        resolved to another function gives no row (after a rename that row is another
+        device's, e.g. an Ethernet storage function now called mlx5_0 must not get the IB
+        compute row the file lists as mlx5_0)."""
+        if device.pci_address:
+            row = self._rows_by_address.get(device.pci_address)
+            if row is not None:
+                return row
+            if device.name in self.nic_addresses:
+                return ()
+        return self.nic_topology.get(device.name, ())
 
 
 @dataclass(frozen=True)
@@ -141,7 +167,7 @@ def classify(device: DeviceSnapshot, topology: GpuTopology, default_route: froze
         return Role(MANAGEMENT, "NUMA node unknown (-1)")
     elif device.numa_node not in topology.gpu_numa_nodes:
         return Role(MANAGEMENT, f"NUMA node {device.numa_node} has no GPU")
-    levels = set(topology.nic_topology.get(device.name, ()))
+    levels = set(topology.levels_of(device))
     if levels & _PCIE_NEAR:
         return Role(COMPUTE, "shares a PCIe switch with a GPU (PIX/PXB)")
     if device.link_layer == "InfiniBand":

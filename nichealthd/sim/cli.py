@@ -145,6 +145,8 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="stay unloaded S seconds before the return (blocks; default 0)")
     p.add_argument("--rename", action="store_true",
                    help="return under shifted names (mlx5_N -> mlx5_N+<device count>)")
+    p.add_argument("--swap", nargs=2, metavar=("DEV", "OTHER"), default=(),
+                   help="DEV and OTHER return under each other's names (probe order changed)")
     p.add_argument("--stagger", type=_seconds, default=0.0, metavar="S",
                    help="unload a third of the devices at a time, S seconds apart (blocks)")
     p = cmd("driver-unload", "every RDMA device vanishes at once (until driver-load)", "ROOT")
@@ -154,6 +156,8 @@ def _build_parser() -> argparse.ArgumentParser:
     p = cmd("driver-load", "the devices of driver-unload return, counters at zero", "ROOT")
     p.add_argument("--rename", action="store_true",
                    help="return under shifted names (mlx5_N -> mlx5_N+<device count>)")
+    p.add_argument("--swap", nargs=2, metavar=("DEV", "OTHER"), default=(),
+                   help="DEV and OTHER return under each other's names (probe order changed)")
     p = cmd("fw-reset", "firmware reset of DEV's card: its RDMA devices vanish while its "
             "PCI functions stay on the bus, and return with their counters at zero", "ROOT",
             "DEV")
@@ -359,6 +363,7 @@ HANDLERS: Dict[str, Callable[[argparse.Namespace], None]] = {
     "readable": lambda a: mutate.readable(a.ROOT, a.PATH),
     "rename": lambda a: mutate.rename_device(a.ROOT, a.DEV, a.NEW),
     "driver-reload": lambda a: _renamed(mutate.driver_reload(a.ROOT, a.down, a.rename,
+                                                             swap=a.swap,
                                                              stagger=a.stagger)),
     "driver-unload": lambda a: print(
         f"{len(mutate.unload_driver(a.ROOT, a.stagger))} devices gone"),
@@ -367,7 +372,7 @@ HANDLERS: Dict[str, Callable[[argparse.Namespace], None]] = {
     "pci-rescan": lambda a: print(" ".join(pcibus.pci_rescan(a.ROOT, a.DEV))),
     "sm": lambda a: print(" ".join(f"{d}/{p}" for d, p in (
         subnet.stop(a.ROOT) if a.ACTION == "stop" else subnet.start(a.ROOT)))),
-    "driver-load": lambda a: _renamed(mutate.load_driver(a.ROOT, a.rename)),
+    "driver-load": lambda a: _renamed(mutate.load_driver(a.ROOT, a.rename, a.swap)),
     "pcie-degrade": lambda a: print(pcifiles.pcie_degrade(
         _function(a), a.hop, a.width, a.speed, a.upstream_max_speed, a.restore)),
     "aer": _aer,

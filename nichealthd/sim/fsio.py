@@ -106,8 +106,21 @@ def unstash(root: Path, path: Path) -> None:
     if os.path.lexists(path):
         raise SimError(f"{path} exists; refusing to overwrite it")
     os.rename(src, path)
-    # Drop the stash's now empty parents: they would block stashing an ancestor later
-    # (remove-port, restore-port, then remove-device of the same device).
+    _drop_empty_parents(root, src)
+
+
+def discard(root: Path, path: Path) -> None:
+    """Forget the removed copy of `path` (it never comes back under that name)."""
+    src = root / STASH / stash_key(root, path)
+    if not os.path.lexists(src):
+        raise SimError(f"nothing removed at {path}")
+    os.unlink(src)
+    _drop_empty_parents(root, src)
+
+
+def _drop_empty_parents(root: Path, src: Path) -> None:
+    """Drop the stash's now empty parents of `src`: they would block stashing an ancestor
+    later (remove-port, restore-port, then remove-device of the same device)."""
     top = root / STASH
     parent = src.parent
     while parent != top and top in parent.parents:

@@ -14,7 +14,7 @@ import shutil
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
 
 from . import adapter, kernel, tree
 from .fsio import (
@@ -22,6 +22,7 @@ from .fsio import (
     PathLike,
     PortId,
     SimError,
+    discard,
     inside,
     stash,
     stash_key,
@@ -382,13 +383,18 @@ def restore_device(root: PathLike, dev: str) -> None:
     save_manifest(top, manifest)
 
 
-def give_back_device(top: Path, manifest: tree.Manifest, dev: str) -> None:
-    """Undo :func:`take_device` (the caller saves ``manifest``)."""
+def give_back_device(top: Path, manifest: tree.Manifest, dev: str, listed: bool = True
+                     ) -> None:
+    """Undo :func:`take_device` (the caller saves ``manifest``); with ``listed`` False
+    its class link is dropped instead (the caller lists the device under a new name)."""
     device = tree.device(manifest, dev)
     link = _class_link(top, dev)
     adapter.check_chardevs(top, manifest, dev)
     unstash(top, top / device["ib_path"])
-    unstash(top, link)
+    if listed:
+        unstash(top, link)
+    else:
+        discard(top, link)
     adapter.give_back_chardevs(top, manifest, dev)
 
 
@@ -579,11 +585,24 @@ def shifted(name: str, by: int) -> str:
     return f"{stem}{int(name[len(stem):]) + by}"
 
 
-def load_driver(root: PathLike, rename: bool = False) -> dict[str, str]:
+def _swapped(names: dict[str, str], swap: Sequence[str]) -> None:
+    """Trade the new names of the two devices in ``swap`` (a SimError unless both return)."""
+    if not swap:
+        return
+    first, second = swap
+    if first == second or first not in names or second not in names:
+        raise SimError(f"--swap needs two different devices that the driver brings back, "
+                       f"got {first} and {second}")
+    names[first], names[second] = names[second], names[first]
+
+
+def load_driver(root: PathLike, rename: bool = False, swap: Sequence[str] = ()
+                ) -> dict[str, str]:
     """``modprobe``: the devices of the last unload return with every counter at zero (the
     firmware reset or the new driver instance restarts them) and their ports as they were;
-    with ``rename`` under shifted names (each index + the number of devices). Returns old ->
-    new name of each device that came back."""
+    with ``rename`` under shifted names (each index + the number of devices); with ``swap``
+    (two names) those two under each other's names, each at its own PCI function (the probe
+    order changed). Returns old -> new name of each device that came back."""
     top = Path(root)
     manifest = tree.load(top)
     gone = manifest.get(UNLOADED)
@@ -591,20 +610,22 @@ def load_driver(root: PathLike, rename: bool = False) -> dict[str, str]:
         raise SimError("the driver is not unloaded; run driver-unload first")
     by = len(manifest["devices"])
     names = {name: shifted(name, by) if rename else name for name in gone}
+    _swapped(names, swap)
     staying = {d["name"] for d in manifest["devices"]} - set(gone)
     clash = sorted(set(names.values()) & staying)
     if clash:  # checked before anything moves
         raise SimError(f"cannot rename onto present devices: {', '.join(clash)}")
+    moving = [name for name in gone if names[name] != name]
     for name in gone:
-        give_back_device(top, manifest, name)
+        # A device that returns under another name is never listed under its old one (the
+        # kernel registers it once, under the new name): its old class link is dropped.
+        give_back_device(top, manifest, name, listed=name not in moving)
         reset_counters(top, name)
-    if rename:
-        dirs = {name: top / tree.device(manifest, name)["ib_path"] for name in gone}
-        for name in gone:  # every old class link first: a new name may be an old one
-            os.unlink(top / tree.CLASS_IB / name)
-        for name in gone:
+    if moving:
+        dirs = {name: top / tree.device(manifest, name)["ib_path"] for name in moving}
+        for name in moving:
             _rename_record(manifest, name, f"{name}.reloading")
-        for name in gone:
+        for name in moving:
             record = _rename_record(manifest, f"{name}.reloading", names[name])
             _move_device(top, dirs[name], names[name])
             adapter.retitle_chardevs(top, record)
@@ -614,13 +635,17 @@ def load_driver(root: PathLike, rename: bool = False) -> dict[str, str]:
 
 
 def driver_reload(root: PathLike, down: float = 0.0, rename: bool = False,
-                  sleep: Callable[[float], None] = time.sleep, stagger: float = 0.0
-                  ) -> dict[str, str]:
+                  sleep: Callable[[float], None] = time.sleep, swap: Sequence[str] = (),
+                  stagger: float = 0.0) -> dict[str, str]:
     """Unload (at once, or staggered: :func:`unload_driver`), stay down ``down`` seconds
     (blocking), load again: a driver reload or a firmware reset as a running daemon sees it."""
     if down < 0:
         raise SimError(f"--down must be >= 0 seconds, got {down:g}")
+    if swap:  # checked before anything moves
+        top = Path(root)
+        present = [d["name"] for d in tree.load(top)["devices"] if (top / d["ib_path"]).is_dir()]
+        _swapped({name: name for name in present}, swap)
     unload_driver(root, stagger, sleep)
     if down:
         sleep(down)
-    return load_driver(root, rename)
+    return load_driver(root, rename, swap)

@@ -2,11 +2,19 @@
 
 The file is read like every file of unknown provenance (:mod:`.safefile`): a FIFO, a device,
 a huge or deeply nested file is a :class:`MetadataError` naming the file, never a hang.
+
+Its matrix is keyed by RDMA device name; :func:`resolve_names` turns each name into the PCI
+function it names (:func:`nichealthd.sources.pci.current_functions`), so that classification
+follows the function when a reload permutes the names (:meth:`GpuTopology.levels_of`).
+Which resolution to keep while the content is unchanged is
+:mod:`nichealthd.storage.metadata_names`' job.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+from typing import Iterable, Mapping, Optional
 
 from ..core.topology import GpuTopology, MetadataError
 from .safefile import UnusableFile, read_small_file
@@ -16,6 +24,12 @@ MAX_METADATA_BYTES = 16 * 1024 * 1024  # a 72-GPU host's file is a few hundred K
 
 def load_gpu_topology(path: str) -> GpuTopology:
     """Read the metadata file; raise :class:`MetadataError` naming the file and what is missing."""
+    return read_gpu_metadata(path)[0]
+
+
+def read_gpu_metadata(path: str) -> tuple[GpuTopology, str]:
+    """:func:`load_gpu_topology`, and the SHA-256 of the content it was made of (what says
+    whether a later read is of the same file)."""
     hint = ("it is written by the NVSentinel metadata collector; start the collector, or set "
             "nicInclusionRegexOverride to pin the devices to monitor by hand")
     try:
@@ -53,5 +67,22 @@ def load_gpu_topology(path: str) -> GpuTopology:
                                 f"of topology levels")
         matrix[str(nic)] = tuple(levels)
     # Every GPU at numa_node -1 (a VM): the NUMA gate is skipped (DESIGN §2.10), not a refusal.
-    return GpuTopology(frozenset(numa), tuple(addresses), matrix, source="metadata",
-                       numa_gate=bool(numa))
+    return (GpuTopology(frozenset(numa), tuple(addresses), matrix, source="metadata",
+                        numa_gate=bool(numa)), hashlib.sha256(raw).hexdigest())
+
+
+def resolve_names(names: Iterable[str], current: Mapping[str, str],
+                  kept: Optional[Mapping[str, str]]) -> dict[str, str]:
+    """The function each metadata name names: as ``kept`` (the resolution made when this
+    content was first read) where it has the name, else as the name is now (``current``),
+    unless that function is kept under another name already (the name then named another
+    function when the file was written, or the file lists one function twice): unresolved,
+    so that no row is given to the wrong device."""
+    resolved = dict(kept or {})
+    claimed = set(resolved.values())
+    for name in names:
+        address = current.get(name)
+        if name not in resolved and address is not None and address not in claimed:
+            resolved[name] = address
+            claimed.add(address)
+    return resolved

@@ -81,6 +81,20 @@ def scan(sysfs_root: str, class_infiniband: str) -> PciScan:
     return PciScan(tuple(gpus), nics, nvswitches, problem)
 
 
+def current_functions(class_infiniband: str) -> dict[str, str]:
+    """The PCI address of every RDMA device now (name -> address, from ``<name>/device``)."""
+    try:
+        names = sorted(os.listdir(class_infiniband))
+    except OSError:
+        return {}
+    found = {}
+    for name in names:
+        link = os.path.join(class_infiniband, name, "device")
+        if os.path.exists(link):
+            found[name] = os.path.basename(os.path.realpath(link))
+    return found
+
+
 def read_pci_topology(sysfs_root: str, class_infiniband: str) -> GpuTopology:
     """The GPU↔NIC matrix of this host, derived from the PCI tree."""
     found = scan(sysfs_root, class_infiniband)

@@ -113,6 +113,9 @@ def test_every_mutation_subcommand(root: str, capsys: pytest.CaptureFixture[str]
         ("reboot", root),
         ("show", root),
         ("driver-reload", root, "--rename"),
+        ("driver-reload", root, "--swap", "mlx5_17", "mlx5_18"),
+        ("driver-unload", root),
+        ("driver-load", root, "--swap", "mlx5_17", "mlx5_18"),
     ]
     for argv in ok:
         code, out, err = run(capsys, *argv)
@@ -130,6 +133,9 @@ def test_every_mutation_subcommand(root: str, capsys: pytest.CaptureFixture[str]
             assert "mlx5_12" in out and "management" in out
         if argv[0] == "driver-reload" and "--rename" in argv:
             assert "mlx5_0 -> mlx5_17" in out
+        if "--swap" in argv:
+            moved = set(out.split(": ", 1)[1].strip().split(", "))
+            assert moved == {"mlx5_17 -> mlx5_18", "mlx5_18 -> mlx5_17"}
 
 
 @pytest.mark.parametrize(
@@ -161,6 +167,9 @@ def test_every_mutation_subcommand(root: str, capsys: pytest.CaptureFixture[str]
         ("driver-load", "{root}"),
         ("driver-reload", "{root}", "--down", "-1"),
         ("driver-reload", "{root}", "--down", "x"),
+        ("driver-reload", "{root}", "--swap", "mlx5_0", "mlx5_0"),
+        ("driver-reload", "{root}", "--swap", "mlx5_0", "mlx5_99"),
+        ("driver-reload", "{root}", "--swap", "mlx5_0"),
         ("show", "{root}/sys"),
         ("create", "{root}", "--profile", "nope"),
         ("frobnicate",),

@@ -373,6 +373,37 @@ def test_driver_unload_and_load_keep_the_pci_functions_and_zero_the_counters(
         mutate.load_driver(root)
 
 
+def test_driver_reload_with_swap_trades_two_names_at_their_pci_functions(root: Path) -> None:
+    """A reload with another probe order: mlx5_0 (IB compute, 0000:18:00.0) and mlx5_1
+    (Ethernet storage, 0000:29:00.0) come back under each other's names."""
+    ib1 = root / "sys/class/infiniband/mlx5_1"
+    functions = {n: os.path.realpath(root / f"sys/class/infiniband/{n}/device")
+                 for n in ("mlx5_0", "mlx5_1")}
+    layer = (root / IB0 / "ports/1/link_layer").read_text()
+    roles = tree.load(root)["roles"]
+    vfs = {d["name"] for d in tree.load(root)["devices"] if d.get("physfn") == "mlx5_0"}
+    for bad in (("mlx5_0", "mlx5_0"), ("mlx5_0", "mlx5_99")):
+        with pytest.raises(SimError):
+            mutate.driver_reload(root, swap=bad)
+        assert os.path.realpath(root / IB0 / "device") == functions["mlx5_0"]  # untouched
+    names = mutate.driver_reload(root, swap=("mlx5_0", "mlx5_1"))
+    assert (names["mlx5_0"], names["mlx5_1"], names["mlx5_2"]) == ("mlx5_1", "mlx5_0", "mlx5_2")
+    assert os.path.realpath(root / IB0 / "device") == functions["mlx5_1"]
+    assert os.path.realpath(ib1 / "device") == functions["mlx5_0"]
+    assert (ib1 / "ports/1/link_layer").read_text() == layer
+    assert (root / IB0 / "node_desc").read_text() == "mlx5_0\n"
+    manifest = tree.load(root)
+    assert tree.device(manifest, "mlx5_0")["pci"] == "0000:29:00.0"
+    assert tree.device(manifest, "mlx5_1")["pci"] == "0000:18:00.0"
+    assert (manifest["roles"]["mlx5_0"], manifest["roles"]["mlx5_1"]) == \
+        (roles["mlx5_1"], roles["mlx5_0"])
+    assert {d["name"] for d in manifest["devices"] if d.get("physfn") == "mlx5_1"} == vfs
+    assert not list((root / ".removed").rglob("*"))  # no old class link left behind
+    count = len(manifest["devices"])
+    shifted = mutate.driver_reload(root, rename=True, swap=("mlx5_0", "mlx5_1"))
+    assert (shifted["mlx5_0"], shifted["mlx5_1"]) == (f"mlx5_{count + 1}", f"mlx5_{count}")
+
+
 def test_driver_reload_with_rename_shifts_every_name(root: Path) -> None:
     count = len(tree.load(root)["devices"])
     slept: list[float] = []
