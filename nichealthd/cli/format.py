@@ -444,8 +444,16 @@ def status_lines(status: dict[str, Any], systemd: dict[str, Any], style: Style,
     if ago is not None and status.get("last_poll"):
         last += f" ({ago:.1f} s ago)"
     if status.get("devices_found") is False:
-        ports = NO_DEVICES
+        ports = "no ports monitored" if status.get("problems") else NO_DEVICES
     rows: list[tuple[str, str, Optional[str]]] = [("ports", ports, None)]
+    reloading = [str(d) for d in status.get("devices_reloading") or []]
+    if reloading:
+        try:
+            since = f"{parse_timestamp(str(status.get('reloading_since'))).astimezone():%H:%M:%S}"
+        except ValueError:
+            since = "?"
+        rows.append(("reloading", f"{len(reloading)} devices gone at once since {since} "
+                     f"(driver reload; last health kept): {', '.join(reloading)}", "yellow"))
     for problem in status.get("problems") or []:
         text = str(problem)
         severity = "fatal" if any(text.startswith(p + " ")
