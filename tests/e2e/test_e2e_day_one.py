@@ -1,5 +1,7 @@
-"""The unit's start limit under real systemd: an operator's restarts never leave the service
-stopped, a crash loop still does.
+"""What an operator meets in the first hour with the installed service, under real systemd.
+
+The unit's start limit: an operator's restarts never leave the service stopped, a crash loop
+still does.
 
 systemd counts every start against ``StartLimitBurst=`` within ``StartLimitIntervalSec=``,
 ``systemctl restart`` included, not only the restarts of ``Restart=`` (systemd.unit(5)). With
@@ -15,6 +17,9 @@ configuration was refused (``start-limit-hit``) and the host went unmonitored.
    takes seconds; the limit is the unit's.
 3. a start failure the operator must fix (exit 2, an invalid configuration) is not restarted
    at all (``RestartPreventExitStatus=``).
+
+A simulated host under /tmp, which the service's PrivateTmp= hides: the service says so and
+is not healthy (it used to watch nothing and report OK / HEALTHY).
 """
 
 from __future__ import annotations
@@ -78,3 +83,25 @@ def test_ten_restarts_leave_it_running_and_a_crash_loop_is_still_stopped(boot):
     c.wait_for(lambda: c.show(UNIT, "ActiveState") == "failed", 30, what="exit 2 to fail")
     assert c.show(UNIT, "Result") == "exit-code"
     assert c.show(UNIT, "NRestarts") == "0"
+
+
+def test_a_sim_tree_under_tmp_is_named_as_hidden_and_not_healthy(boot):
+    c = boot("deps")
+    install_from_source(c)
+    root = "/tmp/simhost"
+    c.run(["nichealthd-sim", "create", root, "--profile", "dgx-h100"], timeout=120)
+    c.path("/etc/nichealthd/config.toml").write_text(
+        f'sysfsRoot = "{root}/sys"\nprocRoot = "{root}/proc"\n'
+        f'metadataPath = "{root}/gpu_metadata.json"\n')
+    res = c.run(["systemctl", "restart", UNIT], check=False, timeout=90)
+    assert res.returncode == 0, res.stderr + diagnose(c)
+    status = c.show(UNIT, "StatusText")
+    print(f"STATUS={status}")
+    assert status.startswith(f"no ports monitored (sysfs root {root}/sys has no class"), status
+    assert "PrivateTmp=yes" in status and "/srv/nichealthd-sim" in status
+    check = c.run(["nichealthctl", "check"], check=False)
+    print(check.stdout)
+    assert check.returncode == 1 and "PrivateTmp=yes" in check.stdout, check.stdout
+    journal = c.journal(UNIT)
+    for key in ("procRoot", "metadataPath"):
+        assert f"{key} {root}/" in journal and f"point {key} there" in journal, journal[-3000:]
