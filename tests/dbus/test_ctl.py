@@ -274,12 +274,17 @@ def test_daemon_not_running_gives_one_line_and_exit_3(system_bus: Any) -> None:
 
 
 def test_no_bus_at_all_gives_one_line_and_exit_3(tmp_path: Path) -> None:
-    env = {"DBUS_SYSTEM_BUS_ADDRESS": f"unix:path={tmp_path}/no-such-socket"}
+    """Without a bus, nichealthctl falls back to the varlink socket: this test names one of
+    its own (absent), so a daemon running on this machine at the default socket is never
+    reached."""
+    env = {"DBUS_SYSTEM_BUS_ADDRESS": f"unix:path={tmp_path}/no-such-socket",
+           "NICHEALTHCTL_VARLINK_SOCKET": str(tmp_path / "no-such-varlink")}
     for args in (("show", "ports"), ("status",), ("check",)):
         out = ctl(*args, env=env)
         assert out.returncode == 3
         line = assert_one_line_no_traceback(out)
         assert "no-such-socket" in line and ("is dbus running?" in line)
+        assert f"{tmp_path}/no-such-varlink" in line, line
 
 
 def test_config_check(tmp_path: Path) -> None:
