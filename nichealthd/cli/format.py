@@ -14,7 +14,7 @@ import textwrap
 from datetime import datetime, timedelta
 from typing import IO, Any, Optional, Sequence, Union
 
-from ..core.events import parse_timestamp
+from ..core.events import local_clock, parse_timestamp
 
 ELLIPSIS = "…"
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec")
@@ -470,10 +470,7 @@ def status_lines(status: dict[str, Any], systemd: dict[str, Any], style: Style,
     rows: list[tuple[str, str, Optional[str]]] = [("ports", ports, None)]
     reloading = [str(d) for d in status.get("devices_reloading") or []]
     if reloading:
-        try:
-            since = f"{parse_timestamp(str(status.get('reloading_since'))).astimezone():%H:%M:%S}"
-        except ValueError:
-            since = "?"
+        since = local_clock(str(status.get("reloading_since") or "")) or "?"
         rows.append(("reloading", f"{len(reloading)} devices gone at once since {since} "
                      f"(driver reload; last health kept): {', '.join(reloading)}", "yellow"))
     for problem in status.get("problems") or []:

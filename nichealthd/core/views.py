@@ -22,7 +22,7 @@ from .checks.link_state import LINK_STATE
 from .checks.ports import is_active, split_state
 from .config import Config
 from .evaluate import CycleResult
-from .events import format_timestamp, parse_timestamp
+from .events import format_timestamp, local_clock
 from .family import supplies
 from .health import UNCABLED, UNKNOWN, HostHealth, PortHealth, assess
 from .model import HostSnapshot, Unreadable, is_value
@@ -334,17 +334,10 @@ def status_summary(health: dict[str, Any]) -> str:
         text += f" (health {health['health']})"
     reloading = health.get("devices_reloading") or []
     if reloading:
+        since = local_clock(str(health.get("reloading_since", "")))
         text += (f"; driver reload: {len(reloading)} RDMA device{'s' if len(reloading) > 1 else ''}"
-                 f" gone at once{_since(health.get('reloading_since', ''))}, judgement held")
+                 f" gone at once{f' since {since}' if since else ''}, judgement held")
     return text
-
-
-def _since(stamp: str) -> str:
-    """`` since 15:37:46`` (local time, as ``systemctl status`` shows times), or ""."""
-    try:
-        return f" since {parse_timestamp(stamp).astimezone():%H:%M:%S}" if stamp else ""
-    except ValueError:
-        return ""
 
 
 def monitored_port_keys(snapshot: HostSnapshot, result: CycleResult) -> set[str]:
