@@ -171,6 +171,26 @@ def test_toml_page_and_shipped_config_list_every_key():
         assert re.search(rf"^\.BR? {field}\b", counters, re.M), field
 
 
+REQUEST_AT_END = re.compile(r"\S\.(TP|PP|LP|IP|SH|SS|RS|RE|TH|nf|fi)\s*$")
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_request_starts_its_own_line(page):
+    """A request glued to the end of a text line (``event..TP``) is printed as text, and the
+    paragraph it should have started runs into the one before: nicTemperatureInterval was
+    swallowed so."""
+    for number, line in enumerate((MAN / page).read_text().splitlines(), 1):
+        if not line.startswith((".", "'")):
+            assert not REQUEST_AT_END.search(line), f"{page}:{number}: {line}"
+
+
+def test_every_general_key_is_a_tagged_paragraph():
+    lines = section("nichealthd.toml.5", "GENERAL KEYS").splitlines()
+    for i, line in enumerate(lines):
+        if re.match(r'^\.BR \w+ " = ', line):
+            assert lines[i - 1] == ".TP", (lines[i - 1], line)
+
+
 def test_toml_page_default_counter_table():
     text = section("nichealthd.toml.5", "COUNTER DETECTION")
     entries = re.findall(r"^\.TP\n\.B (\w+)\n\.IR (\S+) ;\n([\w-]+), \w+: ([^.]+)\.$", text, re.M)

@@ -204,6 +204,28 @@ def test_start_failures_the_operator_must_fix_keep_the_start_budget():
     assert d[("Service", "Restart")] == ["on-failure"]
 
 
+
+def _seconds(value: str) -> float:
+    """A systemd time span of this unit (``30s``, ``10min``, ``1h``) in seconds."""
+    number, unit = re.fullmatch(r"(\d+)\s*(s|min|h)?", value.strip()).groups()  # type: ignore[union-attr]
+    return int(number) * {"s": 1, "min": 60, "h": 3600, None: 1}[unit]
+
+
+def test_start_limit_allows_ten_restarts_and_still_stops_a_watchdog_loop():
+    """Every start counts against the start limit, `systemctl restart` included
+    (systemd.unit(5)): ten restarts within 10 minutes (eleven starts with the first) must fit
+    it, so that an operator iterating on the configuration is not left unmonitored; and a
+    crash loop must still exhaust it. The slowest loop it must catch is a watchdog kill right
+    after each start: WatchdogSec= + RestartSec= per start (tests/e2e/test_e2e_restarts.py
+    runs both under real systemd)."""
+    d = directives()
+    interval = _seconds(d[("Unit", "StartLimitIntervalSec")][-1])
+    burst = int(d[("Unit", "StartLimitBurst")][-1])
+    assert burst >= 1 + 10 and interval >= 10 * 60
+    watchdog_cycle = (_seconds(d[("Service", "WatchdogSec")][-1])
+                      + _seconds(d[("Service", "RestartSec")][-1]))
+    assert (burst - 1) * watchdog_cycle < interval, (burst, watchdog_cycle, interval)
+
 def test_kmsg_dropin_grants_reading_dev_kmsg_and_nothing_else():
     """#17: the example drop-in for kernelLog = "kmsg" (installed by the packages under
     /usr/share/doc/nichealthd/examples/): the node, read only, and CAP_SYSLOG for

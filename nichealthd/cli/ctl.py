@@ -32,6 +32,7 @@ from .format import (
     counters_table,
     devices_table,
     event_line,
+    no_events_line,
     output_width,
     pcie_table,
     ports_table,
@@ -203,6 +204,12 @@ async def cmd_show_ports(args: argparse.Namespace) -> int:
 
 
 async def cmd_show_devices(args: argparse.Namespace) -> int:
+    if not args.json:
+        async with session(args) as client:
+            records = await client.list_devices()
+        # No device present, missing, held or lost: one line, not a bare header.
+        print_lines(devices_table(records, _style(), _width(args)) if records else [NO_DEVICES])
+        return EXIT_OK
     return await _show_records(args, "list_devices", devices_table)
 
 
@@ -248,17 +255,24 @@ async def cmd_events(args: argparse.Namespace) -> int:
         else:
             events = await client.list_events(history) if history is not None else []
         last_seq = int(events[-1]["seq"]) if events else 0
+        hidden = 0
         if not args.all:
-            events = [e for e in events if not baselines.is_baseline(e)]
+            kept = [e for e in events if not baselines.is_baseline(e)]
+            hidden, events = len(events) - len(kept), kept
         events = events[-args.lines:] if args.lines else []
         if not args.follow:
             if args.json:
                 emit_json([_event_json(e) for e in events])
-            else:
+            elif events:
                 print_lines([event_line(e, style, width) for e in events])
+            elif args.lines:  # a quiet host: say so rather than print nothing
+                print(no_events_line(hidden))
             return EXIT_OK
         for event in events:
             _print_event(event, args.json, style, width)
+        if not events and args.lines and not args.json:  # beside the stream, not in it
+            print(f"nichealthctl: {no_events_line(hidden)}; waiting for new ones (Ctrl-C to "
+                  f"stop)", file=sys.stderr, flush=True)
         shown = None if args.all else baselines
         return await _follow(client, notes, last_seq, args.json, style, width, shown)
 

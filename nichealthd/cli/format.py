@@ -10,10 +10,11 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import textwrap
 from datetime import datetime, timedelta
 from typing import IO, Any, Optional, Sequence, Union
 
-from ..core.events import parse_timestamp
+from ..core.events import local_clock, parse_timestamp
 
 ELLIPSIS = "…"
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec")
@@ -365,14 +366,35 @@ def counters_table(records: list[dict[str, Any]], style: Style, width: int = 80)
     return lines
 
 
+MESSAGE_MIN = 30  # below this many columns beside the head, the message goes under it
+
+
 def event_line(event: dict[str, Any], style: Style, width: int = 80) -> str:
-    """``2026-01-01T00:00:00Z  fatal     Port mlx5_0 port 1: …``, cut to ``width`` with an
-    ellipsis (``--wide`` or ``--json`` for the whole message)."""
+    """``2026-01-01T00:00:00Z  fatal     Port mlx5_0 port 1: …``; a message longer than the
+    room beside the head wraps onto indented lines within ``width`` (never cut: the reason is
+    at its end), one event per line with ``--wide``. May hold several lines."""
     severity = str(event.get("severity") or "")
     stamp = str(event.get("generatedTimestamp", "?"))
     head = f"{stamp}  {severity.ljust(8)}  "
-    message = fit(str(event.get("message", "")), max(width - len(head), 10))
-    return f"{stamp}  {style.health(severity, severity.ljust(8))}  {message}"
+    painted = f"{stamp}  {style.health(severity, severity.ljust(8))}  "
+    message = str(event.get("message", ""))
+    if len(head) + len(message) <= width:
+        return painted + message
+    if width - len(head) >= MESSAGE_MIN:  # beside the head, continued under the message
+        indent = " " * len(head)
+        lines = textwrap.wrap(message, width - len(head))
+        return "\n".join([painted + lines[0]] + [indent + line for line in lines[1:]])
+    lines = textwrap.wrap(message, max(width - 2, 10))  # a narrow terminal: under the head
+    return "\n".join([painted.rstrip()] + ["  " + line for line in lines])
+
+
+def no_events_line(hidden: int) -> str:
+    """What ``events`` prints when there is nothing to show (``hidden``: boot baselines left
+    out without ``--all``)."""
+    if not hidden:
+        return "no events"
+    return (f"no events besides the boot baselines ({hidden} hidden: "
+            f"nichealthctl events --all shows them)")
 
 
 CLEAR_MARK = "no state from this boot"
@@ -444,8 +466,13 @@ def status_lines(status: dict[str, Any], systemd: dict[str, Any], style: Style,
     if ago is not None and status.get("last_poll"):
         last += f" ({ago:.1f} s ago)"
     if status.get("devices_found") is False:
-        ports = NO_DEVICES
+        ports = "no ports monitored" if status.get("problems") else NO_DEVICES
     rows: list[tuple[str, str, Optional[str]]] = [("ports", ports, None)]
+    reloading = [str(d) for d in status.get("devices_reloading") or []]
+    if reloading:
+        since = local_clock(str(status.get("reloading_since") or "")) or "?"
+        rows.append(("reloading", f"{len(reloading)} devices gone at once since {since} "
+                     f"(driver reload; last health kept): {', '.join(reloading)}", "yellow"))
     for problem in status.get("problems") or []:
         text = str(problem)
         severity = "fatal" if any(text.startswith(p + " ")

@@ -157,4 +157,13 @@ def parse_timestamp(text: str) -> datetime:
     return moment.astimezone(timezone.utc)
 
 
+def local_clock(text: str) -> str:
+    """``15:37:46``: the local time of day of an RFC 3339 stamp, as ``systemctl status``
+    shows times; "" when it is empty or not a time."""
+    try:
+        return f"{parse_timestamp(text).astimezone():%H:%M:%S}" if text else ""
+    except ValueError:
+        return ""
+
+
 BACKDATE = timedelta(milliseconds=1)

@@ -175,6 +175,9 @@ def assess(state: MonitorState, snapshot: HostSnapshot, roles: Mapping[str, Role
         if not short:
             other.append((FATAL, reason))
 
+    if snapshot.blind:  # nothing could be looked at: never healthy (no host-wide unknown)
+        other.append((DEGRADED, snapshot.blind))
+
     attributed = {key[0] for key, (_, _, present) in bases.items() if not present}
     for name in sorted(links.missing_devices):
         if name not in attributed:

@@ -169,6 +169,8 @@ RULE_FIELDS = ("name", "regex", "enabled", "isFatal", "window", "errorCode", "de
 def _regex(value: Any) -> str:
     if not isinstance(value, str) or not value:
         raise ValueError(f"expected a regular expression, got {show(value)}")
+    if "\0" in value:  # as every string of the file (nichealthd.toml(5)); a log line has none
+        raise ValueError("must not contain a NUL byte")
     try:
         re.compile(value)
     except (re.error, RecursionError, OverflowError) as exc:
@@ -188,8 +190,10 @@ def _name(value: Any) -> str:
 
 
 def _text(value: Any) -> str:
-    if not isinstance(value, str) or "\0" in value:
+    if not isinstance(value, str):
         raise ValueError(f"expected a string, got {show(value)}")
+    if "\0" in value:
+        raise ValueError("must not contain a NUL byte")
     return value
 
 

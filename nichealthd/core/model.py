@@ -225,6 +225,10 @@ class HostSnapshot:
     # them: the kernel-log family commits it with the poll (None: nothing was read, keep it).
     kernel_lines: tuple[KernelLine, ...] = ()
     kernel_cursor: Optional[str] = None
+    # Why this poll could see nothing at all ("" normally): the configured sysfs root is not a
+    # sysfs (no class directory; e.g. a tree the service's sandbox hides). Not a host without
+    # devices: the health model makes it a host-wide degradation.
+    blind: str = ""
 
     def device(self, name: str) -> Optional[DeviceSnapshot]:
         for device in self.devices:

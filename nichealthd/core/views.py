@@ -7,6 +7,7 @@ every surface tells the same story.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Optional
 
 from .adapter_views import adapter_fields, lost_nic_records
@@ -21,7 +22,7 @@ from .checks.link_state import LINK_STATE
 from .checks.ports import is_active, split_state
 from .config import Config
 from .evaluate import CycleResult
-from .events import format_timestamp
+from .events import format_timestamp, local_clock
 from .family import supplies
 from .health import UNCABLED, UNKNOWN, HostHealth, PortHealth, assess
 from .model import HostSnapshot, Unreadable, is_value
@@ -29,6 +30,7 @@ from .pciviews import pci_fields
 from .state import DEGRADED, FATAL, HEALTHY, MonitorState, counter_key
 
 HEALTH_ORDER = (HEALTHY, DEGRADED, FATAL)
+NO_DEVICES = "no InfiniBand/RoCE devices found"
 
 
 def port_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorState,
@@ -255,11 +257,34 @@ def counter_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorS
 def health_status(snapshot: Optional[HostSnapshot], result: Optional[CycleResult],
                   state: MonitorState) -> dict[str, Any]:
     """The health keys of the daemon status (D-Bus GetStatus, ``nichealthctl status``, the
-    STATUS= line): overall health, counts by health, and the fatal and degraded ports by name
-    with their reasons. Before the first poll nothing is judged: all zero, ``healthy``."""
+    STATUS= line): overall health, counts by health, the fatal and degraded ports by name
+    with their reasons, the devices a driver event holds, and whether there is anything to
+    watch at all. Before the first poll nothing is judged: all zero, ``healthy``."""
     if snapshot is None or result is None:
-        return dict(_status_keys(HostHealth({})))
-    return dict(_status_keys(assess_host(snapshot, result, state)))
+        return {**_status_keys(HostHealth({})), "devices_found": True,
+                "devices_reloading": [], "reloading_since": ""}
+    host = assess_host(snapshot, result, state)
+    reloading, since = reloading_devices(state)
+    return {
+        **_status_keys(host),
+        # False only when the picture is empty: no device in this poll, no port judged (a
+        # driver reload's held ports and gone devices' ports are judged) and none held.
+        "devices_found": bool(snapshot.devices or host.ports or reloading),
+        "devices_reloading": list(reloading),
+        "reloading_since": format_timestamp(since) if since else "",
+    }
+
+
+def reloading_devices(state: MonitorState) -> tuple[tuple[str, ...], Optional[datetime]]:
+    """The devices a driver event holds (every known device gone at once: no verdict on them
+    while it lasts; ``show devices`` says RELOADING) and since when, from the link-state and
+    EFA sections; ``((), None)`` when none is in progress."""
+    events = [e for e in (state.section(LINK_STATE).driver_event,
+                          state.section(EFA_STATE).driver_event) if e is not None]
+    if not events:
+        return (), None
+    return (tuple(sorted({d for e in events for d in e.devices})),
+            min(e.since for e in events))
 
 
 _LAST_KEYS: list[tuple[HostHealth, dict[str, Any]]] = []
@@ -290,9 +315,14 @@ def _status_keys(host: HostHealth) -> dict[str, Any]:
 
 def status_summary(health: dict[str, Any]) -> str:
     """``12 ports: 11 healthy, 0 degraded, 1 fatal (mlx5_5/1 link_downed breached)``: the
-    first part of STATUS=, from :func:`health_status`."""
+    first part of STATUS=, from :func:`health_status`; ``no InfiniBand/RoCE devices found``
+    only when there is nothing to watch and nothing wrong. During a driver reload the held
+    ports keep the health they had (as ``check`` says) and the reload is named."""
+    if not health.get("devices_found", True) and not health["problems"]:
+        return NO_DEVICES
     text = (f"{health['ports_total']} ports: {health['ports_healthy']} healthy, "
-            f"{health['ports_degraded']} degraded, {health['ports_fatal']} fatal")
+            f"{health['ports_degraded']} degraded, {health['ports_fatal']} fatal"
+            if health["ports_total"] else "no ports monitored")
     if health["ports_uncabled"]:
         text += f", {health['ports_uncabled']} uncabled"
     problems = health["problems"]
@@ -302,6 +332,11 @@ def status_summary(health: dict[str, Any]) -> str:
         text += f" ({'; '.join(shown)}{more})"
     elif health["health"] != HEALTHY:
         text += f" (health {health['health']})"
+    reloading = health.get("devices_reloading") or []
+    if reloading:
+        since = local_clock(str(health.get("reloading_since", "")))
+        text += (f"; driver reload: {len(reloading)} RDMA device{'s' if len(reloading) > 1 else ''}"
+                 f" gone at once{f' since {since}' if since else ''}, judgement held")
     return text
 
 

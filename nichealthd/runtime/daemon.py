@@ -45,6 +45,7 @@ from .startup import (
     log_topology,
     prepare_state_dir,
     topology_loader,
+    warn_hidden_paths,
 )
 
 __all__ = ["EXIT_CRASH", "EXIT_OK", "EXIT_STARTUP", "EXIT_USAGE", "build_parser", "main",
@@ -152,6 +153,7 @@ def start(args: argparse.Namespace) -> Startup:
     raise_nofile_limit()  # before the reader sizes its fd budget from the limit
     for notice in config.notices:
         log.warning("%s", notice)
+    warn_hidden_paths(config)
     choice = choose_topology(config)
     prepare_state_dir(config)
     monitor = Monitor(config, choice.topology, topology_loader=topology_loader(config),

@@ -54,7 +54,6 @@ from .pollguard import COMMIT, EVALUATE, READ, PollFailed, PollGuard, describe_e
 log = logging.getLogger("nichealthd.monitor")
 
 FLUSH_SECONDS = 60.0
-NO_DEVICES = "no InfiniBand/RoCE devices found"
 
 # Reads the topology again (GPU matrix and default route) and says why it came from where it
 # did: runtime.startup.choose_topology, bound to the config.

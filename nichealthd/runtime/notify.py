@@ -48,8 +48,6 @@ class Notifier:
         self.watchdog_seconds = watchdog_seconds if self.enabled else 0.0
         self._notifier = _Socket(socket_path) if socket_path else None
         self._last_status = ""
-        self._last_summary = ""
-        self._sent_at = float("-inf")
 
     @classmethod
     def from_environment(cls) -> Notifier:
@@ -67,17 +65,13 @@ class Notifier:
 
     def ready(self, status: str) -> None:
         self._last_status = status
-        self._last_summary = status.rsplit("; last poll", 1)[0]
-        self._sent_at = time.monotonic()
         self._send(f"READY=1\nSTATUS={status}")
 
-    def status(self, status: str, refresh: float = 0.0) -> None:
-        """Send STATUS= when the summary changed (ignoring the time of the last poll), or
-        every ``refresh`` seconds so that ``systemctl status`` shows a recent poll time."""
-        summary = status.rsplit("; last poll", 1)[0]
-        now = time.monotonic()
-        if summary != self._last_summary or now - self._sent_at >= refresh:
-            self._last_status, self._last_summary, self._sent_at = status, summary, now
+    def status(self, status: str) -> None:
+        """Send STATUS= when it changed: a quiet host sends none (the text holds nothing that
+        goes stale, such as a time)."""
+        if status != self._last_status:
+            self._last_status = status
             self._send(f"STATUS={status}")
 
     def watchdog(self) -> None:

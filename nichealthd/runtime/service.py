@@ -36,7 +36,6 @@ from ..surfaces.dbus_api import DbusService
 from ..surfaces.eventlog import EventLog
 from ..surfaces.metrics import MetricsService
 from ..surfaces.varlink import VarlinkService
-from .monitor import NO_DEVICES
 from .notify import Notifier
 from .pollguard import PollFailed
 from .pollworker import WOKEN, PollWorker, Woken
@@ -48,13 +47,13 @@ from .startup import (
     consumers,
     log_topology,
     topology_loader,
+    warn_hidden_paths,
 )
 
 log = logging.getLogger("nichealthd")
 
 STOP_DELIVERY_SECONDS = 5.0
 STOP_POLL_GRACE = 10.0
-STATUS_REFRESH_SECONDS = 10.0
 HEALTHY_EVENTS_LOGGED = 10
 SERVICES: tuple[Callable[[ServiceContext], Service], ...] = (
     ConnectorService, DbusService, MetricsService, VarlinkService)
@@ -134,12 +133,13 @@ class Daemon:
                              self.monitor.state)
 
     def status_line(self) -> str:
-        """``32 ports: 30 healthy, 1 degraded, 1 fatal; connector connected; last poll …``"""
-        parts = [NO_DEVICES if self.rdma_devices() == 0 else
-                 status_summary(self.health_status())]
-        parts.append(self._connector_summary())
-        if self.last_poll_wall is not None:
-            parts.append(f"last poll {self.last_poll_wall.astimezone():%H:%M:%S}")
+        """``32 ports: 30 healthy, 1 degraded, 1 fatal; connector connected``.
+
+        No time of the last poll: it would be stale between two STATUS= messages, and a
+        message every poll would wake the service manager every second. ``nichealthctl
+        status`` shows the real one; the watchdog restarts a daemon whose polls stop, and
+        failing polls are named here (``poll_error``)."""
+        parts = [status_summary(self.health_status()), self._connector_summary()]
         if self.reload_error:
             parts.append(f"reload rejected: {self.reload_error}")
         problem = self.monitor.guard.reason()
@@ -204,7 +204,7 @@ class Daemon:
             if isinstance(outcome, PollFailed):
                 # Logged and counted by the monitor's guard; the watchdog keepalive stops
                 # only if polls keep failing past its interval (last_poll_monotonic is old).
-                self.notifier.status(self.status_line(), refresh=STATUS_REFRESH_SECONDS)
+                self.notifier.status(self.status_line())
             elif isinstance(outcome, PollOutcome):
                 self._after_poll(outcome)
                 # READY=1 only once a poll has been committed: a daemon that cannot read or
@@ -213,6 +213,8 @@ class Daemon:
                     self.notifier.ready(self.status_line())
                     log.info("nichealthd %s ready: %s", __version__, self.status_line())
                     first = False
+                else:
+                    self.notifier.status(self.status_line())
             if self._reload_requested:
                 self._reload_requested = False
                 await self._reload()
@@ -280,7 +282,6 @@ class Daemon:
             listener(outcome)
         # Set last: /healthz answers 200 only once every service has published this poll.
         self.last_poll_monotonic = time.monotonic()
-        self.notifier.status(self.status_line(), refresh=STATUS_REFRESH_SECONDS)
 
     def _tell_services(self, hook: str, argument: Any) -> None:
         """Call a hook on every service; one failing service never stops the others."""
@@ -320,6 +321,7 @@ class Daemon:
         self._tell_services("on_reload", config)
         for notice in config.notices:
             log.warning("%s", notice)
+        warn_hidden_paths(config)
         log.info("configuration reloaded from %s (polling every %s)", self.args.config,
                  format_duration(config.polling_interval))
         self.notifier.ready(self.status_line())
@@ -407,7 +409,6 @@ class Daemon:
             "dead_letters": self.connector.dead_letters,
             **self.health_status(),
             "rdma_devices": self.rdma_devices() or 0,
-            "devices_found": self.rdma_devices() != 0,
             "topology": self.monitor.topology_summary,
             "topology_source": self.monitor.topology.gpus.source,
             "topology_reason": self.monitor.topology_reason,

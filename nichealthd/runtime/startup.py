@@ -19,6 +19,7 @@ from ..core.topology import GpuTopology, MetadataError
 from ..sources.gpu_metadata import read_gpu_metadata, resolve_names
 from ..sources.pci import current_functions, read_pci_topology
 from ..sources.routes import rdma_devices_of, read_default_route_netdevs
+from ..sources.sandbox import hidden_paths, sandbox_hint
 from ..storage.metadata_names import load_names, names_path, save_names
 from ..surfaces.eventlog import EventLog
 from .monitor import Monitor
@@ -26,15 +27,16 @@ from .monitor import Monitor
 log = logging.getLogger("nichealthd")
 
 EXIT_OK, EXIT_STARTUP, EXIT_USAGE = 0, 1, 2
-PRIVATE_TMP_HINT = ("; if nichealthd runs as the installed service, note that it runs with "
-                    "PrivateTmp=yes: /tmp and /var/tmp are private to it, so put the tree "
-                    "elsewhere (e.g. /srv/nichealthd-sim)")
 
 
-def sandbox_hint(path: str) -> str:
-    """Why a path an operator sees may be missing for the service: PrivateTmp=."""
-    under_tmp = any(path == d or path.startswith(d + "/") for d in ("/tmp", "/var/tmp"))
-    return PRIVATE_TMP_HINT if under_tmp and not os.path.exists(path) else ""
+def warn_hidden_paths(config: Config) -> None:
+    """At start and reload: each configured path the service's sandbox hides (PrivateTmp=,
+    ProtectHome=), with what to do. The sysfs root is the reader's to report (it is also a
+    condition of the health: a blind daemon is not a healthy host)."""
+    paths = {"procRoot": config.proc_root, "bootIdPath": config.boot_id_path_setting,
+             "metadataPath": config.metadata_path}
+    for warning in hidden_paths(paths):
+        log.warning("%s", warning)
 
 
 class StartupError(Exception):
@@ -75,14 +77,15 @@ def _choose_gpu_topology(config: Config) -> tuple[GpuTopology, str, tuple[str, .
             gpus, notes = _from_metadata(config)
         except MetadataError as exc:
             if mode == "metadata":
-                raise StartupError(f"{exc}{sandbox_hint(config.metadata_path)} (or set "
-                                   f"topologySource = \"auto\" to derive the topology from "
-                                   f"sysfs)") from None
+                hint = sandbox_hint(config.metadata_path, "metadataPath")
+                raise StartupError(f"{exc}{hint} (or set topologySource = \"auto\" to derive "
+                                   f"the topology from sysfs)") from None
             return _from_sysfs(config), f"topologySource = auto, and {exc}", ()
         return gpus, (f"topologySource = {mode}, NVSentinel's GPU metadata file (metadataPath)"
                       f" is present and valid"), notes
     return _from_sysfs(config), (f"topologySource = auto, no GPU metadata file at "
-                                 f"{config.metadata_path}{sandbox_hint(config.metadata_path)}"), ()
+                                 f"{config.metadata_path}"
+                                 f"{sandbox_hint(config.metadata_path, 'metadataPath')}"), ()
 
 
 def _from_sysfs(config: Config) -> GpuTopology:

@@ -47,6 +47,7 @@ from .adapter import AdapterReader, mellanox_function
 from .attribute import FD_EXHAUSTED as _FD_EXHAUSTED
 from .attribute import AttributeFiles
 from .attribute import read_text as _read_text
+from .sandbox import sysfs_root_problem
 
 log = logging.getLogger("nichealthd.sysfs")
 
@@ -224,6 +225,7 @@ class SysfsReader:
         self._discovered_at = float("-inf")
         self._dirty = True
         self._boot_id: Optional[str] = None  # constant for the life of the process
+        self._blind = ""  # why the sysfs root shows nothing at all (set while it cannot list)
         self.einval: set[str] = set()
         # Devices whose counters are not read (management NICs, excluded devices): the
         # monitor sets this from the roles, so no firmware query is spent on them.
@@ -251,7 +253,7 @@ class SysfsReader:
         boot_id = self._boot_id or self._read_boot_id()
         names = self._list_devices()
         if names is None:
-            return HostSnapshot(now, boot_id, (), complete=False)
+            return HostSnapshot(now, boot_id, (), complete=False, blind=self._blind)
         discovered = (self._dirty or names != self._names
                       or self._monotonic() - self._discovered_at >= REDISCOVER_SECONDS)
         if discovered:
@@ -323,8 +325,14 @@ class SysfsReader:
             self.problems.clear("class", f"{self.config.sys_class_infiniband} is there: "
                                 f"{len(names)} RDMA device(s) found")
             return names
-        except FileNotFoundError:
-            if not self._names:  # never saw a device: a host without RDMA, not a fault
+        except OSError as exc:
+            blind = self._blind = sysfs_root_problem(self.config.sysfs_root)
+            if blind:  # not a sysfs at all (a tree the service's sandbox hides): say why
+                self.problems.report("class", blind)
+            elif not isinstance(exc, FileNotFoundError):
+                self.problems.report("class", f"cannot list {self.config.sys_class_infiniband}: "
+                                     f"{exc.strerror} (holding the last known state)")
+            elif not self._names:  # never saw a device: a host without RDMA, not a fault
                 self.problems.report(
                     "class", f"{self.config.sys_class_infiniband} does not exist: no "
                     "InfiniBand/RoCE devices found (devices that appear later, when their "
@@ -333,9 +341,6 @@ class SysfsReader:
                 self.problems.report(
                     "class", f"{self.config.sys_class_infiniband} does not exist; no RDMA "
                     "devices are visible (holding the last known state)")
-        except OSError as exc:
-            self.problems.report("class", f"cannot list {self.config.sys_class_infiniband}: "
-                                 f"{exc.strerror} (holding the last known state)")
         return None
 
     def _discover(self, names: frozenset[str]) -> None:

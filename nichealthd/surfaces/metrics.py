@@ -58,6 +58,8 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger("nichealthd.metrics")
 
 PREFIX = "nichealthd_"
+# The values of ConnectorStatus.state, each a series of nichealthd_connector_state.
+CONNECTOR_STATES = ("connected", "down", "not installed", "disabled")
 # Not ``nichealthd_counter_value`` / ``_counter_breached``: promtool's linter rejects a metric
 # name that contains a type name (``_counter_``), and passing promtool is part of the contract.
 STALE_INTERVALS = 3
@@ -420,8 +422,20 @@ class MetricsService:
                 connector.sent)
         counter("connector_errors", "Failed sends to the platform connector",
                 connector.errors)
-        gauge("connector_up", "1 while connected to the platform connector, else 0",
+        # connector_up keeps its meaning (1 only while connected); connector_state tells a host
+        # without a connector (disabled, not installed) from a connector that is down.
+        gauge("connector_up", "1 while connected to the platform connector, else 0 (also where "
+              "none is configured or installed: see nichealthd_connector_state)",
               1 if connector.state == "connected" else 0)
+        state = GaugeMetricFamily(PREFIX + "connector_state", "The platform connector's state: "
+                                  "1 for the current one of connected, down (its socket exists "
+                                  "or existed and calls fail), not installed (its socket has not "
+                                  "existed since start: no NVSentinel) and disabled",
+                                  labels=["state"])
+        extra = () if connector.state in CONNECTOR_STATES else (connector.state,)
+        for name in CONNECTOR_STATES + extra:
+            state.add_metric([name], 1 if connector.state == name else 0)
+        out.append(state)
         gauge("outbox_depth", "Committed events not yet delivered to the platform connector",
               connector.outbox_depth)
         gauge("dead_letters", "Events the platform connector rejected permanently",

@@ -54,6 +54,12 @@ HOSTILE: dict[str, tuple[bytes, int, str, str]] = {
                                      b'path = "counters/a\\u0000"\n', 3,
                                      "counterDetection.counters[x].path", "NUL byte"),
     "raw NUL byte": (b'nodeName = "a\x00b"\n', 1, "", "not valid TOML"),
+    "NUL escape in a kernel-log rule's regex": (b'[[kernelLogRules]]\nname = "x"\n'
+                                                b'regex = "mlx5\\u0000"\n', 3,
+                                                "kernelLogRules.x.regex", "NUL byte"),
+    "NUL escape in a kernel-log rule's header": (b'[[kernelLogRules]]\nname = "x"\n'
+                                                 b'regex = "a"\nheader = "\\u0000"\n', 4,
+                                                 "kernelLogRules.x.header", "NUL byte"),
     "deep regex": (b'nicExclusionRegex = "' + b"(" * 3000 + b")" * 3000 + b'"\n', 1,
                    "nicExclusionRegex", "invalid regular expression"),
     "counterDetection not a table": (b"counterDetection = 3\n", 1, "counterDetection",

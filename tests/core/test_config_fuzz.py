@@ -7,6 +7,7 @@ The seed is fixed so that a failure reproduces; NICHEALTHD_FUZZ_SEED picks anoth
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import random
@@ -14,7 +15,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Tuple
 
 from nichealthd.core.config import (
     DURATION_BOUNDS,
@@ -154,6 +155,26 @@ def check_valid(config: Config) -> None:
         assert "\0" not in spec.path and "\0" not in spec.description
     for attr in ("state_file", "sysfs_root", "proc_root", "metadata_path", "node_name"):
         assert "\0" not in getattr(config, attr)
+    assert not list(nul_strings(config)), list(nul_strings(config))
+
+
+def nul_strings(value: Any, where: str = "config") -> Iterator[str]:
+    """Where a string holding NUL hides in a loaded Config (nichealthd.toml(5): none may),
+    kernel-log rules' regexes included."""
+    if isinstance(value, str):
+        if "\0" in value:
+            yield where
+    elif isinstance(value, re.Pattern):
+        yield from nul_strings(value.pattern, where)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            yield from nul_strings(getattr(value, f.name), f"{where}.{f.name}")
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from nul_strings(item, f"{where}[{key!r}]")
+    elif isinstance(value, (list, tuple, frozenset, set)):
+        for index, item in enumerate(value):
+            yield from nul_strings(item, f"{where}[{index}]")
 
 
 def generate(tmp_path: Path) -> List[Tuple[str, bytes]]:

@@ -21,6 +21,7 @@ from nichealthd.cli.format import (
     baseline_filter,
     devices_table,
     event_line,
+    no_events_line,
     ports_table,
     render_table,
     status_lines,
@@ -206,9 +207,21 @@ def test_baseline_filter_hides_the_first_poll_of_a_boot_and_keeps_recoveries() -
 
 def test_events_status_and_devices_fit_80_columns_unless_wide() -> None:
     long = event("Port mlx5_0 port 1: " + "x" * 200, "2026-01-01T00:00:00Z", healthy=False)
-    line = event_line(long, Style(False))
-    assert len(line) == 80 and line.endswith("…")
+    lines = event_line(long, Style(False)).splitlines()
+    assert all(len(line) <= 80 for line in lines) and len(lines) > 1
+    assert "".join(line.strip() for line in lines[1:]).endswith("x" * 100)  # wrapped, not cut
     assert event_line(long, Style(False), 10_000).endswith("x" * 200)
+    # The reason is at the end: at 80 columns it is on a continuation line, whole.
+    down = event("Port mlx5_0 port 1: state DOWN, phys_state Disabled - no connectivity",
+                 "2026-11-26T15:45:32.166373Z", healthy=False)
+    assert event_line(down, Style(False)).splitlines() == [
+        "2026-11-26T15:45:32.166373Z  fatal     Port mlx5_0 port 1: state DOWN,",
+        " " * 39 + "phys_state Disabled - no connectivity"]
+    narrow = event_line(down, Style(False), 50).splitlines()  # the message under the head
+    assert narrow[0].split() == ["2026-11-26T15:45:32.166373Z", "fatal"]
+    assert all(len(line) <= 50 and line.startswith("  ") for line in narrow[1:])
+    assert no_events_line(0) == "no events"
+    assert "184 hidden" in no_events_line(184) and "--all" in no_events_line(184)
     status = {"health": "fatal", "ports_total": 12, "ports_healthy": 11, "ports_fatal": 1,
               "fatal_ports": ["mlx5_5/1"], "problems": ["mlx5_5/1 link_downed breached"],
               "connector_state": "down",
@@ -256,3 +269,25 @@ def test_devices_held_in_a_driver_event_and_renamed_devices_are_shown() -> None:
     assert "RELOADING" in text and "MISSING" in text
     assert [line for line in lines if "was" in line] == [
         "mlx5_20 was mlx5_0 until 2026-01-01T12:00:01Z (same PCI function)"]
+
+
+def test_status_names_a_driver_reload_and_a_blind_sysfs_root() -> None:
+    """The ports line says "no devices found" only when there is nothing to watch and nothing
+    wrong; the devices a driver reload holds get a line of their own."""
+    base = {"health": "fatal", "ports_total": 12, "ports_healthy": 11, "ports_fatal": 1,
+            "fatal_ports": ["mlx5_0/1"], "problems": ["mlx5_0/1 DOWN/Polling"],
+            "devices_found": True, "devices_reloading": [f"mlx5_{i}" for i in range(12)],
+            "reloading_since": "2026-11-26T15:45:32Z"}
+    lines = status_lines(base, {}, Style(False), None)
+    assert all(len(line) <= 80 for line in lines), lines
+    (reloading,) = [line for line in lines if line.split()[:1] == ["reloading"]]
+    assert "12 devices gone at once since " in reloading
+    assert "no InfiniBand/RoCE devices found" not in "\n".join(lines)
+    blind = {"health": "degraded", "ports_total": 0, "devices_found": False,
+             "problems": ["sysfs root /tmp/x/sys has no class directory: nothing is watched"]}
+    text = "\n".join(status_lines(blind, {}, Style(False), None, 10_000))
+    assert "no ports monitored" in text and "has no class directory" in text
+    assert "no InfiniBand/RoCE devices found" not in text
+    quiet = {"health": "healthy", "ports_total": 0, "devices_found": False, "problems": []}
+    assert "no InfiniBand/RoCE devices found" in "\n".join(
+        status_lines(quiet, {}, Style(False), None))

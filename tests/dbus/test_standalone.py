@@ -31,6 +31,9 @@ def test_no_rdma_devices_then_a_driver_loads(start_daemon: Callable[..., DaemonP
 
     ports = ctl("show", "ports")
     assert (ports.returncode, ports.stdout) == (0, NO_DEVICES + "\n"), ports
+    devices = ctl("show", "devices")  # one line, not a bare table header
+    assert (devices.returncode, devices.stdout) == (0, NO_DEVICES + "\n"), devices
+    assert json.loads(ctl("show", "devices", "--json").stdout) == []
     check = ctl("check")
     assert check.returncode == 0 and f"NICHEALTH OK - {NO_DEVICES}" in check.stdout, check
     status = json.loads(ctl("status", "--json").stdout)

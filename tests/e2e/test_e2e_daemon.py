@@ -86,7 +86,7 @@ def test_daemon_under_real_systemd(boot):
     assert c.show(UNIT, "ActiveState") == "active", diagnose(c)
     assert c.show(UNIT, "SubState") == "running"
     status = c.show(UNIT, "StatusText")
-    assert " ports: " in status and "healthy" in status and "last poll" in status, status
+    assert " ports: " in status and "healthy" in status and "connector" in status, status
     status_out = c.run(["systemctl", "status", "--no-pager", UNIT], check=False).stdout
     assert "active (running)" in status_out and "Status:" in status_out
     assert c.show(UNIT, "User") == "nichealthd"

@@ -6,7 +6,8 @@ One container per Debian release, the steps in order, as a new operator meets th
    (nothing written before, no NVSentinel, no RDMA device — issue 13): the dependencies come
    from Debian only (pre-fetched into apt's cache), the unit is enabled and active (running),
    and ``systemctl status nichealthd`` and ``nichealthctl status`` say "no InfiniBand/RoCE
-   devices found"; apt prints no "did not start" line and no deb-systemd-invoke noise;
+   devices found"; apt prints no "did not start" line and no deb-systemd-invoke noise, and
+   the bus grants the daemon its name at the first request;
 2. the operator points it the way the README says at a nichealthd-sim host under /srv built
    WITHOUT a GPU metadata file (its host keys copied into /etc/nichealthd/config.toml), then a
    plain ``systemctl restart``: the roles come from the PCI tree (sysfs);
@@ -97,6 +98,11 @@ def test_fresh_host_install_with_default_config(box):
                    check=False).stdout  # fmt: skip
     assert "active (running)" in status and NO_DEVICES in status, status
     assert "topology from sysfs" in c.journal(UNIT)
+    # The postinst creates the user before the bus reloads the policy that names it, and that
+    # before the start: the daemon's first request for its name is granted (it used to be
+    # refused on every first install, logged, and granted a second later).
+    c.wait_for(lambda: "D-Bus API serving" in c.journal(UNIT), 30, what="the D-Bus name")
+    assert "D-Bus API unavailable" not in c.journal(UNIT), c.journal(UNIT)
 
 
 @pytest.mark.skipif(CTL_MISSING, reason="nichealthctl (nichealthd.cli.ctl) not on this branch yet")

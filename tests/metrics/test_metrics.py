@@ -64,6 +64,9 @@ def test_device_info_and_daemon_series(sim: Callable[..., Path], daemon: Start) 
     assert value(s, "nichealthd_events_total", check="InfiniBandStateCheck", fatal="false",
                  healthy="true") >= 8
     assert value(s, "nichealthd_connector_up") == 0
+    # The sim's config disables forwarding: said so, not mistaken for a connector that is down.
+    assert value(s, "nichealthd_connector_state", state="disabled") == 1
+    assert value(s, "nichealthd_connector_state", state="down") == 0
     for name in ("connector_sends_total", "connector_errors_total", "outbox_depth",
                  "dead_letters", "unreadable_reads_total", "einval_ignored_files",
                  "commit_errors_total"):

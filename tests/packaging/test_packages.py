@@ -191,6 +191,27 @@ def test_deb_builds_lintian_clean_with_contract(deb_file):
     assert re.search(r'"\$1" = "purge".*\n.*rm -rf .*/var/lib/nichealthd', postrm)
 
 
+def _in_order(script: str, *needles: str) -> None:
+    at = [script.index(n) for n in needles]
+    assert at == sorted(at), (needles, at, script)
+
+
+def test_the_user_exists_before_the_bus_reloads_its_policy_and_the_unit_starts(
+        deb_file, rpm_file, tmp_path):
+    """The policy names the user nichealthd: a bus that reloads it before the user exists
+    drops those rules, and the daemon's first request for its name is refused (logged on
+    every first install). So: the user (sysusers.d), then the bus reload (waited for), then
+    the start. tests/e2e/test_e2e_deb.py checks the journal of a real first install."""
+    run("dpkg-deb", "-e", str(deb_file), str(tmp_path))
+    postinst = (tmp_path / "postinst").read_text()
+    _in_order(postinst, "systemd-sysusers", "ReloadConfig", 'deb-systemd-invoke "$_action"')
+    reload = postinst[postinst.rindex("dbus-send", 0, postinst.index("ReloadConfig")):]
+    assert reload.startswith("dbus-send --system --print-reply"), reload[:80]
+    scripts = run("rpm", "-qp", "--scripts", str(rpm_file))
+    post = scripts[scripts.index("postinstall scriptlet"):scripts.index("preuninstall")]
+    _in_order(post, "systemd-sysusers", "ReloadConfig", "systemctl")
+
+
 def test_deb_units_under_usr_lib(deb_file):
     """Debian 13's lintian: aliased-location for /lib/systemd/system (and purge warns that
     /lib/systemd/system is not empty); Debian 12's wants /usr/lib too."""
