@@ -471,8 +471,9 @@ def status_lines(status: dict[str, Any], systemd: dict[str, Any], style: Style,
     reloading = [str(d) for d in status.get("devices_reloading") or []]
     if reloading:
         since = local_clock(str(status.get("reloading_since") or "")) or "?"
-        rows.append(("reloading", f"{len(reloading)} devices gone at once since {since} "
-                     f"(driver reload; last health kept): {', '.join(reloading)}", "yellow"))
+        rows.append(("reloading", f"{len(reloading)} devices held by a driver event since "
+                     f"{since} (gone, PCI function on the bus: driver unloaded or firmware "
+                     f"reset; last health kept): {', '.join(reloading)}", "yellow"))
     for problem in status.get("problems") or []:
         text = str(problem)
         severity = "fatal" if any(text.startswith(p + " ")

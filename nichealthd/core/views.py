@@ -276,8 +276,8 @@ def health_status(snapshot: Optional[HostSnapshot], result: Optional[CycleResult
 
 
 def reloading_devices(state: MonitorState) -> tuple[tuple[str, ...], Optional[datetime]]:
-    """The devices a driver event holds (every known device gone at once: no verdict on them
-    while it lasts; ``show devices`` says RELOADING) and since when, from the link-state and
+    """The devices a driver event holds (gone while their PCI functions stay: no verdict on
+    them while it lasts; ``show devices`` says RELOADING) and since when, from the link-state and
     EFA sections; ``((), None)`` when none is in progress."""
     events = [e for e in (state.section(LINK_STATE).driver_event,
                           state.section(EFA_STATE).driver_event) if e is not None]
@@ -335,8 +335,9 @@ def status_summary(health: dict[str, Any]) -> str:
     reloading = health.get("devices_reloading") or []
     if reloading:
         since = local_clock(str(health.get("reloading_since", "")))
-        text += (f"; driver reload: {len(reloading)} RDMA device{'s' if len(reloading) > 1 else ''}"
-                 f" gone at once{f' since {since}' if since else ''}, judgement held")
+        text += (f"; driver event: {len(reloading)} RDMA device{'s' if len(reloading) > 1 else ''}"
+                 f" gone, PCI function on the bus{f', since {since}' if since else ''}: "
+                 f"judgement held")
     return text
 
 

@@ -33,7 +33,7 @@ def test_a_driver_reload_keeps_the_held_ports_health_and_is_named() -> None:
     assert status["problems"][0].startswith("mlx5_3/1 DOWN/Disabled")
     line = status_summary(status)
     assert line.startswith(status_summary(before).rsplit(" (", 1)[0] + " (mlx5_3/1 DOWN/Disabled")
-    assert "driver reload: 4 RDMA devices gone at once since " in line
+    assert "driver event: 4 RDMA devices gone, PCI function on the bus, since " in line
     assert NO_DEVICES not in line
 
 

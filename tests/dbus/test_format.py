@@ -281,7 +281,7 @@ def test_status_names_a_driver_reload_and_a_blind_sysfs_root() -> None:
     lines = status_lines(base, {}, Style(False), None)
     assert all(len(line) <= 80 for line in lines), lines
     (reloading,) = [line for line in lines if line.split()[:1] == ["reloading"]]
-    assert "12 devices gone at once since " in reloading
+    assert "12 devices held by a driver event since " in reloading
     assert "no InfiniBand/RoCE devices found" not in "\n".join(lines)
     blind = {"health": "degraded", "ports_total": 0, "devices_found": False,
              "problems": ["sysfs root /tmp/x/sys has no class directory: nothing is watched"]}
