@@ -13,17 +13,29 @@ to make a failing refactor pass. One deliberate change of behaviour was recorded
 ``resume`` stream only and with its events checked identical to main's: a card's hold clock
 starts only once a peer shows the group's remembered mode (``topology.anomalous_cards``: when
 every card has fallen, none is evidence against another), one poll later at polls 232-235.
+
+One deliberate change is replayed under main's rule instead (:func:`main_naming`): main filed a
+fatal counter under the layer's state check, today every counter files under the degradation
+check (``counters.CheckNames.for_counter``; ``tests/core/test_counter_check_names.py`` tests
+the new rule, its migration and what NVSentinel sees). Under the new rule these streams differ
+from main's exactly there: fatal counter events (breaches, recoveries, baselines) carry the
+degradation check's name, and the saturation of a counter whose fatal breach is reported or
+latched shares that identity, so it rides on the breach's event instead of being a second one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import json
 import random
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
+from unittest import mock
 
+from nichealthd.core.checks.counters import CheckNames
+from nichealthd.core.config import CounterSpec
 from nichealthd.core.evaluate import Topology
 from nichealthd.core.model import HostSnapshot, PortSnapshot, Unreadable
 from nichealthd.core.state import MonitorState
@@ -166,10 +178,28 @@ def topology() -> Topology:
     return Topology(gpus().gpus, frozenset({"mlx5_20"}))
 
 
+def _main_for_counter(names: CheckNames, spec: CounterSpec) -> str:
+    return names.state if spec.is_fatal else names.degradation
+
+
+@contextlib.contextmanager
+def main_naming() -> Iterator[None]:
+    """Fatal counters under the layer's state check, as main named them (module doc)."""
+    with mock.patch.object(CheckNames, "for_counter", _main_for_counter):
+        yield
+
+
 def replay(seed: int, length: int = POLLS, start: int = 0,
            state: Optional[MonitorState] = None) -> list[dict[str, Any]]:
     """Each committed poll's events and persisted state (its digest), as the monitor would
-    commit them; from poll ``start`` on, resuming from ``state`` as a restarted process."""
+    commit them; from poll ``start`` on, resuming from ``state`` as a restarted process.
+    Under main's naming of fatal counters (:func:`main_naming`)."""
+    with main_naming():
+        return _replay(seed, length, start, state)
+
+
+def _replay(seed: int, length: int, start: int, state: Optional[MonitorState]
+            ) -> list[dict[str, Any]]:
     polls, failed, restarts = trace(seed, length)
     runner = Runner(cfg=config(), topology=topology(), state=state,
                     baseline=state is None)
@@ -195,11 +225,12 @@ def state_at(seed: int, poll: int) -> MonitorState:
     """The committed state after ``poll`` (the last committed one at or before it)."""
     polls, failed, restarts = trace(seed)
     runner = Runner(cfg=config(), topology=topology())
-    for index, snapshot in enumerate(polls[:poll + 1]):
-        if index in restarts:
-            runner.restart()
-        if index not in failed:
-            runner.poll(snapshot)
+    with main_naming():
+        for index, snapshot in enumerate(polls[:poll + 1]):
+            if index in restarts:
+                runner.restart()
+            if index not in failed:
+                runner.poll(snapshot)
     return runner.state
 
 

@@ -65,7 +65,8 @@ def test_an_error_below_the_root_port_only_is_one_event_for_every_nic_below() ->
     assert len(got) == 1, got
     event = got[0]
     assert event.error_code == ("aer_rootport_total_err_fatal",)
-    assert event.check_name == "InfiniBandStateCheck" and event.is_fatal
+    # A latched counter breach: fatal under the degradation check (counters.CheckNames)
+    assert event.check_name == "InfiniBandDegradationCheck" and event.is_fatal
     assert event.recommended_action == "REPLACE_VM"
     assert event.entities == (("NIC", "mlx5_0"), ("NIC", "mlx5_1"), ("PCI", ROOT))
     assert event.message.startswith(f"PCIe AER on root port {ROOT} above mlx5_0, mlx5_1: "
@@ -77,7 +78,7 @@ def test_an_error_below_the_root_port_only_is_one_event_for_every_nic_below() ->
                        f"(above mlx5_0, mlx5_1)"]
     back = aer_events(r.poll(snap(30, facts(rootport()))).events)  # counters reset
     assert [(e.is_healthy, e.check_name, e.entities) for e in back] == [
-        (True, "InfiniBandStateCheck", event.entities)]
+        (True, "InfiniBandDegradationCheck", event.entities)]
     assert f"recovered on root port {ROOT} above mlx5_0, mlx5_1" in back[0].message
 
 
@@ -131,9 +132,15 @@ def test_switched_off_by_its_key_closes_what_it_held_and_restarts_fresh() -> Non
 
 
 def test_switched_off_by_checks_like_the_nic_tables() -> None:
-    r = runner(checks="InfiniBandDegradationCheck")
+    """AER totals are counters: the degradation check's, fatal ones too."""
+    r = runner(checks="InfiniBandStateCheck")
     r.poll(snap(0, facts(rootport())))
     assert not aer_events(r.poll(snap(10, facts(rootport(fatal=1)))).events)
+    assert not aer_events(r.poll(snap(20, facts(rootport(fatal=1, nonfatal=1)))).events)
+    r = runner(checks="InfiniBandDegradationCheck")
+    r.poll(snap(0, facts(rootport())))
+    assert [e.is_fatal for e in aer_events(r.poll(snap(10, facts(rootport(fatal=1)))).events)
+            ] == [True]
     assert len(aer_events(r.poll(snap(20, facts(rootport(fatal=1, nonfatal=1)))).events)) == 1
 
 

@@ -52,7 +52,8 @@ def test_first_poll_after_reboot_sends_clears_then_baselines() -> None:
     assert names == ["link_downed", "symbol_error", "symbol_error_fatal"]
     ld = next(e for e in baselines if e.error_code == ("link_downed",))
     assert ld.message == "Counter link_downed healthy after reboot on port mlx5_0 port 1"
-    assert ld.check_name == "InfiniBandStateCheck" and ld.is_healthy and not ld.is_fatal
+    # Every counter files under the degradation check, a fatal one too (counters.CheckNames)
+    assert ld.check_name == "InfiniBandDegradationCheck" and ld.is_healthy and not ld.is_fatal
     se = next(e for e in baselines if e.error_code == ("symbol_error",))
     assert se.check_name == "InfiniBandDegradationCheck"
     assert ld.entities == (("NIC", "mlx5_0"), ("NICPort", "1"))
@@ -64,8 +65,10 @@ def test_admin_reset_timeline_of_spec_6_4() -> None:
     breach = poll(runner, 5, link_downed=1)
     assert len(breach.events) == 1
     event = breach.events[0]
+    # Fatal (REPLACE_VM) under the degradation check, as NVSentinel's monitor files it: a
+    # port-state recovery under the state check must not clear it while it is latched.
     assert (event.check_name, event.is_fatal, event.is_healthy) == (
-        "InfiniBandStateCheck", True, False)
+        "InfiniBandDegradationCheck", True, False)
     assert event.recommended_action == "REPLACE_VM"
     assert event.error_code == ("link_downed",)
     assert event.message == ("Port mlx5_0 port 1: link_downed - Port Training State Machine "
@@ -75,7 +78,7 @@ def test_admin_reset_timeline_of_spec_6_4() -> None:
     assert len(recovery.events) == 1
     rec = recovery.events[0]
     assert (rec.is_healthy, rec.is_fatal, rec.recommended_action) == (True, False, "NONE")
-    assert rec.check_name == "InfiniBandStateCheck"
+    assert rec.check_name == "InfiniBandDegradationCheck"  # the breach's own name
     assert rec.message == "Counter link_downed recovered on port mlx5_0 port 1"
     assert poll(runner, 25, link_downed=0).events == ()
     assert "mlx5_0:1:link_downed" not in runner.state.breach_flags
@@ -98,7 +101,7 @@ def test_restart_between_breach_and_reset_still_recovers() -> None:
     runner.restart()  # lastPollValue is gone; the persisted snapshot stands in
     recovery = poll(runner, 20, link_downed=0)
     assert [e.is_healthy for e in recovery.events] == [True]
-    assert recovery.events[0].check_name == "InfiniBandStateCheck"
+    assert recovery.events[0].check_name == "InfiniBandDegradationCheck"
 
 
 def test_reset_without_breach_is_silent_and_rebaselines() -> None:
@@ -159,7 +162,7 @@ def test_two_tier_symbol_error() -> None:
     codes = [e.error_code for e in slow.events]
     assert ("symbol_error_fatal",) in codes
     fatal = next(e for e in slow.events if e.error_code == ("symbol_error_fatal",))
-    assert fatal.is_fatal and fatal.check_name == "InfiniBandStateCheck"
+    assert fatal.is_fatal and fatal.check_name == "InfiniBandDegradationCheck"
     assert "rate=200.00/hour" in fatal.message
 
 
@@ -291,11 +294,13 @@ def test_a_saturated_traffic_counter_is_a_log_line_and_a_flag_not_an_event() -> 
     assert any("no longer saturated" in n for n in cleared.notes)
 
 
-def test_saturation_of_an_error_counter_is_quiet_while_the_degradation_check_is_off() -> None:
+def test_with_the_degradation_check_off_no_counter_is_judged_saturated_or_not() -> None:
+    """Every counter is the degradation check's, a fatal one too (counters.CheckNames): with
+    only the state check on, a saturated link_downed is neither an event nor a record."""
     runner = Runner(config(checks="InfiniBandStateCheck"))
     poll(runner, 0, link_downed=255)
     assert unhealthy(runner.last) == []
-    assert runner.state.saturated_quiet == {"mlx5_0:1:link_downed": at(0)}
+    assert runner.state.saturated == {} and runner.state.saturated_quiet == {}
 
 
 def test_saturation_records_of_an_older_state_file_are_migrated() -> None:
@@ -338,15 +343,24 @@ def test_ethernet_ports_use_the_ethernet_check_names() -> None:
     poll(runner, 0, layer="Ethernet", link_downed=0, roce_slow_restart=0)
     result = poll(runner, 1, layer="Ethernet", link_downed=1, roce_slow_restart=50)
     checks = {e.error_code[0]: e.check_name for e in result.events}
-    assert checks == {"link_downed": "EthernetStateCheck",
+    assert checks == {"link_downed": "EthernetDegradationCheck",
                       "roce_slow_restart": "EthernetDegradationCheck"}
+    assert [e.is_fatal for e in result.events if e.error_code == ("link_downed",)] == [True]
 
 
 def test_disabled_check_evaluates_nothing_of_its_counters() -> None:
+    """The counters, fatal ones included, are the degradation check's: the state check alone
+    judges none of them, the degradation check alone judges all of them (NVSentinel's
+    monitor runs its counter detection as the degradation check too)."""
     runner = Runner(config(checks="InfiniBandStateCheck"))
     poll(runner, 0, link_downed=0, symbol_error=0)
     result = poll(runner, 1, link_downed=1, symbol_error=500)
-    assert [e.error_code for e in non_baseline(result)] == [("link_downed",)]
+    assert non_baseline(result) == []
+    runner = Runner(config(checks="InfiniBandDegradationCheck"))
+    poll(runner, 0, link_downed=0, symbol_error=0)
+    result = poll(runner, 1, link_downed=1, symbol_error=500)
+    assert sorted((e.error_code[0], e.is_fatal) for e in non_baseline(result)) == [
+        ("link_downed", True), ("symbol_error", False)]
 
 
 def test_config_overrides_apply_to_evaluation() -> None:
@@ -360,7 +374,7 @@ def test_config_overrides_apply_to_evaluation() -> None:
     codes = {e.error_code[0]: e for e in result.events}
     assert set(codes) == {"symbol_error", "custom"}
     assert codes["symbol_error"].is_fatal
-    assert codes["symbol_error"].check_name == "InfiniBandStateCheck"
+    assert codes["symbol_error"].check_name == "InfiniBandDegradationCheck"
 
 
 def test_new_counter_after_the_first_poll_gets_no_baseline_event() -> None:
@@ -484,8 +498,10 @@ def test_a_reset_to_the_saturation_limit_reports_saturation() -> None:
     poll(runner, 0, link_downed=300)
     assert unhealthy(poll(runner, 1, link_downed=301))  # the breach latches
     reset = poll(runner, 2, link_downed=255)
-    assert [(e.is_healthy, e.check_name) for e in reset.events] == [
-        (True, "InfiniBandStateCheck"), (False, "InfiniBandDegradationCheck")]
+    # The fatal breach recovers and the (non-fatal) saturation opens, one identity: a
+    # non-fatal event changes no condition of the platform, so their order does not matter.
+    assert [(e.is_healthy, e.is_fatal, e.check_name) for e in reset.events] == [
+        (True, False, "InfiniBandDegradationCheck"), (False, False, "InfiniBandDegradationCheck")]
     assert "saturated at 255" in reset.events[1].message
     assert runner.state.breach_flags == {}
 
@@ -586,10 +602,11 @@ def test_the_counter_kind_not_the_path_decides_saturation() -> None:
     result = kinded_poll(runner, 1, sat, 0, "/elsewhere/rnr_nak_retry_err")
     assert result.events == ()
     full = kinded_poll(runner, 2, sat, 255, "/elsewhere/rnr_nak_retry_err")
+    # The breach and the file's saturation have one identity (the degradation check, the
+    # counter, the port): one fatal event says both.
     assert [(e.check_name, e.is_fatal, e.is_healthy) for e in full.events] == [
-        ("InfiniBandStateCheck", True, False),  # the breach
-        ("InfiniBandDegradationCheck", False, False)]  # the file is blind from now on
-    assert "saturated at 255" in full.events[1].message
+        ("InfiniBandDegradationCheck", True, False)]
+    assert "saturated at 255" in full.events[0].message
     assert "mlx5_0:1:rnr_nak_retry_err" in runner.state.saturated
 
 

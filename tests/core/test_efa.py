@@ -167,7 +167,7 @@ def test_no_completion_cmds_plus_one_is_one_fatal_event() -> None:
     result = runner.poll(host(*counted(1, no_completion_cmds=1), when=1))
     (event,) = events_of(result)
     assert (event.check_name, event.is_fatal, event.error_code) == (
-        EFA_STATE_CHECK, True, ("no_completion_cmds",))
+        EFA_DEGRADATION_CHECK, True, ("no_completion_cmds",))
     assert events_of(runner.poll(host(*counted(2, no_completion_cmds=1), when=2))) == []
 
 

@@ -138,14 +138,16 @@ def test_a_fatal_aer_is_one_fatal_event_and_low_correctable_rates_none() -> None
         assert not ours(r.poll(snap(10 * step, aer=aer(cor=step))).events)
     fatal = ours(r.poll(snap(130, aer=aer(fatal=1, cor=12))).events)
     assert len(fatal) == 1
-    assert fatal[0].check_name == "InfiniBandStateCheck" and fatal[0].is_fatal
+    # A latched counter: fatal, under the degradation check (counters.CheckNames)
+    assert fatal[0].check_name == "InfiniBandDegradationCheck" and fatal[0].is_fatal
     assert fatal[0].recommended_action == "REPLACE_VM"
     assert fatal[0].error_code == ("aer_dev_fatal",)
     assert fatal[0].entities == (("NIC", "mlx5_0"), ("PCI", NIC))
     assert fatal[0].message.startswith(f"PCIe AER on {NIC} of mlx5_0: aer_dev_fatal")
     assert not ours(r.poll(snap(140, aer=aer(fatal=2, cor=12))).events)  # latched
     reset = ours(r.poll(snap(150, aer=aer())).events)  # a device reset clears the counts
-    assert [(e.is_healthy, e.check_name) for e in reset] == [(True, "InfiniBandStateCheck")]
+    assert [(e.is_healthy, e.check_name) for e in reset] == [
+        (True, "InfiniBandDegradationCheck")]
     # The AER records are this family's own keys, never the port counters'.
     assert not r.state.section(PCIE_AER).counter_snapshots.keys() & set(
         r.state.to_json()["counter_snapshots"])

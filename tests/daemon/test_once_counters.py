@@ -21,7 +21,8 @@ def test_counter_breach_latch_and_recovery(sim_host: Callable[..., SimHost]) -> 
     breach = host.once()
     assert len(breach.events) == 1
     event = breach.events[0]
-    assert event["checkName"] == "InfiniBandStateCheck"
+    # Fatal, under the degradation check (as NVSentinel's monitor files fatal counters)
+    assert event["checkName"] == "InfiniBandDegradationCheck"
     assert event["errorCode"] == ["link_downed"]
     assert event["isFatal"] is True and event["isHealthy"] is False
     assert event["recommendedAction"] == "REPLACE_VM"
@@ -35,7 +36,7 @@ def test_counter_breach_latch_and_recovery(sim_host: Callable[..., SimHost]) -> 
     mutate.reset_counters(host.root)
     recovery = host.once()
     assert [(e["isHealthy"], e["checkName"], e["errorCode"]) for e in recovery.events] == [
-        (True, "InfiniBandStateCheck", ["link_downed"])]
+        (True, "InfiniBandDegradationCheck", ["link_downed"])]
 
 
 def test_hour_old_snapshot_fires_the_fatal_tier_only(sim_host: Callable[..., SimHost]) -> None:

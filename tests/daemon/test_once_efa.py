@@ -77,7 +77,7 @@ def test_an_efa_only_interface_is_watched_for_presence_only(
 def test_no_completion_cmds_plus_one_is_one_fatal_event(p5: SimHost) -> None:
     mutate.counter(p5.root, DEV, 1, "no_completion_cmds", add=1)
     run = p5.once()
-    assert unhealthy(run.events) == [("EFAStateCheck", True, ["no_completion_cmds"], DEV)]
+    assert unhealthy(run.events) == [("EFADegradationCheck", True, ["no_completion_cmds"], DEV)]
     assert p5.once().events == []
 
 

@@ -84,7 +84,7 @@ def test_carrier_loss_is_one_fatal_event(p4d: SimHost) -> None:
 def test_no_completion_cmds_plus_one_is_one_fatal_event(p4d: SimHost) -> None:
     mutate.counter(p4d.root, DEV, 1, "no_completion_cmds", add=1)
     run = p4d.once()
-    assert unhealthy(run.events) == [("EFAStateCheck", True, ["no_completion_cmds"], DEV)]
+    assert unhealthy(run.events) == [("EFADegradationCheck", True, ["no_completion_cmds"], DEV)]
     assert run.events[0]["recommendedAction"] == "REPLACE_VM"
     assert p4d.once().events == []
 
@@ -159,7 +159,7 @@ def test_running_daemon_on_p4d(sim_host: Callable[..., SimHost],
         assert unhealthy(events(host)[baseline:]) == [
             ("EFADegradationCheck", False, ["rx_drops"], DEV),
             ("EFAStateCheck", True, ["port_state"], "rdmap144s27"),
-            ("EFAStateCheck", True, ["no_completion_cmds"], "rdmap160s27")]
+            ("EFADegradationCheck", True, ["no_completion_cmds"], "rdmap160s27")]
         before = len(events(host))
         sim(host, "port", "rdmap144s27", "1", "--operstate", "up")
         daemon.wait_until(lambda: len(events(host)) > before, "the recovery")

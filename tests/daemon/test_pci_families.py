@@ -77,7 +77,7 @@ def test_a_fatal_aer_is_one_fatal_event_and_a_correctable_error_none(
     fatal = pci_events(run.events, "aer_dev_fatal")
     assert len(fatal) == 1, run.events
     assert fatal[0]["isFatal"] and fatal[0]["recommendedAction"] == "REPLACE_VM"
-    assert fatal[0]["checkName"] == "InfiniBandStateCheck"
+    assert fatal[0]["checkName"] == "InfiniBandDegradationCheck"  # a latched counter
     assert {"entityType": "PCI", "entityValue": nic.name} in fatal[0]["entitiesImpacted"]
     # The root port above counted the same error (the sim counts it as the kernel does):
     # the NIC's event is the one report.
@@ -99,7 +99,7 @@ def test_a_fatal_error_below_a_shared_root_port_is_one_event_naming_every_nic_be
     got = pci_events(run.events, "aer_rootport_total_err_fatal")
     assert len(got) == 1, run.events
     event = got[0]
-    assert event["checkName"] == "EthernetStateCheck" and event["isFatal"]
+    assert event["checkName"] == "EthernetDegradationCheck" and event["isFatal"]
     assert event["entitiesImpacted"] == [{"entityType": "NIC", "entityValue": "mlx5_1"},
                                          {"entityType": "NIC", "entityValue": "mlx5_2"},
                                          {"entityType": "PCI", "entityValue": top.name}]

@@ -108,8 +108,8 @@ def test_fatal_breach_sets_the_flag(sim: Callable[..., Path], daemon: Start) -> 
     assert value(s, "nichealthd_threshold_breached", device="mlx5_1", port="1",
                  counter="link_downed", fatal="true") == 0
     assert value(s, "nichealthd_health") == 2
-    assert value(s, "nichealthd_events_total", check="InfiniBandStateCheck", fatal="true",
-                 healthy="false") == 1
+    assert value(s, "nichealthd_events_total", check="InfiniBandDegradationCheck",
+                 fatal="true", healthy="false") == 1
 
 
 def test_saturation_is_shown_per_counter_and_degrades_only_for_error_counters(

@@ -27,8 +27,11 @@ this module never looks at a file's path. Rules beyond the spec (REFERENCE §3):
   * a **traffic or congestion counter** (``port_xmit_wait``, ``port_{xmit,rcv}_data``,
     ``*_packets``: ``TRAFFIC_COUNTERS``) reaches its limit on a healthy busy host
     (``port_xmit_wait`` at 5,000 ticks/s in about ten days): no event, only a log line and
-    the ``saturated`` flag (views, D-Bus, the ``nichealthd_saturated`` metric). The same holds
-    for an error counter while the degradation check is disabled.
+    the ``saturated`` flag (views, D-Bus, the ``nichealthd_saturated`` metric).
+
+- Every counter files under the layer's degradation check, a fatal one too (NVSentinel's
+  own monitor since its #1492; :meth:`CheckNames.for_counter` says why), so a fatal breach
+  and its counter's saturation are one identity: one report.
 """
 
 from __future__ import annotations
@@ -170,8 +173,17 @@ class CheckNames:
     degradation: str
 
     def for_counter(self, spec: CounterSpec) -> str:
-        """Fatal counters file under the state check, the others under degradation (§11.1)."""
-        return self.state if spec.is_fatal else self.degradation
+        """Every counter files under the degradation check, a fatal one too.
+
+        Beyond the spec (§11.1 files fatal counters under the state check), as NVSentinel's
+        own monitor does since its #1492: a latched breach outlives any port-state recovery,
+        and a recovery (``ACTIVE``/``LinkUp``) under the state check's name would clear the
+        counter's condition in NVSentinel's fault-quarantine while the latch still holds.
+        ``isFatal`` (REPLACE_VM) is unchanged. A breach persisted under the state check by
+        an older nichealthd keeps that name (:class:`BreachFlag` ``check_name``): its
+        recovery is sent under the name it was raised with.
+        """
+        return self.degradation
 
 
 # A counter the reader said nothing about (no file, a test's bare snapshot): 64-bit, plain.

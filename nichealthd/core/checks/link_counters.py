@@ -1,8 +1,8 @@
 """The link-counter family (spec link-counter-detection): every configured counter of each port.
 
 Evaluates the counters of every port of each monitored device whose link layer is known (read
-now or recorded), under the layer's state check (fatal counters) or degradation check, with
-the engine of :mod:`nichealthd.core.checks.counters`. Its open conditions are latched breaches
+now or recorded), under the layer's degradation check, fatal counters too (beyond the spec:
+``CheckNames.for_counter`` says why), with the engine of :mod:`nichealthd.core.checks.counters`. Its open conditions are latched breaches
 and saturation reported as an event.
 """
 
