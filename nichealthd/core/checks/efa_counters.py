@@ -6,9 +6,10 @@ nichealthd.toml(5)); the reader looks for them on EFA devices only, and for the 
 (ConnectX) counters everywhere else, so neither is ever looked for on the other. Evaluation is
 :func:`~nichealthd.core.checks.counters.evaluate_port_counters`, the engine of the link-counter
 family: every counter files under ``EFADegradationCheck``, a fatal one
-(``no_completion_cmds``, REPLACE_VM) too (``CheckNames.for_counter``). A counter the device does not have (the network group before
-Nitro v4) reads as absent: skipped, and named once in the start log's list of unavailable
-counters. Its section is a :class:`CounterSection` under keys of its own (``efa_*``).
+(``no_completion_cmds``, REPLACE_VM) too (``CheckNames.for_counter``). A counter the device
+does not have (the network group before Nitro v4) reads as absent: skipped, and named once in
+the start log's list of unavailable counters. Its section is a :class:`CounterSection` under
+keys of its own (``efa_*``).
 """
 
 from __future__ import annotations

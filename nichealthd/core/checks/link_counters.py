@@ -2,8 +2,9 @@
 
 Evaluates the counters of every port of each monitored device whose link layer is known (read
 now or recorded), under the layer's degradation check, fatal counters too (beyond the spec:
-``CheckNames.for_counter`` says why), with the engine of :mod:`nichealthd.core.checks.counters`. Its open conditions are latched breaches
-and saturation reported as an event.
+``CheckNames.for_counter`` says why), with the engine of
+:mod:`nichealthd.core.checks.counters`. Its open conditions are latched breaches and
+saturation reported as an event.
 """
 
 from __future__ import annotations

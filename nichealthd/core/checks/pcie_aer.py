@@ -5,9 +5,10 @@ The ``TOTAL_ERR_*`` line of ``aer_dev_fatal``, ``aer_dev_nonfatal`` and
 ``aer_dev_correctable`` go through the counter engine of
 :mod:`nichealthd.core.checks.counters` (delta and velocity thresholds, latching, resets), not a
 copy of it, so under the layer's degradation check, fatal or not (``CheckNames.for_counter``).
-Defaults: any fatal AER -> fatal event (``REPLACE_VM``), any non-fatal AER -> non-fatal event, correctable errors above ``pcieAerCorrectablePerMinute``
-(8 per minute, DCGM's limit for PCIe replays) -> non-fatal event; a latch clears when the
-counter resets (device reset) or at a reboot. The engine's records live in this family's own
+Defaults: any fatal AER -> fatal event (``REPLACE_VM``), any non-fatal AER -> non-fatal
+event, correctable errors above ``pcieAerCorrectablePerMinute`` (8 per minute, DCGM's limit
+for PCIe replays) -> non-fatal event; a latch clears when the counter resets (device reset) or
+at a reboot. The engine's records live in this family's own
 section keys (``aer_*``) and its memory keys are ``<PCI address>:0:<file>``: a PCI address is
 never a device name, so neither collides with the port counters, and a rename of the device
 changes nothing (the address stays). Events name the NIC and the PCI address of the function.
