@@ -70,7 +70,9 @@ DEFAULT_COUNTERS = {
     "local_ack_timeout_err": (
         "hw_counters/local_ack_timeout_err", "non-fatal", "rate > 1 per second"),
     "port_xmit_discards": ("counters/port_xmit_discards", "non-fatal", "rate > 100 per second"),
-    "port_xmit_wait": ("counters/port_xmit_wait", "non-fatal", "rate > 10000 per second"),
+    # off by default, as NVSentinel ships it (nichealthd.toml(5) says why)
+    "port_xmit_wait": ("counters/port_xmit_wait", "non-fatal", "rate > 10000 per second",
+                       "off"),
     "roce_slow_restart": ("hw_counters/roce_slow_restart", "non-fatal", "rate > 10 per second"),
     "carrier_changes": (
         "/sys/class/net/{interface}/carrier_changes", "non-fatal", "delta > 2 per poll"),
@@ -193,8 +195,10 @@ def test_every_general_key_is_a_tagged_paragraph():
 
 def test_toml_page_default_counter_table():
     text = section("nichealthd.toml.5", "COUNTER DETECTION")
-    entries = re.findall(r"^\.TP\n\.B (\w+)\n\.IR (\S+) ;\n([\w-]+), \w+: ([^.]+)\.$", text, re.M)
-    table = {name: (path, sev, cond) for name, path, sev, cond in entries}
+    entries = re.findall(r"^\.TP\n\.B (\w+)\n\.IR (\S+) ;\n([\w-]+), \w+: ([^.(]+?)"
+                         r"( \(off by default\))?\.$", text, re.M)
+    table = {name: (path, sev, cond, *(("off",) if off else ()))
+             for name, path, sev, cond, off in entries}
     assert table == DEFAULT_COUNTERS
 
 
@@ -309,7 +313,8 @@ def test_documented_defaults_are_the_daemons(tmp_path):
             if c.threshold_type == "velocity"
             else f"delta > {thr} per poll"
         )
-        table[c.name] = (c.path, "fatal" if c.is_fatal else "non-fatal", cond)
+        table[c.name] = (c.path, "fatal" if c.is_fatal else "non-fatal", cond,
+                         *(() if c.enabled else ("off",)))
     assert table == DEFAULT_COUNTERS
 
 

@@ -33,7 +33,7 @@ def config(**overrides: Any) -> Config:
 
 
 # Where the shipped config reads each counter: what the reader's kinds are decided from.
-DEFAULT_PATHS = {spec.name: spec.path for spec in config().active_counters}
+DEFAULT_PATHS = {spec.name: spec.path for spec in config().counters}
 
 
 def port(device: str = "mlx5_0", number: int = 1, state: Optional[str] = ACTIVE,

@@ -14,7 +14,9 @@ to make a failing refactor pass. One deliberate change of behaviour was recorded
 starts only once a peer shows the group's remembered mode (``topology.anomalous_cards``: when
 every card has fallen, none is evidence against another), one poll later at polls 232-235.
 
-One deliberate change is replayed under main's rule instead (:func:`main_naming`): main filed a
+Two deliberate changes are replayed under main's rules instead. Main monitored
+``port_xmit_wait`` by default, today it is off by default (``core/config.py`` says why):
+:func:`main_config` switches it on. And (:func:`main_naming`) main filed a
 fatal counter under the layer's state check, today every counter files under the degradation
 check (``counters.CheckNames.for_counter``; ``tests/core/test_counter_check_names.py`` tests
 the new rule, its migration and what NVSentinel sees). Under the new rule these streams differ
@@ -35,7 +37,7 @@ from typing import Any, Iterator, Optional
 from unittest import mock
 
 from nichealthd.core.checks.counters import CheckNames
-from nichealthd.core.config import CounterSpec
+from nichealthd.core.config import Config, CounterSpec
 from nichealthd.core.evaluate import Topology
 from nichealthd.core.model import HostSnapshot, PortSnapshot, Unreadable
 from nichealthd.core.state import MonitorState
@@ -178,6 +180,11 @@ def topology() -> Topology:
     return Topology(gpus().gpus, frozenset({"mlx5_20"}))
 
 
+def main_config() -> Config:
+    """The default configuration as main had it: ``port_xmit_wait`` monitored."""
+    return config(counters=[{"name": "port_xmit_wait", "enabled": True}])
+
+
 def _main_for_counter(names: CheckNames, spec: CounterSpec) -> str:
     return names.state if spec.is_fatal else names.degradation
 
@@ -201,7 +208,7 @@ def replay(seed: int, length: int = POLLS, start: int = 0,
 def _replay(seed: int, length: int, start: int, state: Optional[MonitorState]
             ) -> list[dict[str, Any]]:
     polls, failed, restarts = trace(seed, length)
-    runner = Runner(cfg=config(), topology=topology(), state=state,
+    runner = Runner(cfg=main_config(), topology=topology(), state=state,
                     baseline=state is None)
     out: list[dict[str, Any]] = []
     boot: Optional[str] = polls[start].boot_id
@@ -224,7 +231,7 @@ def _replay(seed: int, length: int, start: int, state: Optional[MonitorState]
 def state_at(seed: int, poll: int) -> MonitorState:
     """The committed state after ``poll`` (the last committed one at or before it)."""
     polls, failed, restarts = trace(seed)
-    runner = Runner(cfg=config(), topology=topology())
+    runner = Runner(cfg=main_config(), topology=topology())
     with main_naming():
         for index, snapshot in enumerate(polls[:poll + 1]):
             if index in restarts:

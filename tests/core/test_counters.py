@@ -206,9 +206,12 @@ def test_decrease_that_is_not_a_wrap_is_a_reset() -> None:
     assert [e.is_healthy for e in recovery.events] == [True]
 
 
+# port_xmit_wait is off by default (core/config.py); these tests switch it on.
+XMIT_WAIT_ON = [{"name": "port_xmit_wait", "enabled": True}]
+
+
 def test_pma_counter_wrap_rule_does_not_apply_to_counters_dir() -> None:
-    runner = Runner(counter_config := config())
-    del counter_config
+    runner = Runner(config(counters=XMIT_WAIT_ON))
     poll(runner, 0, port_xmit_wait=2**32 - 5)
     # counters/port_xmit_wait saturates instead of wrapping: a drop is a reset.
     assert poll(runner, 1, port_xmit_wait=3).events == ()
@@ -278,7 +281,7 @@ def test_saturated_at_the_first_poll_is_reported_once() -> None:
 
 def test_a_saturated_traffic_counter_is_a_log_line_and_a_flag_not_an_event() -> None:
     """port_xmit_wait on a healthy busy host reaches 2^32-1 in about ten days."""
-    runner = Runner()
+    runner = Runner(config(counters=XMIT_WAIT_ON))
     poll(runner, 0, port_xmit_wait=2**32 - 5000)
     full = poll(runner, 1, port_xmit_wait=2**32 - 1)
     assert full.events == ()
@@ -312,7 +315,8 @@ def test_saturation_records_of_an_older_state_file_are_migrated() -> None:
         state.saturated[f"mlx5_0:1:{name}"] = at(0)
     data = state.to_json()
     del data["saturated_quiet_counters"]  # a file written before the key existed
-    runner = Runner(state=MonitorState.from_json(data), baseline=False)
+    runner = Runner(config(counters=XMIT_WAIT_ON), state=MonitorState.from_json(data),
+                    baseline=False)
     assert poll(runner, 1, symbol_error=65535, port_xmit_wait=2**32 - 1).events == ()
     assert runner.state.saturated == {"mlx5_0:1:symbol_error": at(0)}
     assert runner.state.saturated_quiet == {"mlx5_0:1:port_xmit_wait": at(0)}

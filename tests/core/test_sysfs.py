@@ -57,6 +57,9 @@ def test_snapshot_of_a_healthy_host(host: Path) -> None:
 def test_the_reader_says_what_each_counter_is(host: Path) -> None:
     """#20.3: width and saturating/wrapping come from the reader, decided by the file's
     directory and name, as data on the snapshot."""
+    with open(host / "nichealthd.toml", "a") as config:  # port_xmit_wait is off by default
+        config.write('\n[[counterDetection.counters]]\nname = "port_xmit_wait"\n'
+                     'enabled = true\n')
     port = port_of(reader_for(host).observe(at(0)))
     kinds = port.counter_kinds
     assert kinds["symbol_error"] == CounterKind("symbol_error", 16, saturating=True)
@@ -226,8 +229,9 @@ def test_steady_state_costs_one_read_per_file(host: Path) -> None:
     ports = [p for d in snapshot.devices for p in d.ports]
     roce = [p for p in ports if p.link_layer == "Ethernet"]
     # state, phys_state and rate per port (link_layer was read at discovery), operstate on
-    # RoCE, and one read per counter file (the two symbol_error entries share one file).
-    assert per_poll == len(ports) * 3 + len(roce) + len(ports) * 13
+    # RoCE, and one read per counter file (the two symbol_error entries share one file;
+    # port_xmit_wait is off by default).
+    assert per_poll == len(ports) * 3 + len(roce) + len(ports) * 12
 
 
 class Clock:

@@ -135,10 +135,16 @@ def test_latched_hw_counter_wrapping_between_runs_is_no_recovery(
         (True, ["rnr_nak_retry_err"])]
 
 
+# port_xmit_wait is off by default (nichealthd.toml(5)): switched on where a test needs it.
+XMIT_WAIT_ON = '\n[[counterDetection.counters]]\nname = "port_xmit_wait"\nenabled = true\n'
+
+
 def test_saturation_one_report_per_file_and_none_for_a_traffic_counter(
         sim_host: Callable[..., SimHost]) -> None:
     """Issue #21.3 "done when", end to end."""
     host = sim_host()
+    with host.config.open("a") as config:
+        config.write(XMIT_WAIT_ON)
     mutate.counter(host.root, "mlx5_0", 1, "port_xmit_wait", set_to=2**32 - 3)
     assert host.once().fatal() == []
     mutate.counter(host.root, "mlx5_0", 1, "port_xmit_wait", add=5, hardware_semantics=True)

@@ -80,8 +80,14 @@ def test_device_info_and_daemon_series(sim: Callable[..., Path], daemon: Start) 
     assert value(s, "nichealthd_port_state_id", device="mlx5_12", port="1") == 4
 
 
+# port_xmit_wait is off by default (nichealthd.toml(5)): switched on where a test needs it.
+XMIT_WAIT_ON = '\n[[counterDetection.counters]]\nname = "port_xmit_wait"\nenabled = true\n'
+
+
 def test_counter_value_follows_the_file(sim: Callable[..., Path], daemon: Start) -> None:
     root = sim("dgx-h100")
+    with (root / "nichealthd.toml").open("a") as config:
+        config.write(XMIT_WAIT_ON)
     running = daemon(root)
     labels = {"device": "mlx5_0", "port": "1", "counter": "port_xmit_wait",
               "file": "port_xmit_wait"}
@@ -116,6 +122,8 @@ def test_saturation_is_shown_per_counter_and_degrades_only_for_error_counters(
         sim: Callable[..., Path], daemon: Start) -> None:
     """Issue #21.3: a saturated traffic counter is a flag, not a degradation."""
     root = sim("dgx-h100")
+    with (root / "nichealthd.toml").open("a") as config:
+        config.write(XMIT_WAIT_ON)
     # A long-running busy host: the congestion counter has reached its limit (a jump there
     # within one poll would be a rate breach of its own).
     mutate.counter(root, "mlx5_0", 1, "port_xmit_wait", set_to=2**32 - 1)

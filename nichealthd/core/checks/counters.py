@@ -357,6 +357,31 @@ def _breach(port: PortSnapshot, spec: CounterSpec, check: str, key: str, value: 
         at=now)
 
 
+def release_unconfigured(state: CounterSection, configured: frozenset[str],
+                         enabled_checks: frozenset[str], now: datetime
+                         ) -> list[tuple[str, HealthEvent]]:
+    """Latched breaches of counters no longer configured (switched off or removed), released.
+
+    Such a counter is not read any more, so no reset can ever clear its latch: it would hold
+    its port's condition until the next boot. One healthy event under the breach's own check
+    name closes it (a check switched off keeps what it reported, as everywhere). Returns
+    (device, event) pairs; ``state`` loses the flags.
+    """
+    released = []
+    for key in sorted(state.breach_flags):
+        device, port, name = (key.split(":", 2) + ["", ""])[:3]
+        flag = state.breach_flags[key]
+        if name in configured or not port.isdigit() or flag.check_name not in enabled_checks:
+            continue
+        del state.breach_flags[key]
+        released.append((device, make_event(
+            flag.check_name, fatal=False, healthy=True, error_code=name,
+            entities=port_entities(device, int(port)), at=now,
+            message=(f"Counter {name} on port {device} port {port} is no longer monitored "
+                     f"(switched off in the configuration): its latched breach is released"))))
+    return released
+
+
 def _carry(previous: Optional[CounterObservation], value: int) -> CounterObservation:
     """Keep the last full window's delta and rate while a new window fills."""
     if previous is None:

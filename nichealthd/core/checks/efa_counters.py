@@ -27,6 +27,7 @@ from .counters import (
     CounterMemory,
     CounterObservation,
     evaluate_port_counters,
+    release_unconfigured,
     urgent_counter_change,
 )
 from .link_counters import LINK_COUNTERS
@@ -72,6 +73,9 @@ class EfaCounters(CheckFamily[CounterSection]):
                 events.extend((device.name, e) for e in evaluate_port_counters(
                     port, specs, EFA_CHECKS, cycle.enabled, previous, state, memory,
                     observations, cycle.now, cycle.baseline, notes))
+        if state.breach_flags:
+            events.extend(release_unconfigured(
+                state, frozenset(s.name for s in specs), cycle.enabled, cycle.now))
         return Verdict(state, tuple(events), observations, notes=tuple(notes))
 
     def rename(self, section: CounterSection, renames: Mapping[str, str], now: datetime

@@ -30,6 +30,7 @@ from .counters import (
     CounterMemory,
     CounterObservation,
     evaluate_port_counters,
+    release_unconfigured,
     urgent_counter_change,
 )
 from .identity import renamed_counter_table
@@ -84,6 +85,9 @@ class LinkCounters(CheckFamily[CounterSection]):
                     cycle.baseline, notes, rebase=rebase))
                 if phase == BLIP:
                     _absorb(port, state, memory, cycle.now)
+        if state.breach_flags and cycle.config.counter_detection_enabled:
+            events.extend(release_unconfigured(state, cycle.config.active_names, cycle.enabled,
+                                               cycle.now))
         # The picture: what the last poll computed of each counter (CycleResult.observations).
         return Verdict(state, tuple(events), observations, notes=tuple(notes))
 
