@@ -20,7 +20,7 @@ import collections
 import logging
 import os
 import time
-from typing import Any, Callable, Deque, Dict, List, Optional, Tuple, TypeVar
+from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple, TypeVar
 
 from ..core.events import CODE_PORT_MISSING, CODE_PORT_STATE, ENTITY_NIC, ENTITY_PORT
 from ..core.views import counter_records, device_records, port_health, port_records
@@ -55,6 +55,8 @@ from .dbus_common import (
 from .dbus_wire import (
     DRAIN_PERIOD,
     MAX_QUEUED,
+    MAX_SENDERS,
+    OVER_TOTAL,
     QUEUE_WAIT,
     SENDER_QUEUE,
     CallLimiter,
@@ -73,6 +75,9 @@ REBUILD_FACTOR = 10.0  # an answer is rebuilt at most every 10x its build time
 MAX_WRITER_BACKLOG = 32  # replies waiting for the bus socket; beyond, calls wait (memory)
 MAX_WIRE_ENTRIES = 256  # prepared answers kept per poll (ListCounters has one per argument)
 BUS_DRIVER = "org.freedesktop.DBus"
+BUS_DRIVER_PATH = "/org/freedesktop/DBus"
+ROOT_UID = 0
+UID_TIMEOUT = 5.0  # seconds the bus gets to say who a client is
 PROPERTIES_IFACE = "org.freedesktop.DBus.Properties"
 INTROSPECTABLE_IFACE = "org.freedesktop.DBus.Introspectable"
 F = TypeVar("F", bound=Callable[..., Any])
@@ -282,6 +287,13 @@ class DbusService:
         self.limiter = CallLimiter()
         self._queued: Dict[str, Deque[Tuple[float, Message]]] = {}  # calls waiting for budget
         self._queued_total = 0
+        # Whose connection is whose (unique name -> uid, from the bus), asked only when the
+        # shared budget refuses a call: root's calls do not spend from it. The calls of a
+        # client whose uid is being asked wait, in order, until the answer.
+        self._uids: Dict[str, int] = {}
+        self._awaiting: Dict[str, List[Message]] = {}
+        self._awaiting_total = 0
+        self._lookups: Set[asyncio.Future[None]] = set()
         self._drain_timer: Optional[asyncio.TimerHandle] = None
         self._refused_logged_at: Optional[float] = None
         self._refused_since_log = 0
@@ -442,11 +454,23 @@ class DbusService:
             # is ever swallowed without a reply.
             return False
         sender = call.sender or ""
+        waiting = self._awaiting.get(sender)
+        if waiting is not None:  # its uid is being asked: after the calls before it
+            if len(waiting) < SENDER_QUEUE and self._awaiting_total < MAX_QUEUED:
+                waiting.append(call)
+                self._awaiting_total += 1
+                return True
+            return self._refuse(call)
         readonly = self._is_readonly(call)
         queue = self._queued.get(sender)
-        if queue is None and not (readonly and self._writer_full()) and \
-                self.limiter.allow(sender, self._reply_size(call) if readonly else 0):
-            return self._answer(call) if readonly else False
+        if queue is None and not (readonly and self._writer_full()):
+            refused = self.limiter.take(sender, self._reply_size(call) if readonly else 0,
+                                        self._uids.get(sender) == ROOT_UID)
+            if not refused:
+                return self._answer(call) if readonly else False
+            if refused == OVER_TOTAL and sender not in self._uids and sender \
+                    and self._awaiting_total < MAX_QUEUED:
+                return self._ask_uid(sender, call)
         if readonly and (queue is None or len(queue) < SENDER_QUEUE) \
                 and self._queued_total < MAX_QUEUED:
             loop = asyncio.get_running_loop()
@@ -456,6 +480,42 @@ class DbusService:
                 self._drain_timer = loop.call_later(DRAIN_PERIOD, self._drain)
             return True
         return self._refuse(call)
+
+    def _ask_uid(self, sender: str, call: Message) -> bool:
+        """The shared budget refused ``call``: ask the bus whose it is (once per client), and
+        hold its calls meanwhile; then judge them again, root's within its own budget only."""
+        self._awaiting[sender] = [call]
+        self._awaiting_total += 1
+        task = asyncio.ensure_future(self._lookup(sender))
+        self._lookups.add(task)
+        task.add_done_callback(self._lookups.discard)
+        return True
+
+    async def _lookup(self, sender: str) -> None:
+        uid = -1
+        bus = self.bus
+        try:
+            if bus is not None:
+                reply = await asyncio.wait_for(bus.call(Message(
+                    destination=BUS_DRIVER, path=BUS_DRIVER_PATH, interface=BUS_DRIVER,
+                    member="GetConnectionUnixUser", signature="s", body=[sender])), UID_TIMEOUT)
+                if reply.message_type is MessageType.METHOD_RETURN:
+                    uid = int(reply.body[0])
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the client is gone, the bus is slow: not root
+            log.debug("could not ask the bus for the uid of %s: %s", sender, exc)
+        if len(self._uids) >= MAX_SENDERS:  # unique names are never reused: forget the oldest
+            del self._uids[next(iter(self._uids))]
+        self._uids[sender] = uid
+        calls = self._awaiting.pop(sender, [])
+        self._awaiting_total -= len(calls)
+        dispatch = getattr(self.bus, "_process_message", None)
+        for call in calls:  # as if they arrived now, in order: through _on_call again
+            if dispatch is not None and self.bus is bus:
+                dispatch(call)
+            elif self.bus is not None and _wants_reply(call):
+                self.bus.send(limits_exceeded(call, self.limiter))
 
     def _answer(self, call: Message) -> Any:
         prepared = self._prepared(call)  # a DBusError here is sent back by the library
@@ -484,7 +544,8 @@ class DbusService:
                     continue  # replies are not leaving: hold the rest (bounded memory)
                 if now - queued_at > QUEUE_WAIT:
                     reply: Any = self._refuse(call)
-                elif self.limiter.allow(sender, self._reply_size(call)):
+                elif self.limiter.allow(sender, self._reply_size(call),
+                                        self._uids.get(sender) == ROOT_UID):
                     try:
                         reply = self._answer(call)
                     except DBusError as exc:
@@ -525,6 +586,11 @@ class DbusService:
             self._drain_timer = None
         self._queued.clear()
         self._queued_total = 0
+        for task in list(self._lookups):
+            task.cancel()
+        self._awaiting.clear()
+        self._awaiting_total = 0
+        self._uids.clear()  # unique names belong to one bus connection
 
     def _is_readonly(self, call: Message) -> bool:
         """Calls :meth:`_prepared` answers (the library answers a wrong signature)."""

@@ -10,7 +10,9 @@ every answer again, 1-4 ms of CPU for ``ListCounters`` or ``ListEvents``) and so
   the work the loop does for the bus is bounded however many calls or connections arrive.
   A read-only call over budget waits in a short per-client queue (a client waiting for its
   answers sends no more: back-pressure); a call that does not fit the queue, or waits too
-  long, gets ``org.freedesktop.DBus.Error.LimitsExceeded``.
+  long, gets ``org.freedesktop.DBus.Error.LimitsExceeded``. Root's calls spend only from their
+  own bucket (:meth:`CallLimiter.take` with ``privileged``): a flood of other users' calls,
+  which empties the shared one, never refuses root.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ DRAIN_PERIOD = 0.05
 # a 128-device host costs 17 and the bus, the clients and we are not flooded with bytes.
 REPLY_UNIT = 64 * 1024
 MAX_SENDERS = 4096  # buckets kept; full (idle) ones are forgotten first
+OVER_SENDER, OVER_TOTAL = "sender", "total"  # whose budget refused a call (CallLimiter.take)
 
 _HEADER_SIGNATURE = "yyyyuua(yv)"
 _LITTLE_ENDIAN = ord("l")
@@ -113,9 +116,15 @@ class CallLimiter:
         self._total = _Bucket(total_burst, clock())
         self._senders: Dict[str, _Bucket] = {}
 
-    def allow(self, sender: Optional[str], size: int = 0) -> bool:
+    def allow(self, sender: Optional[str], size: int = 0, privileged: bool = False) -> bool:
         """Whether a call from ``sender`` may be answered now with ``size`` bytes: a call
         costs 1 plus 1 per REPLY_UNIT bytes, at most a full burst (so any answer fits)."""
+        return not self.take(sender, size, privileged)
+
+    def take(self, sender: Optional[str], size: int = 0, privileged: bool = False) -> str:
+        """Spend the call's cost: "" when it may be answered, else whose budget refused it:
+        :data:`OVER_SENDER` (its own) or :data:`OVER_TOTAL` (the one all clients share,
+        which a ``privileged`` sender, root, does not spend from)."""
         cost = min(1.0 + size / REPLY_UNIT, self.burst, self.total_burst)
         now = self._clock()
         key = sender or ""
@@ -125,11 +134,13 @@ class CallLimiter:
                 self._forget(now)
             bucket = self._senders[key] = _Bucket(self.burst, now)
         if not bucket.take(now, self.rate, self.burst, cost):
-            return False
+            return OVER_SENDER
+        if privileged:
+            return ""
         if not self._total.take(now, self.total_rate, self.total_burst, cost):
             bucket.tokens += cost  # not this client's fault: give its tokens back
-            return False
-        return True
+            return OVER_TOTAL
+        return ""
 
     def _forget(self, now: float) -> None:
         """Drop the buckets that have refilled (idle clients); if none, the oldest half."""
@@ -153,4 +164,5 @@ def limits_exceeded(call: Message, limiter: CallLimiter) -> Message:
                              f"{limiter.total_rate:g} calls/s in all; retry later")
 
 
-__all__ = ["Prepared", "PreparedReply", "CallLimiter", "limits_exceeded", "LIMITS_EXCEEDED"]
+__all__ = ["Prepared", "PreparedReply", "CallLimiter", "limits_exceeded", "LIMITS_EXCEEDED",
+           "OVER_SENDER", "OVER_TOTAL"]

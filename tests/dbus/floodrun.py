@@ -21,7 +21,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from tests.harness import NOBODY
 
@@ -120,6 +120,70 @@ def _rate(base: str, seconds: float) -> float:
     return (polls(base) - first) / (time.monotonic() - started)
 
 
+class Clients:
+    """``count`` flood client processes, connected and waiting for :meth:`go` (a context
+    manager: whatever still runs at the end is killed, the copied script removed)."""
+
+    def __init__(self, address: str, count: int, calls: int, concurrency: int,
+                 user: list[str]) -> None:
+        self.work = Path(tempfile.mkdtemp(prefix="nichealthd-flood-"))
+        os.chmod(self.work, 0o755)
+        script = self.work / "floodclient.py"
+        shutil.copy(HERE / "floodclient.py", script)
+        script.chmod(0o644)
+        self.procs: list[subprocess.Popen[str]] = []
+        try:
+            for _ in range(count):
+                self.procs.append(subprocess.Popen(
+                    [*user, sys.executable, str(script), address, str(calls),
+                     str(concurrency)], cwd=str(self.work), stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+            for proc in self.procs:  # every client connected: start them together
+                assert proc.stdout is not None
+                if proc.stdout.readline().strip() != "ready":
+                    raise AssertionError(f"a flood client did not connect: "
+                                         f"{proc.communicate()}")
+        except BaseException:
+            self.close()
+            raise
+
+    def go(self) -> None:
+        for proc in self.procs:
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+
+    def running(self) -> bool:
+        return any(p.poll() is None for p in self.procs)
+
+    def counts(self) -> list[Optional[dict[str, Any]]]:
+        """Each client's counts once it exited (None: it printed none)."""
+        out: list[Optional[dict[str, Any]]] = []
+        for proc in self.procs:
+            text, _ = proc.communicate()
+            try:
+                out.append(json.loads(text.strip().splitlines()[-1]))
+            except (ValueError, IndexError):
+                out.append(None)
+        return out
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+            for stream in (proc.stdin, proc.stdout, proc.stderr):
+                if stream is not None:
+                    stream.close()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+    def __enter__(self) -> Clients:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def run_flood(pid: int, base: str, address: str, clients: int = 20, calls: int = 500,
               concurrency: int = 10, settle: float = 3.0,
               user: Optional[list[str]] = None) -> FloodResult:
@@ -128,31 +192,13 @@ def run_flood(pid: int, base: str, address: str, clients: int = 20, calls: int =
     result = FloodResult(clients, calls, user="as nobody" if user else "as this user")
     result.rate_before = _rate(base, settle)
     result.rss_before_kib = result.rss_peak_kib = rss_kib(pid)
-    work = Path(tempfile.mkdtemp(prefix="nichealthd-flood-"))
-    os.chmod(work, 0o755)
-    script = work / "floodclient.py"
-    shutil.copy(HERE / "floodclient.py", script)
-    script.chmod(0o644)
-    procs: list[subprocess.Popen[str]] = []
-    try:
-        for _ in range(clients):
-            procs.append(subprocess.Popen(
-                [*user, sys.executable, str(script), address, str(calls), str(concurrency)],
-                cwd=str(work), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, text=True))
-        for proc in procs:  # every client connected: start them together
-            assert proc.stdout is not None
-            if proc.stdout.readline().strip() != "ready":
-                raise AssertionError(f"a flood client did not connect: {proc.communicate()}")
+    with Clients(address, clients, calls, concurrency, user) as flood:
         time.sleep(settle)  # let the start-ups' CPU settle
         started = time.monotonic()
         first = polls(base)
-        for proc in procs:
-            assert proc.stdin is not None
-            proc.stdin.write("go\n")
-            proc.stdin.flush()
+        flood.go()
         next_health = 0.0
-        while any(p.poll() is None for p in procs):
+        while flood.running():
             now = time.monotonic()
             result.rss_peak_kib = max(result.rss_peak_kib, rss_kib(pid))
             if now >= next_health:
@@ -167,23 +213,14 @@ def run_flood(pid: int, base: str, address: str, clients: int = 20, calls: int =
             time.sleep(0.1)
         result.seconds = time.monotonic() - started
         result.rate_during = (polls(base) - first) / result.seconds
-        for proc in procs:
-            out, err = proc.communicate()
-            try:
-                counts = json.loads(out.strip().splitlines()[-1])
-            except (ValueError, IndexError):
-                result.failed_clients.append(f"exit {proc.returncode}: {err[-500:]}")
+        for proc, counts in zip(flood.procs, flood.counts()):
+            if counts is None:
+                result.failed_clients.append(f"exit {proc.returncode}")
                 continue
             result.ok += counts["ok"]
             result.limited += counts["limited"]
             result.errors += counts["error"]
             result.timeouts += counts["timeout"]
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.communicate()
-        shutil.rmtree(work, ignore_errors=True)
     result.rate_after = _rate(base, settle)
     result.rss_after_kib = rss_kib(pid)
     return result

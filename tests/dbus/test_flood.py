@@ -14,11 +14,17 @@ RSS stays bounded. bench/dbus_flood.py prints the same figures.
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
+import time
 from typing import Any, Callable
 
 import pytest
-from floodrun import polls, run_flood
+from dbushelpers import busctl
+from floodrun import Clients, client_user, polls, run_flood
+
+NAME = "org.nichealthd.NicHealth1"
+PATH = "/org/nichealthd/NicHealth1"
 
 
 def _free_port() -> int:
@@ -69,5 +75,31 @@ def test_a_client_over_its_budget_waits_or_is_refused(daemon: Any) -> None:
     # burst (60) + refill (20/s) over the run + the queue, with room for a slow machine
     assert counts["ok"] <= 60 + 20 * counts["seconds"] + 16 + 20, counts
     assert counts["ok"] + counts["limited"] == 400, counts
+    log = daemon.log()
+    assert "exceed the call budget" in log and "Traceback" not in log
+
+
+@pytest.mark.root
+@pytest.mark.skipif(os.geteuid() != 0, reason="Reload is root's: needs root to call it, "
+                    "and nobody to flood")
+def test_root_reload_gets_through_an_unprivileged_flood(daemon: Any) -> None:
+    """20 clients as nobody keep the budget all clients share empty; root's Reload (and
+    GetStatus), each from a new connection as nichealthctl makes them, spend only from their
+    own budget: none is refused (before: one Reload in 18 got LimitsExceeded)."""
+    user = client_user()
+    if not user:
+        pytest.skip("nobody cannot run this Python with dbus-fast: no unprivileged flood")
+    answers: list[tuple[str, int, str]] = []
+    with Clients(daemon.address, 20, 4000, 20, user) as flood:
+        flood.go()
+        deadline = time.monotonic() + 120
+        while flood.running() and len(answers) < 24 and time.monotonic() < deadline:
+            for member in ("Reload", "GetStatus"):
+                out = busctl("call", NAME, PATH, NAME, member)
+                answers.append((member, out.returncode, out.stderr.strip()))
+        limited = sum(c["limited"] for c in flood.counts() if c is not None)
+    assert limited > 0, "the flood never went over the budget"  # the shared bucket was empty
+    assert len(answers) >= 18, answers
+    assert [a for a in answers if a[1] != 0] == [], answers
     log = daemon.log()
     assert "exceed the call budget" in log and "Traceback" not in log
