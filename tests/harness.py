@@ -200,7 +200,8 @@ class SimDaemon:
     stderr) goes to a log file beside the tree, read with :meth:`log`."""
 
     def __init__(self, root: Path, args: Sequence[str],
-                 env: Optional[Mapping[str, str]] = None) -> None:
+                 env: Optional[Mapping[str, str]] = None,
+                 preexec_fn: Optional[Callable[[], None]] = None) -> None:
         self.root = root
         self.log_path = root.parent / f"daemon-{time.monotonic_ns()}.log"
         path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
@@ -210,7 +211,8 @@ class SimDaemon:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "nichealthd.runtime.daemon", "--config",
              str(root / "nichealthd.toml"), *args],
-            cwd=REPO, env=full_env, stdout=self.log_file, stderr=subprocess.STDOUT)
+            cwd=REPO, env=full_env, stdout=self.log_file, stderr=subprocess.STDOUT,
+            preexec_fn=preexec_fn)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")

@@ -29,6 +29,7 @@ from ..core.config import (
 from ..sources.config_file import load_config
 from ..surfaces.connector.sender import deliver_pending_once
 from ..surfaces.eventlog import EventLog
+from .fdplan import log_plan, plan_fds
 from .logsetup import log_start_failure, setup_logging
 from .monitor import Monitor
 from .pollguard import PollFailed
@@ -150,7 +151,7 @@ def start(args: argparse.Namespace) -> Startup:
     overrides = flag_overrides(args)
     config = load_config(args.config, overrides)
     setup_logging(config.log_level)
-    raise_nofile_limit()  # before the reader sizes its fd budget from the limit
+    raise_nofile_limit()  # before the open-file plan is made from the limit
     for notice in config.notices:
         log.warning("%s", notice)
     warn_hidden_paths(config)
@@ -158,6 +159,8 @@ def start(args: argparse.Namespace) -> Startup:
     prepare_state_dir(config)
     monitor = Monitor(config, choice.topology, topology_loader=topology_loader(config),
                       topology_reason=choice.reason)
+    plan = plan_fds(serving=not args.once)  # the limit in force, after the raise above
+    monitor.limit_open_files(plan.kept_sysfs, plan.kept_aer)
     try:
         monitor.start()
         event_log = EventLog(config.event_log, monitor.journal) if config.event_log else None
@@ -166,7 +169,8 @@ def start(args: argparse.Namespace) -> Startup:
         raise StartupError(f"cannot read {exc.filename or config.state_dir}: {exc.strerror} "
                            f"(move the file or directory out of the way, then restart)") from None
     log_topology(choice)  # once the start is valid: a failed start says only why it failed
-    return Startup(config, overrides, monitor, event_log)
+    log_plan(plan)
+    return Startup(config, overrides, monitor, event_log, plan)
 
 
 def run_once(startup: Startup) -> int:

@@ -295,6 +295,12 @@ class Monitor:
             self.kernel_log = open_kernel_log(config) if KERNEL_LOG.enabled(config) else None
         self.journal.history_size = config.event_history_size
 
+    def limit_open_files(self, sysfs: Optional[int], aer: int) -> None:
+        """Keep at most this many sysfs files open (None: all) and this many AER tables: the
+        share of the open-file limit the plan gives them (:mod:`.fdplan`)."""
+        self.reader.files.set_budget(sysfs)
+        self.pci_facts.aer_files.set_budget(aer)
+
     def close(self) -> None:
         self.flush()
         self.reader.close()

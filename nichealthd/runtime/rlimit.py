@@ -4,8 +4,8 @@ systemd's default soft ``RLIMIT_NOFILE`` is 1024, too few for hosts with many VF
 sets ``LimitNOFILE=``; outside systemd (or under an older unit) the daemon raises its own soft
 limit toward the hard one. Under the shipped unit ``SystemCallFilter=~@resources`` makes
 setrlimit fail with EPERM: that is expected, logged once at debug level, and harmless because
-``LimitNOFILE=`` already applied. Whatever limit results, the reader budgets its fds
-(:func:`nichealthd.sources.sysfs.fd_budget`).
+``LimitNOFILE=`` already applied. Whatever limit results is shared out by the open-file plan
+(:mod:`nichealthd.runtime.fdplan`): a reserve, the surfaces' connections, kept sysfs files.
 """
 
 from __future__ import annotations

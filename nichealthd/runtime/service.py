@@ -83,6 +83,7 @@ class Daemon:
         self.overrides = startup.overrides
         self.monitor = startup.monitor
         self.event_log = startup.event_log
+        self.fd_plan = startup.fd_plan
         self.notifier = notifier or Notifier.from_environment()
         self.version = __version__
         self.started_at = time.time()
@@ -374,7 +375,8 @@ class Daemon:
             config=lambda: self.config, view=self.view, stats=self.stats,
             status=self.status, reload_error=lambda: self.reload_error,
             request_reload=self.request_reload, connector=lambda: self.connector,
-            publish_connector=self._publish_connector)
+            publish_connector=self._publish_connector,
+            connection_limits=self.fd_plan.connections)
 
     def view(self) -> Optional[View]:
         """The last completed poll, the committed state and the monitor's config."""

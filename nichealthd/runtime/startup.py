@@ -22,6 +22,7 @@ from ..sources.routes import rdma_devices_of, read_default_route_netdevs
 from ..sources.sandbox import hidden_paths, sandbox_hint
 from ..storage.metadata_names import load_names, names_path, save_names
 from ..surfaces.eventlog import EventLog
+from .fdplan import FdPlan
 from .monitor import Monitor
 
 log = logging.getLogger("nichealthd")
@@ -181,6 +182,7 @@ class Startup:
     overrides: dict[str, Any]
     monitor: Monitor
     event_log: Optional[EventLog]
+    fd_plan: FdPlan = dataclasses.field(default_factory=lambda: FdPlan(None))
 
 
 def consumers(config: Config, event_log: Optional[EventLog]) -> list[str]:

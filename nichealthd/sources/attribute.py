@@ -111,6 +111,13 @@ class AttributeFiles:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
+    def set_budget(self, budget: Optional[int]) -> None:
+        """Keep at most ``budget`` files open from now on (None: all); closes the excess."""
+        self.budget = budget
+        if budget is not None:
+            for kept in list(self._fds)[budget:]:
+                self.forget(kept)
+
     def __contains__(self, path: str) -> bool:
         return path in self._fds
 

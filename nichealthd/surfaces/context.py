@@ -21,6 +21,10 @@ from ..core.views import monitored_port_keys
 from ..storage.store import Journal, JournalEntry
 from .connector.status import ConnectorStatus
 
+# Keys of ServiceContext.connection_limits.
+CONNECTIONS_VARLINK = "varlink"
+CONNECTIONS_METRICS = "metrics"
+
 
 @dataclass
 class PollOutcome:
@@ -76,3 +80,6 @@ class ServiceContext:
     request_reload: Callable[[], None]
     connector: Callable[[], ConnectorStatus]
     publish_connector: Callable[[ConnectorStatus], None]  # the connector's status callback
+    # The most connections each surface may hold (CONNECTIONS_*), from the daemon's open-file
+    # plan (nichealthd.runtime.fdplan); a surface not named keeps its own limit.
+    connection_limits: Mapping[str, int] = field(default_factory=dict)

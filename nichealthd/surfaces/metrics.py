@@ -17,6 +17,7 @@ delay the event loop or the poller. The loop publishes one immutable picture per
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import selectors
@@ -50,7 +51,7 @@ from ..core.views import (
     device_records,
     port_records,
 )
-from .context import PollOutcome
+from .context import CONNECTIONS_METRICS, PollOutcome
 
 if TYPE_CHECKING:  # pragma: no cover
     from .context import ServiceContext
@@ -67,6 +68,13 @@ CLOSE_WAIT_SECONDS = 5.0  # for the HTTP thread to leave its wait when the serve
 # A normal listen backlog (socketserver's default is 5); the kernel caps it at somaxconn.
 LISTEN_BACKLOG = max(128, socket.SOMAXCONN)
 CLIENT_TIMEOUT = 10.0  # a client that sends nothing for this long is dropped
+# HTTP connections held at once (scrapers and probes: a handful), so that the open-file plan
+# (runtime/fdplan.py) can count them: a flood of connections cannot take the descriptors
+# polling needs. When all are taken, the oldest one that has not sent its request line yet
+# is closed for the newcomer (an idle flood cannot keep a scraper out); with every one of
+# them busy answering, a newcomer is closed at once.
+MAX_CLIENTS = 64
+EVICTING = 16  # connections closed for a newcomer whose threads have not ended yet
 CLIENT_ERROR_LOG_SECONDS = 60.0  # at most one line a minute about clients that misbehave
 # Poll cycles take about a millisecond per 8 devices; a hung sysfs read takes seconds.
 DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
@@ -151,6 +159,72 @@ class _Server(socketserver.ThreadingMixIn, WSGIServer):
     allow_reuse_address = True
     request_queue_size = LISTEN_BACKLOG
     client_errors: Optional[_ClientErrors] = None
+    max_clients = MAX_CLIENTS
+    # Set in server_bind: the connections held, those without a request yet (oldest first),
+    # and the connections closed for the limit since the last line about them.
+    _clients_lock: threading.Lock
+    _clients: int
+    _waiting: dict[Any, None]
+    _closed: dict[str, int]
+    _closed_logged_at: Optional[float]
+
+    def verify_request(self, request: Any, client_address: Any) -> bool:
+        """Hold at most ``max_clients`` connections (see MAX_CLIENTS)."""
+        victim = None
+        with self._clients_lock:
+            if self._clients >= self.max_clients:
+                victim = next(iter(self._waiting), None)
+                if victim is None or self._clients >= self.max_clients + EVICTING:
+                    self._closed_note("closed at once, every connection busy")
+                    return False
+                del self._waiting[victim]
+            self._clients += 1
+            self._waiting[request] = None
+        if victim is not None:
+            with contextlib.suppress(OSError):  # its thread reads EOF and ends
+                victim.shutdown(socket.SHUT_RDWR)
+            with self._clients_lock:
+                self._closed_note("that sent no request closed for newer ones")
+        return True
+
+    def request_started(self, request: Any) -> None:
+        """The connection sent its request line: it is served, no longer evictable."""
+        with self._clients_lock:
+            self._waiting.pop(request, None)
+
+    def _closed_note(self, what: str) -> None:
+        """One line a minute at most about connections closed for the limit (called with
+        the lock held)."""
+        self._closed[what] = self._closed.get(what, 0) + 1
+        now = time.monotonic()
+        if self._closed_logged_at is not None and \
+                now - self._closed_logged_at < CLIENT_ERROR_LOG_SECONDS:
+            return
+        closed = self._closed
+        self._closed = {}
+        self._closed_logged_at = now
+        log.warning("metrics HTTP: %s (at most %d connections at a time); polling is not "
+                    "affected", "; ".join(f"{count} connection(s) {why}"
+                                          for why, count in closed.items()),
+                    self.max_clients)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._release_client(request)
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._release_client(request)
+
+    def _release_client(self, request: Any) -> None:
+        with self._clients_lock:
+            self._clients -= 1
+            self._waiting.pop(request, None)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client's error is the client's: one rate-limited line, no traceback."""
@@ -170,6 +244,11 @@ class _Server(socketserver.ThreadingMixIn, WSGIServer):
         self.server_name = "nichealthd"
         self.server_port = self.server_address[1]
         self.setup_environ()
+        self._clients_lock = threading.Lock()
+        self._clients = 0
+        self._waiting = {}
+        self._closed = {}
+        self._closed_logged_at = None
         self._wake_read, self._wake_write = socket.socketpair()
         self._stopped = threading.Event()
 
@@ -202,6 +281,10 @@ class _QuietHandler(WSGIRequestHandler):
     """No access log on stderr; a stuck client is dropped after ``CLIENT_TIMEOUT``."""
 
     timeout = CLIENT_TIMEOUT
+
+    def parse_request(self) -> bool:
+        self.server.request_started(self.connection)  # type: ignore[attr-defined]
+        return bool(super().parse_request())
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         log.debug("%s %s", self.address_string(), format % args)
@@ -312,6 +395,8 @@ class MetricsService:
         except OSError as exc:
             raise RuntimeError(f"cannot serve metrics on {listen}: "
                                f"{exc.strerror or exc}") from None
+        server.max_clients = self.context.connection_limits.get(CONNECTIONS_METRICS,
+                                                                MAX_CLIENTS)
         thread = threading.Thread(target=server.serve_until_closed, name="metrics-http",
                                   daemon=True)
         thread.start()

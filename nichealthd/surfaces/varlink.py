@@ -16,7 +16,13 @@ that drive it with the stock PyPI ``varlink`` client and with systemd's ``varlin
 Bounds (a bad or slow client never affects polling or other clients):
 
 * a message is at most :data:`MAX_MESSAGE` bytes; more without a NUL closes the connection;
-* at most :data:`MAX_CONNECTIONS` connections, :data:`MAX_PER_UID` per non-root user;
+* at most :data:`MAX_CONNECTIONS` connections (fewer when the open-file limit cannot hold
+  them: the daemon's open-file plan, :mod:`nichealthd.runtime.fdplan`), shared out per uid
+  (``SO_PEERCRED``, :mod:`.admission`): one non-root user holds at most an eighth of them,
+  all non-root users together leave an eighth to root, so no local user can lock out
+  another or root;
+* a connection that neither sends a call nor is answered for :data:`IDLE_TIMEOUT` seconds is
+  closed (a ``WatchEvents`` stream and a ``Reload`` being answered are not idle);
 * bytes that are not a varlink call (bad JSON, no method) close the connection, with one
   log line a minute at most; a call with bad parameters gets ``InvalidParameter``;
 * replies are built at most once per poll and shared by every caller; a connection whose
@@ -42,8 +48,9 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from .. import __version__
 from ..core.views import counter_records, device_records, port_records
+from .admission import Admission, Caps
 from .answers import ReloadWaiters, counters_problem, event_record
-from .context import ServiceContext
+from .context import CONNECTIONS_VARLINK, ServiceContext
 from .varlink_protocol import (
     EXPECTED_MORE,
     INTERFACE_NOT_FOUND,
@@ -74,8 +81,8 @@ URL = "https://github.com/nichealthd/nichealthd"
 ERROR_PREFIX = INTERFACE + "."
 
 MAX_MESSAGE = 64 * 1024  # a call is a few hundred bytes; 64 KiB leaves room for any
-MAX_CONNECTIONS = 256
-MAX_PER_UID = 64  # one user cannot take every slot; root is not limited per uid
+MAX_CONNECTIONS = 256  # the most the open-file plan gives varlink (runtime/fdplan.py)
+IDLE_TIMEOUT = 60.0  # seconds without a call or an answer before a connection is closed
 WATCH_BACKLOG = 4 * 1024 * 1024  # unread WatchEvents bytes before the client is dropped
 # (the first poll of a 256-NIC host commits ~3800 baselines, 2.5 MB: a reader keeps up)
 BATCH = 32  # calls answered per connection per turn of the loop
@@ -102,6 +109,7 @@ class _Connection(asyncio.Protocol):
         self.framer = Framer(MAX_MESSAGE)
         self.transport: Optional[asyncio.Transport] = None
         self.pid = self.uid = -1
+        self.active_at = 0.0  # the loop's time of the last bytes in or out (idle timeout)
         self.busy = False  # an asynchronous call (Reload) is being answered
         self.watching = False
         self.history_seq: Optional[int] = None  # the last event of a ListEvents answer
@@ -118,11 +126,13 @@ class _Connection(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         self.pid, self.uid, _ = peer_credentials(transport.get_extra_info("socket"))
+        self.active_at = asyncio.get_running_loop().time()
         self.service.admit(self)
 
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
+        self.active_at = asyncio.get_running_loop().time()
         if self.watching:  # a watch never ends, so later calls would never be answered
             self.ignored += len(data)
             if self.ignored > MAX_MESSAGE:
@@ -192,6 +202,7 @@ class _Connection(asyncio.Protocol):
 
     def send(self, data: bytes) -> None:
         if not self.closed and self.transport is not None:
+            self.active_at = asyncio.get_running_loop().time()
             self.transport.write(data)
 
     def backlog(self) -> int:
@@ -237,12 +248,17 @@ class VarlinkService:
         self._inode: Optional[Tuple[int, int]] = None
         self._connections: Set[_Connection] = set()
         self._watchers: Set[_Connection] = set()
+        self.admission = Admission(Caps.of(
+            context.connection_limits.get(CONNECTIONS_VARLINK, MAX_CONNECTIONS)))
+        self.idle_timeout = IDLE_TIMEOUT
+        self._sweeper: Optional[asyncio.TimerHandle] = None
         self._picture: Optional[Tuple[Any, Any, Any, Any]] = None
         self._cache: Dict[Any, bytes] = {}
         self._published_seq = context.journal.last_seq
         self.reloads = ReloadWaiters(lambda: context.stats().polls, context.request_reload)
         self._dropped: Dict[str, Any] = {"count": 0, "logged_at": None}
         self._refused: Dict[str, Any] = {"count": 0, "logged_at": None}
+        self._idle: Dict[str, Any] = {"count": 0, "logged_at": None}
         self._handlers: Dict[str, Handler] = {
             "GetStatus": self._get_status,
             "ListPorts": self._list_ports,
@@ -303,7 +319,13 @@ class VarlinkService:
             raise
         info = os.stat(path)
         self._server, self._inode, self.path = server, (info.st_dev, info.st_ino), path
-        log.info("varlink API serving %s on %s", INTERFACE, path)
+        if self._sweeper is None:
+            self._sweeper = asyncio.get_running_loop().call_later(self._sweep_every(),
+                                                                  self._sweep)
+        caps = self.admission.caps
+        log.info("varlink API serving %s on %s (at most %d connections, %d per non-root "
+                 "user, %d kept for root; idle ones closed after %g s)", INTERFACE, path,
+                 caps.total, caps.per_uid, caps.total - caps.unprivileged, self.idle_timeout)
 
     async def _move(self, path: str) -> None:
         """A reload changed varlinkSocket: serve on the new path (or stop serving)."""
@@ -321,6 +343,9 @@ class VarlinkService:
 
     def _close_server(self) -> None:
         server, self._server = self._server, None
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         if server is None:
             return
         server.close()
@@ -334,11 +359,14 @@ class VarlinkService:
     # ------------------------------------------------------- connections
 
     def admit(self, conn: _Connection) -> None:
-        same_uid = sum(1 for c in self._connections if c.uid == conn.uid)
-        if len(self._connections) >= MAX_CONNECTIONS or \
-                (conn.uid != 0 and same_uid >= MAX_PER_UID):
-            self._note(self._refused, "refused varlink connection(s) over the limit "
-                       f"({MAX_CONNECTIONS} in all, {MAX_PER_UID} per user)", conn)
+        """Count a new connection against its uid's share, or close it at once."""
+        refused = self.admission.admit(conn.uid)
+        if refused:
+            caps = self.admission.caps
+            self._note(self._refused, f"refused varlink connection(s) over the limit "
+                       f"({caps.total} in all, {caps.per_uid} per non-root user, "
+                       f"{caps.total - caps.unprivileged} kept for root; latest: {refused})",
+                       conn)
             conn.closed = True
             if conn.transport is not None:
                 conn.transport.abort()
@@ -346,23 +374,40 @@ class VarlinkService:
         self._connections.add(conn)
 
     def forget(self, conn: _Connection) -> None:
-        self._connections.discard(conn)
+        if conn in self._connections:
+            self._connections.discard(conn)
+            self.admission.release(conn.uid)
         self._watchers.discard(conn)
+
+    def _sweep_every(self) -> float:
+        return max(self.idle_timeout / 4, 0.05)
+
+    def _sweep(self) -> None:
+        """Close the connections idle for ``idle_timeout``: no call, no answer, no watch."""
+        loop = asyncio.get_running_loop()
+        self._sweeper = loop.call_later(self._sweep_every(), self._sweep)
+        deadline = loop.time() - self.idle_timeout
+        for conn in [c for c in self._connections
+                     if c.active_at <= deadline and not (c.watching or c.busy)]:
+            self._note(self._idle, f"closed varlink connection(s) idle for "
+                       f"{self.idle_timeout:g} s", conn, logging.INFO)
+            conn.close()
 
     def note_dropped(self, conn: _Connection, reason: str) -> None:
         self._note(self._dropped, f"closed varlink connection(s) that broke the protocol "
                    f"or a limit (latest: {reason})", conn)
 
-    def _note(self, counter: Dict[str, Any], what: str, conn: _Connection) -> None:
-        """One warning at once, then at most one a minute with the count."""
+    def _note(self, counter: Dict[str, Any], what: str, conn: _Connection,
+              level: int = logging.WARNING) -> None:
+        """One line at once, then at most one a minute with the count."""
         counter["count"] += 1
         now = asyncio.get_running_loop().time()
         last = counter["logged_at"]
         if last is not None and now - last < LOG_EVERY:
             return
-        log.warning("%d %s, the latest from %s%s; polling is not affected", counter["count"],
-                    what, conn.describe(), "" if last is None else
-                    f", in the last {now - last:.0f} s")
+        log.log(level, "%d %s, the latest from %s%s; polling is not affected",
+                counter["count"], what, conn.describe(), "" if last is None else
+                f", in the last {now - last:.0f} s")
         counter["count"], counter["logged_at"] = 0, now
 
     @property

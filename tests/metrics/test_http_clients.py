@@ -10,8 +10,9 @@ import logging
 import shutil
 import socket
 import subprocess
+import threading
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 
@@ -98,3 +99,48 @@ def test_client_errors_are_one_line_per_minute(caplog: pytest.LogCaptureFixture)
     assert "127.0.0.1 timed out sending its request" in lines[0]
     assert "ConnectionResetError" in lines[1] and "351 client errors" in lines[1]
     assert errors.total == 352
+
+
+def test_connections_are_capped_an_idle_one_gives_way_a_busy_one_does_not() -> None:
+    """The open-file plan counts MAX_CLIENTS connections: at the cap, the oldest connection
+    that sent no request is closed for a newcomer (an idle flood cannot keep a scraper out);
+    with every connection busy, a newcomer is closed at once."""
+    gate = threading.Event()
+
+    def app(environ: dict[str, Any], start: Callable[..., Any]) -> list[bytes]:
+        if environ.get("PATH_INFO") == "/slow":
+            gate.wait(DEADLINE)
+        start("200 OK", [("Content-Length", "2")])
+        return [b"ok"]
+
+    server = make_http_server("127.0.0.1:0", app)
+    server.max_clients = 3
+    thread = threading.Thread(target=server.serve_until_closed, daemon=True)
+    thread.start()
+    port = int(server.server_address[1])
+    base = f"http://127.0.0.1:{port}"
+    idle: list[socket.socket] = []
+    busy: list[threading.Thread] = []
+    try:
+        idle = _connect_idle(port, 3)
+        wait_until(lambda: server._clients == 3, "three connections held")
+        assert get(base + "/")[0] == 200  # a scraper: the oldest idle one made room
+        wait_until(lambda: _closed_by_peer(idle[0]), "the oldest idle connection closed")
+        assert not any(_closed_by_peer(s) for s in idle[1:])
+        for sock in idle:
+            sock.close()
+        wait_until(lambda: server._clients == 0, "the idle connections gone")
+        busy = [threading.Thread(target=get, args=(base + "/slow",)) for _ in range(3)]
+        for worker in busy:
+            worker.start()
+        wait_until(lambda: server._clients == 3 and not server._waiting, "three busy clients")
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as extra:
+            wait_until(lambda: _closed_by_peer(extra), "a newcomer closed at once")
+    finally:
+        gate.set()
+        for worker in busy:
+            worker.join(DEADLINE)
+        for sock in idle:
+            sock.close()
+        server.close()
+        thread.join(DEADLINE)

@@ -16,8 +16,9 @@ def start_daemon() -> Iterator[Callable[..., VarlinkDaemon]]:
 
     def _start(root: Optional[Path] = None, interval: str = "200ms",
                extra: Optional[list[str]] = None, wait: bool = True,
-               flag: bool = True) -> VarlinkDaemon:
-        daemon = VarlinkDaemon(root or make_sim(), interval, extra, flag)
+               flag: bool = True, preexec_fn: Optional[Callable[[], None]] = None
+               ) -> VarlinkDaemon:
+        daemon = VarlinkDaemon(root or make_sim(), interval, extra, flag, preexec_fn)
         started.append(daemon)
         if wait:
             daemon.wait_ready()

@@ -18,6 +18,7 @@ from vlhelpers import Raw, VarlinkDaemon, make_sim, records, run_as
 
 from nichealthd.sim import mutate, tree
 from nichealthd.surfaces import varlink as service
+from nichealthd.surfaces.admission import Caps
 from tests.harness import NOBODY, wait_until
 
 M = "io.nichealthd.Monitor."
@@ -74,7 +75,8 @@ def test_random_bytes_from_many_clients(daemon: VarlinkDaemon) -> None:
 
 
 def test_connections_are_bounded_and_freed(daemon: VarlinkDaemon) -> None:
-    limit = service.MAX_CONNECTIONS if os.geteuid() == 0 else service.MAX_PER_UID
+    caps = Caps.of(service.MAX_CONNECTIONS)  # root: every slot; another user: its eighth
+    limit = caps.total if os.geteuid() == 0 else caps.per_uid
     held: list[Raw] = []
     try:
         for _ in range(limit):

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
 import socket
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from nichealthd.surfaces.varlink_protocol import encode_call, parse_reply
 from tests.harness import SimDaemon, world_readable_sim
@@ -84,7 +87,8 @@ class VarlinkDaemon(SimDaemon):
     """nichealthd on a sim tree with the varlink API on ``self.socket``."""
 
     def __init__(self, root: Path, interval: str = "200ms",
-                 extra: Optional[list[str]] = None, flag: bool = True) -> None:
+                 extra: Optional[list[str]] = None, flag: bool = True,
+                 preexec_fn: Optional[Callable[[], None]] = None) -> None:
         self.socket = str(root.parent / SOCKET_NAME)
         if not flag:  # the socket from the config file (varlinkSocket), as a reload sees it
             config = root / "nichealthd.toml"
@@ -92,7 +96,8 @@ class VarlinkDaemon(SimDaemon):
                 'varlinkSocket = ""', f'varlinkSocket = "{self.socket}"'))
         super().__init__(root, ["--dbus", "none", "--polling-interval", interval,
                                 *(["--varlink-socket", self.socket] if flag else []),
-                                "--log-level", "debug", *(extra or [])])
+                                "--log-level", "debug", *(extra or [])],
+                         preexec_fn=preexec_fn)
 
     def polls(self) -> int:
         with Raw(self.socket, timeout=5.0) as conn:
@@ -113,10 +118,82 @@ def run_as(user: list[str], script: str, timeout: float = 30
            ) -> subprocess.CompletedProcess[str]:
     """A stdlib-only Python snippet run as another user: with the system's python3, which
     every user can run (a pyenv interpreter under /root may not be)."""
-    python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
-    return subprocess.run([*user, python, "-c", script], capture_output=True,
+    return subprocess.run([*user, system_python(), "-c", script], capture_output=True,
                           text=True, timeout=timeout, cwd="/",
                           env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+
+
+def system_python() -> str:
+    """A python3 every user can run (a pyenv interpreter under /root may not be)."""
+    return shutil.which("python3", path="/usr/bin:/bin") or sys.executable
+
+
+def as_uid(uid: int) -> list[str]:
+    """argv prefix: run as ``uid`` (its own group, no others)."""
+    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+
+
+def uid_switch_problem() -> str:
+    """Why this process cannot run clients as other uids ("" when it can)."""
+    if os.geteuid() != 0:
+        return "switches to other uids with setpriv, which needs root (the suite runs as " \
+               "an unprivileged user here)"
+    if shutil.which("setpriv") is None:
+        return "setpriv is not installed"
+    return ""
+
+
+class Holders:
+    """Local users each holding ``each`` idle connections to ``path`` (holder.py run as each
+    uid); ``held`` is what the daemon kept of each user's connections. Close to let go."""
+
+    def __init__(self, path: str, uids: list[int], each: int, timeout: float = 60) -> None:
+        self.work = tempfile.mkdtemp(prefix="nichealthd-holders-")
+        os.chmod(self.work, 0o755)
+        script = os.path.join(self.work, "holder.py")
+        shutil.copy(Path(__file__).with_name("holder.py"), script)
+        os.chmod(script, 0o644)
+        self.procs: list[subprocess.Popen[str]] = []
+        self.held: dict[int, int] = {}
+        try:
+            for uid in uids:
+                self.procs.append(subprocess.Popen(
+                    [*as_uid(uid), system_python(), script, path, str(each)], cwd="/",
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                    env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}))
+            deadline = time.monotonic() + timeout
+            for uid, proc in zip(uids, self.procs):
+                assert proc.stdout is not None
+                ready, _, _ = select.select([proc.stdout], [], [],
+                                            max(0.0, deadline - time.monotonic()))
+                line = proc.stdout.readline() if ready else ""
+                if not line:
+                    raise AssertionError(f"the holder of uid {uid} said nothing "
+                                         f"(exit {proc.poll()})")
+                self.held[uid] = int(json.loads(line)["held"])
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.stdin is not None:
+                proc.stdin.close()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
+        self.procs = []
+        shutil.rmtree(self.work, ignore_errors=True)
+
+    def __enter__(self) -> Holders:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def records(answer: dict[str, Any], key: str) -> list[dict[str, Any]]:
