@@ -25,6 +25,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple, TypeV
 from ..core.events import CODE_PORT_MISSING, CODE_PORT_STATE, ENTITY_NIC, ENTITY_PORT
 from ..core.views import counter_records, device_records, port_health, port_records
 from ..storage.store import JournalEntry
+from .admission import ROOT_UID
 from .answers import ReloadWaiters, counters_problem, event_record
 from .context import ServiceContext
 from .dbus_common import (
@@ -76,7 +77,6 @@ MAX_WRITER_BACKLOG = 32  # replies waiting for the bus socket; beyond, calls wai
 MAX_WIRE_ENTRIES = 256  # prepared answers kept per poll (ListCounters has one per argument)
 BUS_DRIVER = "org.freedesktop.DBus"
 BUS_DRIVER_PATH = "/org/freedesktop/DBus"
-ROOT_UID = 0
 UID_TIMEOUT = 5.0  # seconds the bus gets to say who a client is
 PROPERTIES_IFACE = "org.freedesktop.DBus.Properties"
 INTROSPECTABLE_IFACE = "org.freedesktop.DBus.Introspectable"

@@ -7,6 +7,8 @@ from pathlib import Path
 from nichealthd.surfaces.dbus_common import Message, MessageType, Variant
 from nichealthd.surfaces.dbus_wire import (
     LIMITS_EXCEEDED,
+    OVER_SENDER,
+    OVER_TOTAL,
     CallLimiter,
     Prepared,
     PreparedReply,
@@ -62,6 +64,19 @@ def test_all_senders_together_are_bounded() -> None:
     now[0] += 1.0
     allowed = sum(limiter.allow(f":1.{i}") for i in range(1000) for _ in range(20))
     assert allowed == 50
+
+
+def test_root_spends_only_from_its_own_budget() -> None:
+    """A flood empties the budget all clients share: others are refused for it (their own
+    tokens given back), root is not; root's own burst still bounds root."""
+    now = [0.0]
+    limiter = CallLimiter(rate=10, burst=20, total_rate=50, total_burst=100,
+                          clock=lambda: now[0])
+    assert sum(limiter.allow(f":1.{i}") for i in range(100) for _ in range(20)) == 100
+    assert limiter.take(":1.500") == OVER_TOTAL
+    assert limiter.take(":1.501", privileged=True) == ""
+    assert sum(limiter.allow(":1.501", privileged=True) for _ in range(100)) == 19
+    assert limiter.take(":1.501", privileged=True) == OVER_SENDER
 
 
 def test_the_sender_table_is_bounded() -> None:
