@@ -12,7 +12,7 @@ from typing import Callable
 import pytest
 
 from nichealthd.storage.store import Journal
-from nichealthd.surfaces.connector.sender import CONSUMER
+from nichealthd.surfaces.connector.outbox import CONSUMER
 
 from .connector_fixtures import (
     FakeConnector,
