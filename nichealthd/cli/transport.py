@@ -12,22 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from typing import Any, AsyncIterator, Dict, List, Optional, Sequence, Tuple
+from typing import Any, AsyncIterator, Dict, List, Optional, Tuple
 
-from ..surfaces.dbus_common import (
-    BUS_NAME,
-    ERROR_PREFIX,
-    INTERFACE,
-    OBJECT_PATH,
-    POLICY_FILE,
-    Message,
-    MessageBus,
-    MessageType,
-    bus_address,
-    bus_type,
-    from_variants,
-    harden_writer,
-)
 from ..surfaces.varlink_protocol import encode_call, parse_reply
 
 EXIT_FAILURE, EXIT_UNREACHABLE, EXIT_USAGE = 1, 3, 3
@@ -36,13 +22,6 @@ VARLINK_INTERFACE = "io.nichealthd.Monitor"
 VARLINK_RECONNECT = 1.0  # seconds between tries while following a daemon that restarts
 _VARLINK_READ_LIMIT = 1 << 30  # the daemon is trusted; a 4096-NIC ListCounters is large
 
-_UNREACHABLE_ERRORS = {
-    "org.freedesktop.DBus.Error.ServiceUnknown",
-    "org.freedesktop.DBus.Error.NameHasNoOwner",
-    "org.freedesktop.DBus.Error.UnknownObject",
-    "org.freedesktop.DBus.Error.Disconnected",
-}
-_TIMEOUT_ERRORS = {"org.freedesktop.DBus.Error.NoReply", "org.freedesktop.DBus.Error.Timeout"}
 
 # What a follow yields: ("event", record), ("left", None) or ("back", None).
 Note = Tuple[str, Any]
@@ -106,155 +85,6 @@ class Transport:
 
 
 # ----------------------------------------------------------------------- D-Bus
-
-class DbusTransport(Transport):
-    """Calls on the nichealthd object on the system (or session) bus."""
-
-    kind = "dbus"
-
-    def __init__(self, bus: str, timeout: float) -> None:
-        self.bus_kind = bus
-        self.timeout = timeout
-        self.bus: Optional[Any] = None
-
-    @property
-    def address(self) -> str:
-        return f"{self.bus_kind} bus {bus_address(self.bus_kind)}"
-
-    async def __aenter__(self) -> DbusTransport:
-        try:
-            self.bus = await asyncio.wait_for(
-                MessageBus(bus_type=bus_type(self.bus_kind)).connect(), self.timeout)
-            harden_writer(self.bus)
-        except asyncio.TimeoutError:
-            raise BusUnreachable(f"the {self.bus_kind} bus at {bus_address(self.bus_kind)} "
-                                 f"did not answer within {self.timeout:g} s") from None
-        except Exception as exc:
-            reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-            raise BusUnreachable(f"cannot reach the {self.bus_kind} bus at "
-                                 f"{bus_address(self.bus_kind)}: {reason} (is dbus running?)"
-                                 ) from None
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self.bus is not None:
-            with contextlib.suppress(Exception):
-                self.bus.disconnect()
-
-    def unreachable(self) -> CtlError:
-        return CtlError(f"cannot reach nichealthd on the {self.bus_kind} bus ({BUS_NAME}): "
-                        f"is the daemon running? Try: systemctl status nichealthd")
-
-    async def call(self, member: str, signature: str = "", body: Sequence[Any] = (),
-                   interface: str = INTERFACE, destination: str = BUS_NAME,
-                   path: str = OBJECT_PATH) -> List[Any]:
-        assert self.bus is not None
-        message = Message(destination=destination, path=path, interface=interface,
-                          member=member, signature=signature, body=list(body))
-        try:
-            reply = await asyncio.wait_for(self.bus.call(message), self.timeout)
-        except asyncio.TimeoutError:
-            raise CtlError(f"nichealthd did not answer {member} within {self.timeout:g} s on "
-                           f"the {self.bus_kind} bus (is it stuck? see journalctl -u "
-                           f"nichealthd)") from None
-        except Exception as exc:
-            raise CtlError(f"lost the {self.bus_kind} bus while calling {member}: {exc}"
-                           ) from None
-        if reply is None:
-            raise self.unreachable()
-        if reply.message_type == MessageType.ERROR:
-            raise self._error(member, reply.error_name or "", reply.body)
-        return list(reply.body)
-
-    def _error(self, member: str, name: str, body: Sequence[Any]) -> CtlError:
-        text = str(body[0]) if body else name
-        if name in _UNREACHABLE_ERRORS:
-            return self.unreachable()
-        if name in _TIMEOUT_ERRORS:
-            return CtlError(f"nichealthd did not answer {member} in time: {text}")
-        if name.endswith(".AccessDenied"):
-            return CtlError(f"the {self.bus_kind} bus denied {member} to this user ({text}); "
-                            f"check the D-Bus policy {POLICY_FILE}")
-        if name == ERROR_PREFIX + "NotReady":
-            return CtlError(f"{text}; try again in a moment")
-        if name.startswith(ERROR_PREFIX):
-            return CtlError(text, EXIT_USAGE)
-        return CtlError(f"{member} failed: {name}: {text}", EXIT_FAILURE)
-
-    async def records(self, member: str, signature: str = "",
-                      body: Sequence[Any] = ()) -> List[Dict[str, Any]]:
-        reply = await self.call(member, signature, body)
-        return [from_variants(r) for r in reply[0]]
-
-    async def status(self) -> Dict[str, Any]:
-        reply = await self.call("GetStatus")
-        return from_variants(reply[0])
-
-    async def list_ports(self) -> List[Dict[str, Any]]:
-        return await self.records("ListPorts")
-
-    async def list_devices(self) -> List[Dict[str, Any]]:
-        return await self.records("ListDevices")
-
-    async def list_counters(self, device: str, port: int) -> List[Dict[str, Any]]:
-        return await self.records("ListCounters", "su", [device, port])
-
-    async def list_events(self, limit: int) -> List[Dict[str, Any]]:
-        return await self.records("ListEvents", "u", [limit])
-
-    async def reload(self) -> Tuple[bool, str]:
-        accepted, message = await self.call("Reload")
-        return bool(accepted), str(message)
-
-    async def follow(self, history: Optional[int]
-                     ) -> Tuple[List[Dict[str, Any]], AsyncIterator[Note]]:
-        queue: asyncio.Queue[Note] = asyncio.Queue()
-        await self._subscribe(queue)  # before the history: nothing is missed between
-        events = await self.list_events(history) if history is not None else []
-        return events, self._notes(queue)
-
-    async def _subscribe(self, queue: asyncio.Queue[Note]) -> None:
-        """Events through the EventEmitted signal, and the daemon leaving/returning."""
-        assert self.bus is not None
-        rules = (
-            f"type='signal',sender='{BUS_NAME}',path='{OBJECT_PATH}',interface='{INTERFACE}',"
-            f"member='EventEmitted'",
-            f"type='signal',sender='org.freedesktop.DBus',interface='org.freedesktop.DBus',"
-            f"member='NameOwnerChanged',arg0='{BUS_NAME}'",
-        )
-
-        def handler(message: Any) -> None:
-            if message.message_type != MessageType.SIGNAL:
-                return
-            if message.member == "EventEmitted" and message.interface == INTERFACE:
-                queue.put_nowait(("event", from_variants(message.body[0])))
-            elif message.member == "NameOwnerChanged" and message.body[0] == BUS_NAME:
-                queue.put_nowait(("back" if message.body[2] else "left", None))
-
-        self.bus.add_message_handler(handler)
-        for rule in rules:
-            await self.call("AddMatch", "s", [rule], interface="org.freedesktop.DBus",
-                            destination="org.freedesktop.DBus", path="/org/freedesktop/DBus")
-        # Fail now (exit 3), not silently wait, when the daemon is not there.
-        await self.call("Ping", interface="org.freedesktop.DBus.Peer")
-
-    async def _notes(self, queue: asyncio.Queue[Note]) -> AsyncIterator[Note]:
-        assert self.bus is not None
-        disconnected = asyncio.ensure_future(self.bus.wait_for_disconnect())
-        try:
-            while True:
-                getter = asyncio.ensure_future(queue.get())
-                done, _ = await asyncio.wait({getter, disconnected},
-                                             return_when=asyncio.FIRST_COMPLETED)
-                if getter not in done:
-                    getter.cancel()
-                    raise CtlError(f"lost the connection to the {self.bus_kind} bus")
-                yield getter.result()
-        finally:
-            disconnected.cancel()
-
-
-# --------------------------------------------------------------------- varlink
 
 class _Link:
     """One varlink connection: calls in order, replies NUL-framed."""
@@ -429,8 +259,8 @@ async def connect(varlink: Optional[str], bus: str, timeout: float
         async with transport:
             yield transport
         return
-    dbus = DbusTransport(bus, timeout)
     try:
+        dbus = _dbus_transport(bus, timeout)
         await dbus.__aenter__()
         transport = dbus
     except BusUnreachable as bus_error:
@@ -444,6 +274,20 @@ async def connect(varlink: Optional[str], bus: str, timeout: float
         yield transport
     finally:
         await transport.__aexit__(None, None, None)
+
+
+def _dbus_transport(bus: str, timeout: float) -> Transport:
+    """The D-Bus transport; :class:`BusUnreachable` when no D-Bus library is installed (then
+    the varlink socket is tried, as for a bus that cannot be reached)."""
+    try:
+        from .dbus_transport import DbusTransport
+    except ImportError as exc:
+        if (exc.name or "").split(".")[0] not in ("dbus_fast", "dbus_next"):
+            raise
+        raise BusUnreachable("no D-Bus library for Python is installed (python3-dbus-fast or "
+                             "python3-dbus-next; pip: dbus-fast), so the bus cannot be "
+                             "used") from None
+    return DbusTransport(bus, timeout)
 
 
 def default_varlink_socket() -> str:

@@ -27,9 +27,9 @@ from ..core.config import (
     ConfigError,
 )
 from ..sources.config_file import load_config
-from ..surfaces.connector.sender import deliver_pending_once
 from ..surfaces.eventlog import EventLog
 from .fdplan import log_plan, plan_fds
+from .libraries import CONNECTOR, load
 from .logsetup import log_start_failure, setup_logging
 from .monitor import Monitor
 from .pollguard import PollFailed
@@ -190,9 +190,12 @@ def run_once(startup: Startup) -> int:
 
 
 def deliver_once(config: Config, monitor: Monitor) -> None:
-    """Forward pending events when a connector is configured and its socket exists."""
-    if config.platform_connector_socket:
-        deliver_pending_once(config, monitor.journal)
+    """Forward pending events when a connector is configured and its socket exists (and the
+    gRPC library is there: without it they stay in the outbox, runtime/libraries.py)."""
+    deliver = (load(CONNECTOR, config, "nichealthd.surfaces.connector.sender",
+                    "deliver_pending_once") if config.platform_connector_socket else None)
+    if deliver is not None:
+        deliver(config, monitor.journal)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

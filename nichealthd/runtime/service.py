@@ -29,13 +29,10 @@ from ..core.duration import format_duration
 from ..core.events import format_timestamp
 from ..core.views import health_status, status_summary
 from ..sources.config_file import load_config
-from ..surfaces.connector.service import ConnectorService
 from ..surfaces.connector.status import ConnectorStatus
 from ..surfaces.context import PollOutcome, PollStats, ServiceContext, View
-from ..surfaces.dbus_api import DbusService
 from ..surfaces.eventlog import EventLog
-from ..surfaces.metrics import MetricsService
-from ..surfaces.varlink import VarlinkService
+from .libraries import service_factories
 from .notify import Notifier
 from .pollguard import PollFailed
 from .pollworker import WOKEN, PollWorker, Woken
@@ -55,8 +52,6 @@ log = logging.getLogger("nichealthd")
 STOP_DELIVERY_SECONDS = 5.0
 STOP_POLL_GRACE = 10.0
 HEALTHY_EVENTS_LOGGED = 10
-SERVICES: tuple[Callable[[ServiceContext], Service], ...] = (
-    ConnectorService, DbusService, MetricsService, VarlinkService)
 
 
 class Service(Protocol):
@@ -363,7 +358,9 @@ class Daemon:
 
     def _make_services(self) -> list[Service]:
         context = self.context()
-        services = [factory(context) for factory in SERVICES]
+        # The connector, D-Bus, metrics and varlink, each imported here: one whose library
+        # is missing is left out with one error line (runtime/libraries.py).
+        services = [factory(context) for factory in service_factories(self.config)]
         return [s for s in services if getattr(s, "enabled", True)]
 
     # ----------------------------------------------------------- context

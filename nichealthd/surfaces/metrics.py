@@ -60,7 +60,7 @@ log = logging.getLogger("nichealthd.metrics")
 
 PREFIX = "nichealthd_"
 # The values of ConnectorStatus.state, each a series of nichealthd_connector_state.
-CONNECTOR_STATES = ("connected", "down", "not installed", "disabled")
+CONNECTOR_STATES = ("connected", "down", "not installed", "disabled", "unavailable")
 # Not ``nichealthd_counter_value`` / ``_counter_breached``: promtool's linter rejects a metric
 # name that contains a type name (``_counter_``), and passing promtool is part of the contract.
 STALE_INTERVALS = 3

@@ -23,7 +23,8 @@ from nichealthd.core.config import Config
 from nichealthd.core.events import HealthEvent, make_event, port_entities
 from nichealthd.storage.store import Journal, JournalEntry
 from nichealthd.surfaces.connector import health_event_pb2 as pb
-from nichealthd.surfaces.connector.sender import CONSUMER, Sender
+from nichealthd.surfaces.connector.outbox import CONSUMER
+from nichealthd.surfaces.connector.sender import Sender
 
 from ..harness import DEADLINE, wait_until
 

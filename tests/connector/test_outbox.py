@@ -7,12 +7,15 @@ import json
 import logging
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable
 
 import pytest
 
 from nichealthd.storage.store import Journal
-from nichealthd.surfaces.connector.sender import CONSUMER
+from nichealthd.surfaces.connector.held import HeldOutbox
+from nichealthd.surfaces.connector.outbox import CONSUMER
+from nichealthd.surfaces.connector.status import UNAVAILABLE, ConnectorStatus
 
 from .connector_fixtures import (
     FakeConnector,
@@ -180,3 +183,23 @@ def test_journal_shared_with_a_concurrent_poller(tmp_path: Path) -> None:
     assert seen + remaining == sorted(seen + remaining)
     assert set(committed) - dropped <= set(seen + remaining) <= set(committed)
     assert journal.cursor(CONSUMER) <= committed[-1]
+
+
+def test_without_grpcio_the_outbox_is_kept_and_bounded_as_when_the_connector_is_down(
+        tmp_path: Path) -> None:
+    """surfaces/connector/held.py: the same bound (oldest degraded first), the depth and the
+    drops in the status it publishes, state ``unavailable``."""
+    config = make_config(tmp_path, "unix:/nonexistent", outbox_max_events=10)
+    outbox = Outbox(config)
+    published: list[ConnectorStatus] = []
+    context = SimpleNamespace(journal=outbox.journal, config=lambda: config,
+                              publish_connector=published.append)
+    held = HeldOutbox(context)  # type: ignore[arg-type]
+    assert published[-1].state == UNAVAILABLE and "grpcio" in published[-1].last_error
+    committed = outbox.commit([fatal(0)] + [degraded(i) for i in range(14)])
+    held.on_poll(SimpleNamespace(committed=committed))  # type: ignore[arg-type]
+    status = published[-1]
+    assert (status.outbox_depth, status.dropped) == (9, 6)  # to 90 % of 10
+    left = outbox.journal.pending(CONSUMER)
+    assert left[0].event.is_fatal and [e.seq for e in left[1:]] == [
+        e.seq for e in committed[7:]]

@@ -16,8 +16,8 @@ import pytest
 from nichealthd.core.events import make_event
 from nichealthd.storage.store import Journal
 from nichealthd.surfaces.connector import health_event_pb2 as pb
+from nichealthd.surfaces.connector.outbox import CONSUMER
 from nichealthd.surfaces.connector.sender import (
-    CONSUMER,
     DEADLETTER_NAME,
     cut_batch,
     deliver_pending_once,

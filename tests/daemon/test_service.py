@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
@@ -16,22 +15,24 @@ from nichealthd.sim import mutate
 
 from ..harness import DEADLINE, Lines, NotifySocket, stop_process, wait_until
 from ..threadstop import ThreadStopper
+from ..without import command
 from .conftest import REPO, SimHost
 
 
 class Daemon:
     """``nichealthd`` as a subprocess at 200 ms polls and ``--log-level debug`` (one line per
-    poll started: :meth:`Lines.wait_polls`); its stderr is read as it comes into ``lines``."""
+    poll started: :meth:`Lines.wait_polls`); its stderr is read as it comes into ``lines``.
+    ``without``: Python modules it runs without (tests/without.py)."""
 
     def __init__(self, host: SimHost, notify: NotifySocket, *args: str,
-                 watchdog_usec: Optional[int] = None) -> None:
+                 watchdog_usec: Optional[int] = None, without: str = "") -> None:
         env = dict(os.environ, NOTIFY_SOCKET=str(notify.path))
         env.pop("JOURNAL_STREAM", None)
         if watchdog_usec:
             env["WATCHDOG_USEC"] = str(watchdog_usec)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "nichealthd.runtime.daemon", "--config", str(host.config),
-             "--polling-interval", "200ms", "--log-level", "debug", *args],
+            command(without, "nichealthd.runtime.daemon", "--config", str(host.config),
+                    "--polling-interval", "200ms", "--log-level", "debug", *args),
             cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         assert self.proc.stderr is not None
         self.lines = Lines(self.proc.stderr)

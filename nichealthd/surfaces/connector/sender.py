@@ -32,11 +32,11 @@ from ...storage.appendfile import append as append_file
 from ...storage.store import Journal, JournalEntry
 from . import health_event_pb2_grpc as pb_grpc
 from .convert import to_batch
+from .outbox import CONSUMER, trim_outbox
 from .status import ConnectorStatus
 
 log = logging.getLogger("nichealthd.connector")
 
-CONSUMER = "connector"
 DEADLETTER_NAME = "deadletter.jsonl"
 MAX_BATCH = 500
 BACKOFF_BASE = 0.5
@@ -435,23 +435,16 @@ class Sender:
 
     def trim(self) -> None:
         """Apply the outbox bound (oldest degraded events go first; see Journal)."""
-        dropped = self.journal.trim_backlog(CONSUMER, self.config.outbox_max_events,
-                                            self.config.outbox_max_bytes)
-        if not dropped:
-            return
-        self.update(dropped=self.status.dropped + len(dropped))
         level = logging.WARNING
         if self.status.state == NOT_INSTALLED:  # no NVSentinel here: expected, said once
             level = logging.DEBUG if self._trim_told else logging.INFO
-            self._trim_told = True
-        log.log(level, "outbox over its bound (%d events or %d bytes) while the platform "
-                    "connector is %s: dropped the %d oldest degraded event(s) (seq %d..%d, "
-                    "committed %s..%s); fatal and healthy events are kept; %d dropped since "
-                    "start", self.config.outbox_max_events, self.config.outbox_max_bytes,
-                    self.status.state, len(dropped), dropped[0].seq, dropped[-1].seq,
-                    format_timestamp(dropped[0].event.generated_at),
-                    format_timestamp(dropped[-1].event.generated_at), self.status.dropped)
-        self.update(outbox_depth=self.journal.depth(CONSUMER))
+        dropped = trim_outbox(self.journal, self.config, self.status.state,
+                              self.status.dropped, log, level)
+        if not dropped:
+            return
+        self._trim_told = self._trim_told or self.status.state == NOT_INSTALLED
+        self.update(dropped=self.status.dropped + len(dropped),
+                    outbox_depth=self.journal.depth(CONSUMER))
 
     # ---------------------------------------------------------- dead letters
 

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Optional
 
 from ...core.config import Config
 from ..context import PollOutcome
-from .sender import CONSUMER, Sender
+from .outbox import CONSUMER
+from .sender import Sender
 from .status import ConnectorStatus
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+UNAVAILABLE = "unavailable"  # configured, but the gRPC library is missing (connector/held.py)
+
 
 @dataclass(frozen=True)
 class ConnectorStatus:
     """Where delivery stands; ``state`` is ``disabled``, ``not installed`` (its socket has
-    not existed since start: a host without NVSentinel), ``down`` or ``connected``."""
+    not existed since start: a host without NVSentinel), ``down``, ``connected`` or
+    ``unavailable`` (the gRPC library is missing: events wait in the outbox)."""
 
     state: str = "disabled"
     since: str = ""
