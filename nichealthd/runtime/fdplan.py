@@ -6,8 +6,8 @@ Every descriptor the daemon may hold is counted against the limit in force, in t
    state and outbox files, the listening sockets, discovery's one-at-a-time reads of
    directories and files (the reader's own reserve, :func:`nichealthd.sources.sysfs.fd_budget`:
    128 or an eighth of what it is given, whichever is larger);
-2. every surface's connection limit: varlink (:data:`~nichealthd.surfaces.varlink.MAX_CONNECTIONS`)
-   and the metrics HTTP clients (:data:`~nichealthd.surfaces.metrics.MAX_CLIENTS`), which the
+2. every surface's connection limit: varlink and the metrics HTTP clients
+   (:data:`~nichealthd.surfaces.admission.VARLINK_CONNECTIONS`, ``METRICS_CLIENTS``), which the
    surfaces enforce, so a flood of local clients holds at most these;
 3. the rest: sysfs files kept open (the reader's, and the AER tables'), only a saving (one
    ``pread`` instead of open, read and close), so they shrink first.
@@ -27,15 +27,15 @@ from typing import Mapping, Optional
 
 from ..sources.pcie import AER_KEPT_OPEN
 from ..sources.sysfs import fd_budget
-from ..surfaces import metrics, varlink
+from ..surfaces.admission import METRICS_CLIENTS, VARLINK_CONNECTIONS
 from ..surfaces.context import CONNECTIONS_METRICS, CONNECTIONS_VARLINK
 
 log = logging.getLogger("nichealthd.fdplan")
 
 # What each surface would hold at most if the limit allowed it.
 CONNECTION_LIMITS: Mapping[str, int] = {
-    CONNECTIONS_VARLINK: varlink.MAX_CONNECTIONS,
-    CONNECTIONS_METRICS: metrics.MAX_CLIENTS,
+    CONNECTIONS_VARLINK: VARLINK_CONNECTIONS,
+    CONNECTIONS_METRICS: METRICS_CLIENTS,
 }
 AER_SHARE = 4  # the AER tables keep at most a quarter of the kept files (and AER_KEPT_OPEN)
 

@@ -21,6 +21,11 @@ from typing import Dict
 
 ROOT_UID = 0
 SHARE = 8  # root's reserve and one user's cap: an eighth of the slots each
+# The most connections each surface holds if the open-file limit allows it (runtime/fdplan.py
+# counts them). Here, beside the caps, rather than in the surfaces' modules: the plan is made
+# at start whether or not the metrics library is installed (runtime/libraries.py).
+VARLINK_CONNECTIONS = 256
+METRICS_CLIENTS = 64  # scrapers and probes: a handful
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ from ..core.views import (
     device_records,
     port_records,
 )
+from .admission import METRICS_CLIENTS
 from .context import CONNECTIONS_METRICS, PollOutcome
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -68,12 +69,12 @@ CLOSE_WAIT_SECONDS = 5.0  # for the HTTP thread to leave its wait when the serve
 # A normal listen backlog (socketserver's default is 5); the kernel caps it at somaxconn.
 LISTEN_BACKLOG = max(128, socket.SOMAXCONN)
 CLIENT_TIMEOUT = 10.0  # a client that sends nothing for this long is dropped
-# HTTP connections held at once (scrapers and probes: a handful), so that the open-file plan
-# (runtime/fdplan.py) can count them: a flood of connections cannot take the descriptors
-# polling needs. When all are taken, the oldest one that has not sent its request line yet
-# is closed for the newcomer (an idle flood cannot keep a scraper out); with every one of
-# them busy answering, a newcomer is closed at once.
-MAX_CLIENTS = 64
+# HTTP connections held at once, so that the open-file plan (runtime/fdplan.py) can count
+# them: a flood of connections cannot take the descriptors polling needs. When all are taken,
+# the oldest one that has not sent its request line yet is closed for the newcomer (an idle
+# flood cannot keep a scraper out); with every one of them busy answering, a newcomer is
+# closed at once.
+MAX_CLIENTS = METRICS_CLIENTS
 EVICTING = 16  # connections closed for a newcomer whose threads have not ended yet
 CLIENT_ERROR_LOG_SECONDS = 60.0  # at most one line a minute about clients that misbehave
 # Poll cycles take about a millisecond per 8 devices; a hung sysfs read takes seconds.

@@ -48,7 +48,7 @@ from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from .. import __version__
 from ..core.views import counter_records, device_records, port_records
-from .admission import Admission, Caps
+from .admission import VARLINK_CONNECTIONS, Admission, Caps
 from .answers import ReloadWaiters, counters_problem, event_record
 from .context import CONNECTIONS_VARLINK, ServiceContext
 from .varlink_protocol import (
@@ -81,7 +81,7 @@ URL = "https://github.com/nichealthd/nichealthd"
 ERROR_PREFIX = INTERFACE + "."
 
 MAX_MESSAGE = 64 * 1024  # a call is a few hundred bytes; 64 KiB leaves room for any
-MAX_CONNECTIONS = 256  # the most the open-file plan gives varlink (runtime/fdplan.py)
+MAX_CONNECTIONS = VARLINK_CONNECTIONS  # the most the open-file plan gives varlink
 IDLE_TIMEOUT = 60.0  # seconds without a call or an answer before a connection is closed
 WATCH_BACKLOG = 4 * 1024 * 1024  # unread WatchEvents bytes before the client is dropped
 # (the first poll of a 256-NIC host commits ~3800 baselines, 2.5 MB: a reader keeps up)
