@@ -13,7 +13,7 @@ import pytest
 
 from nichealthd.core.model import ABSENT, Unreadable
 from nichealthd.sources.attribute import AttributeFiles
-from nichealthd.sources.sysfs import fd_budget, parse_decimal
+from nichealthd.sources.sysfs import fd_budget
 
 from .builders import at
 from .conftest import reader_for
@@ -111,15 +111,6 @@ def test_fd_exhaustion_everywhere_is_one_log_line(
 
 
 # ------------------------------------------------------------ malformed sysfs
-
-@pytest.mark.parametrize("text,signed,expected", [
-    ("12", False, 12), ("0", False, 0), ("-1", True, -1), ("-1", False, None),
-    ("--1", True, None), ("²", False, None), ("١", False, None), ("1_0", False, None),
-    (" 1", False, None), ("", True, None), ("-", True, None), ("1e3", False, None),
-])
-def test_parse_decimal(text: str, signed: bool, expected: object) -> None:
-    assert parse_decimal(text, signed) == expected
-
 
 @pytest.mark.parametrize("relative,content", [
     (f"{IB}/device/numa_node", "--1"), (f"{IB}/device/numa_node", "²"),
