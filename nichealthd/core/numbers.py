@@ -28,10 +28,12 @@ The kinds and where their bounds come from:
   left unset (no threshold, not judged). A threshold of 1 m°C would make every working card
   "at or above critical".
 - PCIe link widths (:data:`PCIE_WIDTH`): the Link Capabilities/Status encodings x1, x2, x4,
-  x8, x12, x16, x32 (PCIe Base spec §7.5.3.6), and 0 for a link that is down.
+  x8, x12, x16, x32 (PCIe Base spec, Link Capabilities register), and 0 for a link that is
+  down.
 - NUMA nodes (:data:`NUMA_NODE`): -1 (NUMA_NO_NODE) to 1023 (``MAX_NUMNODES`` is
   ``1 << NODES_SHIFT``, at most 10 bits on x86-64 and arm64).
-- port numbers, LIDs, PCI IDs, flags, the kmsg sequence: their fields' widths.
+- port numbers, port states, LIDs, PCI IDs, flags, the kmsg sequence: their fields'
+  widths.
 
 PCIe link *speeds* are decimals (``"16.0 GT/s PCIe"``) and are held to the PCIe set by
 :func:`nichealthd.core.pcifacts.parse_speed`.
@@ -181,6 +183,8 @@ CRITICAL_TEMPERATURE = Kind("critical temperature in m°C", 60_000, 150_000,
 PCIE_WIDTH = Kind("PCIe link width", 0, 32, only=frozenset({0, 1, 2, 4, 8, 12, 16, 32}))
 NUMA_NODE = Kind("NUMA node", -1, 1023)
 PORT_NUMBER = Kind("port number", 0, 255)  # u8 (IBTA); 0 is a switch's management port
+# PortInfo.PortState and PortPhysicalState are 4-bit fields (IBTA vol. 1, PortInfo).
+PORT_STATE = Kind("port state number", 0, 15)
 NETDEV_PORT = Kind("netdev port index", 0, 0xFFFF)  # dev_port: unsigned short
 GID_INDEX = Kind("GID index", 0, 0xFFFF)
 CARRIER = Kind("carrier", 0, 1)

@@ -50,6 +50,7 @@ from ..core.numbers import (
     NETDEV_PORT,
     NUMA_NODE,
     PORT_NUMBER,
+    PORT_STATE,
     Kind,
     counter,
     parse,
@@ -65,6 +66,8 @@ from .sandbox import sysfs_root_problem
 log = logging.getLogger("nichealthd.sysfs")
 
 REDISCOVER_SECONDS = 60.0
+OPERSTATES = frozenset({"unknown", "notpresent", "down", "lowerlayerdown", "testing", "dormant",
+                        "up"})
 GID_SCAN_LIMIT = 32
 _GONE = (errno.ENOENT, errno.ENODEV, errno.ESTALE, errno.ENXIO)
 # File descriptors left for everything but kept sysfs files: D-Bus, gRPC, the metrics HTTP
@@ -481,8 +484,8 @@ class SysfsReader:
         texts = plan.last_texts
         attribute = self._attribute
         state_path, phys_path, layer_path, rate_path = plan.attribute_paths
-        state = attribute(state_path, texts)
-        phys_state = attribute(phys_path, texts)
+        state = attribute(state_path, texts, _not_a_state)
+        phys_state = attribute(phys_path, texts, _not_a_state)
         link_layer = plan.link_layer
         if link_layer is None:
             link_layer = plan.link_layer = attribute(layer_path)
@@ -490,7 +493,7 @@ class SysfsReader:
         operstate = None
         carrier = None
         if plan.operstate_path and (link_layer == "Ethernet" or plan.efa):
-            operstate = attribute(plan.operstate_path, texts)
+            operstate = attribute(plan.operstate_path, texts, _not_an_operstate)
         if plan.carrier_path:
             carrier = self._carrier(plan.carrier_path)
         fabric = None
@@ -528,12 +531,15 @@ class SysfsReader:
             return None
         return self.problems.number(path, raw, CARRIER)
 
-    def _attribute(self, path: str, texts: Optional[dict[str, tuple[bytes, str]]] = None
-                   ) -> Optional[str]:
+    def _attribute(self, path: str, texts: Optional[dict[str, tuple[bytes, str]]] = None,
+                   check: Optional[Callable[[str], str]] = None) -> Optional[str]:
         """A text attribute; None (unknown) when it cannot be read, logged once.
 
         ``texts``: the port's last clean reads; the same bytes again are the same text (a
         read that fails or gives no text drops its entry, so a recovery is still logged).
+        ``check``: why a text is not a reading of this attribute (empty when it is one): a
+        port state without its number, an operstate the kernel does not print, is unknown,
+        not a state to judge.
         """
         try:
             raw = self.files.read(path)
@@ -550,11 +556,12 @@ class SysfsReader:
             text = raw.decode("ascii").split("\n", 1)[0].strip()
         except UnicodeDecodeError:
             text = ""
-        if not text:
+        why = "empty or not text" if not text else check(text) if check else ""
+        if why:
             if texts:
                 texts.pop(path, None)
             self.unreadable_reads += 1
-            self.problems.report(path, f"{path}: empty or not text; value unknown this poll")
+            self.problems.report(path, f"{path}: {why}; value unknown this poll")
             return None
         self.problems.clear(path)
         if texts is not None:
@@ -667,6 +674,19 @@ def _read_facts(name: str, base: str, pci: str, problems: ProblemLog) -> DeviceS
         vendor=_read_text(os.path.join(pci, "vendor")),
         is_vf=os.path.lexists(os.path.join(pci, "physfn")),
     )
+
+
+def _not_a_state(text: str) -> str:
+    """Why ``text`` is not a port ``state`` / ``phys_state`` reading: ``"<n>: <name>"``
+    (``drivers/infiniband/core/sysfs.c``, ``state_show``, ``phys_state_show``)."""
+    number, sep, _ = text.partition(":")
+    found = parse(number, PORT_STATE) if sep else Unreadable(f"no state number: {text[:40]!r}")
+    return found.reason if isinstance(found, Unreadable) else ""
+
+
+def _not_an_operstate(text: str) -> str:
+    """Why ``text`` is not a netdev ``operstate`` (``net/core/net-sysfs.c``, operstates[])."""
+    return "" if text in OPERSTATES else f"not an operstate: {text[:40]!r}"
 
 
 def _facts_complete(info: DeviceSnapshot) -> bool:
