@@ -78,10 +78,13 @@ class Kind:
     also: frozenset[int] = frozenset()  # values outside [low, high] that it may take
     max_rate: Optional[float] = None  # the most it rises per second (a RateGate holds it)
     digits: int = field(init=False, repr=False, compare=False)
+    # Decimal digits the fast path of parse() takes (0: never, a hexadecimal kind).
+    fast_digits: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         widest = max(abs(self.low), abs(self.high), *(abs(v) for v in self.also))
         object.__setattr__(self, "digits", len(_in_base(widest, self.base)))
+        object.__setattr__(self, "fast_digits", self.digits if self.base == 10 else 0)
 
     def holds(self, value: int) -> bool:
         if self.low <= value <= self.high:
@@ -111,16 +114,17 @@ def parse(raw: Union[bytes, str, None], kind: Kind) -> Number:
     hexadecimal): ``int()`` alone accepts underscores, spaces, ``+`` and non-ASCII digits that
     the kernel never prints, and raises on 5000 digits. Never raises.
     """
-    if isinstance(raw, str):
+    if type(raw) is bytes:  # the common case, a counter read with pread: no str copy
+        first = raw.split(b"\n", 1)[0].strip()
+        if first.isdigit() and len(first) <= kind.fast_digits:  # bytes.isdigit: ASCII only
+            number = int(first)
+            if kind.low <= number <= kind.high and kind.only is None:
+                return number
+    elif isinstance(raw, str):
         return _parse_text(raw.split("\n", 1)[0].strip(), kind)
     if raw is None:
         return Unreadable("no value")
-    # The common case, a counter read with pread: no str copy.
     first = raw.split(b"\n", 1)[0].strip()
-    if first.isdigit() and len(first) <= kind.digits and kind.base == 10:
-        number = int(first)  # bytes.isdigit is ASCII only
-        if kind.holds(number):
-            return number
     try:
         return _parse_text(first.decode("ascii"), kind)
     except UnicodeDecodeError:
