@@ -44,7 +44,7 @@ from __future__ import annotations
 import functools
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Union
+from typing import AbstractSet, Callable, Optional, Union
 
 U64 = 2**64 - 1
 # The most an AER total can rise per second. Each error the kernel counts is one run of its
@@ -92,7 +92,7 @@ class Kind:
         return value in self.also
 
     def describe(self) -> str:
-        """``an AER total (0 to 18446744073709551615)``."""
+        """``AER total (0 to 18446744073709551615)``."""
         if self.only is not None:
             values = sorted(self.only | self.also)
             return f"{self.name} ({', '.join(map(str, values))})"
@@ -235,6 +235,6 @@ class RateGate:
         self._last[key] = (number, now)
         return number
 
-    def retain(self, keys: set[str] | frozenset[str]) -> None:
+    def retain(self, keys: AbstractSet[str]) -> None:
         """Forget the files not in ``keys`` (their devices are gone)."""
         self._last = {k: v for k, v in self._last.items() if k in keys}

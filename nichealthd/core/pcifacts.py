@@ -141,11 +141,6 @@ def parse_speed(text: Optional[str]) -> Optional[float]:
     return value if value in PCIE_SPEEDS else None
 
 
-def parse_width(text: Union[str, bytes, None]) -> Optional[int]:
-    """``"16"`` -> 16; ``"0"`` (link down), a width outside the PCIe set, garbage -> None."""
-    return numbers.value(text, numbers.PCIE_WIDTH) or None
-
-
 def parse_aer_total(text: str, total: str) -> Union[int, Unreadable]:
     """The ``TOTAL_ERR_*`` count of one ``aer_dev_*`` table (an AER total: 64-bit), or
     :class:`Unreadable` saying why not (no such line, not a plausible total)."""

@@ -1,7 +1,9 @@
 """Reading sysfs: device discovery and per-poll reads into an immutable :class:`HostSnapshot`.
 
 This is the only module that touches /sys. It never raises on bad content: a missing file is
-ABSENT, anything else that cannot be used is :class:`Unreadable` with a reason, logged once.
+ABSENT, anything else that cannot be used is :class:`Unreadable` with a reason, logged once:
+a number outside its kind (:mod:`nichealthd.core.numbers`: a counter beyond its width), a port
+state without its number, an operstate the kernel does not print.
 
 Cost matters on hosts polled every second: the attribute files are opened once and re-read
 with ``pread(fd, …, 0)`` (sysfs regenerates the value on every read at offset 0), so a
@@ -60,7 +62,7 @@ from .adapter import AdapterReader, mellanox_function
 from .attribute import FD_EXHAUSTED as _FD_EXHAUSTED
 from .attribute import AttributeFiles
 from .attribute import read_text as _read_text
-from .problems import ProblemLog as ProblemLog
+from .problems import ProblemLog
 from .sandbox import sysfs_root_problem
 
 log = logging.getLogger("nichealthd.sysfs")
