@@ -171,7 +171,7 @@ def _short(text: str) -> str:
 
 
 def _article(name: str) -> str:
-    return "an" if name[:1].lower() in "aeiou" else "a"
+    return "an" if name[:1].lower() in "aeiou8" else "a"  # an AER total, an 8-bit counter
 
 
 @functools.cache
