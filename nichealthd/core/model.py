@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Mapping, Optional, Union
 if TYPE_CHECKING:  # pragma: no cover - the adapter facts are plain data of their own module
     from .adapter import AdapterFacts
 
+from .numbers import Unreadable as Unreadable  # the marker of every reader
 from .pcifacts import AerTable, PcieHop, Sensor
 
 
@@ -36,16 +37,6 @@ class _Absent:
 
 
 ABSENT = _Absent()
-
-
-@dataclass(frozen=True)
-class Unreadable:
-    """Marker: the file exists but its value could not be used (I/O error, garbage…)."""
-
-    reason: str
-
-    def __bool__(self) -> bool:
-        return False
 
 
 CounterReading = Union[int, _Absent, Unreadable]

@@ -2,7 +2,8 @@
 
 Plain values the readers of :mod:`nichealthd.sources.pcie` and :mod:`nichealthd.sources.hwmon`
 fill and the families of :mod:`nichealthd.core.checks` judge, with the parsers of the kernel's
-text formats (pure: they get the text, never a path):
+text formats (pure: they get the text, never a path; every number in them goes through
+:func:`nichealthd.core.numbers.parse` with its kind, and a speed must be one of the PCIe set):
 
 - ``current_link_speed`` / ``max_link_speed`` (``drivers/pci/pci-sysfs.c``,
   ``pci_speed_string``): ``"16.0 GT/s PCIe"`` since Linux 5.x, ``"16 GT/s"`` before, and
@@ -23,7 +24,10 @@ text formats (pure: they get the text, never a path):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Union
+
+from . import numbers
+from .numbers import Unreadable
 
 # The AER files of a function and the total line each one ends with.
 AER_FILES = (("aer_dev_fatal", "TOTAL_ERR_FATAL"), ("aer_dev_nonfatal", "TOTAL_ERR_NONFATAL"),
@@ -120,65 +124,31 @@ class Sensor:
         return f"{self.label} ({self.name})" if self.label else self.name
 
 
+# The PCIe signalling rates in GT/s, Gen1 to Gen7 (the kernel's pci_speed_string names the
+# same set): a speed outside it is not a link speed.
+PCIE_SPEEDS = frozenset({2.5, 5.0, 8.0, 16.0, 32.0, 64.0, 128.0})
+
+
 def parse_speed(text: Optional[str]) -> Optional[float]:
-    """``"16.0 GT/s PCIe"`` / ``"16 GT/s"`` -> 16.0; ``"Unknown"`` and garbage -> None."""
-    if not text:
+    """``"16.0 GT/s PCIe"`` / ``"16 GT/s"`` -> 16.0; ``"Unknown"``, a rate outside the PCIe set
+    and garbage -> None."""
+    if not text or "GT/s" not in text:
         return None
     head = text.strip().split(" ", 1)[0]
-    if "GT/s" not in text:
+    if not head.isascii() or not head.replace(".", "", 1).isdigit() or len(head) > 6:
         return None
-    try:
-        value = float(head)
-    except ValueError:
-        return None
-    return value if 0 < value < 1000 else None
+    value = float(head)
+    return value if value in PCIE_SPEEDS else None
 
 
-def parse_width(text: Optional[str]) -> Optional[int]:
-    """``"16"`` -> 16; ``"0"`` (link down), garbage -> None."""
-    if not text or not text.strip().isdigit():
-        return None
-    value = int(text.strip())
-    return value if 0 < value <= 32 else None
-
-
-def parse_aer_total(text: str, total: str) -> Optional[int]:
-    """The ``TOTAL_ERR_*`` count of one ``aer_dev_*`` table; None when it has none."""
+def parse_aer_total(text: str, total: str) -> Union[int, Unreadable]:
+    """The ``TOTAL_ERR_*`` count of one ``aer_dev_*`` table (an AER total: 64-bit), or
+    :class:`Unreadable` saying why not (no such line, not a plausible total)."""
     for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[0] == total and parts[1].isdigit():
-            return int(parts[1])
-    return None
-
-
-def parse_count(text: str) -> Optional[int]:
-    """A single decimal count (``aer_rootport_total_err_cor``: ``"3\\n"``); None for anything
-    else (empty, garbage, a negative number)."""
-    body = text.strip()
-    if not body.isdigit() or not body.isascii() or len(body) > 20:
-        return None
-    return int(body)
-
-
-def parse_aer_lines(text: str) -> dict[str, int]:
-    """Every ``<ErrorName> <count>`` line of a table (for the views)."""
-    out: dict[str, int] = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[1].isdigit():
-            out[parts[0]] = int(parts[1])
-    return out
-
-
-def parse_millidegrees(text: Optional[str]) -> Optional[int]:
-    """``"45000"`` -> 45000 (signed); garbage -> None."""
-    if text is None:
-        return None
-    body = text.strip()
-    digits = body[1:] if body.startswith("-") else body
-    if not digits.isdigit() or len(digits) > 9:
-        return None
-    return int(body)
+        name, _, count = line.strip().partition(" ")
+        if name == total:
+            return numbers.parse(count, numbers.AER_TOTAL)
+    return Unreadable(f"no {total} line")
 
 
 def degrees(millidegrees: Optional[int]) -> str:

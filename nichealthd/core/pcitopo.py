@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Optional, Sequence
 
+from . import numbers
 from .topology import COMPUTE, MANAGEMENT, STORAGE, GpuTopology, Role
 
 NVIDIA_VENDOR = 0x10DE
@@ -56,26 +57,11 @@ class PciFunction:
         return head.lower() if len(head) == 4 else None
 
 
-def parse_int(text: Optional[str], base: int = 10) -> Optional[int]:
-    """``"0x030200"`` (base 16) or ``"-1"``; None for anything else. Never raises."""
-    if not text:
-        return None
-    value = text.strip()
-    body = value[1:] if value.startswith("-") else value
-    if base == 16 and body.lower().startswith("0x"):
-        body = body[2:]
-    digits = "0123456789abcdef"[:base]
-    if not body or not body.isascii() or any(c not in digits for c in body.lower()):
-        return None
-    number = int(body, base)
-    return -number if value.startswith("-") else number
-
-
 def is_gpu(vendor: Optional[str], pci_class: Optional[str], is_vf: bool) -> bool:
     """An NVIDIA display/3D function that is not a virtual function (NVSwitches are 0x0680)."""
-    if is_vf or parse_int(vendor, 16) != NVIDIA_VENDOR:
+    if is_vf or numbers.value(vendor, numbers.PCI_VENDOR) != NVIDIA_VENDOR:
         return False
-    klass = parse_int(pci_class, 16)
+    klass = numbers.value(pci_class, numbers.PCI_CLASS)
     return klass is not None and klass >> 8 in GPU_CLASSES
 
 

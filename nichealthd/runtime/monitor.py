@@ -46,6 +46,7 @@ from ..storage.store import (
     LoadedState,
     load_state,
     move_aside,
+    remove_stray_temporaries,
     save_state,
 )
 from ..surfaces.context import PollOutcome
@@ -107,6 +108,10 @@ class Monitor:
 
     def start(self) -> None:
         """Load the state, detect a reboot, recover the journal. Logs what it found."""
+        stray = remove_stray_temporaries(self.config.state_dir)
+        if stray:
+            log.info("removed %d temporary file(s) of interrupted writes from %s: %s",
+                     len(stray), self.config.state_dir, ", ".join(stray))
         loaded = load_state(self.config.state_file)
         boot_id = self.reader.observe_boot_id()
         if loaded.problem:

@@ -269,6 +269,11 @@ def _counter(a: argparse.Namespace) -> None:
         hardware_semantics=a.hardware_semantics,
     )
     print(f"{a.DEV} port {a.PORT} {a.NAME} = {value}")
+    bits = mutate.counter_width(a.ROOT, a.DEV, a.PORT, a.NAME)
+    if bits is not None and bits < 64 and value >> bits:
+        print(f"note: {a.NAME} has {bits} bits on the hardware: nichealthd takes {value} as "
+              f"unreadable, not as errors (--hardware-semantics saturates or wraps --add as "
+              f"the hardware does)", file=sys.stderr)
 
 
 def _flap(a: argparse.Namespace) -> None:

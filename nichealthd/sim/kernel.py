@@ -92,6 +92,10 @@ HW_COUNTERS: Tuple[str, ...] = (
 # Added by kernels from mid-2024 on; older kernels lack them (profile option).
 NEW_HW_COUNTERS: Tuple[str, ...] = ("req_transport_retries_exceeded", "req_rnr_retries_exceeded")
 HW_COUNTER_WIDTH = 32
+# ... but these are read as 64-bit values (drivers/infiniband/hw/mlx5/counters.c: the PPCNT
+# extended counter and the congestion counters), not 32-bit Q counters.
+HW_COUNTERS_64: Tuple[str, ...] = ("rx_icrc_encapsulated", "rp_cnp_ignored", "rp_cnp_handled",
+                                   "np_ecn_marked_roce_packets", "np_cnp_sent")
 
 # /sys/class/net/<iface>/statistics/ files the simulator creates.
 NETDEV_STATISTICS: Tuple[str, ...] = (

@@ -136,8 +136,14 @@ def _width(path: Path) -> Tuple[Optional[int], bool]:
     if kind == "counters":
         return kernel.PMA_COUNTER_WIDTHS.get(path.name), True
     if kind == "hw_counters":
-        return kernel.HW_COUNTER_WIDTH, False
+        return (64 if path.name in kernel.HW_COUNTERS_64 else kernel.HW_COUNTER_WIDTH), False
     return None, False
+
+
+def counter_width(root: PathLike, dev: str, port: PortId, name: str) -> Optional[int]:
+    """Bits of the counter on the hardware (None: a 64-bit or unbounded one): a value beyond
+    them is one the hardware cannot show, and nichealthd takes it as unreadable."""
+    return _width(counter_path(root, dev, port, name))[0]
 
 
 def read_value(path: Path) -> int:

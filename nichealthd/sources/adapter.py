@@ -19,7 +19,9 @@ Every ``adapterCheckInterval`` (and at the first poll) one read gathers:
 syscall a file instead of three, every read.
 
 Polls in between get None (:attr:`HostSnapshot.adapter`): no information, nothing judged.
-Like every source it never raises on bad content: what cannot be read is None.
+Like every source it never raises on bad content: what cannot be read is None, and every
+number (``port``, ``numa_node``, ``flags``) goes through :mod:`nichealthd.core.numbers` with
+its kind (``--1`` in ``numa_node`` is an unknown node, logged once, not a failed read).
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ from typing import Callable, Iterable, Optional
 from ..core.adapter import IFF_UP, AdapterFacts, CharDevices, NetdevLink, PciNic
 from ..core.config import Config
 from ..core.model import DeviceSnapshot
+from ..core.numbers import NETDEV_FLAGS, NUMA_NODE, PORT_NUMBER
 from .attribute import AttributeFiles, read_text
+from .problems import ProblemLog
 
 log = logging.getLogger("nichealthd.adapter")
 
@@ -47,12 +51,6 @@ def listdir(path: str) -> Optional[list[str]]:
         return os.listdir(path)
     except OSError:
         return None
-
-
-def parse_port(text: Optional[str]) -> Optional[int]:
-    if text is None or not text.isascii() or not text.isdecimal():
-        return None
-    return int(text)
 
 
 class AdapterReader:
@@ -70,6 +68,7 @@ class AdapterReader:
         # PCI address -> (class, physfn present) of Mellanox functions; None: not one.
         self._functions: dict[str, Optional[tuple[str, bool]]] = {}
         self.reads = 0
+        self.problems = ProblemLog(log)
         # fw_ver and operstate files, kept open between reads and closed when no longer read:
         # the sysfs reader's own files, so that one open-file budget covers every kept file.
         self.files = files if files is not None else AttributeFiles()
@@ -158,7 +157,8 @@ class AdapterReader:
                 ibdev = read_text(os.path.join(base, "ibdev"))
                 if ibdev is None:
                     continue  # being created or removed: seen at the next read
-                port = parse_port(read_text(os.path.join(base, "port"))) or 0
+                path = os.path.join(base, "port")
+                port = self.problems.number(path, read_text(path), PORT_NUMBER) or 0
                 known = self._entries[entry] = (ibdev, port)
             found.append(known)
         return found
@@ -203,9 +203,8 @@ class AdapterReader:
                 except OSError:
                     driver = None
                 netdevs = tuple(sorted(listdir(os.path.join(pdir, "net")) or ()))
-                numa_text = read_text(os.path.join(pdir, "numa_node"))
-                numa = int(numa_text) if numa_text and numa_text.lstrip("-").isdecimal() \
-                    else None
+                path = os.path.join(pdir, "numa_node")
+                numa = self.problems.number(path, read_text(path), NUMA_NODE)
             nics.append(PciNic(address, known[0], bound, driver, netdevs or (), numa))
         return tuple(nics)
 
@@ -233,11 +232,9 @@ class AdapterReader:
                     os.path.join(base, port.netdev, "operstate"))
                 admin_up = None
                 if operstate is not None and operstate != "up":
-                    flags = read_text(os.path.join(base, port.netdev, "flags"))
-                    try:
-                        admin_up = bool(int(flags, 16) & IFF_UP) if flags else None
-                    except ValueError:
-                        admin_up = None
+                    path = os.path.join(base, port.netdev, "flags")
+                    flags = self.problems.number(path, read_text(path), NETDEV_FLAGS)
+                    admin_up = None if flags is None else bool(flags & IFF_UP)
                 links[port.key] = NetdevLink(port.netdev, operstate, admin_up)
         return links
 

@@ -5,7 +5,10 @@ Under the PCI function the mlx5 driver registers one hwmon device (``hwmon/hwmon
 sensor (``asic``, a module). Each value read is a firmware register access (MTMP) on real
 hardware, so the sensors are read at the temperature family's cadence only, the channel list
 and labels once per device, and a file whose read fails with EINVAL or EIO (a sensor the
-firmware does not serve) is remembered and not read again for ``RETRY_SECONDS``.
+firmware does not serve) is remembered and not read again for ``RETRY_SECONDS``. A value
+outside what a NIC sensor can plausibly report (:data:`~nichealthd.core.numbers.TEMPERATURE`,
+:data:`~nichealthd.core.numbers.CRITICAL_TEMPERATURE`: a critical threshold of 1 m°C would
+make a working card "critical") is unreadable, logged once per file.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ import os
 import time
 from typing import Callable, Optional
 
-from ..core.pcifacts import Sensor, parse_millidegrees
+from ..core.numbers import CRITICAL_TEMPERATURE, TEMPERATURE, Kind
+from ..core.pcifacts import Sensor
+from .problems import ProblemLog
 
 log = logging.getLogger("nichealthd.hwmon")
 
@@ -34,6 +39,7 @@ class HwmonReader:
         self._read_file = read or _read_bytes
         self._channels: dict[str, tuple[tuple[str, str, str], ...]] = {}
         self.failed: dict[str, float] = {}  # path -> when it failed (EINVAL/EIO)
+        self.problems = ProblemLog(log)
         self.reads = 0
 
     def forget(self) -> None:
@@ -46,8 +52,9 @@ class HwmonReader:
             channels = self._channels[function_dir] = self._list(function_dir)
         out = []
         for name, prefix, label in channels:
-            out.append(Sensor(name, label, self._value(prefix + "_input"),
-                              self._value(prefix + "_crit"), self._value(prefix + "_highest")))
+            out.append(Sensor(name, label, self._value(prefix + "_input", TEMPERATURE),
+                              self._value(prefix + "_crit", CRITICAL_TEMPERATURE),
+                              self._value(prefix + "_highest", TEMPERATURE)))
         return tuple(out)
 
     def _list(self, function_dir: str) -> tuple[tuple[str, str, str], ...]:
@@ -71,7 +78,7 @@ class HwmonReader:
                     found.append((f"{hwmon}/{channel}", prefix, label))
         return tuple(found)
 
-    def _value(self, path: str) -> Optional[int]:
+    def _value(self, path: str, kind: Kind) -> Optional[int]:
         failed = self.failed.get(path)
         now = self._monotonic()
         if failed is not None and now - failed < RETRY_SECONDS:
@@ -89,7 +96,7 @@ class HwmonReader:
                 self.failed[path] = now
             return None
         self.failed.pop(path, None)
-        return parse_millidegrees(raw.decode("ascii", errors="replace"))
+        return self.problems.number(path, raw, kind)
 
 
 def _read_bytes(path: str) -> bytes:

@@ -13,6 +13,14 @@ It returns at most ``kernelLogMaxLines`` lines per poll and the position after t
   ``kmsg:<boot id>:<seq>``. A regular file of such records stands in for it in tests.
   The shipped unit hides /dev/kmsg; when it cannot be opened the error says which drop-in
   grants it (:data:`KMSG_DROPIN`, shipped as an example), and the monitor logs it once.
+
+A cursor of this boot that cannot be followed heals, with one warning that says how many lines
+may be read again or are taken as read; it never leaves the reader stuck or silent. One the
+journal rejects (``Invalid cursor``), or one past the end of what the journal holds (nothing at
+or after it: a corrupt or restored state file), resumes at the position it implies in this boot
+(its monotonic time ``m=``, when the journal reaches that far), else at the journal's end. A
+kmsg sequence number past the last record, or one that is not a number, resumes after the last
+record. The healed position is what the next commit stores.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from typing import Any, Callable, Optional, Protocol
 
 from ..core.config import Config
 from ..core.model import KernelLine
+from ..core.numbers import KMSG_SEQUENCE, KMSG_USEC, U64, Kind, value
 
 log = logging.getLogger("nichealthd.kernel_log")
 
@@ -53,6 +62,10 @@ MISSING_MODULE = ("python3-systemd is not installed (no module systemd.journal):
                   "Ubuntu) or python3-systemd (Fedora/RHEL) to read the journal with a cursor")
 
 Batch = tuple[tuple[KernelLine, ...], Optional[str]]
+# A journal cursor's monotonic time (``m=``, microseconds in hex): a 64-bit value.
+CURSOR_USEC = Kind("cursor time in µs", 0, U64, base=16)
+# Lines counted for a heal's warning at most (a count, not a read: it costs a pass over them).
+COUNT_LIMIT = 10_000
 
 
 class KernelLogSource(Protocol):
@@ -91,6 +104,10 @@ class JournalSource:
         self._boot: Optional[str] = None
         self._position: Optional[str] = None
         self._pushed: Optional[dict[str, Any]] = None
+        # A committed cursor that was healed -> where the heal resumed (a cursor; "" for the
+        # first line of the boot; None to heal again, silently): a poll whose commit failed
+        # passes the old cursor again, and is neither warned about twice nor moved on.
+        self._healed: dict[str, Optional[str]] = {}
 
     def _open(self, boot: Optional[str]) -> None:
         self.close()
@@ -111,30 +128,97 @@ class JournalSource:
     def _seek(self, committed: str) -> None:
         reader = self._reader
         self._pushed = None
-        usable = bool(committed) and self._boot is not None and \
-            f";b={self._boot};" in f";{committed};"
-        if usable:
+        fields = cursor_fields(committed)
+        if not committed or (self._boot is not None and fields.get("b") != self._boot):
+            if self._boot is None:  # no boot ID to match on: never replay older boots
+                reader.seek_tail()
+                reader.get_previous()  # new lines from here on
+            else:
+                reader.seek_head()  # the first line of this boot (the match is on it)
+            self._position = None
+            return
+        try:
             reader.seek_cursor(committed)
-            entry = reader.get_next()
-            if entry and not reader.test_cursor(committed):
+        except (OSError, ValueError) as exc:  # "Invalid cursor" (EINVAL)
+            self._heal(committed, fields, f"the journal rejects it ({exc})")
+            return
+        entry = reader.get_next()
+        if entry:
+            if not reader.test_cursor(committed):
                 self._pushed = entry  # the committed line is gone (vacuumed): this one is new
             self._position = committed
             return
-        if self._boot is None:  # no boot ID to match on: never replay older boots
-            if committed:
-                reader.seek_cursor(committed)
-                entry = reader.get_next()
-                if entry and not reader.test_cursor(committed):
-                    self._pushed = entry
-            else:
-                reader.seek_tail()
-                reader.get_previous()  # new lines from here on
-            self._position = committed or None
+        # Nothing at or after it: with no line of this boot in the journal, the first line
+        # to come is new (a vacuumed boot); with some, the cursor is past the journal's end.
+        self._heal(committed, fields, None)
+
+    def _heal(self, committed: str, fields: dict[str, str], rejected: Optional[str]) -> None:
+        """Resume after a cursor of this boot that cannot be followed (module doc)."""
+        reader = self._reader
+        warned = committed in self._healed
+        reader.seek_tail()
+        last = reader.get_previous()  # the last kernel line of this boot
+        what = (f"the committed kernel-log cursor {committed[:120]!r} cannot be followed in "
+                f"{self.description}: " + (rejected or "it is past the end of the journal"))
+        if not last:
+            reader.seek_head()
+            self._position = committed if rejected is None else None
+            self._healed[committed] = None if rejected is None else ""
+            if rejected is not None and not warned:
+                log.warning("%s; the journal holds no kernel line of this boot yet: reading "
+                            "from its first", what)
             return
-        reader.seek_head()  # the first line of this boot (the match is on it)
-        self._position = None
+        last_fields = cursor_fields(_text(last.get("__CURSOR", "")))
+        mark = value(fields.get("m"), CURSOR_USEC)
+        end = value(last_fields.get("m"), CURSOR_USEC)
+        boot = fields.get("b")
+        if mark is not None and end is not None and mark <= end and boot == last_fields.get("b"):
+            again = self._count_at(mark, boot)
+            reader.seek_monotonic(mark / 1e6, boot)
+            self._position = None
+            self._healed[committed] = None  # heal again (to the same time) after a failure
+            if not warned:
+                log.warning("%s; resuming at its time in this boot (%.6f s after boot): %d "
+                            "line(s) logged at that time may be read again", what, mark / 1e6,
+                            again)
+            return
+        tail = _text(last.get("__CURSOR", ""))
+        if not warned:
+            count = self._count_all()
+            log.warning("%s; resuming at the end of the journal: %s kernel line(s) of this "
+                        "boot already in it are taken as read (skipped, if they were not)",
+                        what, count if count < COUNT_LIMIT else f"more than {COUNT_LIMIT}")
+            reader.seek_tail()
+            reader.get_previous()
+        self._position = tail
+        self._healed[committed] = tail
+
+    def _count_at(self, mark: int, boot: Optional[str]) -> int:
+        """Lines of this boot logged at monotonic time ``mark`` (moves the reader)."""
+        reader = self._reader
+        reader.seek_monotonic(mark / 1e6, boot)
+        count = 0
+        while count < COUNT_LIMIT:
+            entry = reader.get_next()
+            if not entry or value(cursor_fields(_text(entry.get("__CURSOR", ""))).get("m"),
+                                  CURSOR_USEC) != mark:
+                break
+            count += 1
+        return count
+
+    def _count_all(self) -> int:
+        """Kernel lines of this boot in the journal, up to COUNT_LIMIT (moves the reader)."""
+        reader = self._reader
+        reader.seek_head()
+        count = 0
+        while count < COUNT_LIMIT and reader.get_next():
+            count += 1
+        return count
 
     def read(self, committed: str, boot_id: Optional[str], limit: int) -> Batch:
+        resume = self._healed.get(committed) if committed else None
+        if resume is not None:  # a heal whose commit failed: where it resumed, no new warning
+            committed = resume
         boot = _boot_hex(boot_id)
         if self._reader is None or boot != self._boot:
             self._open(boot)
@@ -196,6 +280,7 @@ class KmsgSource:
         self._boot: Optional[str] = None
         self._seq = -1  # the last sequence number read
         self._lost = 0
+        self._healed: dict[str, str] = {}  # a committed cursor healed -> the cursor healed to
 
     def _open(self) -> None:
         self.close()
@@ -238,12 +323,16 @@ class KmsgSource:
 
     def read(self, committed: str, boot_id: Optional[str], limit: int) -> Batch:
         boot = (boot_id or "").strip()
-        want = _kmsg_seq(committed, boot)
+        committed = self._healed.get(committed, committed)  # a heal whose commit failed
+        found = _kmsg_seq(committed, boot)
+        # Not a sequence number: every record now in the buffer is taken as read (below).
+        want = U64 if found is None else found
         if self._fd is None or boot != self._boot or want < self._seq:
             self._open()
             self._boot = boot
         lines: list[KernelLine] = []
         offset = self._clock() - self._monotonic()  # wall time of monotonic 0 (the boot)
+        skipped, complete = 0, True
         for raw in self._records():
             parsed = parse_kmsg(raw)
             if parsed is None:
@@ -251,18 +340,38 @@ class KmsgSource:
             seq, usec, text = parsed
             if seq <= want:
                 self._seq = max(self._seq, seq)
+                skipped += 1
                 continue
             self._seq = seq
             lines.append(KernelLine(text, datetime.fromtimestamp(offset + usec / 1e6,
                                                                   timezone.utc)))
             if len(lines) >= limit:
+                complete = False
                 break
         if self._lost:
             log.warning("/dev/kmsg: %d kernel message(s) were overwritten before they could "
                         "be read", self._lost)
             self._lost = 0
+        if complete and want > self._seq:  # past the last record (or not a number)
+            if self._seq >= 0:
+                self._heal(committed, found is None, skipped)
+                want = self._seq
+            elif found is None:
+                want = -1  # no record yet: say nothing of the position
         seq = max(self._seq, want)
         return tuple(lines), (f"kmsg:{boot}:{seq}" if seq >= 0 else None)
+
+    def _heal(self, committed: str, rejected: bool, skipped: int) -> None:
+        """Resume after the last record for a cursor past it (module doc), warned once."""
+        healed = f"kmsg:{self._boot}:{self._seq}"
+        if committed not in self._healed:
+            why = "its sequence number is not one" if rejected else (
+                f"it is past the last record (sequence number {self._seq})")
+            log.warning("the committed kernel-log cursor %r cannot be followed in %s: %s; "
+                        "resuming after the last record: the %d record(s) now in the buffer "
+                        "are taken as read (skipped, if they were not)", committed[:120],
+                        self.description, why, skipped)
+        self._healed[committed] = healed
 
     def close(self) -> None:
         if self._fd is not None:
@@ -270,15 +379,19 @@ class KmsgSource:
             self._fd = None
 
 
-def _kmsg_seq(cursor: str, boot: str) -> int:
-    """The sequence number a kmsg cursor of this boot stands at; -1 otherwise."""
+def _kmsg_seq(cursor: str, boot: str) -> Optional[int]:
+    """The sequence number a kmsg cursor of this boot stands at; -1 for no cursor or one of
+    another boot (read from the first record); None for one of this boot whose sequence
+    number is not one."""
     parts = cursor.split(":")
     if len(parts) != 3 or parts[0] != "kmsg" or parts[1] != boot:
         return -1
-    try:
-        return int(parts[2])
-    except ValueError:
-        return -1
+    return value(parts[2], KMSG_SEQUENCE)
+
+
+def cursor_fields(cursor: str) -> dict[str, str]:
+    """A journal cursor (``s=…;i=…;b=…;m=…;t=…;x=…``, sd_journal_get_cursor) as a mapping."""
+    return dict(part.partition("=")[::2] for part in cursor.split(";") if "=" in part)
 
 
 def parse_kmsg(raw: bytes) -> Optional[tuple[int, int, str]]:
@@ -293,9 +406,8 @@ def parse_kmsg(raw: bytes) -> Optional[tuple[int, int, str]]:
     fields = head.split(b",")
     if len(fields) < 4:
         return None
-    try:
-        seq, usec = int(fields[1]), int(fields[2])
-    except ValueError:
+    seq, usec = value(fields[1], KMSG_SEQUENCE), value(fields[2], KMSG_USEC)
+    if seq is None or usec is None:
         return None
     text = body.split(b"\n", 1)[0].decode("utf-8", "replace")
     return seq, usec, _unescape(text)

@@ -4,7 +4,9 @@ Run at start, on reload and when a new RDMA device appears (discovery), never pe
 lists ``<sysfs>/bus/pci/devices`` (a few hundred functions on a GPU host), reads ``vendor`` of
 each and ``class``, ``numa_node`` and the real path of the NVIDIA ones, and resolves
 ``<sysfs>/class/infiniband/<dev>/device``. Like every source it never raises on bad content:
-an unreadable attribute makes that function "not a GPU" or its NUMA node unknown (-1).
+an unreadable attribute makes that function "not a GPU" or its NUMA node unknown (-1); a
+``numa_node`` that is not a NUMA node (:data:`~nichealthd.core.numbers.NUMA_NODE`) is logged
+once.
 """
 
 from __future__ import annotations
@@ -13,12 +15,15 @@ import logging
 import os
 from dataclasses import dataclass
 
-from ..core.pcitopo import NVIDIA_VENDOR, PciFunction, derive, is_gpu, parse_int
+from ..core import numbers
+from ..core.pcitopo import NVIDIA_VENDOR, NVSWITCH_CLASS, PciFunction, derive, is_gpu
 from ..core.topology import GpuTopology
 from .attribute import read_text
+from .problems import ProblemLog
 
 log = logging.getLogger("nichealthd.pci")
-
+# The walk runs at start, on reload and on discovery: a bad numa_node is said once, not at each.
+_problems = ProblemLog(log)
 
 
 @dataclass(frozen=True)
@@ -41,7 +46,8 @@ def _function(address: str, link: str, devices: str) -> PciFunction:
     parts: tuple[str, ...] = ()
     if relative != "." and not relative.startswith(".."):
         parts = tuple(relative.split(os.sep))
-    numa = parse_int(read_text(os.path.join(real, "numa_node")))
+    path = os.path.join(real, "numa_node")
+    numa = _problems.number(path, read_text(path), numbers.NUMA_NODE)
     return PciFunction(address or os.path.basename(real), parts,
                        numa if numa is not None else -1)
 
@@ -61,13 +67,14 @@ def scan(sysfs_root: str, class_infiniband: str) -> PciScan:
     nvswitches = 0
     for address in addresses:
         link = os.path.join(bus, address)
-        if parse_int(read_text(os.path.join(link, "vendor")), 16) != NVIDIA_VENDOR:
+        vendor = numbers.value(read_text(os.path.join(link, "vendor")), numbers.PCI_VENDOR)
+        if vendor != NVIDIA_VENDOR:
             continue
         pci_class = read_text(os.path.join(link, "class"))
         is_vf = os.path.lexists(os.path.join(link, "physfn"))
         if is_gpu("0x10de", pci_class, is_vf):
             gpus.append(_function(address, link, devices))
-        elif (parse_int(pci_class, 16) or 0) >> 8 == 0x0680:
+        elif (numbers.value(pci_class, numbers.PCI_CLASS) or 0) >> 8 == NVSWITCH_CLASS:
             nvswitches += 1
     nics = {}
     try:

@@ -13,6 +13,9 @@ The AER files (the NIC function's and the port's above it, and the root port's
 ``aer_rootport_total_err_*`` at the top of the path) stay open and are re-read with pread; a
 root port above several NICs is read once per poll.
 Like every source it never raises on bad content: an unreadable value is None (not judged).
+Every number goes through :mod:`nichealthd.core.numbers` with its kind: a width outside the
+PCIe set, an AER total beyond 64 bits or one that rose faster than the kernel can count
+(:data:`~nichealthd.core.numbers.AER_MAX_PER_SECOND`) is unreadable, logged once per file.
 """
 
 from __future__ import annotations
@@ -20,10 +23,11 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, replace
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 from ..core.family import READS_AER, READS_HWMON, READS_PCIE
 from ..core.model import DeviceSnapshot, HostSnapshot
+from ..core.numbers import AER_TOTAL, PCIE_WIDTH, Number, RateGate, Unreadable, boottime, parse
 from ..core.pcifacts import (
     AER_FILES,
     ROOTPORT_FILES,
@@ -31,12 +35,11 @@ from ..core.pcifacts import (
     LinkEnd,
     PcieHop,
     parse_aer_total,
-    parse_count,
     parse_speed,
-    parse_width,
 )
 from .attribute import AttributeFiles
 from .hwmon import HwmonReader
+from .problems import ProblemLog
 
 log = logging.getLogger("nichealthd.pcie")
 
@@ -103,17 +106,20 @@ class PciFactsReader:
     """Reads the requested slow parts for the monitored devices of a snapshot."""
 
     def __init__(self, sysfs_root: str, class_infiniband: str,
-                 hwmon: Optional[HwmonReader] = None) -> None:
+                 hwmon: Optional[HwmonReader] = None,
+                 clock: Callable[[], float] = boottime) -> None:
         self.sysfs_root = sysfs_root
         self.class_infiniband = class_infiniband
         self.hwmon = hwmon or HwmonReader()
+        self.problems = ProblemLog(log)
+        self.rates = RateGate(clock)  # each AER total held to what the kernel can count
         self._paths: dict[tuple[str, str], Optional[FunctionPath]] = {}
         self.aer_files = AttributeFiles(preader=lambda fd, _size, offset: os.pread(
             fd, _READ_SIZE, offset), budget=AER_KEPT_OPEN)
         self.reads = 0  # files read (the bench reports it)
-        # Each AER file's last content and its count: an unchanged table (the steady state)
-        # is not decoded and parsed again every pcieAerInterval.
-        self._aer_last: dict[str, tuple[bytes, Optional[int]]] = {}
+        # Each AER file's last content and what it parsed to: an unchanged table (the steady
+        # state) is not decoded and parsed again every pcieAerInterval.
+        self._aer_last: dict[str, tuple[bytes, Number]] = {}
 
     def reconfigure(self, sysfs_root: str, class_infiniband: str) -> None:
         if (sysfs_root, class_infiniband) != (self.sysfs_root, self.class_infiniband):
@@ -122,6 +128,7 @@ class PciFactsReader:
             self.hwmon.forget()
             self.aer_files.close()
             self._aer_last.clear()
+            self.rates.retain(set())
 
     def close(self) -> None:
         self.aer_files.close()
@@ -141,6 +148,7 @@ class PciFactsReader:
             keep = set(_aer_paths(p for p in kept.values() if p))
             self.aer_files.retain(keep)
             self._aer_last = {k: v for k, v in self._aer_last.items() if k in keep}
+            self.rates.retain(keep)
         found = {name: path for name, path in paths.items() if path is not None}
         if READS_PCIE in parts:
             snapshot = replace(snapshot, pcie={name: self._hops(path)
@@ -169,13 +177,27 @@ class PciFactsReader:
         def line(name: str) -> Optional[str]:
             text = self._text(os.path.join(directory, name))
             return text.split("\n", 1)[0] if text is not None else None
+
+        def speed(name: str) -> Optional[float]:
+            text = line(name)
+            value = parse_speed(text)
+            path = os.path.join(directory, name)
+            if value is None and text is not None and text.strip() != "Unknown":
+                self.problems.report(path, f"{path}: not a PCIe link speed: {text[:40]!r}; "
+                                     "taken as unreadable")
+            elif value is not None:
+                self.problems.clear(path)
+            return value
+
+        def width(name: str) -> Optional[int]:  # 0: the link is down, no width
+            return self.problems.number(os.path.join(directory, name), line(name),
+                                        PCIE_WIDTH) or None
+
         if current:
-            return LinkEnd(address, parse_speed(line("current_link_speed")),
-                           parse_width(line("current_link_width")),
-                           parse_speed(line("max_link_speed")),
-                           parse_width(line("max_link_width")))
-        return LinkEnd(address, max_speed=parse_speed(line("max_link_speed")),
-                       max_width=parse_width(line("max_link_width")))
+            return LinkEnd(address, speed("current_link_speed"), width("current_link_width"),
+                           speed("max_link_speed"), width("max_link_width"))
+        return LinkEnd(address, max_speed=speed("max_link_speed"),
+                       max_width=width("max_link_width"))
 
     def _hops(self, path: FunctionPath) -> tuple[PcieHop, ...]:
         return tuple(PcieHop(self._end(*up, current=False), self._end(*down, current=True))
@@ -215,16 +237,23 @@ class PciFactsReader:
 
     def _count(self, path: str, total: Optional[str]) -> Optional[int]:
         """The count of one AER file: its ``total`` line (an ``aer_dev_*`` table) or its one
-        number (None: an ``aer_rootport_total_*`` file); None when unparsable. Raises the
-        read's OSError."""
+        number (None: an ``aer_rootport_total_*`` file), held to the kind of an AER total;
+        None when it is not one (logged once). Raises the read's OSError."""
         raw = self.aer_files.read(path)
         last = self._aer_last.get(path)
         if last is not None and last[0] == raw:
-            return last[1]
-        text = raw.decode("ascii", errors="replace")
-        value = parse_count(text) if total is None else parse_aer_total(text, total)
-        self._aer_last[path] = (raw, value)
-        return value
+            number = last[1]
+        else:
+            text = raw.decode("ascii", errors="replace")
+            number = parse(text, AER_TOTAL) if total is None else parse_aer_total(text, total)
+            self._aer_last[path] = (raw, number)
+        if not isinstance(number, Unreadable):
+            number = self.rates.check(path, number, AER_TOTAL)
+        if isinstance(number, Unreadable):
+            self.problems.report(path, f"{path}: {number.reason}; taken as unreadable")
+            return None
+        self.problems.clear(path)
+        return number
 
     def _aer_table(self, address: str, directory: str, upstream: bool) -> AerTable:
         totals = {}

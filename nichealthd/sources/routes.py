@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 
+from ..core.numbers import ROUTE_FLAGS, value
+
 RTF_REJECT = 0x0200  # an unreachable/prohibit route (IPv6 has one on lo by default)
 MAX_NETDEV_DEPTH = 8  # bond over VLAN over bond ... deeper than any real stack
 
@@ -25,9 +27,8 @@ def parse_default_routes_v4(text: str) -> list[str]:
         fields = line.split()
         if len(fields) < 8 or fields[1] != "00000000" or fields[7] != "00000000":
             continue
-        try:
-            flags = int(fields[3], 16)
-        except ValueError:
+        flags = value(fields[3], ROUTE_FLAGS)
+        if flags is None:
             continue
         if fields[0] != "*" and not flags & RTF_REJECT:
             interfaces.append(fields[0])
@@ -46,9 +47,8 @@ def parse_default_routes_v6(text: str) -> list[str]:
         fields = line.split()
         if len(fields) < 10 or fields[0] != "0" * 32 or fields[1] != "00":
             continue
-        try:
-            flags = int(fields[8], 16)
-        except ValueError:
+        flags = value(fields[8], ROUTE_FLAGS)
+        if flags is None:
             continue
         if fields[9] != "lo" and not flags & RTF_REJECT:
             interfaces.append(fields[9])

@@ -1,7 +1,9 @@
 """Reading sysfs: device discovery and per-poll reads into an immutable :class:`HostSnapshot`.
 
 This is the only module that touches /sys. It never raises on bad content: a missing file is
-ABSENT, anything else that cannot be used is :class:`Unreadable` with a reason, logged once.
+ABSENT, anything else that cannot be used is :class:`Unreadable` with a reason, logged once:
+a number outside its kind (:mod:`nichealthd.core.numbers`: a counter beyond its width), a port
+state without its number, an operstate the kernel does not print.
 
 Cost matters on hosts polled every second: the attribute files are opened once and re-read
 with ``pread(fd, …, 0)`` (sysfs regenerates the value on every read at offset 0), so a
@@ -43,16 +45,31 @@ from ..core.model import (
     PortSnapshot,
     Unreadable,
 )
+from ..core.numbers import (
+    CARRIER,
+    GID_INDEX,
+    LID,
+    NETDEV_PORT,
+    NUMA_NODE,
+    PORT_NUMBER,
+    PORT_STATE,
+    Kind,
+    counter,
+    parse,
+    value,
+)
 from .adapter import AdapterReader, mellanox_function
 from .attribute import FD_EXHAUSTED as _FD_EXHAUSTED
 from .attribute import AttributeFiles
 from .attribute import read_text as _read_text
+from .problems import ProblemLog
 from .sandbox import sysfs_root_problem
 
 log = logging.getLogger("nichealthd.sysfs")
 
 REDISCOVER_SECONDS = 60.0
-MAX_COUNTER = 2**64 - 1
+OPERSTATES = frozenset({"unknown", "notpresent", "down", "lowerlayerdown", "testing", "dormant",
+                        "up"})
 GID_SCAN_LIMIT = 32
 _GONE = (errno.ENOENT, errno.ENODEV, errno.ESTALE, errno.ENXIO)
 # File descriptors left for everything but kept sysfs files: D-Bus, gRPC, the metrics HTTP
@@ -74,61 +91,6 @@ def fd_budget(soft_limit: Optional[int] = None) -> Optional[int]:
     return max(0, soft_limit - max(FD_RESERVE, soft_limit // 8))
 
 
-def parse_decimal(text: str, signed: bool = False) -> Optional[int]:
-    """An ASCII decimal integer, or None: never raises (``--1``, ``²``, ``1e3`` are None).
-
-    ``str.isdigit`` accepts superscripts that ``int()`` rejects, and ``int()`` accepts
-    underscores, spaces and non-ASCII digits that sysfs never prints, so both are avoided.
-    """
-    digits = text[1:] if signed and text.startswith("-") else text
-    if not digits or not digits.isascii() or not digits.isdecimal():
-        return None
-    return int(text)
-
-
-class ProblemLog:
-    """Logs a problem once per key until it clears, so a broken file cannot flood the log."""
-
-    def __init__(self, logger: logging.Logger = log) -> None:
-        self._logger = logger
-        self._active: dict[str, str] = {}
-
-    def report(self, key: str, message: str, level: int = logging.WARNING) -> None:
-        if self._active.get(key) != message:
-            self._active[key] = message
-            self._logger.log(level, "%s", message)
-
-    def clear(self, key: str, message: Optional[str] = None) -> None:
-        if self._active.pop(key, None) is not None:
-            self._logger.info("%s", message or f"{key}: readable again")
-
-    @property
-    def active(self) -> int:
-        return len(self._active)
-
-
-def parse_counter(raw: bytes) -> Union[int, Unreadable]:
-    """A counter is one unsigned decimal integer on the first line, at most 2^64-1."""
-    if raw.isascii():  # fast path for the common case, no str copy; anything else below
-        first = raw.split(b"\n", 1)[0].strip()
-        if first.isdigit():
-            number = int(first)
-            if number <= MAX_COUNTER:
-                return number
-    try:
-        text = raw.decode("ascii").split("\n", 1)[0].strip()
-    except UnicodeDecodeError:
-        return Unreadable("not ASCII text")
-    if not text:
-        return Unreadable("empty")
-    if not text.isdigit():
-        return Unreadable(f"not a non-negative integer: {text[:40]!r}")
-    value = int(text)
-    if value > MAX_COUNTER:
-        return Unreadable(f"larger than 2^64-1: {text[:40]}")
-    return value
-
-
 # IB PMA PortCounters widths (IBTA vol. 1 §16.1.3.5): under ``counters/`` these stick at
 # all-ones instead of wrapping (REFERENCE §3). The others there are 64-bit extended counters.
 PMA_WIDTHS = {
@@ -146,7 +108,14 @@ PMA_WIDTHS = {
     "excessive_buffer_overrun_errors": 4,
     "port_xmit_wait": 32,
 }
-HW_COUNTER_WIDTH = 32  # mlx5 hw_counters are 32-bit firmware counters that wrap
+HW_COUNTER_WIDTH = 32  # mlx5 hw_counters are 32-bit firmware Q counters that wrap ...
+# ... except these, read as 64-bit values: the congestion counters (query_cong_statistics),
+# the PPCNT extended counter and the flow-counter-based op counters
+# (drivers/infiniband/hw/mlx5/counters.c: cong_cnts, ext_ppcnt_cnts, *_op_cnts).
+HW_COUNTERS_64 = frozenset({
+    "rp_cnp_ignored", "rp_cnp_handled", "np_ecn_marked_roce_packets", "np_cnp_sent",
+    "rx_icrc_encapsulated", "cc_rx_ce_pkts", "cc_rx_cnp_pkts", "cc_tx_cnp_pkts",
+    "rdma_tx_packets", "rdma_tx_bytes", "rdma_rx_packets", "rdma_rx_bytes"})
 
 
 @functools.lru_cache(maxsize=8192)
@@ -158,7 +127,7 @@ def counter_kind(path: str) -> CounterKind:
     if parent == "counters" and name in PMA_WIDTHS:
         return CounterKind(name, PMA_WIDTHS[name], saturating=True)
     if parent == "hw_counters":
-        return CounterKind(name, HW_COUNTER_WIDTH)
+        return CounterKind(name, 64 if name in HW_COUNTERS_64 else HW_COUNTER_WIDTH)
     return CounterKind(name)
 
 
@@ -192,6 +161,7 @@ class _PortPlan:
     fabric_read: bool = False
     counter_reads: tuple[tuple[str, Optional[str]], ...] = ()
     counter_paths: tuple[str, ...] = ()  # each counter file once (two entries may share one)
+    counter_numbers: tuple[Kind, ...] = ()  # the number kind of each (its width)
     # The raw bytes of the last clean read of the counter files and what they parsed to: a
     # port read again with the same bytes reuses the mapping (and the evaluator then knows
     # it is unchanged at a glance).
@@ -218,7 +188,7 @@ class SysfsReader:
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self.config = config
         self.files = files or AttributeFiles(budget=fd_budget())
-        self.problems = problems or ProblemLog()
+        self.problems = problems or ProblemLog(log)
         self._monotonic = monotonic
         self._plans: list[_DevicePlan] = []
         self._names: Optional[frozenset[str]] = None
@@ -405,7 +375,7 @@ class SysfsReader:
         if previous is not None and _facts_complete(previous.info):
             facts = previous.info
         else:
-            facts = _read_facts(name, base, pci)
+            facts = _read_facts(name, base, pci, self.problems)
         netdevs = tuple(sorted(_listdir(os.path.join(pci, "net")) or ()))
         # An EFA function's own netdev, else its ENA partner's (#18.2); never the device's
         # netdevs (those decide the management role by the default route, and the ENA of
@@ -416,7 +386,7 @@ class SysfsReader:
         known = {port.port: port for port in previous.ports} if previous else {}
         ports = []
         for port_name in sorted(port_names or (), key=_port_sort_key):
-            number = parse_decimal(port_name)
+            number = value(port_name, PORT_NUMBER)
             if number is not None:
                 ports.append(self._discover_port(name, number,
                                                  os.path.join(base, "ports", port_name),
@@ -473,6 +443,9 @@ class SysfsReader:
         plan.counter_reads = tuple((spec.name, plan.counter_files.get(spec.name))
                                    for spec in specs)
         plan.counter_paths = tuple(dict.fromkeys(plan.counter_files.values()))
+        widths = {path: plan.counter_kinds[name].width
+                  for name, path in plan.counter_files.items()}
+        plan.counter_numbers = tuple(counter(widths[path]) for path in plan.counter_paths)
         return plan
 
     def _counter_path(self, spec: CounterSpec, port_dir: str, netdev: Optional[str]
@@ -513,8 +486,8 @@ class SysfsReader:
         texts = plan.last_texts
         attribute = self._attribute
         state_path, phys_path, layer_path, rate_path = plan.attribute_paths
-        state = attribute(state_path, texts)
-        phys_state = attribute(phys_path, texts)
+        state = attribute(state_path, texts, _not_a_state)
+        phys_state = attribute(phys_path, texts, _not_a_state)
         link_layer = plan.link_layer
         if link_layer is None:
             link_layer = plan.link_layer = attribute(layer_path)
@@ -522,7 +495,7 @@ class SysfsReader:
         operstate = None
         carrier = None
         if plan.operstate_path and (link_layer == "Ethernet" or plan.efa):
-            operstate = attribute(plan.operstate_path, texts)
+            operstate = attribute(plan.operstate_path, texts, _not_an_operstate)
         if plan.carrier_path:
             carrier = self._carrier(plan.carrier_path)
         fabric = None
@@ -558,19 +531,17 @@ class SysfsReader:
             if exc.errno != errno.EINVAL:
                 self._failed(path, exc)
             return None
-        value = parse_decimal(raw.decode("ascii", "replace").strip())
-        if value not in (0, 1):
-            self.problems.report(path, f"{path}: not 0 or 1; carrier unknown this poll")
-            return None
-        self.problems.clear(path)
-        return value
+        return self.problems.number(path, raw, CARRIER)
 
-    def _attribute(self, path: str, texts: Optional[dict[str, tuple[bytes, str]]] = None
-                   ) -> Optional[str]:
+    def _attribute(self, path: str, texts: Optional[dict[str, tuple[bytes, str]]] = None,
+                   check: Optional[Callable[[str], str]] = None) -> Optional[str]:
         """A text attribute; None (unknown) when it cannot be read, logged once.
 
         ``texts``: the port's last clean reads; the same bytes again are the same text (a
         read that fails or gives no text drops its entry, so a recovery is still logged).
+        ``check``: why a text is not a reading of this attribute (empty when it is one): a
+        port state without its number, an operstate the kernel does not print, is unknown,
+        not a state to judge.
         """
         try:
             raw = self.files.read(path)
@@ -587,11 +558,12 @@ class SysfsReader:
             text = raw.decode("ascii").split("\n", 1)[0].strip()
         except UnicodeDecodeError:
             text = ""
-        if not text:
+        why = "empty or not text" if not text else check(text) if check else ""
+        if why:
             if texts:
                 texts.pop(path, None)
             self.unreadable_reads += 1
-            self.problems.report(path, f"{path}: empty or not text; value unknown this poll")
+            self.problems.report(path, f"{path}: {why}; value unknown this poll")
             return None
         self.problems.clear(path)
         if texts is not None:
@@ -606,7 +578,8 @@ class SysfsReader:
             raws = self._read_counter_files(plan)
         if raws == plan.last_raw:
             return plan.last_counters
-        values = {path: self._counter(path, raw) for path, raw in zip(plan.counter_paths, raws)}
+        values = {path: self._counter(path, raw, kind)
+                  for path, raw, kind in zip(plan.counter_paths, raws, plan.counter_numbers)}
         counters = {name: ABSENT if path is None else values[path]
                     for name, path in plan.counter_reads}
         clean = all(isinstance(raw, bytes) and isinstance(values[path], int) or raw is None
@@ -630,8 +603,10 @@ class SysfsReader:
                 raws.append(exc)  # never equal to a last read: the port is parsed afresh
         return raws
 
-    def _counter(self, path: str, raw: Union[bytes, OSError, None]) -> CounterReading:
-        """Parse one counter read (None: a file remembered for EINVAL, not read)."""
+    def _counter(self, path: str, raw: Union[bytes, OSError, None], kind: Kind
+                 ) -> CounterReading:
+        """Parse one counter read (None: a file remembered for EINVAL, not read): a number
+        of its width (:func:`~nichealthd.core.numbers.counter`), else unreadable."""
         if raw is None:
             return Unreadable("EINVAL (not read again)")
         if isinstance(raw, OSError):
@@ -647,7 +622,7 @@ class SysfsReader:
                 return ABSENT
             self._failed(path, exc)
             return Unreadable(exc.strerror or str(exc))
-        value = parse_counter(raw)
+        value = parse(raw, kind)
         if isinstance(value, Unreadable):
             self.unreadable_reads += 1
             self.problems.report(path, f"{path}: {value.reason}; counter skipped this poll")
@@ -678,13 +653,13 @@ class SysfsReader:
         return text
 
 
-def _read_facts(name: str, base: str, pci: str) -> DeviceSnapshot:
+def _read_facts(name: str, base: str, pci: str, problems: ProblemLog) -> DeviceSnapshot:
     """A device's hardware facts, fixed while it stays registered (ports come later)."""
     uevent = _read_text(os.path.join(pci, "uevent"), whole=True) or ""
     slot = next((line.split("=", 1)[1] for line in uevent.splitlines()
                  if line.startswith("PCI_SLOT_NAME=")), None)
-    numa_text = _read_text(os.path.join(pci, "numa_node"))
-    numa = parse_decimal(numa_text, signed=True) if numa_text else None
+    numa_path = os.path.join(pci, "numa_node")
+    numa = problems.number(numa_path, _read_text(numa_path), NUMA_NODE)
     try:
         driver: Optional[str] = os.path.basename(os.readlink(os.path.join(pci, "driver")))
     except OSError:
@@ -701,6 +676,19 @@ def _read_facts(name: str, base: str, pci: str) -> DeviceSnapshot:
         vendor=_read_text(os.path.join(pci, "vendor")),
         is_vf=os.path.lexists(os.path.join(pci, "physfn")),
     )
+
+
+def _not_a_state(text: str) -> str:
+    """Why ``text`` is not a port ``state`` / ``phys_state`` reading: ``"<n>: <name>"``
+    (``drivers/infiniband/core/sysfs.c``, ``state_show``, ``phys_state_show``)."""
+    number, sep, _ = text.partition(":")
+    found = parse(number, PORT_STATE) if sep else Unreadable(f"no state number: {text[:40]!r}")
+    return found.reason if isinstance(found, Unreadable) else ""
+
+
+def _not_an_operstate(text: str) -> str:
+    """Why ``text`` is not a netdev ``operstate`` (``net/core/net-sysfs.c``, operstates[])."""
+    return "" if text in OPERSTATES else f"not an operstate: {text[:40]!r}"
 
 
 def _facts_complete(info: DeviceSnapshot) -> bool:
@@ -727,7 +715,7 @@ def _listdir(path: str) -> Optional[list[str]]:
 
 
 def _port_sort_key(name: str) -> tuple[int, str]:
-    number = parse_decimal(name)
+    number = value(name, PORT_NUMBER)
     return (number, "") if number is not None else (1 << 30, name)
 
 
@@ -736,7 +724,7 @@ def _netdev_for_port(pci: str, netdevs: Iterable[str], port: int) -> Optional[st
     netdevs = list(netdevs)
     for name in netdevs:
         dev_port = _read_text(os.path.join(pci, "net", name, "dev_port"))
-        if dev_port is not None and parse_decimal(dev_port) == port - 1:
+        if dev_port is not None and value(dev_port, NETDEV_PORT) == port - 1:
             return name
     return netdevs[0] if netdevs else None
 
@@ -801,11 +789,8 @@ def _fabric_of(port_dir: str) -> Optional[str]:
     be read or the port has no SM (LID 0)."""
     gid = (_read_text(os.path.join(port_dir, "gids", "0")) or "").split(":")
     lid = _read_text(os.path.join(port_dir, "sm_lid")) or ""
-    try:
-        sm_lid = int(lid, 16) if lid.lower().startswith("0x") else 0
-    except ValueError:
-        return None
-    if len(gid) != 8 or not 0 < sm_lid < 0xFFFF:
+    sm_lid = value(lid, LID) if lid.lower().startswith("0x") else 0
+    if sm_lid is None or len(gid) != 8 or not 0 < sm_lid < 0xFFFF:
         return None
     return f"{':'.join(gid[:4]).lower()}/0x{sm_lid:x}"
 
@@ -816,7 +801,7 @@ def _count_gids(port_dir: str) -> Optional[int]:
     if names is None:
         return None
     count = 0
-    numbered = ((parse_decimal(n), n) for n in names)
+    numbered = ((value(n, GID_INDEX), n) for n in names)
     for _, name in sorted((i, n) for i, n in numbered if i is not None)[:GID_SCAN_LIMIT]:
         gid = _read_text(os.path.join(port_dir, "gids", name)) or ""
         if gid.replace("0", "").replace(":", ""):

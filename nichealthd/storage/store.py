@@ -43,6 +43,7 @@ log = logging.getLogger("nichealthd.store")
 JOURNAL_NAME = "outbox.jsonl"
 CURSORS_NAME = "cursors.json"
 MAX_SEQ = 2**63  # sequence numbers are int64 on the wire (and plausible far below this)
+TEMP_PREFIX = ".tmp-"  # atomic_write's temporary files, beside the file they replace
 
 
 class CommitError(Exception):
@@ -52,7 +53,7 @@ class CommitError(Exception):
 def atomic_write(path: str, data: bytes, mode: int = 0o640) -> None:
     """Replace ``path`` with ``data`` so that readers see the old or the new file, whole."""
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=directory)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -65,6 +66,31 @@ def atomic_write(path: str, data: bytes, mode: int = 0o640) -> None:
             os.unlink(tmp)
         raise
     _fsync_dir(directory)
+
+
+def remove_stray_temporaries(directory: str) -> list[str]:
+    """Remove the temporary files of writes that a kill interrupted (``.tmp-*``, regular
+    files only) and return their names.
+
+    :func:`atomic_write` unlinks its temporary file on any error, but a SIGKILL or a power
+    loss between ``mkstemp`` and ``rename`` leaves it behind; nothing ever reads one. Called at
+    start, before anything of this process writes there (the directory is the daemon's own:
+    one daemon per state directory).
+    """
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    removed = []
+    for name in sorted(n for n in names if n.startswith(TEMP_PREFIX)):
+        path = os.path.join(directory, name)
+        with contextlib.suppress(OSError):
+            if stat.S_ISREG(os.lstat(path).st_mode):
+                os.unlink(path)
+                removed.append(name)
+    if removed:
+        _fsync_dir(directory)
+    return removed
 
 
 def _fsync_dir(directory: str) -> None:

@@ -10,7 +10,8 @@ from nichealthd.core.checks.pcie_aer import PCIE_AER
 from nichealthd.core.events import HealthEvent
 from nichealthd.core.family import READS_AER
 from nichealthd.core.model import HostSnapshot
-from nichealthd.core.pcifacts import AerTable, parse_count
+from nichealthd.core.numbers import AER_TOTAL, value
+from nichealthd.core.pcifacts import AerTable
 from nichealthd.core.state import MonitorState
 from nichealthd.sim import pcifiles, tree
 from nichealthd.sources.pcie import PciFactsReader
@@ -50,10 +51,10 @@ def aer_events(events: tuple[HealthEvent, ...]) -> list[HealthEvent]:
 
 
 def test_the_kernel_format_is_one_decimal() -> None:
-    assert parse_count("3\n") == 3
-    assert parse_count("18446744073709551615\n") == 2**64 - 1
-    for bad in ("", "\n", "-1\n", "x\n", "3 4\n", "TOTAL_ERR_COR 3\n"):
-        assert parse_count(bad) is None, bad
+    assert value("3\n", AER_TOTAL) == 3
+    assert value("18446744073709551615\n", AER_TOTAL) == 2**64 - 1
+    for bad in ("", "\n", "-1\n", "x\n", "3 4\n", "TOTAL_ERR_COR 3\n", f"{2**64}\n"):
+        assert value(bad, AER_TOTAL) is None, bad
 
 
 def test_an_error_below_the_root_port_only_is_one_event_for_every_nic_below() -> None:

@@ -11,7 +11,8 @@ from nichealthd.core.checks.pcie_link import PCIE_LINK
 from nichealthd.core.evaluate import due_reads
 from nichealthd.core.events import HealthEvent
 from nichealthd.core.family import READS_AER, READS_HWMON, READS_PCIE
-from nichealthd.core.model import HostSnapshot
+from nichealthd.core.model import HostSnapshot, Unreadable
+from nichealthd.core.numbers import PCIE_WIDTH, value
 from nichealthd.core.pcifacts import (
     AerTable,
     LinkEnd,
@@ -19,7 +20,6 @@ from nichealthd.core.pcifacts import (
     Sensor,
     parse_aer_total,
     parse_speed,
-    parse_width,
 )
 from nichealthd.core.state import MonitorState
 
@@ -65,10 +65,16 @@ def test_the_kernel_formats_parse() -> None:
     assert parse_speed("16.0 GT/s PCIe") == 16.0
     assert parse_speed("8 GT/s") == 8.0  # kernels before pci_speed_string
     assert parse_speed("Unknown") is None and parse_speed("") is None
-    assert parse_width("16") == 16 and parse_width("0") is None and parse_width("x") is None
+    assert parse_speed("20.0 GT/s PCIe") is None and parse_speed("nan GT/s") is None
+    assert parse_speed("1e400 GT/s") is None  # not in the PCIe set, never an exception
+    assert value("16", PCIE_WIDTH) == 16 and value("0", PCIE_WIDTH) == 0  # 0: link down
+    for bad in ("x", "3", "64", "-16"):  # not PCIe widths
+        assert value(bad, PCIE_WIDTH) is None
     table = "Undefined 0\nDLP 0\nSDES 0\nTLP 3\nFCP 0\nTOTAL_ERR_FATAL 3\n"
     assert parse_aer_total(table, "TOTAL_ERR_FATAL") == 3
-    assert parse_aer_total("RxErr 1\n", "TOTAL_ERR_COR") is None
+    assert parse_aer_total("RxErr 1\n", "TOTAL_ERR_COR") == Unreadable("no TOTAL_ERR_COR line")
+    huge = table.replace("TOTAL_ERR_FATAL 3", f"TOTAL_ERR_FATAL {'9' * 26}")
+    assert isinstance(parse_aer_total(huge, "TOTAL_ERR_FATAL"), Unreadable)
 
 
 # ------------------------------------------------------------------------ PCIe link

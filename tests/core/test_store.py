@@ -14,6 +14,7 @@ from nichealthd.runtime.monitor import FLUSH_SECONDS, Monitor
 from nichealthd.runtime.startup import load_topology
 from nichealthd.sim import mutate, tree
 from nichealthd.sources.config_file import load_config
+from nichealthd.storage import store
 from nichealthd.storage.store import Journal, load_state, save_state
 
 from .builders import at, config, gpus
@@ -155,3 +156,15 @@ def test_a_deferred_write_that_fails_counts_as_a_failing_commit(tmp_path: Path) 
     monitor.poll()
     assert monitor.guard.reason() == "" and state_file.is_file()
     monitor.close()
+
+
+def test_stray_temporary_files_go_regular_files_only(tmp_path: Path) -> None:
+    (tmp_path / ".tmp-abc12345").write_text("{")
+    (tmp_path / ".tmp-dir").mkdir()  # not ours: a directory is never a temporary file
+    (tmp_path / ".tmp-link").symlink_to(tmp_path / "state.json")
+    (tmp_path / "state.json").write_text("{}")
+    (tmp_path / "x.tmp-1").write_text("")
+    assert store.remove_stray_temporaries(str(tmp_path)) == [".tmp-abc12345"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".tmp-dir", ".tmp-link", "state.json", "x.tmp-1"]
+    assert store.remove_stray_temporaries(str(tmp_path / "absent")) == []

@@ -13,23 +13,10 @@ from nichealthd.core.model import ABSENT, CounterKind, Unreadable
 from nichealthd.sim import mutate, pcibus, subnet
 from nichealthd.sources.attribute import AttributeFiles
 from nichealthd.sources.config_file import load_config
-from nichealthd.sources.sysfs import SysfsReader, counter_kind, parse_counter
+from nichealthd.sources.sysfs import SysfsReader, counter_kind
 
 from .builders import at
 from .conftest import open_readers, reader_for
-
-
-@pytest.mark.parametrize("raw,expected", [
-    (b"42\n", 42), (b"0", 0), (b"18446744073709551615\n", 2**64 - 1),
-    (b"5\n3\n", 5),  # a shorter value written over a longer one in place
-    (b"18446744073709551616\n", Unreadable("larger than 2^64-1: 18446744073709551616")),
-    (b"-1\n", Unreadable("not a non-negative integer: '-1'")),
-    (b"", Unreadable("empty")), (b"\n", Unreadable("empty")),
-    (b"12abc\n", Unreadable("not a non-negative integer: '12abc'")),
-    (b"\xff\xfe", Unreadable("not ASCII text")),
-])
-def test_parse_counter(raw: bytes, expected: object) -> None:
-    assert parse_counter(raw) == expected
 
 
 def port_of(snapshot, name: str = "mlx5_0"):  # type: ignore[no-untyped-def]

@@ -13,7 +13,7 @@ import pytest
 
 from nichealthd.core.model import ABSENT, Unreadable
 from nichealthd.sources.attribute import AttributeFiles
-from nichealthd.sources.sysfs import fd_budget, parse_decimal
+from nichealthd.sources.sysfs import fd_budget
 
 from .builders import at
 from .conftest import reader_for
@@ -112,22 +112,16 @@ def test_fd_exhaustion_everywhere_is_one_log_line(
 
 # ------------------------------------------------------------ malformed sysfs
 
-@pytest.mark.parametrize("text,signed,expected", [
-    ("12", False, 12), ("0", False, 0), ("-1", True, -1), ("-1", False, None),
-    ("--1", True, None), ("²", False, None), ("١", False, None), ("1_0", False, None),
-    (" 1", False, None), ("", True, None), ("-", True, None), ("1e3", False, None),
-])
-def test_parse_decimal(text: str, signed: bool, expected: object) -> None:
-    assert parse_decimal(text, signed) == expected
-
-
 @pytest.mark.parametrize("relative,content", [
     (f"{IB}/device/numa_node", "--1"), (f"{IB}/device/numa_node", "²"),
     (f"{IB}/device/numa_node", "1_0"), (f"{IB}/device/numa_node", "\xff\xfe"),
     (f"{IB}/device/vendor", "\x00\x01"), (f"{IB}/device/uevent", "PCI_SLOT_NAME\n==\n\xff"),
     (f"{IB}/hca_type", ""), (f"{IB}/fw_ver", "\xff"), (f"{IB}/node_guid", "²"),
     (f"{PORT}/state", "²: ACTIVE"), (f"{PORT}/state", "\xff\xfe"), (f"{PORT}/state", ""),
-    (f"{PORT}/phys_state", "--1"), (f"{PORT}/rate", "² Gb/sec"), (f"{PORT}/rate", "\xff"),
+    (f"{PORT}/phys_state", "--1"), (f"{PORT}/phys_state", "+5: LinkUp"),
+    (f"{PORT}/state", "ACTIVE"), (f"{PORT}/state", "99: ACTIVE"),
+    (f"{PORT}/state", f"{'4' * 5000}: ACTIVE"),
+    (f"{PORT}/rate", "² Gb/sec"), (f"{PORT}/rate", "\xff"),
     (f"{PORT}/link_layer", "\xff"), (f"{PORT}/counters/link_downed", "²"),
     (f"{PORT}/counters/link_downed", "--1"), (f"{PORT}/counters/link_downed", "1_000"),
     (f"{PORT}/counters/link_downed", "١٢"), (f"{PORT}/gids/0", "\xff²"),
@@ -145,12 +139,24 @@ def test_malformed_values_never_raise(host: Path, relative: str, content: str) -
     port = device.ports[0]
     if relative.endswith("numa_node"):
         assert device.numa_node is None
-    if relative.endswith("/state"):
-        assert port.state is None or not port.state[0].isascii() or port.state == "²: ACTIVE"
+    if relative.endswith("state"):  # without a state number of its kind: unknown
+        assert (port.phys_state if relative.endswith("phys_state") else port.state) is None
     if "counters/" in relative:
         assert isinstance(port.counters["link_downed"], Unreadable)
     others = [d for d in snapshot.devices if d.name != "mlx5_0" and not d.is_vf]
     assert others and all(p.state == "4: ACTIVE" for d in others for p in d.ports)
+
+
+@pytest.mark.parametrize("content", ["UP", "garbage", "\xff", "1"])
+def test_an_operstate_the_kernel_does_not_print_is_unknown(host: Path, content: str) -> None:
+    """net/core/net-sysfs.c prints one of operstates[]; anything else is no state (an EFA
+    port's health is its netdev's: garbage there must not read as "not up")."""
+    reader = reader_for(host)
+    port = reader.observe(at(0)).device("mlx5_1").ports[0]  # type: ignore[union-attr]
+    assert port.operstate == "up" and port.netdev
+    (host / "sys/class/net" / port.netdev / "operstate").write_bytes(
+        content.encode("utf-8", "surrogateescape") + b"\n")
+    assert reader.observe(at(1)).device("mlx5_1").ports[0].operstate is None  # type: ignore
 
 
 @pytest.mark.parametrize("name", ["²", "١", "1_0", "-1", "01x"])

@@ -71,3 +71,24 @@ def test_a_journal_that_cannot_be_read_is_a_clear_start_error(
     assert "Traceback" not in run.stderr
     assert f"cannot read {journal}: Is a directory" in run.stderr
     assert "move the file or directory out of the way" in run.stderr
+
+
+def test_temporary_files_of_interrupted_writes_are_removed_at_start(
+        sim_host: Callable[..., SimHost]) -> None:
+    """A SIGKILL between the temporary file's creation and its rename leaves it behind (two
+    of them after 100 SIGKILLs of a busy daemon): the next start removes them, once."""
+    host = sim_host()
+    assert host.once().returncode == 0
+    state_dir = host.state_file.parent
+    full = host.state_file.read_bytes()
+    (state_dir / ".tmp-k1ll3d01").write_bytes(full[: len(full) // 2])  # torn mid-write
+    (state_dir / ".tmp-k1ll3d02").write_bytes(b"")  # killed before the first byte
+    (state_dir / "operator-notes.txt").write_text("keep me\n")
+    run = host.once()
+    assert run.returncode == 0, run.stderr
+    assert sorted(p.name for p in state_dir.iterdir() if p.name.startswith(".tmp-")) == []
+    assert (state_dir / "operator-notes.txt").exists()
+    [line] = [x for x in run.stderr.splitlines() if "temporary file" in x]
+    assert "removed 2 temporary file(s) of interrupted writes" in line
+    assert ".tmp-k1ll3d01, .tmp-k1ll3d02" in line
+    assert "temporary file" not in host.once().stderr  # nothing left to say

@@ -124,3 +124,99 @@ def test_without_a_boot_id_only_new_lines(tmp_path: Path) -> None:
     assert texts(source.read("", None, 100)) == []
     write_entries(tmp_path, entries(["new"], start=1))
     assert texts(source.read("", None, 100)) == ["new"]
+
+
+# ------------------------------------------------ a cursor that cannot be followed heals
+
+def forge(cursor: str, **fields: int) -> str:
+    """``cursor`` with fields moved on (``i=`` the sequence number, ``m=`` the monotonic time,
+    both hex): a cursor of this boot that no line of the journal has."""
+    parts = dict(p.split("=", 1) for p in cursor.split(";"))
+    for key, delta in fields.items():
+        parts[key] = f"{int(parts[key], 16) + delta:x}"
+    return ";".join(f"{k}={v}" for k, v in parts.items())
+
+
+def heal_warnings(caplog: Any) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if "cannot be followed" in r.getMessage() and r.levelname == "WARNING"]
+
+
+def test_a_cursor_past_the_end_resumes_at_its_time_in_this_boot(tmp_path: Path,
+                                                                 caplog: Any) -> None:
+    """A sequence number beyond the journal's end, with the time of a line it holds: read
+    from that time (its line again), then every new line; one warning."""
+    write_entries(tmp_path, entries(["a", "b", "c"]))
+    cursor = JournalSource(str(tmp_path)).read("", BOOT_A, 100)[1] or ""
+    future = forge(cursor, i=1000)
+    source = JournalSource(str(tmp_path))
+    lines, healed = source.read(future, BOOT_A, 100)
+    assert [line.text for line in lines] == ["c"] and healed == cursor
+    [warning] = heal_warnings(caplog)
+    assert "it is past the end of the journal" in warning
+    assert "resuming at its time in this boot" in warning
+    assert "1 line(s) logged at that time may be read again" in warning
+    write_entries(tmp_path, entries(["d"], start=3))
+    assert texts(source.read(healed or "", BOOT_A, 100)) == ["d"]
+
+
+def test_a_cursor_past_the_end_of_everything_resumes_at_the_end(tmp_path: Path,
+                                                                caplog: Any) -> None:
+    """Before: no kernel line was ever read again, and nothing was logged."""
+    write_entries(tmp_path, entries(["a", "b", "c"]))
+    cursor = JournalSource(str(tmp_path)).read("", BOOT_A, 100)[1] or ""
+    future = forge(cursor, i=1000, m=10**9)
+    source = JournalSource(str(tmp_path))
+    lines, healed = source.read(future, BOOT_A, 100)
+    assert lines == () and healed == cursor  # the last line's: the next commit stores it
+    [warning] = heal_warnings(caplog)
+    assert "resuming at the end of the journal: 3 kernel line(s) of this boot" in warning
+    write_entries(tmp_path, entries(["d"], start=3))
+    assert texts(source.read(healed or "", BOOT_A, 100)) == ["d"]
+    # a restart with the healed cursor committed: nothing more to say
+    assert texts(JournalSource(str(tmp_path)).read(healed or "", BOOT_A, 100)) == ["d"]
+    assert len(heal_warnings(caplog)) == 1
+
+
+def test_a_cursor_the_journal_rejects_resumes_at_its_time(tmp_path: Path,
+                                                          caplog: Any) -> None:
+    """Before: 'Invalid cursor; trying again each poll', forever."""
+    write_entries(tmp_path, entries(["a", "b", "c"]))
+    cursor = JournalSource(str(tmp_path)).read("", BOOT_A, 1)[1] or ""  # "a" read
+    parts = dict(p.split("=", 1) for p in cursor.split(";"))
+    bad = f"s=zz;i=q;b={BOOT_A};m={parts['m']};t=oops;x=0"
+    source = JournalSource(str(tmp_path))
+    lines, healed = source.read(bad, BOOT_A, 100)
+    assert [line.text for line in lines] == ["a", "b", "c"]
+    [warning] = heal_warnings(caplog)
+    assert "the journal rejects it (Invalid cursor)" in warning
+    assert "1 line(s) logged at that time may be read again" in warning
+    # The commit of that poll failed: the bad cursor again reads the same, said once.
+    assert texts(source.read(bad, BOOT_A, 100)) == ["a", "b", "c"]
+    assert len(heal_warnings(caplog)) == 1
+    write_entries(tmp_path, entries(["d"], start=3))
+    assert texts(source.read(healed or "", BOOT_A, 100)) == ["d"]
+
+
+def test_a_rejected_cursor_without_a_time_resumes_at_the_end(tmp_path: Path,
+                                                             caplog: Any) -> None:
+    write_entries(tmp_path, entries(["a", "b"]))
+    source = JournalSource(str(tmp_path))
+    lines, healed = source.read(f"garbage;b={BOOT_A};", BOOT_A, 100)
+    assert lines == () and healed and ";b=" + BOOT_A in healed
+    [warning] = heal_warnings(caplog)
+    assert "rejects it" in warning and "2 kernel line(s) of this boot" in warning
+    assert texts(source.read(f"garbage;b={BOOT_A};", BOOT_A, 100)) == []  # commit failed
+    write_entries(tmp_path, entries(["c"], start=2))
+    assert texts(source.read(f"garbage;b={BOOT_A};", BOOT_A, 100)) == ["c"]
+    assert len(heal_warnings(caplog)) == 1
+
+
+def test_a_rejected_cursor_before_any_line_of_this_boot(tmp_path: Path, caplog: Any) -> None:
+    write_entries(tmp_path, entries(["old"], boot="f" * 32))
+    source = JournalSource(str(tmp_path))
+    assert source.read(f"garbage;b={BOOT_A};", BOOT_A, 100) == ((), None)
+    assert "no kernel line of this boot yet" in heal_warnings(caplog)[0]
+    write_entries(tmp_path, entries(["first"], start=1))
+    assert texts(source.read(f"garbage;b={BOOT_A};", BOOT_A, 100)) == ["first"]
+    assert len(heal_warnings(caplog)) == 1

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -119,3 +120,27 @@ def test_an_unprivileged_reader_gets_the_drop_in_hint() -> None:
     assert run.stdout.startswith(f"KmsgUnavailable {errno.EPERM} /dev/kmsg cannot be opened: "
                                  "not permitted"), run.stdout + run.stderr
     assert KMSG_DROPIN in run.stdout
+
+
+def heal_warnings(caplog: Any) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "cannot be followed" in r.getMessage()]
+
+
+@pytest.mark.parametrize("cursor, why", [
+    (f"kmsg:{BOOT}:99999", "it is past the last record (sequence number 1004)"),
+    (f"kmsg:{BOOT}:x1", "its sequence number is not one"),
+    (f"kmsg:{BOOT}:{'9' * 40}", "its sequence number is not one"),
+])
+def test_a_sequence_number_past_the_end_resumes_after_the_last_record(
+        tmp_path: Path, caplog: Any, cursor: str, why: str) -> None:
+    """Before: every record up to 99999 was skipped, silently."""
+    src = source(tmp_path)
+    assert src.read(cursor, BOOT, 100) == ((), f"kmsg:{BOOT}:1004")
+    [warning] = heal_warnings(caplog)
+    assert why in warning and "the 4 record(s) now in the buffer are taken as read" in warning
+    with (tmp_path / "kmsg").open("a") as fh:
+        fh.write("3,1005,8000000,-;mlx5_core 0000:19:00.0: new line\n")
+    # the commit of the heal failed: the old cursor again, no second warning, nothing lost
+    lines, healed = src.read(cursor, BOOT, 100)
+    assert [line.text for line in lines] == ["mlx5_core 0000:19:00.0: new line"]
+    assert healed == f"kmsg:{BOOT}:1005" and len(heal_warnings(caplog)) == 1

@@ -219,3 +219,17 @@ def test_console_entry_point_in_subprocess(root: str) -> None:
         check=False,
     )
     assert good.returncode == 0 and good.stdout.startswith("DEVICE")
+
+
+def test_a_counter_beyond_its_hardware_width_gets_a_note(
+        root: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The daemon takes such a value as unreadable (core/numbers.py): a drill that adds
+    100000 to a 16-bit counter is told so, not left wondering why nothing is reported."""
+    code, out, err = run(capsys, "counter", root, "mlx5_0", "1", "symbol_error", "--add", "100000")
+    assert code == 0 and out.strip() == "mlx5_0 port 1 symbol_error = 100000"
+    assert err.startswith("note: symbol_error has 16 bits on the hardware: nichealthd takes "
+                          "100000 as unreadable")
+    for argv in (("symbol_error", "--set", "5"), ("port_xmit_data", "--add", "100000"),
+                 ("link_downed", "--add", "300", "--hardware-semantics")):
+        code, _, err = run(capsys, "counter", root, "mlx5_0", "1", *argv)
+        assert code == 0 and err == "", argv
