@@ -11,11 +11,15 @@ One container per Debian release, the steps in order, as a new operator meets th
 2. the operator points it the way the README says at a nichealthd-sim host under /srv built
    WITHOUT a GPU metadata file (its host keys copied into /etc/nichealthd/config.toml), then a
    plain ``systemctl restart``: the roles come from the PCI tree (sysfs);
-3. nichealthctl lists the host's ports with their roles, as root and as any user;
+3. nichealthctl lists the host's ports with their roles, as root and as any user, over D-Bus
+   and over varlink alike; /metrics answers; an event reaches a real gRPC platform connector
+   (tests/e2e/connector_box.py) through Debian's own python3-grpcio (1.51.1: on Debian 13 the
+   only place it is exercised, PyPI having no build of it for CPython 3.13);
 4. remove stops it and keeps the state; purge deletes it, without dpkg warnings.
 
-Debian 13 itself builds the .deb from a release tarball with its own debhelper, and its
-lintian (not the host's Debian 12 one) finds nothing in either build.
+Each container installs its own target's package (packaging/build-deb.sh --target debian12,
+debian13). Debian 13 itself builds the .deb from a release tarball with its own debhelper,
+and its lintian (not the host's Debian 12 one) finds nothing in either build.
 """
 
 from __future__ import annotations
@@ -30,9 +34,10 @@ from typing import Iterator
 
 import nspawn
 import pytest
+from connector_box import ContainerConnector, fatal_port_events
 from install import REPO, built_deb
 
-from tests.harness import NOBODY
+from tests.harness import NOBODY, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -48,17 +53,23 @@ SIM_CONFIG = (
 )
 
 
-@pytest.fixture(scope="module", params=["base", "trixie"], ids=["debian12", "debian13"])
+FLAVOURS = {"debian12": "base", "debian13": "trixie"}
+
+
+@pytest.fixture(scope="module", params=list(FLAVOURS))
 def box(request, e2e_ready) -> Iterator[nspawn.Container]:
-    deb = built_deb()
-    c = nspawn.Container(request.param)
+    deb = built_deb(request.param)
+    connector = ContainerConnector()
+    c = nspawn.Container(FLAVOURS[request.param], nspawn_args=connector.nspawn_args)
     try:
         c.start()
         shutil.copy(deb, c.path("/root/" + deb.name))
         c.deb_name = deb.name  # type: ignore[attr-defined]
+        c.connector = connector  # type: ignore[attr-defined]
         yield c
     finally:
         c.stop()
+        connector.close()
 
 
 def apt(c, *args: str):
@@ -151,6 +162,26 @@ def test_nichealthctl_show_ports_lists_the_sim_host(box):
     # Any user may read.
     user = c.run([*NOBODY, "nichealthctl", "show", "ports"])
     assert "mlx5_0" in user.stdout
+    # The same answer over varlink (the socket of the unit's RuntimeDirectory).
+    assert c.run(["nichealthctl", "--varlink", "show", "ports"]).stdout == out
+    metrics = c.run(["python3", "-c", "import urllib.request; print(urllib.request.urlopen("
+                     "'http://127.0.0.1:2112/metrics', timeout=20).read().decode())"]).stdout
+    assert 'nichealthd_port_health{' in metrics
+
+
+def test_an_event_reaches_a_real_platform_connector(box):
+    """The connector appears after the start (as NVSentinel's may); the daemon finds its
+    socket, sends what it holds, and a port taken down arrives as a fatal event."""
+    c = box
+    fake = c.connector.start()
+    try:
+        c.sh(f"nichealthd-sim uncable {SIM} mlx5_0 1")
+        wait_until(lambda: fatal_port_events(fake, "mlx5_0"), "the port event at the "
+                   "connector", 60, detail=lambda: c.journal(UNIT)[-2000:])
+        c.wait_for(lambda: "connector connected" in c.show(UNIT, "StatusText"), 30,
+                   what="STATUS= naming the connector connected")
+    finally:
+        c.connector.stop()
 
 
 def test_apt_remove_stops_and_keeps_state(box):
@@ -191,10 +222,11 @@ def test_debian13_builds_it_lintian_clean_and_the_same(e2e_ready):
     and holds the same files."""
     if not (REPO / ".git").exists():
         pytest.skip("this checkout is itself a release tarball")
-    deb = built_deb()
+    deb = built_deb("debian13")
     with nspawn.Container("trixie-build") as c:
         release_tarball(c.path("/root/nichealthd"))
-        build = c.sh("cd /root/nichealthd && packaging/build-deb.sh", check=False, timeout=600)
+        build = c.sh("cd /root/nichealthd && packaging/build-deb.sh --target debian13",
+                     check=False, timeout=600)
         assert build.returncode == 0, build.stdout + build.stderr
         assert "build-deb: lintian clean" in build.stdout
         shutil.copy(deb, c.path("/root/" + deb.name))
