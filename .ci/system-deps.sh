@@ -2,8 +2,9 @@
 # Install the Debian packages the tests need (systemd tools, dbus, packaging and lint tools,
 # the real-systemd harness; #17: systemd-journal-remote writes the real journal files of the
 # kernel-log tests, libsystemd-dev/pkg-config/gcc/python3-dev build the test extra's
-# systemd-python in the venv, python3-systemd is what the packages recommend) and prebuild the
-# cached Debian 12 and 13 rootfs trees of tests/e2e.
+# systemd-python in the venv, python3-systemd is what the packages recommend; python3-pip
+# fetches the wheels a package carries, binutils strips them, cpio unpacks the rpms' payloads
+# for tests/packaging) and prebuild the cached Debian 12 and 13 rootfs trees of tests/e2e.
 # Called by .ci/run; safe to run again (apt-get is idempotent, the rootfs is cached under
 # /var/tmp/nichealthd-rootfs{,-trixie} and rebuilt only when its package list changes).
 # Usage: .ci/system-deps.sh [--no-rootfs]
@@ -24,6 +25,7 @@ packages="
     debhelper dh-python pybuild-plugin-pyproject python3-all python3-setuptools
     python3-wheel python3-build python3-installer dpkg-dev fakeroot lintian
     rpm rpmlint protobuf-compiler protobuf-compiler-grpc
+    python3-pip cpio binutils
     systemd-journal-remote python3-systemd libsystemd-dev pkg-config gcc python3-dev
 "
 missing=""
