@@ -4,10 +4,11 @@ One container per Debian release, the steps in order, as a new operator meets th
 
 1. ``apt-get install ./nichealthd_*.deb`` on a fresh host with the DEFAULT configuration
    (nothing written before, no NVSentinel, no RDMA device — issue 13): the dependencies come
-   from Debian only (pre-fetched into apt's cache), the unit is enabled and active (running),
-   and ``systemctl status nichealthd`` and ``nichealthctl status`` say "no InfiniBand/RoCE
-   devices found"; apt prints no "did not start" line and no deb-systemd-invoke noise, and
-   the bus grants the daemon its name at the first request;
+   from Debian only (pre-fetched into apt's cache), at the versions packaging/targets.toml
+   records for that release (the table the other targets' checks rely on); the unit is enabled
+   and active (running), and ``systemctl status nichealthd`` and ``nichealthctl status`` say "no
+   InfiniBand/RoCE devices found"; apt prints no "did not start" line and no deb-systemd-invoke
+   noise, and the bus grants the daemon its name at the first request;
 2. the operator points it the way the README says at a nichealthd-sim host under /srv built
    WITHOUT a GPU metadata file (its host keys copied into /etc/nichealthd/config.toml), then a
    plain ``systemctl restart``: the roles come from the PCI tree (sysfs);
@@ -38,6 +39,7 @@ from connector_box import ContainerConnector, fatal_port_events
 from install import REPO, built_deb
 
 from tests.harness import NOBODY, wait_until
+from tests.packaging.builds import table
 
 pytestmark = pytest.mark.e2e
 
@@ -65,6 +67,7 @@ def box(request, e2e_ready) -> Iterator[nspawn.Container]:
         c.start()
         shutil.copy(deb, c.path("/root/" + deb.name))
         c.deb_name = deb.name  # type: ignore[attr-defined]
+        c.target = request.param  # type: ignore[attr-defined]
         c.connector = connector  # type: ignore[attr-defined]
         yield c
     finally:
@@ -76,6 +79,21 @@ def apt(c, *args: str):
     return c.run(
         ["apt-get", "-y", "-q", "-o", "Dpkg::Options::=--force-confold", *args], timeout=300
     )
+
+
+def assert_archive_versions(c) -> None:
+    """The versions packaging/targets.toml records for this Debian release are the ones its
+    archive installed (the upstream part: 1.84.2 of 1.84.2-1+b1)."""
+    archive = table()["targets"][c.target]["archive"]
+    for package, entry in archive.items():
+        if not package.startswith("python3-") or not entry["version"]:
+            continue
+        got = c.run(["dpkg-query", "-W", "-f", "${Version}", package], check=False).stdout
+        if not got:  # not pulled in by this install (python3-dbus-next, an alternative)
+            continue
+        upstream = re.sub(r"^\d+:", "", got).split("-")[0].split("+")[0]
+        assert upstream == entry["version"] or upstream.startswith(entry["version"] + "."), \
+            (package, got, entry["version"])
 
 
 def test_fresh_host_install_with_default_config(box):
@@ -90,6 +108,7 @@ def test_fresh_host_install_with_default_config(box):
                 "python3-prometheus-client", "dbus"):  # fmt: skip
         st = c.run(["dpkg-query", "-W", "-f", "${Status}", pkg]).stdout
         assert st == "install ok installed", (pkg, st)
+    assert_archive_versions(c)
     # Nothing came from outside Debian's packages: no pip-installed Python modules.
     assert not list(c.path("/usr/local/lib").glob("python3*/dist-packages/*"))
     assert c.run(["dpkg", "-S", "dbus_fast"]).stdout.startswith("python3-dbus-fast:")
