@@ -2,9 +2,8 @@
 # Install the Debian packages the tests need (systemd tools, dbus, packaging and lint tools,
 # the real-systemd harness; #17: systemd-journal-remote writes the real journal files of the
 # kernel-log tests, libsystemd-dev/pkg-config/gcc/python3-dev build the test extra's
-# systemd-python in the venv, python3-systemd is what the packages recommend; python3-pip
-# fetches the wheels a package carries, binutils strips them, cpio unpacks the rpms' payloads
-# for tests/packaging) and prebuild the cached Debian 12 and 13 rootfs trees of tests/e2e.
+# systemd-python in the venv, python3-systemd is what the packages recommend) and prebuild the
+# cached Debian 12 and 13 rootfs trees of tests/e2e.
 # Called by .ci/run; safe to run again (apt-get is idempotent, the rootfs is cached under
 # /var/tmp/nichealthd-rootfs{,-trixie} and rebuilt only when its package list changes).
 # Usage: .ci/system-deps.sh [--no-rootfs]
@@ -20,6 +19,8 @@ if [ "$(id -u)" != 0 ]; then
     exit 0
 fi
 
+# tests/packaging: python3-pip fetches the wheels a package carries (gcc and libsystemd-dev
+# build systemd-python's from its sdist), binutils strips them, cpio unpacks the rpms.
 packages="
     systemd systemd-container debootstrap util-linux dbus man-db groff-base
     debhelper dh-python pybuild-plugin-pyproject python3-all python3-setuptools
