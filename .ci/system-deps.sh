@@ -19,11 +19,14 @@ if [ "$(id -u)" != 0 ]; then
     exit 0
 fi
 
+# tests/packaging: python3-pip fetches the wheels a package carries (gcc and libsystemd-dev
+# build systemd-python's from its sdist), binutils strips them, cpio unpacks the rpms.
 packages="
     systemd systemd-container debootstrap util-linux dbus man-db groff-base
     debhelper dh-python pybuild-plugin-pyproject python3-all python3-setuptools
     python3-wheel python3-build python3-installer dpkg-dev fakeroot lintian
     rpm rpmlint protobuf-compiler protobuf-compiler-grpc
+    python3-pip cpio binutils
     systemd-journal-remote python3-systemd libsystemd-dev pkg-config gcc python3-dev
 "
 missing=""

@@ -4,7 +4,9 @@ Used by nichealthd.spec where %pyproject_install does not exist (Debian's rpmbui
 packaging/build-rpm.sh): ``python3 -m installer`` would use the running Python's scheme
 (Debian: /usr/lib/python3/dist-packages, 3.11 bytecode), which RHEL's or Fedora's Python
 never reads. Here the package goes to the target's site-packages, scripts get the target's
-``#!/usr/bin/python3``, and bytecode is made by the target's interpreter or not at all.
+``#!/usr/bin/python3``, and bytecode is made by the target's interpreter or not at all. The
+tree of what the package carries (``--carried``, packaging/targets.py carry: BUNDLED, and the
+carried libraries with their marker) is unpacked into the build root and compiled alike.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 from installer import install
@@ -25,6 +28,7 @@ def main() -> int:
     p.add_argument("--sitelib", required=True, help="e.g. /usr/lib/python3.9/site-packages")
     p.add_argument("--bindir", default="/usr/bin")
     p.add_argument("--compile", default="", help="target interpreter for bytecode; '' = none")
+    p.add_argument("--carried", default="", help="tarball of the carried tree (Source1)")
     p.add_argument("wheel")
     a = p.parse_args()
     scheme = {"purelib": a.sitelib, "platlib": a.sitelib, "scripts": a.bindir,
@@ -38,11 +42,21 @@ def main() -> int:
     # RECORD lists paths and hashes rpm verifies itself; Fedora's %pyproject_install drops it.
     for record in Path(a.destdir + a.sitelib).glob("*.dist-info/RECORD"):
         record.unlink()
+    trees = [a.destdir + a.sitelib]
+    if a.carried:
+        with tarfile.open(a.carried) as tar:
+            if hasattr(tarfile, "data_filter"):  # Python 3.11.4 and later
+                tar.extractall(a.destdir, filter="data")
+            else:
+                tar.extractall(a.destdir)
+        vendor = Path(a.destdir + "/usr/lib/nichealthd/vendor")
+        if vendor.is_dir():
+            trees.append(str(vendor))
     if a.compile:
         for level in ([], ["-O"]):  # opt levels 0 and 1, as Fedora's brp-python-bytecompile
             subprocess.run(
                 [a.compile, *level, "-m", "compileall", "-q", "-f", "-s", a.destdir, "-p", "/",
-                 a.destdir + a.sitelib],
+                 *trees],
                 check=True,
             )  # fmt: skip
     return 0

@@ -90,14 +90,9 @@ def point_config_at(c: Container, root: str, **extra: str) -> None:
     c.path("/etc/nichealthd/config.toml").write_text(body)
 
 
-@functools.cache
-def built_deb() -> Path:
-    """packaging/build-deb.sh once per session (lintian is the packaging tests' job)."""
-    res = subprocess.run(
-        [str(REPO / "packaging/build-deb.sh"), "--no-lintian"],
-        capture_output=True, text=True, env=_env(), timeout=600,
-    )  # fmt: skip
-    if res.returncode != 0:
-        raise AssertionError(f"build-deb.sh failed:\n{res.stdout}\n{res.stderr}")
-    line = [ln for ln in res.stdout.splitlines() if ln.startswith("build-deb: ")][-1]
-    return Path(line.split(": ", 1)[1])
+def built_deb(target: str = "debian12") -> Path:
+    """The target's .deb, built once per session (tests/packaging/builds.py: the build the
+    packaging tests lint and check, shared when both run in one session)."""
+    from tests.packaging.builds import built
+
+    return built(target)

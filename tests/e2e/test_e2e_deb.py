@@ -4,18 +4,23 @@ One container per Debian release, the steps in order, as a new operator meets th
 
 1. ``apt-get install ./nichealthd_*.deb`` on a fresh host with the DEFAULT configuration
    (nothing written before, no NVSentinel, no RDMA device — issue 13): the dependencies come
-   from Debian only (pre-fetched into apt's cache), the unit is enabled and active (running),
-   and ``systemctl status nichealthd`` and ``nichealthctl status`` say "no InfiniBand/RoCE
-   devices found"; apt prints no "did not start" line and no deb-systemd-invoke noise, and
-   the bus grants the daemon its name at the first request;
+   from Debian only (pre-fetched into apt's cache), at the versions packaging/targets.toml
+   records for that release (the table the other targets' checks rely on); the unit is enabled
+   and active (running), and ``systemctl status nichealthd`` and ``nichealthctl status`` say "no
+   InfiniBand/RoCE devices found"; apt prints no "did not start" line and no deb-systemd-invoke
+   noise, and the bus grants the daemon its name at the first request;
 2. the operator points it the way the README says at a nichealthd-sim host under /srv built
    WITHOUT a GPU metadata file (its host keys copied into /etc/nichealthd/config.toml), then a
    plain ``systemctl restart``: the roles come from the PCI tree (sysfs);
-3. nichealthctl lists the host's ports with their roles, as root and as any user;
+3. nichealthctl lists the host's ports with their roles, as root and as any user, over D-Bus
+   and over varlink alike; /metrics answers; an event reaches a real gRPC platform connector
+   (tests/e2e/connector_box.py) through Debian's own python3-grpcio (1.51.1: on Debian 13 the
+   only place it is exercised, PyPI having no build of it for CPython 3.13);
 4. remove stops it and keeps the state; purge deletes it, without dpkg warnings.
 
-Debian 13 itself builds the .deb from a release tarball with its own debhelper, and its
-lintian (not the host's Debian 12 one) finds nothing in either build.
+Each container installs its own target's package (packaging/build-deb.sh --target debian12,
+debian13). Debian 13 itself builds the .deb from a release tarball with its own debhelper,
+and its lintian (not the host's Debian 12 one) finds nothing in either build.
 """
 
 from __future__ import annotations
@@ -30,9 +35,11 @@ from typing import Iterator
 
 import nspawn
 import pytest
+from connector_box import ContainerConnector, fatal_port_events
 from install import REPO, built_deb
 
-from tests.harness import NOBODY
+from tests.harness import NOBODY, wait_until
+from tests.packaging.builds import table
 
 pytestmark = pytest.mark.e2e
 
@@ -48,23 +55,45 @@ SIM_CONFIG = (
 )
 
 
-@pytest.fixture(scope="module", params=["base", "trixie"], ids=["debian12", "debian13"])
+FLAVOURS = {"debian12": "base", "debian13": "trixie"}
+
+
+@pytest.fixture(scope="module", params=list(FLAVOURS))
 def box(request, e2e_ready) -> Iterator[nspawn.Container]:
-    deb = built_deb()
-    c = nspawn.Container(request.param)
+    deb = built_deb(request.param)
+    connector = ContainerConnector()
+    c = nspawn.Container(FLAVOURS[request.param], nspawn_args=connector.nspawn_args)
     try:
         c.start()
         shutil.copy(deb, c.path("/root/" + deb.name))
         c.deb_name = deb.name  # type: ignore[attr-defined]
+        c.target = request.param  # type: ignore[attr-defined]
+        c.connector = connector  # type: ignore[attr-defined]
         yield c
     finally:
         c.stop()
+        connector.close()
 
 
 def apt(c, *args: str):
     return c.run(
         ["apt-get", "-y", "-q", "-o", "Dpkg::Options::=--force-confold", *args], timeout=300
     )
+
+
+def assert_archive_versions(c) -> None:
+    """The versions packaging/targets.toml records for this Debian release are the ones its
+    archive installed (the upstream part: 1.84.2 of 1.84.2-1+b1)."""
+    archive = table()["targets"][c.target]["archive"]
+    for package, entry in archive.items():
+        if not package.startswith("python3-") or not entry["version"]:
+            continue
+        got = c.run(["dpkg-query", "-W", "-f", "${Version}", package], check=False).stdout
+        if not got:  # not pulled in by this install (python3-dbus-next, an alternative)
+            continue
+        upstream = re.sub(r"^\d+:", "", got).split("-")[0].split("+")[0]
+        assert upstream == entry["version"] or upstream.startswith(entry["version"] + "."), \
+            (package, got, entry["version"])
 
 
 def test_fresh_host_install_with_default_config(box):
@@ -79,6 +108,7 @@ def test_fresh_host_install_with_default_config(box):
                 "python3-prometheus-client", "dbus"):  # fmt: skip
         st = c.run(["dpkg-query", "-W", "-f", "${Status}", pkg]).stdout
         assert st == "install ok installed", (pkg, st)
+    assert_archive_versions(c)
     # Nothing came from outside Debian's packages: no pip-installed Python modules.
     assert not list(c.path("/usr/local/lib").glob("python3*/dist-packages/*"))
     assert c.run(["dpkg", "-S", "dbus_fast"]).stdout.startswith("python3-dbus-fast:")
@@ -151,6 +181,26 @@ def test_nichealthctl_show_ports_lists_the_sim_host(box):
     # Any user may read.
     user = c.run([*NOBODY, "nichealthctl", "show", "ports"])
     assert "mlx5_0" in user.stdout
+    # The same answer over varlink (the socket of the unit's RuntimeDirectory).
+    assert c.run(["nichealthctl", "--varlink", "show", "ports"]).stdout == out
+    metrics = c.run(["python3", "-c", "import urllib.request; print(urllib.request.urlopen("
+                     "'http://127.0.0.1:2112/metrics', timeout=20).read().decode())"]).stdout
+    assert 'nichealthd_port_health{' in metrics
+
+
+def test_an_event_reaches_a_real_platform_connector(box):
+    """The connector appears after the start (as NVSentinel's may); the daemon finds its
+    socket, sends what it holds, and a port taken down arrives as a fatal event."""
+    c = box
+    fake = c.connector.start()
+    try:
+        c.sh(f"nichealthd-sim uncable {SIM} mlx5_0 1")
+        wait_until(lambda: fatal_port_events(fake, "mlx5_0"), "the port event at the "
+                   "connector", 60, detail=lambda: c.journal(UNIT)[-2000:])
+        c.wait_for(lambda: "connector connected" in c.show(UNIT, "StatusText"), 30,
+                   what="STATUS= naming the connector connected")
+    finally:
+        c.connector.stop()
 
 
 def test_apt_remove_stops_and_keeps_state(box):
@@ -191,10 +241,11 @@ def test_debian13_builds_it_lintian_clean_and_the_same(e2e_ready):
     and holds the same files."""
     if not (REPO / ".git").exists():
         pytest.skip("this checkout is itself a release tarball")
-    deb = built_deb()
+    deb = built_deb("debian13")
     with nspawn.Container("trixie-build") as c:
         release_tarball(c.path("/root/nichealthd"))
-        build = c.sh("cd /root/nichealthd && packaging/build-deb.sh", check=False, timeout=600)
+        build = c.sh("cd /root/nichealthd && packaging/build-deb.sh --target debian13",
+                     check=False, timeout=600)
         assert build.returncode == 0, build.stdout + build.stderr
         assert "build-deb: lintian clean" in build.stdout
         shutil.copy(deb, c.path("/root/" + deb.name))

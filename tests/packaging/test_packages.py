@@ -1,93 +1,33 @@
-"""The .deb and .rpm build with the distribution's tools, lint clean and carry the same files.
+"""Every target's package builds with the distribution's tools, lints clean, prints its path,
+and depends only on what its target's own archive holds (DESIGN §2.11).
 
-The rpm has the layout of its target distribution (RHEL 9 by default: Python 3.9's
-site-packages, never Debian's dist-packages) and requires only packages that distribution
-ships (packaging/rpm/README.md, with sources); both packages build from a release tarball.
+The dependency check reads the built package (dpkg-deb -f, rpm -qp --requires/--recommends)
+and resolves every name against packaging/targets.toml, the table of what each archive holds
+(with its sources): a Debian/Ubuntu package name, a version constraint against the recorded
+version (dpkg --compare-versions), an rpm soname or path through the `provides` of the
+package that has it, a glibc symbol version against the recorded glibc. The Debian archive is
+resolved for real too, by apt in the containers of tests/e2e/test_e2e_deb.py; the Ubuntu and
+RHEL archives are not used by the tests: the table is the reference there.
+
+What a package carries is listed in /usr/share/doc/nichealthd/BUNDLED and, in the rpm, as
+Provides: bundled(python3dist(NAME)) = VERSION, exactly the table's pins; it lives in
+/usr/lib/nichealthd/vendor only. Every package has the same files of its own (the
+distribution-neutral names of `normalise`), and builds from a release tarball.
 """
 
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
-from typing import Dict, Set, TypedDict
 
 import pytest
 
-# The marker is registered by tests/e2e/conftest.py (pytest_configure) for the whole run.
+from .builds import REPO, TARGETS, built, family, path_printed, run_build, table
+
 pytestmark = pytest.mark.packaging
 
-REPO = Path(__file__).resolve().parent.parent.parent
-SYS_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
-
-
-DEB_TOOLS = ["dpkg-buildpackage", "dh", "lintian"]
-RPM_TOOLS = ["rpmbuild", "rpmlint"]
-
-
-def _build(script: str, tools: list, *args: str, repo: Path = REPO) -> Path:
-    missing = [t for t in tools if shutil.which(t, path=SYS_PATH) is None]
-    if missing:
-        pytest.skip(f"missing {', '.join(missing)} (.ci/system-deps.sh installs them)")
-    res = subprocess.run(
-        [str(repo / "packaging" / script), *args], capture_output=True, text=True, timeout=600
-    )
-    assert res.returncode == 0, f"{script} failed:\n{res.stdout}\n{res.stderr}"
-    line = [ln for ln in res.stdout.splitlines() if ln.startswith("build-")][0]
-    return Path(line.split(": ", 1)[1])
-
-
-@pytest.fixture(scope="session")
-def deb_file() -> Path:
-    """packaging/build-deb.sh: dpkg-buildpackage, then lintian with warnings fatal."""
-    return _build("build-deb.sh", DEB_TOOLS)
-
-
-@pytest.fixture(scope="session")
-def rpm_file() -> Path:
-    """packaging/build-rpm.sh (target RHEL 9): rpmbuild, then rpmlint with warnings fatal."""
-    return _build("build-rpm.sh", RPM_TOOLS)
-
-
-@pytest.fixture(scope="session")
-def rpm_fedora() -> Path:
-    return _build("build-rpm.sh", RPM_TOOLS, "--target", "fedora42")
-
-
-class Target(TypedDict):
-    python: str
-    dist: str
-    ships: Set[str]
-
-
-# What each rpm target ships (packaging/rpm/README.md gives the source of each line):
-# RHEL 9 BaseOS/AppStream plus EPEL 9; Fedora 42.
-TARGETS: Dict[str, Target] = {
-    "rhel9": {
-        "python": "3.9",
-        "dist": ".el9",
-        "ships": {
-            "bash", "python3", "python3-tomli", "python3-protobuf", "dbus", "util-linux-core",
-            "python3-systemd",  # RHEL 9
-            "python3-grpcio", "python3-prometheus_client", "python3-sdnotify",  # EPEL 9
-        },
-    },
-    "fedora42": {
-        "python": "3.13",
-        "dist": ".fc42",
-        "ships": {
-            "bash", "python3", "python3-protobuf", "dbus", "util-linux-core", "python3-systemd",
-            "python3-grpcio", "python3-prometheus_client", "python3-sdnotify",
-            "python3-dbus-fast", "python3-dbus-next", "python3-pystemd",
-        },
-    },
-}  # fmt: skip
-# Paths another package of the distribution provides, as the rpm names them.
-PROVIDED_PATHS = {"/bin/sh": "bash", "/usr/bin/python3": "python3",
-                  "/usr/bin/kill": "util-linux-core"}  # fmt: skip
-
-
+VENDOR = "/usr/lib/nichealthd/vendor/"
 EXPECTED = {
     "/etc/nichealthd/config.toml",
     "/usr/bin/nichealthd",
@@ -105,6 +45,8 @@ EXPECTED = {
     "<sitelib>/nichealthd/surfaces/org.nichealthd.NicHealth1.xml",
     "<sitelib>/nichealthd/surfaces/io.nichealthd.Monitor.varlink",
 }
+NAMES = {"deb": r"nichealthd_0\.1\.0\+(deb1[23]|ubuntu2[24]\.04)_(all|amd64)\.deb",
+         "rpm": r"nichealthd-0\.1\.0-1\.(el9|el10|fc42)\.(noarch|x86_64)\.rpm"}
 
 
 def run(*cmd: str) -> str:
@@ -121,73 +63,190 @@ def normalise(path: str) -> str | None:
     - Ignored: /usr/share/doc/<pkg>/ (Debian policy puts copyright and changelog there;
       RPM keeps its changelog in the header) and __pycache__/*.pyc (rpm byte-compiles at
       build time, Debian's py3compile at install time), and the installer's bookkeeping in
-      dist-info (Debian keeps RECORD; Fedora's %pyproject_install writes INSTALLER, drops RECORD).
+      dist-info (Debian keeps RECORD; Fedora's %pyproject_install writes INSTALLER, drops RECORD),
+      and what a package carries (its vendor directory and the marker naming it) with the
+      Debian machinery it brings (lintian overrides, dh_python3's rtupdate hook that
+      recompiles the vendor directory).
     """
     if path.startswith("/lib/"):
         path = "/usr" + path
     path = re.sub(r"^/usr/lib/python3(\.\d+)?/(dist|site)-packages", "<sitelib>", path)
-    if path.startswith("/usr/share/doc/") or "/__pycache__/" in path:
+    if path.startswith(("/usr/share/doc/", VENDOR, "/usr/share/lintian/overrides/",
+                        "/usr/share/python3/runtime.d/")) or "/__pycache__/" in path:
         return None
-    if re.search(r"\.dist-info/(RECORD|INSTALLER)$", path):
+    if re.search(r"\.dist-info/(RECORD|INSTALLER)$", path) or \
+            path == "<sitelib>/nichealthd/carried-libraries":
         return None
     return path
 
 
-def deb_files(deb: Path) -> set:
-    out = set()
-    for line in run("dpkg-deb", "-c", str(deb)).splitlines():
-        if line.startswith("-"):  # regular files only: dpkg lists every parent directory
-            name = normalise(line.split()[5].lstrip("."))
-            if name:
-                out.add(name)
-    return out
+def files(package: Path) -> list[str]:
+    """Every regular file of the package (absolute paths)."""
+    if package.suffix == ".deb":
+        return [line.split()[5].lstrip(".") for line in
+                run("dpkg-deb", "-c", str(package)).splitlines() if line.startswith("-")]
+    return [name for perms, name in (
+        line.split(" ", 1) for line in run(
+            "rpm", "-qp", "--qf", "[%{FILEMODES:perms} %{FILENAMES}\n]", str(package)
+        ).splitlines()) if perms.startswith("-")]
 
 
-def rpm_files(rpm: Path) -> set:
-    out = set()
-    for line in run(
-        "rpm", "-qp", "--qf", "[%{FILEMODES:perms} %{FILENAMES}\n]", str(rpm)
-    ).splitlines():
-        perms, name = line.split(" ", 1)
-        if perms.startswith("-"):
-            norm = normalise(name)
-            if norm:
-                out.add(norm)
-    return out
+def own_files(package: Path) -> set[str]:
+    return {n for n in map(normalise, files(package)) if n}
 
 
-def test_deb_builds_lintian_clean_with_contract(deb_file):
-    assert re.fullmatch(r"nichealthd_\d+\.\d+\.\d+_all\.deb", deb_file.name)
-    files = deb_files(deb_file)
-    assert files >= EXPECTED, EXPECTED - files
-    info = run("dpkg-deb", "-f", str(deb_file), "Depends", "Recommends", "Architecture")
-    depends = re.search(r"^Depends: (.*)$", info, re.M)[1]  # type: ignore[index]
-    for dep in (
-        "python3 (>= 3.9)",
-        "python3-dbus-fast | python3-dbus-next",
-        "python3-grpcio",
-        "python3-protobuf",
-        "python3-prometheus-client",
-        "dbus",
-        "python3 (>= 3.11) | python3-tomli",
-    ):
-        assert dep in [d.strip() for d in depends.split(",")], dep
-    assert not re.search(r"python3-[\w-]+ \(>=", depends.replace("python3 (>=", "")), depends
-    assert "sdnotify" not in depends  # spoken by nichealthd.runtime.notify itself
-    assert "Recommends: python3-pystemd" in info
-    recommends = re.search(r"^Recommends: (.*)$", info, re.M)[1]  # type: ignore[index]
-    assert "python3-systemd" in [r.strip() for r in recommends.split(",")]  # #17: journal
-    assert "Architecture: all" in info
-    control = Path(run("mktemp", "-d").strip())
-    run("dpkg-deb", "-e", str(deb_file), str(control))
-    assert (control / "conffiles").read_text().split() == ["/etc/nichealthd/config.toml"]
-    postinst = (control / "postinst").read_text()
+def read_file(package: Path, path: str) -> str:
+    if package.suffix == ".deb":
+        return run("sh", "-c", f"dpkg-deb --fsys-tarfile '{package}' | tar -xO '.{path}'")
+    return run("sh", "-c", f"rpm2cpio '{package}' | cpio -i --quiet --to-stdout '.{path}'")
+
+
+def rpm_query(rpm: Path, *args: str) -> list[str]:
+    return run("rpm", "-qp", *args, str(rpm)).splitlines()
+
+
+# ----------------------------------------------------------------------------- every target
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_build_prints_the_package_path_last_and_lints_clean(target: str) -> None:
+    package = built(target)
+    assert re.fullmatch(NAMES[family(target)], package.name), package.name
+    assert package.parent == REPO / "packaging/out"
+    assert own_files(package) >= EXPECTED, EXPECTED - own_files(package)
+    carries = bool(table()["targets"][target]["carry"])
+    arch = package.stem.rsplit("_" if family(target) == "deb" else ".", 1)[1]
+    assert arch in ({"amd64", "x86_64"} if carries else {"all", "noarch"}), package.name
+
+
+def satisfied_deb(target: str, dependency: str) -> bool:
+    """One alternative of a Depends/Recommends entry, e.g. ``libc6 (>= 2.34)``."""
+    archive = table()["targets"][target]["archive"]
+    match = re.fullmatch(r"([\w.+-]+)(?::any)?(?: \((<<|<=|=|>=|>>) ([^)]+)\))?", dependency)
+    assert match, dependency
+    name, op, version = match.groups()
+    if name not in archive:
+        return False
+    recorded = archive[name]["version"]
+    if op is None or not recorded:
+        return op is None or bool(recorded)  # a versioned need wants a recorded version
+    relation = {"<<": "lt", "<=": "le", "=": "eq", ">=": "ge", ">>": "gt"}[op]
+    return subprocess.run(["dpkg", "--compare-versions", recorded, relation, version]
+                          ).returncode == 0
+
+
+def provider(target: str, name: str) -> str | None:
+    """The archive package providing an rpm requirement's name (package, path, soname)."""
+    archive = table()["targets"][target]["archive"]
+    if name in archive:
+        return name
+    for package, entry in archive.items():
+        if name in entry.get("provides", ()):
+            return package
+    return None
+
+
+def satisfied_rpm(target: str, requirement: str) -> bool:
+    archive = table()["targets"][target]["archive"]
+    soname = re.fullmatch(r"([\w.+-]+\.so[.\d]*)\(([^)]*)\)(\(64bit\))?", requirement)
+    if soname:
+        package = provider(target, soname[1])
+        symbol = re.fullmatch(r"GLIBC_([\d.]+)", soname[2])
+        if package and symbol:  # a glibc symbol version: no newer than the target's glibc
+            have = [int(x) for x in archive["glibc"]["version"].split(".")]
+            return [int(x) for x in symbol[1].split(".")] <= have
+        return package is not None
+    if requirement.startswith("(") and " or " in requirement:
+        return any(satisfied_rpm(target, alt) for alt in requirement.strip("()").split(" or "))
+    return provider(target, requirement) is not None
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_every_dependency_resolves_from_the_targets_own_archive(target: str) -> None:
+    package = built(target)
+    unresolved = []
+    if family(target) == "deb":
+        fields = run("dpkg-deb", "-f", str(package), "Pre-Depends", "Depends", "Recommends")
+        entries = [e.strip() for line in fields.splitlines()
+                   for e in line.split(":", 1)[1].split(",") if e.strip()]
+        for entry in entries:
+            if not any(satisfied_deb(target, alt.strip()) for alt in entry.split("|")):
+                unresolved.append(entry)
+    else:
+        for requirement in rpm_query(package, "--requires") + rpm_query(package, "--recommends"):
+            if requirement.startswith(("rpmlib(", "config(nichealthd)")):
+                continue  # rpm's own features; the package's own config files
+            if not satisfied_rpm(target, requirement):
+                unresolved.append(requirement)
+        assert not any("dist(" in r for r in rpm_query(package, "--requires"))  # PyPI names
+    assert unresolved == [], f"{target}: not in its archive (packaging/targets.toml)"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_bundled_lists_exactly_what_the_package_carries(target: str) -> None:
+    package = built(target)
+    spec = table()["targets"][target]
+    bundled = read_file(package, "/usr/share/doc/nichealthd/BUNDLED")
+    rows = {line.split()[0]: line.split()[1:3] for line in bundled.splitlines()
+            if line and not line.startswith("#")}
+    assert rows == {lib: [version, table()["licences"][lib].split()[0]]
+                    for lib, version in spec["carry"].items()}, bundled
+    carried = [f for f in files(package) if f.startswith(VENDOR)]
+    marker = [f for f in files(package) if f.endswith("/nichealthd/carried-libraries")]
+    if not spec["carry"]:
+        assert carried == [] and marker == [] and "carries no libraries" in bundled
+        return
+    for lib, version in spec["carry"].items():
+        dist_info = re.sub(r"[-_.]+", "_", lib) + f"-{version}.dist-info/METADATA"
+        assert VENDOR + dist_info in carried, (lib, version)
+    assert len(marker) == 1 and f"python={spec['python']}\n" in read_file(package, marker[0])
+    if family(target) == "rpm":
+        provides = [p for p in rpm_query(package, "--provides") if p.startswith("bundled(")]
+        assert sorted(provides) == sorted(
+            f"bundled(python3dist({lib})) = {version}" for lib, version in spec["carry"].items())
+        assert not [p for p in rpm_query(package, "--provides") if ".so" in p]  # none leak
+        licence = rpm_query(package, "--qf", "%{LICENSE}")[0]
+        for lib in spec["carry"]:
+            assert table()["licences"][lib].split()[0] in licence, (lib, licence)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_package_that_carries_wheels_needs_its_targets_cpython_minor(target: str) -> None:
+    package = built(target)
+    python = table()["targets"][target]["python"]
+    major, minor = (int(x) for x in python.split("."))
+    if family(target) == "deb":
+        depends = run("dpkg-deb", "-f", str(package), "Depends")
+        assert f"python3 (>= {python})" in depends
+        if table()["targets"][target]["carry"]:
+            assert f"python3 (<< {major}.{minor + 1})" in depends
+    else:
+        assert f"python(abi) = {python}" in rpm_query(package, "--requires")
+    assert read_file(package, "/usr/bin/nichealthd").startswith("#!/usr/bin/python3\n")
+    for name in files(package):
+        tag = re.search(r"\.cpython-(\d+)", name)
+        if tag:  # extension modules and bytecode: of the target's CPython only
+            assert tag[1] == f"{major}{minor}", name
+
+
+# ------------------------------------------------------------------------------- the .deb
+
+def test_deb_contract_scripts_and_conffiles(tmp_path: Path) -> None:
+    deb = built("debian12")
+    info = run("dpkg-deb", "-f", str(deb), "Depends", "Recommends")
+    depends = [d.strip() for d in re.search(r"^Depends: (.*)$", info, re.M)[1].split(",")]  # type: ignore[index]
+    for dep in ("python3-dbus-fast | python3-dbus-next", "python3-grpcio", "python3-protobuf",
+                "python3-prometheus-client", "dbus", "systemd | systemd-standalone-sysusers"):
+        assert dep in depends, dep
+    assert "sdnotify" not in info  # spoken by nichealthd.runtime.notify itself
+    assert "python3-tomli" not in info  # Python 3.11: tomllib
+    run("dpkg-deb", "-e", str(deb), str(tmp_path))
+    assert (tmp_path / "conffiles").read_text().split() == ["/etc/nichealthd/config.toml"]
+    postinst = (tmp_path / "postinst").read_text()
     assert "systemd-sysusers" in postinst and "nichealthd.conf" in postinst
-    assert postinst.index("systemd-sysusers") < postinst.index("deb-systemd-invoke")
     assert "deb-systemd-helper enable 'nichealthd.service'" in postinst
     assert "_action=restart" in postinst  # restart on upgrade
-    assert "deb-systemd-invoke stop 'nichealthd.service'" in (control / "prerm").read_text()
-    postrm = (control / "postrm").read_text()
+    assert "deb-systemd-invoke stop 'nichealthd.service'" in (tmp_path / "prerm").read_text()
+    postrm = (tmp_path / "postrm").read_text()
     assert re.search(r'"\$1" = "purge".*\n.*rm -rf .*/var/lib/nichealthd', postrm)
 
 
@@ -197,33 +256,33 @@ def _in_order(script: str, *needles: str) -> None:
 
 
 def test_the_user_exists_before_the_bus_reloads_its_policy_and_the_unit_starts(
-        deb_file, rpm_file, tmp_path):
+        tmp_path: Path) -> None:
     """The policy names the user nichealthd: a bus that reloads it before the user exists
     drops those rules, and the daemon's first request for its name is refused (logged on
     every first install). So: the user (sysusers.d), then the bus reload (waited for), then
     the start. tests/e2e/test_e2e_deb.py checks the journal of a real first install."""
-    run("dpkg-deb", "-e", str(deb_file), str(tmp_path))
+    run("dpkg-deb", "-e", str(built("debian12")), str(tmp_path))
     postinst = (tmp_path / "postinst").read_text()
     _in_order(postinst, "systemd-sysusers", "ReloadConfig", 'deb-systemd-invoke "$_action"')
     reload = postinst[postinst.rindex("dbus-send", 0, postinst.index("ReloadConfig")):]
     assert reload.startswith("dbus-send --system --print-reply"), reload[:80]
-    scripts = run("rpm", "-qp", "--scripts", str(rpm_file))
+    scripts = run("rpm", "-qp", "--scripts", str(built("el9")))
     post = scripts[scripts.index("postinstall scriptlet"):scripts.index("preuninstall")]
     _in_order(post, "systemd-sysusers", "ReloadConfig", "systemctl")
 
 
-def test_deb_units_under_usr_lib(deb_file):
+def test_deb_units_under_usr_lib() -> None:
     """Debian 13's lintian: aliased-location for /lib/systemd/system (and purge warns that
     /lib/systemd/system is not empty); Debian 12's wants /usr/lib too."""
-    listing = run("dpkg-deb", "-c", str(deb_file))
+    listing = run("dpkg-deb", "-c", str(built("debian12")))
     assert " ./usr/lib/systemd/system/nichealthd.service\n" in listing
     assert " ./lib/" not in listing, listing
 
 
-def test_deb_start_failure_is_one_line_not_apt_noise(deb_file, tmp_path):
+def test_deb_start_failure_is_one_line_not_apt_noise(tmp_path: Path) -> None:
     """A service that cannot start yet prints one line pointing to its status, never
     deb-systemd-invoke's "Could not execute systemctl", and never fails the installation."""
-    run("dpkg-deb", "-e", str(deb_file), str(tmp_path))
+    run("dpkg-deb", "-e", str(built("debian12")), str(tmp_path))
     postinst = (tmp_path / "postinst").read_text()
     assert "_dh_action" not in postinst  # dh's start (stderr not redirected) is disabled
     start = postinst[postinst.index('deb-systemd-invoke "$_action"'):]
@@ -232,105 +291,79 @@ def test_deb_start_failure_is_one_line_not_apt_noise(deb_file, tmp_path):
     assert 'if [ -n "$2" ]; then _action=restart; else _action=start; fi' in postinst
 
 
-def rpm_query(rpm: Path, *args: str) -> list:
-    return run("rpm", "-qp", *args, str(rpm)).splitlines()
+def test_carried_libraries_are_compiled_at_installation_by_the_targets_cpython(
+        tmp_path: Path) -> None:
+    """Debian ships no bytecode: py3compile makes it in the postinst, for the vendor
+    directory with the CPython minor its wheels are built for."""
+    run("dpkg-deb", "-e", str(built("ubuntu2204")), str(tmp_path))
+    assert "py3compile -p nichealthd:amd64 /usr/lib/nichealthd/vendor -V 3.10" in \
+        (tmp_path / "postinst").read_text()
+    assert not [f for f in files(built("ubuntu2204")) if f.endswith(".pyc")]
 
 
-def check_target_layout(rpm: Path, target: str) -> None:
-    py = TARGETS[target]["python"]
-    sitelib = f"/usr/lib/python{py}/site-packages/"
-    assert rpm.name.endswith(f"{TARGETS[target]['dist']}.noarch.rpm"), rpm.name
-    files = rpm_query(rpm, "-l")
-    assert sitelib + "nichealthd/__init__.py" in files
-    assert sitelib + "nichealthd/runtime/daemon.py" in files
-    assert "/usr/lib/systemd/system/nichealthd.service" in files
+# -------------------------------------------------------------------------------- the rpm
+
+@pytest.mark.parametrize("target", ["el9", "el10", "fedora42"])
+def test_rpm_layout_of_its_target(target: str) -> None:
+    """RHEL's and Fedora's Python read /usr/lib/python3.X/site-packages only; bytecode of the
+    target's CPython (pyenv's here) or none."""
+    rpm = built(target)
+    python = table()["targets"][target]["python"]
+    sitelib = f"/usr/lib/python{python}/site-packages/"
+    listing = rpm_query(rpm, "-l")
+    assert sitelib + "nichealthd/runtime/daemon.py" in listing
     allowed = ("/etc/nichealthd", "/usr/bin/", sitelib, "/usr/lib/systemd/system/",
                "/usr/lib/sysusers.d/", "/usr/share/dbus-1/", "/usr/share/man/",
-               "/usr/share/doc/nichealthd")  # fmt: skip  (#17: the kmsg drop-in example)
-    for f in files:
-        assert f.startswith(allowed), f  # never dist-packages, /lib, /usr/local
-        if f.endswith(".pyc"):  # bytecode only for the target's Python
-            tag = "cpython-" + py.replace(".", "")
-            assert re.search(rf"/__pycache__/[^/]+\.{tag}(\.opt-1)?\.pyc$", f), f
-    head = run("sh", "-c", f"rpm2cpio '{rpm}' | cpio -i --quiet --to-stdout ./usr/bin/nichealthd")
-    assert head.startswith("#!/usr/bin/python3\n"), head[:40]
+               "/usr/share/doc/nichealthd", "/usr/lib/nichealthd")  # fmt: skip
+    for name in listing:
+        assert name.startswith(allowed), name  # never dist-packages, /lib, /usr/local
+        if name.endswith(".pyc"):
+            assert re.search(rf"/__pycache__/[^/]+\.cpython-{python.replace('.', '')}"
+                             rf"(\.opt-1)?\.pyc$", name), name
+    assert "python3-systemd" in rpm_query(rpm, "--recommends")  # the journal reader: weak
+    assert "python3-systemd" not in rpm_query(rpm, "--requires")
 
 
-def check_target_requires(rpm: Path, target: str) -> None:
-    ships = TARGETS[target]["ships"]
-    for req in rpm_query(rpm, "-R"):
-        if req.startswith(("rpmlib(", "config(nichealthd)")):
-            continue
-        if req.startswith("python(abi)"):
-            assert req == f"python(abi) = {TARGETS[target]['python']}", req
-            continue
-        if req in PROVIDED_PATHS:
-            assert PROVIDED_PATHS[req] in ships, req
-            continue
-        names = re.findall(r"[\w.+-]+", req.strip("()").replace(" or ", " "))
-        assert any(n in ships for n in names), f"{target} ships none of {req}"
-        assert "dist(" not in req, req  # PyPI versions no distribution has (grpcio>=1.51)
-
-
-def test_rpm_rhel9_layout(rpm_file):
-    """Issue 22: RHEL 9's Python 3.9 reads /usr/lib/python3.9/site-packages only."""
-    check_target_layout(rpm_file, "rhel9")
-
-
-def test_rpm_rhel9_requires_exist_in_rhel9_epel9(rpm_file):
-    check_target_requires(rpm_file, "rhel9")
-    requires = "\n".join(rpm_query(rpm_file, "-R"))
-    assert "python3-tomli" in requires  # Python 3.9 has no tomllib
-    assert "sdnotify" not in requires  # spoken by nichealthd.runtime.notify itself
-    # Neither D-Bus library is in RHEL 9 or EPEL 9: weak, the daemon runs without its API.
-    assert "dbus-fast" not in requires
-    assert rpm_query(rpm_file, "--recommends")[0] == "(python3-dbus-fast or python3-dbus-next)"
-
-
-def test_rpm_fedora_layout_and_requires(rpm_fedora):
-    check_target_layout(rpm_fedora, "fedora42")
-    check_target_requires(rpm_fedora, "fedora42")
-    requires = rpm_query(rpm_fedora, "-R")
-    assert "(python3-dbus-fast or python3-dbus-next)" in requires
-    assert "python3-systemd" in rpm_query(rpm_fedora, "--recommends")  # #17: weak
-    assert "python3-systemd" not in requires
-    assert "python3-tomli" not in requires  # Python 3.13: tomllib
-
-
-def test_rpm_unknown_target_is_refused():
-    res = subprocess.run([str(REPO / "packaging/build-rpm.sh"), "--target", "rhel8"],
-                         capture_output=True, text=True)  # fmt: skip
-    assert res.returncode == 2 and "unknown target 'rhel8'" in res.stderr
-
-
-def test_rpm_builds_rpmlint_clean(rpm_file):
-    assert rpm_file.name.endswith(".noarch.rpm")
-    scripts = run("rpm", "-qp", "--scripts", str(rpm_file))
+def test_rpm_scripts_and_config() -> None:
+    rpm = built("el9")
+    scripts = run("rpm", "-qp", "--scripts", str(rpm))
     assert "preset nichealthd.service" in scripts
     assert "disable --now nichealthd.service" in scripts
     assert "try-restart nichealthd.service" in scripts
-    configs = run("rpm", "-qpc", str(rpm_file)).split()
-    assert configs == ["/etc/nichealthd/config.toml"]
+    assert run("rpm", "-qpc", str(rpm)).split() == ["/etc/nichealthd/config.toml"]
 
 
-def test_rpm_and_deb_carry_the_same_files(deb_file, rpm_file):
-    deb, rpm = deb_files(deb_file), rpm_files(rpm_file)
-    assert deb == rpm, {"only in .deb": deb - rpm, "only in .rpm": rpm - deb}
-    assert deb >= EXPECTED
+def test_unknown_or_foreign_targets_are_refused() -> None:
+    for script, target, message in (("build-rpm.sh", "rhel8", "unknown target 'rhel8'"),
+                                    ("build-rpm.sh", "debian12", "is a deb target"),
+                                    ("build-deb.sh", "el9", "is an rpm target")):
+        res = subprocess.run([str(REPO / "packaging" / script), "--target", target],
+                             capture_output=True, text=True)  # fmt: skip
+        assert res.returncode == 2 and message in res.stderr, (script, target, res.stderr)
 
 
-def test_both_ship_the_kmsg_drop_in_as_an_example(deb_file, rpm_file):
+# ------------------------------------------------------------------------ all the packages
+
+def test_every_package_has_the_same_files_of_its_own() -> None:
+    reference = own_files(built("debian12"))
+    assert reference >= EXPECTED
+    for target in TARGETS:
+        assert own_files(built(target)) == reference, target
+
+
+def test_both_ship_the_kmsg_drop_in_as_an_example() -> None:
     """#17: kernelLog = "kmsg" needs systemd/examples/kmsg.conf, which both packages install
     uncompressed at the path the daemon's message and nichealthd(8) name (/usr/share/doc is
     left out of the file comparison above: Debian's copyright and changelog live there)."""
     from nichealthd.sources.kernel_log import KMSG_DROPIN
 
-    assert f" .{KMSG_DROPIN}\n" in run("dpkg-deb", "-c", str(deb_file))
-    assert KMSG_DROPIN in rpm_query(rpm_file, "-l")
-    assert KMSG_DROPIN in rpm_query(rpm_file, "-d")  # marked as documentation
+    assert f" .{KMSG_DROPIN}\n" in run("dpkg-deb", "-c", str(built("debian12")))
+    rpm = built("el9")
+    assert KMSG_DROPIN in rpm_query(rpm, "-l")
+    assert KMSG_DROPIN in rpm_query(rpm, "-d")  # marked as documentation
 
 
-def test_builds_from_release_tarball(deb_file, rpm_file, tmp_path):
+def test_builds_from_release_tarball(tmp_path: Path) -> None:
     """`git archive` output (no .git) builds the same packages as the clone (issue 22)."""
     if not (REPO / ".git").exists():
         pytest.skip("this checkout is itself a release tarball")
@@ -342,8 +375,8 @@ def test_builds_from_release_tarball(deb_file, rpm_file, tmp_path):
                              capture_output=True, check=True).stdout  # fmt: skip
     subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
     assert not (src / ".git").exists()
-    deb = _build("build-deb.sh", DEB_TOOLS, "--no-lintian", repo=src)
-    rpm = _build("build-rpm.sh", RPM_TOOLS, "--no-rpmlint", repo=src)
-    assert deb.parent == src / "packaging/out" and rpm.parent == src / "packaging/out"
-    assert deb_files(deb) == deb_files(deb_file)
-    assert rpm_query(rpm, "-l") == rpm_query(rpm_file, "-l")
+    for target in ("debian12", "el9"):
+        package = path_printed(run_build(target, "--no-lintian" if family(target) == "deb"
+                                         else "--no-rpmlint", repo=src))
+        assert package.parent == src / "packaging/out"
+        assert sorted(files(package)) == sorted(files(built(target))), target
