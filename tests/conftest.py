@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import importlib.util
 import os
 import shutil
 import tempfile
@@ -11,6 +12,7 @@ from typing import Dict, Iterator, List, Tuple
 
 import pytest
 
+from nichealthd.sim.journal import remote_binary
 from tests import simtrees
 
 # A test may leave this many fds open over the whole session without failing: libraries that
@@ -84,6 +86,23 @@ def _closes_what_it_opens(request: pytest.FixtureRequest) -> Iterator[None]:
         pytest.fail(f"this test left {_brief(grown)} open (the session allows {LAZY_FDS} "
                     f"lazily-opened library fds in all; fds left by earlier tests: {earlier})",
                     pytrace=False)
+
+
+@pytest.fixture
+def journal_reader() -> None:
+    """For the tests that read real journal files: python3-systemd's reader reads them and
+    systemd-journal-remote writes them. Skipped without them; failed without them where
+    NICHEALTHD_REQUIRE_JOURNAL is set (CI, whose .ci/system-deps.sh installs both)."""
+    reader = importlib.util.find_spec("systemd") is not None \
+        and importlib.util.find_spec("systemd.journal") is not None
+    missing = [part for part, there in (
+        ("python3-systemd's journal reader (pip: the [journal] extra)", reader),
+        ("systemd-journal-remote", remote_binary() is not None)) if not there]
+    if missing:
+        why = f"needs {' and '.join(missing)} (.ci/system-deps.sh installs them)"
+        if os.environ.get("NICHEALTHD_REQUIRE_JOURNAL"):
+            pytest.fail(f"{why}, and NICHEALTHD_REQUIRE_JOURNAL is set")
+        pytest.skip(why)
 
 
 @pytest.fixture(autouse=True)
