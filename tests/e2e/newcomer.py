@@ -8,7 +8,8 @@ flavours), with the Debian default ``ulimit -n 1024``, a 64 MiB /dev/shm and a s
 
 SRC is the clone to hand the newcomer (CI's copy of the tracked files); FLAVOUR defaults to
 newcomer-bookworm and newcomer-trixie. Exit status 0 when every command succeeded in every
-container. The containers share the host's network: pip installs from the registry.
+container. The containers share the host's network: pip installs from the registry (trusting
+the CA bundle of the host's PIP_CERT, where it sets one: :func:`registry_ca`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -44,12 +45,24 @@ def readme_commands(readme: Path, count: int = 2) -> List[str]:
     return commands[:count]
 
 
-def script(commands: Sequence[str]) -> str:
+CA_INSIDE = "/etc/nichealthd-registry-ca.pem"
+
+
+def registry_ca() -> Optional[str]:
+    """The CA bundle this host's pip is told to trust (PIP_CERT), if any: behind a proxy that
+    re-signs TLS, the container reaches the registry only with it. Unset on a machine with
+    plain internet access, where the newcomer's pip uses its own certifi bundle."""
+    cert = os.environ.get("PIP_CERT")
+    return cert if cert and os.path.isfile(cert) else None
+
+
+def script(commands: Sequence[str], ca: bool = False) -> str:
     """What runs in the container as root: make the user, hand them the clone, and run each
-    command as them in a login-like environment; prints one verdict line per command."""
+    command as them in a login-like environment (plus PIP_CERT where the host's registry
+    needs its CA: :func:`registry_ca`); prints one verdict line per command."""
     home = f"/home/{USER}"
     env = (f"env -i HOME={home} USER={USER} LOGNAME={USER} SHELL=/bin/bash LANG=C.UTF-8 "
-           "PATH=/usr/local/bin:/usr/bin:/bin")
+           "PATH=/usr/local/bin:/usr/bin:/bin" + (f" PIP_CERT={CA_INSIDE}" if ca else ""))
     lines = [
         "set -u",
         f"useradd --create-home --shell /bin/bash {USER}",
@@ -74,13 +87,15 @@ def script(commands: Sequence[str]) -> str:
 
 
 def rehearse(src: Path, flavour: str, commands: Sequence[str]) -> int:
+    ca = registry_ca()
     container = nspawn.Container(flavour, nspawn_args=(
         f"--bind-ro={src}:/mnt/src",
         f"--tmpfs=/dev/shm:mode=1777,{DEV_SHM}",
         f"--tmpfs=/tmp:mode=1777,{TMP}",
         "--rlimit=RLIMIT_NOFILE=1024:524288",  # Debian's default soft limit
+        *([f"--bind-ro={ca}:{CA_INSIDE}"] if ca else []),
     ))
-    return container.execute(["sh", "-c", script(commands)], TIMEOUT)
+    return container.execute(["sh", "-c", script(commands, ca=ca is not None)], TIMEOUT)
 
 
 def main(argv: Sequence[str]) -> int:
