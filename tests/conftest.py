@@ -19,8 +19,8 @@ from tests import simtrees
 # open one on first use and keep it (grpc's epoll, an import's cache) are not leaks. Anything
 # more is: the suite must pass under the default ``ulimit -n`` 1024.
 LAZY_FDS = 8
-# What /dev/shm must have free to hold the suite's temp files (sim trees, tmp_path dirs); the
-# run needs about ... at its peak.
+# What /dev/shm must have free to take the suite's temp files: the sim trees kept between tests
+# (tests/simtrees.py: up to 100,000 entries, 300 MiB), those in use, the tests' tmp_path dirs.
 SHM_BYTES = 2 << 30
 SHM_INODES = 300_000
 _FD_KEY = pytest.StashKey[List[Tuple[str, List[str]]]]()
