@@ -32,3 +32,13 @@ def test_run_without_a_known_command_says_how_and_touches_nothing(tmp_path) -> N
                               cwd=tmp_path, timeout=30)
         assert done.returncode == 2 and "usage: ./run demo" in done.stderr, done
     assert os.access(REPO / "run", os.X_OK)
+
+
+def test_each_command_runs_literally_as_the_unprivileged_user() -> None:
+    text = newcomer.script(["./run demo", "./run tests"])
+    for command in ("./run demo", "./run tests"):
+        assert f"--reuid={newcomer.USER} --regid={newcomer.USER} --init-groups env -i " \
+               f"HOME=/home/{newcomer.USER} " in text
+        assert f"bash -c 'cd ~/nichealthd && {command}'" in text
+    assert "PIP_CERT" not in text  # only where the host's pip names a CA bundle
+    assert f"PIP_CERT={newcomer.CA_INSIDE}" in newcomer.script(["./run demo"], ca=True)
