@@ -18,6 +18,7 @@ from nichealthd.sources.config_file import load_config
 from nichealthd.sources.gpu_metadata import load_gpu_topology
 from nichealthd.sources.pci import scan
 from nichealthd.sources.routes import read_default_route_devices
+from nichealthd.sources.sandbox import sandbox_hint
 
 from .. import simtrees
 from .builders import device, port
@@ -140,8 +141,10 @@ def test_topology_source_choice() -> None:
         choose_gpu_topology(replace(base, topology_source="metadata"))
     (root / "gpu_metadata.json").unlink()
     absent, reason = choose_gpu_topology(base)
-    assert absent.source == "sysfs" and reason.endswith(f"no GPU metadata file at "
-                                                        f"{root}/gpu_metadata.json")
+    missing = f"{root}/gpu_metadata.json"  # with PrivateTmp='s hint where the tree is in /tmp
+    assert absent.source == "sysfs" and reason == (
+        f"topologySource = auto, no GPU metadata file at {missing}"
+        f"{sandbox_hint(missing, 'metadataPath')}")
     pinned, reason = choose_gpu_topology(replace(base, nic_inclusion_regex_override=("x",)))
     assert pinned.source == "none" and "nicInclusionRegexOverride" in reason
     with pytest.raises(ConfigError, match="topologySource"):
