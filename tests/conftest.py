@@ -20,7 +20,7 @@ from tests import simtrees
 # more is: the suite must pass under the default ``ulimit -n`` 1024.
 LAZY_FDS = 8
 # What /dev/shm must have free to take the suite's temp files: the sim trees kept between tests
-# (tests/simtrees.py: up to 100,000 entries, 300 MiB), those in use, the tests' tmp_path dirs.
+# (tests/simtrees.py: up to 150,000 entries, 450 MiB), those in use, the tests' tmp_path dirs.
 SHM_BYTES = 2 << 30
 SHM_INODES = 300_000
 _FD_KEY = pytest.StashKey[List[Tuple[str, List[str]]]]()
@@ -140,6 +140,12 @@ def pytest_configure(config: pytest.Config) -> None:
                          ("packaging", "builds the .deb/.rpm packages"),
                          ("root", "acts as root and as other users: needs root, else skipped")):
         config.addinivalue_line("markers", f"{marker}: {text}")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    said = simtrees.summary()
+    if said:
+        terminalreporter.write_line(said)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

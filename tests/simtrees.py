@@ -169,9 +169,10 @@ class Tree:
                 self.rewritten += 1
 
 
-BUDGET = 100_000  # entries kept between tests: the 257-device host, 15 DGX-H100 ones (300 MiB)
+BUDGET = 150_000  # entries kept between tests: about one tree of every kind the suite asks for
 LARGE = 5_000  # entries: a tree this large another worker holds is awaited, not built again
 WAIT = 60.0  # seconds awaited at most (two tests may each hold the tree the other awaits)
+BUILT_LOG = "built.log"  # in the pool: "KIND ENTRIES", a line per tree built, for summary()
 SHARED = "NICHEALTHD_SIMTREES"  # the pool's directory, for pytest-xdist's workers
 _base: Optional[Path] = None
 _made_here = False  # this process made the pool (and removes it)
@@ -195,6 +196,15 @@ def open_pool(where: Optional[str] = None) -> None:
     os.chmod(_base, 0o755)  # clients run as nobody reach a daemon's sockets in a slot
     os.environ[SHARED] = str(_base)
     _made_here = True
+
+
+def summary() -> Optional[str]:
+    """What the pool's trees wrote in this run, every worker's (None before any was built)."""
+    if _base is None or not (_base / BUILT_LOG).exists():
+        return None
+    sizes = [int(line.split()[1]) for line in (_base / BUILT_LOG).read_text().splitlines()]
+    return (f"sim trees (tests/simtrees.py): {len(sizes)} built, {sum(sizes):,} files and "
+            f"directories written; kept up to {budget():,} between tests")
 
 
 def close_pool() -> None:
@@ -260,6 +270,8 @@ def _build(kind: str, profile: str, options: Dict[str, Any]) -> Tuple[Tree, int]
     os.replace(slot + ".tree.new", slot + ".tree")  # now other processes may take it
     _known[slot] = made
     built += 1
+    with open(_base / BUILT_LOG, "a") as log:  # one line, appended at once: workers share it
+        log.write(f"{kind} {len(made.entries)}\n")
     return made, fd
 
 
@@ -309,14 +321,14 @@ def pooled(root: Union[str, Path]) -> bool:
 
 
 def budget() -> int:
-    """:data:`BUDGET`, or less on a small file system: a quarter of its inodes and of its
-    bytes (an entry takes about 3 KiB on a tmpfs), the rest for the trees in use and the
-    tests' own files."""
+    """:data:`BUDGET`, or less on a small file system: half its inodes and half its bytes (an
+    entry takes about 3 KiB on a tmpfs), the rest for the trees in use and the tests' own
+    files. Each tree evicted is written again by the next test that asks for it."""
     assert _base is not None
     fs = os.statvfs(_base)
-    room = [BUDGET, fs.f_blocks * fs.f_frsize // 4 // 3072]
+    room = [BUDGET, fs.f_blocks * fs.f_frsize // 2 // 3072]
     if fs.f_files:  # 0 where the file system has no inode limit
-        room.append(fs.f_files // 4)
+        room.append(fs.f_files // 2)
     return min(room)
 
 
