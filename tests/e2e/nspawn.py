@@ -379,16 +379,16 @@ class Container:
     def execute(self, argv: Sequence[str], timeout: float) -> int:
         """Run ARGV as root in a throw-away copy of the flavour without booting it (the
         newcomer flavours have no systemd), on the host's network (pip reaches the registry),
-        its output on ours; returns its exit status (124 past ``timeout``). Everything is
-        removed afterwards, as by :meth:`stop`."""
+        its output on ours through pipes, as in CI (no terminal, no colours); returns its exit
+        status (124 past ``timeout``). Everything is removed afterwards, as by :meth:`stop`."""
         src = ensure_rootfs(self.flavour)
         _run(["cp", "-a", "--reflink=auto", str(src), str(self.root)])
         for d in self._cgroups:
             d.mkdir(exist_ok=True)
         enter = "".join(f'echo $$ > "{d}/cgroup.procs" && ' for d in self._cgroups)
         script = (
-            f"{enter}exec systemd-nspawn -q -D {self.root} --as-pid2 --register=no --keep-unit "
-            f"--machine={self.name[:64]}"
+            f"{enter}exec systemd-nspawn -q -D {self.root} --as-pid2 --console=pipe "
+            f"--register=no --keep-unit --machine={self.name[:64]}"
             + "".join(f" {shlex.quote(arg)}" for arg in (*self.nspawn_args, "--", *argv))
         )
         try:
