@@ -1,9 +1,9 @@
 #!/bin/sh
 # Install the Debian packages the tests need (systemd tools, dbus, packaging and lint tools,
 # the real-systemd harness; #17: systemd-journal-remote writes the real journal files of the
-# kernel-log tests, libsystemd-dev/pkg-config/gcc/python3-dev build the test extra's
+# kernel-log tests, libsystemd-dev/pkg-config/gcc/python3-dev build the journal extra's
 # systemd-python in the venv, python3-systemd is what the packages recommend) and prebuild the
-# cached Debian 12 and 13 rootfs trees of tests/e2e.
+# cached Debian 12 and 13 rootfs trees of tests/e2e (the newcomer ones too).
 # Called by .ci/run; safe to run again (apt-get is idempotent, the rootfs is cached under
 # /var/tmp/nichealthd-rootfs{,-trixie} and rebuilt only when its package list changes).
 # Usage: .ci/system-deps.sh [--no-rootfs]
@@ -42,6 +42,7 @@ fi
 
 if [ "${1:-}" != "--no-rootfs" ]; then
     start=$(date +%s)
-    /usr/bin/python3 "$here/tests/e2e/nspawn.py" build base deps trixie trixie-build
+    /usr/bin/python3 "$here/tests/e2e/nspawn.py" build base deps trixie trixie-build \
+        newcomer-bookworm newcomer-trixie
     echo "system-deps: e2e rootfs ready in $(( $(date +%s) - start ))s"
 fi

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import importlib.util
 import os
 import shutil
 import tempfile
@@ -11,10 +12,17 @@ from typing import Dict, Iterator, List, Tuple
 
 import pytest
 
+from nichealthd.sim.journal import remote_binary
+from tests import simtrees
+
 # A test may leave this many fds open over the whole session without failing: libraries that
 # open one on first use and keep it (grpc's epoll, an import's cache) are not leaks. Anything
 # more is: the suite must pass under the default ``ulimit -n`` 1024.
 LAZY_FDS = 8
+# What /dev/shm must have free to take the suite's temp files: the sim trees kept between tests
+# (tests/simtrees.py: up to 150,000 entries, 450 MiB), those in use, the tests' tmp_path dirs.
+SHM_BYTES = 2 << 30
+SHM_INODES = 300_000
 _FD_KEY = pytest.StashKey[List[Tuple[str, List[str]]]]()
 
 
@@ -80,15 +88,53 @@ def _closes_what_it_opens(request: pytest.FixtureRequest) -> Iterator[None]:
                     pytrace=False)
 
 
+@pytest.fixture
+def journal_reader() -> None:
+    """For the tests that read real journal files: python3-systemd's reader reads them and
+    systemd-journal-remote writes them. Skipped without them; failed without them where
+    NICHEALTHD_REQUIRE_JOURNAL is set (CI, whose .ci/system-deps.sh installs both)."""
+    reader = importlib.util.find_spec("systemd") is not None \
+        and importlib.util.find_spec("systemd.journal") is not None
+    missing = [part for part, there in (
+        ("python3-systemd's journal reader (pip: the [journal] extra)", reader),
+        ("systemd-journal-remote", remote_binary() is not None)) if not there]
+    if missing:
+        why = f"needs {' and '.join(missing)} (.ci/system-deps.sh installs them)"
+        if os.environ.get("NICHEALTHD_REQUIRE_JOURNAL"):
+            pytest.fail(f"{why}, and NICHEALTHD_REQUIRE_JOURNAL is set")
+        pytest.skip(why)
+
+
+@pytest.fixture(autouse=True)
+def _sim_trees_back() -> Iterator[None]:
+    """The sim trees a test takes (tests/simtrees.py) are its own until it ends, after every
+    other fixture of it (its daemons stopped)."""
+    simtrees.begin_test()
+    yield
+    simtrees.end_test()
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     session.config._nichealthd_fds = open_fds()  # type: ignore[attr-defined]
 
 
+def roomy_shm(path: str = "/dev/shm") -> bool:
+    """Whether ``path`` is a tmpfs with room for the suite's temp files (a container's /dev/shm
+    is often 64 MiB: then the suite stays in TMPDIR)."""
+    try:
+        fs = os.statvfs(path)
+    except OSError:
+        return False
+    return (os.access(path, os.W_OK) and fs.f_bavail * fs.f_frsize >= SHM_BYTES
+            and fs.f_favail >= SHM_INODES)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # Sim trees are thousands of small files; on a tmpfs they build ten times faster.
-    if config.option.basetemp is None and os.access("/dev/shm", os.W_OK):
+    if config.option.basetemp is None and roomy_shm():
         config.option.basetemp = tempfile.mkdtemp(prefix="nichealthd-tests-", dir="/dev/shm")
         config._nichealthd_tmp = config.option.basetemp  # type: ignore[attr-defined]
+    simtrees.open_pool("/dev/shm" if getattr(config, "_nichealthd_tmp", None) else None)
     for marker, text in (("slow", "takes more than ~10 s"),
                          ("e2e", "boots a real systemd in a container"),
                          ("packaging", "builds the .deb/.rpm packages"),
@@ -96,7 +142,14 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{marker}: {text}")
 
 
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    said = simtrees.summary()
+    if said:
+        terminalreporter.write_line(said)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
+    simtrees.close_pool()
     created = getattr(config, "_nichealthd_tmp", None)
     if created:
         shutil.rmtree(created, ignore_errors=True)

@@ -6,7 +6,7 @@ daemon logs one line per poll started at ``--log-level debug``), a log line, an 
 answer. The deadline is generous because it is only reached when something is wrong.
 
 Starting and stopping: :class:`SimDaemon` is ``python -m nichealthd.runtime.daemon`` on a
-``nichealthd-sim`` tree made by :func:`world_readable_sim` (its directory is world-readable so
+``nichealthd-sim`` tree from :func:`world_readable_sim` (its directory is world-readable so
 that a client run as :data:`NOBODY` reaches the daemon's sockets); the D-Bus and varlink
 tests' daemons build on it. :func:`stop_process` is the one way a test stops a process.
 """
@@ -21,13 +21,12 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import IO, Any, Awaitable, Callable, Mapping, Optional, Sequence, Union
 
-from nichealthd.sim import tree
+from . import simtrees
 
 REPO = Path(__file__).resolve().parents[1]
 DEADLINE = 30.0  # seconds; reached only when the awaited thing never comes
@@ -182,16 +181,12 @@ def stop_process(proc: subprocess.Popen[Any], timeout: float = STOP_WAIT,
     return int(proc.returncode)
 
 
-def world_readable_sim(profile: str = "dgx-h100", prefix: str = "nichealthd-sim-",
-                       **kw: Any) -> Path:
-    """A new ``nichealthd-sim`` tree (``tree.create(ROOT, profile, **kw)``); returns ROOT,
-    ``DIR/host`` in a new temp DIR of mode 0755, where the daemon's sockets and log go so that
-    a client running as nobody reaches them. Remove DIR with :meth:`SimDaemon.cleanup`."""
-    directory = Path(tempfile.mkdtemp(prefix=prefix))
-    os.chmod(directory, 0o755)
-    root = directory / "host"
-    tree.create(root, profile, **kw)
-    return root
+def world_readable_sim(profile: str = "dgx-h100", **kw: Any) -> Path:
+    """A ``nichealthd-sim`` tree as ``tree.create(ROOT, profile, **kw)`` builds it, the test's
+    until it ends (:func:`tests.simtrees.take`); returns ROOT, ``DIR/host`` in a DIR of mode
+    0755, where the daemon's sockets and log go so that a client running as nobody reaches
+    them."""
+    return simtrees.take(profile, **kw)
 
 
 class SimDaemon:
@@ -235,5 +230,7 @@ class SimDaemon:
         return returncode
 
     def cleanup(self) -> None:
-        """Remove the tree's directory (the one :func:`world_readable_sim` made)."""
-        shutil.rmtree(self.root.parent, ignore_errors=True)
+        """Remove the tree's directory, unless it is a :mod:`tests.simtrees` tree (restored
+        for the next test instead)."""
+        if not simtrees.pooled(self.root):
+            shutil.rmtree(self.root.parent, ignore_errors=True)

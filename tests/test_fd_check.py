@@ -12,7 +12,9 @@ pytest_plugins = ["pytester"]
 CONFTEST = (Path(__file__).parent / "conftest.py").read_text()
 
 
-def test_a_leaking_test_fails_and_is_named(pytester: pytest.Pytester) -> None:
+def test_a_leaking_test_fails_and_is_named(pytester: pytest.Pytester,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parents[1]))  # its `tests` imports
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_leaks="""
         import os

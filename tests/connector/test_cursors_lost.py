@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from nichealthd.sim import mutate, tree
+from nichealthd.sim import mutate
 
+from .. import simtrees
 from .connector_fixtures import FakeConnector
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,9 +39,8 @@ def event_log_ids(root: Path) -> list[str]:
 @pytest.mark.parametrize("damage", ["deleted", "garbage", "not-an-object", "huge-cursor",
                                     "wrong-type", "directory"])
 def test_lost_cursors_redeliver_every_pending_event(
-        tmp_path: Path, connector: FakeConnector, damage: str) -> None:
-    root = tmp_path / "host"
-    tree.create(root, "dgx-h100")
+        connector: FakeConnector, damage: str) -> None:
+    root = simtrees.take("dgx-h100")
     with open(root / "nichealthd.toml", "a") as handle:
         handle.write('connectorTimeout = "500ms"\n')
     # The connector is down: baselines, then a fatal counter and a degradation, stay pending.

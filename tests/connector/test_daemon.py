@@ -18,8 +18,9 @@ import pytest
 
 from nichealthd.runtime import daemon as daemon_cli
 from nichealthd.runtime.service import Daemon
-from nichealthd.sim import mutate, tree
+from nichealthd.sim import mutate
 
+from .. import simtrees
 from ..harness import NotifySocket
 from .connector_fixtures import FakeConnector, wait_for
 
@@ -28,10 +29,9 @@ POLL = 0.2
 
 
 @pytest.fixture
-def host(tmp_path: Path) -> Path:
+def host() -> Path:
     """A DGX-H100-like fake host whose config polls every 200 ms."""
-    root = tmp_path / "host"
-    tree.create(root, "dgx-h100")
+    root = simtrees.take("dgx-h100")
     with open(root / "nichealthd.toml", "a") as handle:
         handle.write('pollingInterval = "200ms"\nconnectorTimeout = "1s"\n'
                      'connectorBatchInterval = "500ms"\n')

@@ -7,17 +7,17 @@ from typing import Iterator
 
 import pytest
 
-from nichealthd.sim import tree
 from nichealthd.sources.attribute import AttributeFiles
 from nichealthd.sources.config_file import load_config
 from nichealthd.sources.sysfs import SysfsReader
 
+from .. import simtrees
+
 
 @pytest.fixture
-def host(tmp_path: Path) -> Path:
-    root = tmp_path / "host"
-    tree.create(root, "dgx-h100")
-    return root
+def host() -> Path:
+    """A DGX-H100 tree the test may change (tests/simtrees.py)."""
+    return simtrees.take("dgx-h100")
 
 
 # Every reader a test makes: each holds one fd per polled file until closed (a DGX-H100 tree

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, Optional
 
 from nichealthd.core.checks.pcie_aer import PCIE_AER
@@ -13,9 +12,10 @@ from nichealthd.core.model import HostSnapshot
 from nichealthd.core.numbers import AER_TOTAL, value
 from nichealthd.core.pcifacts import AerTable
 from nichealthd.core.state import MonitorState
-from nichealthd.sim import pcifiles, tree
+from nichealthd.sim import pcifiles
 from nichealthd.sources.pcie import PciFactsReader
 
+from .. import simtrees
 from .builders import Runner, config, device, host
 
 ROOT = "0000:15:01.0"
@@ -164,12 +164,11 @@ def test_the_latch_survives_a_restart_and_the_series_name_the_root_port_once() -
     assert not [s for s in series["pcie_aer_errors_total"].samples if s[0][1] == ROOT]
 
 
-def test_the_reader_finds_the_root_port_at_the_top_of_each_path_and_reads_it_once(
-        tmp_path: Path) -> None:
-    manifest = tree.create(tmp_path / "host", "dgx-h100")
-    sysfs = tmp_path / "host" / "sys"
-    pair = [d for d in manifest["devices"] if d["name"] in ("mlx5_1", "mlx5_2")]
-    functions = [pcifiles.device_function(tmp_path / "host", d) for d in pair]
+def test_the_reader_finds_the_root_port_at_the_top_of_each_path_and_reads_it_once() -> None:
+    root = simtrees.take("dgx-h100")
+    sysfs = root / "sys"
+    pair = [d for d in simtrees.manifest_of(root)["devices"] if d["name"] in ("mlx5_1", "mlx5_2")]
+    functions = [pcifiles.device_function(root, d) for d in pair]
     top = pcifiles.chain(functions[0])[0]
     assert top == pcifiles.chain(functions[1])[0]  # one card, one root port
     pcifiles.rootport_aer(functions[0], "correctable", 4)
@@ -187,8 +186,9 @@ def test_the_reader_finds_the_root_port_at_the_top_of_each_path_and_reads_it_onc
         assert reader.reads == 2 * 6 + 3  # each NIC's own two tables, the root port once
     finally:
         reader.close()
-    vm = tree.create(tmp_path / "vm", "cloud-vm-ib")
-    vsys = tmp_path / "vm" / "sys"
+    vm_root = simtrees.take("cloud-vm-ib")
+    vm = simtrees.manifest_of(vm_root)
+    vsys = vm_root / "sys"
     reader = PciFactsReader(str(vsys), str(vsys / "class/infiniband"))
     try:
         dev = vm["devices"][0]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pytest
 
@@ -14,13 +13,14 @@ from nichealthd.core.model import DeviceSnapshot
 from nichealthd.core.pcitopo import PciFunction, derive, is_gpu, relation, summary
 from nichealthd.core.topology import GpuTopology, Role, classify
 from nichealthd.runtime.startup import StartupError, choose_gpu_topology
-from nichealthd.sim import tree
 from nichealthd.sim.profiles import PROFILES
 from nichealthd.sources.config_file import load_config
 from nichealthd.sources.gpu_metadata import load_gpu_topology
 from nichealthd.sources.pci import scan
 from nichealthd.sources.routes import read_default_route_devices
+from nichealthd.sources.sandbox import sandbox_hint
 
+from .. import simtrees
 from .builders import device, port
 from .conftest import reader_for
 
@@ -96,12 +96,11 @@ def test_derive_skips_the_numa_gate_without_gpu_numa() -> None:
 
 
 @pytest.mark.parametrize("profile", sorted(PROFILES))
-def test_sysfs_topology_equals_the_metadata_on_every_profile(tmp_path: Path,
-                                                               profile: str) -> None:
+def test_sysfs_topology_equals_the_metadata_on_every_profile(profile: str) -> None:
     """The PCI tree and the metadata file are built consistently; derived from the tree, the
     matrix and every role are what the metadata file gives."""
-    root = tmp_path / "host"
-    manifest = tree.create(root, profile)
+    root = simtrees.take(profile)
+    manifest = simtrees.manifest_of(root)
     config = load_config(str(root / "nichealthd.toml"))
     found = scan(config.sysfs_root, config.sys_class_infiniband)
     derived = found.topology()
@@ -125,11 +124,10 @@ def test_sysfs_topology_equals_the_metadata_on_every_profile(tmp_path: Path,
     assert {d.name: classify(d, metadata, routes).role for d in devices} == by_sysfs
 
 
-def test_topology_source_choice(tmp_path: Path) -> None:
+def test_topology_source_choice() -> None:
     """auto: the metadata file when it exists and is valid, else sysfs, with the reason;
     sysfs: always derived; metadata: the file is required (exit 1); a bad value: exit 2."""
-    root = tmp_path / "host"
-    tree.create(root, "dgx-h100")
+    root = simtrees.take("dgx-h100")
     base = load_config(str(root / "nichealthd.toml"))
     gpus, reason = choose_gpu_topology(base)
     assert gpus.source == "metadata" and "topologySource = auto" in reason
@@ -143,8 +141,10 @@ def test_topology_source_choice(tmp_path: Path) -> None:
         choose_gpu_topology(replace(base, topology_source="metadata"))
     (root / "gpu_metadata.json").unlink()
     absent, reason = choose_gpu_topology(base)
-    assert absent.source == "sysfs" and reason.endswith(f"no GPU metadata file at "
-                                                        f"{root}/gpu_metadata.json")
+    missing = f"{root}/gpu_metadata.json"  # with PrivateTmp='s hint where the tree is in /tmp
+    assert absent.source == "sysfs" and reason == (
+        f"topologySource = auto, no GPU metadata file at {missing}"
+        f"{sandbox_hint(missing, 'metadataPath')}")
     pinned, reason = choose_gpu_topology(replace(base, nic_inclusion_regex_override=("x",)))
     assert pinned.source == "none" and "nicInclusionRegexOverride" in reason
     with pytest.raises(ConfigError, match="topologySource"):

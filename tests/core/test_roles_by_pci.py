@@ -21,13 +21,14 @@ from nichealthd.core.config import Config
 from nichealthd.core.model import DeviceSnapshot
 from nichealthd.core.topology import GpuTopology, Topology, classify, classify_all
 from nichealthd.runtime.startup import choose_gpu_topology, choose_topology
-from nichealthd.sim import mutate, tree
+from nichealthd.sim import mutate
 from nichealthd.sources.config_file import load_config
 from nichealthd.sources.gpu_metadata import resolve_names
 from nichealthd.sources.pci import current_functions
 from nichealthd.sources.routes import read_default_route_devices
 from nichealthd.storage.metadata_names import load_names, names_path, save_names
 
+from .. import simtrees
 from .builders import device, port
 from .conftest import reader_for
 
@@ -109,9 +110,8 @@ def test_resolve_names_keeps_what_was_kept_and_adds_only_unclaimed_functions() -
 # --------------------------------------------------- the resolution and its keeping (sim)
 
 @pytest.fixture
-def dgx(tmp_path: Path) -> Path:
-    root = tmp_path / "host"
-    tree.create(root, "dgx-h100")
+def dgx() -> Path:
+    root = simtrees.take("dgx-h100")
     return root
 
 

@@ -19,10 +19,10 @@ from nichealthd.core.events import HealthEvent, make_event
 from nichealthd.core.state import MonitorState
 from nichealthd.runtime.monitor import Monitor
 from nichealthd.runtime.startup import load_topology
-from nichealthd.sim import tree
 from nichealthd.sources.config_file import load_config
 from nichealthd.storage.store import Journal, load_state, save_state
 
+from .. import simtrees
 from .builders import at
 
 TS = "2026-01-02T03:04:05Z"
@@ -232,10 +232,9 @@ def test_damage_to_committed_lines_is_reported_as_damage(tmp_path: Path, damage:
 
 @pytest.mark.parametrize("event_seq", [-1, -100, 2**63, 2**80, "3", 2.0, None])
 def test_no_event_seq_in_the_state_file_drops_journal_entries(
-        tmp_path: Path, event_seq: Any, caplog: pytest.LogCaptureFixture) -> None:
+        event_seq: Any, caplog: pytest.LogCaptureFixture) -> None:
     """Through the monitor's start: an implausible value makes the state corrupt."""
-    root = tmp_path / "host"
-    tree.create(root, "dgx-h100")
+    root = simtrees.take("dgx-h100")
     cfg = load_config(str(root / "nichealthd.toml"))
     os.makedirs(cfg.state_dir, exist_ok=True)
     committed_journal(Path(cfg.state_dir), 187)
@@ -253,11 +252,10 @@ def test_no_event_seq_in_the_state_file_drops_journal_entries(
 
 @pytest.mark.parametrize("event_seq", [0, 50, 100])
 def test_a_state_contradicting_the_journal_is_corrupt_not_the_journal(
-        tmp_path: Path, event_seq: int, caplog: pytest.LogCaptureFixture) -> None:
+        event_seq: int, caplog: pytest.LogCaptureFixture) -> None:
     """An unfinished commit starts right after the committed sequence number; a state whose
     event_seq points before a gap in the journal cannot be right."""
-    root = tmp_path / "host"
-    tree.create(root, "dgx-h100")
+    root = simtrees.take("dgx-h100")
     cfg = load_config(str(root / "nichealthd.toml"))
     os.makedirs(cfg.state_dir, exist_ok=True)
     journal = committed_journal(Path(cfg.state_dir), 187)

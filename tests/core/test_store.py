@@ -12,11 +12,12 @@ from nichealthd.core.events import HealthEvent, make_event
 from nichealthd.core.state import MonitorState
 from nichealthd.runtime.monitor import FLUSH_SECONDS, Monitor
 from nichealthd.runtime.startup import load_topology
-from nichealthd.sim import mutate, tree
+from nichealthd.sim import mutate
 from nichealthd.sources.config_file import load_config
 from nichealthd.storage import store
 from nichealthd.storage.store import Journal, load_state, save_state
 
+from .. import simtrees
 from .builders import at, config, gpus
 
 
@@ -99,9 +100,8 @@ def test_full_disk_rolls_the_commit_back_and_retries(fs: FakeFilesystem) -> None
     assert load_state(cfg.state_file).state.event_seq == retried.committed[-1].seq
 
 
-def test_state_is_written_only_when_something_significant_changed(tmp_path: Path) -> None:
-    root = tmp_path / "host"
-    tree.create(root, "dgx-h100")
+def test_state_is_written_only_when_something_significant_changed() -> None:
+    root = simtrees.take("dgx-h100")
     cfg = load_config(str(root / "nichealthd.toml"))
     clock = iter(at(n) for n in range(100))
     monitor = Monitor(cfg, load_topology(cfg), clock=lambda: next(clock))
@@ -129,12 +129,11 @@ def test_unreadable_cursors_file_is_not_fatal(tmp_path: Path, text: str) -> None
     assert journal.cursor("log") == 0
 
 
-def test_a_deferred_write_that_fails_counts_as_a_failing_commit(tmp_path: Path) -> None:
+def test_a_deferred_write_that_fails_counts_as_a_failing_commit() -> None:
     """Issue 12 item 5 on a quiet host: no event to commit, only the periodic write of the
     velocity windows, and that fails (the state path is a directory): the commit problem is
     reported until a write works again (#20.5)."""
-    root = tmp_path / "host"
-    tree.create(root, "dgx-h100")
+    root = simtrees.take("dgx-h100")
     cfg = load_config(str(root / "nichealthd.toml"))
     clock = iter(at(n) for n in range(100))
     ticks = iter(float(n) * FLUSH_SECONDS for n in range(100))  # every poll is due to flush

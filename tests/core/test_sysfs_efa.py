@@ -17,6 +17,7 @@ from nichealthd.sim import mutate, tree
 from nichealthd.sources.attribute import AttributeFiles
 from nichealthd.sources.sysfs import mac_of_link_local_gid
 
+from .. import simtrees
 from .builders import at
 from .conftest import reader_for
 
@@ -24,9 +25,8 @@ DEV = "rdmap32s27"
 
 
 @pytest.fixture
-def p4d(tmp_path: Path) -> Path:
-    root = tmp_path / "p4d"
-    tree.create(root, "p4d")
+def p4d() -> Path:
+    root = simtrees.take("p4d")
     return root
 
 
@@ -50,14 +50,12 @@ def test_efa_devices_their_netdev_partner_and_their_own_counters(p4d: Path) -> N
 
 
 @pytest.mark.parametrize("profile", ["p5", "p5-efa-only", "p6-b200"])
-def test_from_p5_on_an_efa_is_paired_by_the_mac_its_gid_was_made_from(tmp_path: Path,
-                                                                       profile: str) -> None:
+def test_from_p5_on_an_efa_is_paired_by_the_mac_its_gid_was_made_from(profile: str) -> None:
     """The real p5en/p6-b200 trees (and a p5's lstopo) put every ENA behind a downstream
     port of its own, so no ENA shares an EFA's bus; an "EFA with ENA" interface's GID 0 is
     the link-local GID of its ENA's MAC (the real p5 GID fe80::14b0:33ff:fef8:77cd is
     16:b0:33:f8:77:cd's): each EFA gets exactly its own ENA, an efa-only one none."""
-    root = tmp_path / profile
-    tree.create(root, profile)
+    root = simtrees.take(profile)
     snapshot = reader_for(root).observe(at(0))
     efa = {d.name: d for d in snapshot.devices if d.is_efa}
     assert len(efa) in (8, 32)
@@ -83,12 +81,10 @@ def test_the_mac_of_a_link_local_gid(gid: str, mac: object) -> None:
     assert mac_of_link_local_gid(gid) == mac
 
 
-def test_a_gid_pairs_nothing_when_no_netdev_or_two_netdevs_have_its_mac(tmp_path: Path
-                                                                        ) -> None:
+def test_a_gid_pairs_nothing_when_no_netdev_or_two_netdevs_have_its_mac() -> None:
     """A MAC matches one netdev exactly or the EFA is watched for presence only: an ENA
     whose address is another (or a copy of it on a second interface) is no partner."""
-    root = tmp_path / "p5"
-    tree.create(root, "p5")
+    root = simtrees.take("p5")
     record = next(d for d in tree.load(root)["devices"]
                   if d.get("adapter") == "efa" and d["ports"]["1"]["netdev"])
     name, netdev = record["name"], record["ports"]["1"]["netdev"]

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import pytest
 
-from nichealthd.sim import tree
+from .. import simtrees
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -59,9 +59,9 @@ class SimHost:
 
 
 @pytest.fixture
-def sim_host(tmp_path: Path) -> Callable[..., SimHost]:
+def sim_host() -> Callable[..., SimHost]:
+    """sim_host(profile, **kw) -> a SimHost on a tree the test may change (tests/simtrees.py)."""
     def make(profile: str = "dgx-h100", **kwargs: Any) -> SimHost:
-        root = tmp_path / profile
-        manifest = tree.create(root, profile, **kwargs)
-        return SimHost(root, manifest)
+        root = simtrees.take(profile, **kwargs)
+        return SimHost(root, simtrees.manifest_of(root))
     return make

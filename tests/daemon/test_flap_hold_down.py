@@ -9,8 +9,6 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from nichealthd.sim import tree
-
 from ..harness import NotifySocket
 from .conftest import REPO, SimHost
 from .test_driver_reload import configure, state
@@ -31,8 +29,7 @@ def test_four_flaps_are_replace_vm_with_a_hold_down_as_without(
         sim_host: Callable[..., SimHost], notify: NotifySocket,  # noqa: F811
         tmp_path: Path) -> None:
     plain = sim_host()
-    root = tmp_path / "held"
-    held = configure(SimHost(root, tree.create(root, "dgx-h100")), stateHoldDown="10s")
+    held = configure(sim_host(), stateHoldDown="10s")
     held_notify = NotifySocket(tmp_path / "held-notify.sock")
     daemons = [Daemon(plain, notify), Daemon(held, held_notify)]
     try:

@@ -9,13 +9,9 @@ from typing import Callable
 
 import pytest
 
-from nichealthd.sim.journal import remote_binary
-
 from .conftest import SimHost
 
-pytestmark = pytest.mark.skipif(
-    remote_binary() is None or not __import__("importlib").util.find_spec("systemd"),
-    reason="needs systemd-journal-remote and python3-systemd (.ci/system-deps.sh)")
+pytestmark = pytest.mark.usefixtures("journal_reader")
 
 
 def sim(*args: str) -> None:

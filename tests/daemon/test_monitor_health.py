@@ -11,14 +11,15 @@ import pytest
 from nichealthd.core import health, views
 from nichealthd.runtime.monitor import Monitor
 from nichealthd.runtime.startup import load_topology
-from nichealthd.sim import mutate, tree
+from nichealthd.sim import mutate
 from nichealthd.sources.config_file import load_config
+
+from .. import simtrees
 
 
 @pytest.fixture
-def monitor(tmp_path: Path) -> Iterator[Monitor]:
-    root = tmp_path / "host"
-    tree.create(root, "dgx-h100")
+def monitor() -> Iterator[Monitor]:
+    root = simtrees.take("dgx-h100")
     config = load_config(str(root / "nichealthd.toml"))
     os.makedirs(config.state_dir, exist_ok=True)
     made = Monitor(config, load_topology(config))

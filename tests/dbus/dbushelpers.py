@@ -28,7 +28,7 @@ POLL = 0.2
 
 
 def make_sim(profile: str = "dgx-h100", **kw: Any) -> Path:
-    return world_readable_sim(profile, "nichealthd-sim-", **kw)
+    return world_readable_sim(profile, **kw)
 
 
 ASK_TIMEOUT = 5.0  # one GetStatus while waiting for the daemon; unanswered = ask again

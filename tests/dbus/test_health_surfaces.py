@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import shutil
 import socket
 import urllib.request
 from pathlib import Path
@@ -188,4 +187,3 @@ def test_every_surface_shows_the_same_health_for_each_kind_of_condition(
         assert [(p["present"], p["fatal"]) for p in gone] == [(False, True)]
     finally:
         daemon.stop()
-        shutil.rmtree(root.parent, ignore_errors=True)

@@ -68,7 +68,7 @@ class TestBus:
 
 
 def policy_for_this_user(policy_dir: Path, directory: str) -> Path:
-    """The shipped policy as root; as any other user (the README's ``python -m pytest`` run by
+    """The shipped policy as root; as any other user (the README's ``./run tests`` run by
     a developer or CI's unprivileged stage) a copy in which this user stands in for root, so
     the daemon it starts may own the name and call Reload. Tests of the policy's users
     themselves (root vs nobody) need root and are marked ``root``."""

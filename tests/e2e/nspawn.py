@@ -17,6 +17,11 @@ The recipe is REFERENCE.md section 5, proven on these hosts:
   the release it targets). They are
   cached beside the bookworm ones in ``<cache>-trixie`` (a harness of an older checkout
   removes the trees it does not know from its own cache directory).
+* Newcomer flavours ``newcomer-bookworm`` and ``newcomer-trixie``: what the README's "Try it"
+  asks a user to install and nothing else (minbase + python3, python3-venv, dbus, git; no
+  systemd), run without booting (:meth:`Container.execute`) to rehearse its two commands
+  (tests/e2e/newcomer.py). Cached in ``<cache>-newcomer``, apart from the trees older
+  checkouts prune by their own lists.
 * Every test boots a throw-away copy of a flavour. ``systemd-nspawn`` is started from
   a tiny shell that first moves itself into its own cgroup in both the named systemd
   v1 hierarchy and the unified one (the host runs cgroup v1 "hybrid"), so the container's
@@ -58,7 +63,12 @@ FLAVOURS = {
     "deps": ("bookworm", "base", "DAEMON_DEPS"),
     "trixie": ("trixie", None, ()),
     "trixie-build": ("trixie", "trixie", TRIXIE_BUILD),
+    "newcomer-bookworm": ("bookworm", None, ()),
+    "newcomer-trixie": ("trixie", None, ()),
 }
+# The README's "Try it" promises that a fresh Debian with these packages is enough (git to
+# clone); the newcomer flavours have exactly them, and no systemd.
+NEWCOMER_INCLUDE = ["python3", "python3-venv", "dbus", "git"]
 MIRROR = os.environ.get("NICHEALTHD_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 CACHE_ROOT = Path(os.environ.get("NICHEALTHD_ROOTFS_CACHE", "/var/tmp/nichealthd-rootfs"))
 BASE_INCLUDE = ["systemd", "systemd-sysv", "dbus", "python3"]
@@ -120,8 +130,20 @@ def suite_of(flavour: str) -> str:
     return FLAVOURS[flavour][0]
 
 
-def _cache_dir(suite: str) -> Path:
+def is_newcomer(flavour: str) -> bool:
+    return flavour.startswith("newcomer-")
+
+
+def _cache_dir(flavour: str) -> Path:
+    if is_newcomer(flavour):
+        return CACHE_ROOT.with_name(f"{CACHE_ROOT.name}-newcomer")
+    suite = suite_of(flavour)
     return CACHE_ROOT if suite == SUITE else CACHE_ROOT.with_name(f"{CACHE_ROOT.name}-{suite}")
+
+
+def _include(flavour: str) -> list:
+    """The packages debootstrap installs in a flavour built from scratch."""
+    return list(NEWCOMER_INCLUDE) if is_newcomer(flavour) else list(BASE_INCLUDE)
 
 
 def _extra(flavour: str) -> list:
@@ -131,6 +153,9 @@ def _extra(flavour: str) -> list:
 
 def _key(flavour: str) -> str:
     suite = suite_of(flavour)
+    if is_newcomer(flavour):
+        text = "|".join([suite, MIRROR, ",".join(NEWCOMER_INCLUDE), "v1"])
+        return f"{flavour}-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
     text = "|".join([suite, MIRROR, ",".join(BASE_INCLUDE), ",".join(DAEMON_DEPS), "v2"])
     if suite != SUITE:
         text += "|" + ",".join(_extra(flavour))
@@ -179,14 +204,15 @@ def _finish_rootfs(root: Path, suite: str) -> None:
     )
 
 
-def _build_base(dest: Path, suite: str) -> None:
+def _build_base(dest: Path, flavour: str) -> None:
+    suite = suite_of(flavour)
     tmp = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     _run(
         [
             "debootstrap",
             "--variant=minbase",
-            "--include=" + ",".join(BASE_INCLUDE),
+            "--include=" + ",".join(_include(flavour)),
             suite,
             str(tmp),
             MIRROR,
@@ -194,9 +220,10 @@ def _build_base(dest: Path, suite: str) -> None:
         stdout=subprocess.DEVNULL,
     )
     _finish_rootfs(tmp, suite)
-    with _chroot_mounts(tmp):
-        _chroot(tmp, "apt-get", "update", "-qq")
-        _chroot(tmp, "apt-get", "install", "-y", "-qq", "--download-only", *DAEMON_DEPS)
+    if not is_newcomer(flavour):  # a newcomer's machine has nothing of the daemon's
+        with _chroot_mounts(tmp):
+            _chroot(tmp, "apt-get", "update", "-qq")
+            _chroot(tmp, "apt-get", "install", "-y", "-qq", "--download-only", *DAEMON_DEPS)
     os.replace(tmp, dest)
 
 
@@ -245,11 +272,11 @@ def ensure_rootfs(flavour: str = "base") -> Path:
     """Return the cached rootfs of FLAVOUR (see FLAVOURS), building it if needed."""
     if flavour not in FLAVOURS:
         raise ValueError(flavour)
-    suite, parent, _ = FLAVOURS[flavour]
-    cache = _cache_dir(suite)
+    parent = FLAVOURS[flavour][1]
+    cache = _cache_dir(flavour)
     with _lock():
         cache.mkdir(parents=True, exist_ok=True)
-        current = {_key(f) for f in FLAVOURS if suite_of(f) == suite}
+        current = {_key(f) for f in FLAVOURS if _cache_dir(f) == cache}
         for stale in cache.iterdir():  # rootfs trees of older package lists
             if stale.is_dir() and stale.name not in current:
                 _run(["rm", "-rf", "--one-file-system", str(stale)], check=False)
@@ -257,7 +284,7 @@ def ensure_rootfs(flavour: str = "base") -> Path:
         if dest.is_dir():
             return dest
         if parent is None:
-            _build_base(dest, suite)
+            _build_base(dest, flavour)
             return dest
     base = ensure_rootfs(parent)
     with _lock():
@@ -348,6 +375,35 @@ class Container:
                 f"container did not boot: {state.stdout!r} {state.stderr!r}\n{self.console_log()}"
             )
         return self
+
+    def execute(self, argv: Sequence[str], timeout: float) -> int:
+        """Run ARGV as root in a throw-away copy of the flavour without booting it (the
+        newcomer flavours have no systemd), on the host's network (pip reaches the registry),
+        its output on ours through pipes, as in CI (no terminal, no colours); returns its exit
+        status (124 past ``timeout``). Everything is removed afterwards, as by :meth:`stop`."""
+        src = ensure_rootfs(self.flavour)
+        _run(["cp", "-a", "--reflink=auto", str(src), str(self.root)])
+        for d in self._cgroups:
+            d.mkdir(exist_ok=True)
+        enter = "".join(f'echo $$ > "{d}/cgroup.procs" && ' for d in self._cgroups)
+        script = (
+            f"{enter}exec systemd-nspawn -q -D {self.root} --as-pid2 --console=pipe "
+            f"--register=no --keep-unit --machine={self.name[:64]}"
+            + "".join(f" {shlex.quote(arg)}" for arg in (*self.nspawn_args, "--", *argv))
+        )
+        try:
+            self.proc = subprocess.Popen(["sh", "-c", script], stdin=subprocess.DEVNULL,
+                                         env=_env(), start_new_session=True)
+            try:
+                return self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                print(f"nspawn: {' '.join(argv)} still running after {timeout:g} s: killed",
+                      flush=True)
+                self._kill_cgroups()
+                self.proc.wait(15)
+                return 124
+        finally:
+            self.stop()
 
     def _find_leader(self) -> Optional[int]:
         """PID (host namespace) of the container's systemd: the first descendant named systemd."""

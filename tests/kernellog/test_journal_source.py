@@ -8,6 +8,7 @@ from typing import Any
 from nichealthd.sim.journal import export_entry, write_entries
 from nichealthd.sources.kernel_log import JournalSource
 
+from .. import simtrees
 from .conftest import needs_journal
 
 pytestmark = needs_journal
@@ -102,10 +103,9 @@ def test_a_journal_file_path(tmp_path: Path) -> None:
 
 
 def test_sim_kernel_log_command_writes_the_hosts_boot_and_the_devices_line(
-        tmp_path: Path, capsys: Any) -> None:
+        capsys: Any) -> None:
     from nichealthd.sim import cli, tree
-    root = tmp_path / "host"
-    tree.create(root, "dgx-h100")
+    root = simtrees.take("dgx-h100")
     boot = (root / tree.BOOT_ID).read_text().strip()
     assert cli.main(["kernel-log", str(root), "mlx5_0", "netdev_watchdog_6.8",
                      "--count", "2"]) == 0

@@ -12,19 +12,18 @@ from nichealthd.core.checks.kernel_log import CHECK_NAME, KERNEL_LOG
 from nichealthd.runtime import monitor as monitor_module
 from nichealthd.runtime.monitor import Monitor
 from nichealthd.runtime.startup import load_topology
-from nichealthd.sim import tree
 from nichealthd.sim.journal import kernel_log
 from nichealthd.sources.config_file import load_config
 from nichealthd.storage import store
 
+from .. import simtrees
 from .conftest import needs_journal
 
 pytestmark = needs_journal
 
 
-def host(tmp_path: Path) -> tuple[Path, Any]:
-    root = tmp_path / "host"
-    tree.create(root, "dgx-h100")
+def host() -> tuple[Path, Any]:
+    root = simtrees.take("dgx-h100")
     cfg = load_config(str(root / "nichealthd.toml"), {"kernelLogPath": str(root / "journal")})
     return root, cfg
 
@@ -38,7 +37,7 @@ def run(cfg: Any) -> tuple[Monitor, list[Any]]:
 
 
 def test_done_when(tmp_path: Path) -> None:
-    root, cfg = host(tmp_path)
+    root, cfg = host()
     t0 = time.time() - 3 * 86400
     kernel_log(root, "mlx5_0", "unrelated", start=t0)
     kernel_log(root, "mlx5_0", "health_poll_failed", start=t0 + 1)
@@ -67,7 +66,7 @@ def test_done_when(tmp_path: Path) -> None:
 
 def test_a_failed_commit_reads_the_lines_again(tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    root, cfg = host(tmp_path)
+    root, cfg = host()
     monitor = Monitor(cfg, load_topology(cfg))
     monitor.start()
     monitor.poll()  # the baseline
@@ -89,7 +88,7 @@ def test_a_failed_commit_reads_the_lines_again(tmp_path: Path,
 
 
 def test_a_reboot_reads_the_new_boot_only(tmp_path: Path) -> None:
-    root, cfg = host(tmp_path)
+    root, cfg = host()
     kernel_log(root, "mlx5_0", "health_poll_failed")
     monitor, events = run(cfg)
     assert len(events) == 1
@@ -102,9 +101,8 @@ def test_a_reboot_reads_the_new_boot_only(tmp_path: Path) -> None:
     monitor.close()
 
 
-def test_without_a_path_a_simulated_host_reads_no_kernel_log(tmp_path: Path) -> None:
-    root = tmp_path / "host"
-    tree.create(root, "dgx-h100")
+def test_without_a_path_a_simulated_host_reads_no_kernel_log() -> None:
+    root = simtrees.take("dgx-h100")
     cfg = load_config(str(root / "nichealthd.toml"))
     monitor = Monitor(cfg, load_topology(cfg))
     assert monitor.kernel_log is None
@@ -115,7 +113,7 @@ def test_a_repeating_fault_across_a_restart(tmp_path: Path) -> None:
     """#17.4 on real journal files: lines of one non-fatal rule a minute apart are one
     SysLogsNICDriverError event per dedup window, and the third within the hour one
     CONTACT_SUPPORT repetition; the window is in the state file (a restart keeps it)."""
-    root, cfg = host(tmp_path)
+    root, cfg = host()
     t0 = time.time() - 600
     kernel_log(root, "mlx5_3", "mlx5_tx_timeout_detected", count=2, interval=60, start=t0)
     monitor, events = run(cfg)

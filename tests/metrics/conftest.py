@@ -17,8 +17,7 @@ from typing import Callable, Iterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from nichealthd.sim import tree
-
+from .. import simtrees
 from ..harness import DEADLINE, stop_process, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -119,15 +118,9 @@ class RunningDaemon:
 
 
 @pytest.fixture
-def sim(tmp_path: Path) -> Callable[..., Path]:
-    """sim(profile, **kw) -> ROOT of a new fake host."""
-
-    def build(profile: str = "dgx-h100", **kw: object) -> Path:
-        root = tmp_path / "host"
-        tree.create(root, profile, **kw)  # type: ignore[arg-type]
-        return root
-
-    return build
+def sim() -> Callable[..., Path]:
+    """sim(profile, **kw) -> ROOT of a fake host the test may change (tests/simtrees.py)."""
+    return simtrees.take
 
 
 @pytest.fixture

@@ -5,21 +5,16 @@ recovery; the metrics count the lines per rule and device, and those in the wind
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 
-from nichealthd.sim.journal import remote_binary
-
 from .conftest import RunningDaemon, value
 from .test_link_families import configure, sim
 
-pytestmark = pytest.mark.skipif(
-    remote_binary() is None or importlib.util.find_spec("systemd") is None,
-    reason="needs systemd-journal-remote and python3-systemd (.ci/system-deps.sh)")
+pytestmark = pytest.mark.usefixtures("journal_reader")
 
 Start = Callable[[Path], RunningDaemon]
 RULE = "mlx5_tx_timeout_detected"

@@ -15,20 +15,7 @@ from nichealthd.sim import efa, mutate, tree
 from nichealthd.sim.fsio import SimError
 from nichealthd.sources.pci import read_pci_topology
 
-Build = Callable[[str], Path]
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Build:
-    cache: dict[str, Path] = {}
-
-    def build(profile: str) -> Path:
-        if profile not in cache:
-            root = tmp_path_factory.mktemp("sim") / profile
-            tree.create(root, profile)
-            cache[profile] = root
-        return cache[profile]
-    return build
+Build = Callable[[str], Path]  # the `built` fixture of tests/sim/conftest.py
 
 
 def read(path: Path) -> str:

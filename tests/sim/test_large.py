@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from nichealthd.sim import tree
+from tests import simtrees
 
 
 def _check_unique(root: Path, manifest: tree.Manifest, count: int) -> None:
@@ -26,12 +27,15 @@ def _check_unique(root: Path, manifest: tree.Manifest, count: int) -> None:
     assert len(set(destinations)) == len(destinations)
 
 
-def test_more_than_255_devices_build(tmp_path: Path) -> None:
-    root = tmp_path / "host"
-    manifest = tree.create(root, "synthetic", devices=257)
-    _check_unique(root, manifest, 257)
+def test_more_than_255_devices_build() -> None:
+    root = simtrees.take("synthetic", devices=257)  # the varlink tests flap every port of it
+    _check_unique(root, simtrees.manifest_of(root), 257)
 
 
+@pytest.mark.skipif(not os.environ.get("NICHEALTHD_LARGE_HOSTS"),
+                    reason="builds hosts of 512 and 1024 devices, 260,000 files: set "
+                           "NICHEALTHD_LARGE_HOSTS=1 to run it (CI does; the 257-device "
+                           "test covers the octet past 255 in every run)")
 @pytest.mark.parametrize("count", [512, 1024])
 def test_512_and_1024_device_hosts_build(tmp_path: Path, count: int) -> None:
     root = tmp_path / "host"

@@ -155,10 +155,11 @@ def test_list_events_then_watch_on_one_connection_skips_nothing(
 
 
 def test_a_watcher_that_stops_reading_is_dropped(start_daemon) -> None:
-    """A synthetic 256-NIC host flapping every port commits 256 events a poll; a watcher
-    that never reads is dropped once WATCH_BACKLOG bytes wait for it, with the reason in the
-    log, while a watcher that reads gets every event, in order, none skipped."""
-    root = make_sim("synthetic", devices=256)
+    """A synthetic 257-NIC host (tests/sim/test_large.py's) flapping every port commits 257
+    events a poll; a watcher that never reads is dropped once WATCH_BACKLOG bytes wait for it,
+    with the reason in the log, while a watcher that reads gets every event, in order, none
+    skipped."""
+    root = make_sim("synthetic", devices=257)
     daemon = start_daemon(root)
     ports = [(d["name"], p) for d in tree.load(root)["devices"]
              if d["role"] in ("compute", "storage") for p in d["ports"]]

@@ -80,7 +80,7 @@ class Raw:
 
 
 def make_sim(profile: str = "dgx-h100", **kwargs: Any) -> Path:
-    return world_readable_sim(profile, "nichealthd-vl-", **kwargs)
+    return world_readable_sim(profile, **kwargs)
 
 
 class VarlinkDaemon(SimDaemon):

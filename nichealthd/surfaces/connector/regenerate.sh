@@ -16,7 +16,8 @@
 # committed so that neither the build nor the host needs a protobuf compiler.
 #
 # Usage: nichealthd/surfaces/connector/regenerate.sh [PYTHON]
-#   PYTHON must have grpcio-tools==1.51.3; without it a throwaway venv is made in a temp dir.
+#   PYTHON must have grpcio-tools==1.51.3; without it a throwaway venv is made in a temp dir,
+#   from the wheels of the registry (CPython 3.7 to 3.11; never a build from source).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 python=${1:-python3}
@@ -24,7 +25,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 if ! "$python" -c 'import grpc_tools, sys; from importlib.metadata import version; sys.exit(version("grpcio-tools") != "1.51.3")' 2>/dev/null; then
     "$python" -m venv "$tmp/venv"
-    "$tmp/venv/bin/pip" install --quiet "grpcio-tools==1.51.3"
+    "$tmp/venv/bin/pip" install --quiet --only-binary=:all: "grpcio-tools==1.51.3"
     python="$tmp/venv/bin/python"
 fi
 mkdir "$tmp/out"
