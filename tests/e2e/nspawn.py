@@ -330,17 +330,24 @@ class Container:
         self._cgroups = _cgroup_dirs(self.name)
 
     # -- lifecycle -------------------------------------------------------------------------
-    def start(self, boot_timeout: float = 90.0) -> Container:
+    def _nspawn_script(self, options: Sequence[str], args: Sequence[str]) -> str:
+        """Copy the flavour's rootfs to :attr:`root` and return the shell line that moves
+        itself into the test's cgroups and execs systemd-nspawn on it with ``options``
+        (quoted ``args`` after them): what :meth:`start` and :meth:`execute` share."""
         src = ensure_rootfs(self.flavour)
         _run(["cp", "-a", "--reflink=auto", str(src), str(self.root)])
         for d in self._cgroups:
             d.mkdir(exist_ok=True)
         enter = "".join(f'echo $$ > "{d}/cgroup.procs" && ' for d in self._cgroups)
-        script = (
-            f"{enter}exec systemd-nspawn -q -D {self.root} -b --register=no --keep-unit "
-            f"--console=passive --private-network --machine={self.name[:64]}"
-            + "".join(f" {shlex.quote(arg)}" for arg in self.nspawn_args)
+        return (
+            f"{enter}exec systemd-nspawn -q -D {self.root} {' '.join(options)} --register=no "
+            f"--keep-unit --machine={self.name[:64]}"
+            + "".join(f" {shlex.quote(arg)}" for arg in args)
         )
+
+    def start(self, boot_timeout: float = 90.0) -> Container:
+        script = self._nspawn_script(
+            ["-b", "--console=passive", "--private-network"], self.nspawn_args)
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 ["sh", "-c", script],
@@ -381,16 +388,8 @@ class Container:
         newcomer flavours have no systemd), on the host's network (pip reaches the registry),
         its output on ours through pipes, as in CI (no terminal, no colours); returns its exit
         status (124 past ``timeout``). Everything is removed afterwards, as by :meth:`stop`."""
-        src = ensure_rootfs(self.flavour)
-        _run(["cp", "-a", "--reflink=auto", str(src), str(self.root)])
-        for d in self._cgroups:
-            d.mkdir(exist_ok=True)
-        enter = "".join(f'echo $$ > "{d}/cgroup.procs" && ' for d in self._cgroups)
-        script = (
-            f"{enter}exec systemd-nspawn -q -D {self.root} --as-pid2 --console=pipe "
-            f"--register=no --keep-unit --machine={self.name[:64]}"
-            + "".join(f" {shlex.quote(arg)}" for arg in (*self.nspawn_args, "--", *argv))
-        )
+        script = self._nspawn_script(
+            ["--as-pid2", "--console=pipe"], (*self.nspawn_args, "--", *argv))
         try:
             self.proc = subprocess.Popen(["sh", "-c", script], stdin=subprocess.DEVNULL,
                                          env=_env(), start_new_session=True)
