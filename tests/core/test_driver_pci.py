@@ -121,6 +121,24 @@ def test_a_function_unbound_for_good_is_replace_vm_after_the_timeout() -> None:
     assert not runner.poll(seen(fleet(range(3)), 62, bus=range(4))).events
 
 
+def test_an_unload_seen_half_way_times_out_in_the_order_the_devices_left() -> None:
+    """Each held device has its own timeout from the poll it left in: the two seen gone a
+    poll earlier are judged a poll earlier; the event closes when the last one leaves it,
+    before that poll's verdicts."""
+    runner = started(4, driverReloadGrace="10s", driverReloadTimeout="60s")
+    runner.poll(seen(fleet(range(2, 4)), 1, bus=range(4)))
+    polls = [runner.poll(seen(fleet(()), s, bus=range(4))) for s in range(2, 61)]
+    assert not any(fatal(r) for r in polls)
+    first = runner.poll(seen(fleet(()), 61, bus=range(4)))
+    assert [(e.is_healthy, e.error_code) for e in first.events] == [
+        (False, ("device_missing",))] * 2
+    assert fatal(first) == [f"NIC mlx5_{i} {GONE}" for i in (0, 1)]
+    last = runner.poll(seen(fleet(()), 62, bus=range(4)))
+    assert [(e.is_healthy, e.error_code) for e in last.events] == [
+        (True, ("driver_event",)), (False, ("device_missing",)), (False, ("device_missing",))]
+    assert fatal(last) == [f"NIC mlx5_{i} {GONE}" for i in (2, 3)]
+
+
 def test_a_nic_off_the_bus_is_replace_vm_at_the_third_poll() -> None:
     runner = started(4)
     polls = [runner.poll(seen(fleet(range(3)), s, bus=range(3))) for s in (1, 2, 3)]
