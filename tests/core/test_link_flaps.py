@@ -395,3 +395,58 @@ def blips(runner: Runner) -> int:
 
 def absorbed(runner: Runner) -> int:
     return runner.state.section(LINK_FLAPS).link_flaps["mlx5_0_1"].absorbed
+
+
+@pytest.mark.parametrize("layer", ["InfiniBand", "Ethernet"])
+def test_a_carrier_up_change_read_a_poll_after_the_state_is_the_same_cycle(layer: str) -> None:
+    """nichealthd-sim flap (and a real netdev, whose carrier follows the port) writes ACTIVE
+    before the carrier's second change: a poll between the two sees the outage closed by the
+    state and, one poll later, an odd carrier delta on a port that reads ACTIVE."""
+    runner = Runner()
+    runner.poll(host(nic(layer=layer, link_downed=0, carrier_changes=10), when=0))
+    runner.poll(host(nic(DN, layer=layer, link_downed=1, carrier_changes=11), when=1))
+    runner.poll(host(nic(UP, layer=layer, link_downed=1, carrier_changes=11), when=2))
+    runner.poll(host(nic(UP, layer=layer, link_downed=1, carrier_changes=12), when=3))
+    runner.poll(host(nic(UP, layer=layer, link_downed=1, carrier_changes=12), when=4))
+    assert count(runner) == 1
+
+
+@pytest.mark.parametrize("layer", ["InfiniBand", "Ethernet"])
+def test_a_carrier_down_change_read_a_poll_after_the_state_is_the_same_cycle(layer: str) -> None:
+    """The other way round: DOWN read before the carrier's down change, the up change read
+    with ACTIVE."""
+    runner = Runner()
+    runner.poll(host(nic(layer=layer, carrier_changes=10), when=0))
+    runner.poll(host(nic(DN, layer=layer, carrier_changes=10), when=1))
+    runner.poll(host(nic(DN, layer=layer, carrier_changes=11), when=2))
+    runner.poll(host(nic(UP, layer=layer, carrier_changes=12), when=3))
+    runner.poll(host(nic(UP, layer=layer, carrier_changes=12), when=4))
+    assert count(runner) == 1
+
+
+def test_two_reseats_whose_carrier_lags_are_two_cycles_and_never_a_flap_event() -> None:
+    """With ``linkFlapFatalCount = 3`` the lagging carrier's extra cycle per outage made two
+    reseats REPLACE_VM; they are two cycles, below the count."""
+    runner = Runner(cfg=config(linkFlapFatalCount=3))
+    carrier, when, got = 10, 0, []
+    runner.poll(host(nic(layer="Ethernet", carrier_changes=carrier), when=when))
+    for _ in range(2):
+        for state, change in ((DN, 1), (DN, 0), (UP, 0), (UP, 1), (UP, 0)):
+            carrier, when = carrier + change, when + 1
+            got += flaps(runner.poll(host(nic(state, "Ethernet", carrier_changes=carrier),
+                                          when=when)))
+    assert count(runner) == 2 and got == []
+
+
+def test_a_restart_takes_the_carrier_from_the_port_state_again() -> None:
+    """The carrier's parity is volatile, like the values it comes from: a process started
+    while the carrier lags the state takes it from the state (first poll: no delta)."""
+    runner = Runner()
+    runner.poll(host(nic(layer="Ethernet", carrier_changes=10), when=0))
+    runner.poll(host(nic(DN, layer="Ethernet", carrier_changes=11), when=1))
+    runner.poll(host(nic(UP, layer="Ethernet", carrier_changes=11), when=2))
+    runner.restart()
+    runner.poll(host(nic(UP, layer="Ethernet", carrier_changes=11), when=3))
+    runner.poll(host(nic(UP, layer="Ethernet", carrier_changes=13), when=4))  # one short cycle
+    runner.poll(host(nic(UP, layer="Ethernet", carrier_changes=13), when=5))
+    assert count(runner) == 2

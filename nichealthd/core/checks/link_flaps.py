@@ -5,8 +5,12 @@ the same outages, so they are never added up:
 
 - the port state: ACTIVE/LinkUp -> anything else is a down; the next ACTIVE/LinkUp closes it;
 - the ``link_downed`` counter's delta (each unit a down, including those shorter than a poll);
-- the ``carrier_changes`` delta (two changes per cycle; from a port that was up, an odd count
-  means it went down).
+- the ``carrier_changes`` delta (two changes per cycle). The carrier's own up/down is followed
+  by the parity of its changes, not taken from the port state: a netdev's carrier follows the
+  port a little later (``nichealthd-sim flap`` too writes ACTIVE before the carrier's up
+  change), so a poll between the two closes the outage on the state, and the up change read
+  a poll later is that outage's, not the down of another one. The parity starts from the
+  port state whenever the counter gives no delta.
 
 An outage closes as max(1 if the state was seen down, the counters' downs while it was open)
 cycles. Counter downs seen while the port reads ACTIVE all along are cycles shorter than a
@@ -55,7 +59,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Mapping, NamedTuple, Optional
 
 from ..config import Config
 from ..duration import format_duration
@@ -90,6 +94,13 @@ from .ports import BLIP, HELD, hold_phase, is_active, is_known, port_health, por
 CODE_LINK_FLAP = "link_flap"
 COUNTERS = ("link_downed", "carrier_changes")
 _NOTHING = (None, None)
+
+
+class _Counted(NamedTuple):
+    """One port's counters as of the last poll (volatile, like every counter memory)."""
+
+    values: tuple[Optional[int], ...]  # link_downed, carrier_changes
+    carrier_down: bool  # the carrier after the changes counted so far
 MAX_ENTRIES = 4096  # polls with cycles kept per port: bounds the state of a port flapping forever
 
 
@@ -174,8 +185,8 @@ class LinkFlaps(CheckFamily[FlapSection]):
             return _switched_off(previous, cycle)
         links = cycle.previous.section(LINK_STATE)
         hold_down = cycle.config.state_hold_down if _escalation_count(cycle.config) else 0.0
-        last: Mapping[str, tuple[Optional[int], ...]] = memory.slots.get(self.id) or {}
-        values: dict[str, tuple[Optional[int], ...]] = {}
+        last: Mapping[str, _Counted] = memory.slots.get(self.id) or {}
+        counted: dict[str, _Counted] = {}
         changed: dict[str, FlapRecord] = {}
         events: list[tuple[str, HealthEvent]] = []
         horizon = cycle.now - timedelta(seconds=cycle.config.link_flap_window)
@@ -186,18 +197,23 @@ class LinkFlaps(CheckFamily[FlapSection]):
             for port in device.ports:
                 key = port.key
                 now_values = tuple(_reading(port, name) for name in used)
-                if now_values != _NOTHING:
-                    values[key] = now_values
                 record = previous.link_flaps.get(key)
-                new = _step(record, port, port.link_layer or layer or "", now_values,
-                            last.get(key), cycle.now, horizon, links, hold_down)
+                downs, carrier_down = _counter_downs(now_values, last.get(key))
+                if now_values != _NOTHING:
+                    if carrier_down is None:  # no delta: the parity starts from the state
+                        up = _link_up(port)
+                        carrier_down = (not up) if up is not None else bool(
+                            record and not record.up)
+                    counted[key] = _Counted(now_values, carrier_down)
+                new = _step(record, port, port.link_layer or layer or "", downs,
+                            cycle.now, horizon, links, hold_down)
                 if new is None:
                     continue
                 new, port_events = _verdict(new, cycle)
                 events.extend((device.name, e) for e in port_events)
                 if new is not record:
                     changed[key] = new
-        memory.slots[self.id] = values
+        memory.slots[self.id] = counted
         if not changed:
             return Verdict(previous)
         return Verdict(FlapSection({**previous.link_flaps, **changed}), tuple(events))
@@ -262,19 +278,21 @@ def _reading(port: PortSnapshot, name: str) -> Optional[int]:
     return value
 
 
-def _counter_downs(was_up: Optional[bool], now_values: tuple[Optional[int], ...],
-                   last_values: Optional[tuple[Optional[int], ...]]) -> int:
-    """Downs the counters saw since the last poll: the larger of the two counters' counts."""
-    if last_values is None:
-        return 0
-    (ld_now, cc_now), (ld_was, cc_was) = now_values, last_values
+def _counter_downs(now_values: tuple[Optional[int], ...], last: Optional[_Counted]
+                   ) -> tuple[int, Optional[bool]]:
+    """Downs the counters saw since the last poll (the larger of the two counters' counts),
+    and the carrier after them (None without a carrier delta)."""
+    if last is None:
+        return 0, None
+    (ld_now, cc_now), (ld_was, cc_was) = now_values, last.values
     downs = 0
     if ld_now is not None and ld_was is not None and ld_now > ld_was:
         downs = ld_now - ld_was
-    if cc_now is not None and cc_was is not None and cc_now > cc_was:
-        changes = cc_now - cc_was  # alternating: from a port that was up, down comes first
-        downs = max(downs, (changes + 1) // 2 if was_up is not False else changes // 2)
-    return downs
+    if cc_now is None or cc_was is None or cc_now < cc_was:
+        return downs, None
+    changes = cc_now - cc_was  # alternating: from a carrier that was up, down comes first
+    downs = max(downs, changes // 2 if last.carrier_down else (changes + 1) // 2)
+    return downs, last.carrier_down != (changes % 2 == 1)
 
 
 def _link_up(port: PortSnapshot) -> Optional[bool]:
@@ -284,12 +302,11 @@ def _link_up(port: PortSnapshot) -> Optional[bool]:
     return is_active(port.state, port.phys_state)
 
 
-def _step(record: Optional[FlapRecord], port: PortSnapshot, layer: str,
-          now_values: tuple[Optional[int], ...],
-          last_values: Optional[tuple[Optional[int], ...]], now: datetime,
-          horizon: datetime, links: LinkStateSection, hold_down: float
+def _step(record: Optional[FlapRecord], port: PortSnapshot, layer: str, downs: int,
+          now: datetime, horizon: datetime, links: LinkStateSection, hold_down: float
           ) -> Optional[FlapRecord]:
-    """The record after this poll: downs opened, closed into cycles, the window slid.
+    """The record after this poll (``downs``: the counters' since the last): downs opened,
+    closed into cycles, the window slid.
 
     ``hold_down`` > 0 while the escalation applies: an open outage then also learns whether
     it read fatal and whether the hold-down absorbed it (:func:`_absorption`).
@@ -300,7 +317,6 @@ def _step(record: Optional[FlapRecord], port: PortSnapshot, layer: str,
             return None
         # Down at first sight is an open outage: its return to ACTIVE is a cycle (gpud).
         return FlapRecord(port.device, port.port, layer, up, down_seen=not up)
-    downs = _counter_downs(record.up, now_values, last_values)
     if (not downs and up is record.up and not record.down_seen and not record.open_downs
             and (not record.cycles or record.cycles[0][0] > horizon)):
         return record  # the common case: nothing happened
