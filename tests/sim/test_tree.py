@@ -388,7 +388,7 @@ def test_l40_dualport_uncabled_function_1(built) -> None:
             assert read(port / "state") == "4: ACTIVE\n"
 
 
-@pytest.mark.parametrize("n", [8, 34, 128])
+@pytest.mark.parametrize("n", [8, 34, 257])  # 257: the large hosts' tree (test_large.py)
 def test_synthetic_sizes(build, n: int) -> None:
     root = build("synthetic", devices=n)
     m = tree.load(root)
