@@ -54,8 +54,8 @@ def test_profiles_lists_every_profile(capsys: pytest.CaptureFixture[str]) -> Non
 
 def test_create_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = str(tmp_path / "s")
-    assert run(capsys, "create", path, "--profile", "synthetic", "--devices", "34")[0] == 0
-    assert len(tree.load(path)["devices"]) == 34
+    assert run(capsys, "create", path, "--profile", "synthetic", "--devices", "5")[0] == 0
+    assert len(tree.load(path)["devices"]) == 5  # not the profile's default 8
     assert run(capsys, "create", path, "--profile", "synthetic")[0] == 2
     code, _, _ = run(
         capsys, "create", path, "--profile", "l40s-oci", "--force", "--no-new-hw-counters"
