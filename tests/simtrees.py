@@ -172,7 +172,7 @@ class Tree:
 BUDGET = 150_000  # entries kept between tests: about one tree of every kind the suite asks for
 LARGE = 5_000  # entries: a tree this large another worker holds is awaited, not built again
 WAIT = 60.0  # seconds awaited at most (two tests may each hold the tree the other awaits)
-BUILT_LOG = "built.log"  # in the pool: "KIND ENTRIES", a line per tree built, for summary()
+BUILT_LOG = "built.log"  # in the pool: "PROFILE[,OPTION=VALUE] ENTRIES", a line per tree built
 SHARED = "NICHEALTHD_SIMTREES"  # the pool's directory, for pytest-xdist's workers
 _base: Optional[Path] = None
 _made_here = False  # this process made the pool (and removes it)
@@ -202,9 +202,17 @@ def summary() -> Optional[str]:
     """What the pool's trees wrote in this run, every worker's (None before any was built)."""
     if _base is None or not (_base / BUILT_LOG).exists():
         return None
-    sizes = [int(line.split()[1]) for line in (_base / BUILT_LOG).read_text().splitlines()]
+    counts: Dict[str, List[int]] = {}
+    for line in (_base / BUILT_LOG).read_text().splitlines():
+        label, size = line.split()
+        counts.setdefault(label, []).append(int(size))
+    sizes = [size for each in counts.values() for size in each]
+    again = ", ".join(f"{label} x{len(each)}" for label, each in sorted(
+        counts.items(), key=lambda item: -sum(item[1])) if len(each) > 1)
+    if again:  # two workers' tests wanted the kind at once, or it was evicted
+        again = f"; built more than once: {again}"
     return (f"sim trees (tests/simtrees.py): {len(sizes)} built, {sum(sizes):,} files and "
-            f"directories written; kept up to {budget():,} between tests")
+            f"directories written; kept up to {budget():,} between tests{again}")
 
 
 def close_pool() -> None:
@@ -271,7 +279,8 @@ def _build(kind: str, profile: str, options: Dict[str, Any]) -> Tuple[Tree, int]
     _known[slot] = made
     built += 1
     with open(_base / BUILT_LOG, "a") as log:  # one line, appended at once: workers share it
-        log.write(f"{kind} {len(made.entries)}\n")
+        label = profile + "".join(f",{key}={value}" for key, value in sorted(options.items()))
+        log.write(f"{label} {len(made.entries)}\n")
     return made, fd
 
 
