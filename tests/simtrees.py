@@ -111,6 +111,18 @@ def _create(path: str, entry: Entry) -> None:
         os.chmod(path, entry[1])
 
 
+def _rewrite(path: str, entry: Entry) -> None:
+    """A file's content put back in place: the same inode, no new file (no daemon holds it
+    between two tests)."""
+    os.chmod(path, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    try:
+        os.write(fd, entry[2])
+    finally:
+        os.close(fd)
+    os.chmod(path, entry[1])
+
+
 @dataclass
 class Tree:
     """One built tree: ``root`` is ``slot/host``."""
@@ -163,9 +175,8 @@ class Tree:
                 continue
             with open(child.path, "rb") as fh:
                 same = fh.read() == want[2]
-            if not same:  # a new inode: no daemon holds the file between two tests
-                os.unlink(child.path)
-                _create(child.path, want)
+            if not same:
+                _rewrite(child.path, want)
                 self.rewritten += 1
 
 
