@@ -91,7 +91,10 @@ def test_trees_are_world_readable_and_go_at_the_end_of_the_session(tmp_path: Pat
     assert not Path(base).exists()
 
 
-def test_past_the_budget_free_trees_go(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_past_the_budget_free_trees_go(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """In a pool of its own: a budget of 0 in the run's pool would evict every free tree of
+    the run, each built again by the next test that asks for it."""
+    monkeypatch.setattr(simtrees, "_base", tmp_path)
     monkeypatch.setattr(simtrees, "BUDGET", 0)
     slot = str(simtrees.take("cloud-vm").parent)
     simtrees.end_test()  # as at the end of the test: now free, and past the budget
