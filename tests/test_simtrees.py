@@ -18,8 +18,8 @@ from .harness import REPO
 
 
 def test_a_restored_tree_is_what_was_built(tmp_path: Path) -> None:
-    """Everything a test and a daemon do to a tree is undone: contents, modes, removed and
-    added files, directories and symlinks, even a directory left unreadable."""
+    """Everything a test and a daemon do to a tree is undone: contents, modes, removed,
+    added and renamed files, directories and symlinks, even a directory left unreadable."""
     root = simtrees.take("dgx-h100")
     built = simtrees._known[str(root.parent)]
     before = simtrees.snapshot(built.slot)
@@ -27,6 +27,7 @@ def test_a_restored_tree_is_what_was_built(tmp_path: Path) -> None:
     mutate.counter(root, "mlx5_1", 1, "link_downed", add=3)
     mutate.reboot(root)  # a new boot_id
     pcibus.pci_remove(root, "mlx5_2")  # a whole function, through the stash
+    mutate.rename_device(root, "mlx5_4", "mlx5_40")  # its directories moved back
     (root / "nichealthd.toml").write_text("broken = [\n")
     (root / "var/lib/nichealthd/state.json").write_text("{}")
     (root.parent / "daemon.log").write_text("a log beside the tree\n")
