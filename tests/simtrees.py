@@ -5,7 +5,8 @@ Building each one afresh wrote 1.8 million files: a container's /tmp or /dev/shm
 400k inodes, or 64 MiB) ran out. Instead, :func:`take` builds a tree the first time a test
 asks for that profile and those options, and hands it out again to the tests after, restored
 to exactly what was built (:meth:`Tree.restore`): the files and directories a test changed,
-chmod-ed or removed are put back, what it added (state files, logs, sockets) is removed.
+chmod-ed or removed are put back (a changed file rewritten in place, a directory it renamed or
+moved away moved back), what it added (state files, logs, sockets) is removed.
 Contents are compared, not trusted: nothing a test or a daemon does leaks into the next test.
 What two tests of one tree share is what no test looks at: its path, its random boot_id (a
 reboot a test simulates is undone), the inodes and times of the files neither changed.
@@ -144,13 +145,48 @@ class Tree:
             self.slot.mkdir()
         os.chmod(self.slot, self.mode)
         seen: set[str] = set()
-        self._fix(str(self.slot), "", seen)
+        strays: List[str] = []
+        self._fix(str(self.slot), "", seen, strays)
+        # A directory the test moved elsewhere (a device the sim unloaded, removed or unbound
+        # into its stash) is moved back and fixed there, not written again: found among the
+        # stray directories by its name (another of that name is fixed just as well).
+        moved: Dict[str, List[str]] = {}
+        for stray in strays:
+            moved.setdefault(os.path.basename(stray), []).append(stray)
+            for directory, subdirs, _ in os.walk(stray):
+                for sub in subdirs:  # symlinks to directories are listed too: not those
+                    if not os.path.islink(os.path.join(directory, sub)):
+                        moved.setdefault(sub, []).append(os.path.join(directory, sub))
         for rel, entry in self.entries.items():  # parents first: insertion order
-            if rel not in seen:
-                _create(os.path.join(self.slot, rel), entry)
+            if rel in seen:
+                continue
+            path = os.path.join(self.slot, rel)
+            if entry[0] == "d" and self._move_back(moved.get(os.path.basename(rel), []), path):
+                os.chmod(path, entry[1])
+                seen.add(rel)
+                self._fix(path, rel + "/", seen, strays)
                 self.rewritten += 1
+                continue
+            _create(path, entry)
+            self.rewritten += 1
+        for stray in strays:
+            if os.path.lexists(stray):
+                _rmtree(stray)
 
-    def _fix(self, path: str, rel: str, seen: set[str]) -> None:
+    @staticmethod
+    def _move_back(candidates: List[str], path: str) -> bool:
+        """Move the first candidate that is still where it was found to ``path``."""
+        while candidates:
+            try:
+                os.rename(candidates.pop(0), path)
+                return True
+            except OSError:  # moved already, with a directory above it
+                continue
+        return False
+
+    def _fix(self, path: str, rel: str, seen: set[str], strays: List[str]) -> None:
+        """Fix the entries in ``path`` (``rel`` in the slot); directories that were not built
+        go to ``strays`` (removed by :meth:`restore` unless it moves them back)."""
         with os.scandir(path) as it:
             children = [(child.name, child.stat(follow_symlinks=False)) for child in it]
         present = {name for name, _ in children}
@@ -167,6 +203,9 @@ class Tree:
                 child, name = os.path.join(path, child_name), f"{rel}{child_name}"
                 want = self.entries[name]
                 self.rewritten += 1
+            if want is None and _kind(st) == "d":
+                strays.append(child)
+                continue
             if want is None or want[0] != _kind(st):
                 _remove(child, st)
                 self.rewritten += want is not None
@@ -182,7 +221,7 @@ class Tree:
                 os.chmod(child, want[1])
                 self.rewritten += 1
             if want[0] == "d":
-                self._fix(child, name + "/", seen)
+                self._fix(child, name + "/", seen, strays)
                 continue
             with open(child, "rb") as fh:
                 same = fh.read() == want[2]
