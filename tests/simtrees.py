@@ -240,7 +240,7 @@ class Tree:
         return self._dirs.get(rel, [])
 
 
-# Entries kept between tests: one tree of every kind the suite asks for (about 130,000, the
+# Entries kept between tests: one tree of every kind the suite asks for (about 120,000, the
 # 257-device host's 44,000 among them) and the copies two workers' tests make of the common ones.
 BUDGET = 200_000
 LARGE = 5_000  # entries: a tree this large another worker holds is awaited, not built again
