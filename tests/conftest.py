@@ -20,7 +20,7 @@ from tests import simtrees
 # more is: the suite must pass under the default ``ulimit -n`` 1024.
 LAZY_FDS = 8
 # What /dev/shm must have free to take the suite's temp files: the sim trees kept between tests
-# (tests/simtrees.py: up to 150,000 entries, 450 MiB), those in use, the tests' tmp_path dirs.
+# (tests/simtrees.py: up to 200,000 entries, 600 MiB), those in use, the tests' tmp_path dirs.
 SHM_BYTES = 2 << 30
 SHM_INODES = 300_000
 _FD_KEY = pytest.StashKey[List[Tuple[str, List[str]]]]()

@@ -5,7 +5,8 @@ Building each one afresh wrote 1.8 million files: a container's /tmp or /dev/shm
 400k inodes, or 64 MiB) ran out. Instead, :func:`take` builds a tree the first time a test
 asks for that profile and those options, and hands it out again to the tests after, restored
 to exactly what was built (:meth:`Tree.restore`): the files and directories a test changed,
-chmod-ed or removed are put back, what it added (state files, logs, sockets) is removed.
+chmod-ed or removed are put back (a changed file rewritten in place, a directory it renamed or
+moved away moved back), what it added (state files, logs, sockets) is removed.
 Contents are compared, not trusted: nothing a test or a daemon does leaks into the next test.
 What two tests of one tree share is what no test looks at: its path, its random boot_id (a
 reboot a test simulates is undone), the inodes and times of the files neither changed.
@@ -111,6 +112,18 @@ def _create(path: str, entry: Entry) -> None:
         os.chmod(path, entry[1])
 
 
+def _rewrite(path: str, entry: Entry) -> None:
+    """A file's content put back in place: the same inode, no new file (no daemon holds it
+    between two tests)."""
+    os.chmod(path, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    try:
+        os.write(fd, entry[2])
+    finally:
+        os.close(fd)
+    os.chmod(path, entry[1])
+
+
 @dataclass
 class Tree:
     """One built tree: ``root`` is ``slot/host``."""
@@ -120,6 +133,7 @@ class Tree:
     entries: Dict[str, Entry] = field(default_factory=dict)
     mode: int = 0o755
     rewritten: int = 0  # entries put back by restore, over the tree's life (for the tests)
+    _dirs: Optional[Dict[str, List[str]]] = None  # directory -> its subdirectories, as built
 
     @property
     def root(self) -> Path:
@@ -131,48 +145,107 @@ class Tree:
             self.slot.mkdir()
         os.chmod(self.slot, self.mode)
         seen: set[str] = set()
-        self._fix(str(self.slot), "", seen)
+        strays: List[str] = []
+        self._fix(str(self.slot), "", seen, strays)
+        # A directory the test moved elsewhere (a device the sim unloaded, removed or unbound
+        # into its stash) is moved back and fixed there, not written again: found among the
+        # stray directories by its name (another of that name is fixed just as well).
+        moved: Dict[str, List[str]] = {}
+        for stray in strays:
+            moved.setdefault(os.path.basename(stray), []).append(stray)
+            for directory, subdirs, _ in os.walk(stray):
+                for sub in subdirs:  # symlinks to directories are listed too: not those
+                    if not os.path.islink(os.path.join(directory, sub)):
+                        moved.setdefault(sub, []).append(os.path.join(directory, sub))
         for rel, entry in self.entries.items():  # parents first: insertion order
-            if rel not in seen:
-                _create(os.path.join(self.slot, rel), entry)
+            if rel in seen:
+                continue
+            path = os.path.join(self.slot, rel)
+            if entry[0] == "d" and self._move_back(moved.get(os.path.basename(rel), []), path):
+                os.chmod(path, entry[1])
+                seen.add(rel)
+                self._fix(path, rel + "/", seen, strays)
                 self.rewritten += 1
+                continue
+            _create(path, entry)
+            self.rewritten += 1
+        for stray in strays:
+            if os.path.lexists(stray):
+                _rmtree(stray)
 
-    def _fix(self, path: str, rel: str, seen: set[str]) -> None:
+    @staticmethod
+    def _move_back(candidates: List[str], path: str) -> bool:
+        """Move the first candidate that is still where it was found to ``path``."""
+        while candidates:
+            try:
+                os.rename(candidates.pop(0), path)
+                return True
+            except OSError:  # moved already, with a directory above it
+                continue
+        return False
+
+    def _fix(self, path: str, rel: str, seen: set[str], strays: List[str]) -> None:
+        """Fix the entries in ``path`` (``rel`` in the slot); directories that were not built
+        go to ``strays`` (removed by :meth:`restore` unless it moves them back)."""
         with os.scandir(path) as it:
-            children = list(it)
-        for child in children:
-            name = f"{rel}{child.name}"
+            children = [(child.name, child.stat(follow_symlinks=False)) for child in it]
+        present = {name for name, _ in children}
+        # Directories the test renamed (a device under another name): each is moved back to a
+        # missing one's name and fixed there, a few files rewritten instead of a whole subtree.
+        missing = [name for name in self._subdirs(rel) if name not in present]
+        for child_name, st in children:
+            child = os.path.join(path, child_name)
+            name = f"{rel}{child_name}"
             want = self.entries.get(name)
-            st = child.stat(follow_symlinks=False)
+            if want is None and missing and _kind(st) == "d":
+                child_name = missing.pop(0)
+                os.rename(child, os.path.join(path, child_name))
+                child, name = os.path.join(path, child_name), f"{rel}{child_name}"
+                want = self.entries[name]
+                self.rewritten += 1
+            if want is None and _kind(st) == "d":
+                strays.append(child)
+                continue
             if want is None or want[0] != _kind(st):
-                _remove(child.path, st)
+                _remove(child, st)
                 self.rewritten += want is not None
                 continue
             seen.add(name)
             if want[0] == "l":
-                if os.readlink(child.path) != want[1]:
-                    os.unlink(child.path)
-                    os.symlink(want[1], child.path)
+                if os.readlink(child) != want[1]:
+                    os.unlink(child)
+                    os.symlink(want[1], child)
                     self.rewritten += 1
                 continue
             if stat.S_IMODE(st.st_mode) != want[1]:
-                os.chmod(child.path, want[1])
+                os.chmod(child, want[1])
                 self.rewritten += 1
             if want[0] == "d":
-                self._fix(child.path, name + "/", seen)
+                self._fix(child, name + "/", seen, strays)
                 continue
-            with open(child.path, "rb") as fh:
+            with open(child, "rb") as fh:
                 same = fh.read() == want[2]
-            if not same:  # a new inode: no daemon holds the file between two tests
-                os.unlink(child.path)
-                _create(child.path, want)
+            if not same:
+                _rewrite(child, want)
                 self.rewritten += 1
 
+    def _subdirs(self, rel: str) -> List[str]:
+        """The names of the directories directly in ``rel`` (``""``: the slot) as built."""
+        if self._dirs is None:
+            self._dirs = {}
+            for entry_name, entry in self.entries.items():
+                if entry[0] == "d":
+                    parent, _, base = entry_name.rpartition("/")
+                    self._dirs.setdefault(parent + "/" if parent else "", []).append(base)
+        return self._dirs.get(rel, [])
 
-BUDGET = 150_000  # entries kept between tests: about one tree of every kind the suite asks for
+
+# Entries kept between tests: one tree of every kind the suite asks for (about 120,000, the
+# 257-device host's 44,000 among them) and the copies two workers' tests make of the common ones.
+BUDGET = 200_000
 LARGE = 5_000  # entries: a tree this large another worker holds is awaited, not built again
 WAIT = 60.0  # seconds awaited at most (two tests may each hold the tree the other awaits)
-BUILT_LOG = "built.log"  # in the pool: "KIND ENTRIES", a line per tree built, for summary()
+BUILT_LOG = "built.log"  # in the pool: "PROFILE[,OPTION=VALUE] ENTRIES", a line per tree built
 SHARED = "NICHEALTHD_SIMTREES"  # the pool's directory, for pytest-xdist's workers
 _base: Optional[Path] = None
 _made_here = False  # this process made the pool (and removes it)
@@ -202,9 +275,17 @@ def summary() -> Optional[str]:
     """What the pool's trees wrote in this run, every worker's (None before any was built)."""
     if _base is None or not (_base / BUILT_LOG).exists():
         return None
-    sizes = [int(line.split()[1]) for line in (_base / BUILT_LOG).read_text().splitlines()]
+    counts: Dict[str, List[int]] = {}
+    for line in (_base / BUILT_LOG).read_text().splitlines():
+        label, size = line.split()
+        counts.setdefault(label, []).append(int(size))
+    sizes = [size for each in counts.values() for size in each]
+    again = ", ".join(f"{label} x{len(each)}" for label, each in sorted(
+        counts.items(), key=lambda item: -sum(item[1])) if len(each) > 1)
+    if again:  # two workers' tests wanted the kind at once, or it was evicted
+        again = f"; built more than once: {again}"
     return (f"sim trees (tests/simtrees.py): {len(sizes)} built, {sum(sizes):,} files and "
-            f"directories written; kept up to {budget():,} between tests")
+            f"directories written; kept up to {budget():,} between tests{again}")
 
 
 def close_pool() -> None:
@@ -271,7 +352,8 @@ def _build(kind: str, profile: str, options: Dict[str, Any]) -> Tuple[Tree, int]
     _known[slot] = made
     built += 1
     with open(_base / BUILT_LOG, "a") as log:  # one line, appended at once: workers share it
-        log.write(f"{kind} {len(made.entries)}\n")
+        label = profile + "".join(f",{key}={value}" for key, value in sorted(options.items()))
+        log.write(f"{label} {len(made.entries)}\n")
     return made, fd
 
 

@@ -18,8 +18,8 @@ from .harness import REPO
 
 
 def test_a_restored_tree_is_what_was_built(tmp_path: Path) -> None:
-    """Everything a test and a daemon do to a tree is undone: contents, modes, removed and
-    added files, directories and symlinks, even a directory left unreadable."""
+    """Everything a test and a daemon do to a tree is undone: contents, modes, removed,
+    added and renamed files, directories and symlinks, even a directory left unreadable."""
     root = simtrees.take("dgx-h100")
     built = simtrees._known[str(root.parent)]
     before = simtrees.snapshot(built.slot)
@@ -27,6 +27,7 @@ def test_a_restored_tree_is_what_was_built(tmp_path: Path) -> None:
     mutate.counter(root, "mlx5_1", 1, "link_downed", add=3)
     mutate.reboot(root)  # a new boot_id
     pcibus.pci_remove(root, "mlx5_2")  # a whole function, through the stash
+    mutate.rename_device(root, "mlx5_4", "mlx5_40")  # its directories moved back
     (root / "nichealthd.toml").write_text("broken = [\n")
     (root / "var/lib/nichealthd/state.json").write_text("{}")
     (root.parent / "daemon.log").write_text("a log beside the tree\n")
@@ -91,7 +92,10 @@ def test_trees_are_world_readable_and_go_at_the_end_of_the_session(tmp_path: Pat
     assert not Path(base).exists()
 
 
-def test_past_the_budget_free_trees_go(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_past_the_budget_free_trees_go(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """In a pool of its own: a budget of 0 in the run's pool would evict every free tree of
+    the run, each built again by the next test that asks for it."""
+    monkeypatch.setattr(simtrees, "_base", tmp_path)
     monkeypatch.setattr(simtrees, "BUDGET", 0)
     slot = str(simtrees.take("cloud-vm").parent)
     simtrees.end_test()  # as at the end of the test: now free, and past the budget

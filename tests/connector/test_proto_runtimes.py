@@ -103,12 +103,15 @@ def _wire(python: str, tmp: Path, env: dict[str, str] | None = None) -> dict[str
 
 
 def _venv(python: str, where: Path, *requirements: str) -> str:
-    """A venv of `python` with `requirements` from the registry, or skip saying why not."""
-    subprocess.run([python, "-m", "venv", str(where)], check=True, capture_output=True,
-                   timeout=120)
+    """A venv of `python` with `requirements` from the registry, or skip saying why not.
+
+    `python`'s own pip installs into it (``pip --python``), uncompiled: a pip of its own in
+    each venv would be 1,700 files more."""
+    subprocess.run([python, "-m", "venv", "--without-pip", str(where)], check=True,
+                   capture_output=True, timeout=120)
     bin_python = str(where / "bin" / "python")
-    install = subprocess.run([bin_python, "-m", "pip", "install", "--quiet",
-                              "--only-binary=:all:", *requirements],
+    install = subprocess.run([python, "-m", "pip", "--python", bin_python, "install",
+                              "--quiet", "--no-compile", "--only-binary=:all:", *requirements],
                              capture_output=True, text=True, timeout=600,
                              env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
     if install.returncode != 0:

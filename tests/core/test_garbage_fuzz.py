@@ -22,12 +22,12 @@ import pytest
 
 from nichealthd.runtime.monitor import Monitor
 from nichealthd.runtime.startup import load_topology
-from nichealthd.sim import tree
 from nichealthd.sources.attribute import AttributeFiles
 from nichealthd.sources.config_file import load_config
 from nichealthd.sources.hwmon import HwmonReader
 from nichealthd.sources.kernel_log import KmsgSource
 from nichealthd.sources.sysfs import SysfsReader
+from tests import simtrees
 
 NUMERIC = {"numa_node", "current_link_speed", "current_link_width", "max_link_speed",
            "max_link_width", "aer_dev_fatal", "aer_dev_nonfatal", "aer_dev_correctable",
@@ -107,8 +107,7 @@ def targets(root: Path) -> list[Path]:
 def test_garbage_in_every_source_is_never_an_exception_or_an_unhealthy_event(
         tmp_path: Path, profile: str, seed: int) -> None:
     rng = random.Random(seed)
-    root = tmp_path / "host"
-    tree.create(root, profile)
+    root = simtrees.take(profile)  # its garbage is undone for the next test
     kmsg = tmp_path / "kmsg"
     kmsg.write_text("6,1,1000000,-;Linux version 6.8.0\n")
     config = load_config(str(root / "nichealthd.toml"),

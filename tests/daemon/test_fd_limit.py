@@ -23,9 +23,11 @@ def _no_file_growth() -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (0, hard))
 
 
-def test_128_devices_become_healthy_under_a_nofile_limit_of_256(
+def test_257_devices_become_healthy_under_a_nofile_limit_of_256(
         sim_host: Callable[..., SimHost], notify: NotifySocket) -> None:  # noqa: F811
-    host = sim_host("synthetic", devices=128)
+    """More devices than open files: tests/sim/test_large.py's host (one tree for the large
+    hosts' tests, tests/simtrees.py)."""
+    host = sim_host("synthetic", devices=257)
     env = dict(os.environ, NOTIFY_SOCKET=str(notify.path))
     env.pop("JOURNAL_STREAM", None)
     proc = subprocess.Popen(
@@ -37,7 +39,7 @@ def test_128_devices_become_healthy_under_a_nofile_limit_of_256(
     lines = Lines(proc.stderr)
     try:
         ready = notify.wait_for("READY=1", seconds=60)
-        assert "128 ports: 128 healthy" in ready, ready
+        assert "257 ports: 257 healthy" in ready, ready
         lines.wait_polls(3, proc=proc)  # polls keep completing after the first
     finally:
         proc.terminate()
@@ -48,7 +50,7 @@ def test_128_devices_become_healthy_under_a_nofile_limit_of_256(
     assert err.count("poll started") >= 4, err[-2000:]
     state = json.loads(host.state_file.read_text())
     ports = state["port_states"]
-    assert len(ports) == 128 and all(p["health"] == "healthy" for p in ports.values()), ports
+    assert len(ports) == 257 and all(p["health"] == "healthy" for p in ports.values()), ports
     assert "Too many open files" not in err and "out of file descriptors" not in err, err
     budget = [line for line in err.splitlines() if "read without keeping them open" in line]
     assert len(budget) == 1, err

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import subprocess
 import sys
@@ -12,6 +14,7 @@ import pytest
 from nichealthd.sim import tree
 from nichealthd.sim.cli import main
 from nichealthd.sim.profiles import PROFILES
+from tests import simtrees
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -27,19 +30,20 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple:
 
 
 @pytest.fixture
-def root(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
-    path = str(tmp_path / "host")
-    code, out, _ = run(capsys, "create", path, "--profile", "dgx-h100")
-    assert code == 0 and "17 devices" in out
-    return path
+def root() -> str:
+    """A host the test may change (tests/simtrees.py; ``create`` is shared_root's)."""
+    return str(simtrees.take("dgx-h100"))
 
 
 @pytest.fixture(scope="module")
 def shared_root(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A host for commands that must fail before changing anything."""
-    path = tmp_path_factory.mktemp("cli") / "host"
-    tree.create(path, "dgx-h100")
-    return str(path)
+    """A host made by ``create``, for commands that must fail before changing anything."""
+    path = str(tmp_path_factory.mktemp("cli") / "host")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["create", path, "--profile", "dgx-h100"])
+    assert code == 0 and "17 devices" in out.getvalue()
+    return path
 
 
 def test_profiles_lists_every_profile(capsys: pytest.CaptureFixture[str]) -> None:
@@ -50,8 +54,8 @@ def test_profiles_lists_every_profile(capsys: pytest.CaptureFixture[str]) -> Non
 
 def test_create_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = str(tmp_path / "s")
-    assert run(capsys, "create", path, "--profile", "synthetic", "--devices", "34")[0] == 0
-    assert len(tree.load(path)["devices"]) == 34
+    assert run(capsys, "create", path, "--profile", "synthetic", "--devices", "5")[0] == 0
+    assert len(tree.load(path)["devices"]) == 5  # not the profile's default 8
     assert run(capsys, "create", path, "--profile", "synthetic")[0] == 2
     code, _, _ = run(
         capsys, "create", path, "--profile", "l40s-oci", "--force", "--no-new-hw-counters"

@@ -388,7 +388,7 @@ def test_l40_dualport_uncabled_function_1(built) -> None:
             assert read(port / "state") == "4: ACTIVE\n"
 
 
-@pytest.mark.parametrize("n", [8, 34, 128])
+@pytest.mark.parametrize("n", [8, 34, 257])  # 257: the large hosts' tree (test_large.py)
 def test_synthetic_sizes(build, n: int) -> None:
     root = build("synthetic", devices=n)
     m = tree.load(root)
@@ -412,11 +412,12 @@ def test_create_refuses_foreign_or_existing_dir(tmp_path: Path) -> None:
         tree.create(foreign, "dgx-h100")
     assert (foreign / "precious").exists()
     root = tmp_path / "h"
-    tree.create(root, "l40s-oci")
+    tree.create(root, "cloud-vm-ib")  # the smallest hosts, with and without an RDMA device
+    assert (root / "sys/class/infiniband/mlx5_0").exists()
     with pytest.raises(SimError):
-        tree.create(root, "l40s-oci")
-    tree.create(root, "gb200-nvl4", force=True)
-    assert tree.load(root)["profile"] == "gb200-nvl4"
+        tree.create(root, "cloud-vm-ib")
+    tree.create(root, "cloud-vm", force=True)
+    assert tree.load(root)["profile"] == "cloud-vm"
     assert not (root / "sys/class/infiniband/mlx5_0").exists()
 
 
