@@ -460,6 +460,8 @@ def status_lines(status: dict[str, Any], systemd: dict[str, Any], style: Style,
              f"{status.get('ports_fatal', 0)} fatal")
     if status.get("ports_uncabled"):
         ports += f", {status['ports_uncabled']} uncabled"
+    if status.get("ports_unknown"):
+        ports += f", {status['ports_unknown']} unknown"
     interval = float(status.get("polling_interval", 0) or 0)
     every = f"{interval * 1000:g} ms" if interval < 1 else f"{interval:g} s"
     last = status.get("last_poll") or "never"

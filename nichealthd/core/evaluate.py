@@ -7,13 +7,18 @@ the persisted state is :class:`CounterMemory` (the last value read of each count
 ``lastPollValue``, and the families' volatile slots), which a restart legitimately loses.
 Neither input is changed: the result carries the next state and the next memory, which the
 monitor adopts only once the poll is committed.
+
+Each family runs inside its own failure boundary (DESIGN §1): one that raises, or that needs
+a part of the snapshot whose source failed (``HostSnapshot.unread``), keeps its previous
+section and volatile memory and emits nothing; the others judge as usual. The result names
+it in :attr:`CycleResult.failed`, and the surfaces show what it judges as unknown.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from .checks import families
 from .checks.counters import CounterMemory, CounterObservation
@@ -24,10 +29,13 @@ from .checks.link_section import DeviceIdentity
 from .checks.link_state import LINK_STATE
 from .config import CHAR_DEVICE_CHECK, EFA_DEGRADATION_CHECK, EFA_STATE_CHECK, Config
 from .events import BACKDATE, HealthEvent
-from .family import SLOW_READS, CheckFamily, Cycle
+from .failure import describe_exception
+from .family import READS_COUNTERS, SLOW_READS, CheckFamily, Cycle, Verdict
 from .model import HostSnapshot
 from .state import MonitorState
 from .topology import CardCount, Role, Topology, classify_all
+
+_NO_SLOT = object()  # a family without a volatile slot (see _judge)
 
 __all__ = ["CycleResult", "Topology", "due_reads", "evaluate", "urgent_change",
            "watched_functions"]
@@ -43,6 +51,9 @@ class CycleResult:
     roles: dict[str, Role]
     pictures: Mapping[str, Any]  # family id -> what it shows of this poll
     notes: tuple[str, ...] = ()
+    # The families that were due and could not judge this poll -> why (they raised, or a
+    # part they read was not read): each kept its previous section and emitted nothing.
+    failed: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def cards(self) -> dict[str, CardCount]:
@@ -87,6 +98,7 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
     by_device: dict[str, list[HealthEvent]] = {d.name: [] for d in monitored}
     host: list[HealthEvent] = []
     pictures: dict[str, Any] = {}
+    failed: dict[str, str] = {}
     for family in families():
         if not family.enabled(config):
             continue
@@ -95,7 +107,14 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
             if family.id in memory.slots:
                 pictures[family.id] = memory.slots[family.id]
             continue
-        verdict = family.evaluate(previous.section(family), cycle, memory)
+        verdict, failure = _judge(family, previous, cycle, memory)
+        if verdict is None:
+            failed[family.id] = failure
+            if family.id in memory.slots:
+                pictures[family.id] = memory.slots[family.id]
+            continue
+        if family.interval(config):  # its cadence counts from this run
+            memory.ran_at[family.id] = now
         next_state.sections[family.id] = verdict.section
         pictures[family.id] = verdict.picture
         notes.extend(verdict.notes)
@@ -105,7 +124,36 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
     for device_events in by_device.values():
         events.extend(device_events)
     events.extend(host)
-    return CycleResult(tuple(events), next_state, memory, roles, pictures, tuple(notes))
+    return CycleResult(tuple(events), next_state, memory, roles, pictures, tuple(notes),
+                       failed)
+
+
+def _judge(family: CheckFamily[Any], previous: MonitorState, cycle: Cycle,
+           memory: CounterMemory) -> tuple[Optional[Verdict[Any]], str]:
+    """The family's verdict inside its failure boundary, or None and why it has none.
+
+    On failure ``memory`` is as it was before the family ran: its slot, and for a family
+    that counts, the counter engine's tables (the other counting families' keys are
+    distinct, so restoring the tables as they were before this family leaves theirs).
+    """
+    unread = sorted(part for part in family.reads if part in cycle.snapshot.unread)
+    if unread:
+        return None, "; ".join(f"{part} not read: {cycle.snapshot.unread[part]}"
+                               for part in unread)
+    slot = memory.slots.get(family.id, _NO_SLOT)
+    tables = ((dict(memory.last_values), dict(memory.last_times),
+               dict(memory.closed_windows)) if READS_COUNTERS in family.reads else None)
+    try:
+        return family.evaluate(previous.section(family), cycle, memory), ""
+    except Exception as exc:  # noqa: BLE001 - the boundary: contained, reported, retried
+        if slot is _NO_SLOT:
+            memory.slots.pop(family.id, None)
+        else:
+            memory.slots[family.id] = slot
+        if tables is not None:
+            memory.last_values, memory.last_times, memory.closed_windows = tables
+        return None, describe_exception(exc)
+
 
 
 def _identities(state: MonitorState) -> tuple[Mapping[str, DeviceIdentity], list[str]]:
@@ -146,17 +194,15 @@ def _forget(memory: CounterMemory, names: set[str]) -> None:
     memory.slots.clear()
 
 
-def _due(family: CheckFamily[Any], memory: CounterMemory, now: datetime, config: Config,
-         record: bool = True) -> bool:
-    """Every poll, or once per ``cadence`` (and at the first poll of a process, and when the
-    wall clock went back). Records the run in ``memory`` (unless ``record`` is false)."""
+def _due(family: CheckFamily[Any], memory: CounterMemory, now: datetime, config: Config
+         ) -> bool:
+    """Every poll, or once per ``cadence`` since its last successful run (and at the first
+    poll of a process, and when the wall clock went back)."""
     cadence = family.interval(config)
     if cadence:
         last = memory.ran_at.get(family.id)
         if last is not None and last <= now < last + timedelta(seconds=cadence):
             return False
-        if record:
-            memory.ran_at[family.id] = now
     return True
 
 
@@ -167,7 +213,7 @@ def due_reads(config: Config, memory: CounterMemory, now: datetime) -> frozenset
     wanted: set[str] = set()
     for family in families():
         slow = family.reads & SLOW_READS
-        if slow and family.enabled(config) and _due(family, memory, now, config, record=False):
+        if slow and family.enabled(config) and _due(family, memory, now, config):
             wanted |= slow
     return frozenset(wanted)
 

@@ -49,6 +49,10 @@ READS_PCIE = "pcie"  # the link files of every hop from each NIC up to its root 
 READS_AER = "aer"  # the aer_dev_* tables of each NIC function and the port above it
 READS_HWMON = "hwmon"  # the NIC functions' hwmon temperature sensors
 SLOW_READS = frozenset({READS_PCIE, READS_AER, READS_HWMON})
+# Read every poll by their own sources, each inside its own failure boundary: a family that
+# needs a part whose source failed is not judged in that poll (HostSnapshot.unread).
+READS_ADAPTER = "adapter"  # the adapter facts: PCI NICs, character devices, netdevs, firmware
+READS_KERNEL_LOG = "kernel_log"  # the kernel log lines after the committed cursor
 
 HOST = ""  # the "device" of an event that belongs to no device of this poll (see Verdict)
 

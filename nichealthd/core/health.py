@@ -93,7 +93,8 @@ class HostHealth:
 
 
 def assess(state: MonitorState, snapshot: HostSnapshot, roles: Mapping[str, Role],
-           pictures: Optional[Mapping[str, Any]] = None) -> HostHealth:
+           pictures: Optional[Mapping[str, Any]] = None,
+           failed: Optional[Mapping[str, str]] = None) -> HostHealth:
     """The health of every monitored port of the poll, and of the ports it no longer sees.
 
     The base is the link-state family's: the port's reported state, a short card, a missing
@@ -102,6 +103,11 @@ def assess(state: MonitorState, snapshot: HostSnapshot, roles: Mapping[str, Role
     ``present`` False. Every family's open conditions (:meth:`CheckFamily.conditions`)
     worsen the ports they are about, or the host. ``pictures``: the families' pictures of the
     poll, for conditions that depend on it.
+
+    ``failed``: the families that could not judge this poll (:attr:`CycleResult.failed`).
+    What they hold from earlier polls still counts; a port they would have judged that is
+    otherwise healthy is unknown, never healthy, and the host is degraded with the reason
+    (as a blind host is: the monitor cannot vouch for what it did not judge).
     """
     links = state.section(LINK_STATE)
     # EFA ports down since first sight without evidence (#18): uncabled, as ConnectX ones are
@@ -177,6 +183,13 @@ def assess(state: MonitorState, snapshot: HostSnapshot, roles: Mapping[str, Role
 
     if snapshot.blind:  # nothing could be looked at: never healthy (no host-wide unknown)
         other.append((DEGRADED, snapshot.blind))
+    if failed:
+        not_judged = f"not judged by {', '.join(sorted(failed))}"
+        for key, (base, _, present) in bases.items():
+            if present and base == HEALTHY and ranks[key] == RANK[HEALTHY]:
+                worsen(key, UNKNOWN, not_judged)
+        other.extend((DEGRADED, f"check family {family} cannot judge: {why}")
+                     for family, why in sorted(failed.items()))
 
     attributed = {key[0] for key, (_, _, present) in bases.items() if not present}
     for name in sorted(links.missing_devices):

@@ -220,6 +220,9 @@ class HostSnapshot:
     # sysfs (no class directory; e.g. a tree the service's sandbox hides). Not a host without
     # devices: the health model makes it a host-wide degradation.
     blind: str = ""
+    # The parts (family.READS_*) whose source failed this poll -> why: the families that read
+    # them are not judged (core/evaluate.py), and the surfaces show them as unknown.
+    unread: Mapping[str, str] = field(default_factory=dict)
 
     def device(self, name: str) -> Optional[DeviceSnapshot]:
         for device in self.devices:

@@ -116,7 +116,7 @@ def assess_host(snapshot: HostSnapshot, result: CycleResult, state: MonitorState
     last = _LAST[0] if _LAST else None
     if last is not None and last[0] is snapshot and last[1] is result and last[2] is state:
         return last[3]
-    host = assess(state, snapshot, result.roles, result.pictures)
+    host = assess(state, snapshot, result.roles, result.pictures, result.failed)
     _LAST[:] = [(snapshot, result, state, host)]
     return host
 
@@ -262,7 +262,7 @@ def health_status(snapshot: Optional[HostSnapshot], result: Optional[CycleResult
     watch at all. Before the first poll nothing is judged: all zero, ``healthy``."""
     if snapshot is None or result is None:
         return {**_status_keys(HostHealth({})), "devices_found": True,
-                "devices_reloading": [], "reloading_since": ""}
+                "devices_reloading": [], "reloading_since": "", "families_failing": []}
     host = assess_host(snapshot, result, state)
     reloading, since = reloading_devices(state)
     return {
@@ -272,6 +272,9 @@ def health_status(snapshot: Optional[HostSnapshot], result: Optional[CycleResult
         "devices_found": bool(snapshot.devices or host.ports or reloading),
         "devices_reloading": list(reloading),
         "reloading_since": format_timestamp(since) if since else "",
+        # The check families that could not judge the last poll: "id: why" (the health
+        # model shows what they judge as unknown).
+        "families_failing": [f"{family}: {why}" for family, why in sorted(result.failed.items())],
     }
 
 
@@ -325,6 +328,8 @@ def status_summary(health: dict[str, Any]) -> str:
             if health["ports_total"] else "no ports monitored")
     if health["ports_uncabled"]:
         text += f", {health['ports_uncabled']} uncabled"
+    if health.get("ports_unknown"):
+        text += f", {health['ports_unknown']} unknown"
     problems = health["problems"]
     if problems:
         shown = problems[:3]

@@ -12,6 +12,7 @@ computes an honest rate over its real elapsed time.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 from datetime import datetime, timezone
@@ -30,12 +31,14 @@ from ..core.evaluate import (
     urgent_change,
     watched_functions,
 )
-from ..core.family import READS_COUNTERS
+from ..core.failure import describe_exception
+from ..core.family import READS_AER, READS_COUNTERS, READS_HWMON, READS_KERNEL_LOG, READS_PCIE
 from ..core.model import HostSnapshot
 from ..core.pcitopo import summary
 from ..core.state import MonitorState
 from ..core.topology import Role
 from ..core.views import health_status
+from ..sources.boundary import SourceBoundary
 from ..sources.kernel_log import KernelLogSource, open_kernel_log
 from ..sources.pcie import PciFactsReader
 from ..sources.sysfs import SysfsReader
@@ -50,7 +53,8 @@ from ..storage.store import (
     save_state,
 )
 from ..surfaces.context import PollOutcome
-from .pollguard import COMMIT, EVALUATE, READ, PollFailed, PollGuard, describe_exception
+from .family_watch import FamilyWatch
+from .pollguard import COMMIT, EVALUATE, READ, PollFailed, PollGuard
 
 log = logging.getLogger("nichealthd.monitor")
 
@@ -85,8 +89,13 @@ class Monitor:
         self._topology_devices: Optional[frozenset[str]] = None
         self._counters_logged = False  # logged at the first poll that sees a device
         self.reader = reader or SysfsReader(config)
-        # The slow PCI facts (#16): read only when a family judging them is due.
+        # The slow PCI facts (#16): read only when a family judging them is due, each part
+        # inside its own failure boundary.
         self.pci_facts = PciFactsReader(config.sysfs_root, config.sys_class_infiniband)
+        self._pci_boundaries = {part: SourceBoundary(part, what, log) for part, what in (
+            (READS_PCIE, "the PCIe links"), (READS_AER, "the AER tables"),
+            (READS_HWMON, "the NIC temperature sensors"))}
+        self.families = FamilyWatch(log)
         # The kernel log (#17): read each poll from the committed cursor (KERNEL_LOG section).
         self.kernel_log = kernel_log if kernel_log is not None else (
             open_kernel_log(config) if KERNEL_LOG.enabled(config) else None)
@@ -169,7 +178,7 @@ class Monitor:
                 roles = self._last_roles
                 monitored = [d.name for d in snapshot.devices
                              if d.name not in roles or roles[d.name].monitored]
-                snapshot = self.pci_facts.read(snapshot, slow, monitored)
+                snapshot = self._read_pci_facts(snapshot, slow, monitored)
             self._rediscover_topology(snapshot)
             stage = EVALUATE
             if not self._counters_logged and snapshot.devices:
@@ -183,6 +192,7 @@ class Monitor:
                 stage, detail, f"poll failed to {stage}: %s; nothing is committed and the "
                 f"next poll tries again (repeats are counted, not logged)", exc)) from exc
         self.guard.succeeded(READ, EVALUATE)
+        self.families.update(self._enabled_families(), result.failed, now)
         for note in result.notes:
             log.info("%s", note)
         self._log_roles(result.roles)
@@ -206,6 +216,23 @@ class Monitor:
         self.last = outcome
         return outcome
 
+    def _read_pci_facts(self, snapshot: HostSnapshot, parts: frozenset[str],
+                        monitored: list[str]) -> HostSnapshot:
+        """The snapshot with each due slow part read inside its own boundary."""
+        unread = dict(snapshot.unread)
+        for part in sorted(parts):
+            boundary = self._pci_boundaries[part]
+            read, problem = boundary.read(functools.partial(
+                self.pci_facts.read, snapshot, frozenset({part}), monitored))
+            if read is None:
+                unread[part] = problem
+            else:
+                snapshot = read
+        return dataclasses.replace(snapshot, unread=unread) if unread else snapshot
+
+    def _enabled_families(self) -> list[str]:
+        return [f.id for f in families() if f.enabled(self.config)]
+
     def _read_kernel_log(self, snapshot: HostSnapshot) -> HostSnapshot:
         """The snapshot with the kernel lines after the committed cursor (#17).
 
@@ -226,7 +253,8 @@ class Monitor:
                             self.kernel_log.description, problem)
                 self._kernel_log_problem = problem
             self.kernel_log.close()
-            return snapshot
+            return dataclasses.replace(snapshot,
+                                       unread={**snapshot.unread, READS_KERNEL_LOG: problem})
         if self._kernel_log_problem:
             log.info("kernel log (%s) readable again", self.kernel_log.description)
             self._kernel_log_problem = ""

@@ -10,10 +10,8 @@ the failing step works again. Causes form a fixed set, so the metric's label set
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
-import traceback
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Callable, Optional
@@ -48,16 +46,6 @@ class PollProblem:
         what = "commits failing" if self.cause == COMMIT else f"polls failing to {self.cause}"
         return (f"{what} since {self.since.astimezone():%H:%M:%S} "
                 f"({self.failures} in a row): {self.detail}")
-
-
-def describe_exception(exc: BaseException) -> str:
-    """``ValueError: bad value (at sysfs.py:552 in read_device)``: the cause, in one line."""
-    text = f"{type(exc).__name__}: {exc}".rstrip(": ")
-    frames = traceback.extract_tb(exc.__traceback__)
-    if frames:
-        last = frames[-1]
-        text += f" (at {os.path.basename(last.filename)}:{last.lineno} in {last.name})"
-    return text
 
 
 class PollGuard:

@@ -386,7 +386,9 @@ class Daemon:
             polls=self.monitor.polls, started_at=self.started_at,
             last_poll_monotonic=self.last_poll_monotonic, last_poll_wall=self.last_poll_wall,
             failing=guard.reason(), failures=guard.totals(),
-            unreadable_reads=reader.unreadable_reads, einval_files=len(reader.einval))
+            unreadable_reads=reader.unreadable_reads, einval_files=len(reader.einval),
+            families_failing={k: f.why for k, f in self.monitor.families.failing.items()},
+            families_judged=self.monitor.families.last_success)
 
     def _publish_connector(self, status: ConnectorStatus) -> None:
         """The connector's status callback (any thread): one reference swap."""

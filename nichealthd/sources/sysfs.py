@@ -34,6 +34,7 @@ from types import MappingProxyType
 from typing import Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from ..core.config import Config, CounterSpec
+from ..core.family import READS_ADAPTER
 from ..core.model import (
     ABSENT,
     ADAPTER_EFA,
@@ -62,6 +63,7 @@ from .adapter import AdapterReader, mellanox_function
 from .attribute import FD_EXHAUSTED as _FD_EXHAUSTED
 from .attribute import AttributeFiles
 from .attribute import read_text as _read_text
+from .boundary import SourceBoundary
 from .problems import ProblemLog
 from .sandbox import sysfs_root_problem
 
@@ -207,8 +209,10 @@ class SysfsReader:
         self.unreadable_reads = 0
         self.discoveries = 0
         self._fd_exhausted = False  # this poll saw EMFILE/ENFILE (logged once, not per file)
-        # The slow adapter facts (#16.3-6), read at their own cadence.
+        # The slow adapter facts (#16.3-6), read at their own cadence inside their own
+        # failure boundary: a fault there costs only the families that read them.
         self.adapter = AdapterReader(config, monotonic, self.files)
+        self._adapter_boundary = SourceBoundary(READS_ADAPTER, "the adapter facts", log)
 
     # ----------------------------------------------------------------- public
 
@@ -238,9 +242,10 @@ class SysfsReader:
         complete = all(plan.info.ports_listed or plan.info.is_vf for plan in self._plans)
         # An empty class directory: is the hardware still there (a driver event, #19.2)?
         functions = None if names else self._mellanox_functions()
+        adapter, problem = self._adapter_boundary.read(lambda: self.adapter.observe(devices))
         return HostSnapshot(now, boot_id, devices, complete=complete, pci_functions=functions,
-                            pci_bus=self._bus_if_unregistered(devices),
-                            adapter=self.adapter.observe(devices))
+                            pci_bus=self._bus_if_unregistered(devices), adapter=adapter,
+                            unread={READS_ADAPTER: problem} if problem else {})
 
     def _bus_if_unregistered(self, devices: tuple[DeviceSnapshot, ...]
                              ) -> Optional[frozenset[str]]:

@@ -63,6 +63,10 @@ class PollStats:
     failures: Mapping[str, int]  # failed polls per cause since start
     unreadable_reads: int
     einval_files: int
+    # The check families' failure boundary (runtime/family_watch.py): those that cannot
+    # judge now -> why, and each enabled family's last poll that judged.
+    families_failing: Mapping[str, str] = field(default_factory=dict)
+    families_judged: Mapping[str, datetime] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

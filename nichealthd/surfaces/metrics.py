@@ -52,7 +52,7 @@ from ..core.views import (
     port_records,
 )
 from .admission import METRICS_CLIENTS
-from .context import CONNECTIONS_METRICS, PollOutcome
+from .context import CONNECTIONS_METRICS, PollOutcome, PollStats
 
 if TYPE_CHECKING:  # pragma: no cover
     from .context import ServiceContext
@@ -528,9 +528,26 @@ class MetricsService:
               connector.dead_letters)
         counter("unreadable_reads", "sysfs reads that gave no usable value",
                 stats.unreadable_reads)
+        out.extend(_family_boundaries(stats))
         gauge("einval_ignored_files", "Counter files that failed with EINVAL and are no "
               "longer read (restricted functions)", stats.einval_files)
         return out
+
+
+def _family_boundaries(stats: PollStats) -> list[Metric]:
+    """Each enabled check family: whether it judged the last poll, and when it last did."""
+    up = GaugeMetricFamily(PREFIX + "family_up", "1 while the check family judges, 0 while it "
+                           "cannot (it raised, or a source it reads failed: its ports show as "
+                           "unknown)", labels=["family"])
+    last = GaugeMetricFamily(PREFIX + "family_last_success_timestamp_seconds",
+                             "When the check family last judged a poll (Unix time)",
+                             labels=["family"])
+    for family in sorted({*stats.families_judged, *stats.families_failing}):
+        up.add_metric([family], 0 if family in stats.families_failing else 1)
+        when = stats.families_judged.get(family)
+        if when is not None:
+            last.add_metric([family], when.timestamp())
+    return [up, last]
 
 
 def _host_families(picture: _Picture) -> list[Metric]:

@@ -8,13 +8,13 @@ from datetime import datetime, timezone
 
 import pytest
 
+from nichealthd.core.failure import describe_exception
 from nichealthd.runtime.pollguard import (
     CAUSES,
     COMMIT,
     EVALUATE,
     READ,
     PollGuard,
-    describe_exception,
 )
 
 

@@ -28,6 +28,7 @@ from ..config import Config
 from ..events import ENTITY_NIC, ENTITY_PORT, HealthEvent, make_event
 from ..family import (
     HOST,
+    READS_ADAPTER,
     READS_DEVICES,
     READS_PORTS,
     CheckFamily,
@@ -105,7 +106,7 @@ class CharDeviceFamily(CheckFamily[CharDeviceSection]):
     order = 40
     keys = CharDeviceSection.keys()
     section_type = CharDeviceSection
-    reads = frozenset({READS_DEVICES, READS_PORTS})
+    reads = frozenset({READS_DEVICES, READS_PORTS, READS_ADAPTER})
 
     def enabled(self, config: Config) -> bool:
         return CHAR_DEVICE_CHECK in config.checks

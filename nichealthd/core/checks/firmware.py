@@ -19,7 +19,7 @@ from typing import Any, Iterable, Mapping, Optional
 
 from ..config import ETH_DEGRADATION_CHECK, IB_DEGRADATION_CHECK
 from ..events import ENTITY_NIC, HealthEvent, make_event
-from ..family import READS_DEVICES, CheckFamily, Condition, Cycle, Series, Verdict
+from ..family import READS_ADAPTER, READS_DEVICES, CheckFamily, Condition, Cycle, Series, Verdict
 from ..model import DeviceSnapshot
 from ..state import DEGRADED, parse_str, parse_table
 from .adapter_section import Latched, LatchSection, held
@@ -97,7 +97,7 @@ class Firmware(CheckFamily[FirmwareSection]):
     order = 50
     keys = FirmwareSection.keys()
     section_type = FirmwareSection
-    reads = frozenset({READS_DEVICES})
+    reads = frozenset({READS_DEVICES, READS_ADAPTER})
 
     def evaluate(self, previous: FirmwareSection, cycle: Cycle, memory: Any
                  ) -> Verdict[FirmwareSection]:

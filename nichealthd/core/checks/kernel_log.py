@@ -51,7 +51,16 @@ from ..events import (
     format_timestamp,
     make_event,
 )
-from ..family import HOST, READS_DEVICES, CheckFamily, Condition, Cycle, Series, Verdict
+from ..family import (
+    HOST,
+    READS_DEVICES,
+    READS_KERNEL_LOG,
+    CheckFamily,
+    Condition,
+    Cycle,
+    Series,
+    Verdict,
+)
 from ..kernel_rules import CompiledRule, KernelRule, attribution, compile_rules
 from ..model import DeviceSnapshot, HostSnapshot, KernelLine
 from ..state import (
@@ -236,7 +245,7 @@ class KernelLog(CheckFamily[KernelLogSection]):
     order = 40
     keys = (KEY,)
     section_type = KernelLogSection
-    reads = frozenset({READS_DEVICES})
+    reads = frozenset({READS_DEVICES, READS_KERNEL_LOG})
 
     def enabled(self, config: Config) -> bool:
         return config.kernel_log != "off"

@@ -49,7 +49,16 @@ from ..adapter import PciNic
 from ..config import ETH_STATE_CHECK, IB_STATE_CHECK, Config
 from ..duration import format_duration
 from ..events import HealthEvent, format_timestamp, make_event
-from ..family import HOST, READS_DEVICES, CheckFamily, Condition, Cycle, Series, Verdict
+from ..family import (
+    HOST,
+    READS_ADAPTER,
+    READS_DEVICES,
+    CheckFamily,
+    Condition,
+    Cycle,
+    Series,
+    Verdict,
+)
 from ..model import DeviceSnapshot
 from ..state import FATAL, parse_str, parse_table, parse_when
 from ..topology import COMPUTE, EXCLUDED, MANAGEMENT, STORAGE, Role, Topology, classify
@@ -155,7 +164,7 @@ class LostNics(CheckFamily[LostNicSection]):
     order = 45
     keys = LostNicSection.keys()
     section_type = LostNicSection
-    reads = frozenset({READS_DEVICES})
+    reads = frozenset({READS_DEVICES, READS_ADAPTER})
 
     def evaluate(self, previous: LostNicSection, cycle: Cycle, memory: Any
                  ) -> Verdict[LostNicSection]:

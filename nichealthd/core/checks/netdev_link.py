@@ -19,7 +19,7 @@ from typing import Any, Iterable, Mapping
 from ..adapter import NetdevLink
 from ..config import ETH_DEGRADATION_CHECK, IB_DEGRADATION_CHECK
 from ..events import HealthEvent, make_event, port_entities
-from ..family import READS_PORTS, CheckFamily, Condition, Cycle, Verdict
+from ..family import READS_ADAPTER, READS_PORTS, CheckFamily, Condition, Cycle, Verdict
 from ..model import PortSnapshot
 from ..state import DEGRADED
 from .adapter_section import Latched, LatchSection, held
@@ -49,7 +49,7 @@ class NetdevLinkFamily(CheckFamily[NetdevLinkSection]):
     order = 30
     keys = NetdevLinkSection.keys()
     section_type = NetdevLinkSection
-    reads = frozenset({READS_PORTS})
+    reads = frozenset({READS_PORTS, READS_ADAPTER})
 
     def evaluate(self, previous: NetdevLinkSection, cycle: Cycle, memory: Any
                  ) -> Verdict[NetdevLinkSection]:
