@@ -190,6 +190,20 @@ class CheckFamily(abc.ABC, Generic[S]):
         """Extra keys of a port's record (``show ports --json``, D-Bus, varlink)."""
         return {}
 
+    def device_fields(self, section: S, cycle_picture: Any, device: str, present: bool
+                      ) -> Mapping[str, Any]:
+        """Extra keys of a device's record (``show devices --json``, D-Bus, varlink); a key
+        it gives replaces the snapshot's (the firmware version as last read). ``present``
+        False: a known device missing from the poll (a row of :meth:`device_rows`)."""
+        return {}
+
+    def device_rows(self, section: S, cycle_picture: Any, present: frozenset[str]
+                    ) -> Iterable[dict[str, Any]]:
+        """Device records of its own for what the poll does not list (``present``: the
+        names it lists): a known device gone, a NIC without an RDMA device. Every key of a
+        device record; ``present`` False."""
+        return ()
+
     def series(self, section: S, cycle_picture: Any) -> Iterable[Series]:
         """Its metrics series."""
         return ()

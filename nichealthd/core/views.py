@@ -10,14 +10,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Optional
 
-from .adapter_views import adapter_fields, lost_nic_records
 from .checks import families
 from .checks.counters import saturation_key
 from .checks.efa_counters import EFA_COUNTERS
 from .checks.efa_state import EFA_STATE
-from .checks.kernel_log import KERNEL_LOG, device_fault
 from .checks.link_counters import LINK_COUNTERS
-from .checks.link_section import DeviceIdentity
 from .checks.link_state import LINK_STATE
 from .checks.ports import is_active, split_state
 from .config import Config
@@ -26,7 +23,6 @@ from .events import format_timestamp, local_clock
 from .family import supplies
 from .health import UNCABLED, UNKNOWN, HostHealth, PortHealth, assess
 from .model import HostSnapshot, Unreadable, is_value
-from .pciviews import pci_fields
 from .state import DEGRADED, FATAL, HEALTHY, MonitorState, counter_key
 
 HEALTH_ORDER = (HEALTHY, DEGRADED, FATAL)
@@ -134,13 +130,14 @@ def port_health(snapshot: HostSnapshot, result: CycleResult, state: MonitorState
 
 def device_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorState
                    ) -> list[dict[str, Any]]:
-    """Every device seen, plus known devices that are missing."""
+    """Every device seen, plus what the families know that the poll does not list (known
+    devices missing, lost NICs); each family adds its fields (:meth:`CheckFamily.device_fields`,
+    :meth:`CheckFamily.device_rows`)."""
     records = []
-    links = state.section(LINK_STATE)
-    efa = state.section(EFA_STATE)
+    fielded = [(f, state.section(f), result.pictures.get(f.id)) for f in families()
+               if supplies(f, "device_fields")]
     for device in snapshot.devices:
         role = result.roles.get(device.name)
-        identity = links.identities.get(device.name) or efa.identities.get(device.name)
         records.append({
             "device": device.name,
             "hca_type": device.hca_type or "",
@@ -161,53 +158,23 @@ def device_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorSt
             "ports": len(device.ports),
             "present": True,
             "driver_event": False,
-            **_rename_fields(identity),
-            **pci_fields(result.pictures, device.name),  # #16
-            **adapter_fields(state, device.name),  # #16.3-4
-            **device_fault(state.section(KERNEL_LOG), device.name),  # #17
+            "renamed_from": "",
+            "renamed_at": "",
         })
-    present = {d.name for d in snapshot.devices}
-    held = links.driver_event.devices if links.driver_event else ()
-    for name in sorted(set(links.known_devices) - present):
-        gone = links.missing_devices.get(name)
-        identity = links.identities.get(name)
-        records.append({
-            "device": name, "hca_type": "", "fw_ver": "", "board_id": "",
-            "node_guid": identity.node_guid if identity else "",
-            "pci_address": identity.pci_address if identity else "", "card": "",
-            "numa_node": -1, "driver": "", "netdevs": [],
-            "is_vf": False, "role": "", "role_reason": "", "monitored": True,
-            "link_layer": gone.link_layer if gone else "", "ports": 0, "present": False,
-            "missing_polls": links.device_misses.get(name, 0),
-            "driver_event": name in held,
-            "adapter": "",
-            **_rename_fields(identity),
-            **adapter_fields(state, name),  # #16.3-4
-            **device_fault(state.section(KERNEL_LOG), name),  # #17
-        })
-    for name in sorted(set(efa.known_devices) - present):  # #18.2: a missing EFA device
-        identity = efa.identities.get(name)
-        records.append({
-            "device": name, "hca_type": "", "fw_ver": "", "board_id": "",
-            "node_guid": identity.node_guid if identity else "",
-            "pci_address": identity.pci_address if identity else "", "card": "",
-            "numa_node": -1, "driver": "", "netdevs": [],
-            "is_vf": False, "role": "", "role_reason": "", "monitored": True,
-            "link_layer": "", "ports": 0, "present": False,
-            "missing_polls": efa.device_misses.get(name, 0),
-            "driver_event": bool(efa.driver_event and name in efa.driver_event.devices),
-            "adapter": "efa", **_rename_fields(identity),
-        })
-    records.extend(lost_nic_records(state, result.pictures))  # #16.5: no RDMA device at all
+        for family, section, picture in fielded:
+            records[-1].update(family.device_fields(section, picture, device.name, True))
+    present = frozenset(d.name for d in snapshot.devices)
+    for family in families():
+        if not supplies(family, "device_rows"):
+            continue
+        for row in family.device_rows(state.section(family), result.pictures.get(family.id),
+                                      present):
+            if not row.get("lost"):  # an RDMA device (a lost NIC never registered one)
+                for other, section, picture in fielded:
+                    if other is not family:
+                        row.update(other.device_fields(section, picture, row["device"], False))
+            records.append(row)
     return records
-
-
-def _rename_fields(identity: Optional[DeviceIdentity]) -> dict[str, Any]:
-    """The device's last rename at the same PCI function (#19.1): old name and when."""
-    if identity is None or not identity.renamed_from or identity.renamed_at is None:
-        return {"renamed_from": "", "renamed_at": ""}
-    return {"renamed_from": identity.renamed_from,
-            "renamed_at": format_timestamp(identity.renamed_at)}
 
 
 def counter_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorState,

@@ -293,7 +293,7 @@ def test_no_verdict_during_a_driver_event_or_without_facts() -> None:
 
 def test_a_reported_lost_nic_is_a_device_row_between_adapter_reads_too() -> None:
     """#16.5: ``show devices`` (D-Bus, varlink) lists it by its PCI address, with why."""
-    from nichealthd.core.adapter_views import lost_nic_records
+    from nichealthd.core.checks.lost_nic import lost_nic_records
     from nichealthd.core.views import device_records
 
     runner = Runner(cfg=config(driverReloadGrace="0s"))

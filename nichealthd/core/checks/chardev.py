@@ -182,6 +182,16 @@ class CharDeviceFamily(CheckFamily[CharDeviceSection]):
             else:
                 yield Condition(FATAL, reason, (device, port), alone=f"{key} missing")
 
+    def device_fields(self, section: CharDeviceSection, picture: Any, device: str,
+                      present: bool) -> Mapping[str, Any]:
+        """``char_devices_missing``: the kinds reported missing (``uverbs``, ``umad:1``...)."""
+        missing = []
+        for key in sorted(section.latched):
+            name, port, code = parse_key(key)
+            if name == device:
+                missing.append(code if port is None else f"{code}:{port}")
+        return {"char_devices_missing": missing}
+
     def series(self, section: CharDeviceSection, picture: Any) -> Iterable[Series]:
         samples = []
         for key in sorted(section.latched):

@@ -68,7 +68,7 @@ from .identity import (
     renamed_names,
     renamed_port_key,
 )
-from .link_section import DeviceIdentity, identities_json, parse_identities
+from .link_section import DeviceIdentity, identities_json, parse_identities, rename_fields
 
 KEYS = ("efa_ports", "efa_known_devices", "efa_device_misses", "efa_missing_devices",
         "efa_driver_event", "efa_device_identities", "efa_group_modes", "efa_card_anomalies",
@@ -414,6 +414,30 @@ class EfaState(CheckFamily[EfaStateSection]):
             return {}
         record = section.ports.get(f"{port[0]}_{port[1]}")
         return {"since": format_timestamp(record.since)} if record is not None else {}
+
+    def device_fields(self, section: EfaStateSection, picture: Any, device: str,
+                      present: bool) -> Mapping[str, Any]:
+        """An EFA device's last rename at the same PCI function."""
+        identity = section.identities.get(device)
+        return rename_fields(identity) if identity is not None else {}
+
+    def device_rows(self, section: EfaStateSection, picture: Any, present: frozenset[str]
+                    ) -> Iterable[dict[str, Any]]:
+        """Each known EFA device missing from the poll (#18.2)."""
+        for name in sorted(set(section.known_devices) - present):
+            identity = section.identities.get(name)
+            yield {
+                "device": name, "hca_type": "", "fw_ver": "", "board_id": "",
+                "node_guid": identity.node_guid if identity else "",
+                "pci_address": identity.pci_address if identity else "", "card": "",
+                "numa_node": -1, "driver": "", "netdevs": [],
+                "is_vf": False, "role": "", "role_reason": "", "monitored": True,
+                "link_layer": "", "ports": 0, "present": False,
+                "missing_polls": section.device_misses.get(name, 0),
+                "driver_event": bool(section.driver_event
+                                     and name in section.driver_event.devices),
+                "adapter": "efa", **rename_fields(identity),
+            }
 
     def suppressed(self, section: EfaStateSection) -> frozenset[PortId]:
         """The EFA ports down since first sight without evidence: "uncabled" on every

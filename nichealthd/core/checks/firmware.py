@@ -185,6 +185,17 @@ class Firmware(CheckFamily[FirmwareSection]):
             name = key.rsplit(":", 1)[0]
             yield Condition(DEGRADED, f"{name}: firmware {section.latched[key].detail}")
 
+    def device_fields(self, section: FirmwareSection, picture: Any, device: str,
+                      present: bool) -> Mapping[str, Any]:
+        """``fw_ver`` as last read (a flash at runtime shows) and ``firmware_drift`` (``<its>
+        vs <the group's>`` while reported, else "")."""
+        fields: dict[str, Any] = {}
+        if device in section.versions:
+            fields["fw_ver"] = section.versions[device]
+        drift = section.latched.get(key_of(device))
+        fields["firmware_drift"] = drift.detail if drift else ""
+        return fields
+
     def series(self, section: FirmwareSection, picture: Any) -> Iterable[Series]:
         drift = {k.rsplit(":", 1)[0] for k in section.latched}
         yield Series("firmware_drift", "1 while a device runs another firmware than the "

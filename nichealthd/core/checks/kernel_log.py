@@ -374,6 +374,10 @@ class KernelLog(CheckFamily[KernelLogSection]):
             rule, _, device = key.rpartition("|")
             yield Condition(DEGRADED, f"{device}: kernel driver fault {rule} repeated")
 
+    def device_fields(self, section: KernelLogSection, picture: Any, device: str,
+                      present: bool) -> Mapping[str, Any]:
+        return device_fault(section, device)
+
     def series(self, section: KernelLogSection, picture: Any) -> Iterable[Series]:
         samples = []
         for key in sorted(section.counts):

@@ -87,6 +87,14 @@ class DeviceIdentity:
     renamed_at: Optional[datetime] = None
 
 
+def rename_fields(identity: Optional[DeviceIdentity]) -> dict[str, Any]:
+    """A device record's last rename at the same PCI function (#19.1): old name and when."""
+    if identity is None or not identity.renamed_from or identity.renamed_at is None:
+        return {"renamed_from": "", "renamed_at": ""}
+    return {"renamed_from": identity.renamed_from,
+            "renamed_at": format_timestamp(identity.renamed_at)}
+
+
 @dataclass(frozen=True)
 class DriverEvent:
     """RDMA devices gone while their PCI functions stay (:mod:`.driver`): a driver unload,

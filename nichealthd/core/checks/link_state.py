@@ -46,7 +46,7 @@ from .identity import (
     renamed_keys,
     renamed_port_key,
 )
-from .link_section import KEYS, LinkStateSection, PortHold, PortRecord
+from .link_section import KEYS, LinkStateSection, PortHold, PortRecord, rename_fields
 from .ports import held_transition, missing_port, returned_port
 
 V = TypeVar("V")
@@ -194,6 +194,33 @@ class LinkState(CheckFamily[LinkStateSection]):
         """The hold-down (#15.4): blips absorbed, and whether an edge is held now."""
         key = f"{port[0]}_{port[1]}"
         return {"blips": section.port_blips.get(key, 0), "held": key in section.port_holds}
+
+    def device_fields(self, section: LinkStateSection, picture: Any, device: str,
+                      present: bool) -> Mapping[str, Any]:
+        """Its last rename at the same PCI function (``renamed_from``, ``renamed_at``)."""
+        identity = section.identities.get(device)
+        return rename_fields(identity) if identity is not None else {}
+
+    def device_rows(self, section: LinkStateSection, picture: Any, present: frozenset[str]
+                    ) -> Iterable[dict[str, Any]]:
+        """Each known device missing from the poll: its identity, misses, whether a driver
+        event holds it."""
+        held = section.driver_event.devices if section.driver_event else ()
+        for name in sorted(set(section.known_devices) - present):
+            gone = section.missing_devices.get(name)
+            identity = section.identities.get(name)
+            yield {
+                "device": name, "hca_type": "", "fw_ver": "", "board_id": "",
+                "node_guid": identity.node_guid if identity else "",
+                "pci_address": identity.pci_address if identity else "", "card": "",
+                "numa_node": -1, "driver": "", "netdevs": [],
+                "is_vf": False, "role": "", "role_reason": "", "monitored": True,
+                "link_layer": gone.link_layer if gone else "", "ports": 0, "present": False,
+                "missing_polls": section.device_misses.get(name, 0),
+                "driver_event": name in held,
+                "adapter": "",
+                **rename_fields(identity),
+            }
 
     def series(self, section: LinkStateSection, picture: Any) -> Iterable[Series]:
         yield Series("port_state_blips",

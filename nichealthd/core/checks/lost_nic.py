@@ -60,7 +60,7 @@ from ..family import (
     Verdict,
 )
 from ..model import DeviceSnapshot
-from ..state import FATAL, parse_str, parse_table, parse_when
+from ..state import FATAL, MonitorState, parse_str, parse_table, parse_when
 from ..topology import COMPUTE, EXCLUDED, MANAGEMENT, STORAGE, Role, Topology, classify
 from .adapter_section import ENTITY_PCI, Latched, LatchSection, held
 from .link_state import LINK_STATE
@@ -255,6 +255,10 @@ class LostNics(CheckFamily[LostNicSection]):
         for key in sorted(section.latched):
             yield Condition(FATAL, f"PCI function {key} has no RDMA device")
 
+    def device_rows(self, section: LostNicSection, picture: Any, present: frozenset[str]
+                    ) -> Iterable[dict[str, Any]]:
+        return _lost_rows(section, picture)
+
     def series(self, section: LostNicSection, picture: Any) -> Iterable[Series]:
         yield Series("pci_function_unregistered", "Mellanox physical functions on the PCI bus "
                      "reported without an RDMA device: 1 while latched", "gauge",
@@ -273,6 +277,36 @@ def _driver_notes(last: Optional[LastRead], waiting: int, with_device: int, conf
                 f"RDMA device): any function still without one is reported after "
                 f"{format_duration(config.driver_reload_grace)} (driverReloadGrace)"]
     return []
+
+
+def lost_nic_records(state: MonitorState, pictures: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per lost NIC (#16.5) the daemon reported: a Mellanox physical function on the
+    bus without an RDMA device. It has no kernel name, so ``device`` is its PCI address; the
+    row carries every field of a device record (``present`` False, as a device that never
+    registered) and ``lost`` True, ``lost_reason`` (why: no driver bound, or bound without
+    registering) and ``lost_since``. Its netdevs, driver and NUMA node are those of the last
+    adapter read that saw it."""
+    section = state.section(LOST_NICS)
+    return list(_lost_rows(section, pictures.get(LOST_NICS.id)))
+
+
+def _lost_rows(section: LostNicSection, picture: Any) -> Iterable[dict[str, Any]]:
+    seen: Mapping[str, PciNic] = {n.address: n for n in picture or ()}
+    for address, latched in sorted(section.latched.items()):
+        nic: Optional[PciNic] = seen.get(address)
+        layer = "" if nic is None else ("InfiniBand" if nic.is_infiniband else "Ethernet")
+        numa = nic.numa_node if nic is not None and nic.numa_node is not None else -1
+        yield {
+            "device": address, "hca_type": "", "fw_ver": "", "board_id": "", "node_guid": "",
+            "pci_address": address, "card": address.rpartition(".")[0] or address,
+            "numa_node": numa, "driver": (nic.driver or "") if nic else "",
+            "netdevs": list(nic.netdevs) if nic else [], "is_vf": False, "role": "",
+            "role_reason": "", "monitored": True, "link_layer": layer, "ports": 0,
+            "present": False, "driver_event": False, "adapter": "mlx5",
+            "renamed_from": "", "renamed_at": "",
+            "lost": True, "lost_reason": latched.detail,
+            "lost_since": format_timestamp(latched.since),
+        }
 
 
 FAMILY = LOST_NICS = LostNics()

@@ -115,6 +115,19 @@ class NicTemperature(CheckFamily[TemperatureSection]):
             yield Condition(FATAL if record.fatal else DEGRADED,
                             f"{record.device}: temperature {record.detail}")
 
+    def device_fields(self, section: TemperatureSection, picture: Any, device: str,
+                      present: bool) -> Mapping[str, Any]:
+        """``temperature_c`` of its hottest sensor and that sensor's ``temperature_crit_c``."""
+        sensors: tuple[Sensor, ...] = (picture or {}).get(device, ()) if present else ()
+        known = [s for s in sensors if s.input is not None]
+        if not known:
+            return {}
+        hottest = max(known, key=lambda s: s.input or 0)
+        out: dict[str, Any] = {"temperature_c": (hottest.input or 0) / 1000}
+        if hottest.crit is not None:
+            out["temperature_crit_c"] = hottest.crit / 1000
+        return out
+
     def series(self, section: TemperatureSection, picture: Any) -> Iterable[Series]:
         facts: Mapping[str, tuple[Sensor, ...]] = picture or {}
         temp, crit, alert = [], [], []

@@ -193,6 +193,22 @@ class PcieAer(CheckFamily[AerSection]):
                     f" (above {', '.join(below[address])})" if below.get(address) else "")
             yield Condition(FATAL if flag.is_fatal else DEGRADED, f"PCIe AER {name} on {where}")
 
+    def device_fields(self, section: AerSection, picture: Any, device: str, present: bool
+                      ) -> Mapping[str, Any]:
+        """The NIC function's AER totals (``aer_dev_fatal`` ...) and the root port above it
+        (``aer_root_port`` and its ``aer_rootport_total_err_*``), as of its last run."""
+        if not present:
+            return {}
+        out: dict[str, Any] = {}
+        tables: tuple[AerTable, ...] = (picture[0] if picture else {}).get(device, ())
+        for table in tables:
+            if table.rootport:  # the root port above it: its address and totals of all below
+                out["aer_root_port"] = table.address
+                out.update(table.totals)
+            elif not table.upstream:
+                out.update(table.totals)
+        return out
+
     def series(self, section: AerSection, picture: Any) -> Iterable[Series]:
         facts: Mapping[str, tuple[AerTable, ...]] = picture[0] if picture else {}
         totals, breached = [], []

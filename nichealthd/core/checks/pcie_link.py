@@ -103,6 +103,20 @@ class PcieLink(CheckFamily[PcieLinkSection]):
                             f"{record.device}: PCIe link {key.replace('>', ' → ')} "
                             f"{record.detail}")
 
+    def device_fields(self, section: PcieLinkSection, picture: Any, device: str,
+                      present: bool) -> Mapping[str, Any]:
+        """``pcie_link`` (the NIC's own link) and ``pcie_hops``, as of its last run."""
+        hops: Mapping[str, tuple[PcieHop, ...]] = picture or {}
+        if not present or not hops.get(device):
+            return {}
+        out: dict[str, Any] = {}
+        own = hops[device][0]
+        link = link_text(own.downstream.current_width, own.downstream.current_speed)
+        if link:
+            out["pcie_link"] = link
+        out["pcie_hops"] = [hop_record(h) for h in hops[device]]
+        return out
+
     def series(self, section: PcieLinkSection, picture: Any) -> Iterable[Series]:
         facts: Mapping[str, tuple[PcieHop, ...]] = picture or {}
         speed, width, degraded = [], [], []
@@ -121,6 +135,21 @@ class PcieLink(CheckFamily[PcieLinkSection]):
                      "gauge", names, tuple(width))
         yield Series("pcie_link_degraded", "1 while a PCIe hop runs below what both ends "
                      "support (reported)", "gauge", names, tuple(degraded))
+
+
+def link_text(width: Any, speed: Any) -> str:
+    """``x16 at 32.0 GT/s``; "" when either is unknown."""
+    if not width or not speed:
+        return ""
+    return f"x{width} at {speed:.1f} GT/s"
+
+
+def hop_record(hop: PcieHop) -> dict[str, str]:
+    """One hop as strings (D-Bus ``a{ss}``)."""
+    return {"upstream": hop.upstream.address, "downstream": hop.downstream.address,
+            "link": link_text(hop.downstream.current_width, hop.downstream.current_speed),
+            "capable": link_text(hop.capable_width, hop.capable_speed),
+            "degraded": {True: "true", False: "false", None: "unknown"}[hop.degraded]}
 
 
 FAMILY = PCIE_LINK = PcieLink()
