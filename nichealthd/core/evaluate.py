@@ -30,7 +30,7 @@ from .checks.link_state import LINK_STATE
 from .config import CHAR_DEVICE_CHECK, EFA_DEGRADATION_CHECK, EFA_STATE_CHECK, Config
 from .events import BACKDATE, HealthEvent
 from .failure import describe_exception
-from .family import READS_COUNTERS, SLOW_READS, CheckFamily, Cycle, Verdict
+from .family import EVERY_POLL, READS_COUNTERS, CheckFamily, Cycle, Verdict
 from .model import HostSnapshot
 from .state import MonitorState
 from .topology import CardCount, Role, Topology, classify_all
@@ -207,12 +207,13 @@ def _due(family: CheckFamily[Any], memory: CounterMemory, now: datetime, config:
 
 
 def due_reads(config: Config, memory: CounterMemory, now: datetime) -> frozenset[str]:
-    """The slow parts (``SLOW_READS``) some enabled family reading them is due to judge at
-    ``now``: the monitor asks the reader for those only (#16), by the rule :func:`evaluate`
-    applies to the same memory, so a part is read exactly in the polls that judge it."""
+    """The parts not read every poll (the slow PCI parts, the facts of the Source seam) some
+    enabled family reading them is due to judge at ``now``: the monitor reads those only,
+    by the rule :func:`evaluate` applies to the same memory, so a part is read exactly in the
+    polls that judge it."""
     wanted: set[str] = set()
     for family in families():
-        slow = family.reads & SLOW_READS
+        slow = family.reads - EVERY_POLL
         if slow and family.enabled(config) and _due(family, memory, now, config):
             wanted |= slow
     return frozenset(wanted)

@@ -48,11 +48,16 @@ READS_COUNTERS = "counters"  # the configured counter files
 READS_PCIE = "pcie"  # the link files of every hop from each NIC up to its root port
 READS_AER = "aer"  # the aer_dev_* tables of each NIC function and the port above it
 READS_HWMON = "hwmon"  # the NIC functions' hwmon temperature sensors
-SLOW_READS = frozenset({READS_PCIE, READS_AER, READS_HWMON})
+PCI_READS = frozenset({READS_PCIE, READS_AER, READS_HWMON})  # sources/pcie.py reads them
 # Read every poll by their own sources, each inside its own failure boundary: a family that
 # needs a part whose source failed is not judged in that poll (HostSnapshot.unread).
 READS_ADAPTER = "adapter"  # the adapter facts: PCI NICs, character devices, netdevs, firmware
 READS_KERNEL_LOG = "kernel_log"  # the kernel log lines after the committed cursor
+EVERY_POLL = frozenset({READS_DEVICES, READS_PORTS, READS_COUNTERS, READS_ADAPTER,
+                        READS_KERNEL_LOG})
+# Any other name in ``reads`` is a fact type of the slow PCI parts above or of a source on the
+# Source seam (nichealthd.sources.seam): read only in a poll in which a family needing it is
+# due (HostSnapshot.facts).
 
 HOST = ""  # the "device" of an event that belongs to no device of this poll (see Verdict)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 
 if TYPE_CHECKING:  # pragma: no cover - the adapter facts are plain data of their own module
     from .adapter import AdapterFacts
@@ -223,6 +223,9 @@ class HostSnapshot:
     # The parts (family.READS_*) whose source failed this poll -> why: the families that read
     # them are not judged (core/evaluate.py), and the surfaces show them as unknown.
     unread: Mapping[str, str] = field(default_factory=dict)
+    # The facts of the sources on the Source seam (sources/seam.py), by fact type, read only
+    # in a poll in which a family needing them is due (absent: not read this poll).
+    facts: Mapping[str, Any] = field(default_factory=dict)
 
     def device(self, name: str) -> Optional[DeviceSnapshot]:
         for device in self.devices:

@@ -32,7 +32,14 @@ from ..core.evaluate import (
     watched_functions,
 )
 from ..core.failure import describe_exception
-from ..core.family import READS_AER, READS_COUNTERS, READS_HWMON, READS_KERNEL_LOG, READS_PCIE
+from ..core.family import (
+    PCI_READS,
+    READS_AER,
+    READS_COUNTERS,
+    READS_HWMON,
+    READS_KERNEL_LOG,
+    READS_PCIE,
+)
 from ..core.model import HostSnapshot
 from ..core.pcitopo import summary
 from ..core.state import MonitorState
@@ -41,6 +48,7 @@ from ..core.views import health_status
 from ..sources.boundary import SourceBoundary
 from ..sources.kernel_log import KernelLogSource, open_kernel_log
 from ..sources.pcie import PciFactsReader
+from ..sources.seam import Source, source_types
 from ..sources.sysfs import SysfsReader
 from ..storage.store import (
     CommitError,
@@ -95,6 +103,10 @@ class Monitor:
         self._pci_boundaries = {part: SourceBoundary(part, what, log) for part, what in (
             (READS_PCIE, "the PCIe links"), (READS_AER, "the AER tables"),
             (READS_HWMON, "the NIC temperature sensors"))}
+        # The facts of the Source seam, each read when a family needing it is due.
+        self.sources: dict[str, Source] = {cls.fact: cls(config) for cls in source_types()}
+        self._source_boundaries = {fact: SourceBoundary(fact, source.description, log)
+                                   for fact, source in self.sources.items()}
         self.families = FamilyWatch(log)
         # The kernel log (#17): read each poll from the committed cursor (KERNEL_LOG section).
         self.kernel_log = kernel_log if kernel_log is not None else (
@@ -178,7 +190,8 @@ class Monitor:
                 roles = self._last_roles
                 monitored = [d.name for d in snapshot.devices
                              if d.name not in roles or roles[d.name].monitored]
-                snapshot = self._read_pci_facts(snapshot, slow, monitored)
+                snapshot = self._read_pci_facts(snapshot, slow & PCI_READS, monitored)
+                snapshot = self._read_sources(snapshot, slow - PCI_READS, monitored)
             self._rediscover_topology(snapshot)
             stage = EVALUATE
             if not self._counters_logged and snapshot.devices:
@@ -229,6 +242,26 @@ class Monitor:
             else:
                 snapshot = read
         return dataclasses.replace(snapshot, unread=unread) if unread else snapshot
+
+    def _read_sources(self, snapshot: HostSnapshot, facts: frozenset[str],
+                      monitored: list[str]) -> HostSnapshot:
+        """The snapshot with the due facts of the Source seam, each inside its boundary."""
+        read: dict[str, object] = {}
+        unread = dict(snapshot.unread)
+        for fact in sorted(facts):
+            source = self.sources.get(fact)
+            if source is None:
+                unread[fact] = "no source provides it"
+                continue
+            value, problem = self._source_boundaries[fact].read(
+                functools.partial(source.read, snapshot, monitored))
+            if problem:
+                unread[fact] = problem
+            else:
+                read[fact] = value
+        if not read and len(unread) == len(snapshot.unread):
+            return snapshot
+        return dataclasses.replace(snapshot, facts={**snapshot.facts, **read}, unread=unread)
 
     def _enabled_families(self) -> list[str]:
         return [f.id for f in families() if f.enabled(self.config)]
@@ -321,6 +354,8 @@ class Monitor:
         self.topology_summary = ""  # logged again with the roles of the next poll
         self.reader.reconfigure(config)
         self.pci_facts.reconfigure(config.sysfs_root, config.sys_class_infiniband)
+        for source in self.sources.values():
+            source.reconfigure(config)
         if (old.kernel_log, old.kernel_log_path, old.sysfs_root) != (
                 config.kernel_log, config.kernel_log_path, config.sysfs_root):
             if self.kernel_log is not None:
@@ -338,6 +373,8 @@ class Monitor:
         self.flush()
         self.reader.close()
         self.pci_facts.close()
+        for source in self.sources.values():
+            source.close()
         if self.kernel_log is not None:
             self.kernel_log.close()
 
