@@ -33,13 +33,13 @@ from .settings import (
     Reader,
     Report,
     Settings,
+    boolean,
     declared,
     hint,
     key_label,
     setting,
+    string,
 )
-from .settings import boolean as _bool
-from .settings import string as _string
 
 S = TypeVar("S", bound=Settings)
 
@@ -228,9 +228,9 @@ SWITCH_OFF_HINT = "to switch a counter off set enabled = false"
 
 def _regex_list(value: Any) -> Tuple[str, ...]:
     if isinstance(value, str):
-        items = [part.strip() for part in _string(value).split(",") if part.strip()]
+        items = [part.strip() for part in string(value).split(",") if part.strip()]
     elif isinstance(value, list) and all(isinstance(v, str) for v in value):
-        items = [_string(v).strip() for v in value if v.strip()]
+        items = [string(v).strip() for v in value if v.strip()]
     else:
         raise ValueError(f"expected a comma-separated string of regular expressions, "
                          f"got {show(value)}")
@@ -260,7 +260,7 @@ def _checks(value: Any) -> Tuple[str, ...]:
 
 
 def _listen(value: Any) -> str:
-    text = _string(value).strip()
+    text = string(value).strip()
     if not text:
         return ""
     host, sep, port = text.rpartition(":")
@@ -277,7 +277,7 @@ UNIX_PATH_MAX = 107  # sun_path holds 108 bytes with the terminating NUL
 
 def _unix_socket_path(value: Any) -> str:
     """An absolute path for a unix socket, or "" (disabled)."""
-    text = _string(value).strip()
+    text = string(value).strip()
     if not text:
         return ""
     if not text.startswith("/"):
@@ -291,7 +291,7 @@ def _unix_socket_path(value: Any) -> str:
 
 
 def _connector_target(value: Any) -> str:
-    text = _string(value).strip()
+    text = string(value).strip()
     if text and not (text.startswith("unix:") or text.startswith("dns:") or ":" in text):
         raise ValueError(f"expected a gRPC target such as unix:///run/nvsentinel/nvsentinel.sock, "
                          f"got {show(value)}")
@@ -320,14 +320,14 @@ def _counter_name(value: Any) -> str:
 
 
 def _velocity_unit(value: Any) -> str:
-    text = _string(value)
+    text = string(value)
     if text not in VELOCITY_UNITS and text != "":
         raise ValueError(f"expected 'second', 'minute' or 'hour', got {show(value)}")
     return text
 
 
 def _threshold_type(value: Any) -> str:
-    text = _string(value)
+    text = string(value)
     if text not in THRESHOLD_TYPES:
         raise ValueError(f"expected 'delta' or 'velocity', got {show(value)}")
     return text
@@ -336,13 +336,13 @@ def _threshold_type(value: Any) -> str:
 # Counter field -> (CounterSpec attribute, converter).
 COUNTER_FIELDS: Dict[str, Tuple[str, Callable[[Any], Any]]] = {
     "name": ("name", _counter_name),
-    "path": ("path", _string),
-    "enabled": ("enabled", _bool),
-    "isFatal": ("is_fatal", _bool),
+    "path": ("path", string),
+    "enabled": ("enabled", boolean),
+    "isFatal": ("is_fatal", boolean),
     "thresholdType": ("threshold_type", _threshold_type),
     "threshold": ("threshold", _threshold),
     "velocityUnit": ("velocity_unit", _velocity_unit),
-    "description": ("description", _string),
+    "description": ("description", string),
 }
 
 
@@ -355,26 +355,26 @@ class Config:
     """
 
     source: str | None = None
-    sysfs_root: str = setting("sysfsRoot", "/sys", _string, "Root of sysfs")
-    proc_root: str = setting("procRoot", "/proc", _string, "Root of procfs")
+    sysfs_root: str = setting("sysfsRoot", "/sys", string, "Root of sysfs")
+    proc_root: str = setting("procRoot", "/proc", string, "Root of procfs")
     boot_id_path_setting: str = setting(
-        "bootIdPath", "", _string,
+        "bootIdPath", "", string,
         "Host boot ID; when it changes, counter snapshots and latches are discarded.")
     state_file: str = setting(
-        "stateFile", "/var/lib/nichealthd/state.json", _string,
+        "stateFile", "/var/lib/nichealthd/state.json", string,
         "Persistent state and outbox of undelivered events; written atomically.")
     metadata_path: str = setting(
-        "metadataPath", "/var/lib/nvsentinel/gpu_metadata.json", _string,
+        "metadataPath", "/var/lib/nvsentinel/gpu_metadata.json", string,
         "GPU metadata written by NVSentinel's metadata collector.")
     # Where the GPU<->NIC topology comes from (DESIGN §2.3, §2.10).
     topology_source: str = setting("topologySource", "auto", Choice(TOPOLOGY_SOURCES),
                                    "Where the GPU–NIC topology comes from")
-    node_name: str = setting("nodeName", "", _string, "Node name stamped on every event")
+    node_name: str = setting("nodeName", "", string, "Node name stamped on every event")
     platform_connector_socket: str = setting(
         "platformConnectorSocket", "unix:///run/nvsentinel/nvsentinel.sock", _connector_target,
         "gRPC target of the NVSentinel platform connector; empty disables forwarding.")
     platform_connector_token_path: str = setting(
-        "platformConnectorTokenPath", "", _string,
+        "platformConnectorTokenPath", "", string,
         "File holding a bearer token, re-read for every call; empty means no token.")
     processing_strategy: str = setting(
         "processingStrategy", "EXECUTE_REMEDIATION", Choice(PROCESSING_STRATEGIES),
@@ -387,7 +387,7 @@ class Config:
     dbus: str = setting("dbus", "system", Choice(DBUS_MODES), "system, session or none.")
     varlink_socket: str = setting("varlinkSocket", "/run/nichealthd/io.nichealthd.Monitor",
                                   _unix_socket_path, "Unix socket of the varlink API")
-    event_log: str = setting("eventLog", "", _string,
+    event_log: str = setting("eventLog", "", string,
                              "Append every committed event as one JSON line to this file")
     log_level: str = setting("logLevel", "info", Choice(LOG_LEVELS, lower=True),
                              "debug, info, warning or error.")
@@ -417,8 +417,8 @@ class Config:
         "nicInclusionRegexOverride", (), _regex_list,
         "exactly the InfiniBand devices whose names match are monitored")
     sys_class_infiniband_setting: str = setting(
-        "sysClassInfinibandPath", "", _string, "InfiniBand class directory (NVSentinel's key).")
-    sys_class_net_setting: str = setting("sysClassNetPath", "", _string,
+        "sysClassInfinibandPath", "", string, "InfiniBand class directory (NVSentinel's key).")
+    sys_class_net_setting: str = setting("sysClassNetPath", "", string,
                                          "Network class directory (NVSentinel's key).")
     # [counterDetection]: the counter engine's, merged by name (see the module's docstring).
     counter_detection_enabled: bool = True
@@ -568,7 +568,7 @@ def _counter_detection(detection: Any, source: Optional[str], lines: KeyLines,
     for key, raw in detection.items():
         line = lines.line(DETECTION, key)
         if key == "enabled":
-            enabled = errors.convert(source, f"{DETECTION}.enabled", _bool, raw, line)
+            enabled = errors.convert(source, f"{DETECTION}.enabled", boolean, raw, line)
             if enabled is not None:
                 values["counter_detection_enabled"] = enabled
         elif key not in ("counters", EFA_COUNTERS_KEY):
