@@ -128,8 +128,11 @@ class PcieAerSettings(Settings):
     pcieAerCorrectablePerMinute, pcieAerRootPort."""
 
     # Three small files per function, no firmware command: 10 s.
-    pcie_aer_interval: float = setting("pcieAerInterval", 10.0, Duration(0.0, 86400.0),
-                                       "How often the AER totals (the TOTAL_ERR_* line of")
+    pcie_aer_interval: float = setting(
+        "pcieAerInterval", 10.0, Duration(0.0, 86400.0),
+        "How often the AER totals (the TOTAL_ERR_* line of aer_dev_fatal, aer_dev_nonfatal, "
+        "aer_dev_correctable) of each monitored NIC function and of the port above it are "
+        "read and judged")
     # DCGM's limit for PCIe replays (DCGM_LIMIT_MAX_PCIREPLAY_RATE, "8 replays per minute is
     # the maximum recommended by RM"): correctable AER errors count replays among others.
     pcie_aer_correctable_per_minute: int = setting(
