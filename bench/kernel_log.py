@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from nichealthd.core.checks.counters import CounterMemory
-from nichealthd.core.checks.kernel_log import KERNEL_LOG, KernelLogSection
+from nichealthd.core.checks.kernel_log import KERNEL_LOG, KernelLogSection, KernelLogSettings
 from nichealthd.core.config import build_config
 from nichealthd.core.evaluate import evaluate
 from nichealthd.core.model import DeviceSnapshot, HostSnapshot, PortSnapshot
@@ -83,7 +83,8 @@ def run(polls: int, rate: int, directory: Path, fault: str = FAULT) -> dict[str,
         now = datetime.now(timezone.utc)
         c0, w0 = time.process_time(), time.perf_counter()
         committed = state.section(KERNEL_LOG).cursor
-        lines, cursor = source.read(committed, BOOT, config.kernel_log_max_lines)
+        lines, cursor = source.read(committed, BOOT,
+                                    config.settings(KernelLogSettings).kernel_log_max_lines)
         c_read = time.process_time()
         snap = replace(snapshot(now), kernel_lines=lines, kernel_cursor=cursor)
         result = evaluate(state, snap, config, topology, memory, now, baseline=poll == 0)

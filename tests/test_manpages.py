@@ -2,8 +2,9 @@
 
 The --help comparisons run the real programs; they are skipped (with the reason) only while
 ``nichealthd.runtime.daemon`` / ``nichealthd.cli.ctl`` cannot be imported. The other checks
-compare the pages with the external contract (DESIGN.md section 2.3) and the shipped config
-file.
+compare the pages with the external contract (DESIGN.md section 2.3), the shipped config
+file and the config keys as the daemon and each check family declare them
+(``nichealthd.core.config.declarations``).
 """
 
 from __future__ import annotations
@@ -15,8 +16,11 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from nichealthd.core.config import declarations
 
 REPO = Path(__file__).resolve().parent.parent
 MAN = REPO / "man"
@@ -31,25 +35,13 @@ DAEMON_FLAGS = {
     "--checks", "--metrics-listen", "--dbus", "--varlink-socket", "--event-log", "--once",
     "--log-level", "--version", "--help",
 }  # fmt: skip
-KERNEL_LOG_KEYS = {"kernelLog", "kernelLogPath", "kernelLogMaxLines",
-                   "kernelLogRepeatCount", "kernelLogRepeatWindow"}  # #17
-CONFIG_KEYS = {
-    "sysfsRoot", "procRoot", "bootIdPath", "stateFile", "metadataPath", "topologySource",
-    "nodeName",
-    "platformConnectorSocket", "platformConnectorTokenPath", "processingStrategy",
-    "pollingInterval", "checks", "metricsListen", "dbus", "varlinkSocket", "eventLog",
-    "logLevel",
-    "connectorBatchInterval", "connectorTimeout", "outboxMaxEvents", "outboxMaxBytes",
-    "eventHistorySize", "nicExclusionRegex", "nicInclusionRegexOverride",
-    "sysClassInfinibandPath", "sysClassNetPath", "cardVerdictHoldTime",
-    "driverReloadGrace", "driverReloadTimeout",
-    # #16.1, .2, .7
-    "pcieLinkInterval", "pcieAerInterval", "pcieAerCorrectablePerMinute", "pcieAerRootPort",
-    "nicTemperatureInterval", "nicTemperatureMargin",
-    "stateHoldDown",
-    "linkFlapCount", "linkFlapWindow", "linkFlapFatalCount",
-    "adapterCheckInterval", "charDeviceIssm",  # #16.3-6
-}  # fmt: skip
+# Every top-level key: the daemon's own and each family's, with the man page section of each.
+DECLARED = declarations()
+SCALARS = [item for item in DECLARED if item.key.merge is None]
+TABLES = [item for item in DECLARED if item.key.merge is not None]  # [[kernelLogRules]]
+SECTIONS = sorted({item.section for item in DECLARED})
+ALL_KEYS = {item.name for item in SCALARS}
+CONFIG_KEYS = {item.name for item in SCALARS if item.section == "GENERAL KEYS"}
 COUNTER_FIELDS = {
     "name", "path", "enabled", "isFatal", "thresholdType", "threshold", "velocityUnit",
     "description",
@@ -165,12 +157,41 @@ def shipped_config_keys() -> set:
 
 def test_toml_page_and_shipped_config_list_every_key():
     assert documented_config_keys() == CONFIG_KEYS
-    assert shipped_config_keys() == CONFIG_KEYS | KERNEL_LOG_KEYS
-    kernel = section("nichealthd.toml.5", "KERNEL LOG")  # #17
-    assert set(re.findall(r"^\.BR (\w+) \" = ", kernel, re.M)) == KERNEL_LOG_KEYS
+    assert shipped_config_keys() == ALL_KEYS
+    for name in SECTIONS:
+        text = section("nichealthd.toml.5", name)
+        assert set(re.findall(r"^\.BR (\w+) \" = ", text, re.M)) \
+            == {item.name for item in SCALARS if item.section == name}, name
     counters = section("nichealthd.toml.5", "COUNTER DETECTION")
     for field in COUNTER_FIELDS:
         assert re.search(rf"^\.BR? {field}\b", counters, re.M), field
+
+
+def key_paragraph(item: Any) -> str:
+    """The text of a declared key's paragraph in its section, as a reader sees it: font
+    requests and escapes undone, on one line."""
+    text = section("nichealthd.toml.5", item.section)
+    head = (rf'\.BR {item.name} " = [^\n]*' if item.key.merge is None
+            else rf"\.B \[\[{item.name}\]\]")
+    m = re.search(rf"^{head}\n(.*?)(?=^\.TP|^\.SH|\Z)", text, re.S | re.M)
+    assert m, item.name
+    words = []
+    for line in m.group(1).splitlines():
+        font = re.match(r"^\.(B|I|BR|RB|IR|RI|IB|BI) (.*)$", line)
+        if font:  # one argument in one font, or alternating fonts without spaces between
+            parts = [a or b for a, b in re.findall(r'"([^"]*)"|(\S+)', font.group(2))]
+            line = (" " if len(font.group(1)) == 1 else "").join(parts)
+        elif line.startswith("."):
+            continue
+        words.append(line)
+    text = re.sub(r"\\f[BIRP]", "", " ".join(words)).replace("\\(en", "\u2013")
+    return " ".join(text.split())
+
+
+@pytest.mark.parametrize("item", DECLARED, ids=[item.name for item in DECLARED])
+def test_each_key_carries_its_man_page_line(item: Any) -> None:
+    """The one line a declaration carries is what the man page says of the key."""
+    assert item.key.doc in key_paragraph(item), (item.key.doc, key_paragraph(item))
 
 
 REQUEST_AT_END = re.compile(r"\S\.(TP|PP|LP|IP|SH|SS|RS|RE|TH|nf|fi)\s*$")
@@ -287,7 +308,7 @@ def test_documented_defaults_are_the_daemons(tmp_path):
 
     text = (REPO / "etc/nichealthd/config.toml").read_text()
     lines = [ln[1:] for ln in text.splitlines() if re.match(r"^#\w+ = ", ln)]
-    lines = [ln for ln in lines if ln.split(" = ")[0] in CONFIG_KEYS]
+    lines = [ln for ln in lines if ln.split(" = ")[0] in ALL_KEYS]
     lines += ["[counterDetection]", "enabled = true"]
     path = tmp_path / "config.toml"
     path.write_text("\n".join(lines) + "\n")
@@ -303,6 +324,8 @@ def test_documented_defaults_are_the_daemons(tmp_path):
             prop = {"boot_id_path_setting": "boot_id_path"}.get(field, field[: -len("_setting")])
             same = getattr(loaded, prop) == getattr(defaults, prop)
         assert same, field
+    for kind in cfg.family_settings():  # each family's keys, at their defaults
+        assert loaded.settings(kind) == defaults.settings(kind) == kind(), kind
 
     units = {"second": "second", "minute": "minute", "hour": "hour"}
     table = {}

@@ -1,4 +1,10 @@
-"""Configuration: built-in defaults, merging by counter name, and validation.
+"""Configuration: the daemon's own keys, the counter tables, and loading a file.
+
+A key is declared once, by its owner (:mod:`nichealthd.core.settings`): the daemon's own keys
+are the fields of :class:`Config`, a check family's are the fields of its settings class
+(``CheckFamily.settings``, read as ``config.settings(TheClass)``). The ``[counterDetection]``
+table is the counter engine's (the ConnectX and EFA counters share its switch, and the reader
+reads the files it names), so it stays here with its merging by counter name.
 
 One validator serves the daemon (start and reload) and ``nichealthctl config check``. It makes
 one pass over the file and collects every problem (file, line, key, what is wrong) into one
@@ -9,25 +15,33 @@ fall back to a default. Reading and parsing the file is :mod:`nichealthd.sources
 
 from __future__ import annotations
 
-import difflib
 import functools
 import math
 import os
 import re
 import socket
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Type, TypeVar, cast
 
 from .config_errors import Collector, ConfigError, Problem, show
 from .config_lines import KeyLines
-from .duration import format_duration, parse_duration
-from .kernel_rules import (
-    DEFAULT_KERNEL_RULES,
-    KERNEL_LOG_MODES,
-    RULES_TABLE,
-    KernelRule,
-    merge_kernel_rules,
+from .settings import (
+    Choice,
+    Declared,
+    Duration,
+    Integer,
+    Reader,
+    Report,
+    Settings,
+    boolean,
+    declared,
+    hint,
+    key_label,
+    setting,
+    string,
 )
+
+S = TypeVar("S", bound=Settings)
 
 DEFAULT_CONFIG_PATH = "/etc/nichealthd/config.toml"
 
@@ -54,6 +68,13 @@ THRESHOLD_TYPES = ("delta", "velocity")
 _COUNTER_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _SPEC_CARRIER_PATH = "/sys/class/net/{interface}/statistics/carrier_changes"
 REAL_CARRIER_PATH = "/sys/class/net/{interface}/carrier_changes"
+DETECTION = "counterDetection"
+DETECTION_KEYS = ("enabled", "counters", "efaCounters")
+COUNTERS_TABLE = "counterDetection.counters"
+# The EFA counters (#18.3), merged by name over DEFAULT_EFA_COUNTERS as the ConnectX ones are
+# over DEFAULT_COUNTERS; their paths are relative to the device (``{port}``: the port number).
+EFA_COUNTERS_KEY = "efaCounters"
+EFA_COUNTERS_TABLE = "counterDetection.efaCounters"
 
 
 @dataclass(frozen=True)
@@ -195,79 +216,227 @@ DEFAULT_EFA_COUNTERS: tuple[CounterSpec, ...] = (
 # future work, noted in #18's closing note).
 
 
+# A counter is at most 64 bits: a larger threshold could never be breached.
+THRESHOLD_MAX = float(2 ** 64)
+SWITCH_OFF_HINT = "to switch a counter off set enabled = false"
+
+
+# ------------------------------------------------------------- parsers of the daemon's keys
+# Each takes a raw TOML (or flag) value and returns the Config value or raises ValueError
+# with a message; the Collector turns that into a Problem (the generic ones are in
+# :mod:`nichealthd.core.settings`).
+
+def _regex_list(value: Any) -> Tuple[str, ...]:
+    if isinstance(value, str):
+        items = [part.strip() for part in string(value).split(",") if part.strip()]
+    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+        items = [string(v).strip() for v in value if v.strip()]
+    else:
+        raise ValueError(f"expected a comma-separated string of regular expressions, "
+                         f"got {show(value)}")
+    for item in items:
+        try:
+            re.compile(item)
+        except (re.error, RecursionError, OverflowError) as exc:
+            reason = str(exc) if isinstance(exc, re.error) else "nested too deeply"
+            raise ValueError(f"invalid regular expression {show(item)}: {reason}") from None
+    return tuple(items)
+
+
+def _checks(value: Any) -> Tuple[str, ...]:
+    if isinstance(value, str):
+        names = [part.strip() for part in value.split(",") if part.strip()]
+    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+        names = [v.strip() for v in value]
+    else:
+        raise ValueError(f"expected a comma-separated list of check names, got {show(value)}")
+    unknown = [n for n in names if n not in ALL_CHECKS]
+    if unknown:
+        raise ValueError(f"unknown check {show(unknown[0])}{hint(unknown[0], ALL_CHECKS)}; "
+                         f"known checks: {', '.join(ALL_CHECKS)}")
+    if not names:
+        raise ValueError("at least one check must be enabled")
+    return tuple(dict.fromkeys(names))
+
+
+def _listen(value: Any) -> str:
+    text = string(value).strip()
+    if not text:
+        return ""
+    host, sep, port = text.rpartition(":")
+    bracketed = host.startswith("[") or host.endswith("]") or ":" in host
+    if (not sep or not re.fullmatch(r"[0-9]{1,5}", port) or not 0 < int(port) < 65536
+            or (bracketed and not re.fullmatch(r"\[[0-9A-Fa-f:.]+(%[\w.-]+)?\]", host))):
+        raise ValueError(f"expected [HOST]:PORT (for example ':2112', '127.0.0.1:2112' or "
+                         f"'[::1]:2112'), got {show(value)}")
+    return text
+
+
+UNIX_PATH_MAX = 107  # sun_path holds 108 bytes with the terminating NUL
+
+
+def _unix_socket_path(value: Any) -> str:
+    """An absolute path for a unix socket, or "" (disabled)."""
+    text = string(value).strip()
+    if not text:
+        return ""
+    if not text.startswith("/"):
+        raise ValueError(f"expected an absolute path such as /run/nichealthd/io.nichealthd.Monitor "
+                         f"or \"\" to disable, got {show(value)}")
+    size = len(text.encode("utf-8", "surrogateescape"))
+    if size > UNIX_PATH_MAX:
+        raise ValueError(f"a unix socket path is at most {UNIX_PATH_MAX} bytes, this one has "
+                         f"{size}: {show(value)}")
+    return text
+
+
+def _connector_target(value: Any) -> str:
+    text = string(value).strip()
+    if text and not (text.startswith("unix:") or text.startswith("dns:") or ":" in text):
+        raise ValueError(f"expected a gRPC target such as unix:///run/nvsentinel/nvsentinel.sock, "
+                         f"got {show(value)}")
+    return text
+
+
+def _threshold(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"expected a number, got {show(value)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"threshold must be a finite number, got {show(value)}; "
+                         f"{SWITCH_OFF_HINT}")
+    if value < 0:
+        raise ValueError(f"threshold must be >= 0, got {show(value)}")
+    if value > THRESHOLD_MAX:
+        raise ValueError(f"threshold must be at most 2^64 (a larger one is never breached), "
+                         f"got {show(value)}; {SWITCH_OFF_HINT}")
+    return float(value)
+
+
+def _counter_name(value: Any) -> str:
+    if not isinstance(value, str) or not _COUNTER_NAME.match(value):
+        raise ValueError(f"expected a counter name of letters, digits, '_', '.', '-', "
+                         f"got {show(value)}")
+    return value
+
+
+def _velocity_unit(value: Any) -> str:
+    text = string(value)
+    if text not in VELOCITY_UNITS and text != "":
+        raise ValueError(f"expected 'second', 'minute' or 'hour', got {show(value)}")
+    return text
+
+
+def _threshold_type(value: Any) -> str:
+    text = string(value)
+    if text not in THRESHOLD_TYPES:
+        raise ValueError(f"expected 'delta' or 'velocity', got {show(value)}")
+    return text
+
+
+# Counter field -> (CounterSpec attribute, converter).
+COUNTER_FIELDS: Dict[str, Tuple[str, Callable[[Any], Any]]] = {
+    "name": ("name", _counter_name),
+    "path": ("path", string),
+    "enabled": ("enabled", boolean),
+    "isFatal": ("is_fatal", boolean),
+    "thresholdType": ("threshold_type", _threshold_type),
+    "threshold": ("threshold", _threshold),
+    "velocityUnit": ("velocity_unit", _velocity_unit),
+    "description": ("description", string),
+}
+
+
 @dataclass(frozen=True)
 class Config:
-    """The daemon's complete, validated configuration (flags already applied)."""
+    """The daemon's complete, validated configuration (flags already applied).
+
+    Its own keys are its fields made by :func:`setting`; each family's are in
+    :attr:`family_settings`, read through :meth:`settings`.
+    """
 
     source: str | None = None
-    sysfs_root: str = "/sys"
-    proc_root: str = "/proc"
-    boot_id_path_setting: str = ""
-    state_file: str = "/var/lib/nichealthd/state.json"
-    metadata_path: str = "/var/lib/nvsentinel/gpu_metadata.json"
-    topology_source: str = "auto"
-    node_name: str = ""
-    platform_connector_socket: str = "unix:///run/nvsentinel/nvsentinel.sock"
-    platform_connector_token_path: str = ""
-    processing_strategy: str = "EXECUTE_REMEDIATION"
-    polling_interval: float = 1.0
-    checks: tuple[str, ...] = ALL_CHECKS
-    metrics_listen: str = ":2112"
-    dbus: str = "system"
-    varlink_socket: str = "/run/nichealthd/io.nichealthd.Monitor"
-    event_log: str = ""
-    log_level: str = "info"
-    connector_batch_interval: float = 5.0
-    connector_timeout: float = 5.0
-    card_verdict_hold_time: float = 240.0  # gpud's 4-minute drop rule (REFERENCE §4)
-    state_hold_down: float = 0.0  # 0: every healthy->unhealthy port edge at once (#15.4)
-    # Flaps (#15.5): gpud >= 3 returns to ACTIVE in 12 h, NVSentinel's analyzer 3 in 1 h.
-    link_flap_count: int = 3  # 0 switches flap detection off
-    link_flap_window: float = 3600.0
-    link_flap_fatal_count: int = 0  # 0: flapping is never fatal
-    # Every device gone at once (#19.2): held this long before one non-fatal host event. The
-    # mlx5 driver itself waits up to 60 s for a firmware reset (MLX5_TO_FW_RESET_MS) and then
-    # up to 120 s for the firmware to initialise (MLX5_TO_FW_PRE_INIT_TIMEOUT_MS), the defaults
-    # of drivers/net/ethernet/mellanox/mlx5/core/lib/tout.c: 3 minutes.
-    driver_reload_grace: float = 180.0
-    # ... and after this long the devices still gone are judged one by one (fatal, spec §7).
-    driver_reload_timeout: float = 900.0
-    # PCI-side families (#16.1, .2, .7); an interval of 0 switches the family off.
-    pcie_link_interval: float = 60.0  # link training changes rarely; 60 s is the issue's
-    pcie_aer_interval: float = 10.0  # three small files per function, no firmware command
-    # DCGM's limit for PCIe replays (DCGM_LIMIT_MAX_PCIREPLAY_RATE, "8 replays per minute is
-    # the maximum recommended by RM"): correctable AER errors count replays among others.
-    pcie_aer_correctable_per_minute: int = 8
-    # Root ports' aer_rootport_total_err_* (every device below them, GPUs on the same switch
-    # too) judged against the NICs below (#16.2); false leaves only the NICs' own tables.
-    pcie_aer_root_port: bool = True
-    nic_temperature_interval: float = 60.0  # each hwmon read is a firmware command (MTMP)
-    nic_temperature_margin: int = 5  # degrees C below temp*_crit that are already degraded
+    sysfs_root: str = setting("sysfsRoot", "/sys", string, "Root of sysfs")
+    proc_root: str = setting("procRoot", "/proc", string, "Root of procfs")
+    boot_id_path_setting: str = setting(
+        "bootIdPath", "", string,
+        "Host boot ID; when it changes, counter snapshots and latches are discarded.")
+    state_file: str = setting(
+        "stateFile", "/var/lib/nichealthd/state.json", string,
+        "Persistent state and outbox of undelivered events; written atomically.")
+    metadata_path: str = setting(
+        "metadataPath", "/var/lib/nvsentinel/gpu_metadata.json", string,
+        "GPU metadata written by NVSentinel's metadata collector.")
+    # Where the GPU<->NIC topology comes from (DESIGN §2.3, §2.10).
+    topology_source: str = setting("topologySource", "auto", Choice(TOPOLOGY_SOURCES),
+                                   "Where the GPU–NIC topology comes from")
+    node_name: str = setting("nodeName", "", string, "Node name stamped on every event")
+    platform_connector_socket: str = setting(
+        "platformConnectorSocket", "unix:///run/nvsentinel/nvsentinel.sock", _connector_target,
+        "gRPC target of the NVSentinel platform connector; empty disables forwarding.")
+    platform_connector_token_path: str = setting(
+        "platformConnectorTokenPath", "", string,
+        "File holding a bearer token, re-read for every call; empty means no token.")
+    processing_strategy: str = setting(
+        "processingStrategy", "EXECUTE_REMEDIATION", Choice(PROCESSING_STRATEGIES),
+        "EXECUTE_REMEDIATION, STORE_ONLY or STORE_AND_ANALYSE.")
+    polling_interval: float = setting("pollingInterval", 1.0, Duration(0.1, 3600.0),
+                                      "Poll period of port state and counters")
+    checks: tuple[str, ...] = setting("checks", ALL_CHECKS, _checks, "The checks to run")
+    metrics_listen: str = setting("metricsListen", ":2112", _listen,
+                                  "Address of the Prometheus /metrics and /healthz endpoint")
+    dbus: str = setting("dbus", "system", Choice(DBUS_MODES), "system, session or none.")
+    varlink_socket: str = setting("varlinkSocket", "/run/nichealthd/io.nichealthd.Monitor",
+                                  _unix_socket_path, "Unix socket of the varlink API")
+    event_log: str = setting("eventLog", "", string,
+                             "Append every committed event as one JSON line to this file")
+    log_level: str = setting("logLevel", "info", Choice(LOG_LEVELS, lower=True),
+                             "debug, info, warning or error.")
+    connector_batch_interval: float = setting(
+        "connectorBatchInterval", 5.0, Duration(0.01, 3600.0),
+        "How long events are collected into one batch before they are sent")
+    connector_timeout: float = setting("connectorTimeout", 5.0, Duration(0.1, 600.0),
+                                       "Deadline of one call to the platform connector")
     # Adapter facts (#16.3-6: character devices, lost NICs, firmware, netdev state) are read
-    # and judged this often, not every poll; issm character devices are expected only on
-    # request (NVSentinel #1728: platforms such as GB300 create none).
-    adapter_check_interval: float = 10.0
-    char_device_issm: bool = False
-    outbox_max_events: int = 100_000
-    outbox_max_bytes: int = 64 * 1024 * 1024
-    event_history_size: int = 1000
-    nic_exclusion_regex: tuple[str, ...] = ()
-    nic_inclusion_regex_override: tuple[str, ...] = ()
-    sys_class_infiniband_setting: str = ""
-    sys_class_net_setting: str = ""
+    # and judged this often, not every poll: the cadence of their reader, which four families
+    # share.
+    adapter_check_interval: float = setting(
+        "adapterCheckInterval", 10.0, Duration(1.0, 3600.0),
+        "How often the adapter facts are read and judged")
+    outbox_max_events: int = setting("outboxMaxEvents", 100_000, Integer(1, 10_000_000),
+                                     "Maximum number of undelivered events kept")
+    outbox_max_bytes: int = setting(
+        "outboxMaxBytes", 64 * 1024 * 1024, Integer(64 * 1024, 16 * 1024 ** 3),
+        "Maximum total size of undelivered events, in bytes")
+    event_history_size: int = setting(
+        "eventHistorySize", 1000, Integer(1, 100_000),
+        "Number of recent events kept (across restarts) for D-Bus ListEvents")
+    nic_exclusion_regex: tuple[str, ...] = setting(
+        "nicExclusionRegex", (), _regex_list,
+        "NICs whose names match any of them are dropped before any classification.")
+    nic_inclusion_regex_override: tuple[str, ...] = setting(
+        "nicInclusionRegexOverride", (), _regex_list,
+        "exactly the InfiniBand devices whose names match are monitored")
+    sys_class_infiniband_setting: str = setting(
+        "sysClassInfinibandPath", "", string, "InfiniBand class directory (NVSentinel's key).")
+    sys_class_net_setting: str = setting("sysClassNetPath", "", string,
+                                         "Network class directory (NVSentinel's key).")
+    # [counterDetection]: the counter engine's, merged by name (see the module's docstring).
     counter_detection_enabled: bool = True
     counters: tuple[CounterSpec, ...] = DEFAULT_COUNTERS
     efa_counters: tuple[CounterSpec, ...] = DEFAULT_EFA_COUNTERS
-    # The kernel log (#17): where driver faults are read from, and the rules.
-    kernel_log: str = "journal"
-    kernel_log_path: str = ""  # a journal directory/file or a kmsg-format file (tests, sim)
-    kernel_log_max_lines: int = 5000  # read per poll; the rest is read by the next polls
-    kernel_rules: tuple[KernelRule, ...] = DEFAULT_KERNEL_RULES
-    # Repetition of non-fatal driver faults (#17.4): NVSentinel's analyzer rule
-    # RepeatedNICDriverError (3 events of one pattern in 1 h -> CONTACT_SUPPORT); 0 is off.
-    kernel_log_repeat_count: int = 3
-    kernel_log_repeat_window: float = 3600.0
+    # Each family's settings that differ from its defaults (so that equal configurations
+    # compare equal however they were made), in family order.
+    family_settings: tuple[Settings, ...] = ()
     notices: tuple[str, ...] = field(default=(), compare=False)
+
+    def settings(self, kind: Type[S]) -> S:
+        """The loaded settings of a family (its class), its defaults when none were set."""
+        found = self._settings_by_kind.get(kind)
+        return cast(S, found) if found is not None else _defaults(kind)
+
+    @functools.cached_property
+    def _settings_by_kind(self) -> Dict[type, Settings]:
+        return {type(s): s for s in self.family_settings}
 
     @property
     def boot_id_path(self) -> str:
@@ -312,307 +481,41 @@ class Config:
         return self.active_efa_counters if adapter == "efa" else self.active_counters
 
 
-# ------------------------------------------------------------------ bounds
-
-# Every numeric key has bounds (issue #12.6, #23): nan, inf and values that would stop or spin
-# the daemon, or silently switch a check off, are rejected. Documented in nichealthd.toml(5).
-DURATION_BOUNDS: Dict[str, Tuple[float, float]] = {
-    "pollingInterval": (0.1, 3600.0),
-    "connectorBatchInterval": (0.01, 3600.0),
-    "connectorTimeout": (0.1, 600.0),
-    "cardVerdictHoldTime": (0.0, 86400.0),
-    "stateHoldDown": (0.0, 3600.0),
-    "linkFlapWindow": (1.0, 7 * 86400.0),
-    "driverReloadGrace": (0.0, 3600.0),
-    "driverReloadTimeout": (1.0, 86400.0),
-    "pcieLinkInterval": (0.0, 86400.0),
-    "pcieAerInterval": (0.0, 86400.0),
-    "nicTemperatureInterval": (0.0, 86400.0),
-    "adapterCheckInterval": (1.0, 3600.0),
-    "kernelLogRepeatWindow": (1.0, 7 * 86400.0),
-}
-INTEGER_BOUNDS: Dict[str, Tuple[int, int]] = {
-    "outboxMaxEvents": (1, 10_000_000),
-    "outboxMaxBytes": (64 * 1024, 16 * 1024 ** 3),
-    "eventHistorySize": (1, 100_000),
-    "pcieAerCorrectablePerMinute": (0, 1_000_000),
-    "nicTemperatureMargin": (0, 50),
-    "linkFlapCount": (0, 10_000),
-    "linkFlapFatalCount": (0, 10_000),
-    "kernelLogMaxLines": (10, 1_000_000),
-    # at most this many line times are kept per rule and device (the state stays small)
-    "kernelLogRepeatCount": (0, 1000),
-}
-# A counter is at most 64 bits: a larger threshold could never be breached.
-THRESHOLD_MAX = float(2 ** 64)
-SWITCH_OFF_HINT = "to switch a counter off set enabled = false"
+_DEFAULTS: Dict[type, Settings] = {}
 
 
-# ------------------------------------------------------------- converters
-# Each takes a raw TOML (or flag) value and returns the Config value or raises ValueError
-# with a message; the Collector turns that into a Problem.
-
-def _string(value: Any) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"expected a string, got {show(value)}")
-    if "\0" in value:
-        raise ValueError("must not contain a NUL byte")
-    return value
+def _defaults(kind: Type[S]) -> S:
+    """A family's default settings (one instance per class: asked for on every poll)."""
+    found = _DEFAULTS.get(kind)
+    if found is None:
+        found = _DEFAULTS[kind] = kind()
+    return cast(S, found)
 
 
-def _choice(options: Tuple[str, ...], lower: bool = False) -> Callable[[Any], str]:
-    def convert(value: Any) -> str:
-        text = _string(value)
-        text = text.lower() if lower else text
-        if text not in options:
-            raise ValueError(f"expected one of {', '.join(options)}, got {show(value)}")
-        return text
-    return convert
+# ------------------------------------------------------------- the declarations
+
+def family_settings() -> tuple[Type[Settings], ...]:
+    """The settings classes of the check families, in family order."""
+    from .checks import families  # the registry imports every family, and they import this
+
+    return tuple(dict.fromkeys(f.settings for f in families() if f.settings is not None))
 
 
-def _integer_between(low: int, high: int) -> Callable[[Any], int]:
-    def convert(value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"expected a whole number between {low} and {high}, "
-                             f"got {show(value)}")
-        if not low <= value <= high:
-            raise ValueError(f"must be between {low} and {high}, got {show(value)}")
-        return value
-    return convert
+def declarations() -> tuple[Declared, ...]:
+    """Every top-level key: the daemon's own, then each family's (nichealthd.toml(5))."""
+    owners: tuple[type, ...] = (Config, *family_settings())
+    return tuple(item for owner in owners for item in declared(owner))
 
 
-def _repeat_count(value: Any) -> int:
-    """``kernelLogRepeatCount``: 0 (off) or a repetition, which takes at least two lines."""
-    count = _integer_between(*INTEGER_BOUNDS["kernelLogRepeatCount"])(value)
-    if count == 1:
-        raise ValueError("must be 0 (repetition off) or at least 2 (one line is a fault, "
-                         "not a repetition), got 1")
-    return count
+def value_of(config: Config, item: Declared) -> Any:
+    """The value ``config`` holds for a declared key."""
+    owner = config if item.owner is Config else config.settings(item.owner)
+    return getattr(owner, item.attr)
 
 
-def _duration_between(low: float, high: float) -> Callable[[Any], float]:
-    """A duration converter with bounds, so a typo like ``0.000001ms`` or ``1e308`` is caught."""
-    def convert(value: Any) -> float:
-        seconds = parse_duration(value, allow_zero=low == 0)
-        if not low <= seconds <= high:
-            raise ValueError(f"must be between {format_duration(low)} and "
-                             f"{format_duration(high)}, got {show(value)}")
-        return seconds
-    return convert
-
-
-def _regex_list(value: Any) -> Tuple[str, ...]:
-    if isinstance(value, str):
-        items = [part.strip() for part in _string(value).split(",") if part.strip()]
-    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
-        items = [_string(v).strip() for v in value if v.strip()]
-    else:
-        raise ValueError(f"expected a comma-separated string of regular expressions, "
-                         f"got {show(value)}")
-    for item in items:
-        try:
-            re.compile(item)
-        except (re.error, RecursionError, OverflowError) as exc:
-            reason = str(exc) if isinstance(exc, re.error) else "nested too deeply"
-            raise ValueError(f"invalid regular expression {show(item)}: {reason}") from None
-    return tuple(items)
-
-
-def _checks(value: Any) -> Tuple[str, ...]:
-    if isinstance(value, str):
-        names = [part.strip() for part in value.split(",") if part.strip()]
-    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
-        names = [v.strip() for v in value]
-    else:
-        raise ValueError(f"expected a comma-separated list of check names, got {show(value)}")
-    unknown = [n for n in names if n not in ALL_CHECKS]
-    if unknown:
-        raise ValueError(f"unknown check {show(unknown[0])}{_hint(unknown[0], ALL_CHECKS)}; "
-                         f"known checks: {', '.join(ALL_CHECKS)}")
-    if not names:
-        raise ValueError("at least one check must be enabled")
-    return tuple(dict.fromkeys(names))
-
-
-def _listen(value: Any) -> str:
-    text = _string(value).strip()
-    if not text:
-        return ""
-    host, sep, port = text.rpartition(":")
-    bracketed = host.startswith("[") or host.endswith("]") or ":" in host
-    if (not sep or not re.fullmatch(r"[0-9]{1,5}", port) or not 0 < int(port) < 65536
-            or (bracketed and not re.fullmatch(r"\[[0-9A-Fa-f:.]+(%[\w.-]+)?\]", host))):
-        raise ValueError(f"expected [HOST]:PORT (for example ':2112', '127.0.0.1:2112' or "
-                         f"'[::1]:2112'), got {show(value)}")
-    return text
-
-
-UNIX_PATH_MAX = 107  # sun_path holds 108 bytes with the terminating NUL
-
-
-def _unix_socket_path(value: Any) -> str:
-    """An absolute path for a unix socket, or "" (disabled)."""
-    text = _string(value).strip()
-    if not text:
-        return ""
-    if not text.startswith("/"):
-        raise ValueError(f"expected an absolute path such as /run/nichealthd/io.nichealthd.Monitor "
-                         f"or \"\" to disable, got {show(value)}")
-    size = len(text.encode("utf-8", "surrogateescape"))
-    if size > UNIX_PATH_MAX:
-        raise ValueError(f"a unix socket path is at most {UNIX_PATH_MAX} bytes, this one has "
-                         f"{size}: {show(value)}")
-    return text
-
-
-def _connector_target(value: Any) -> str:
-    text = _string(value).strip()
-    if text and not (text.startswith("unix:") or text.startswith("dns:") or ":" in text):
-        raise ValueError(f"expected a gRPC target such as unix:///run/nvsentinel/nvsentinel.sock, "
-                         f"got {show(value)}")
-    return text
-
-
-def _bool(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"expected true or false, got {show(value)}")
-    return value
-
-
-def _threshold(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"expected a number, got {show(value)}")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"threshold must be a finite number, got {show(value)}; "
-                         f"{SWITCH_OFF_HINT}")
-    if value < 0:
-        raise ValueError(f"threshold must be >= 0, got {show(value)}")
-    if value > THRESHOLD_MAX:
-        raise ValueError(f"threshold must be at most 2^64 (a larger one is never breached), "
-                         f"got {show(value)}; {SWITCH_OFF_HINT}")
-    return float(value)
-
-
-def _counter_name(value: Any) -> str:
-    if not isinstance(value, str) or not _COUNTER_NAME.match(value):
-        raise ValueError(f"expected a counter name of letters, digits, '_', '.', '-', "
-                         f"got {show(value)}")
-    return value
-
-
-def _velocity_unit(value: Any) -> str:
-    text = _string(value)
-    if text not in VELOCITY_UNITS and text != "":
-        raise ValueError(f"expected 'second', 'minute' or 'hour', got {show(value)}")
-    return text
-
-
-def _threshold_type(value: Any) -> str:
-    text = _string(value)
-    if text not in THRESHOLD_TYPES:
-        raise ValueError(f"expected 'delta' or 'velocity', got {show(value)}")
-    return text
-
-
-def _hint(key: str, known: Iterable[str]) -> str:
-    """`` (did you mean 'pollingInterval'?)`` for a near miss, else ``""``."""
-    by_lower = {k.lower(): k for k in known}
-    close = difflib.get_close_matches(key.lower(), list(by_lower), n=1, cutoff=0.6)
-    return f" (did you mean {by_lower[close[0]]!r}?)" if close else ""
-
-
-def _key_label(key: str) -> str:
-    """A key as it appears in a message (an absurd key from a fuzzer stays short)."""
-    return key if len(key) <= 60 and key.isprintable() else show(key)
-
-
-SCALAR_KEYS: Dict[str, Tuple[str, Callable[[Any], Any]]] = {
-    "sysfsRoot": ("sysfs_root", _string),
-    "procRoot": ("proc_root", _string),
-    "bootIdPath": ("boot_id_path_setting", _string),
-    "stateFile": ("state_file", _string),
-    "metadataPath": ("metadata_path", _string),
-    "topologySource": ("topology_source", _choice(TOPOLOGY_SOURCES)),
-    "nodeName": ("node_name", _string),
-    "platformConnectorSocket": ("platform_connector_socket", _connector_target),
-    "platformConnectorTokenPath": ("platform_connector_token_path", _string),
-    "processingStrategy": ("processing_strategy", _choice(PROCESSING_STRATEGIES)),
-    "checks": ("checks", _checks),
-    "metricsListen": ("metrics_listen", _listen),
-    "dbus": ("dbus", _choice(DBUS_MODES)),
-    "varlinkSocket": ("varlink_socket", _unix_socket_path),
-    "eventLog": ("event_log", _string),
-    "logLevel": ("log_level", _choice(LOG_LEVELS, lower=True)),
-    "nicExclusionRegex": ("nic_exclusion_regex", _regex_list),
-    "nicInclusionRegexOverride": ("nic_inclusion_regex_override", _regex_list),
-    "sysClassInfinibandPath": ("sys_class_infiniband_setting", _string),
-    "sysClassNetPath": ("sys_class_net_setting", _string),
-    "pollingInterval": ("polling_interval", _duration_between(*DURATION_BOUNDS["pollingInterval"])),
-    "connectorBatchInterval": ("connector_batch_interval",
-                               _duration_between(*DURATION_BOUNDS["connectorBatchInterval"])),
-    "connectorTimeout": ("connector_timeout",
-                         _duration_between(*DURATION_BOUNDS["connectorTimeout"])),
-    "cardVerdictHoldTime": ("card_verdict_hold_time",
-                            _duration_between(*DURATION_BOUNDS["cardVerdictHoldTime"])),
-    "stateHoldDown": ("state_hold_down", _duration_between(*DURATION_BOUNDS["stateHoldDown"])),
-    "linkFlapCount": ("link_flap_count", _integer_between(*INTEGER_BOUNDS["linkFlapCount"])),
-    "linkFlapWindow": ("link_flap_window",
-                       _duration_between(*DURATION_BOUNDS["linkFlapWindow"])),
-    "linkFlapFatalCount": ("link_flap_fatal_count",
-                           _integer_between(*INTEGER_BOUNDS["linkFlapFatalCount"])),
-    "driverReloadGrace": ("driver_reload_grace",
-                          _duration_between(*DURATION_BOUNDS["driverReloadGrace"])),
-    "driverReloadTimeout": ("driver_reload_timeout",
-                            _duration_between(*DURATION_BOUNDS["driverReloadTimeout"])),
-    "adapterCheckInterval": ("adapter_check_interval",
-                             _duration_between(*DURATION_BOUNDS["adapterCheckInterval"])),
-    "charDeviceIssm": ("char_device_issm", _bool),
-    "outboxMaxEvents": ("outbox_max_events",
-                        _integer_between(*INTEGER_BOUNDS["outboxMaxEvents"])),
-    "outboxMaxBytes": ("outbox_max_bytes", _integer_between(*INTEGER_BOUNDS["outboxMaxBytes"])),
-    "eventHistorySize": ("event_history_size",
-                         _integer_between(*INTEGER_BOUNDS["eventHistorySize"])),
-    # PCI-side families (#16.1, .2, .7)
-    "pcieLinkInterval": ("pcie_link_interval",
-                         _duration_between(*DURATION_BOUNDS["pcieLinkInterval"])),
-    "pcieAerInterval": ("pcie_aer_interval",
-                        _duration_between(*DURATION_BOUNDS["pcieAerInterval"])),
-    "pcieAerCorrectablePerMinute": (
-        "pcie_aer_correctable_per_minute",
-        _integer_between(*INTEGER_BOUNDS["pcieAerCorrectablePerMinute"])),
-    "pcieAerRootPort": ("pcie_aer_root_port", _bool),
-    "nicTemperatureInterval": ("nic_temperature_interval",
-                               _duration_between(*DURATION_BOUNDS["nicTemperatureInterval"])),
-    "nicTemperatureMargin": ("nic_temperature_margin",
-                             _integer_between(*INTEGER_BOUNDS["nicTemperatureMargin"])),
-    # The kernel log (#17); the [[kernelLogRules]] table is merged by kernel_rules.
-    "kernelLog": ("kernel_log", _choice(KERNEL_LOG_MODES)),
-    "kernelLogPath": ("kernel_log_path", _string),
-    "kernelLogMaxLines": ("kernel_log_max_lines",
-                          _integer_between(*INTEGER_BOUNDS["kernelLogMaxLines"])),
-    "kernelLogRepeatCount": ("kernel_log_repeat_count", _repeat_count),
-    "kernelLogRepeatWindow": ("kernel_log_repeat_window",
-                              _duration_between(*DURATION_BOUNDS["kernelLogRepeatWindow"])),
-}
-DETECTION = "counterDetection"
-DETECTION_KEYS = ("enabled", "counters", "efaCounters")
-COUNTERS_TABLE = "counterDetection.counters"
-# The EFA counters (#18.3), merged by name over DEFAULT_EFA_COUNTERS as the ConnectX ones are
-# over DEFAULT_COUNTERS; their paths are relative to the device (``{port}``: the port number).
-EFA_COUNTERS_KEY = "efaCounters"
-EFA_COUNTERS_TABLE = "counterDetection.efaCounters"
-
-# Counter field -> (CounterSpec attribute, converter).
-COUNTER_FIELDS: Dict[str, Tuple[str, Callable[[Any], Any]]] = {
-    "name": ("name", _counter_name),
-    "path": ("path", _string),
-    "enabled": ("enabled", _bool),
-    "isFatal": ("is_fatal", _bool),
-    "thresholdType": ("threshold_type", _threshold_type),
-    "threshold": ("threshold", _threshold),
-    "velocityUnit": ("velocity_unit", _velocity_unit),
-    "description": ("description", _string),
-}
+@functools.lru_cache(maxsize=1)
+def _reader() -> Reader:
+    return Reader((Config, *family_settings()), others=(DETECTION,))
 
 
 # ------------------------------------------------------------------ loading
@@ -621,80 +524,37 @@ def build_config(data: Mapping[str, Any], source: Optional[str],
                  overrides: Mapping[str, Any], lines: Optional[KeyLines] = None) -> Config:
     """Validate parsed TOML plus flag overrides into a :class:`Config`.
 
-    One pass: every problem is collected, then all are raised together.
+    One pass: every problem is collected, then all are raised together. The order of the
+    problems: the top-level keys in file order, the flags, ``[counterDetection]``, each
+    family's cross-key rules, then the families' tables.
     """
     lines = lines or KeyLines()
     errors = Collector()
-    values: Dict[str, Any] = {"source": source}
-    for key, raw in data.items():
-        if key not in (DETECTION, RULES_TABLE):
-            _scalar(values, errors, source, key, raw, lines.line("", key))
-    for key, raw in overrides.items():
-        _scalar(values, errors, None, key, raw, None)
+    reader = _reader()
+    values = reader.scalars(data, overrides, source, lines, errors)
     notices: List[str] = []
     detection = _counter_detection(data.get(DETECTION, {}), source, lines, errors, notices)
-    _flap_counts(values, errors, source, lines, "linkFlapFatalCount" in overrides, notices)
-    _check_driver_reload(values, data, source, lines, errors)
-    if RULES_TABLE in data:
-        values["kernel_rules"] = merge_kernel_rules(data[RULES_TABLE], source, lines, errors)
+    config = _assemble(values, source)
+    report = Report(source, lines, errors, data, overrides, notices)
+    for settings in (config.settings(kind) for kind in family_settings()):
+        settings.validate(config, report)
+    tables = reader.tables(data, source, lines, errors)
     errors.raise_if_any()
-    values.update(detection)
-    if not values.get("node_name"):
-        values["node_name"] = os.environ.get("NODE_NAME") or socket.gethostname()
-    return replace(Config(), **values, notices=tuple(notices))
+    for owner, merged in tables.items():
+        values.setdefault(owner, {}).update(merged)
+    config = _assemble(values, source)
+    if not config.node_name:
+        config = replace(config, node_name=os.environ.get("NODE_NAME") or socket.gethostname())
+    return replace(config, **detection, notices=tuple(notices))
 
 
-def _check_driver_reload(values: Dict[str, Any], data: Mapping[str, Any],
-                         source: Optional[str], lines: KeyLines, errors: Collector) -> None:
-    """driverReloadTimeout must exceed driverReloadGrace: the host event comes first."""
-    grace = values.get("driver_reload_grace", Config.driver_reload_grace)
-    timeout = values.get("driver_reload_timeout", Config.driver_reload_timeout)
-    if not (isinstance(grace, float) and isinstance(timeout, float)) or timeout > grace:
-        return
-    if "driverReloadTimeout" in data:
-        errors.add(source, "driverReloadTimeout", f"must be longer than driverReloadGrace "
-                   f"({format_duration(grace)}), got {format_duration(timeout)}",
-                   lines.line("", "driverReloadTimeout"))
-    else:
-        errors.add(source, "driverReloadGrace", f"must be shorter than driverReloadTimeout "
-                   f"({format_duration(timeout)}), got {format_duration(grace)}",
-                   lines.line("", "driverReloadGrace"))
-
-
-def _scalar(values: Dict[str, Any], errors: Collector, source: Optional[str], key: str,
-            raw: Any, line: Optional[int]) -> None:
-    if key not in SCALAR_KEYS:
-        errors.add(source, _key_label(key),
-                   f"unknown key{_hint(key, [*SCALAR_KEYS, DETECTION, RULES_TABLE])}; the keys "
-                   f"are listed in nichealthd.toml(5)", line)
-        return
-    attr, convert = SCALAR_KEYS[key]
-    value = errors.convert(source, key, convert, raw, line)
-    if value is not None:
-        values[attr] = value
-
-
-def _flap_counts(values: Mapping[str, Any], errors: Collector, source: Optional[str],
-                 lines: KeyLines, flag: bool, notices: List[str]) -> None:
-    """A fatal flap count below the flap count, or of 1, would make one outage fatal twice
-    (its port-state event and its flap) or skip the non-fatal stage (#15.5).
-
-    A hold-down with flap detection off is valid (an operator's explicit choice, and a
-    config that loaded before must not stop the daemon) but is warned about: nothing then
-    escalates the outages the hold-down absorbs (``core/checks/link_flaps.py``).
-    """
-    fatal = values.get("link_flap_fatal_count", 0)
-    count = values.get("link_flap_count", Config.link_flap_count)
-    if fatal and (fatal < 2 or (count and fatal < count)):
-        errors.add(None if flag else source, "linkFlapFatalCount",
-                   f"must be 0 (never fatal) or at least linkFlapCount ({count}) and 2, "
-                   f"got {fatal}", None if flag else lines.line("", "linkFlapFatalCount"))
-    hold_down = values.get("state_hold_down", Config.state_hold_down)
-    if count == 0 and isinstance(hold_down, float) and hold_down > 0:
-        notices.append(f"{source or 'command line'}: stateHoldDown "
-                       f"({format_duration(hold_down)}) with linkFlapCount = 0: an outage "
-                       f"shorter than the hold-down is never reported, however often the "
-                       f"link flaps (flap detection is off, so nothing escalates)")
+def _assemble(values: Mapping[type, Mapping[str, Any]], source: Optional[str]) -> Config:
+    """The Config of the values read, by owner; each family's settings only where they
+    differ from its defaults."""
+    families: tuple[Settings, ...] = tuple(
+        replace(cast(Any, _defaults(kind)), **values.get(kind, {})) for kind in family_settings())
+    return replace(Config(), **values.get(Config, {}), source=source,
+                   family_settings=tuple(s for s in families if s != _defaults(type(s))))
 
 
 def _counter_detection(detection: Any, source: Optional[str], lines: KeyLines,
@@ -708,12 +568,12 @@ def _counter_detection(detection: Any, source: Optional[str], lines: KeyLines,
     for key, raw in detection.items():
         line = lines.line(DETECTION, key)
         if key == "enabled":
-            enabled = errors.convert(source, f"{DETECTION}.enabled", _bool, raw, line)
+            enabled = errors.convert(source, f"{DETECTION}.enabled", boolean, raw, line)
             if enabled is not None:
                 values["counter_detection_enabled"] = enabled
         elif key not in ("counters", EFA_COUNTERS_KEY):
-            errors.add(source, f"{DETECTION}.{_key_label(key)}",
-                       f"unknown key{_hint(key, DETECTION_KEYS)}; [counterDetection] has "
+            errors.add(source, f"{DETECTION}.{key_label(key)}",
+                       f"unknown key{hint(key, DETECTION_KEYS)}; [counterDetection] has "
                        f"only enabled, [[counterDetection.counters]] and "
                        f"[[{EFA_COUNTERS_TABLE}]]", line)
     counters, counter_notices = merge_counters(detection.get("counters", []), source,
@@ -795,8 +655,8 @@ def _counter_entry(index: int, entry: Any, merged: Mapping[str, CounterSpec], se
     fields: Dict[str, Any] = {}
     for key, raw in entry.items():
         if key not in COUNTER_FIELDS:
-            errors.add(source, f"{where}.{_key_label(key)}",
-                       f"unknown counter field{_hint(key, COUNTER_FIELDS)}; the fields are "
+            errors.add(source, f"{where}.{key_label(key)}",
+                       f"unknown counter field{hint(key, COUNTER_FIELDS)}; the fields are "
                        f"{', '.join(COUNTER_FIELDS)}", line(key))
             continue
         attr, convert = COUNTER_FIELDS[key]
@@ -841,5 +701,6 @@ def _counter_problems(spec: CounterSpec, efa: bool = False) -> List[Tuple[str, s
     return problems
 
 
-__all__ = ["Config", "ConfigError", "CounterSpec", "Problem", "build_config",
-           "merge_counters", "DEFAULT_COUNTERS", "DEFAULT_CONFIG_PATH"]
+__all__ = ["Config", "ConfigError", "CounterSpec", "Problem", "build_config", "declarations",
+           "family_settings", "merge_counters", "value_of", "DEFAULT_COUNTERS",
+           "DEFAULT_CONFIG_PATH"]

@@ -30,6 +30,7 @@ from typing import (
 from .config import Config
 from .events import HealthEvent
 from .model import DeviceSnapshot, HostSnapshot
+from .settings import Settings
 from .topology import Role, Topology
 
 if TYPE_CHECKING:  # pragma: no cover - the state holds sections, sections do not hold it
@@ -136,6 +137,8 @@ class CheckFamily(abc.ABC, Generic[S]):
     keys: ClassVar[tuple[str, ...]]  # its top-level keys in the state file
     reads: ClassVar[frozenset[str]]  # READS_* parts of the snapshot it needs
     cadence: ClassVar[float] = 0.0  # seconds between runs; 0 is every poll
+    # Its config keys (a frozen Settings dataclass; read as ``config.settings(that class)``).
+    settings: ClassVar[Optional[type[Settings]]] = None
 
     # A section class with ``to_json()`` and ``from_json(data)`` (a dataclass whose fields all
     # have defaults) gives fresh/load/dump for free; a family without one overrides them.

@@ -21,7 +21,7 @@ from typing import Callable, Optional
 from ..core.boot import decide_start
 from ..core.checks import families
 from ..core.checks.counters import CounterMemory
-from ..core.checks.kernel_log import KERNEL_LOG
+from ..core.checks.kernel_log import KERNEL_LOG, KernelLogSettings
 from ..core.config import Config
 from ..core.evaluate import (
     CycleResult,
@@ -277,8 +277,9 @@ class Monitor:
             return snapshot
         committed = self.state.section(KERNEL_LOG).cursor
         try:
-            lines, cursor = self.kernel_log.read(committed, snapshot.boot_id,
-                                                 self.config.kernel_log_max_lines)
+            lines, cursor = self.kernel_log.read(
+                committed, snapshot.boot_id,
+                self.config.settings(KernelLogSettings).kernel_log_max_lines)
         except Exception as exc:
             problem = describe_exception(exc)
             if problem != self._kernel_log_problem:
@@ -291,7 +292,7 @@ class Monitor:
         if self._kernel_log_problem:
             log.info("kernel log (%s) readable again", self.kernel_log.description)
             self._kernel_log_problem = ""
-        if len(lines) >= self.config.kernel_log_max_lines:
+        if len(lines) >= self.config.settings(KernelLogSettings).kernel_log_max_lines:
             log.debug("kernel log: %d lines this poll (kernelLogMaxLines), the rest next poll",
                       len(lines))
         return dataclasses.replace(snapshot, kernel_lines=lines, kernel_cursor=cursor)
@@ -356,8 +357,9 @@ class Monitor:
         self.pci_facts.reconfigure(config.sysfs_root, config.sys_class_infiniband)
         for source in self.sources.values():
             source.reconfigure(config)
-        if (old.kernel_log, old.kernel_log_path, old.sysfs_root) != (
-                config.kernel_log, config.kernel_log_path, config.sysfs_root):
+        was, now = old.settings(KernelLogSettings), config.settings(KernelLogSettings)
+        if (was.kernel_log, was.kernel_log_path, old.sysfs_root) != (
+                now.kernel_log, now.kernel_log_path, config.sysfs_root):
             if self.kernel_log is not None:
                 self.kernel_log.close()
             self.kernel_log = open_kernel_log(config) if KERNEL_LOG.enabled(config) else None

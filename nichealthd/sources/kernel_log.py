@@ -34,6 +34,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Optional, Protocol
 
+from ..core.checks.kernel_log import KernelLogSettings
 from ..core.config import Config
 from ..core.model import KernelLine
 from ..core.numbers import KMSG_SEQUENCE, KMSG_USEC, U64, Kind, value
@@ -437,7 +438,8 @@ def journal_available() -> bool:
 
 def open_kernel_log(config: Config) -> Optional[KernelLogSource]:
     """The source ``kernelLog`` asks for, or its fallback; None when off. Logs the choice."""
-    mode, path = config.kernel_log, config.kernel_log_path
+    kernel = config.settings(KernelLogSettings)
+    mode, path = kernel.kernel_log, kernel.kernel_log_path
     if mode == "off":
         log.info("kernel log: off (kernelLog = \"off\")")
         return None

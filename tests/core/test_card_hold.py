@@ -9,6 +9,7 @@ import pytest
 
 from nichealthd.core.checks.cards import card_counts
 from nichealthd.core.checks.link_section import LinkStateSection, PortRecord
+from nichealthd.core.checks.link_settings import LinkStateSettings
 from nichealthd.core.model import DeviceSnapshot
 from nichealthd.core.state import MonitorState
 from nichealthd.core.topology import Role
@@ -189,7 +190,7 @@ def test_hold_time_is_configurable() -> None:
 
 
 def test_default_hold_time_is_four_minutes() -> None:
-    assert config().card_verdict_hold_time == 240.0
+    assert config().settings(LinkStateSettings).card_verdict_hold_time == 240.0
 
 
 def test_restart_neither_restarts_the_clock_nor_invents_a_verdict() -> None:

@@ -1,5 +1,10 @@
 """Every numeric config value rejects nan, +-inf and out-of-range values (#23, #12.6): through
-the loader, through the daemon (exit 2), and the bounds are the ones nichealthd.toml(5) gives."""
+the loader, through the daemon (exit 2), and the bounds are the ones nichealthd.toml(5) gives.
+
+The keys and their bounds are the declarations (the daemon's own and every family's, see
+nichealthd/core/settings.py): each bounded key gets the generated cases below, and the table
+adds the hand-picked values of some keys.
+"""
 
 from __future__ import annotations
 
@@ -9,18 +14,19 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from nichealthd.core.config import (
-    DURATION_BOUNDS,
-    INTEGER_BOUNDS,
-    SCALAR_KEYS,
     Config,
     ConfigError,
     CounterSpec,
+    declarations,
+    family_settings,
 )
 from nichealthd.core.duration import format_duration
+from nichealthd.core.settings import Declared, Duration
 from nichealthd.runtime.daemon import main as daemon_main
 from nichealthd.sources.config_file import load_config
 
@@ -33,97 +39,106 @@ def counter(name: str, value: str) -> str:
     return f'[[counterDetection.counters]]\nname = "{name}"\nthreshold = {value}\n'
 
 
-# key as reported -> (TOML line(s) that set it to VALUE, rejected values, accepted values)
-NUMERIC: dict[str, tuple[str, list[str], list[str]]] = {
-    "pollingInterval": ("pollingInterval = {}",
-                        ["nan", "inf", "-inf", "1e308", "0", "-1", '"99ms"', '"0.000001ms"',
+# Every key with bounds, from the declarations.
+BOUNDED: dict[str, Declared] = {item.name: item for item in declarations() if item.bounds}
+# A cross-key rule needs another key set so that only the bound is wrong.
+CONTEXT = {"driverReloadGrace": 'driverReloadTimeout = "24h"',
+           "driverReloadTimeout": "driverReloadGrace = 0"}
+# The counter thresholds: key as reported -> the TOML that sets it to VALUE.
+COUNTER_LINES = {LINK_DOWNED: counter("link_downed", "{}"),
+                 SYMBOL_ERROR: counter("symbol_error", "{}")}
+
+# Hand-picked values besides the generated ones: key as reported -> (rejected, accepted).
+NUMERIC: dict[str, tuple[list[str], list[str]]] = {
+    "pollingInterval": (["nan", "inf", "-inf", "1e308", "0", "-1", '"99ms"', '"0.000001ms"',
                          '"61m"', "3601"],
                         ['"100ms"', '"1h"', "0.1", "3600"]),
-    "connectorBatchInterval": ("connectorBatchInterval = {}",
-                               ["nan", "inf", "-inf", '"9ms"', '"2h"', "0"],
+    "connectorBatchInterval": (["nan", "inf", "-inf", '"9ms"', '"2h"', "0"],
                                ['"10ms"', '"1h"']),
-    "connectorTimeout": ("connectorTimeout = {}",
-                         ["nan", "inf", "-inf", '"99ms"', '"11m"', "0"],
+    "connectorTimeout": (["nan", "inf", "-inf", '"99ms"', '"11m"', "0"],
                          ['"100ms"', '"10m"']),
-    "cardVerdictHoldTime": ("cardVerdictHoldTime = {}",
-                            ["nan", "inf", "-inf", "-1", '"25h"', "86401"],
+    "cardVerdictHoldTime": (["nan", "inf", "-inf", "-1", '"25h"', "86401"],
                             ["0", '"0s"', '"24h"']),
-    "stateHoldDown": ("stateHoldDown = {}",
-                      ["nan", "inf", "-inf", "-1", '"61m"', "3601"],
+    "stateHoldDown": (["nan", "inf", "-inf", "-1", '"61m"', "3601"],
                       ["0", '"0s"', '"10s"', '"1h"']),
-    "linkFlapCount": ("linkFlapCount = {}",
-                      ["nan", "inf", "-1", "10001", "1.5", '"3"'],
+    "linkFlapCount": (["nan", "inf", "-1", "10001", "1.5", '"3"'],
                       ["0", "1", "10000"]),
-    "linkFlapWindow": ("linkFlapWindow = {}",
-                       ["nan", "inf", "-inf", "0", '"999ms"', '"169h"', "604801"],
+    "linkFlapWindow": (["nan", "inf", "-inf", "0", '"999ms"', '"169h"', "604801"],
                        ['"1s"', '"1h"', '"168h"', "604800"]),
-    "linkFlapFatalCount": ("linkFlapFatalCount = {}",
-                           ["nan", "inf", "-1", "10001", "1.5", "1", "2"],
+    "linkFlapFatalCount": (["nan", "inf", "-1", "10001", "1.5", "1", "2"],
                            ["0", "3", "10000"]),
-    "driverReloadGrace": ('driverReloadGrace = {}\ndriverReloadTimeout = "24h"',
-                          ["nan", "inf", "-inf", "-1", '"61m"', "3601"],
+    "driverReloadGrace": (["nan", "inf", "-inf", "-1", '"61m"', "3601"],
                           ["0", '"0s"', '"1h"']),
-    "driverReloadTimeout": ("driverReloadGrace = 0\ndriverReloadTimeout = {}",
-                            ["nan", "inf", "-inf", "0", '"999ms"', '"25h"', "86401"],
+    "driverReloadTimeout": (["nan", "inf", "-inf", "0", '"999ms"', '"25h"', "86401"],
                             ["1", '"1s"', '"24h"']),
     # #16.3-6: the adapter facts' cadence.
-    "adapterCheckInterval": ("adapterCheckInterval = {}",
-                             ["nan", "inf", "-inf", "0", '"999ms"', '"61m"', "3601"],
+    "adapterCheckInterval": (["nan", "inf", "-inf", "0", '"999ms"', '"61m"', "3601"],
                              ["1", '"1s"', '"1h"']),
-    "outboxMaxEvents": ("outboxMaxEvents = {}",
-                        ["nan", "inf", "-inf", "0", "-5", "10000001", "1.5", '"100"'],
+    "outboxMaxEvents": (["nan", "inf", "-inf", "0", "-5", "10000001", "1.5", '"100"'],
                         ["1", "10000000"]),
-    "outboxMaxBytes": ("outboxMaxBytes = {}",
-                       ["nan", "inf", "-inf", "65535", "17179869185", "1e9"],
+    "outboxMaxBytes": (["nan", "inf", "-inf", "65535", "17179869185", "1e9"],
                        ["65536", "17179869184"]),
-    "kernelLogMaxLines": ("kernelLogMaxLines = {}",
-                          ["nan", "inf", "-inf", "9", "1000001", "1.5", '"100"'],
+    "kernelLogMaxLines": (["nan", "inf", "-inf", "9", "1000001", "1.5", '"100"'],
                           ["10", "1000000"]),
     # #17.4: repetition of non-fatal driver faults (0 off; one line is no repetition).
-    "kernelLogRepeatCount": ("kernelLogRepeatCount = {}",
-                             ["nan", "inf", "-1", "1", "1001", "1.5", '"3"'],
+    "kernelLogRepeatCount": (["nan", "inf", "-1", "1", "1001", "1.5", '"3"'],
                              ["0", "2", "1000"]),
-    "kernelLogRepeatWindow": ("kernelLogRepeatWindow = {}",
-                              ["nan", "inf", "-inf", "0", '"999ms"', '"169h"', "604801"],
+    "kernelLogRepeatWindow": (["nan", "inf", "-inf", "0", '"999ms"', '"169h"', "604801"],
                               ['"1s"', '"1h"', '"168h"', "604800"]),
-    "eventHistorySize": ("eventHistorySize = {}",
-                         ["nan", "inf", "-inf", "0", "100001", "true"],
+    "eventHistorySize": (["nan", "inf", "-inf", "0", "100001", "true"],
                          ["1", "100000"]),
     # PCI-side families (#16.1, .2, .7)
-    "pcieLinkInterval": ("pcieLinkInterval = {}",
-                         ["nan", "inf", "-inf", "-1", '"25h"', "86401"],
+    "pcieLinkInterval": (["nan", "inf", "-inf", "-1", '"25h"', "86401"],
                          ["0", '"1s"', '"24h"']),
-    "pcieAerInterval": ("pcieAerInterval = {}",
-                        ["nan", "inf", "-inf", "-1", '"25h"'], ["0", '"10s"', '"24h"']),
-    "nicTemperatureInterval": ("nicTemperatureInterval = {}",
-                               ["nan", "inf", "-inf", "-1", '"25h"'], ["0", '"1m"', '"24h"']),
-    "pcieAerCorrectablePerMinute": ("pcieAerCorrectablePerMinute = {}",
-                                    ["nan", "inf", "-1", "1000001", "1.5", '"8"'],
+    "pcieAerInterval": (["nan", "inf", "-inf", "-1", '"25h"'], ["0", '"10s"', '"24h"']),
+    "nicTemperatureInterval": (["nan", "inf", "-inf", "-1", '"25h"'], ["0", '"1m"', '"24h"']),
+    "pcieAerCorrectablePerMinute": (["nan", "inf", "-1", "1000001", "1.5", '"8"'],
                                     ["0", "8", "1000000"]),
-    "nicTemperatureMargin": ("nicTemperatureMargin = {}",
-                             ["nan", "inf", "-1", "51", "2.5", "true"], ["0", "5", "50"]),
-    LINK_DOWNED: (counter("link_downed", "{}"),
-                  ["nan", "inf", "-inf", "-1", "-0.5", "18446744073709551617", "1e20", '"0"'],
+    "nicTemperatureMargin": (["nan", "inf", "-1", "51", "2.5", "true"], ["0", "5", "50"]),
+    LINK_DOWNED: (["nan", "inf", "-inf", "-1", "-0.5", "18446744073709551617", "1e20", '"0"'],
                   ["0", "18446744073709551616", "2.5"]),
-    SYMBOL_ERROR: (counter("symbol_error", "{}"),
-                   ["nan", "inf", "-inf", "-1", "1e300"],
+    SYMBOL_ERROR: (["nan", "inf", "-inf", "-1", "1e300"],
                    ["0", "120.0", "1e6"]),
 }
-REJECTED = [(key, value) for key, (_, bad, _) in NUMERIC.items() for value in bad]
-ACCEPTED = [(key, value) for key, (_, _, good) in NUMERIC.items() for value in good]
+
+
+def generated(item: Declared) -> tuple[list[str], list[str]]:
+    """nan, +-inf, just outside each bound and a value of the wrong kind are rejected; the
+    bounds themselves are accepted."""
+    assert item.bounds is not None
+    low, high = item.bounds
+    if isinstance(item.key.parse, Duration):
+        below = "-1" if low == 0 else repr(low * 0.99)
+        return ["nan", "inf", "-inf", below, repr(high + 1), "true"], [repr(low), repr(high)]
+    return (["nan", "inf", "-inf", str(int(low) - 1), str(int(high) + 1), "1.5", f'"{int(low)}"'],
+            [str(int(low)), str(int(high))])
+
+
+def cases(which: int) -> list[tuple[str, str]]:
+    found = {(key, value) for key, item in BOUNDED.items() for value in generated(item)[which]}
+    found |= {(key, value) for key, values in NUMERIC.items() for value in values[which]}
+    return sorted(found)
+
+
+REJECTED = cases(0)
+ACCEPTED = cases(1)
 
 
 def config_file(tmp_path: Path, key: str, value: str) -> str:
+    line = COUNTER_LINES.get(key) or "\n".join(filter(None, (f"{key} = {{}}", CONTEXT.get(key))))
     path = tmp_path / "config.toml"
-    path.write_text(NUMERIC[key][0].format(value) + "\n")
+    path.write_text(line.format(value) + "\n")
     return str(path)
 
 
-def test_the_table_covers_every_numeric_key() -> None:
-    numeric_fields = {f.name for f in dataclasses.fields(Config) if f.type in ("float", "int")}
-    by_field = {attr: key for key, (attr, _) in SCALAR_KEYS.items()}
-    assert {by_field[name] for name in numeric_fields} | {LINK_DOWNED, SYMBOL_ERROR} \
-        == set(NUMERIC)
+def test_every_number_is_declared_with_bounds() -> None:
+    """A numeric field of the Config or of a family's settings is a key with bounds (so it gets
+    the cases above and a documented range), and the hand-picked values name only such keys."""
+    owners: tuple[Any, ...] = (Config, *family_settings())
+    for owner in owners:
+        numeric = {f.name for f in dataclasses.fields(owner) if f.type in ("float", "int")}
+        assert numeric == {item.attr for item in BOUNDED.values() if item.owner is owner}, owner
+    assert set(NUMERIC) - set(BOUNDED) == {LINK_DOWNED, SYMBOL_ERROR}
     # The configured ones (the window lengths are derived from velocityUnit, not set).
     assert [f.name for f in dataclasses.fields(CounterSpec) if f.type == "float" and f.init] \
         == ["threshold"]
@@ -177,15 +192,14 @@ def man_paragraph(key: str) -> str:
     return text[start:end].replace("\\-", "-")
 
 
-@pytest.mark.parametrize("key", DURATION_BOUNDS)
-def test_duration_bounds_are_documented(key: str) -> None:
-    low, high = DURATION_BOUNDS[key]
-    assert re.search(rf"[Bb]etween {format_duration(low)}\b.* and {format_duration(high)}\b",
-                     " ".join(man_paragraph(key).split())), key
-
-
-@pytest.mark.parametrize("key", INTEGER_BOUNDS)
-def test_integer_bounds_are_documented(key: str) -> None:
-    low, high = INTEGER_BOUNDS[key]
+@pytest.mark.parametrize("key", sorted(BOUNDED))
+def test_bounds_are_documented(key: str) -> None:
+    item = BOUNDED[key]
+    assert item.bounds is not None
+    low, high = item.bounds
     text = " ".join(man_paragraph(key).split())
-    assert re.search(rf"between {low}\b.* and {high}\b", text), key
+    if isinstance(item.key.parse, Duration):
+        assert re.search(rf"[Bb]etween {format_duration(low)}\b.* and {format_duration(high)}\b",
+                         text), key
+    else:
+        assert re.search(rf"between {int(low)}\b.* and {int(high)}\b", text), key

@@ -18,12 +18,11 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Tuple
 
 from nichealthd.core.config import (
-    DURATION_BOUNDS,
-    INTEGER_BOUNDS,
-    SCALAR_KEYS,
     THRESHOLD_MAX,
     Config,
     ConfigError,
+    declarations,
+    value_of,
 )
 from nichealthd.sim import tree
 from nichealthd.sources.config_file import load_config
@@ -147,9 +146,11 @@ def mutate(rng: random.Random, text: str) -> Tuple[str, bytes]:
 
 def check_valid(config: Config) -> None:
     """A Config that loaded is within every bound (nothing non-finite slipped through)."""
-    for key, (low, high) in {**DURATION_BOUNDS, **INTEGER_BOUNDS}.items():
-        value = getattr(config, SCALAR_KEYS[key][0])
-        assert math.isfinite(value) and low <= value <= high, (key, value)
+    for item in declarations():
+        if item.bounds is not None:
+            low, high = item.bounds
+            value = value_of(config, item)
+            assert math.isfinite(value) and low <= value <= high, (item.name, value)
     for spec in config.counters:
         assert math.isfinite(spec.threshold) and 0 <= spec.threshold <= THRESHOLD_MAX
         assert "\0" not in spec.path and "\0" not in spec.description

@@ -7,7 +7,12 @@ from typing import Any
 
 import pytest
 
-from nichealthd.core.checks.kernel_log import CHECK_NAME, KERNEL_LOG, device_fault
+from nichealthd.core.checks.kernel_log import (
+    CHECK_NAME,
+    KERNEL_LOG,
+    KernelLogSettings,
+    device_fault,
+)
 from nichealthd.core.config_errors import ConfigError
 from nichealthd.core.kernel_rules import DEFAULT_KERNEL_RULES, attribution
 from nichealthd.core.model import HostSnapshot, KernelLine
@@ -215,7 +220,7 @@ def test_config_overrides_adds_and_switches_off_rules() -> None:
         {"name": "access_reg_failed", "window": "1h", "isFatal": True},
         {"name": "module_unplugged", "enabled": False},
         {"name": "site_rule", "regex": "mlx5_core.*my site fault", "errorCode": "SITE"}])
-    rules = {r.name: r for r in cfg.kernel_rules}
+    rules = {r.name: r for r in cfg.settings(KernelLogSettings).kernel_rules}
     assert rules["access_reg_failed"].window == 3600 and rules["access_reg_failed"].is_fatal
     r = Runner(cfg)
     r.poll(host(nic()))
@@ -237,8 +242,8 @@ def test_bad_rules_name_the_key(entry: dict[str, Any], key: str) -> None:
 
 
 def test_kernel_log_mode_is_validated() -> None:
-    assert config().kernel_log == "journal"
-    assert config(kernelLog="off").kernel_log == "off"
+    assert config().settings(KernelLogSettings).kernel_log == "journal"
+    assert config(kernelLog="off").settings(KernelLogSettings).kernel_log == "off"
     with pytest.raises(ConfigError, match="kernelLog"):
         config(kernelLog="syslog")
 

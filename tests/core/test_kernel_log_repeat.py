@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from nichealthd.core.boot import decide_start
-from nichealthd.core.checks.kernel_log import CHECK_NAME, KERNEL_LOG
+from nichealthd.core.checks.kernel_log import CHECK_NAME, KERNEL_LOG, KernelLogSettings
 from nichealthd.core.config_errors import ConfigError
 from nichealthd.core.evaluate import CycleResult
 from nichealthd.core.state import MonitorState
@@ -223,7 +223,7 @@ def test_series_shows_the_lines_in_the_window() -> None:
 
 
 def test_defaults_and_bad_values_name_the_key() -> None:
-    cfg = config()
+    cfg = config().settings(KernelLogSettings)
     assert (cfg.kernel_log_repeat_count, cfg.kernel_log_repeat_window) == (3, 3600.0)
     for key, value in (("kernelLogRepeatCount", 1), ("kernelLogRepeatCount", 1001),
                        ("kernelLogRepeatCount", "3"), ("kernelLogRepeatWindow", "0s"),

@@ -17,6 +17,7 @@ from ..model import DeviceSnapshot, HostSnapshot, PortSnapshot
 from ..state import FATAL, HEALTHY, SUPPRESSED
 from ..topology import MANAGEMENT, CardCount, CardVerdict, Role
 from .link_section import LinkStateSection, PortRecord
+from .link_settings import LinkStateSettings
 from .ports import is_active, is_known, known_reading, port_health, port_label
 
 
@@ -42,7 +43,7 @@ def runtime_verdicts(verdicts: dict[str, CardVerdict], snapshot: HostSnapshot,
     card short only of ports ``waiting`` for the subnet manager on a fabric that is out
     (:mod:`.fabric`): its hold clock starts when the fabric is back.
     """
-    hold = timedelta(seconds=config.card_verdict_hold_time)
+    hold = timedelta(seconds=config.settings(LinkStateSettings).card_verdict_hold_time)
     kept = {}
     for card, verdict in verdicts.items():
         if card in state.card_anomalies:

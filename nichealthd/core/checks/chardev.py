@@ -19,6 +19,7 @@ section is kept as it is, as for every check switched off).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Iterable, Mapping, Optional
 
@@ -37,6 +38,7 @@ from ..family import (
     Series,
     Verdict,
 )
+from ..settings import Settings, boolean, setting
 from ..state import FATAL
 from .adapter_section import Latched, LatchSection, held, scoped_clear
 
@@ -99,6 +101,17 @@ def back_event(device: str, port: Optional[int], code: str, now: datetime, why: 
         message=f"{_what(device, port)}: {code} character device {why}")
 
 
+@dataclass(frozen=True)
+class CharDeviceSettings(Settings):
+    """nichealthd.toml(5): charDeviceIssm."""
+
+    # Expected only on request (NVSentinel #1728: platforms such as GB300 create none).
+    char_device_issm: bool = setting(
+        "charDeviceIssm", False, boolean,
+        "Expect one issm character device per InfiniBand port besides uverbs (per device) "
+        "and umad")
+
+
 class CharDeviceFamily(CheckFamily[CharDeviceSection]):
     """One uverbs per device, one umad (and opt-in issm) per InfiniBand port."""
 
@@ -107,6 +120,7 @@ class CharDeviceFamily(CheckFamily[CharDeviceSection]):
     keys = CharDeviceSection.keys()
     section_type = CharDeviceSection
     reads = frozenset({READS_DEVICES, READS_PORTS, READS_ADAPTER})
+    settings = CharDeviceSettings
 
     def enabled(self, config: Config) -> bool:
         return CHAR_DEVICE_CHECK in config.checks
@@ -125,7 +139,8 @@ class CharDeviceFamily(CheckFamily[CharDeviceSection]):
             state.cleared = True
             host.append(scoped_clear(CHAR_DEVICE_CHECK, now, "no state of this check"))
         hold = held(cycle)
-        codes = (UMAD, ISSM) if cycle.config.char_device_issm else (UMAD,)
+        codes = (UMAD, ISSM) if cycle.config.settings(CharDeviceSettings).char_device_issm \
+            else (UMAD,)
         expected: dict[str, tuple[str, Optional[int], str]] = {}
         for device in cycle.monitored:
             expected[key_of(device.name, None, UVERBS)] = (device.name, None, UVERBS)

@@ -43,6 +43,7 @@ from ..config import Config
 from ..events import ENTITY_NIC, HealthEvent, make_event
 from ..model import HostSnapshot
 from .link_section import DriverEvent, LinkStateSection
+from .link_settings import LinkStateSettings
 
 CODE_DRIVER_EVENT = "driver_event"
 MIN_DEVICES = 2  # "all at once" needs more than one device (or the PCI functions' evidence)
@@ -111,6 +112,7 @@ def _leave(event: DriverEvent, previous: LinkStateSection, state: LinkStateSecti
     """The event less the devices that leave it this poll (back, off the bus, timed out, or
     left behind by the driver's return), with a log line for each reason."""
     back = [n for n in event.devices if n in present]
+    timeout = config.settings(LinkStateSettings).driver_reload_timeout
     off_bus, timed_out, behind = [], [], []
     for name in event.devices:
         if name in present:
@@ -118,7 +120,7 @@ def _leave(event: DriverEvent, previous: LinkStateSection, state: LinkStateSecti
         bus = on_bus(name, previous, snapshot)
         if bus is False:
             off_bus.append(name)
-        elif (now - event.left_at(name)).total_seconds() >= config.driver_reload_timeout:
+        elif (now - event.left_at(name)).total_seconds() >= timeout:
             timed_out.append(name)
         elif back and bus is None:
             behind.append(name)
@@ -133,7 +135,7 @@ def _leave(event: DriverEvent, previous: LinkStateSection, state: LinkStateSecti
                      f"one by one (fatal after three polls without them)")
     if timed_out:
         notes.append(f"{_names(tuple(timed_out))} gone longer than driverReloadTimeout "
-                     f"({_duration(config.driver_reload_timeout)}) with the PCI function on "
+                     f"({_duration(timeout)}) with the PCI function on "
                      f"the bus: judged one by one")
     if behind:
         notes.append(f"still gone after the others came back: {_names(tuple(behind))} "
@@ -187,8 +189,9 @@ def _join_note(joining: tuple[str, ...], event: Optional[DriverEvent], snapshot:
                  else f" (joins the driver event of {_names(event.devices)})")
         head = (f"{_names(joining)} gone with the PCI function on the bus: driver unbound or "
                 f"unloaded, or firmware reset in progress{joins}")
-    return (f"{head}; no per-device verdict for {_duration(config.driver_reload_grace)} "
-            f"(driverReloadGrace), per-device after {_duration(config.driver_reload_timeout)} "
+    timings = config.settings(LinkStateSettings)
+    return (f"{head}; no per-device verdict for {_duration(timings.driver_reload_grace)} "
+            f"(driverReloadGrace), per-device after {_duration(timings.driver_reload_timeout)} "
             f"(driverReloadTimeout)")
 
 
@@ -198,7 +201,7 @@ def _report(event: DriverEvent, enabled: frozenset[str], layer_of: Mapping[str, 
     """One non-fatal event per state check once a held device has been gone
     ``driverReloadGrace``: the first names every device held then (those of a staggered
     unload together), a later one each device that joined after it, once its grace is over."""
-    grace = config.driver_reload_grace
+    grace = config.settings(LinkStateSettings).driver_reload_grace
     overdue = [n for n in event.devices if n not in event.told
                and (now - event.left_at(n)).total_seconds() >= grace]
     if not overdue:

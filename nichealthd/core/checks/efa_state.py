@@ -69,6 +69,7 @@ from .identity import (
     renamed_port_key,
 )
 from .link_section import DeviceIdentity, identities_json, parse_identities, rename_fields
+from .link_settings import LinkStateSettings
 
 KEYS = ("efa_ports", "efa_known_devices", "efa_device_misses", "efa_missing_devices",
         "efa_driver_event", "efa_device_identities", "efa_group_modes", "efa_card_anomalies",
@@ -302,8 +303,8 @@ class EfaState(CheckFamily[EfaStateSection]):
         if identities != previous.identities:
             state.identities = identities
         events.extend((HOST, e) for e in card_events(
-            cards, verdicts, efa, previous, state, cycle.config.card_verdict_hold_time, now,
-            notes))
+            cards, verdicts, efa, previous, state,
+            cycle.config.settings(LinkStateSettings).card_verdict_hold_time, now, notes))
         return Verdict(state, tuple(events), notes=tuple(notes))
 
     @staticmethod
@@ -315,7 +316,7 @@ class EfaState(CheckFamily[EfaStateSection]):
         after ``driverReloadGrace`` one non-fatal host event says so, after
         ``driverReloadTimeout`` they are judged one by one; the first one back ends it (a
         device still absent is then judged by the three-poll rule from that poll on)."""
-        now, config = cycle.now, cycle.config
+        now, timings = cycle.now, cycle.config.settings(LinkStateSettings)
         event = previous.driver_event
         known = set(previous.known_devices)
         if (event is None and cycle.snapshot.complete and len(known) >= 2
@@ -326,7 +327,7 @@ class EfaState(CheckFamily[EfaStateSection]):
         entities = tuple((ENTITY_NIC, d) for d in event.devices)
         elapsed = (now - event.since).total_seconds()
         back = [n for n in event.devices if n in present]
-        if back or elapsed >= config.driver_reload_timeout:
+        if back or elapsed >= timings.driver_reload_timeout:
             if event.told:
                 events.append((HOST, make_event(
                     EFA_STATE_CHECK, fatal=False, healthy=True, error_code=CODE_DRIVER_EVENT,
@@ -339,14 +340,14 @@ class EfaState(CheckFamily[EfaStateSection]):
                 for name in event.devices:
                     state.device_misses.pop(name, None)
             return frozenset()
-        if elapsed >= config.driver_reload_grace and not event.told:
+        if elapsed >= timings.driver_reload_grace and not event.told:
             event = replace(event, told=True)
             events.append((HOST, make_event(
                 EFA_STATE_CHECK, fatal=False, healthy=False, error_code=CODE_DRIVER_EVENT,
                 entities=entities, at=now,
                 message=(f"All {len(event.devices)} EFA devices vanished at once {elapsed:.0f}s "
                          f"ago (efa driver unloaded or reloading): not judged per device "
-                         f"before {config.driver_reload_timeout:.0f}s"))))
+                         f"before {timings.driver_reload_timeout:.0f}s"))))
         state.driver_event = event
         return frozenset(event.devices)
 

@@ -61,8 +61,18 @@ from ..family import (
     Series,
     Verdict,
 )
-from ..kernel_rules import CompiledRule, KernelRule, attribution, compile_rules
+from ..kernel_rules import (
+    DEFAULT_KERNEL_RULES,
+    KERNEL_LOG_MODES,
+    RULES_TABLE,
+    CompiledRule,
+    KernelRule,
+    attribution,
+    compile_rules,
+    merge_kernel_rules,
+)
 from ..model import DeviceSnapshot, HostSnapshot, KernelLine
+from ..settings import Choice, Duration, Integer, Settings, setting, string, table
 from ..state import (
     DEGRADED,
     FATAL,
@@ -80,6 +90,53 @@ CHECK_NAME = "SysLogsNICDriverError"
 KEY = "kernel_log"
 MAX_TEXT = 1000  # a kernel line is at most 1 KiB (PRINTKRB_RECORD_MAX) ; longer is cut
 REPEATED = "_repeated"  # suffix of a repetition's errorCode
+
+
+@dataclass(frozen=True)
+class RepeatCount(Integer):
+    """``kernelLogRepeatCount``: 0 (off) or a repetition, which takes at least two lines."""
+
+    def __call__(self, value: Any) -> int:
+        count = super().__call__(value)
+        if count == 1:
+            raise ValueError("must be 0 (repetition off) or at least 2 (one line is a fault, "
+                             "not a repetition), got 1")
+        return count
+
+
+@dataclass(frozen=True)
+class KernelLogSettings(Settings):
+    """nichealthd.toml(5), KERNEL LOG: where driver faults are read from, and the rules.
+
+    ``kernelLog``, ``kernelLogPath`` and ``kernelLogMaxLines`` are the reader's
+    (:mod:`nichealthd.sources.kernel_log`); ``kernelLog = "off"`` switches the family off.
+    """
+
+    man_section = "KERNEL LOG"
+
+    kernel_log: str = setting("kernelLog", "journal", Choice(KERNEL_LOG_MODES),
+                              "journal, kmsg or off.")
+    # A journal directory/file or a kmsg-format file (tests, sim).
+    kernel_log_path: str = setting(
+        "kernelLogPath", "", string,
+        "Read this journal directory or file (journal mode), or this file of /dev/kmsg "
+        "records (kmsg mode), instead of the system journal or /dev/kmsg")
+    # Read per poll; the rest is read by the next polls.
+    kernel_log_max_lines: int = setting("kernelLogMaxLines", 5000, Integer(10, 1_000_000),
+                                        "Kernel lines read per poll at most")
+    # Repetition of non-fatal driver faults: NVSentinel's analyzer rule RepeatedNICDriverError
+    # (3 events of one pattern in 1 h -> CONTACT_SUPPORT); 0 is off. At most this many line
+    # times are kept per rule and device (the state stays small).
+    kernel_log_repeat_count: int = setting(
+        "kernelLogRepeatCount", 3, RepeatCount(0, 1000),
+        "How many lines of one non-fatal rule on one monitored device within "
+        "kernelLogRepeatWindow make the fault a repetition")
+    kernel_log_repeat_window: float = setting(
+        "kernelLogRepeatWindow", 3600.0, Duration(1.0, 7 * 86400.0),
+        "The sliding window of kernelLogRepeatCount")
+    kernel_rules: tuple[KernelRule, ...] = table(
+        RULES_TABLE, DEFAULT_KERNEL_RULES, merge_kernel_rules,
+        "One table per rule to change or add, merged by name over the built-in rules")
 
 
 @dataclass(frozen=True)
@@ -246,9 +303,10 @@ class KernelLog(CheckFamily[KernelLogSection]):
     keys = (KEY,)
     section_type = KernelLogSection
     reads = frozenset({READS_DEVICES, READS_KERNEL_LOG})
+    settings = KernelLogSettings
 
     def enabled(self, config: Config) -> bool:
-        return config.kernel_log != "off"
+        return config.settings(KernelLogSettings).kernel_log != "off"
 
     def evaluate(self, previous: KernelLogSection, cycle: Cycle, memory: Any
                  ) -> Verdict[KernelLogSection]:
@@ -271,7 +329,7 @@ class KernelLog(CheckFamily[KernelLogSection]):
                touched: dict[str, DeviceSnapshot]) -> None:
         """Match the poll's lines: dedup events, counts, faults, repetition times."""
         snapshot = cycle.snapshot
-        rules = _compiled(cycle.config.kernel_rules)
+        rules = _compiled(cycle.config.settings(KernelLogSettings).kernel_rules)
         stateless = [r for r in rules if r.header is None]
         stateful = [r for r in rules if r.header is not None]
         devices = _Devices(snapshot)
@@ -396,12 +454,14 @@ class KernelLog(CheckFamily[KernelLogSection]):
 
 def _counts_repeats(rule: KernelRule, config: Config) -> bool:
     """Whether the rule's lines count toward repetition under ``config``."""
-    return bool(config.kernel_log_repeat_count) and rule.repeat and not rule.is_fatal
+    return (bool(config.settings(KernelLogSettings).kernel_log_repeat_count) and rule.repeat
+            and not rule.is_fatal)
 
 
 def _horizon(cycle: Cycle) -> datetime:
     """Lines at or before this time are out of the repetition window."""
-    return cycle.now - timedelta(seconds=cycle.config.kernel_log_repeat_window)
+    window = cycle.config.settings(KernelLogSettings).kernel_log_repeat_window
+    return cycle.now - timedelta(seconds=window)
 
 
 def _count(state: KernelLogSection, key: str, at: datetime, cycle: Cycle) -> None:
@@ -409,7 +469,8 @@ def _count(state: KernelLogSection, key: str, at: datetime, cycle: Cycle) -> Non
     if at <= _horizon(cycle):
         return  # an old line (a backlog read after a restart): it repeats nothing now
     record = state.repeats.get(key) or Repeat()
-    times = tuple(sorted((*record.times, at)))[-cycle.config.kernel_log_repeat_count:]
+    kept = cycle.config.settings(KernelLogSettings).kernel_log_repeat_count
+    times = tuple(sorted((*record.times, at)))[-kept:]
     state.repeats[key] = replace(record, times=times)
 
 
@@ -419,11 +480,12 @@ def _repeats_due(section: KernelLogSection, cycle: Cycle) -> bool:
     if not section.repeats:
         return False
     config = cycle.config
-    threshold = config.kernel_log_repeat_count
+    kernel = config.settings(KernelLogSettings)
+    threshold = kernel.kernel_log_repeat_count
     if not threshold:
         return True
     horizon = _horizon(cycle)
-    counting = {r.name for r in config.kernel_rules if r.enabled and _counts_repeats(r, config)}
+    counting = {r.name for r in kernel.kernel_rules if r.enabled and _counts_repeats(r, config)}
     return any(not r.times or r.times[0] <= horizon or (r.told and len(r.times) < threshold)
                or k.rpartition("|")[0] not in counting for k, r in section.repeats.items())
 
@@ -443,10 +505,11 @@ def _repetition(state: KernelLogSection, cycle: Cycle,
     if not state.repeats:
         return []
     config = cycle.config
-    threshold = config.kernel_log_repeat_count
-    window = format_duration(config.kernel_log_repeat_window)
+    kernel = config.settings(KernelLogSettings)
+    threshold = kernel.kernel_log_repeat_count
+    window = format_duration(kernel.kernel_log_repeat_window)
     horizon = _horizon(cycle)
-    rules = {r.name: r for r in config.kernel_rules if r.enabled}
+    rules = {r.name: r for r in kernel.kernel_rules if r.enabled}
     monitored: Optional[dict[str, DeviceSnapshot]] = None
     events: list[tuple[str, HealthEvent]] = []
     for key in sorted(state.repeats):
@@ -494,14 +557,14 @@ def _entities(device: DeviceSnapshot) -> tuple[tuple[str, str], ...]:
 
 def _repeat_event(rule: KernelRule, told: Told, target: str, lines: int, cycle: Cycle
                   ) -> HealthEvent:
-    config = cycle.config
-    window = format_duration(config.kernel_log_repeat_window)
+    kernel = cycle.config.settings(KernelLogSettings)
+    window = format_duration(kernel.kernel_log_repeat_window)
     what = rule.description or rule.name
     event = make_event(
         told.check, fatal=False, healthy=False, error_code=told.code, entities=told.entities,
         at=cycle.now,
         message=f"{target}: kernel driver fault {rule.name} ({what}) repeated - {lines} lines "
-                f"within {window} (threshold {config.kernel_log_repeat_count}) - the driver's "
+                f"within {window} (threshold {kernel.kernel_log_repeat_count}) - the driver's "
                 f"recovery is not holding")
     return replace(event, recommended_action="CONTACT_SUPPORT", metadata={
         "kernel_log_rule": rule.name, "kernel_log_repeats": str(lines),

@@ -35,6 +35,7 @@ from .counters import (
 )
 from .identity import renamed_counter_table
 from .link_section import LinkStateSection
+from .link_settings import LinkStateSettings
 from .link_state import LINK_STATE, device_layer
 from .ports import BLIP, hold_phase, port_health
 
@@ -65,7 +66,8 @@ class LinkCounters(CheckFamily[CounterSection]):
         notes: list[str] = []
         observations: dict[str, CounterObservation] = {}
         specs = cycle.config.active_counters
-        holding = cycle.config.state_hold_down > 0 or bool(links.port_holds)
+        holding = (cycle.config.settings(LinkStateSettings).state_hold_down > 0
+                   or bool(links.port_holds))
         # Devices back from a driver event (#19.3): what their counters did while the driver
         # was away is the reload's own doing (links retrain); a decrease is the reset it
         # implies (latched breaches recover), anything else starts a fresh window.
@@ -125,7 +127,7 @@ def _hold_phase(port: PortSnapshot, layer: str, links: LinkStateSection, cycle: 
     health = (port_health(port.state, port.phys_state, port.link_layer or layer)
               if port.readable else None)
     return hold_phase(links.port_states.get(port.key), links.port_holds.get(port.key), health,
-                      cycle.now, cycle.config.state_hold_down)
+                      cycle.now, cycle.config.settings(LinkStateSettings).state_hold_down)
 
 
 def _held(port: PortSnapshot) -> PortSnapshot:

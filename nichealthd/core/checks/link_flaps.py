@@ -75,6 +75,7 @@ from ..family import (
     Verdict,
 )
 from ..model import PortSnapshot, is_value
+from ..settings import Duration, Integer, Report, Settings, setting
 from ..state import (
     DEGRADED,
     FATAL,
@@ -88,12 +89,47 @@ from ..state import (
 from .counters import CounterMemory
 from .link_counters import CHECK_NAMES_OF
 from .link_section import LinkStateSection
+from .link_settings import LinkStateSettings
 from .link_state import LINK_STATE, device_layer
 from .ports import BLIP, HELD, hold_phase, is_active, is_known, port_health, port_label
 
 CODE_LINK_FLAP = "link_flap"
 COUNTERS = ("link_downed", "carrier_changes")
 _NOTHING = (None, None)
+
+
+@dataclass(frozen=True)
+class LinkFlapSettings(Settings):
+    """nichealthd.toml(5): linkFlapCount, linkFlapWindow, linkFlapFatalCount."""
+
+    # gpud: >= 3 returns to ACTIVE in 12 h; NVSentinel's analyzer: 3 in 1 h.
+    link_flap_count: int = setting(
+        "linkFlapCount", 3, Integer(0, 10_000),
+        "How many down/up cycles of one port within linkFlapWindow make it flapping")
+    link_flap_window: float = setting("linkFlapWindow", 3600.0, Duration(1.0, 7 * 86400.0),
+                                      "The sliding window of linkFlapCount.")
+    link_flap_fatal_count: int = setting(
+        "linkFlapFatalCount", 0, Integer(0, 10_000),
+        "How many cycles within the window make a flapping port fatal")
+
+    def validate(self, config: Config, report: Report) -> None:
+        """A fatal flap count below the flap count, or of 1, would make one outage fatal twice
+        (its port-state event and its flap) or skip the non-fatal stage.
+
+        A hold-down with flap detection off is valid (an operator's explicit choice, and a
+        config that loaded before must not stop the daemon) but is warned about: nothing then
+        escalates the outages the hold-down absorbs (:func:`_escalation_count`).
+        """
+        fatal, count = self.link_flap_fatal_count, self.link_flap_count
+        if fatal and (fatal < 2 or (count and fatal < count)):
+            report.problem("linkFlapFatalCount",
+                           f"must be 0 (never fatal) or at least linkFlapCount ({count}) and 2, "
+                           f"got {fatal}")
+        hold_down = config.settings(LinkStateSettings).state_hold_down
+        if count == 0 and hold_down > 0:
+            report.notice(f"stateHoldDown ({format_duration(hold_down)}) with linkFlapCount = 0: "
+                          f"an outage shorter than the hold-down is never reported, however "
+                          f"often the link flaps (flap detection is off, so nothing escalates)")
 
 
 class _Counted(NamedTuple):
@@ -172,6 +208,7 @@ class LinkFlaps(CheckFamily[FlapSection]):
     keys = ("link_flaps",)
     section_type = FlapSection
     reads = frozenset({READS_PORTS, READS_COUNTERS})
+    settings = LinkFlapSettings
 
     def evaluate(self, previous: FlapSection, cycle: Cycle, memory: CounterMemory
                  ) -> Verdict[FlapSection]:
@@ -180,16 +217,18 @@ class LinkFlaps(CheckFamily[FlapSection]):
         Switched off (``linkFlapCount = 0``, at start or by a reload) it forgets every
         port, with the recovery of each flap it had reported.
         """
-        if not cycle.config.link_flap_count:
+        if not cycle.config.settings(LinkFlapSettings).link_flap_count:
             memory.slots.pop(self.id, None)
             return _switched_off(previous, cycle)
         links = cycle.previous.section(LINK_STATE)
-        hold_down = cycle.config.state_hold_down if _escalation_count(cycle.config) else 0.0
+        hold_down = (cycle.config.settings(LinkStateSettings).state_hold_down
+                     if _escalation_count(cycle.config) else 0.0)
         last: Mapping[str, _Counted] = memory.slots.get(self.id) or {}
         counted: dict[str, _Counted] = {}
         changed: dict[str, FlapRecord] = {}
         events: list[tuple[str, HealthEvent]] = []
-        horizon = cycle.now - timedelta(seconds=cycle.config.link_flap_window)
+        horizon = cycle.now - timedelta(
+            seconds=cycle.config.settings(LinkFlapSettings).link_flap_window)
         # A counter switched off in the config is not read for flaps either.
         used = tuple(n if n in cycle.config.active_names else "" for n in COUNTERS)
         for device in cycle.monitored:
@@ -376,23 +415,26 @@ def _escalation_count(config: Config) -> int:
     of fatal outages absorbed within the window are fatal, as each outage would have been
     without the hold-down.
     """
-    if config.link_flap_fatal_count or config.state_hold_down <= 0 or not config.link_flap_count:
+    flaps = config.settings(LinkFlapSettings)
+    if (flaps.link_flap_fatal_count or config.settings(LinkStateSettings).state_hold_down <= 0
+            or not flaps.link_flap_count):
         return 0
-    return max(config.link_flap_count, 2)
+    return max(flaps.link_flap_count, 2)
 
 
 def _verdict(record: FlapRecord, cycle: Cycle) -> tuple[FlapRecord, list[HealthEvent]]:
     """Tell the checks that must know the port flaps; clear those that no longer must."""
     config = cycle.config
+    flaps = config.settings(LinkFlapSettings)
     names = CHECK_NAMES_OF.get(record.link_layer)
     if names is None or (not record.told and (not record.cycles
-                                              or record.count < config.link_flap_count)):
+                                              or record.count < flaps.link_flap_count)):
         return record, []  # the common case, cheaply
     count, escalation = record.count, _escalation_count(config)
-    fatal_count = escalation or config.link_flap_fatal_count
+    fatal_count = escalation or flaps.link_flap_fatal_count
     fatal = bool(fatal_count) and (record.absorbed if escalation else count) >= fatal_count
     wanted: set[str] = {names.state} if fatal else set()
-    if count >= config.link_flap_count and (not fatal or names.degradation in record.told):
+    if count >= flaps.link_flap_count and (not fatal or names.degradation in record.told):
         wanted.add(names.degradation)
     wanted &= cycle.enabled
     told = set(record.told) & cycle.enabled
@@ -400,11 +442,11 @@ def _verdict(record: FlapRecord, cycle: Cycle) -> tuple[FlapRecord, list[HealthE
         return (record if told == set(record.told)
                 else replace(record, told=tuple(sorted(told)))), []
     label = port_label(record.device, record.port, record.link_layer)
-    window = format_duration(config.link_flap_window)
+    window = format_duration(flaps.link_flap_window)
 
     def tally(check: str) -> str:
         held = (f", {record.absorbed} absorbed by stateHoldDown "
-                f"{format_duration(config.state_hold_down)}"
+                f"{format_duration(config.settings(LinkStateSettings).state_hold_down)}"
                 if escalation and check == names.state else "")
         return f"{count} down/up cycles within {window}{held}"
 
@@ -414,11 +456,11 @@ def _verdict(record: FlapRecord, cycle: Cycle) -> tuple[FlapRecord, list[HealthE
             check, fatal=False, healthy=True, error_code=CODE_LINK_FLAP, at=cycle.now,
             entities=port_entities(record.device, record.port),
             message=f"{label}: LinkFlap recovered - {tally(check)} "
-                    f"(threshold {config.link_flap_count})"))
+                    f"(threshold {flaps.link_flap_count})"))
     for check in sorted(wanted - told):
         is_fatal = check == names.state
         limit = (f"fatal at {fatal_count}" if is_fatal
-                 else f"threshold {config.link_flap_count}")
+                 else f"threshold {flaps.link_flap_count}")
         event = make_event(
             check, fatal=is_fatal, healthy=False, error_code=CODE_LINK_FLAP, at=cycle.now,
             entities=port_entities(record.device, record.port),

@@ -47,6 +47,7 @@ from .identity import (
     renamed_port_key,
 )
 from .link_section import KEYS, LinkStateSection, PortHold, PortRecord, rename_fields
+from .link_settings import LinkStateSettings
 from .ports import held_transition, missing_port, returned_port
 
 V = TypeVar("V")
@@ -75,6 +76,7 @@ class LinkState(CheckFamily[LinkStateSection]):
     keys = KEYS
     section_type = LinkStateSection
     reads = frozenset({READS_DEVICES, READS_PORTS})
+    settings = LinkStateSettings
 
     def rename(self, section: LinkStateSection, renames: Mapping[str, str], now: datetime
                ) -> LinkStateSection:
@@ -145,7 +147,7 @@ class LinkState(CheckFamily[LinkStateSection]):
                 events.extend((name, e) for e in _evaluate_ports(
                     device, layer, check, previous, state, now, cycle.baseline, short, notes,
                     recorded_ports.get(name, ()), raised.setdefault(device.card or "", []),
-                    cycle.config.state_hold_down))
+                    cycle.config.settings(LinkStateSettings).state_hold_down))
 
         present = {d.name for d in snapshot.devices}
         monitored_names = {d.name for d in cycle.monitored}

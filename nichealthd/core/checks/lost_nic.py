@@ -63,6 +63,7 @@ from ..model import DeviceSnapshot
 from ..state import FATAL, MonitorState, parse_str, parse_table, parse_when
 from ..topology import COMPUTE, EXCLUDED, MANAGEMENT, STORAGE, Role, Topology, classify
 from .adapter_section import ENTITY_PCI, Latched, LatchSection, held
+from .link_settings import LinkStateSettings
 from .link_state import LINK_STATE
 
 CODE_UNREGISTERED = "nic_unregistered"
@@ -237,13 +238,14 @@ class LostNics(CheckFamily[LostNicSection]):
             since = state.since[key] = now
         misses = state.misses.get(key, 0) + 1
         elapsed = (now - since).total_seconds()
-        if misses < MISSING_READS or elapsed < config.driver_reload_grace:
+        grace = config.settings(LinkStateSettings).driver_reload_grace
+        if misses < MISSING_READS or elapsed < grace:
             state.misses[key] = min(misses, MISSING_READS)  # stable while the grace runs
             if misses == 1:
                 notes.append(
                     f"Mellanox PCI function {key} has no RDMA device ({_why(nic)}) while "
                     f"{with_device} other function(s) have theirs; reported if still so after "
-                    f"{format_duration(config.driver_reload_grace)} (driverReloadGrace) and "
+                    f"{format_duration(grace)} (driverReloadGrace) and "
                     f"{MISSING_READS} adapter reads")
             return None
         state.misses.pop(key, None)
@@ -275,7 +277,8 @@ def _driver_notes(last: Optional[LastRead], waiting: int, with_device: int, conf
     if not waiting and last is not None and last.waiting and with_device:
         return [f"the RDMA driver is up ({with_device} Mellanox PCI function(s) have their "
                 f"RDMA device): any function still without one is reported after "
-                f"{format_duration(config.driver_reload_grace)} (driverReloadGrace)"]
+                f"{format_duration(config.settings(LinkStateSettings).driver_reload_grace)} "
+                f"(driverReloadGrace)"]
     return []
 
 

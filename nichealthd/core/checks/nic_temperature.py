@@ -14,12 +14,14 @@ firmware command.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from ..config import Config
 from ..events import HealthEvent
 from ..family import READS_HWMON, CheckFamily, Condition, Cycle, Series, Verdict
 from ..pcifacts import Sensor, degrees
+from ..settings import Duration, Integer, Settings, setting
 from ..state import DEGRADED, FATAL
 from .counters import CounterMemory
 from .link_state import LINK_STATE
@@ -46,6 +48,21 @@ def level(sensor: Sensor, margin_c: int) -> str:
     return "ok"
 
 
+@dataclass(frozen=True)
+class NicTemperatureSettings(Settings):
+    """nichealthd.toml(5): nicTemperatureInterval (0 switches the family off),
+    nicTemperatureMargin."""
+
+    # Each hwmon read is a firmware command (MTMP): 60 s.
+    nic_temperature_interval: float = setting(
+        "nicTemperatureInterval", 60.0, Duration(0.0, 86400.0),
+        "How often the hwmon temperature sensors of each monitored NIC function")
+    nic_temperature_margin: int = setting(
+        "nicTemperatureMargin", 5, Integer(0, 50),
+        "Degrees Celsius below a sensor's critical threshold from which it is reported as "
+        "degraded")
+
+
 class NicTemperature(CheckFamily[TemperatureSection]):
     """Each sensor against its critical threshold and the margin below it."""
 
@@ -55,12 +72,13 @@ class NicTemperature(CheckFamily[TemperatureSection]):
     section_type = TemperatureSection
     reads = frozenset({READS_HWMON})
     cadence = 60.0
+    settings = NicTemperatureSettings
 
     def interval(self, config: Config) -> float:
-        return config.nic_temperature_interval
+        return config.settings(NicTemperatureSettings).nic_temperature_interval
 
     def enabled(self, config: Config) -> bool:
-        return config.nic_temperature_interval > 0
+        return config.settings(NicTemperatureSettings).nic_temperature_interval > 0
 
     def evaluate(self, previous: TemperatureSection, cycle: Cycle, memory: CounterMemory
                  ) -> Verdict[TemperatureSection]:
@@ -69,7 +87,7 @@ class NicTemperature(CheckFamily[TemperatureSection]):
             return Verdict(previous)
         section = TemperatureSection(dict(previous.records))
         links = cycle.previous.section(LINK_STATE)
-        margin = cycle.config.nic_temperature_margin
+        margin = cycle.config.settings(NicTemperatureSettings).nic_temperature_margin
         events: list[tuple[str, HealthEvent]] = []
         now = cycle.now
         for device in cycle.monitored:

@@ -39,6 +39,7 @@ from ..events import ENTITY_NIC, ENTITY_PCI, HealthEvent, make_event
 from ..family import HOST, READS_AER, CheckFamily, Condition, Cycle, Series, Verdict
 from ..model import PortSnapshot
 from ..pcifacts import ROOTPORT_FILES, AerTable
+from ..settings import Duration, Integer, Settings, boolean, setting
 from ..state import DEGRADED, FATAL
 from .counter_section import CounterSection
 from .counters import CheckNames, CounterMemory, CounterObservation, evaluate_port_counters
@@ -121,6 +122,30 @@ class _RootPort:
     own: set[str]
 
 
+@dataclass(frozen=True)
+class PcieAerSettings(Settings):
+    """nichealthd.toml(5): pcieAerInterval (0 switches the family off),
+    pcieAerCorrectablePerMinute, pcieAerRootPort."""
+
+    # Three small files per function, no firmware command: 10 s.
+    pcie_aer_interval: float = setting(
+        "pcieAerInterval", 10.0, Duration(0.0, 86400.0),
+        "How often the AER totals (the TOTAL_ERR_* line of aer_dev_fatal, aer_dev_nonfatal, "
+        "aer_dev_correctable) of each monitored NIC function and of the port above it are "
+        "read and judged")
+    # DCGM's limit for PCIe replays (DCGM_LIMIT_MAX_PCIREPLAY_RATE, "8 replays per minute is
+    # the maximum recommended by RM"): correctable AER errors count replays among others.
+    pcie_aer_correctable_per_minute: int = setting(
+        "pcieAerCorrectablePerMinute", 8, Integer(0, 1_000_000),
+        "Correctable AER errors per minute above which a NIC function is degraded")
+    # Root ports' aer_rootport_total_err_* (every device below them, GPUs on the same switch
+    # too) judged against the NICs below; false leaves only the NICs' own tables.
+    pcie_aer_root_port: bool = setting(
+        "pcieAerRootPort", True, boolean,
+        "Judge the aer_rootport_total_err_fatal, _nonfatal and _cor of the root port at the "
+        "top of each monitored NIC's path")
+
+
 class PcieAer(CheckFamily[AerSection]):
     """AER totals through the counter engine."""
 
@@ -130,12 +155,13 @@ class PcieAer(CheckFamily[AerSection]):
     section_type = AerSection
     reads = frozenset({READS_AER})
     cadence = 10.0
+    settings = PcieAerSettings
 
     def interval(self, config: Config) -> float:
-        return config.pcie_aer_interval
+        return config.settings(PcieAerSettings).pcie_aer_interval
 
     def enabled(self, config: Config) -> bool:
-        return config.pcie_aer_interval > 0
+        return config.settings(PcieAerSettings).pcie_aer_interval > 0
 
     def evaluate(self, previous: AerSection, cycle: Cycle, memory: CounterMemory
                  ) -> Verdict[AerSection]:
@@ -144,7 +170,8 @@ class PcieAer(CheckFamily[AerSection]):
             return Verdict(previous)
         state = previous.copy()
         links = cycle.previous.section(LINK_STATE)
-        specs = aer_specs(cycle.config.pcie_aer_correctable_per_minute)
+        aer = cycle.config.settings(PcieAerSettings)
+        specs = aer_specs(aer.pcie_aer_correctable_per_minute)
         events: list[tuple[str, HealthEvent]] = []
         notes: list[str] = []
         observations: dict[str, CounterObservation] = {}
@@ -173,8 +200,8 @@ class PcieAer(CheckFamily[AerSection]):
                     port, specs, checks, cycle.enabled, previous, state, memory,
                     observations, cycle.now, False)
                 events.extend((device.name, _ours(e, device.name, table)) for e in found)
-        if cycle.config.pcie_aer_root_port:
-            rspecs = rootport_specs(cycle.config.pcie_aer_correctable_per_minute)
+        if aer.pcie_aer_root_port:
+            rspecs = rootport_specs(aer.pcie_aer_correctable_per_minute)
             for address in sorted(roots):
                 events.extend(_judge_root(roots[address], rspecs, cycle, previous, state,
                                           memory, observations, notes))

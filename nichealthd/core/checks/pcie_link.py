@@ -11,12 +11,14 @@ is unknown (link down, ``Unknown``, files absent in a VM) is not judged. Slow ca
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from ..config import Config
 from ..events import HealthEvent
 from ..family import READS_PCIE, CheckFamily, Condition, Cycle, Series, Verdict
 from ..pcifacts import PcieHop
+from ..settings import Duration, Settings, setting
 from ..state import DEGRADED, FATAL
 from .counters import CounterMemory
 from .link_state import LINK_STATE
@@ -35,6 +37,17 @@ def hop_key(hop: PcieHop) -> str:
     return f"{hop.upstream.address}>{hop.downstream.address}"
 
 
+@dataclass(frozen=True)
+class PcieLinkSettings(Settings):
+    """nichealthd.toml(5): pcieLinkInterval (0 switches the family off)."""
+
+    # Link training changes rarely: 60 s.
+    pcie_link_interval: float = setting(
+        "pcieLinkInterval", 60.0, Duration(0.0, 86400.0),
+        "How often the PCIe link of every hop from each monitored NIC up to its root port is "
+        "read and judged")
+
+
 class PcieLink(CheckFamily[PcieLinkSection]):
     """Trained speed and width of every hop against what both of its ends support."""
 
@@ -44,12 +57,13 @@ class PcieLink(CheckFamily[PcieLinkSection]):
     section_type = PcieLinkSection
     reads = frozenset({READS_PCIE})
     cadence = 60.0
+    settings = PcieLinkSettings
 
     def interval(self, config: Config) -> float:
-        return config.pcie_link_interval
+        return config.settings(PcieLinkSettings).pcie_link_interval
 
     def enabled(self, config: Config) -> bool:
-        return config.pcie_link_interval > 0
+        return config.settings(PcieLinkSettings).pcie_link_interval > 0
 
     def evaluate(self, previous: PcieLinkSection, cycle: Cycle, memory: CounterMemory
                  ) -> Verdict[PcieLinkSection]:
