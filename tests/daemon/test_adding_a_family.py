@@ -1,0 +1,107 @@
+"""Adding a check family that needs a new kind of fact is one family module and one source
+module (ARCHITECTURE.md, "Adding a check family"; DESIGN §1, the seams).
+
+The package is copied as it is; the two modules of tests/data/adding_a_family are added to
+the copy and nothing else in it changes (checked file by file). The real daemon runs from the
+copy on a simulated host, and the new family's setting, event, device field and metric
+series all arrive: nothing outside the two modules had to name it.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+from ..harness import Lines, NotifySocket, wait_until
+from ..metrics.conftest import free_port, get, parse
+from .conftest import REPO, SimHost
+from .test_service import events, notify  # noqa: F401 (fixture)
+
+EXAMPLE = REPO / "tests/data/adding_a_family"
+ADDED = {"core/checks/roce_mtu.py": "roce_mtu.py", "sources/netdev_mtu.py": "netdev_mtu.py"}
+
+
+def differing(left: Path, right: Path) -> list[str]:
+    """Files added, removed or changed between two package trees (caches ignored)."""
+    out: list[str] = []
+
+    def walk(cmp: filecmp.dircmp, prefix: str) -> None:  # type: ignore[type-arg]
+        for name in cmp.left_only + cmp.right_only + cmp.diff_files + cmp.funny_files:
+            out.append(prefix + name)
+        for name, sub in cmp.subdirs.items():
+            walk(sub, f"{prefix}{name}/")
+    walk(filecmp.dircmp(left, right, ignore=["__pycache__"]), "")
+    return sorted(out)
+
+
+@pytest.fixture
+def extended(tmp_path: Path) -> Iterator[Path]:
+    """A copy of the package with the example's two modules added; its parent directory."""
+    top = tmp_path / "extended"
+    shutil.copytree(REPO / "nichealthd", top / "nichealthd",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for target, name in ADDED.items():
+        shutil.copy(EXAMPLE / name, top / "nichealthd" / target)
+    yield top
+
+
+def test_a_family_with_a_new_fact_is_two_new_modules(
+        extended: Path, sim_host: Callable[..., SimHost], notify: NotifySocket,  # noqa: F811
+        tmp_path: Path) -> None:
+    assert differing(REPO / "nichealthd", extended / "nichealthd") == sorted(ADDED)
+    host = sim_host()
+    with host.config.open("a") as config:
+        config.write("roceMtuMinimum = 9000\n")  # the new family's setting
+    shipped = subprocess.run(  # the package as shipped does not know the key
+        [sys.executable, "-m", "nichealthd.cli.ctl", "config", "check", str(host.config)],
+        cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert shipped.returncode != 0 and "roceMtuMinimum" in shipped.stdout + shipped.stderr
+    device = next(d for d in host.manifest["devices"]
+                  if d["kind"] == "pf" and d["link_layer"] == "Ethernet")
+    roce = {"name": device["name"], "netdev": device["ports"]["1"]["netdev"]}
+    (host.root / device["ports"]["1"]["netdev_path"] / "mtu").write_text("1500\n")
+    socket_path, metrics = tmp_path / "varlink.sock", f"127.0.0.1:{free_port()}"
+    env = dict(os.environ, NOTIFY_SOCKET=str(notify.path), PYTHONPATH=str(extended))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nichealthd.runtime.daemon", "--config", str(host.config),
+         "--polling-interval", "200ms", "--varlink-socket", str(socket_path),
+         "--metrics-listen", metrics],
+        cwd=extended, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    lines = Lines(proc.stderr)
+    try:
+        def reported(healthy: bool) -> bool:
+            return any(e["errorCode"] == ["roce_mtu"] and e["isHealthy"] is healthy
+                       for e in events(host))
+        wait_until(lambda: reported(False), "the roce_mtu event", proc=proc, detail=lines.tail)
+        event = next(e for e in events(host) if e["errorCode"] == ["roce_mtu"])
+        assert (event["checkName"], event["isFatal"]) == ("EthernetDegradationCheck", False)
+        assert f"netdev {roce['netdev']} MTU 1500 is below roceMtuMinimum (9000)" in \
+            event["message"]
+        shown = subprocess.run(
+            [sys.executable, "-m", "nichealthd.cli.ctl", f"--varlink={socket_path}", "show",
+             "devices", "--json"], cwd=extended, env=env, capture_output=True, text=True,
+            timeout=60)
+        assert shown.returncode == 0, shown.stderr
+        record = next(r for r in json.loads(shown.stdout) if r["device"] == roce["name"])
+        assert f"{roce['netdev']}=1500" in record["roce_mtu"]
+        status, text = get(f"http://{metrics}/metrics")
+        assert status == 200
+        samples = parse(text)
+        assert samples[("nichealthd_roce_mtu_bytes", frozenset(
+            {("device", roce["name"]), ("port", "1"), ("netdev", roce["netdev"])}))] == 1500
+        assert samples[("nichealthd_family_up", frozenset({("family", "roce_mtu")}))] == 1
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        lines.join()
+        proc.stderr.close()
+    assert proc.returncode == 0, lines.tail(20)

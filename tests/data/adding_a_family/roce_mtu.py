@@ -1,0 +1,119 @@
+"""RoCE ports whose netdev MTU is below ``roceMtuMinimum``: a check family in one module.
+
+The worked example of ARCHITECTURE.md, "Adding a check family": copied into
+``nichealthd/core/checks/`` it is found by the registry (it defines ``FAMILY``) with its
+setting (the config file accepts ``roceMtuMinimum``), its state section, its events, its
+device field (``roce_mtu``) and its metric series (``nichealthd_roce_mtu_bytes``); its fact
+comes from the ``netdev_mtu`` source. A RoCE port below the minimum is a non-fatal event under
+the Ethernet degradation check (a mis-set MTU halves RDMA throughput, it breaks no hardware),
+recovered when the MTU is raised; 0 switches the family off.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Optional
+
+from nichealthd.core.config import ETH_DEGRADATION_CHECK, Config
+from nichealthd.core.events import HealthEvent, make_event, port_entities
+from nichealthd.core.family import READS_PORTS, CheckFamily, Condition, Cycle, Series, Verdict
+from nichealthd.core.settings import Integer, Settings, setting
+from nichealthd.core.state import DEGRADED, parse_int, parse_str, parse_table
+
+FACT = "netdev_mtu"  # what the netdev_mtu source provides
+CODE = "roce_mtu"
+
+
+@dataclass(frozen=True)
+class RoceMtuSettings(Settings):
+    """nichealthd.toml(5): roceMtuMinimum."""
+
+    roce_mtu_minimum: int = setting(
+        "roceMtuMinimum", 0, Integer(0, 65535),
+        "The smallest netdev MTU a RoCE port may have; 0 switches the check off")
+
+
+@dataclass
+class RoceMtuSection:
+    """The RoCE ports reported below the minimum: port key -> the MTU reported."""
+
+    low: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"roce_mtu_low": dict(sorted(self.low.items()))}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RoceMtuSection:
+        return cls({parse_str(k): parse_int(v, 65536)
+                    for k, v in parse_table(data, "roce_mtu_low").items()})
+
+
+class RoceMtu(CheckFamily[RoceMtuSection]):
+    """Each monitored RoCE port's netdev MTU against the minimum."""
+
+    id = "roce_mtu"
+    order = 60
+    keys = ("roce_mtu_low",)
+    section_type = RoceMtuSection
+    reads = frozenset({READS_PORTS, FACT})
+    cadence = 60.0
+    settings = RoceMtuSettings
+
+    def enabled(self, config: Config) -> bool:
+        return config.settings(RoceMtuSettings).roce_mtu_minimum > 0
+
+    def evaluate(self, previous: RoceMtuSection, cycle: Cycle, memory: Any
+                 ) -> Verdict[RoceMtuSection]:
+        mtus: Mapping[str, tuple[str, Optional[int]]] = cycle.snapshot.facts.get(FACT) or {}
+        minimum = cycle.config.settings(RoceMtuSettings).roce_mtu_minimum
+        low = dict(previous.low)
+        events: list[tuple[str, HealthEvent]] = []
+        for device in cycle.monitored:
+            for port in device.ports:
+                netdev, mtu = mtus.get(port.key, ("", None))
+                if port.link_layer != "Ethernet" or mtu is None:
+                    continue  # not RoCE, or not read: not judged, what was said is held
+                if mtu < minimum and port.key not in low:
+                    low[port.key] = mtu
+                    events.append((device.name, self._event(
+                        device.name, port.port, cycle, healthy=False,
+                        message=f"RoCE port {device.name} port {port.port}: netdev {netdev} "
+                                f"MTU {mtu} is below roceMtuMinimum ({minimum})")))
+                elif mtu >= minimum and port.key in low:
+                    del low[port.key]
+                    events.append((device.name, self._event(
+                        device.name, port.port, cycle, healthy=True,
+                        message=f"RoCE port {device.name} port {port.port}: netdev {netdev} "
+                                f"MTU {mtu} is back at roceMtuMinimum ({minimum}) or above")))
+        memory.slots[self.id] = mtus  # what the views show until its next run
+        return Verdict(RoceMtuSection(low), tuple(events), mtus)
+
+    @staticmethod
+    def _event(device: str, port: int, cycle: Cycle, *, healthy: bool, message: str
+               ) -> HealthEvent:
+        return make_event(ETH_DEGRADATION_CHECK, fatal=False, healthy=healthy,
+                          error_code=CODE, entities=port_entities(device, port),
+                          message=message, at=cycle.now)
+
+    def conditions(self, section: RoceMtuSection, picture: Any) -> Iterable[Condition]:
+        for key, mtu in sorted(section.low.items()):
+            device, _, port = key.rpartition("_")
+            yield Condition(DEGRADED, f"netdev MTU {mtu}", (device, int(port)))
+
+    def device_fields(self, section: RoceMtuSection, picture: Any, device: str,
+                      present: bool) -> Mapping[str, Any]:
+        mtus: Mapping[str, tuple[str, Optional[int]]] = picture or {}
+        shown = [f"{netdev}={mtu}" for key, (netdev, mtu) in sorted(mtus.items())
+                 if key.rpartition("_")[0] == device and mtu is not None]
+        return {"roce_mtu": shown} if shown else {}
+
+    def series(self, section: RoceMtuSection, picture: Any) -> Iterable[Series]:
+        mtus: Mapping[str, tuple[str, Optional[int]]] = picture or {}
+        yield Series("roce_mtu_bytes", "MTU of each monitored port's netdev", "gauge",
+                     ("device", "port", "netdev"),
+                     tuple(((key.rpartition("_")[0], key.rpartition("_")[2], netdev),
+                            float(mtu)) for key, (netdev, mtu) in sorted(mtus.items())
+                           if mtu is not None))
+
+
+FAMILY = ROCE_MTU = RoceMtu()
