@@ -86,3 +86,15 @@ def test_the_core_does_no_io_per_poll() -> None:
 def test_each_module_says_its_job_first(path: Path) -> None:
     doc = ast.get_docstring(ast.parse(path.read_text()))
     assert doc and doc.splitlines()[0].strip(), f"{path} has no docstring"
+
+
+FAMILY_MODULES = {f"core.checks.{p.stem}" for p in (PACKAGE / "core/checks").glob("*.py")
+                  if "\nFAMILY = " in p.read_text()}
+
+
+@pytest.mark.parametrize("name", ["core/evaluate.py"])
+def test_the_evaluator_names_no_family_but_through_the_registry(name: str) -> None:
+    """DESIGN §1: no module outside core/checks/ names a family except through the registry
+    (``families()``); the seams of core/family.py carry what it needs of them."""
+    named = imported(PACKAGE / name) & FAMILY_MODULES
+    assert not named, f"{name} imports the family modules {sorted(named)}"

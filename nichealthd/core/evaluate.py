@@ -16,24 +16,22 @@ it in :attr:`CycleResult.failed`, and the surfaces show what it judges as unknow
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Mapping, Optional
 
 from .checks import families
 from .checks.counters import CounterMemory, CounterObservation
-from .checks.efa_state import EFA_STATE
 from .checks.identity import detect_renames, rename_notes
-from .checks.link_counters import LINK_COUNTERS
 from .checks.link_section import DeviceIdentity
-from .checks.link_state import LINK_STATE
-from .config import CHAR_DEVICE_CHECK, EFA_DEGRADATION_CHECK, EFA_STATE_CHECK, Config
+from .config import Config
 from .events import BACKDATE, HealthEvent
 from .failure import describe_exception
-from .family import EVERY_POLL, READS_COUNTERS, CheckFamily, Cycle, Verdict
+from .family import EVERY_POLL, READS_COUNTERS, CheckFamily, Cycle, Verdict, supplies
 from .model import HostSnapshot
 from .state import MonitorState
-from .topology import CardCount, Role, Topology, classify_all
+from .topology import Role, Topology, classify_all
 
 _NO_SLOT = object()  # a family without a volatile slot (see _judge)
 
@@ -55,18 +53,15 @@ class CycleResult:
     # part they read was not read): each kept its previous section and emitted nothing.
     failed: Mapping[str, str] = field(default_factory=dict)
 
-    @property
-    def cards(self) -> dict[str, CardCount]:
-        """Active ports per physical card (the link-state family's picture)."""
-        cards: dict[str, CardCount] = self.pictures.get(LINK_STATE.id) or {}
-        return cards
-
-    @property
-    def observations(self) -> dict[str, CounterObservation]:
-        """What the poll computed of each counter (the link-counter family's picture)."""
-        seen: dict[str, CounterObservation] = self.pictures.get(LINK_COUNTERS.id) or {}
-        efa: dict[str, CounterObservation] = self.pictures.get("efa_counters") or {}
-        return {**seen, **efa} if efa else seen  # #18.3: the EFA counters' keys are distinct
+    @functools.cached_property
+    def observations(self) -> Mapping[str, CounterObservation]:
+        """What the poll computed of each counter, of every family that counts
+        (:meth:`CheckFamily.observations`; their keys are distinct)."""
+        found = [seen for family in families() if supplies(family, "observations")
+                 for seen in (family.observations(self.pictures.get(family.id)),) if seen]
+        if len(found) == 1:
+            return found[0]
+        return {key: value for seen in found for key, value in seen.items()}
 
 
 def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
@@ -157,14 +152,16 @@ def _judge(family: CheckFamily[Any], previous: MonitorState, cycle: Cycle,
 
 
 def _identities(state: MonitorState) -> tuple[Mapping[str, DeviceIdentity], list[str]]:
-    """The recorded hardware identities and known names of every device: the link-state
-    family's (ConnectX) and, on an EFA host, the EFA state family's (#18, #19.1)."""
-    links = state.section(LINK_STATE)
-    efa = state.section(EFA_STATE)
-    if not efa.identities and not efa.known_devices:
-        return links.identities, links.known_devices
-    return ({**efa.identities, **links.identities},
-            [*links.known_devices, *efa.known_devices])
+    """The recorded hardware identities and known names of every device, of every family
+    that keeps them (:meth:`CheckFamily.identities`; an earlier family's record wins)."""
+    kept = [known for family in families() if supplies(family, "identities")
+            for known in (family.identities(state.section(family)),) if known is not None]
+    if len(kept) == 1:
+        return kept[0][0], list(kept[0][1])
+    identities: dict[str, DeviceIdentity] = {}
+    for table, _ in reversed(kept):
+        identities.update(table)
+    return identities, [name for _, names in kept for name in names]
 
 
 def watched_functions(state: MonitorState) -> frozenset[str]:
@@ -230,13 +227,13 @@ def urgent_change(old: MonitorState, new: MonitorState, config: Config) -> bool:
 
 
 def _cleared(enabled: frozenset[str], snapshot: HostSnapshot) -> frozenset[str]:
-    """The checks whose conditions a baseline clears: the EFA checks (#18) only on a host
-    with an EFA device, so that a ConnectX host says exactly what it said before them; never
-    the character-device check, whose family sends its own clear with its fresh section."""
-    enabled = enabled - {CHAR_DEVICE_CHECK}
-    if any(device.is_efa for device in snapshot.devices):
-        return enabled
-    return enabled - {EFA_STATE_CHECK, EFA_DEGRADATION_CHECK}
+    """The enabled checks whose conditions a baseline clears on this host: those the
+    families name (:meth:`CheckFamily.baseline_checks`), enabled or not (a family switched
+    off may have reported before the reboot)."""
+    named: set[str] = set()
+    for family in families():
+        named |= family.baseline_checks(snapshot)
+    return enabled & named
 
 
 def _check_scoped_clears(enabled: frozenset[str], now: datetime) -> list[HealthEvent]:

@@ -23,6 +23,7 @@ from typing import (
     Iterable,
     Mapping,
     Optional,
+    Sequence,
     TypeVar,
     cast,
 )
@@ -34,7 +35,8 @@ from .settings import Settings
 from .topology import Role, Topology
 
 if TYPE_CHECKING:  # pragma: no cover - the state holds sections, sections do not hold it
-    from .checks.counters import CounterMemory
+    from .checks.counters import CounterMemory, CounterObservation
+    from .checks.link_section import DeviceIdentity
     from .state import MonitorState
 
 S = TypeVar("S")
@@ -176,6 +178,25 @@ class CheckFamily(abc.ABC, Generic[S]):
         ``section`` is not changed; the default (nothing keyed by name) returns it.
         """
         return section
+
+    def identities(self, section: S) -> Optional[tuple[Mapping[str, DeviceIdentity],
+                                                       Sequence[str]]]:
+        """The devices it knows by hardware identity: their recorded identities (PCI function,
+        node GUID) and its known names; None when it keeps none. The evaluator finds renamed
+        devices by them, and the reader lists the PCI bus when a known function has no device
+        (core/checks/driver.py)."""
+        return None
+
+    def baseline_checks(self, snapshot: HostSnapshot) -> frozenset[str]:
+        """The check names whose conditions a baseline (a reboot, no usable state) clears on
+        this host with one healthy event each (REF §1); a family that sends its own clear
+        with its fresh section names none."""
+        return frozenset()
+
+    def observations(self, cycle_picture: Any) -> Mapping[str, CounterObservation]:
+        """What the poll computed of each counter it judges (``device:port:counter``), for
+        ``show counters`` and the metrics: the counter engine's families."""
+        return {}
 
     def interval(self, config: Config) -> float:
         """Seconds between runs under ``config`` (a configurable cadence); default

@@ -20,6 +20,7 @@ from typing import Any, Iterable, Mapping
 from ..config import EFA_DEGRADATION_CHECK, EFA_STATE_CHECK, Config
 from ..events import HealthEvent
 from ..family import READS_COUNTERS, READS_PORTS, CheckFamily, Condition, Cycle, Verdict
+from ..model import HostSnapshot
 from .counter_section import KEYS as COUNTER_KEYS
 from .counter_section import CounterSection
 from .counters import (
@@ -85,6 +86,14 @@ class EfaCounters(CheckFamily[CounterSection]):
     def urgent(self, old: CounterSection, new: CounterSection, config: Config) -> bool:
         """As for the link counters: velocity snapshots that only advanced can wait."""
         return urgent_counter_change(old, new, config.active_efa_counters)
+
+    def baseline_checks(self, snapshot: HostSnapshot) -> frozenset[str]:
+        """Only on a host with an EFA device: a ConnectX host says what it said before."""
+        return frozenset({EFA_DEGRADATION_CHECK}) if any(d.is_efa for d in snapshot.devices) \
+            else frozenset()
+
+    def observations(self, picture: Any) -> Mapping[str, CounterObservation]:
+        return LINK_COUNTERS.observations(picture)  # the EFA counters' keys are distinct
 
     def conditions(self, section: CounterSection, picture: Any) -> Iterable[Condition]:
         return LINK_COUNTERS.conditions(section, picture)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from ..config import EFA_STATE_CHECK, Config
 from ..events import (
@@ -48,7 +48,7 @@ from ..family import (
     PortId,
     Verdict,
 )
-from ..model import PortSnapshot
+from ..model import HostSnapshot, PortSnapshot
 from ..state import (
     FATAL,
     HEALTHY,
@@ -406,6 +406,17 @@ class EfaState(CheckFamily[EfaStateSection]):
                 yield Condition(FATAL, f"EFA {reason}")
         for name in sorted(section.missing_devices):
             yield Condition(FATAL, f"EFA {name} missing")
+
+    def identities(self, section: EfaStateSection
+                   ) -> Optional[tuple[Mapping[str, DeviceIdentity], Sequence[str]]]:
+        if not section.identities and not section.known_devices:
+            return None
+        return section.identities, section.known_devices
+
+    def baseline_checks(self, snapshot: HostSnapshot) -> frozenset[str]:
+        """Only on a host with an EFA device: a ConnectX host says what it said before."""
+        return frozenset({EFA_STATE_CHECK}) if any(d.is_efa for d in snapshot.devices) \
+            else frozenset()
 
     def port_fields(self, section: EfaStateSection, picture: Any, port: PortId
                     ) -> Mapping[str, Any]:

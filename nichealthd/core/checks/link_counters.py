@@ -22,7 +22,7 @@ from ..config import (
 )
 from ..events import HealthEvent
 from ..family import READS_COUNTERS, READS_PORTS, CheckFamily, Condition, Cycle, PortId, Verdict
-from ..model import PortSnapshot, Unreadable, is_value
+from ..model import HostSnapshot, PortSnapshot, Unreadable, is_value
 from ..state import DEGRADED, FATAL, counter_key
 from .counter_section import KEYS, CounterSection, CounterSnap
 from .counters import (
@@ -106,6 +106,13 @@ class LinkCounters(CheckFamily[CounterSection]):
     def urgent(self, old: CounterSection, new: CounterSection, config: Config) -> bool:
         """Anything but velocity snapshots that advanced (:func:`urgent_counter_change`)."""
         return urgent_counter_change(old, new, config.active_counters)
+
+    def baseline_checks(self, snapshot: HostSnapshot) -> frozenset[str]:
+        return frozenset({IB_DEGRADATION_CHECK, ETH_DEGRADATION_CHECK})
+
+    def observations(self, picture: Any) -> Mapping[str, CounterObservation]:
+        seen: Mapping[str, CounterObservation] = picture or {}
+        return seen
 
     def conditions(self, section: CounterSection, picture: Any) -> Iterable[Condition]:
         """Each latched breach (fatal or not) and each saturation reported as an event."""

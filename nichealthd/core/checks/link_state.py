@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, Iterable, Mapping, Optional, TypeVar
+from typing import Any, Iterable, Mapping, Optional, Sequence, TypeVar
 
 from ..config import ETH_STATE_CHECK, IB_STATE_CHECK
 from ..events import HealthEvent
@@ -26,7 +26,7 @@ from ..family import (
     Series,
     Verdict,
 )
-from ..model import DeviceSnapshot
+from ..model import DeviceSnapshot, HostSnapshot
 from ..state import SUPPRESSED
 from ..topology import anomalous_cards
 from .cards import (
@@ -46,7 +46,14 @@ from .identity import (
     renamed_keys,
     renamed_port_key,
 )
-from .link_section import KEYS, LinkStateSection, PortHold, PortRecord, rename_fields
+from .link_section import (
+    KEYS,
+    DeviceIdentity,
+    LinkStateSection,
+    PortHold,
+    PortRecord,
+    rename_fields,
+)
 from .link_settings import LinkStateSettings
 from .ports import held_transition, missing_port, returned_port
 
@@ -190,6 +197,13 @@ class LinkState(CheckFamily[LinkStateSection]):
         events.extend((HOST, e) for e in release_raised_ports(previous, state, now))
         # The picture: each card's active ports (CycleResult.cards).
         return Verdict(state, tuple(events), cards, notes=tuple(notes))
+
+    def identities(self, section: LinkStateSection
+                   ) -> tuple[Mapping[str, DeviceIdentity], Sequence[str]]:
+        return section.identities, section.known_devices
+
+    def baseline_checks(self, snapshot: HostSnapshot) -> frozenset[str]:
+        return frozenset({IB_STATE_CHECK, ETH_STATE_CHECK})
 
     def port_fields(self, section: LinkStateSection, picture: Any, port: PortId
                     ) -> Mapping[str, Any]:
