@@ -159,20 +159,39 @@ def _nic_buses(nic: NicSpec) -> List[str]:
     return [nic.pci, nic.ena_pci] if nic.adapter == "efa" and nic.ena_pci else [nic.pci]
 
 
+GpuBus = Tuple[Tuple[int, int, int, int], int]  # (parsed PCI address, NUMA node)
+
+
 def plan(profile: Profile) -> Layout:
     """The PCIe tree of ``profile`` (see the module docstring)."""
     planner = _Planner(profile)
-    layout = planner.layout
     nics = resolved_nics(profile)
-    gpus = [(parse_pci(g.pci), g.numa) for g in profile.gpus]
+    gpus: List[GpuBus] = [(parse_pci(g.pci), g.numa) for g in profile.gpus]
     if profile.flat:
-        rc = planner.host_bridge(0, 0)
-        for (dom, bus, _, _), _numa in gpus:
-            layout.parents[(dom, bus)] = rc
-        for nic in nics:
-            dom, bus, _, _ = parse_pci(nic.pci)
-            layout.parents[(dom, bus)] = rc
-        return layout
+        _plan_flat(planner, gpus, nics)
+        return planner.layout
+    _reserve_leaf_buses(planner, gpus, nics)
+    placed: Set[Tuple[int, int]] = set()
+    for indices, cards in _pairings(gpus, nics):
+        _place_pairing(planner, gpus, indices, cards, placed)
+    _place_lone(planner, gpus, nics, placed)
+    if profile.nvswitches:
+        _place_nvswitches(planner, profile)
+    return planner.layout
+
+
+def _plan_flat(planner: _Planner, gpus: List[GpuBus], nics: List[NicSpec]) -> None:
+    """A cloud VM: every GPU and NIC bus sits directly on the root bus ``pci0000:00``."""
+    rc = planner.host_bridge(0, 0)
+    for (dom, bus, _, _), _numa in gpus:
+        planner.layout.parents[(dom, bus)] = rc
+    for nic in nics:
+        dom, bus, _, _ = parse_pci(nic.pci)
+        planner.layout.parents[(dom, bus)] = rc
+
+
+def _reserve_leaf_buses(planner: _Planner, gpus: List[GpuBus], nics: List[NicSpec]) -> None:
+    """The buses of the functions themselves are fixed: bridges take the free ones."""
     planner.buses.reserve(0, 0)  # the chipset's root bus (the onboard NIC eno1 lives there)
     for (dom, bus, _, _), _numa in gpus:
         planner.buses.reserve(dom, bus)
@@ -180,7 +199,14 @@ def plan(profile: Profile) -> Layout:
         for pci in _nic_buses(nic):
             dom, bus, _, _ = parse_pci(pci)
             planner.buses.reserve(dom, bus)
-    # Pairings: union of GPUs that share a NIC (profiles pair one GPU per NIC).
+
+
+Cards = Dict[str, Tuple[int, int, str]]  # card -> (domain, bus, pairing level)
+
+
+def _pairings(gpus: List[GpuBus], nics: List[NicSpec]) -> List[Tuple[List[int], Cards]]:
+    """GPUs that share a NIC (a union of the pairings; profiles pair one GPU per NIC), in
+    group order, each with the NIC cards paired with them; unpaired groups are left out."""
     group_of = list(range(len(gpus)))
 
     def find(index: int) -> int:
@@ -195,33 +221,41 @@ def plan(profile: Profile) -> Layout:
     members: Dict[int, List[int]] = {}
     for index in range(len(gpus)):
         members.setdefault(find(index), []).append(index)
-    cards_of: Dict[int, Dict[str, Tuple[int, int, str]]] = {}
+    cards_of: Dict[int, Cards] = {}
     for nic in paired:
         for pci in _nic_buses(nic):
             dom, bus, _, _ = parse_pci(pci)
             cards_of.setdefault(find(nic.gpus[0]), {})[card_of(pci)] = (dom, bus,
                                                                         nic.pair_level)
-    placed: Set[Tuple[int, int]] = set()
-    for group, indices in sorted(members.items()):
-        cards = cards_of.get(group)
-        if not cards:
-            continue
-        (dom, _, _, _), numa = gpus[indices[0]]
-        direct = [(gpus[i][0][0], gpus[i][0][1]) for i in indices]
-        if any(level == "PHB" for _, _, level in cards.values()):
-            leaves = sorted({*direct, *((d, b) for d, b, _ in cards.values())})
-            planner.rooted(dom, leaves, numa)
-            placed.update(leaves)
-            continue
-        behind: Dict[int, List[int]] = {}
-        for card_dom, bus, level in cards.values():
-            if level == "PIX":
-                direct.append((card_dom, bus))
-            else:
-                behind.setdefault(card_dom, []).append(bus)
-        planner.switched(dom, numa, sorted(set(direct)), behind)
-        placed.update(direct)
-        placed.update((d, b) for d, buses in behind.items() for b in buses)
+    return [(indices, cards_of[group]) for group, indices in sorted(members.items())
+            if cards_of.get(group)]
+
+
+def _place_pairing(planner: _Planner, gpus: List[GpuBus], indices: List[int], cards: Cards,
+                   placed: Set[Tuple[int, int]]) -> None:
+    """GPUs and their NICs under one root complex: on its root bus at PHB, else behind one
+    switch (PIX) or two (PXB)."""
+    (dom, _, _, _), numa = gpus[indices[0]]
+    direct = [(gpus[i][0][0], gpus[i][0][1]) for i in indices]
+    if any(level == "PHB" for _, _, level in cards.values()):
+        leaves = sorted({*direct, *((d, b) for d, b, _ in cards.values())})
+        planner.rooted(dom, leaves, numa)
+        placed.update(leaves)
+        return
+    behind: Dict[int, List[int]] = {}
+    for card_dom, bus, level in cards.values():
+        if level == "PIX":
+            direct.append((card_dom, bus))
+        else:
+            behind.setdefault(card_dom, []).append(bus)
+    planner.switched(dom, numa, sorted(set(direct)), behind)
+    placed.update(direct)
+    placed.update((d, b) for d, buses in behind.items() for b in buses)
+
+
+def _place_lone(planner: _Planner, gpus: List[GpuBus], nics: List[NicSpec],
+                placed: Set[Tuple[int, int]]) -> None:
+    """Every bus not paired gets a root complex of its own (NODE/SYS to the GPUs)."""
     for (dom, bus, _, _), numa in gpus:
         if (dom, bus) not in placed:
             planner.lone(dom, bus, numa)
@@ -232,10 +266,12 @@ def plan(profile: Profile) -> Layout:
             if (dom, bus) not in placed:
                 planner.lone(dom, bus, nic.numa)
                 placed.add((dom, bus))
-    if profile.nvswitches:
-        buses = [planner.buses.take(0, 0x100) for _ in range(profile.nvswitches)]
-        numa = min((g.numa for g in profile.gpus), default=0)
-        planner.switched(0, max(numa, 0), [(0, b) for b in buses], {})
-        layout.nvswitches = [_bdf(0, b) for b in buses]
-    return layout
+
+
+def _place_nvswitches(planner: _Planner, profile: Profile) -> None:
+    """The NVSwitches share one switch in domain 0, on the lowest NUMA node of the GPUs."""
+    buses = [planner.buses.take(0, 0x100) for _ in range(profile.nvswitches)]
+    numa = min((g.numa for g in profile.gpus), default=0)
+    planner.switched(0, max(numa, 0), [(0, b) for b in buses], {})
+    planner.layout.nvswitches = [_bdf(0, b) for b in buses]
 
