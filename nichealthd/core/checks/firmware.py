@@ -24,6 +24,7 @@ from ..model import DeviceSnapshot
 from ..state import DEGRADED, parse_str, parse_table
 from .adapter_section import Latched, LatchSection, held
 from .identity import renamed_keys
+from .link_section import LinkStateSection
 from .link_state import LINK_STATE, device_layer
 
 CODE_FIRMWARE = "firmware_drift"
@@ -104,76 +105,17 @@ class Firmware(CheckFamily[FirmwareSection]):
         facts = cycle.snapshot.adapter
         if facts is None:
             return Verdict(previous)
-        now = cycle.now
         state = previous.copy()
-        notes: list[str] = []
-        events: list[tuple[str, HealthEvent]] = []
         links = cycle.previous.section(LINK_STATE)
-        versions: dict[str, str] = {}
-        for device in cycle.monitored:
-            version = facts.firmware.get(device.name) or device.fw_ver
-            if version:
-                versions[device.name] = version
-                was = previous.versions.get(device.name)
-                if was is not None and was != version:
-                    notes.append(f"{device.name}: firmware changed {was} -> {version} "
-                                 f"(flashed and picked up by the driver); firmware "
-                                 f"consistency judged again")
+        versions, notes = _versions(previous, cycle, facts.firmware)
         state.versions = {**{k: v for k, v in previous.versions.items()
                              if k in set(links.known_devices)}, **versions}
         if held(cycle):
             return Verdict(state, (), versions, notes=tuple(notes))
-        groups: dict[tuple[str, str, str], list[DeviceSnapshot]] = {}
-        for device in cycle.monitored:
-            group = _group(device, cycle.roles[device.name].role)
-            if group is not None and device.name in versions:
-                groups.setdefault(group, []).append(device)
-        drifting: dict[str, tuple[str, str, DeviceSnapshot]] = {}  # name -> (its, majority)
-        judged: set[str] = set()
-        for _group_key, members in sorted(groups.items()):
-            judged.update(d.name for d in members)
-            expected = majority(versions[d.name] for d in members)
-            if expected is None:
-                continue
-            for device in members:
-                if versions[device.name] != expected:
-                    drifting[device.name] = (versions[device.name], expected, device)
-        # New drift: one event per (group, minority version), the devices not yet latched.
-        fresh: dict[tuple[str, str, str], list[DeviceSnapshot]] = {}
-        for name, (version, expected, device) in sorted(drifting.items()):
-            latched = state.latched.get(key_of(name))
-            detail = f"{version} vs {expected}"
-            if latched is not None and latched.detail == detail:
-                continue
-            layer = device_layer(device, links) or "InfiniBand"
-            if DEGRADATION_OF.get(layer, IB_DEGRADATION_CHECK) not in cycle.enabled:
-                continue  # its check is switched off: neither told nor held
-            state.latched[key_of(name)] = Latched(now, detail)
-            fresh.setdefault((version, expected, layer), []).append(device)
-        for (version, expected, layer), devices in sorted(fresh.items()):
-            check = DEGRADATION_OF.get(layer, IB_DEGRADATION_CHECK)
-            first = devices[0]
-            events.append((first.name, make_event(
-                check, fatal=False, healthy=False, error_code=CODE_FIRMWARE,
-                entities=tuple((ENTITY_NIC, d.name) for d in devices), at=now,
-                message=(f"{_names(devices)} {'runs' if len(devices) == 1 else 'run'} "
-                         f"firmware {version} while the other {first.hca_type} cards "
-                         f"(board {first.board_id}) of the "
-                         f"{cycle.roles[first.name].role} group run {expected}"))))
-        # Recovery: latched devices judged now and no longer drifting.
-        for key in sorted(state.latched):
-            name = key.rsplit(":", 1)[0]
-            if name in drifting or name not in judged:
-                continue
-            old = state.latched.pop(key)
-            device = next(d for d in cycle.monitored if d.name == name)
-            check = DEGRADATION_OF.get(device_layer(device, links) or "", IB_DEGRADATION_CHECK)
-            if check in cycle.enabled:
-                events.append((name, make_event(
-                    check, fatal=False, healthy=True, error_code=CODE_FIRMWARE,
-                    entities=((ENTITY_NIC, name),), at=now,
-                    message=(f"{name} firmware {versions[name]} is consistent with its group "
-                             f"again (was {old.detail})"))))
+        drifting, judged = _judge_groups(cycle, versions)
+        fresh = _latch_new_drift(state, drifting, cycle, links)
+        events = [*_drift_events(fresh, cycle),
+                  *_recoveries(state, drifting, judged, versions, cycle, links)]
         return Verdict(state, tuple(events), versions, notes=tuple(notes))
 
     def rename(self, section: FirmwareSection, renames: Mapping[str, str], now: datetime
@@ -207,6 +149,108 @@ class Firmware(CheckFamily[FirmwareSection]):
 
 def _names(devices: list[DeviceSnapshot]) -> str:
     return ", ".join(d.name for d in devices)
+
+
+Drifting = dict[str, tuple[str, str, DeviceSnapshot]]  # name -> (its version, majority, device)
+
+
+def _versions(previous: FirmwareSection, cycle: Cycle, firmware: Mapping[str, str]
+              ) -> tuple[dict[str, str], list[str]]:
+    """Each monitored device's firmware (the adapter read, else the snapshot's ``fw_ver``),
+    and a note per device whose version changed since the last read: a runtime flash."""
+    versions: dict[str, str] = {}
+    notes: list[str] = []
+    for device in cycle.monitored:
+        version = firmware.get(device.name) or device.fw_ver
+        if not version:
+            continue
+        versions[device.name] = version
+        was = previous.versions.get(device.name)
+        if was is not None and was != version:
+            notes.append(f"{device.name}: firmware changed {was} -> {version} "
+                         f"(flashed and picked up by the driver); firmware "
+                         f"consistency judged again")
+    return versions, notes
+
+
+def _judge_groups(cycle: Cycle, versions: Mapping[str, str]) -> tuple[Drifting, set[str]]:
+    """The devices off their group's strict majority, and every device in a group judged
+    (a device of a group without a majority is judged, and drifts from nothing)."""
+    groups: dict[tuple[str, str, str], list[DeviceSnapshot]] = {}
+    for device in cycle.monitored:
+        group = _group(device, cycle.roles[device.name].role)
+        if group is not None and device.name in versions:
+            groups.setdefault(group, []).append(device)
+    drifting: Drifting = {}
+    judged: set[str] = set()
+    for _group_key, members in sorted(groups.items()):
+        judged.update(d.name for d in members)
+        expected = majority(versions[d.name] for d in members)
+        if expected is None:
+            continue
+        for device in members:
+            if versions[device.name] != expected:
+                drifting[device.name] = (versions[device.name], expected, device)
+    return drifting, judged
+
+
+Fresh = dict[tuple[str, str, str], list[DeviceSnapshot]]  # (its, majority, layer) -> devices
+
+
+def _latch_new_drift(state: FirmwareSection, drifting: Drifting, cycle: Cycle,
+                     links: LinkStateSection) -> Fresh:
+    """Latch the drift not yet latched with this detail, grouped by minority version: one
+    event per group is told; a device whose check is switched off is neither told nor held."""
+    fresh: Fresh = {}
+    for name, (version, expected, device) in sorted(drifting.items()):
+        latched = state.latched.get(key_of(name))
+        detail = f"{version} vs {expected}"
+        if latched is not None and latched.detail == detail:
+            continue
+        layer = device_layer(device, links) or "InfiniBand"
+        if DEGRADATION_OF.get(layer, IB_DEGRADATION_CHECK) not in cycle.enabled:
+            continue
+        state.latched[key_of(name)] = Latched(cycle.now, detail)
+        fresh.setdefault((version, expected, layer), []).append(device)
+    return fresh
+
+
+def _drift_events(fresh: Fresh, cycle: Cycle) -> list[tuple[str, HealthEvent]]:
+    """One non-fatal event per minority version, naming both versions and its NICs."""
+    events: list[tuple[str, HealthEvent]] = []
+    for (version, expected, layer), devices in sorted(fresh.items()):
+        check = DEGRADATION_OF.get(layer, IB_DEGRADATION_CHECK)
+        first = devices[0]
+        events.append((first.name, make_event(
+            check, fatal=False, healthy=False, error_code=CODE_FIRMWARE,
+            entities=tuple((ENTITY_NIC, d.name) for d in devices), at=cycle.now,
+            message=(f"{_names(devices)} {'runs' if len(devices) == 1 else 'run'} "
+                     f"firmware {version} while the other {first.hca_type} cards "
+                     f"(board {first.board_id}) of the "
+                     f"{cycle.roles[first.name].role} group run {expected}"))))
+    return events
+
+
+def _recoveries(state: FirmwareSection, drifting: Drifting, judged: set[str],
+                versions: Mapping[str, str], cycle: Cycle, links: LinkStateSection
+                ) -> list[tuple[str, HealthEvent]]:
+    """Unlatch the devices judged now and no longer drifting; a healthy event for each whose
+    check is on."""
+    events: list[tuple[str, HealthEvent]] = []
+    for key in sorted(state.latched):
+        name = key.rsplit(":", 1)[0]
+        if name in drifting or name not in judged:
+            continue
+        old = state.latched.pop(key)
+        device = next(d for d in cycle.monitored if d.name == name)
+        check = DEGRADATION_OF.get(device_layer(device, links) or "", IB_DEGRADATION_CHECK)
+        if check in cycle.enabled:
+            events.append((name, make_event(
+                check, fatal=False, healthy=True, error_code=CODE_FIRMWARE,
+                entities=((ENTITY_NIC, name),), at=cycle.now,
+                message=(f"{name} firmware {versions[name]} is consistent with its group "
+                         f"again (was {old.detail})"))))
+    return events
 
 
 FAMILY = FIRMWARE = Firmware()
