@@ -504,49 +504,93 @@ def _repetition(state: KernelLogSection, cycle: Cycle,
     fell below it (or whose rule no longer counts, or when switched off)."""
     if not state.repeats:
         return []
-    config = cycle.config
-    kernel = config.settings(KernelLogSettings)
+    kernel = cycle.config.settings(KernelLogSettings)
     threshold = kernel.kernel_log_repeat_count
-    window = format_duration(kernel.kernel_log_repeat_window)
     horizon = _horizon(cycle)
     rules = {r.name: r for r in kernel.kernel_rules if r.enabled}
-    monitored: Optional[dict[str, DeviceSnapshot]] = None
+    devices = _RepeatDevices(cycle, touched)
     events: list[tuple[str, HealthEvent]] = []
     for key in sorted(state.repeats):
         record = state.repeats[key]
         name, _, target = key.rpartition("|")
         rule = rules.get(name)
-        counting = rule is not None and _counts_repeats(rule, config)
-        times = tuple(t for t in record.times if t > horizon) if counting else ()
-        told = record.told
-        if told is not None and told.check not in cycle.enabled:
-            told = None  # its check was switched off: nothing to tell it (as link flaps)
-        if told is not None and (not counting or len(times) < threshold):
-            why = (f"{len(times)} line(s) within {window} (threshold {threshold})"
-                   if counting else "repetition detection switched off for this rule"
-                   if threshold else "repetition detection switched off")
-            events.append((target, make_event(
-                told.check, fatal=False, healthy=True, error_code=told.code,
-                entities=told.entities, at=cycle.now,
-                message=f"{target}: kernel driver fault {name} no longer repeating - {why}")))
+        counting = rule is not None and _counts_repeats(rule, cycle.config)
+        times = _in_window(record, counting, horizon)
+        repeating = counting and len(times) >= threshold
+        told = _still_told(record, cycle)
+        if told is not None and not repeating:
+            events.append((target, _no_longer_repeating(told, name, target, len(times),
+                                                        counting, cycle)))
             told = None
-        elif told is None and counting and len(times) >= threshold:
-            assert rule is not None
-            device = touched.get(key)
-            if device is None:
-                if monitored is None:
-                    monitored = {d.name: d for d in cycle.monitored}
-                device = monitored.get(target)
-            check = _degradation_check(device, cycle) if device is not None else None
-            if device is not None and check is not None and check in cycle.enabled:
-                told = Told(check, f"{rule.code}{REPEATED}", _entities(device), cycle.now)
-                events.append((target, _repeat_event(rule, told, target, len(times),
-                                                     cycle)))
-        if not times and told is None:
-            del state.repeats[key]
-        elif (times, told) != (record.times, record.told):
-            state.repeats[key] = Repeat(times, told)
+        elif told is None and rule is not None and repeating:
+            told = _told_as(rule, devices.of(key, target), cycle)
+            if told is not None:
+                events.append((target, _repeat_event(rule, told, target, len(times), cycle)))
+        _store(state, key, record, times, told)
     return events
+
+
+def _in_window(record: Repeat, counting: bool, horizon: datetime) -> tuple[datetime, ...]:
+    """The times still within the window; none once the rule no longer counts."""
+    return tuple(t for t in record.times if t > horizon) if counting else ()
+
+
+def _still_told(record: Repeat, cycle: Cycle) -> Optional[Told]:
+    """The repetition told, unless its check was switched off since: then there is nothing
+    to tell it (as link flaps)."""
+    told = record.told
+    return None if told is not None and told.check not in cycle.enabled else told
+
+
+def _store(state: KernelLogSection, key: str, record: Repeat, times: tuple[datetime, ...],
+           told: Optional[Told]) -> None:
+    """Keep the slid window and what is told; a key with neither is forgotten."""
+    if not times and told is None:
+        del state.repeats[key]
+    elif (times, told) != (record.times, record.told):
+        state.repeats[key] = Repeat(times, told)
+
+
+class _RepeatDevices:
+    """The device a repetition key names: the one a line touched this poll, else the
+    monitored device of that name (the map of those built once, only when needed)."""
+
+    def __init__(self, cycle: Cycle, touched: Mapping[str, DeviceSnapshot]) -> None:
+        self.cycle = cycle
+        self.touched = touched
+        self.monitored: Optional[dict[str, DeviceSnapshot]] = None
+
+    def of(self, key: str, target: str) -> Optional[DeviceSnapshot]:
+        device = self.touched.get(key)
+        if device is None:
+            if self.monitored is None:
+                self.monitored = {d.name: d for d in self.cycle.monitored}
+            device = self.monitored.get(target)
+        return device
+
+
+def _no_longer_repeating(told: Told, name: str, target: str, lines: int, counting: bool,
+                         cycle: Cycle) -> HealthEvent:
+    """The recovery of a told repetition, under the identity it was told with."""
+    kernel = cycle.config.settings(KernelLogSettings)
+    threshold = kernel.kernel_log_repeat_count
+    window = format_duration(kernel.kernel_log_repeat_window)
+    why = (f"{lines} line(s) within {window} (threshold {threshold})"
+           if counting else "repetition detection switched off for this rule"
+           if threshold else "repetition detection switched off")
+    return make_event(
+        told.check, fatal=False, healthy=True, error_code=told.code, entities=told.entities,
+        at=cycle.now, message=f"{target}: kernel driver fault {name} no longer repeating - {why}")
+
+
+def _told_as(rule: KernelRule, device: Optional[DeviceSnapshot], cycle: Cycle
+             ) -> Optional[Told]:
+    """The identity a repetition that reached the count is told with; None while its device
+    or layer is unknown or its check is switched off (it is told once they are)."""
+    check = _degradation_check(device, cycle) if device is not None else None
+    if device is None or check is None or check not in cycle.enabled:
+        return None
+    return Told(check, f"{rule.code}{REPEATED}", _entities(device), cycle.now)
 
 
 def _entities(device: DeviceSnapshot) -> tuple[tuple[str, str], ...]:
