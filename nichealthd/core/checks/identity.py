@@ -78,25 +78,41 @@ def detect_renames(identities: Mapping[str, DeviceIdentity],
         here = now.get(pci, ())
         if len(here) != 1:
             continue
-        device = here[0]
-        guid = device.node_guid or ""
-        if len(names) == 2 and device.name in names and guid:
-            # The new name was recorded beside the old one (one poll saw both listed, the
-            # old one half gone): the absent one is the same device if the GUIDs say so.
-            old = names[0] if names[1] == device.name else names[1]
-            if old not in present and identities[old].node_guid == guid:
-                renames[old] = device.name
-            continue
-        if len(names) != 1:
-            continue
-        old = names[0]
-        if device.name == old or device.name in unidentified:
-            continue
-        then = identities[old].node_guid
-        if then and guid and then != guid:
-            continue  # another card at that address: not the same device
-        renames[old] = device.name
+        old = _renamed_from(names, here[0], identities, present, unidentified)
+        if old is not None:
+            renames[old] = here[0].name
+    renames.update(_aliases(identities, renames, present))
+    return renames
+
+
+def _renamed_from(names: list[str], device: DeviceSnapshot,
+                  identities: Mapping[str, DeviceIdentity], present: Mapping[str, DeviceSnapshot],
+                  unidentified: set[str]) -> Optional[str]:
+    """The recorded name that ``device``, now alone at the address that ``names`` were
+    recorded at, was renamed from; None when it was not renamed (or cannot be told)."""
+    guid = device.node_guid or ""
+    if len(names) == 2 and device.name in names and guid:
+        # The new name was recorded beside the old one (one poll saw both listed, the
+        # old one half gone): the absent one is the same device if the GUIDs say so.
+        old = names[0] if names[1] == device.name else names[1]
+        return old if old not in present and identities[old].node_guid == guid else None
+    if len(names) != 1:
+        return None
+    old = names[0]
+    if device.name == old or device.name in unidentified:
+        return None
+    then = identities[old].node_guid
+    if then and guid and then != guid:
+        return None  # another card at that address: not the same device
+    return old
+
+
+def _aliases(identities: Mapping[str, DeviceIdentity], renames: Mapping[str, str],
+             present: Mapping[str, DeviceSnapshot]) -> dict[str, str]:
+    """``<name>@<address>`` for every gone device (not renamed) whose name is taken: by a
+    renamed device, or by another device with a PCI address."""
     targets = set(renames.values())
+    aliases: dict[str, str] = {}
     for name, identity in identities.items():
         if name in renames:
             continue
@@ -105,8 +121,8 @@ def detect_renames(identities: Mapping[str, DeviceIdentity],
             continue  # still there, under its name
         taken = name in targets or bool(holder is not None and holder.pci_address)
         if taken and identity.pci_address:
-            renames[name] = alias(name, identity.pci_address)
-    return renames
+            aliases[name] = alias(name, identity.pci_address)
+    return aliases
 
 
 def renamed(name: str, renames: Mapping[str, str]) -> str:
