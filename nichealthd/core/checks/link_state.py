@@ -131,58 +131,19 @@ class LinkState(CheckFamily[LinkStateSection]):
         cycle = without_efa(cycle)
         snapshot, now, enabled = cycle.snapshot, cycle.now, cycle.enabled
         state = previous.copy()
-        events: list[tuple[str, HealthEvent]] = []
         notes: list[str] = []
         cards = card_counts(snapshot.devices, cycle.roles, previous)
         verdicts, modes = anomalous_cards(cards.values(), previous.group_modes)
         state.group_modes.update(modes)
         short = short_ports(snapshot, cards, verdicts, previous)
         raised: dict[str, list[str]] = {}  # card -> ports reported fatal on its verdict
-        recorded_ports: dict[str, list[str]] = {}  # device -> its port keys in the state
-        for key, record in previous.port_states.items():
-            recorded_ports.setdefault(record.device, []).append(key)
-
-        for device in cycle.monitored:
-            name = device.name
-            events.extend((name, e) for e in device_present(name, state, now, STATE_CHECK_OF))
-            layer = device_layer(device, previous)
-            if layer not in STATE_CHECK_OF:
-                notes.append(f"{name}: link layer {layer or 'unknown'}; not evaluated")
-                continue
-            check = STATE_CHECK_OF[layer]
-            if check in enabled:
-                events.extend((name, e) for e in _evaluate_ports(
-                    device, layer, check, previous, state, now, cycle.baseline, short, notes,
-                    recorded_ports.get(name, ()), raised.setdefault(device.card or "", []),
-                    cycle.config.settings(LinkStateSettings).state_hold_down))
-
+        events = _judge_monitored(cycle, previous, state, short, raised, notes)
         present = {d.name for d in snapshot.devices}
+        events.extend(_judge_gone(cycle, previous, state, present, notes))
         monitored_names = {d.name for d in cycle.monitored}
-        gone = sorted(set(previous.known_devices) - present)
-        layers = {name: recorded_layer(previous, name) or "InfiniBand"
-                  for name in {*gone, *(previous.driver_event.devices
-                                        if previous.driver_event else ())}}
-        driver = judge_driver_event(
-            previous, state, snapshot, cycle.config, enabled, layers, STATE_CHECK_OF, now)
-        events.extend((HOST, e) for e in driver.events)
-        notes.extend(driver.notes)
-        held = driver.held
-        for name in gone:
-            if snapshot.complete:
-                layer = layers.get(name) or recorded_layer(previous, name) or "InfiniBand"
-                check = STATE_CHECK_OF.get(layer, IB_STATE_CHECK)
-                if check in enabled:
-                    events.extend((HOST, e) for e in device_missing(
-                        name, layer, check, state, now, held=name in held))
         state.known_devices = sorted(
             (set(previous.known_devices) - (present - monitored_names)) | monitored_names)
-        if state.port_fabrics:
-            _forget_fabrics_of_unknown(state)
-        identities = recorded_identities(cycle.monitored, previous.identities,
-                                         state.known_devices)
-        if identities != previous.identities:
-            state.identities = identities
-        remember_fabrics(cycle.monitored, state)
+        _remember_identities(cycle, previous, state)
         fabrics = judge_fabrics(previous, state, cycle.monitored, enabled, now)
         events.extend((HOST, e) for e in fabrics.events)
         notes.extend(fabrics.notes)
@@ -281,10 +242,74 @@ def _renamed_port_table(table: Mapping[str, V], renames: Mapping[str, str]) -> d
     return out
 
 
+def _judge_monitored(cycle: Cycle, previous: LinkStateSection, state: LinkStateSection,
+                     short: set[str], raised: dict[str, list[str]], notes: list[str]
+                     ) -> list[tuple[str, HealthEvent]]:
+    """Presence and port states of each monitored device, under its layer's state check (a
+    device of no known layer is noted, not judged)."""
+    now, enabled = cycle.now, cycle.enabled
+    events: list[tuple[str, HealthEvent]] = []
+    recorded_ports: dict[str, list[str]] = {}  # device -> its port keys in the state
+    for key, record in previous.port_states.items():
+        recorded_ports.setdefault(record.device, []).append(key)
+    for device in cycle.monitored:
+        name = device.name
+        events.extend((name, e) for e in device_present(name, state, now, STATE_CHECK_OF))
+        layer = device_layer(device, previous)
+        if layer not in STATE_CHECK_OF:
+            notes.append(f"{name}: link layer {layer or 'unknown'}; not evaluated")
+            continue
+        check = STATE_CHECK_OF[layer]
+        if check in enabled:
+            events.extend((name, e) for e in _evaluate_ports(
+                device, layer, check, previous, state, now, cycle.baseline, short, notes,
+                recorded_ports.get(name, ()), raised.setdefault(device.card or "", []),
+                cycle.config.settings(LinkStateSettings).state_hold_down))
+    return events
+
+
+def _judge_gone(cycle: Cycle, previous: LinkStateSection, state: LinkStateSection,
+                present: set[str], notes: list[str]) -> list[tuple[str, HealthEvent]]:
+    """The driver event and each known device absent from the poll (judged missing only on a
+    complete enumeration; one a driver event holds is missing but held)."""
+    snapshot, now, enabled = cycle.snapshot, cycle.now, cycle.enabled
+    gone = sorted(set(previous.known_devices) - present)
+    layers = {name: recorded_layer(previous, name) or "InfiniBand"
+              for name in {*gone, *(previous.driver_event.devices
+                                    if previous.driver_event else ())}}
+    driver = judge_driver_event(
+        previous, state, snapshot, cycle.config, enabled, layers, STATE_CHECK_OF, now)
+    events = [(HOST, e) for e in driver.events]
+    notes.extend(driver.notes)
+    if not snapshot.complete:
+        return events
+    for name in gone:
+        layer = layers.get(name) or recorded_layer(previous, name) or "InfiniBand"
+        check = STATE_CHECK_OF.get(layer, IB_STATE_CHECK)
+        if check in enabled:
+            events.extend((HOST, e) for e in device_missing(
+                name, layer, check, state, now, held=name in driver.held))
+    return events
+
+
+def _remember_identities(cycle: Cycle, previous: LinkStateSection, state: LinkStateSection
+                         ) -> None:
+    """Forget the fabrics of devices no longer known; record each known device's identity
+    (a rename is told by it) and each monitored port's fabric."""
+    if state.port_fabrics:
+        _forget_fabrics_of_unknown(state)
+    identities = recorded_identities(cycle.monitored, previous.identities,
+                                     state.known_devices)
+    if identities != previous.identities:
+        state.identities = identities
+    remember_fabrics(cycle.monitored, state)
+
+
 def _evaluate_ports(device: DeviceSnapshot, layer: str, check: str, previous: LinkStateSection,
                     state: LinkStateSection, now: datetime, baseline: bool, short: set[str],
                     notes: list[str], recorded: Iterable[str], raised: list[str],
                     hold_down: float) -> list[HealthEvent]:
+    """Each port's transition (with its hold-down), then the recorded ports no longer listed."""
     events: list[HealthEvent] = []
     seen = set()
     for port in device.ports:
@@ -310,11 +335,20 @@ def _evaluate_ports(device: DeviceSnapshot, layer: str, check: str, previous: Li
                          f"uncabled, not reported")
         state.port_states[port.key] = new_record
     if device.ports_listed:
-        for key in recorded:
-            if key not in seen:
-                new_record, port_events = missing_port(previous.port_states[key], check, now)
-                state.port_states[key] = new_record
-                events.extend(port_events)
+        events.extend(_unlisted_ports(previous, state, recorded, seen, check, now))
+    return events
+
+
+def _unlisted_ports(previous: LinkStateSection, state: LinkStateSection,
+                    recorded: Iterable[str], seen: set[str], check: str, now: datetime
+                    ) -> list[HealthEvent]:
+    """The recorded ports a device that lists its ports no longer has: each is missing."""
+    events: list[HealthEvent] = []
+    for key in recorded:
+        if key not in seen:
+            new_record, port_events = missing_port(previous.port_states[key], check, now)
+            state.port_states[key] = new_record
+            events.extend(port_events)
     return events
 
 
