@@ -86,7 +86,7 @@ from ..state import (
     parse_table,
     parse_when,
 )
-from .counters import CounterMemory
+from .counters import CheckNames, CounterMemory
 from .link_counters import CHECK_NAMES_OF
 from .link_section import LinkStateSection
 from .link_settings import LinkStateSettings
@@ -229,8 +229,7 @@ class LinkFlaps(CheckFamily[FlapSection]):
         events: list[tuple[str, HealthEvent]] = []
         horizon = cycle.now - timedelta(
             seconds=cycle.config.settings(LinkFlapSettings).link_flap_window)
-        # A counter switched off in the config is not read for flaps either.
-        used = tuple(n if n in cycle.config.active_names else "" for n in COUNTERS)
+        used = _used_counters(cycle.config)
         for device in cycle.monitored:
             layer = device_layer(device, links)
             for port in device.ports:
@@ -240,9 +239,7 @@ class LinkFlaps(CheckFamily[FlapSection]):
                 downs, carrier_down = _counter_downs(now_values, last.get(key))
                 if now_values != _NOTHING:
                     if carrier_down is None:  # no delta: the parity starts from the state
-                        up = _link_up(port)
-                        carrier_down = (not up) if up is not None else bool(
-                            record and not record.up)
+                        carrier_down = _down_by_state(port, record)
                     counted[key] = _Counted(now_values, carrier_down)
                 new = _step(record, port, port.link_layer or layer or "", downs,
                             cycle.now, horizon, links, hold_down)
@@ -341,6 +338,19 @@ def _link_up(port: PortSnapshot) -> Optional[bool]:
     return is_active(port.state, port.phys_state)
 
 
+def _used_counters(config: Config) -> tuple[str, ...]:
+    """The flap counters to read ("" for one switched off in the config: not read for flaps
+    either)."""
+    return tuple(n if n in config.active_names else "" for n in COUNTERS)
+
+
+def _down_by_state(port: PortSnapshot, record: Optional[FlapRecord]) -> bool:
+    """Whether the carrier is down by the port's state (as last recorded while unreadable):
+    where the carrier parity starts when the counters give no delta."""
+    up = _link_up(port)
+    return (not up) if up is not None else bool(record and not record.up)
+
+
 def _step(record: Optional[FlapRecord], port: PortSnapshot, layer: str, downs: int,
           now: datetime, horizon: datetime, links: LinkStateSection, hold_down: float
           ) -> Optional[FlapRecord]:
@@ -352,13 +362,18 @@ def _step(record: Optional[FlapRecord], port: PortSnapshot, layer: str, downs: i
     """
     up = _link_up(port)
     if record is None:
-        if up is None:
-            return None
-        # Down at first sight is an open outage: its return to ACTIVE is a cycle (gpud).
-        return FlapRecord(port.device, port.port, layer, up, down_seen=not up)
+        return _first_sight(port, layer, up)
     if (not downs and up is record.up and not record.down_seen and not record.open_downs
             and (not record.cycles or record.cycles[0][0] > horizon)):
         return record  # the common case: nothing happened
+    return _moved(record, port, layer, up, downs, now, horizon, links, hold_down)
+
+
+def _moved(record: FlapRecord, port: PortSnapshot, layer: str, up: Optional[bool], downs: int,
+           now: datetime, horizon: datetime, links: LinkStateSection, hold_down: float
+           ) -> FlapRecord:
+    """:func:`_step` of a port on which something happened: an outage seen or closed,
+    counted downs, or a cycle leaving the window."""
     down_seen = record.down_seen or (record.up and up is False)
     fatal, absorbed = record.outage_fatal, record.outage_absorbed
     if down_seen and up is not None and hold_down > 0:
@@ -369,11 +384,7 @@ def _step(record: Optional[FlapRecord], port: PortSnapshot, layer: str, downs: i
         closed_absorbed, fatal, absorbed = fatal and absorbed, False, False
     elif up and record.up:  # up all along: the counters' downs of earlier polls were short
         closed, open_downs = record.open_downs, downs
-    cycles = record.cycles
-    if closed:
-        cycles = (*cycles, (now, closed, closed_absorbed))[-MAX_ENTRIES:]
-    if cycles and cycles[0][0] <= horizon:
-        cycles = tuple(c for c in cycles if c[0] > horizon)
+    cycles = _slid(record.cycles, (now, closed, closed_absorbed), horizon)
     link_up = record.up if up is None else up
     if (link_up, down_seen, open_downs, cycles, layer, fatal, absorbed) == (
             record.up, record.down_seen, record.open_downs, record.cycles, record.link_layer,
@@ -382,6 +393,25 @@ def _step(record: Optional[FlapRecord], port: PortSnapshot, layer: str, downs: i
     return replace(record, up=link_up, down_seen=down_seen, open_downs=open_downs,
                    cycles=cycles, link_layer=layer, outage_fatal=fatal,
                    outage_absorbed=absorbed)
+
+
+def _first_sight(port: PortSnapshot, layer: str, up: Optional[bool]) -> Optional[FlapRecord]:
+    """A port's first record (none while its state is unreadable). Down at first sight is an
+    open outage: its return to ACTIVE is a cycle (gpud)."""
+    if up is None:
+        return None
+    return FlapRecord(port.device, port.port, layer, up, down_seen=not up)
+
+
+def _slid(cycles: tuple[tuple[datetime, int, bool], ...], closing: tuple[datetime, int, bool],
+          horizon: datetime) -> tuple[tuple[datetime, int, bool], ...]:
+    """The window's cycles with this poll's (``closing``: none when its count is 0) added,
+    the last MAX_ENTRIES kept, and those at or before ``horizon`` dropped."""
+    if closing[1]:
+        cycles = (*cycles, closing)[-MAX_ENTRIES:]
+    if cycles and cycles[0][0] <= horizon:
+        cycles = tuple(c for c in cycles if c[0] > horizon)
+    return cycles
 
 
 def _absorption(record: FlapRecord, port: PortSnapshot, layer: str, links: LinkStateSection,
@@ -424,13 +454,20 @@ def _escalation_count(config: Config) -> int:
 
 def _verdict(record: FlapRecord, cycle: Cycle) -> tuple[FlapRecord, list[HealthEvent]]:
     """Tell the checks that must know the port flaps; clear those that no longer must."""
-    config = cycle.config
-    flaps = config.settings(LinkFlapSettings)
+    flaps = cycle.config.settings(LinkFlapSettings)
     names = CHECK_NAMES_OF.get(record.link_layer)
     if names is None or (not record.told and (not record.cycles
                                               or record.count < flaps.link_flap_count)):
         return record, []  # the common case, cheaply
-    count, escalation = record.count, _escalation_count(config)
+    return _retold(record, cycle, names, flaps)
+
+
+def _retold(record: FlapRecord, cycle: Cycle, names: CheckNames, flaps: LinkFlapSettings
+            ) -> tuple[FlapRecord, list[HealthEvent]]:
+    """:func:`_verdict` of a port that flaps or was told: the checks it must be told under
+    now (fatal by the escalation's absorbed outages, else by its count), and the events of
+    those that change."""
+    count, escalation = record.count, _escalation_count(cycle.config)
     fatal_count = escalation or flaps.link_flap_fatal_count
     fatal = bool(fatal_count) and (record.absorbed if escalation else count) >= fatal_count
     wanted: set[str] = {names.state} if fatal else set()
@@ -442,20 +479,13 @@ def _verdict(record: FlapRecord, cycle: Cycle) -> tuple[FlapRecord, list[HealthE
         return (record if told == set(record.told)
                 else replace(record, told=tuple(sorted(told)))), []
     label = port_label(record.device, record.port, record.link_layer)
-    window = format_duration(flaps.link_flap_window)
-
-    def tally(check: str) -> str:
-        held = (f", {record.absorbed} absorbed by stateHoldDown "
-                f"{format_duration(config.settings(LinkStateSettings).state_hold_down)}"
-                if escalation and check == names.state else "")
-        return f"{count} down/up cycles within {window}{held}"
-
     events = []
     for check in sorted(told - wanted):
         events.append(make_event(
             check, fatal=False, healthy=True, error_code=CODE_LINK_FLAP, at=cycle.now,
             entities=port_entities(record.device, record.port),
-            message=f"{label}: LinkFlap recovered - {tally(check)} "
+            message=f"{label}: LinkFlap recovered - "
+                    f"{_tally(record, check, names, cycle, escalation)} "
                     f"(threshold {flaps.link_flap_count})"))
     for check in sorted(wanted - told):
         is_fatal = check == names.state
@@ -464,9 +494,21 @@ def _verdict(record: FlapRecord, cycle: Cycle) -> tuple[FlapRecord, list[HealthE
         event = make_event(
             check, fatal=is_fatal, healthy=False, error_code=CODE_LINK_FLAP, at=cycle.now,
             entities=port_entities(record.device, record.port),
-            message=f"{label}: LinkFlap - {tally(check)} ({limit}) - unstable link")
+            message=f"{label}: LinkFlap - {_tally(record, check, names, cycle, escalation)} "
+                    f"({limit}) - unstable link")
         events.append(event if is_fatal else replace(event, recommended_action="CONTACT_SUPPORT"))
     return replace(record, told=tuple(sorted(wanted))), events
+
+
+def _tally(record: FlapRecord, check: str, names: CheckNames, cycle: Cycle,
+           escalation: int) -> str:
+    """What a flap event says of the port's cycles: their count within the window and, on
+    the escalated state check, the outages the hold-down absorbed."""
+    window = format_duration(cycle.config.settings(LinkFlapSettings).link_flap_window)
+    held = (f", {record.absorbed} absorbed by stateHoldDown "
+            f"{format_duration(cycle.config.settings(LinkStateSettings).state_hold_down)}"
+            if escalation and check == names.state else "")
+    return f"{record.count} down/up cycles within {window}{held}"
 
 
 FAMILY = LINK_FLAPS = LinkFlaps()
