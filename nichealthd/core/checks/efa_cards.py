@@ -98,25 +98,30 @@ def card_counts(devices: Iterable[DeviceSnapshot], roles: Mapping[str, Role],
             continue
         if any(port.netdev for port in device.ports):
             grouped.setdefault(device.card, []).append(device)
-    cards = {}
-    for card, members in sorted(grouped.items()):
-        active, known = 0, True
-        for device in members:
-            known = known and device.ports_listed
-            for port in device.ports:
-                if not port.netdev:
-                    continue
-                down = port_is_down(port, health.get(port.key))
-                if down is None:
-                    known = False
-                else:
-                    active += not down
-        member_roles = [roles[d.name].role for d in members]
-        monitored = [r for r in member_roles if r != MANAGEMENT]
-        cards[card] = CardCount(card, monitored[0] if monitored else MANAGEMENT,
-                                tuple(sorted(d.name for d in members)), active, known,
-                                MANAGEMENT in member_roles, "Unknown")
-    return cards
+    return {card: _card_count(card, members, roles, health)
+            for card, members in sorted(grouped.items())}
+
+
+def _card_count(card: str, members: list[DeviceSnapshot], roles: Mapping[str, Role],
+                health: Mapping[str, str]) -> CardCount:
+    """One card's up ports with a netdev; unknown when a member's ports are not listed or a
+    port's state is known neither now nor as last told. Its role: a monitored member's."""
+    active, known = 0, True
+    for device in members:
+        known = known and device.ports_listed
+        for port in device.ports:
+            if not port.netdev:
+                continue
+            down = port_is_down(port, health.get(port.key))
+            if down is None:
+                known = False
+            else:
+                active += not down
+    member_roles = [roles[d.name].role for d in members]
+    monitored = [r for r in member_roles if r != MANAGEMENT]
+    return CardCount(card, monitored[0] if monitored else MANAGEMENT,
+                     tuple(sorted(d.name for d in members)), active, known,
+                     MANAGEMENT in member_roles, "Unknown")
 
 
 def short_ports(devices: Iterable[DeviceSnapshot], verdicts: Mapping[str, CardVerdict],
@@ -148,7 +153,6 @@ def card_events(cards: Mapping[str, CardCount], verdicts: Mapping[str, CardVerdi
     for device in devices:
         if device.card and device.card in verdicts:
             by_card.setdefault(device.card, []).extend(p for p in device.ports if p.netdev)
-    hold = timedelta(seconds=hold_time)
     for card, verdict in sorted(verdicts.items()):
         if card in state.card_anomalies:
             continue
@@ -157,30 +161,54 @@ def card_events(cards: Mapping[str, CardCount], verdicts: Mapping[str, CardVerdi
         if not untold:
             state.card_pending.pop(card, None)  # its ports told it: one failure, one event
             continue
-        since = state.card_pending.get(card)
-        if since is None:
-            since = state.card_pending[card] = now
-        if now - since < hold:
-            if card not in previous.card_pending:
-                notes.append(f"EFA card {card} ({verdict.count.role}) has "
-                             f"{verdict.count.active} of {verdict.expected} ports up; "
-                             f"{', '.join(untold)} never up since first sight: reported if "
-                             f"still down after cardVerdictHoldTime")
-            continue
-        count = verdict.count
-        state.card_anomalies[card] = EfaCardAnomaly(count.role, count.active, verdict.expected,
-                                                    now, tuple(sorted(untold)))
-        state.card_pending.pop(card, None)
-        events.append(make_event(
-            EFA_STATE_CHECK, fatal=True, healthy=False, error_code=CODE_CARD_PORTS,
-            entities=tuple((ENTITY_NIC, d) for d in count.devices), at=now,
-            message=(f"EFA card {card} ({count.role}) has {count.active} active ports, "
-                     f"expected {verdict.expected} (its peers are up; "
-                     f"{', '.join(sorted(untold))} never came up)")))
+        event = _latch_card(card, verdict, untold, previous, state, hold_time, now, notes)
+        if event is not None:
+            events.append(event)
+    _forget_pending(cards, verdicts, state)
+    events.extend(_released_cards(cards, previous, state, now))
+    return events
+
+
+def _latch_card(card: str, verdict: CardVerdict, untold: list[str], previous: EfaStateSection,
+                state: EfaStateSection, hold_time: float, now: datetime, notes: list[str]
+                ) -> Optional[HealthEvent]:
+    """A short card whose down ports no event tells: held (noted once) for
+    ``cardVerdictHoldTime`` since first seen short, then latched with one fatal event."""
+    since = state.card_pending.get(card)
+    if since is None:
+        since = state.card_pending[card] = now
+    if now - since < timedelta(seconds=hold_time):
+        if card not in previous.card_pending:
+            notes.append(f"EFA card {card} ({verdict.count.role}) has "
+                         f"{verdict.count.active} of {verdict.expected} ports up; "
+                         f"{', '.join(untold)} never up since first sight: reported if "
+                         f"still down after cardVerdictHoldTime")
+        return None
+    count = verdict.count
+    state.card_anomalies[card] = EfaCardAnomaly(count.role, count.active, verdict.expected,
+                                                now, tuple(sorted(untold)))
+    state.card_pending.pop(card, None)
+    return make_event(
+        EFA_STATE_CHECK, fatal=True, healthy=False, error_code=CODE_CARD_PORTS,
+        entities=tuple((ENTITY_NIC, d) for d in count.devices), at=now,
+        message=(f"EFA card {card} ({count.role}) has {count.active} active ports, "
+                 f"expected {verdict.expected} (its peers are up; "
+                 f"{', '.join(sorted(untold))} never came up)"))
+
+
+def _forget_pending(cards: Mapping[str, CardCount], verdicts: Mapping[str, CardVerdict],
+                    state: EfaStateSection) -> None:
+    """Forget the hold of a card no longer short (kept while its count is unknown)."""
     for card in list(state.card_pending):
         pending = cards.get(card)
         if card not in verdicts and (pending is None or pending.known):
             del state.card_pending[card]
+
+
+def _released_cards(cards: Mapping[str, CardCount], previous: EfaStateSection,
+                    state: EfaStateSection, now: datetime) -> list[HealthEvent]:
+    """Release each latched card back at its expected count, with a healthy event."""
+    events: list[HealthEvent] = []
     for card, anomaly in sorted(previous.card_anomalies.items()):
         current = cards.get(card)
         if current is None or not current.known or current.active < anomaly.expected:
