@@ -219,39 +219,8 @@ class Journal:
                 raw = handle.read()
         except FileNotFoundError:
             raw = b""
-        lines = raw.split(b"\n")
-        unterminated = lines.pop()  # b"" when the file ends with a newline
-        entries: list[JournalEntry] = []
-        sizes: dict[int, int] = {}
-        damaged = 0
-        for line in lines:
-            entry = _decode(line)
-            if entry is None or (entries and entry.seq <= entries[-1].seq):
-                damaged += 1  # a whole (newline-terminated) line: it was written completely
-                continue
-            entries.append(entry)
-            sizes[entry.seq] = len(line) + 1
-        torn = bool(unterminated.strip())
-        if torn:
-            entry = _decode(unterminated)  # a whole record whose newline is missing
-            if entry is not None and not (entries and entry.seq <= entries[-1].seq):
-                entries.append(entry)
-                sizes[entry.seq] = len(unterminated) + 1
-                torn = False
-        unfinished = 0
-        mismatch: Optional[str] = None
-        beyond = [e for e in entries if committed_seq is not None and e.seq > committed_seq]
-        if beyond and committed_seq is not None and beyond[0].seq != committed_seq + 1:
-            # An unfinished commit always starts right after the committed sequence number:
-            # the state cannot be right, and it must not cost the journal anything.
-            mismatch = (f"event_seq {committed_seq} does not match the journal (its next "
-                        f"entry is {beyond[0].seq})")
-            beyond = []
-        if beyond:
-            unfinished = len(beyond)
-            entries = entries[:-unfinished]
-            for entry in beyond:
-                sizes.pop(entry.seq, None)
+        entries, sizes, damaged, torn = _parse_journal(raw)
+        entries, unfinished, mismatch = _drop_unfinished(entries, sizes, committed_seq)
         if torn:
             # A torn last line is the unfinished commit when the state never advanced past
             # the readable entries; otherwise a committed line was cut later: damage.
@@ -515,6 +484,50 @@ def _index_after(entries: list[JournalEntry], seq: int) -> int:
         else:
             high = mid
     return low
+
+
+def _parse_journal(raw: bytes) -> tuple[list[JournalEntry], dict[int, int], int, bool]:
+    """The readable entries in sequence order with each one's size in bytes, the damaged
+    whole lines, and whether the last line is torn (no newline, not a whole record)."""
+    lines = raw.split(b"\n")
+    unterminated = lines.pop()  # b"" when the file ends with a newline
+    entries: list[JournalEntry] = []
+    sizes: dict[int, int] = {}
+    damaged = 0
+    for line in lines:
+        entry = _decode(line)
+        if entry is None or (entries and entry.seq <= entries[-1].seq):
+            damaged += 1  # a whole (newline-terminated) line: it was written completely
+            continue
+        entries.append(entry)
+        sizes[entry.seq] = len(line) + 1
+    torn = bool(unterminated.strip())
+    if torn:
+        entry = _decode(unterminated)  # a whole record whose newline is missing
+        if entry is not None and not (entries and entry.seq <= entries[-1].seq):
+            entries.append(entry)
+            sizes[entry.seq] = len(unterminated) + 1
+            torn = False
+    return entries, sizes, damaged, torn
+
+
+def _drop_unfinished(entries: list[JournalEntry], sizes: dict[int, int],
+                     committed_seq: Optional[int]
+                     ) -> tuple[list[JournalEntry], int, Optional[str]]:
+    """The entries less those past the state's sequence number (an unfinished commit: their
+    sizes are dropped too), how many those were, and why none were dropped although some
+    lie past it (they do not start right after it: the state does not match the journal)."""
+    beyond = [e for e in entries if committed_seq is not None and e.seq > committed_seq]
+    if not beyond or committed_seq is None:
+        return entries, 0, None
+    if beyond[0].seq != committed_seq + 1:
+        # An unfinished commit always starts right after the committed sequence number:
+        # the state cannot be right, and it must not cost the journal anything.
+        return entries, 0, (f"event_seq {committed_seq} does not match the journal (its "
+                            f"next entry is {beyond[0].seq})")
+    for entry in beyond:
+        sizes.pop(entry.seq, None)
+    return entries[:-len(beyond)], len(beyond), None
 
 
 def _decode(line: bytes) -> Optional[JournalEntry]:
