@@ -110,6 +110,9 @@ class SaturatingFile(NamedTuple):
     reported: bool  # an event (error counter, degradation check enabled), else quiet
 
 
+CounterEntry = tuple[CounterSpec, str, str, CounterKind]  # (spec, check name, state key, kind)
+
+
 @dataclass(frozen=True)
 class PortEntries:
     """The enabled counter entries of one port: (spec, check name, state key) each."""
@@ -118,7 +121,7 @@ class PortEntries:
     checks: CheckNames
     enabled: frozenset[str]
     kinds: Mapping[str, CounterKind]
-    entries: tuple[tuple[CounterSpec, str, str, CounterKind], ...]
+    entries: tuple[CounterEntry, ...]
     saturating: tuple[SaturatingFile, ...] = ()
     # Entry keys of saturating files that are not the file's key (symbol_error_fatal): where
     # state files written before saturation was kept per file recorded it a second time.
@@ -126,6 +129,8 @@ class PortEntries:
     # The port's event entities and its name in messages (used only when an event is made).
     entities: tuple[tuple[str, str], ...] = ()
     where: str = ""
+    device: str = ""
+    port: int = 0
 
     @classmethod
     def of(cls, port: PortSnapshot, specs: tuple[CounterSpec, ...], checks: CheckNames,
@@ -160,7 +165,8 @@ class PortEntries:
         files = {sat.key for sat in saturating.values()}
         made = cls(specs, checks, enabled, kinds, tuple(entries), tuple(saturating.values()),
                    tuple(k for k in stale if k not in files),
-                   port_entities(port.device, port.port), f"port {port.device} port {port.port}")
+                   port_entities(port.device, port.port), f"port {port.device} port {port.port}",
+                   port.device, port.port)
         memory.port_entries[(port.device, port.port)] = made
         return made
 
@@ -204,17 +210,29 @@ def wrapped_delta(kind: CounterKind, old: int, new: int) -> Optional[int]:
     return None
 
 
+@dataclass(frozen=True)
+class CounterPoll:
+    """One poll of a counting family, as every reading of it is judged: the last poll's
+    section, the next one and the volatile memory it writes, the observations it shows.
+
+    Made once per family and poll (slotted: read for every counter of every port)."""
+
+    __slots__ = ("previous", "next_state", "memory", "observations", "now", "baseline")
+
+    previous: CounterSection
+    next_state: CounterSection
+    memory: CounterMemory
+    observations: MutableMapping[str, CounterObservation]
+    now: datetime
+    baseline: bool  # a fresh start: a counter's first reading tells it is healthy
+
+
 def evaluate_port_counters(
     port: PortSnapshot,
     specs: tuple[CounterSpec, ...],
     checks: CheckNames,
     enabled_checks: frozenset[str],
-    previous: CounterSection,
-    next_state: CounterSection,
-    memory: CounterMemory,
-    observations: MutableMapping[str, CounterObservation],
-    now: datetime,
-    baseline: bool,
+    poll: CounterPoll,
     notes: Optional[list[str]] = None,
     *,
     rebase: bool = False,
@@ -228,133 +246,166 @@ def evaluate_port_counters(
     reading starts a fresh window without being judged.
     """
     events: list[HealthEvent] = []
+    memory, observations, now = poll.memory, poll.observations, poll.now
     last_values, last_times = memory.last_values, memory.last_times
     readings = port.counters
     remembered = memory.port_entries.get((port.device, port.port))
     known = PortEntries.of(port, specs, checks, enabled_checks, memory)
-    entities, where = known.entities, known.where
-    for spec, check, key, kind in known.entries:
-        reading = readings.get(spec.name)
+    for entry in known.entries:
+        reading = readings.get(entry[0].name)
         if type(reading) is not int:  # ABSENT or Unreadable (is_value, inline: a hot loop)
-            observations[key] = _UNKNOWN
+            observations[entry[2]] = _UNKNOWN
             continue
-        event = _evaluate_one(port, spec, check, key, kind, reading, previous, next_state,
-                              memory, observations, now, baseline, entities, where, rebase)
+        event = _evaluate_one(poll, known, entry, reading, rebase)
         if event is not None:
             events.append(event)
-        last_values[key] = reading
-        last_times[key] = now
+        last_values[entry[2]] = reading
+        last_times[entry[2]] = now
+    next_state = poll.next_state
     if known.saturating or next_state.saturated or next_state.saturated_quiet:
         _saturation(known, port, readings, next_state, events, notes, checks.degradation,
-                    entities, where, now, rebuilt=known is not remembered)
+                    known.entities, known.where, now, rebuilt=known is not remembered)
     return events
 
 
 _UNKNOWN = CounterObservation(None, None, None)
 
 
-def _evaluate_one(port: PortSnapshot, spec: CounterSpec, check: str, key: str,
-                  kind: CounterKind, value: int, previous: CounterSection,
-                  next_state: CounterSection, memory: CounterMemory,
-                  observations: MutableMapping[str, CounterObservation],
-                  now: datetime, baseline: bool, entities: tuple[tuple[str, str], ...],
-                  where: str, rebase: bool = False) -> Optional[HealthEvent]:
+def _evaluate_one(poll: CounterPoll, known: PortEntries, entry: CounterEntry, value: int,
+                  rebase: bool) -> Optional[HealthEvent]:
     """One reading of one counter entry: its observation, next snapshot, latch, and event.
 
     Ordered so that the common case (a counter that has not moved) costs a few dictionary
-    look-ups and comparisons; the arithmetic of a delta or a window runs only when needed.
+    look-ups and comparisons; the arithmetic of a delta or a window runs only when needed,
+    and the rare cases (first reading, reset, rebase, latched, fresh window) are helpers.
     """
-    snap = previous.counter_snapshots.get(key)
+    spec, check, key, kind = entry
+    snap = poll.previous.counter_snapshots.get(key)
     if snap is None:
-        # First poll for this key: establish the baseline; after a reboot (or with no state)
-        # tell the platform the counter is healthy, clearing any stale condition.
-        next_state.counter_snapshots[key] = CounterSnap(value, now)
-        observations[key] = CounterObservation(value, None, None)
-        if not baseline:
-            return None
-        return make_event(
-            check, fatal=False, healthy=True, error_code=spec.name, entities=entities,
-            message=f"Counter {spec.name} healthy after reboot on {where}", at=now)
-
-    flag = next_state.breach_flags.get(key)
+        return _first_reading(poll, known, spec, check, key, value)
+    memory = poll.memory
+    flag = poll.next_state.breach_flags.get(key)
     last = memory.last_values.get(key)
     if last is None:  # first poll after a restart: the last value persisted with a latch
-        last = snap.value if flag is None or flag.last_value is None else flag.last_value
+        last = _persisted_last(snap, flag)
     if value < last and wrapped_delta(kind, last, value) is None:
-        # Reset (driver reload, device reset, admin clear): restart the window from here and
-        # clear a latched breach with a recovery carrying the breach's own check name.
-        next_state.counter_snapshots[key] = CounterSnap(value, now)
-        observations[key] = CounterObservation(value, None, None)
-        memory.closed_windows.pop(key, None)
-        if next_state.breach_flags.pop(key, None) is None or flag is None:
-            return None
-        return make_event(
-            flag.check_name, fatal=False, healthy=True, error_code=spec.name,
-            entities=entities, message=f"Counter {spec.name} recovered on {where}", at=now)
-
+        return _reset(poll, known, spec, key, value, flag)
     if rebase:
-        # Back from a driver event: start a fresh window here (a latch stays latched).
-        next_state.counter_snapshots[key] = CounterSnap(value, now)
-        observations[key] = CounterObservation(value, None, None)
-        memory.closed_windows.pop(key, None)
-        if flag is not None and flag.last_value != value:
-            next_state.breach_flags[key] = replace(flag, last_value=value)
+        _rebased(poll, key, value, flag)
         return None
-
-    if flag is not None and flag.last_value != value:
-        # Latched and still moving: persist where it is, so that a wrap across a restart is
-        # judged against the last value seen, not against the breach's snapshot.
-        next_state.breach_flags[key] = replace(flag, last_value=value)
+    if flag is not None:
+        _latched(poll, key, kind, snap, value, flag)
+        return None
     old = snap.value
     delta = value - old if value >= old else wrapped_delta(kind, old, value)
+    now = poll.now
     if delta is None or now < snap.timestamp:
-        # Increments that overflowed the window, or a wall clock that went backwards (the
-        # window is meaningless): start a fresh one.
-        next_state.counter_snapshots[key] = CounterSnap(value, now)
-        observations[key] = CounterObservation(value, None, None)
+        _fresh_window(poll, key, value)
         return None
-
-    if flag is not None:
-        observations[key] = CounterObservation(value, delta, None)
-        return None  # latched: nothing to say until a reset or a reboot
-
     if spec.is_velocity:
         elapsed = (now - snap.timestamp).total_seconds()
         if elapsed < spec.window_full_after:
-            observations[key] = _carry(memory.closed_windows.get(key), value)
+            poll.observations[key] = _carry(memory.closed_windows.get(key), value)
             return None  # window not full yet: keep the snapshot, never extrapolate
         rate = delta / elapsed * spec.window_seconds
-        next_state.counter_snapshots[key] = CounterSnap(value, now)
-        observations[key] = memory.closed_windows[key] = CounterObservation(value, delta, rate)
+        poll.next_state.counter_snapshots[key] = CounterSnap(value, now)
+        poll.observations[key] = memory.closed_windows[key] = CounterObservation(value, delta,
+                                                                                 rate)
         breached = rate > spec.threshold
     elif not delta:
         # Quiet over the poll: no rate to work out, and the snapshot stays (an idle counter
         # never forces a state write).
-        observations[key] = CounterObservation(value, 0, 0.0)
+        poll.observations[key] = CounterObservation(value, 0, 0.0)
         return None  # a delta of 0 never exceeds a threshold (config: threshold >= 0)
     else:
         # Delta over one poll interval; the rate shown uses the last poll's time.
         since = memory.last_times.get(key, snap.timestamp)
         interval = (now - since).total_seconds()
         rate = delta / interval if interval > 0 else 0.0
-        next_state.counter_snapshots[key] = CounterSnap(value, now)
-        observations[key] = CounterObservation(value, delta, rate)
+        poll.next_state.counter_snapshots[key] = CounterSnap(value, now)
+        poll.observations[key] = CounterObservation(value, delta, rate)
         breached = delta > spec.threshold
     if not breached:
         return None
-    return _breach(port, spec, check, key, value, delta, rate, next_state, entities, now)
+    return _breach(poll, known, spec, check, key, value, delta, rate)
 
 
-def _breach(port: PortSnapshot, spec: CounterSpec, check: str, key: str, value: int,
-            delta: int, rate: float, next_state: CounterSection,
-            entities: tuple[tuple[str, str], ...], now: datetime) -> HealthEvent:
-    """Latch a threshold breach (the last value seen is kept with it) and make its event."""
-    next_state.breach_flags[key] = BreachFlag(check, spec.is_fatal, now, last_value=value)
+def _first_reading(poll: CounterPoll, known: PortEntries, spec: CounterSpec, check: str,
+                   key: str, value: int) -> Optional[HealthEvent]:
+    """First poll for this key: establish the baseline; after a reboot (or with no state)
+    tell the platform the counter is healthy, clearing any stale condition."""
+    _fresh_window(poll, key, value)
+    if not poll.baseline:
+        return None
     return make_event(
-        check, fatal=spec.is_fatal, healthy=False, error_code=spec.name, entities=entities,
-        message=(f"Port {port.device} port {port.port}: {spec.name} - {spec.description} "
+        check, fatal=False, healthy=True, error_code=spec.name, entities=known.entities,
+        message=f"Counter {spec.name} healthy after reboot on {known.where}", at=poll.now)
+
+
+def _persisted_last(snap: CounterSnap, flag: Optional[BreachFlag]) -> int:
+    """The last value seen before a restart: the one persisted with a latch, else the
+    snapshot's."""
+    return snap.value if flag is None or flag.last_value is None else flag.last_value
+
+
+def _reset(poll: CounterPoll, known: PortEntries, spec: CounterSpec, key: str, value: int,
+           flag: Optional[BreachFlag]) -> Optional[HealthEvent]:
+    """Reset (driver reload, device reset, admin clear): restart the window from here and
+    clear a latched breach with a recovery carrying the breach's own check name."""
+    _fresh_window(poll, key, value)
+    poll.memory.closed_windows.pop(key, None)
+    if poll.next_state.breach_flags.pop(key, None) is None or flag is None:
+        return None
+    return make_event(
+        flag.check_name, fatal=False, healthy=True, error_code=spec.name,
+        entities=known.entities, message=f"Counter {spec.name} recovered on {known.where}",
+        at=poll.now)
+
+
+def _rebased(poll: CounterPoll, key: str, value: int, flag: Optional[BreachFlag]) -> None:
+    """Back from a driver event: start a fresh window here (a latch stays latched, at the
+    last value seen)."""
+    _fresh_window(poll, key, value)
+    poll.memory.closed_windows.pop(key, None)
+    if flag is not None and flag.last_value != value:
+        poll.next_state.breach_flags[key] = replace(flag, last_value=value)
+
+
+def _latched(poll: CounterPoll, key: str, kind: CounterKind, snap: CounterSnap, value: int,
+             flag: BreachFlag) -> None:
+    """A latched breach says nothing until a reset or a reboot; its counter is still shown
+    (its delta), and its window restarts as any other's would."""
+    if flag.last_value != value:
+        # Latched and still moving: persist where it is, so that a wrap across a restart is
+        # judged against the last value seen, not against the breach's snapshot.
+        poll.next_state.breach_flags[key] = replace(flag, last_value=value)
+    old = snap.value
+    delta = value - old if value >= old else wrapped_delta(kind, old, value)
+    if delta is None or poll.now < snap.timestamp:
+        _fresh_window(poll, key, value)
+    else:
+        poll.observations[key] = CounterObservation(value, delta, None)
+
+
+def _fresh_window(poll: CounterPoll, key: str, value: int) -> None:
+    """A new snapshot (a window) starts at this reading: after increments that overflowed
+    the window or a wall clock that went backwards (the window is meaningless), a reset or
+    a rebase; and at a counter's first reading."""
+    poll.next_state.counter_snapshots[key] = CounterSnap(value, poll.now)
+    poll.observations[key] = CounterObservation(value, None, None)
+
+
+def _breach(poll: CounterPoll, known: PortEntries, spec: CounterSpec, check: str, key: str,
+            value: int, delta: int, rate: float) -> HealthEvent:
+    """Latch a threshold breach (the last value seen is kept with it) and make its event."""
+    poll.next_state.breach_flags[key] = BreachFlag(check, spec.is_fatal, poll.now,
+                                                   last_value=value)
+    return make_event(
+        check, fatal=spec.is_fatal, healthy=False, error_code=spec.name,
+        entities=known.entities,
+        message=(f"Port {known.device} port {known.port}: {spec.name} - {spec.description} "
                  f"(value={value}, delta={delta}, rate={rate:.2f}{spec.unit_label})"),
-        at=now)
+        at=poll.now)
 
 
 def release_unconfigured(state: CounterSection, configured: frozenset[str],

@@ -27,6 +27,7 @@ from .counters import (
     CheckNames,
     CounterMemory,
     CounterObservation,
+    CounterPoll,
     evaluate_port_counters,
     release_unconfigured,
     urgent_counter_change,
@@ -67,13 +68,13 @@ class EfaCounters(CheckFamily[CounterSection]):
         notes: list[str] = []
         observations: dict[str, CounterObservation] = {}
         specs = cycle.config.active_efa_counters
+        poll = CounterPoll(previous, state, memory, observations, cycle.now, cycle.baseline)
         for device in cycle.monitored:
             if not device.is_efa:
                 continue
             for port in device.ports:
                 events.extend((device.name, e) for e in evaluate_port_counters(
-                    port, specs, EFA_CHECKS, cycle.enabled, previous, state, memory,
-                    observations, cycle.now, cycle.baseline, notes))
+                    port, specs, EFA_CHECKS, cycle.enabled, poll, notes))
         if state.breach_flags:
             events.extend(release_unconfigured(
                 state, frozenset(s.name for s in specs), cycle.enabled, cycle.now))

@@ -29,6 +29,7 @@ from .counters import (
     CheckNames,
     CounterMemory,
     CounterObservation,
+    CounterPoll,
     evaluate_port_counters,
     release_unconfigured,
     urgent_counter_change,
@@ -72,6 +73,7 @@ class LinkCounters(CheckFamily[CounterSection]):
         # was away is the reload's own doing (links retrain); a decrease is the reset it
         # implies (latched breaches recover), anything else starts a fresh window.
         returning = frozenset(links.driver_event.devices) if links.driver_event else frozenset()
+        poll = CounterPoll(previous, state, memory, observations, cycle.now, cycle.baseline)
         for device in cycle.monitored:
             layer = device_layer(device, links)
             names = CHECK_NAMES_OF.get(layer or "")
@@ -83,8 +85,7 @@ class LinkCounters(CheckFamily[CounterSection]):
                 events.extend((device.name, e) for e in evaluate_port_counters(
                     _held(port) if phase else port, specs,
                     CHECK_NAMES_OF.get(port.link_layer or "", names),
-                    cycle.enabled, previous, state, memory, observations, cycle.now,
-                    cycle.baseline, notes, rebase=rebase))
+                    cycle.enabled, poll, notes, rebase=rebase))
                 if phase == BLIP:
                     _absorb(port, state, memory, cycle.now)
         if state.breach_flags and cycle.config.counter_detection_enabled:

@@ -42,7 +42,13 @@ from ..pcifacts import ROOTPORT_FILES, AerTable
 from ..settings import Duration, Integer, Settings, boolean, setting
 from ..state import DEGRADED, FATAL
 from .counter_section import CounterSection
-from .counters import CheckNames, CounterMemory, CounterObservation, evaluate_port_counters
+from .counters import (
+    CheckNames,
+    CounterMemory,
+    CounterObservation,
+    CounterPoll,
+    evaluate_port_counters,
+)
 from .link_state import LINK_STATE
 from .pci_open import layer_checks, pci_entities
 
@@ -175,6 +181,7 @@ class PcieAer(CheckFamily[AerSection]):
         events: list[tuple[str, HealthEvent]] = []
         notes: list[str] = []
         observations: dict[str, CounterObservation] = {}
+        poll = CounterPoll(previous, state, memory, observations, cycle.now, False)
         roots: dict[str, _RootPort] = {}
         for device in sorted(cycle.monitored, key=lambda d: d.name):
             checks = layer_checks(device, links)
@@ -196,15 +203,12 @@ class PcieAer(CheckFamily[AerSection]):
                     continue
                 port = PortSnapshot(table.address, 0, None, None, None,
                                     counters=dict(table.totals))
-                found = evaluate_port_counters(
-                    port, specs, checks, cycle.enabled, previous, state, memory,
-                    observations, cycle.now, False)
+                found = evaluate_port_counters(port, specs, checks, cycle.enabled, poll)
                 events.extend((device.name, _ours(e, device.name, table)) for e in found)
         if aer.pcie_aer_root_port:
             rspecs = rootport_specs(aer.pcie_aer_correctable_per_minute)
             for address in sorted(roots):
-                events.extend(_judge_root(roots[address], rspecs, cycle, previous, state,
-                                          memory, observations, notes))
+                events.extend(_judge_root(roots[address], rspecs, cycle, poll, state, notes))
         else:
             events.extend(_close_roots(state, roots, cycle.now))
         memory.slots[self.id] = picture = (dict(facts), observations)
@@ -282,15 +286,13 @@ def _below(facts: Mapping[str, tuple[AerTable, ...]]) -> dict[str, list[str]]:
 
 
 def _judge_root(root: _RootPort, specs: tuple[CounterSpec, ...], cycle: Cycle,
-                previous: AerSection, state: AerSection, memory: CounterMemory,
-                observations: dict[str, CounterObservation], notes: list[str]
+                poll: CounterPoll, state: AerSection, notes: list[str]
                 ) -> list[tuple[str, HealthEvent]]:
     """One root port through the engine; a breach a NIC table below it already holds for
     the same severity is not told (module doc)."""
     address = root.table.address
     port = PortSnapshot(address, 0, None, None, None, counters=dict(root.table.totals))
-    found = evaluate_port_counters(port, specs, root.checks, cycle.enabled, previous, state,
-                                   memory, observations, cycle.now, False)
+    found = evaluate_port_counters(port, specs, root.checks, cycle.enabled, poll)
     out = []
     for event in found:
         name = event.error_code[0] if event.error_code else ""
