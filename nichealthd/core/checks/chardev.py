@@ -139,46 +139,26 @@ class CharDeviceFamily(CheckFamily[CharDeviceSection]):
             state.cleared = True
             host.append(scoped_clear(CHAR_DEVICE_CHECK, now, "no state of this check"))
         hold = held(cycle)
-        codes = (UMAD, ISSM) if cycle.config.settings(CharDeviceSettings).char_device_issm \
-            else (UMAD,)
-        expected: dict[str, tuple[str, Optional[int], str]] = {}
-        for device in cycle.monitored:
-            expected[key_of(device.name, None, UVERBS)] = (device.name, None, UVERBS)
-            for port in device.ports:
-                if port.link_layer == "InfiniBand":
-                    for code in codes:
-                        expected[key_of(device.name, port.port, code)] = (
-                            device.name, port.port, code)
+        codes = _port_codes(cycle)
+        expected = _expected(cycle, codes)
         for key, (name, number, code) in expected.items():
             present = _present(chardevs, name, number, code)
             if present is None:
                 continue  # class directory absent: uncertain, the misses are held
             if present:
-                state.misses.pop(key, None)
-                if key in state.latched:
-                    del state.latched[key]
-                    events.append((name, back_event(name, number, code, now,
-                                                    f"present again in {CLASS_DIR[code]}")))
+                event = _present_again(state, key, name, number, code, now)
+            elif hold:
                 continue
-            if hold or key in state.latched:
-                continue
-            misses = state.misses.get(key, 0) + 1
-            if misses < MISSING_READS:
-                state.misses[key] = misses
-                continue
-            state.misses.pop(key, None)
-            state.latched[key] = Latched(now, f"{code} missing from {CLASS_DIR[code]}")
-            events.append((name, missing_event(name, number, code, now)))
+            else:
+                event = _missed(state, key, name, number, code, now)
+            if event is not None:
+                events.append((name, event))
         # Misses of entries no longer expected (device gone or excluded, port no longer
         # InfiniBand) start again; a class directory that vanished holds them.
         for key in [k for k in state.misses if k not in expected]:
             del state.misses[key]
         if ISSM not in codes:  # the opt-in was switched off: nothing to hold any more
-            for key in [k for k in state.latched if parse_key(k)[2] == ISSM]:
-                name, number, code = parse_key(key)
-                del state.latched[key]
-                events.append((name, back_event(name, number, code, now,
-                                                "no longer expected (charDeviceIssm = false)")))
+            events.extend(_release_issm(state, now))
         if chardevs.uverbs is None or chardevs.umad is None:
             notes.extend(_uncertain(chardevs, previous, cycle))
         events.extend((HOST, e) for e in host)
@@ -228,6 +208,62 @@ def _uncertain(chardevs: CharDevices, previous: CharDeviceSection, cycle: Cycle
         return [f"{' and '.join(absent)} absent (ib_uverbs / ib_umad not loaded?): character "
                 f"devices not judged this time"]
     return []
+
+
+def _port_codes(cycle: Cycle) -> tuple[str, ...]:
+    """The character devices expected per InfiniBand port: umad, and issm when opted in."""
+    return (UMAD, ISSM) if cycle.config.settings(CharDeviceSettings).char_device_issm \
+        else (UMAD,)
+
+
+def _expected(cycle: Cycle, codes: tuple[str, ...]
+              ) -> dict[str, tuple[str, Optional[int], str]]:
+    """Key -> (device, port, kind) of every character device expected: each monitored
+    device's uverbs, and each of its InfiniBand ports' ``codes`` (umad, issm when opted in)."""
+    expected: dict[str, tuple[str, Optional[int], str]] = {}
+    for device in cycle.monitored:
+        expected[key_of(device.name, None, UVERBS)] = (device.name, None, UVERBS)
+        for port in device.ports:
+            if port.link_layer == "InfiniBand":
+                for code in codes:
+                    expected[key_of(device.name, port.port, code)] = (
+                        device.name, port.port, code)
+    return expected
+
+
+def _present_again(state: CharDeviceSection, key: str, name: str, number: Optional[int],
+                   code: str, now: datetime) -> Optional[HealthEvent]:
+    """A present entry: its misses start again, and a latched one recovers."""
+    state.misses.pop(key, None)
+    if key not in state.latched:
+        return None
+    del state.latched[key]
+    return back_event(name, number, code, now, f"present again in {CLASS_DIR[code]}")
+
+
+def _missed(state: CharDeviceSection, key: str, name: str, number: Optional[int], code: str,
+            now: datetime) -> Optional[HealthEvent]:
+    """A missing entry (not held): latched with one event after MISSING_READS reads."""
+    if key in state.latched:
+        return None
+    misses = state.misses.get(key, 0) + 1
+    if misses < MISSING_READS:
+        state.misses[key] = misses
+        return None
+    state.misses.pop(key, None)
+    state.latched[key] = Latched(now, f"{code} missing from {CLASS_DIR[code]}")
+    return missing_event(name, number, code, now)
+
+
+def _release_issm(state: CharDeviceSection, now: datetime) -> list[tuple[str, HealthEvent]]:
+    """``charDeviceIssm`` switched off: every latched issm entry recovers."""
+    events: list[tuple[str, HealthEvent]] = []
+    for key in [k for k in state.latched if parse_key(k)[2] == ISSM]:
+        name, number, code = parse_key(key)
+        del state.latched[key]
+        events.append((name, back_event(name, number, code, now,
+                                        "no longer expected (charDeviceIssm = false)")))
+    return events
 
 
 FAMILY = CHAR_DEVICES = CharDeviceFamily()
