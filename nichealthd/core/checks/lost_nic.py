@@ -177,9 +177,7 @@ class LostNics(CheckFamily[LostNicSection]):
         state = previous.copy()
         events: list[HealthEvent] = []
         notes: list[str] = []
-        links = cycle.previous.section(LINK_STATE)
-        known = {d.pci_address for d in cycle.snapshot.devices if d.pci_address}
-        known |= {i.pci_address for i in links.identities.values()}
+        known = _known_addresses(cycle)
         hold = held(cycle)
         with_device = sum(1 for nic in facts.pci_nics if nic.registered)
         waiting: list[str] = []  # judged once the driver is up
@@ -187,35 +185,44 @@ class LostNics(CheckFamily[LostNicSection]):
         for nic in facts.pci_nics:
             key = nic.address
             if nic.registered:
-                state.misses.pop(key, None)
-                state.since.pop(key, None)
-                if key in state.latched:
-                    del state.latched[key]
-                    events.append(make_event(
-                        _check(nic), fatal=False, healthy=True, error_code=CODE_UNREGISTERED,
-                        entities=((ENTITY_PCI, key),), at=now,
-                        message=f"Mellanox PCI function {key} has an RDMA device again"))
+                event = self._registered(state, nic, now)
+            elif key in known or not self._judged_now(nic, state, hold, cycle):
                 continue
-            if key in known or key in state.latched or hold or not self._judged(nic, cycle):
-                continue
-            if not with_device:
+            elif not with_device:
                 waiting.append(key)
                 continue
-            seen.add(key)
-            event = self._miss(state, nic, now, config, with_device, notes)
+            else:
+                seen.add(key)
+                event = self._miss(state, nic, now, config, with_device, notes)
             if event is not None:
                 events.append(event)
-        # A function judged no more (registered, excluded) restarts its clock, and no device
-        # anywhere (the driver down, held as a reload or not) restarts every clock; a read
-        # held while the driver is up neither counts nor restarts.
-        if not hold or not with_device:
-            for table in (state.misses, state.since):
-                for key in [k for k in table if k not in seen]:
-                    del table[key]
+        _restart_clocks(state, seen, hold, with_device)
         notes.extend(_driver_notes(last, len(waiting), with_device, config))
         memory.slots[self.id] = LastRead(facts.pci_nics, bool(waiting))
         return Verdict(state, tuple((HOST, e) for e in events), facts.pci_nics,
                        notes=tuple(notes))
+
+    @staticmethod
+    def _registered(state: LostNicSection, nic: PciNic, now: datetime
+                    ) -> Optional[HealthEvent]:
+        """A function with its RDMA device: its clock restarts, a latched one recovers."""
+        key = nic.address
+        state.misses.pop(key, None)
+        state.since.pop(key, None)
+        if key not in state.latched:
+            return None
+        del state.latched[key]
+        return make_event(
+            _check(nic), fatal=False, healthy=True, error_code=CODE_UNREGISTERED,
+            entities=((ENTITY_PCI, key),), at=now,
+            message=f"Mellanox PCI function {key} has an RDMA device again")
+
+    @classmethod
+    def _judged_now(cls, nic: PciNic, state: LostNicSection, hold: bool, cycle: Cycle
+                    ) -> bool:
+        """Whether a function without its device (not a known device's) is judged at this
+        read: not while latched already, nor on a held read."""
+        return nic.address not in state.latched and not hold and cls._judged(nic, cycle)
 
     @staticmethod
     def _judged(nic: PciNic, cycle: Cycle) -> bool:
@@ -310,6 +317,27 @@ def _lost_rows(section: LostNicSection, picture: Any) -> Iterable[dict[str, Any]
             "lost": True, "lost_reason": latched.detail,
             "lost_since": format_timestamp(latched.since),
         }
+
+
+def _known_addresses(cycle: Cycle) -> set[str]:
+    """The PCI addresses of the devices of the poll and of every device ever identified:
+    a function there is a known device's (its absence is the link-state family's)."""
+    links = cycle.previous.section(LINK_STATE)
+    known = {d.pci_address for d in cycle.snapshot.devices if d.pci_address}
+    known |= {i.pci_address for i in links.identities.values()}
+    return known
+
+
+def _restart_clocks(state: LostNicSection, seen: set[str], hold: bool, with_device: int
+                    ) -> None:
+    """A function judged no more (registered, excluded) restarts its clock, and no device
+    anywhere (the driver down, held as a reload or not) restarts every clock; a read held
+    while the driver is up neither counts nor restarts. ``seen``: judged missing now."""
+    if hold and with_device:
+        return
+    for table in (state.misses, state.since):
+        for key in [k for k in table if k not in seen]:
+            del table[key]
 
 
 FAMILY = LOST_NICS = LostNics()
