@@ -14,7 +14,7 @@ the state check's business).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Optional
 
 from ..adapter import NetdevLink
 from ..config import ETH_DEGRADATION_CHECK, IB_DEGRADATION_CHECK
@@ -56,7 +56,6 @@ class NetdevLinkFamily(CheckFamily[NetdevLinkSection]):
         facts = cycle.snapshot.adapter
         if facts is None:
             return Verdict(previous)
-        now = cycle.now
         state = previous.copy()
         events: list[tuple[str, HealthEvent]] = []
         notes: list[str] = []
@@ -70,32 +69,13 @@ class NetdevLinkFamily(CheckFamily[NetdevLinkSection]):
                 if link is None or check is None or not port.readable:
                     continue  # no netdev, or nothing known this time: hold
                 seen.add(key)
-                bad = _active(port) and link.down and link.admin_up is not False
-                latched = state.latched.get(key)
-                if not bad:
-                    state.misses.pop(key, None)
-                    if latched is not None:
-                        del state.latched[key]
-                        if check in cycle.enabled:
-                            events.append((device.name, _event(
-                                check, device.name, port.port, link, now, healthy=True,
-                                why=_recovered(port, link))))
-                    elif (_active(port) and link.down and link.admin_up is False
-                          and previous.misses.get(key) is None):
-                        notes.append(f"{device.name} port {port.port}: netdev {link.netdev} "
-                                     f"is administratively down (ip link set ... down): "
-                                     f"not reported")
-                    continue
-                if latched is not None or hold or check not in cycle.enabled:
-                    continue
-                misses = state.misses.get(key, 0) + 1
-                if misses < DOWN_READS:
-                    state.misses[key] = misses
-                    continue
-                state.misses.pop(key, None)
-                state.latched[key] = Latched(now, f"{link.netdev} {link.operstate}")
-                events.append((device.name, _event(check, device.name, port.port, link, now,
-                                                   healthy=False, why="")))
+                if _unexpectedly_down(port, link):
+                    event = _down(state, device.name, port, link, check, hold, cycle)
+                else:
+                    event = _not_down(state, previous, device.name, port, link, check, cycle,
+                                      notes)
+                if event is not None:
+                    events.append((device.name, event))
         for key in [k for k in state.misses if k not in seen]:
             del state.misses[key]
         return Verdict(state, tuple(events), dict(facts.netdevs), notes=tuple(notes))
@@ -109,6 +89,49 @@ class NetdevLinkFamily(CheckFamily[NetdevLinkSection]):
             device, number, _ = key.split(":")
             yield Condition(DEGRADED, f"netdev {section.latched[key].detail}",
                             (device, int(number)), alone=f"{device} port {number} netdev down")
+
+
+def _not_down(state: NetdevLinkSection, previous: NetdevLinkSection, device: str,
+              port: PortSnapshot, link: NetdevLink, check: str, cycle: Cycle, notes: list[str]
+              ) -> Optional[HealthEvent]:
+    """A netdev not down (or down on purpose, or its port not ACTIVE): its misses start
+    again and a latched one recovers; an administratively down one is noted once."""
+    key = key_of(device, port.port)
+    state.misses.pop(key, None)
+    if key in state.latched:
+        del state.latched[key]
+        if check not in cycle.enabled:
+            return None
+        return _event(check, device, port.port, link, cycle.now, healthy=True,
+                      why=_recovered(port, link))
+    if (_active(port) and link.down and link.admin_up is False
+            and previous.misses.get(key) is None):
+        notes.append(f"{device} port {port.port}: netdev {link.netdev} is administratively "
+                     f"down (ip link set ... down): not reported")
+    return None
+
+
+def _unexpectedly_down(port: PortSnapshot, link: NetdevLink) -> bool:
+    """An ACTIVE port whose netdev is down, and not administratively (``ip link set down``
+    is an operator's doing, not a fault)."""
+    return _active(port) and link.down and link.admin_up is not False
+
+
+def _down(state: NetdevLinkSection, device: str, port: PortSnapshot, link: NetdevLink,
+          check: str, hold: bool, cycle: Cycle) -> Optional[HealthEvent]:
+    """A netdev down under an ACTIVE port: latched with one event after DOWN_READS reads
+    (a latched one says nothing more; a held read and a switched-off check count nothing)."""
+    key = key_of(device, port.port)
+    if key in state.latched or hold or check not in cycle.enabled:
+        return None
+    now = cycle.now
+    misses = state.misses.get(key, 0) + 1
+    if misses < DOWN_READS:
+        state.misses[key] = misses
+        return None
+    state.misses.pop(key, None)
+    state.latched[key] = Latched(now, f"{link.netdev} {link.operstate}")
+    return _event(check, device, port.port, link, now, healthy=False, why="")
 
 
 def _recovered(port: PortSnapshot, link: NetdevLink) -> str:
