@@ -141,14 +141,7 @@ class PciFactsReader:
         wanted = frozenset(devices)
         chosen = [d for d in snapshot.devices if d.name in wanted and not d.is_vf]
         paths = {d.name: self._path(d) for d in chosen}
-        kept = {k: v for k, v in self._paths.items()
-                if k in {(d.name, d.pci_address or "") for d in chosen}}
-        if len(kept) != len(self._paths):  # a device went away: close its AER files
-            self._paths = kept
-            keep = set(_aer_paths(p for p in kept.values() if p))
-            self.aer_files.retain(keep)
-            self._aer_last = {k: v for k, v in self._aer_last.items() if k in keep}
-            self.rates.retain(keep)
+        self._forget_gone(chosen)
         found = {name: path for name, path in paths.items() if path is not None}
         if READS_PCIE in parts:
             snapshot = replace(snapshot, pcie={name: self._hops(path)
@@ -161,6 +154,18 @@ class PciFactsReader:
             snapshot = replace(snapshot, hwmon={name: self.hwmon.sensors(path.chain[-1][1])
                                                 for name, path in found.items()})
         return snapshot
+
+    def _forget_gone(self, chosen: list[DeviceSnapshot]) -> None:
+        """A device that went away (or moved): forget its path and close its AER files."""
+        kept = {k: v for k, v in self._paths.items()
+                if k in {(d.name, d.pci_address or "") for d in chosen}}
+        if len(kept) == len(self._paths):
+            return
+        self._paths = kept
+        keep = set(_aer_paths(p for p in kept.values() if p))
+        self.aer_files.retain(keep)
+        self._aer_last = {k: v for k, v in self._aer_last.items() if k in keep}
+        self.rates.retain(keep)
 
     def _path(self, device: DeviceSnapshot) -> Optional[FunctionPath]:
         key = (device.name, device.pci_address or "")
