@@ -149,17 +149,32 @@ def classify(device: DeviceSnapshot, topology: GpuTopology, default_route: froze
     if device.is_vf:
         return Role(VF, "SR-IOV virtual function")
     if inclusion_override:
-        if not _matches(inclusion_override, [device.name]):
-            return Role(EXCLUDED, "not matched by nicInclusionRegexOverride")
-        layer_role = (COMPUTE if device.link_layer == "InfiniBand" or device.is_efa
-                      else STORAGE)
-        return Role(layer_role, "pinned by nicInclusionRegexOverride")
+        return _pinned(device, inclusion_override)
     if not device.adapter:
         return Role(UNSUPPORTED, "not a Mellanox/NVIDIA or AWS EFA device")
     if exclusion and _matches(exclusion, (device.name, *device.netdevs)):
         return Role(EXCLUDED, "matched by nicExclusionRegex")
     if device.name in default_route:
         return Role(MANAGEMENT, "carries the host's default route")
+    management = _away_from_gpus(device, topology)
+    if management is not None:
+        return management
+    return _by_pcie_level(device, topology)
+
+
+def _pinned(device: DeviceSnapshot, inclusion_override: tuple[str, ...]) -> Role:
+    """``nicInclusionRegexOverride`` decides alone: a match is compute (InfiniBand, EFA) or
+    storage, anything else excluded."""
+    if not _matches(inclusion_override, [device.name]):
+        return Role(EXCLUDED, "not matched by nicInclusionRegexOverride")
+    layer_role = (COMPUTE if device.link_layer == "InfiniBand" or device.is_efa
+                  else STORAGE)
+    return Role(layer_role, "pinned by nicInclusionRegexOverride")
+
+
+def _away_from_gpus(device: DeviceSnapshot, topology: GpuTopology) -> Optional[Role]:
+    """Management by NUMA node: none known or without a GPU; without a NUMA gate (no GPU
+    NUMA node known) only a BlueField DPU. None: the PCIe levels decide."""
     if not topology.numa_gate:
         if (device.hca_type or "").upper() in BLUEFIELD_HCA_TYPES:
             return Role(MANAGEMENT, f"BlueField DPU ({device.hca_type}), no GPU NUMA node known")
@@ -167,6 +182,11 @@ def classify(device: DeviceSnapshot, topology: GpuTopology, default_route: froze
         return Role(MANAGEMENT, "NUMA node unknown (-1)")
     elif device.numa_node not in topology.gpu_numa_nodes:
         return Role(MANAGEMENT, f"NUMA node {device.numa_node} has no GPU")
+    return None
+
+
+def _by_pcie_level(device: DeviceSnapshot, topology: GpuTopology) -> Role:
+    """Compute or storage by the device's PCIe relationship to the GPUs and its layer."""
     levels = set(topology.levels_of(device))
     if levels & _PCIE_NEAR:
         return Role(COMPUTE, "shares a PCIe switch with a GPU (PIX/PXB)")
