@@ -48,7 +48,7 @@ from ..family import (
     PortId,
     Verdict,
 )
-from ..model import HostSnapshot, PortSnapshot
+from ..model import DeviceSnapshot, HostSnapshot, PortSnapshot
 from ..state import (
     FATAL,
     HEALTHY,
@@ -59,7 +59,7 @@ from ..state import (
     parse_table,
     parse_when,
 )
-from ..topology import anomalous_cards
+from ..topology import CardCount, CardVerdict, anomalous_cards
 from .efa_cards import EfaCardAnomaly, card_counts, card_events, netdev_down, short_ports
 from .identity import (
     recorded_identities,
@@ -259,43 +259,15 @@ class EfaState(CheckFamily[EfaStateSection]):
         events: list[tuple[str, HealthEvent]] = []
         notes: list[str] = []
         efa = [d for d in cycle.monitored if d.is_efa]
-        told = {key: record.health for key, record in previous.ports.items()}
-        cards = card_counts((d for d in cycle.snapshot.devices if d.is_efa), cycle.roles, told)
-        verdicts, modes = anomalous_cards(cards.values(), previous.group_modes)
-        if any(previous.group_modes.get(role) != mode for role, mode in modes.items()):
-            state.group_modes.update(modes)
-        short = short_ports(efa, verdicts, told)
+        cards, verdicts, short = _judge_cards(previous, state, cycle, efa)
         for device in efa:
-            name = device.name
-            state.device_misses.pop(name, None)
-            if state.missing_devices.pop(name, None) is not None:
-                events.append((name, make_event(
-                    EFA_STATE_CHECK, fatal=False, healthy=True, error_code=CODE_DEVICE_MISSING,
-                    entities=device_entities(name), at=now,
-                    message=f"EFA {name} is present again in /sys/class/infiniband/")))
-            for port in device.ports:
-                if port.netdev is None:
-                    continue  # efa-only: presence only
-                event = self._port(port, previous.ports.get(port.key), state, now,
-                                   cycle.baseline, port.key in short, notes)
-                if event is not None:
-                    events.append((name, event))
+            events.extend((device.name, e)
+                          for e in self._present(device, previous, state, cycle, short, notes))
         present = {d.name for d in cycle.snapshot.devices}
         efa_names = {d.name for d in efa}
         held = self._driver_event(previous, state, cycle, present, events)
-        for name in sorted(set(previous.known_devices) - present):
-            if not cycle.snapshot.complete:
-                continue
-            misses = state.device_misses.get(name, 0) + 1
-            state.device_misses[name] = misses
-            if (misses >= MISSES_BEFORE_GONE and name not in state.missing_devices
-                    and name not in held):
-                state.missing_devices[name] = now
-                events.append((HOST, make_event(
-                    EFA_STATE_CHECK, fatal=True, healthy=False, error_code=CODE_DEVICE_MISSING,
-                    entities=device_entities(name), at=now,
-                    message=f"EFA {name} disappeared from /sys/class/infiniband/ - hardware "
-                            f"failure")))
+        if cycle.snapshot.complete:
+            events.extend((HOST, e) for e in _gone(previous, state, present, held, now))
         monitored = {d.name for d in cycle.monitored}
         state.known_devices = sorted(
             (set(previous.known_devices) - (present - monitored)) | efa_names)
@@ -306,6 +278,28 @@ class EfaState(CheckFamily[EfaStateSection]):
             cards, verdicts, efa, previous, state,
             cycle.config.settings(LinkStateSettings).card_verdict_hold_time, now, notes))
         return Verdict(state, tuple(events), notes=tuple(notes))
+
+    def _present(self, device: DeviceSnapshot, previous: EfaStateSection,
+                 state: EfaStateSection, cycle: Cycle, short: set[str], notes: list[str]
+                 ) -> list[HealthEvent]:
+        """A present EFA device: its misses start again, a missing one is back, and each
+        port with a netdev is judged (an efa-only port counts for presence only)."""
+        name = device.name
+        events: list[HealthEvent] = []
+        state.device_misses.pop(name, None)
+        if state.missing_devices.pop(name, None) is not None:
+            events.append(make_event(
+                EFA_STATE_CHECK, fatal=False, healthy=True, error_code=CODE_DEVICE_MISSING,
+                entities=device_entities(name), at=cycle.now,
+                message=f"EFA {name} is present again in /sys/class/infiniband/"))
+        for port in device.ports:
+            if port.netdev is None:
+                continue  # efa-only: presence only
+            event = self._port(port, previous.ports.get(port.key), state, cycle.now,
+                               cycle.baseline, port.key in short, notes)
+            if event is not None:
+                events.append(event)
+        return events
 
     @staticmethod
     def _driver_event(previous: EfaStateSection, state: EfaStateSection, cycle: Cycle,
@@ -456,6 +450,38 @@ class EfaState(CheckFamily[EfaStateSection]):
         surface, as ConnectX ports suppressed at first sight are (core/health.py)."""
         return frozenset((r.device, r.port) for r in section.ports.values()
                          if r.health == SUPPRESSED)
+
+
+def _gone(previous: EfaStateSection, state: EfaStateSection, present: set[str],
+          held: frozenset[str], now: datetime) -> list[HealthEvent]:
+    """Each known EFA device absent from a complete enumeration counts a miss; the
+    MISSES_BEFORE_GONE-th is one fatal event, unless a driver event holds it."""
+    events: list[HealthEvent] = []
+    for name in sorted(set(previous.known_devices) - present):
+        misses = state.device_misses.get(name, 0) + 1
+        state.device_misses[name] = misses
+        if (misses >= MISSES_BEFORE_GONE and name not in state.missing_devices
+                and name not in held):
+            state.missing_devices[name] = now
+            events.append(make_event(
+                EFA_STATE_CHECK, fatal=True, healthy=False, error_code=CODE_DEVICE_MISSING,
+                entities=device_entities(name), at=now,
+                message=f"EFA {name} disappeared from /sys/class/infiniband/ - hardware "
+                        f"failure"))
+    return events
+
+
+def _judge_cards(previous: EfaStateSection, state: EfaStateSection, cycle: Cycle,
+                 efa: list[DeviceSnapshot]
+                 ) -> tuple[dict[str, CardCount], dict[str, CardVerdict], set[str]]:
+    """Each EFA card's up ports (an unreadable port as last told), the cards below their
+    role group's mode (the modes remembered), and the ports those cards are short of."""
+    told = {key: record.health for key, record in previous.ports.items()}
+    cards = card_counts((d for d in cycle.snapshot.devices if d.is_efa), cycle.roles, told)
+    verdicts, modes = anomalous_cards(cards.values(), previous.group_modes)
+    if any(previous.group_modes.get(role) != mode for role, mode in modes.items()):
+        state.group_modes.update(modes)
+    return cards, verdicts, short_ports(efa, verdicts, told)
 
 
 FAMILY = EFA_STATE = EfaState()
