@@ -70,15 +70,7 @@ def judge_fabrics(previous: LinkStateSection, state: LinkStateSection,
     ``devices``: the monitored devices of the poll; a port is judged on its reading, or,
     when unreadable, on its last record.
     """
-    members: dict[str, list[tuple[PortSnapshot, tuple[Optional[str], Optional[str]]]]] = {}
-    for device in devices:
-        for port in device.ports:
-            fabric = state.port_fabrics.get(port.key)
-            if fabric is None:
-                continue
-            reading = known_reading(port, previous.port_states.get(port.key))
-            if reading != (None, None):
-                members.setdefault(fabric, []).append((port, reading))
+    members = _members(previous, state, devices)
     waiting: set[str] = set()
     events: list[HealthEvent] = []
     notes: list[str] = []
@@ -90,21 +82,53 @@ def judge_fabrics(previous: LinkStateSection, state: LinkStateSection,
         if out:
             waiting.update(p.key for p in held)
             if event is None:
-                event = FabricEvent(now, tuple(sorted({p.device for p, _ in ports})))
-                notes.append(_message(fabric, event, ports))
-                if IB_STATE_CHECK in enabled:
-                    events.append(_event(fabric, event, ports, now))
-                    event = replace(event, reported=True)
-                state.fabric_events[fabric] = event
+                events.extend(_start(fabric, ports, state, enabled, now, notes))
         elif event is not None:
-            del state.fabric_events[fabric]
-            notes.append(f"InfiniBand fabric {_name(fabric)} is back: "
-                         f"{sum(is_active(*r) for _, r in ports)} of {len(ports)} ports ACTIVE")
-            if event.reported:
-                events.append(_recovery(fabric, event, ports, now))
+            events.extend(_end(fabric, event, ports, state, now, notes))
     for fabric in [f for f in state.fabric_events if f not in members]:
         del state.fabric_events[fabric]  # its ports are gone or unknown: nothing to hold
     return FabricVerdict(frozenset(waiting), events, notes)
+
+
+Members = list[tuple[PortSnapshot, tuple[Optional[str], Optional[str]]]]
+
+
+def _members(previous: LinkStateSection, state: LinkStateSection,
+             devices: Iterable[DeviceSnapshot]) -> dict[str, Members]:
+    """The ports of each fabric with a state known (read now, else as last recorded)."""
+    members: dict[str, Members] = {}
+    for device in devices:
+        for port in device.ports:
+            fabric = state.port_fabrics.get(port.key)
+            if fabric is None:
+                continue
+            reading = known_reading(port, previous.port_states.get(port.key))
+            if reading != (None, None):
+                members.setdefault(fabric, []).append((port, reading))
+    return members
+
+
+def _start(fabric: str, ports: Members, state: LinkStateSection, enabled: frozenset[str],
+           now: datetime, notes: list[str]) -> list[HealthEvent]:
+    """A fabric just out: noted, recorded, and reported under the InfiniBand state check
+    when it is on."""
+    event = FabricEvent(now, tuple(sorted({p.device for p, _ in ports})))
+    notes.append(_message(fabric, event, ports))
+    told = []
+    if IB_STATE_CHECK in enabled:
+        told.append(_event(fabric, event, ports, now))
+        event = replace(event, reported=True)
+    state.fabric_events[fabric] = event
+    return told
+
+
+def _end(fabric: str, event: FabricEvent, ports: Members, state: LinkStateSection,
+         now: datetime, notes: list[str]) -> list[HealthEvent]:
+    """A fabric back: noted, forgotten, and its recovery sent if it was reported."""
+    del state.fabric_events[fabric]
+    notes.append(f"InfiniBand fabric {_name(fabric)} is back: "
+                 f"{sum(is_active(*r) for _, r in ports)} of {len(ports)} ports ACTIVE")
+    return [_recovery(fabric, event, ports, now)] if event.reported else []
 
 
 def _name(fabric: str) -> str:
@@ -114,7 +138,7 @@ def _name(fabric: str) -> str:
 
 
 def _message(fabric: str, event: FabricEvent,
-             ports: list[tuple[PortSnapshot, tuple[Optional[str], Optional[str]]]]) -> str:
+             ports: Members) -> str:
     states = sorted({state_name(r[0]) for _, r in ports if waits_for_sm(*r)})
     return (f"InfiniBand fabric {_name(fabric)}: all {len(ports)} ports of this host on it "
             f"left ACTIVE together, {'/'.join(states)} with the link up "
@@ -123,7 +147,7 @@ def _message(fabric: str, event: FabricEvent,
 
 
 def _event(fabric: str, event: FabricEvent,
-           ports: list[tuple[PortSnapshot, tuple[Optional[str], Optional[str]]]],
+           ports: Members,
            now: datetime) -> HealthEvent:
     return make_event(IB_STATE_CHECK, fatal=False, healthy=False, error_code=CODE_FABRIC_EVENT,
                       entities=tuple((ENTITY_NIC, d) for d in event.devices), at=now,
@@ -131,7 +155,7 @@ def _event(fabric: str, event: FabricEvent,
 
 
 def _recovery(fabric: str, event: FabricEvent,
-              ports: list[tuple[PortSnapshot, tuple[Optional[str], Optional[str]]]],
+              ports: Members,
               now: datetime) -> HealthEvent:
     active = sum(is_active(*r) for _, r in ports)
     return make_event(IB_STATE_CHECK, fatal=False, healthy=True, error_code=CODE_FABRIC_EVENT,
