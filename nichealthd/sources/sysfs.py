@@ -503,21 +503,15 @@ class SysfsReader:
             operstate = attribute(plan.operstate_path, texts, _not_an_operstate)
         if plan.carrier_path:
             carrier = self._carrier(plan.carrier_path)
-        fabric = None
-        if link_layer == "InfiniBand" and state is not None and state.startswith("4:"):
-            if not plan.fabric_read:
-                plan.fabric, plan.fabric_read = _fabric_of(plan.directory), True
-            fabric = plan.fabric
-        else:
-            plan.fabric_read = False
+        fabric = _port_fabric(plan, link_layer, state)
         counters = (NOT_READ if plan.device in self.skip_counters
                     else self._read_counters(plan))
         last = plan.last_snapshot
-        if (last is not None and last.counters is counters and last.state == state
-                and last.phys_state == phys_state and last.link_layer == link_layer
-                and last.rate == rate and last.operstate == operstate
-                and last.carrier == carrier and last.gid_count == plan.gid_count
-                and last.fabric == fabric):
+        if last is not None and last.counters is counters and (
+                last.state, last.phys_state, last.link_layer, last.rate, last.operstate,
+                last.carrier, last.gid_count, last.fabric) == (
+                state, phys_state, link_layer, rate, operstate, carrier, plan.gid_count,
+                fabric):
             return last  # netdev, paths and kinds are the plan's own: fixed with it
         plan.last_snapshot = PortSnapshot(
             device=plan.device, port=plan.port, link_layer=link_layer, state=state,
@@ -785,6 +779,18 @@ def mac_of_link_local_gid(gid: str) -> Optional[str]:
         return None
     octets = [iid[0] ^ 0x02, *iid[1:3], *iid[5:]]
     return ":".join(f"{octet:02x}" for octet in octets)
+
+
+def _port_fabric(plan: _PortPlan, link_layer: Optional[str], state: Optional[str]
+                 ) -> Optional[str]:
+    """The fabric of an ACTIVE InfiniBand port, read once per stretch of ACTIVE (a port that
+    leaves ACTIVE reads it again when it is back); None for any other port."""
+    if link_layer == "InfiniBand" and state is not None and state.startswith("4:"):
+        if not plan.fabric_read:
+            plan.fabric, plan.fabric_read = _fabric_of(plan.directory), True
+        return plan.fabric
+    plan.fabric_read = False
+    return None
 
 
 def _fabric_of(port_dir: str) -> Optional[str]:
