@@ -146,15 +146,7 @@ def short_ports(snapshot: HostSnapshot, cards: dict[str, CardCount],
     if not verdicts:
         return set()
     by_name = {d.name: d for d in snapshot.devices}
-    layout: dict[str, dict[tuple[str, int], bool]] = {}
-    for card, count in cards.items():
-        positions = {}
-        for name in count.devices:
-            device = by_name.get(name)
-            for port in device.ports if device else ():
-                reading = known_reading(port, previous.port_states.get(port.key))
-                positions[(_function(device), port.port)] = is_active(*reading)
-        layout[card] = positions
+    layout = {card: _positions(count, by_name, previous) for card, count in cards.items()}
     short: set[str] = set()
     for card, verdict in verdicts.items():
         peers = [layout[c] for c, n in cards.items()
@@ -163,13 +155,31 @@ def short_ports(snapshot: HostSnapshot, cards: dict[str, CardCount],
             device = by_name.get(name)
             for port in device.ports if device else ():
                 position = (_function(device), port.port)
-                if layout[card].get(position):
-                    continue
-                seen = [p[position] for p in peers if position in p]
-                if seen and 2 * sum(seen) <= len(seen):
-                    continue  # inactive on most peers too: uncabled like them
-                short.add(port.key)
+                if not layout[card].get(position) and not _uncabled(position, peers):
+                    short.add(port.key)
     return short
+
+
+Positions = dict[tuple[str, int], bool]  # (PCI function, port number) -> active
+
+
+def _positions(count: CardCount, by_name: Mapping[str, DeviceSnapshot],
+               previous: LinkStateSection) -> Positions:
+    """Whether each port position of a card is active (read now, else as last recorded)."""
+    positions = {}
+    for name in count.devices:
+        device = by_name.get(name)
+        for port in device.ports if device else ():
+            reading = known_reading(port, previous.port_states.get(port.key))
+            positions[(_function(device), port.port)] = is_active(*reading)
+    return positions
+
+
+def _uncabled(position: tuple[str, int], peers: list[Positions]) -> bool:
+    """A position inactive on most peer cards that have it: uncabled like them (a position
+    no peer has is not)."""
+    seen = [p[position] for p in peers if position in p]
+    return bool(seen) and 2 * sum(seen) <= len(seen)
 
 
 def _function(device: Optional[DeviceSnapshot]) -> str:
@@ -260,28 +270,37 @@ def _count_cards(devices: tuple[DeviceSnapshot, ...], roles: Mapping[str, Role],
         grouped.setdefault(device.card, []).append(device)
     cards = {}
     for card, members in grouped.items():
-        active, known = 0, True
-        for device in members:
-            known = known and device.ports_listed
-            for port in device.ports:
-                if port.readable and is_known(port.state, port.phys_state):
-                    active += is_active(port.state, port.phys_state)
-                    continue
-                held = True
-                record: Optional[PortRecord] = previous.port_states.get(port.key)
-                if record is None or not is_known(record.state, record.physical_state):
-                    known = False
-                else:
-                    active += is_active(record.state, record.physical_state)
-        member_roles = [roles[d.name].role for d in members]
-        monitored_roles = [r for r in member_roles if r != MANAGEMENT]
-        cards[card] = CardCount(
-            card=card,
-            role=monitored_roles[0] if monitored_roles else MANAGEMENT,
-            devices=tuple(sorted(d.name for d in members)),
-            active=active,
-            known=known,
-            exempt=MANAGEMENT in member_roles,
-            link_layer=next((d.link_layer for d in members if d.link_layer), "InfiniBand"),
-        )
+        cards[card], needed = _card_count(card, members, roles, previous)
+        held = held or needed
     return cards, held
+
+
+def _card_count(card: str, members: list[DeviceSnapshot], roles: Mapping[str, Role],
+                previous: LinkStateSection) -> tuple[CardCount, bool]:
+    """One card's active ports (an unreadable port as last recorded; unknown without a
+    record), its role (a monitored member's), and whether a held record was needed."""
+    held = False
+    active, known = 0, True
+    for device in members:
+        known = known and device.ports_listed
+        for port in device.ports:
+            if port.readable and is_known(port.state, port.phys_state):
+                active += is_active(port.state, port.phys_state)
+                continue
+            held = True
+            record: Optional[PortRecord] = previous.port_states.get(port.key)
+            if record is None or not is_known(record.state, record.physical_state):
+                known = False
+            else:
+                active += is_active(record.state, record.physical_state)
+    member_roles = [roles[d.name].role for d in members]
+    monitored_roles = [r for r in member_roles if r != MANAGEMENT]
+    return CardCount(
+        card=card,
+        role=monitored_roles[0] if monitored_roles else MANAGEMENT,
+        devices=tuple(sorted(d.name for d in members)),
+        active=active,
+        known=known,
+        exempt=MANAGEMENT in member_roles,
+        link_layer=next((d.link_layer for d in members if d.link_layer), "InfiniBand"),
+    ), held
