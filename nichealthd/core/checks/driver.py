@@ -90,11 +90,7 @@ def judge_driver_event(previous: LinkStateSection, state: LinkStateSection,
     joining = _joining(event, previous, snapshot, present, held_before)
     if joining:
         notes.append(_join_note(joining, event, snapshot, known, config))
-        if event is None:
-            event = DriverEvent(now, joining)
-        else:
-            event = replace(event, devices=tuple(sorted({*event.devices, *joining})),
-                            left={**event.left, **{n: now for n in joining}})
+        event = _joined(event, joining, now)
     events: list[HealthEvent] = []
     if event is not None and event.devices:
         event, events = _report(event, enabled, layer_of, check_of, known, config, now)
@@ -126,6 +122,19 @@ def _leave(event: DriverEvent, previous: LinkStateSection, state: LinkStateSecti
             behind.append(name)
     for name in off_bus + behind:
         state.device_misses.pop(name, None)  # the three-poll rule starts now
+    notes.extend(_leave_notes(event, back, off_bus, timed_out, behind, timeout, now))
+    leaving = {*back, *off_bus, *timed_out, *behind}
+    if not leaving:
+        return event
+    return replace(event, devices=tuple(n for n in event.devices if n not in leaving),
+                   left={n: t for n, t in event.left.items() if n not in leaving})
+
+
+def _leave_notes(event: DriverEvent, back: list[str], off_bus: list[str],
+                 timed_out: list[str], behind: list[str], timeout: float, now: datetime
+                 ) -> list[str]:
+    """A log line for each reason devices leave the event this poll."""
+    notes = []
     if back:
         notes.append(f"{len(back)} of {len(event.devices)} RDMA devices are back after "
                      f"{_duration((now - event.since).total_seconds())}"
@@ -140,11 +149,16 @@ def _leave(event: DriverEvent, previous: LinkStateSection, state: LinkStateSecti
     if behind:
         notes.append(f"still gone after the others came back: {_names(tuple(behind))} "
                      f"(judged one by one: fatal after three polls without them)")
-    leaving = {*back, *off_bus, *timed_out, *behind}
-    if not leaving:
-        return event
-    return replace(event, devices=tuple(n for n in event.devices if n not in leaving),
-                   left={n: t for n, t in event.left.items() if n not in leaving})
+    return notes
+
+
+def _joined(event: Optional[DriverEvent], joining: tuple[str, ...], now: datetime
+            ) -> DriverEvent:
+    """The event with the devices that join it this poll (started by them if none)."""
+    if event is None:
+        return DriverEvent(now, joining)
+    return replace(event, devices=tuple(sorted({*event.devices, *joining})),
+                   left={**event.left, **{n: now for n in joining}})
 
 
 def _joining(event: Optional[DriverEvent], previous: LinkStateSection,
