@@ -104,21 +104,10 @@ class LinkRate(CheckFamily[RateSection]):
     def evaluate(self, previous: RateSection, cycle: Cycle, memory: Any
                  ) -> Verdict[RateSection]:
         """Group the ACTIVE ports, find each group's mode, judge every port of a group."""
-        groups: dict[tuple[str, ...], list[tuple[str, int, str, Rate]]] = {}
-        for device in cycle.monitored:
-            role = cycle.roles[device.name].role
-            for port in device.ports:
-                rate = parse_rate(port.rate)
-                layer = port.link_layer or ""
-                if rate is None or layer not in CHECK_OF \
-                        or not is_active(port.state, port.phys_state):
-                    continue
-                group = (role, device.hca_type or "", device.board_id or "", layer)
-                groups.setdefault(group, []).append((device.name, port.port, layer, rate))
         told = previous.rate_degraded
         changed: dict[str, Optional[RateRecord]] = {}
         events: list[tuple[str, HealthEvent]] = []
-        for members in groups.values():
+        for members in _groups(cycle).values():
             mode = _mode(members)
             if mode is None:
                 continue
@@ -144,13 +133,7 @@ class LinkRate(CheckFamily[RateSection]):
                         at=cycle.now)))
         if not changed:
             return Verdict(previous)
-        section = RateSection(dict(told))
-        for port_key, record in changed.items():
-            if record is None:
-                del section.rate_degraded[port_key]
-            else:
-                section.rate_degraded[port_key] = record
-        return Verdict(section, tuple(events))
+        return Verdict(_changed(told, changed), tuple(events))
 
     def rename(self, section: RateSection, renames: Mapping[str, str], now: datetime
                ) -> RateSection:
@@ -192,6 +175,39 @@ def _mode(members: list[tuple[str, int, str, Rate]]) -> Optional[Rate]:
         return None
     texts = Counter(m[3] for m in members if m[3].gbps == counts[0][0])
     return texts.most_common(1)[0][0]
+
+
+Member = tuple[str, int, str, Rate]  # (device, port number, link layer, rate)
+
+
+def _groups(cycle: Cycle) -> dict[tuple[str, ...], list[Member]]:
+    """The ACTIVE ports with a rate, by (role, HCA type, board, link layer): the peers a
+    port's rate is compared with."""
+    groups: dict[tuple[str, ...], list[Member]] = {}
+    for device in cycle.monitored:
+        role = cycle.roles[device.name].role
+        for port in device.ports:
+            rate = parse_rate(port.rate)
+            layer = port.link_layer or ""
+            if rate is None or layer not in CHECK_OF \
+                    or not is_active(port.state, port.phys_state):
+                continue
+            group = (role, device.hca_type or "", device.board_id or "", layer)
+            groups.setdefault(group, []).append((device.name, port.port, layer, rate))
+    return groups
+
+
+def _changed(told: Mapping[str, RateRecord], changed: Mapping[str, Optional[RateRecord]]
+             ) -> RateSection:
+    """The section with this poll's changes: a record for a newly slow port, none for one
+    back at its peers' rate."""
+    section = RateSection(dict(told))
+    for port_key, record in changed.items():
+        if record is None:
+            del section.rate_degraded[port_key]
+        else:
+            section.rate_degraded[port_key] = record
+    return section
 
 
 FAMILY = LINK_RATE = LinkRate()
