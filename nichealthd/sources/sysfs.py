@@ -421,22 +421,7 @@ class SysfsReader:
         plan = _PortPlan(device, port, directory, netdev, gid_count=gid_count,
                          link_layer=link_layer, efa=efa)
         specs = self.config.counters_of(adapter)
-        for spec in specs:
-            if efa and not spec.path.startswith("/"):
-                # EFA paths are relative to the device (hw_counters/ of the device, and
-                # ports/{port}/hw_counters/); every value is a u64: 64-bit, never wrapping.
-                path: Optional[str] = os.path.join(
-                    device_dir, spec.path.replace("{port}", str(port)))
-            else:
-                path = self._counter_path(spec, directory, netdev)
-            if path is None:
-                continue
-            # What the counter is does not change while its file is briefly absent: the
-            # evaluator keeps judging (and keeps the saturation record of) a known kind.
-            plan.counter_kinds[spec.name] = (CounterKind(os.path.basename(path)) if efa
-                                             else counter_kind(path))
-            if path not in self.einval and (path in self.files or os.path.exists(path)):
-                plan.counter_files[spec.name] = path
+        self._place_counters(plan, specs, device_dir)
         plan.attribute_paths = (os.path.join(directory, "state"),
                                 os.path.join(directory, "phys_state"),
                                 os.path.join(directory, "link_layer"),
@@ -452,6 +437,27 @@ class SysfsReader:
                   for name, path in plan.counter_files.items()}
         plan.counter_numbers = tuple(counter(widths[path]) for path in plan.counter_paths)
         return plan
+
+    def _place_counters(self, plan: _PortPlan, specs: Iterable[CounterSpec], device_dir: str
+                        ) -> None:
+        """Each configured counter's kind and, where its file exists (and did not answer
+        EINVAL), its file."""
+        for spec in specs:
+            if plan.efa and not spec.path.startswith("/"):
+                # EFA paths are relative to the device (hw_counters/ of the device, and
+                # ports/{port}/hw_counters/); every value is a u64: 64-bit, never wrapping.
+                path: Optional[str] = os.path.join(
+                    device_dir, spec.path.replace("{port}", str(plan.port)))
+            else:
+                path = self._counter_path(spec, plan.directory, plan.netdev)
+            if path is None:
+                continue
+            # What the counter is does not change while its file is briefly absent: the
+            # evaluator keeps judging (and keeps the saturation record of) a known kind.
+            plan.counter_kinds[spec.name] = (CounterKind(os.path.basename(path)) if plan.efa
+                                             else counter_kind(path))
+            if path not in self.einval and (path in self.files or os.path.exists(path)):
+                plan.counter_files[spec.name] = path
 
     def _counter_path(self, spec: CounterSpec, port_dir: str, netdev: Optional[str]
                       ) -> Optional[str]:
@@ -742,6 +748,19 @@ def _efa_netdev(pci: str, netdevs: tuple[str, ...], gid_path: str,
     """
     if netdevs:
         return netdevs[0]
+    found = _bus_partner_netdevs(pci)
+    if found:
+        return found[0] if len(found) == 1 else None
+    mac = mac_of_link_local_gid(_read_text(gid_path) or "")
+    if mac is None:
+        return None
+    owners = [name for name, address in addresses().items() if address == mac]
+    return owners[0] if len(owners) == 1 else None
+
+
+def _bus_partner_netdevs(pci: str) -> list[str]:
+    """The netdevs of the other Amazon functions on the PCI bus of ``pci`` (p4d: the ENA
+    beside its EFA)."""
     real = os.path.realpath(pci)
     own = os.path.basename(real)
     bus = own.rsplit(":", 1)[0] + ":"
@@ -754,13 +773,7 @@ def _efa_netdev(pci: str, netdevs: tuple[str, ...], gid_path: str,
         if (_read_text(os.path.join(sdir, "vendor")) or "").lower() != EFA_VENDOR:
             continue
         found.extend(_listdir(os.path.join(sdir, "net")) or ())
-    if found:
-        return found[0] if len(found) == 1 else None
-    mac = mac_of_link_local_gid(_read_text(gid_path) or "")
-    if mac is None:
-        return None
-    owners = [name for name, address in addresses().items() if address == mac]
-    return owners[0] if len(owners) == 1 else None
+    return found
 
 
 def mac_of_link_local_gid(gid: str) -> Optional[str]:
