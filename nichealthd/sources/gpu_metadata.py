@@ -45,7 +45,16 @@ def read_gpu_metadata(path: str) -> tuple[GpuTopology, str]:
         raise MetadataError(f"GPU metadata file {path} is not valid JSON: {reason}") from None
     if not isinstance(data, dict):
         raise MetadataError(f"GPU metadata file {path}: top level is not an object")
-    gpus = data.get("gpus")
+    numa, addresses = _gpus(path, data.get("gpus"), hint)
+    matrix = _nic_topology(path, data.get("nic_topology"), hint)
+    # Every GPU at numa_node -1 (a VM): the NUMA gate is skipped (DESIGN §2.10), not a refusal.
+    return (GpuTopology(frozenset(numa), tuple(addresses), matrix, source="metadata",
+                        numa_gate=bool(numa)), hashlib.sha256(raw).hexdigest())
+
+
+def _gpus(path: str, gpus: object, hint: str) -> tuple[set[int], list[str]]:
+    """The GPUs' NUMA nodes (-1, a VM's, left out) and PCI addresses; refused when the list
+    is missing or empty or a GPU has no NUMA node."""
     if not isinstance(gpus, list) or not gpus:
         raise MetadataError(f"GPU metadata file {path}: 'gpus' is missing or empty ({hint})")
     numa: set[int] = set()
@@ -56,7 +65,12 @@ def read_gpu_metadata(path: str) -> tuple[GpuTopology, str]:
         if gpu["numa_node"] >= 0:
             numa.add(gpu["numa_node"])
         addresses.append(str(gpu.get("pci_address", "")))
-    topology = data.get("nic_topology")
+    return numa, addresses
+
+
+def _nic_topology(path: str, topology: object, hint: str) -> dict[str, tuple[str, ...]]:
+    """NIC -> its topology level to each GPU; refused when missing, empty or not lists of
+    levels."""
     if not isinstance(topology, dict) or not topology:
         raise MetadataError(f"GPU metadata file {path}: 'nic_topology' is missing or empty "
                             f"({hint})")
@@ -66,9 +80,7 @@ def read_gpu_metadata(path: str) -> tuple[GpuTopology, str]:
             raise MetadataError(f"GPU metadata file {path}: nic_topology[{nic!r}] is not a list "
                                 f"of topology levels")
         matrix[str(nic)] = tuple(levels)
-    # Every GPU at numa_node -1 (a VM): the NUMA gate is skipped (DESIGN §2.10), not a refusal.
-    return (GpuTopology(frozenset(numa), tuple(addresses), matrix, source="metadata",
-                        numa_gate=bool(numa)), hashlib.sha256(raw).hexdigest())
+    return matrix
 
 
 def resolve_names(names: Iterable[str], current: Mapping[str, str],
