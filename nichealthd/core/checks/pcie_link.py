@@ -12,15 +12,17 @@ is unknown (link down, ``Unknown``, files absent in a VM) is not judged. Slow ca
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from datetime import datetime
+from typing import Any, Iterable, Mapping, Optional
 
 from ..config import Config
 from ..events import HealthEvent
 from ..family import READS_PCIE, CheckFamily, Condition, Cycle, Series, Verdict
+from ..model import DeviceSnapshot
 from ..pcifacts import PcieHop
 from ..settings import Duration, Settings, setting
 from ..state import DEGRADED, FATAL
-from .counters import CounterMemory
+from .counters import CheckNames, CounterMemory
 from .link_state import LINK_STATE
 from .pci_open import OpenRecord, OpenSection, layer_checks
 
@@ -73,41 +75,12 @@ class PcieLink(CheckFamily[PcieLinkSection]):
         section = PcieLinkSection(dict(previous.records))
         links = cycle.previous.section(LINK_STATE)
         events: list[tuple[str, HealthEvent]] = []
-        now = cycle.now
         for device in cycle.monitored:
             if device.is_vf or device.name not in facts:
                 continue
             hops = facts[device.name]
-            seen = set()
-            checks = layer_checks(device, links)
-            for hop in hops:
-                key = hop_key(hop)
-                seen.add(key)
-                degraded = hop.degraded
-                record = section.records.get(key)
-                if degraded is None:
-                    continue  # unknown: hold what was said
-                where = f"PCIe link {hop.name} of {device.name}"
-                if degraded and record is None:
-                    if checks is None or checks.degradation not in cycle.enabled:
-                        continue
-                    record = OpenRecord(checks.degradation, False, CODE, device.name,
-                                        hop.downstream.address, now, hop.describe())
-                    section.records[key] = record
-                    events.append((device.name, record.event(
-                        healthy=False, at=now, message=f"{where} {hop.describe()}")))
-                elif not degraded and record is not None:
-                    del section.records[key]
-                    events.append((device.name, record.event(
-                        healthy=True, at=now,
-                        message=f"{where} retrained: {hop.describe().split(';')[0]}")))
-            # A hop of this device that is no longer on its path (the card moved): closed.
-            for key in [k for k, r in section.records.items()
-                        if r.device == device.name and k not in seen and hops]:
-                record = section.records.pop(key)
-                events.append((device.name, record.event(
-                    healthy=True, at=now, message=f"PCIe link {key.replace('>', ' → ')} "
-                                                   f"of {device.name} is no longer on its path")))
+            events.extend((device.name, e) for e in _judge_hops(
+                section, device, hops, layer_checks(device, links), cycle))
         memory.slots[self.id] = dict(facts)
         return Verdict(section, tuple(events), facts)
 
@@ -164,6 +137,52 @@ def hop_record(hop: PcieHop) -> dict[str, str]:
             "link": link_text(hop.downstream.current_width, hop.downstream.current_speed),
             "capable": link_text(hop.capable_width, hop.capable_speed),
             "degraded": {True: "true", False: "false", None: "unknown"}[hop.degraded]}
+
+
+def _judge_hops(section: PcieLinkSection, device: DeviceSnapshot, hops: tuple[PcieHop, ...],
+                checks: Optional[CheckNames], cycle: Cycle) -> list[HealthEvent]:
+    """Open a record for each hop of the device's path that trained below what both ends can
+    do (under its layer's degradation check, when on), close it when it retrains; a hop
+    whose state is unknown keeps what was said."""
+    now = cycle.now
+    events: list[HealthEvent] = []
+    seen = set()
+    for hop in hops:
+        key = hop_key(hop)
+        seen.add(key)
+        degraded = hop.degraded
+        record = section.records.get(key)
+        if degraded is None:
+            continue  # unknown: hold what was said
+        where = f"PCIe link {hop.name} of {device.name}"
+        if degraded and record is None:
+            if checks is None or checks.degradation not in cycle.enabled:
+                continue
+            record = OpenRecord(checks.degradation, False, CODE, device.name,
+                                hop.downstream.address, now, hop.describe())
+            section.records[key] = record
+            events.append(record.event(healthy=False, at=now,
+                                       message=f"{where} {hop.describe()}"))
+        elif not degraded and record is not None:
+            del section.records[key]
+            events.append(record.event(
+                healthy=True, at=now,
+                message=f"{where} retrained: {hop.describe().split(';')[0]}"))
+    if hops:
+        events.extend(_off_path(section, device.name, seen, now))
+    return events
+
+
+def _off_path(section: PcieLinkSection, device: str, seen: set[str], now: datetime
+              ) -> list[HealthEvent]:
+    """A hop of this device that is no longer on its path (the card moved): closed."""
+    events = []
+    for key in [k for k, r in section.records.items() if r.device == device and k not in seen]:
+        record = section.records.pop(key)
+        events.append(record.event(
+            healthy=True, at=now, message=f"PCIe link {key.replace('>', ' → ')} "
+                                          f"of {device} is no longer on its path"))
+    return events
 
 
 FAMILY = PCIE_LINK = PcieLink()
