@@ -49,6 +49,7 @@ from .counters import (
     CounterPoll,
     evaluate_port_counters,
 )
+from .link_section import LinkStateSection
 from .link_state import LINK_STATE
 from .pci_open import layer_checks, pci_entities
 
@@ -182,18 +183,7 @@ class PcieAer(CheckFamily[AerSection]):
         notes: list[str] = []
         observations: dict[str, CounterObservation] = {}
         poll = CounterPoll(previous, state, memory, observations, cycle.now, False)
-        roots: dict[str, _RootPort] = {}
-        for device in sorted(cycle.monitored, key=lambda d: d.name):
-            checks = layer_checks(device, links)
-            if checks is None or device.is_vf:
-                continue
-            tables = facts.get(device.name, ())
-            for table in tables:
-                if table.rootport:
-                    root = roots.setdefault(table.address,
-                                            _RootPort(table, [], checks, set()))
-                    root.devices.append(device.name)
-                    root.own.update(t.address for t in tables if not t.rootport)
+        roots = _root_ports(facts, cycle, links)
         for device in cycle.monitored:
             checks = layer_checks(device, links)
             if checks is None or device.is_vf:
@@ -283,6 +273,24 @@ def _below(facts: Mapping[str, tuple[AerTable, ...]]) -> dict[str, list[str]]:
             if table.rootport:
                 out.setdefault(table.address, []).append(device)
     return out
+
+
+def _root_ports(facts: Mapping[str, tuple[AerTable, ...]], cycle: Cycle,
+                links: LinkStateSection) -> dict[str, _RootPort]:
+    """Each root port above the monitored NICs (not VFs, layer known), with the NICs below
+    it in name order and their own tables' addresses."""
+    roots: dict[str, _RootPort] = {}
+    for device in sorted(cycle.monitored, key=lambda d: d.name):
+        checks = layer_checks(device, links)
+        if checks is None or device.is_vf:
+            continue
+        tables = facts.get(device.name, ())
+        for table in tables:
+            if table.rootport:
+                root = roots.setdefault(table.address, _RootPort(table, [], checks, set()))
+                root.devices.append(device.name)
+                root.own.update(t.address for t in tables if not t.rootport)
+    return roots
 
 
 def _judge_root(root: _RootPort, specs: tuple[CounterSpec, ...], cycle: Cycle,
