@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from .config_errors import Collector, show
 from .config_lines import KeyLines
@@ -254,23 +254,8 @@ def merge_kernel_rules(entries: Any, source: Optional[str], lines: KeyLines,
             errors.add(source, where, "configured twice; merge the two entries", line("name"))
             continue
         seen.add(name)
-        values: Dict[str, Any] = {}
-        ok = True
-        for key, raw in entry.items():
-            if key == "name":
-                continue
-            if key not in _CONVERT:
-                errors.add(source, f"{where}.{key}", f"unknown key; a rule has "
-                           f"{', '.join(RULE_FIELDS)}", line(key))
-                ok = False
-                continue
-            attr, convert = _CONVERT[key]
-            value = errors.convert(source, f"{where}.{key}", convert, raw, line(key))
-            if value is None:
-                ok = False
-            else:
-                values[attr] = value
-        if not ok:
+        values = _rule_values(entry, where, source, errors, line)
+        if values is None:
             continue
         if name in merged:
             merged[name] = replace(merged[name], **values)
@@ -282,6 +267,29 @@ def merge_kernel_rules(entries: Any, source: Optional[str], lines: KeyLines,
             merged[name] = KernelRule(name=name, **values)
             order.append(name)
     return tuple(merged[n] for n in order)
+
+
+def _rule_values(entry: Dict[str, Any], where: str, source: Optional[str], errors: Collector,
+                 line: Callable[[str], Optional[int]]) -> Optional[Dict[str, Any]]:
+    """A rule entry's fields (less its name), converted; None when any key is unknown or any
+    value wrong (each problem goes to ``errors``: the entry is then not merged)."""
+    values: Dict[str, Any] = {}
+    ok = True
+    for key, raw in entry.items():
+        if key == "name":
+            continue
+        if key not in _CONVERT:
+            errors.add(source, f"{where}.{key}", f"unknown key; a rule has "
+                       f"{', '.join(RULE_FIELDS)}", line(key))
+            ok = False
+            continue
+        attr, convert = _CONVERT[key]
+        value = errors.convert(source, f"{where}.{key}", convert, raw, line(key))
+        if value is None:
+            ok = False
+        else:
+            values[attr] = value
+    return values if ok else None
 
 
 def describe_rules(rules: Mapping[str, KernelRule]) -> List[str]:
