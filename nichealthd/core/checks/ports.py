@@ -123,22 +123,10 @@ def transition(previous: Optional[PortRecord], port: PortSnapshot, link_layer: s
     first sight fatal (REFERENCE §2).
     """
     health = port_health(port.state, port.phys_state, link_layer)
+    if previous is None:
+        return _first_record(port, link_layer, health, check, now, first_sight, evidence)
     state, phys = port.state or "", port.phys_state or ""
     events: list[HealthEvent] = []
-    if previous is None:
-        if health == QUIET:
-            return None, events
-        if health == HEALTHY:
-            if first_sight:
-                events.append(state_event(check, port, link_layer, HEALTHY, now))
-            told = HEALTHY
-        elif evidence:
-            events.append(state_event(check, port, link_layer, health, now))
-            told = health
-        else:
-            told = SUPPRESSED
-        return PortRecord(port.device, port.port, state, phys, link_layer, told, now), events
-
     told, since = previous.health, previous.since
     if health == QUIET:
         pass
@@ -160,6 +148,27 @@ def transition(previous: Optional[PortRecord], port: PortSnapshot, link_layer: s
     record = replace(previous, state=state, physical_state=phys, link_layer=link_layer,
                      health=told, since=since, misses=0)
     return record, events
+
+
+def _first_record(port: PortSnapshot, link_layer: str, health: str, check: str, now: datetime,
+                  first_sight: bool, evidence: bool
+                  ) -> tuple[Optional[PortRecord], list[HealthEvent]]:
+    """A port without a record: healthy (told only at first sight), unhealthy told only
+    with evidence against its card, else suppressed (uncabled); a quiet state makes none."""
+    events: list[HealthEvent] = []
+    if health == QUIET:
+        return None, events
+    if health == HEALTHY:
+        if first_sight:
+            events.append(state_event(check, port, link_layer, HEALTHY, now))
+        told = HEALTHY
+    elif evidence:
+        events.append(state_event(check, port, link_layer, health, now))
+        told = health
+    else:
+        told = SUPPRESSED
+    state, phys = port.state or "", port.phys_state or ""
+    return PortRecord(port.device, port.port, state, phys, link_layer, told, now), events
 
 
 HELD, BLIP = "held", "blip"
