@@ -311,28 +311,14 @@ class EfaState(CheckFamily[EfaStateSection]):
         ``driverReloadTimeout`` they are judged one by one; the first one back ends it (a
         device still absent is then judged by the three-poll rule from that poll on)."""
         now, timings = cycle.now, cycle.config.settings(LinkStateSettings)
-        event = previous.driver_event
-        known = set(previous.known_devices)
-        if (event is None and cycle.snapshot.complete and len(known) >= 2
-                and not known & present):
-            event = EfaDriverEvent(now, tuple(sorted(known)))
+        event = _driver_event_of(previous, cycle, present)
         if event is None:
             return frozenset()
         entities = tuple((ENTITY_NIC, d) for d in event.devices)
         elapsed = (now - event.since).total_seconds()
         back = [n for n in event.devices if n in present]
         if back or elapsed >= timings.driver_reload_timeout:
-            if event.told:
-                events.append((HOST, make_event(
-                    EFA_STATE_CHECK, fatal=False, healthy=True, error_code=CODE_DRIVER_EVENT,
-                    entities=entities, at=now,
-                    message=(f"EFA driver event over: {len(back)} of {len(event.devices)} "
-                             f"EFA devices back") if back else (
-                        f"EFA devices still gone after {elapsed:.0f}s: judged one by one"))))
-            state.driver_event = None
-            if back:
-                for name in event.devices:
-                    state.device_misses.pop(name, None)
+            events.extend((HOST, e) for e in _end_driver_event(event, back, elapsed, state, now))
             return frozenset()
         if elapsed >= timings.driver_reload_grace and not event.told:
             event = replace(event, told=True)
@@ -354,18 +340,7 @@ class EfaState(CheckFamily[EfaStateSection]):
             return None  # unknown this poll: hold the last state, say nothing
         event = None
         if record is None:
-            if not down:
-                told = HEALTHY
-                if baseline:
-                    event = _event(port, True, now)
-            elif evidence:
-                told = FATAL
-                event = _event(port, False, now)
-            else:
-                told = SUPPRESSED
-                notes.append(f"{port.device} port {port.port}: {_describe(port)} at first "
-                             f"sight and its peers are not decisively up: treated as not "
-                             f"connected (uncabled), not reported")
+            told, event = _first_sight(port, down, now, baseline, evidence, notes)
         else:
             told = record.health
             if not down and told != HEALTHY:
@@ -482,6 +457,51 @@ def _judge_cards(previous: EfaStateSection, state: EfaStateSection, cycle: Cycle
     if any(previous.group_modes.get(role) != mode for role, mode in modes.items()):
         state.group_modes.update(modes)
     return cards, verdicts, short_ports(efa, verdicts, told)
+
+
+def _driver_event_of(previous: EfaStateSection, cycle: Cycle, present: set[str]
+                     ) -> Optional[EfaDriverEvent]:
+    """The driver event going on: the one held, else one that starts now (every known EFA
+    device, two or more, gone in one complete enumeration)."""
+    event = previous.driver_event
+    known = set(previous.known_devices)
+    if (event is None and cycle.snapshot.complete and len(known) >= 2
+            and not known & present):
+        event = EfaDriverEvent(cycle.now, tuple(sorted(known)))
+    return event
+
+
+def _end_driver_event(event: EfaDriverEvent, back: list[str], elapsed: float,
+                      state: EfaStateSection, now: datetime) -> list[HealthEvent]:
+    """The event ends (a device back, or the timeout): its recovery if it was told; with a
+    device back, the misses of the others start again (the three-poll rule from now on)."""
+    events = []
+    if event.told:
+        events.append(make_event(
+            EFA_STATE_CHECK, fatal=False, healthy=True, error_code=CODE_DRIVER_EVENT,
+            entities=tuple((ENTITY_NIC, d) for d in event.devices), at=now,
+            message=(f"EFA driver event over: {len(back)} of {len(event.devices)} "
+                     f"EFA devices back") if back else (
+                f"EFA devices still gone after {elapsed:.0f}s: judged one by one")))
+    state.driver_event = None
+    if back:
+        for name in event.devices:
+            state.device_misses.pop(name, None)
+    return events
+
+
+def _first_sight(port: PortSnapshot, down: bool, now: datetime, baseline: bool, evidence: bool,
+                 notes: list[str]) -> tuple[str, Optional[HealthEvent]]:
+    """A port without a record: up (told only at the baseline), down told fatal only with
+    evidence against its card, else suppressed as uncabled."""
+    if not down:
+        return HEALTHY, _event(port, True, now) if baseline else None
+    if evidence:
+        return FATAL, _event(port, False, now)
+    notes.append(f"{port.device} port {port.port}: {_describe(port)} at first "
+                 f"sight and its peers are not decisively up: treated as not "
+                 f"connected (uncabled), not reported")
+    return SUPPRESSED, None
 
 
 FAMILY = EFA_STATE = EfaState()
