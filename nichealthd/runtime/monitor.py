@@ -16,7 +16,7 @@ import functools
 import logging
 import time
 from datetime import datetime, timezone
-from typing import Callable, Optional
+from typing import Callable, Mapping, Optional
 
 from ..core.boot import decide_start
 from ..core.checks import families
@@ -167,6 +167,13 @@ class Monitor:
 
     # ---------------------------------------------------------------- cycle
 
+    def _uncounted(self, roles: Mapping[str, Role]) -> frozenset[str]:
+        """The devices whose counters the next poll need not read: not monitored, or every
+        family that reads counters switched off."""
+        counted = any(READS_COUNTERS in f.reads for f in families() if f.enabled(self.config))
+        return frozenset(name for name, role in roles.items()
+                         if not (counted and role.monitored))
+
     def poll(self) -> PollOutcome:
         """Observe, evaluate and commit one cycle.
 
@@ -210,9 +217,7 @@ class Monitor:
             log.info("%s", note)
         self._log_roles(result.roles)
         self._log_topology(result.roles)
-        counted = any(READS_COUNTERS in f.reads for f in families() if f.enabled(self.config))
-        self.reader.skip_counters = frozenset(
-            name for name, role in result.roles.items() if not (counted and role.monitored))
+        self.reader.skip_counters = self._uncounted(result.roles)
         outcome = PollOutcome(result, snapshot)
         try:
             outcome.committed, wrote = self._commit(result)
