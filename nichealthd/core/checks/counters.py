@@ -142,6 +142,16 @@ class PortEntries:
                 and known.enabled == enabled
                 and (known.kinds is kinds or known.kinds == kinds)):
             return known
+        made = cls._made(port, specs, checks, enabled)
+        memory.port_entries[(port.device, port.port)] = made
+        return made
+
+    @classmethod
+    def _made(cls, port: PortSnapshot, specs: tuple[CounterSpec, ...], checks: CheckNames,
+              enabled: frozenset[str]) -> PortEntries:
+        """The port's entries worked out: each enabled counter's check, state key and kind,
+        and each counter file that can saturate, once (read through its first entry)."""
+        kinds = port.counter_kinds
         entries = []
         saturating: dict[str, SaturatingFile] = {}
         stale = []
@@ -163,12 +173,10 @@ class PortEntries:
                     spec.name, file, counter_key(port.device, port.port, file), limit,
                     file not in TRAFFIC_COUNTERS and checks.degradation in enabled)
         files = {sat.key for sat in saturating.values()}
-        made = cls(specs, checks, enabled, kinds, tuple(entries), tuple(saturating.values()),
+        return cls(specs, checks, enabled, kinds, tuple(entries), tuple(saturating.values()),
                    tuple(k for k in stale if k not in files),
                    port_entities(port.device, port.port), f"port {port.device} port {port.port}",
                    port.device, port.port)
-        memory.port_entries[(port.device, port.port)] = made
-        return made
 
 
 @dataclass(frozen=True)
@@ -263,8 +271,8 @@ def evaluate_port_counters(
         last_times[entry[2]] = now
     next_state = poll.next_state
     if known.saturating or next_state.saturated or next_state.saturated_quiet:
-        _saturation(known, port, readings, next_state, events, notes, checks.degradation,
-                    known.entities, known.where, now, rebuilt=known is not remembered)
+        _saturation(poll, known, port, events, notes, checks.degradation,
+                    rebuilt=known is not remembered)
     return events
 
 
@@ -481,59 +489,74 @@ def saturation_key(device: str, port: int, kind: Optional[CounterKind]) -> Optio
     return counter_key(device, port, kind.file)
 
 
-def _saturation(known: PortEntries, port: PortSnapshot, readings: Mapping[str, object],
-                next_state: CounterSection, events: list[HealthEvent],
-                notes: Optional[list[str]], check: str, entities: tuple[tuple[str, str], ...],
-                where: str, now: datetime, rebuilt: bool) -> None:
+def _saturation(poll: CounterPoll, known: PortEntries, port: PortSnapshot,
+                events: list[HealthEvent], notes: Optional[list[str]], check: str,
+                rebuilt: bool) -> None:
     """Open or close the saturation report of each counter file of the port (module doc)."""
-    reported, quiet = next_state.saturated, next_state.saturated_quiet
+    reported, quiet = poll.next_state.saturated, poll.next_state.saturated_quiet
     if reported or quiet:
         _forget_unknown(known, port, reported, quiet, rebuilt)
+    readings = port.counters
     for sat in known.saturating:
         value = readings.get(sat.name)
         if type(value) is not int:
             continue  # absent or unreadable: nothing is known, the report stays as it is
         table = reported if sat.reported else quiet
         if value == sat.limit:
-            if sat.key in table:
-                if sat.reported:
-                    # Told already. A breach of the same identity now (a velocity window
-                    # that filled after the counter reached its limit) would say it twice.
-                    same = _same_identity(events, check, sat.file, healthy=False)
-                    if same is not None:
-                        del events[same]
-                continue
-            table[sat.key] = now
-            if not sat.reported:
-                if notes is not None:
-                    notes.append(f"{sat.file} on {where} is saturated at {value}: a traffic "
-                                 f"counter (or the degradation check is off), no event")
-                continue
-            news = (f"saturated at {value} - monitoring of this counter is blind until it is "
-                    f"cleared")
-            same = _same_identity(events, check, sat.file, healthy=False)
-            flag = next_state.breach_flags.get(sat.key)
-            if same is not None:  # the breach that took it there says it too
-                events[same] = replace(events[same], message=f"{events[same].message} - {news}")
-            elif flag is not None and flag.check_name == check:
-                # A breach of the same identity is latched: the platform holds the condition
-                # open already; its recovery (the counter's reset) closes both.
-                if notes is not None:
-                    notes.append(f"{sat.file} on {where} is {news} (its latched breach is "
-                                 f"the open report)")
-            else:
-                events.append(make_event(
-                    check, fatal=False, healthy=False, error_code=sat.file, entities=entities,
-                    at=now, message=f"Counter {sat.file} on {where} is {news}"))
+            _at_limit(poll, known, sat, value, table, events, notes, check)
         elif table.pop(sat.key, None) is not None:
-            if not sat.reported:
-                if notes is not None:
-                    notes.append(f"{sat.file} on {where} is no longer saturated ({value})")
-            elif _same_identity(events, check, sat.file, healthy=True) is None:
-                events.append(make_event(
-                    check, fatal=False, healthy=True, error_code=sat.file, entities=entities,
-                    at=now, message=(f"Counter {sat.file} on {where} is no longer saturated "
-                                     f"(value={value})")))
+            _off_limit(poll, known, sat, value, events, notes, check)
+
+
+def _at_limit(poll: CounterPoll, known: PortEntries, sat: SaturatingFile, value: int,
+              table: dict[str, datetime], events: list[HealthEvent],
+              notes: Optional[list[str]], check: str) -> None:
+    """A counter file at its limit: its report opened once (one report per condition)."""
+    where = known.where
+    if sat.key in table:
+        if sat.reported:
+            # Told already. A breach of the same identity now (a velocity window
+            # that filled after the counter reached its limit) would say it twice.
+            same = _same_identity(events, check, sat.file, healthy=False)
+            if same is not None:
+                del events[same]
+        return
+    table[sat.key] = poll.now
+    if not sat.reported:
+        if notes is not None:
+            notes.append(f"{sat.file} on {where} is saturated at {value}: a traffic "
+                         f"counter (or the degradation check is off), no event")
+        return
+    news = (f"saturated at {value} - monitoring of this counter is blind until it is "
+            f"cleared")
+    same = _same_identity(events, check, sat.file, healthy=False)
+    flag = poll.next_state.breach_flags.get(sat.key)
+    if same is not None:  # the breach that took it there says it too
+        events[same] = replace(events[same], message=f"{events[same].message} - {news}")
+    elif flag is not None and flag.check_name == check:
+        # A breach of the same identity is latched: the platform holds the condition
+        # open already; its recovery (the counter's reset) closes both.
+        if notes is not None:
+            notes.append(f"{sat.file} on {where} is {news} (its latched breach is "
+                         f"the open report)")
+    else:
+        events.append(make_event(
+            check, fatal=False, healthy=False, error_code=sat.file, entities=known.entities,
+            at=poll.now, message=f"Counter {sat.file} on {where} is {news}"))
+
+
+def _off_limit(poll: CounterPoll, known: PortEntries, sat: SaturatingFile, value: int,
+               events: list[HealthEvent], notes: Optional[list[str]], check: str) -> None:
+    """A counter file off its limit again (cleared) whose report was open: closed, by its
+    own healthy event unless an event of the same identity in this poll says it."""
+    if not sat.reported:
+        if notes is not None:
+            notes.append(f"{sat.file} on {known.where} is no longer saturated ({value})")
+    elif _same_identity(events, check, sat.file, healthy=True) is None:
+        events.append(make_event(
+            check, fatal=False, healthy=True, error_code=sat.file, entities=known.entities,
+            at=poll.now, message=(f"Counter {sat.file} on {known.where} is no longer "
+                                  f"saturated (value={value})")))
 
 
 def _same_identity(events: list[HealthEvent], check: str, name: str, healthy: bool
