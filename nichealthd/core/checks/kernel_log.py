@@ -336,26 +336,10 @@ class KernelLog(CheckFamily[KernelLogSection]):
         monitored = frozenset(d.name for d in cycle.monitored)
         for line in snapshot.kernel_lines:
             text = line.text[:MAX_TEXT]
-            matched = False
-            for compiled in stateful:
-                name = compiled.rule.name
-                assert compiled.header is not None
-                if compiled.header.search(text):
-                    state.pending[name] = Pending(text, compiled.rule.header_lines)
-                    matched = True
-                    continue
-                waiting = state.pending.get(name)
-                if waiting is None:
-                    continue
-                if compiled.pattern.search(text):
-                    del state.pending[name]
-                    self._match(compiled.rule, f"{waiting.line} / {text.strip()}", line, state,
-                                devices, monitored, cycle, events, touched)
-                    matched = True
-                elif waiting.left <= 1:
-                    del state.pending[name]
-                else:
-                    state.pending[name] = Pending(waiting.line, waiting.left - 1)
+            matched, completed = _advance(stateful, text, state)
+            for rule, joined in completed:
+                self._match(rule, joined, line, state, devices, monitored, cycle, events,
+                            touched)
             if matched:
                 continue
             for compiled in stateless:
@@ -450,6 +434,35 @@ class KernelLog(CheckFamily[KernelLogSection]):
                      "kernelLogRepeatCount are kept)", "gauge", ("rule", "device"),
                      tuple((tuple(k.rpartition("|")[::2]), float(len(r.times)))
                            for k, r in sorted(section.repeats.items())))
+
+
+def _advance(stateful: list[CompiledRule], text: str, state: KernelLogSection
+             ) -> tuple[bool, list[tuple[KernelRule, str]]]:
+    """Each multi-line rule on this line: its header starts (or restarts) a wait of
+    ``header_lines`` lines; the line it waits for completes it (returned, joined to the
+    header); the wait otherwise runs down. True when the line was a header or a completion
+    (no single-line rule then names it)."""
+    matched = False
+    completed: list[tuple[KernelRule, str]] = []
+    for compiled in stateful:
+        name = compiled.rule.name
+        assert compiled.header is not None
+        if compiled.header.search(text):
+            state.pending[name] = Pending(text, compiled.rule.header_lines)
+            matched = True
+            continue
+        waiting = state.pending.get(name)
+        if waiting is None:
+            continue
+        if compiled.pattern.search(text):
+            del state.pending[name]
+            completed.append((compiled.rule, f"{waiting.line} / {text.strip()}"))
+            matched = True
+        elif waiting.left <= 1:
+            del state.pending[name]
+        else:
+            state.pending[name] = Pending(waiting.line, waiting.left - 1)
+    return matched, completed
 
 
 def _counts_repeats(rule: KernelRule, config: Config) -> bool:
