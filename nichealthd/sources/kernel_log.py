@@ -322,18 +322,12 @@ class KmsgSource:
                     continue  # a continuation line (KEY=value) of the record before
                 yield record
 
-    def read(self, committed: str, boot_id: Optional[str], limit: int) -> Batch:
-        boot = (boot_id or "").strip()
-        committed = self._healed.get(committed, committed)  # a heal whose commit failed
-        found = _kmsg_seq(committed, boot)
-        # Not a sequence number: every record now in the buffer is taken as read (below).
-        want = U64 if found is None else found
-        if self._fd is None or boot != self._boot or want < self._seq:
-            self._open()
-            self._boot = boot
+    def _take(self, want: int, limit: int) -> tuple[list[KernelLine], int, bool]:
+        """The records after sequence number ``want``, at most ``limit``; how many at or
+        before it were skipped, and whether the buffer was read to its end."""
         lines: list[KernelLine] = []
         offset = self._clock() - self._monotonic()  # wall time of monotonic 0 (the boot)
-        skipped, complete = 0, True
+        skipped = 0
         for raw in self._records():
             parsed = parse_kmsg(raw)
             if parsed is None:
@@ -347,8 +341,19 @@ class KmsgSource:
             lines.append(KernelLine(text, datetime.fromtimestamp(offset + usec / 1e6,
                                                                   timezone.utc)))
             if len(lines) >= limit:
-                complete = False
-                break
+                return lines, skipped, False
+        return lines, skipped, True
+
+    def read(self, committed: str, boot_id: Optional[str], limit: int) -> Batch:
+        boot = (boot_id or "").strip()
+        committed = self._healed.get(committed, committed)  # a heal whose commit failed
+        found = _kmsg_seq(committed, boot)
+        # Not a sequence number: every record now in the buffer is taken as read (below).
+        want = U64 if found is None else found
+        if self._fd is None or boot != self._boot or want < self._seq:
+            self._open()
+            self._boot = boot
+        lines, skipped, complete = self._take(want, limit)
         if self._lost:
             log.warning("/dev/kmsg: %d kernel message(s) were overwritten before they could "
                         "be read", self._lost)
