@@ -186,18 +186,9 @@ def unbind(root: PathLike, dev: str) -> str:
         return str(device["pci"])
     if not (pdir / "driver").is_symlink():
         raise SimError(f"{dev} ({device['pci']}) is unbound already")
-    moved = []
-    for rel in ("infiniband", "net", "infiniband_verbs", "infiniband_mad", "driver"):
-        path = pdir / rel
-        if os.path.lexists(path):
-            moved.append(rel)
-    links = [f"{tree.CLASS_IB}/{dev}"]
-    port = (device.get("ports") or {}).get("1") or {}
-    if port.get("netdev"):
-        links.append(f"sys/class/net/{port['netdev']}")
-    links.extend(f"{_class_of(kind.split(':')[0])}/{name}"
-                 for kind, name in (device.get("chardevs") or {}).items())
-    links.append(f"{tree.MLX5_DRIVER}/{device['pci']}")
+    moved = [rel for rel in ("infiniband", "net", "infiniband_verbs", "infiniband_mad",
+                             "driver") if os.path.lexists(pdir / rel)]
+    links = _bound_links(dev, device)
     for rel in moved:
         stash(top, pdir / rel)
     for link in links:
@@ -206,6 +197,19 @@ def unbind(root: PathLike, dev: str) -> str:
     manifest.setdefault(UNBOUND, {})[dev] = {"dirs": moved, "links": links}
     _save(top, manifest)
     return str(device["pci"])
+
+
+def _bound_links(dev: str, device: Dict[str, Any]) -> List[str]:
+    """What the bound driver adds outside the function's directory: the class entries of its
+    RDMA device, netdev and character devices, and the driver's link to the function."""
+    links = [f"{tree.CLASS_IB}/{dev}"]
+    port = (device.get("ports") or {}).get("1") or {}
+    if port.get("netdev"):
+        links.append(f"sys/class/net/{port['netdev']}")
+    links.extend(f"{_class_of(kind.split(':')[0])}/{name}"
+                 for kind, name in (device.get("chardevs") or {}).items())
+    links.append(f"{tree.MLX5_DRIVER}/{device['pci']}")
+    return links
 
 
 def bind(root: PathLike, dev: str, driver: Optional[str] = None) -> str:
