@@ -606,24 +606,10 @@ def create(
     builder.loopback()
     builder.pcie_tree()
     nics = resolved_nics(prof)
-    pf_dirs = [builder.pf(nic, index) for index, nic in enumerate(nics)]
-    next_index = len(nics)
-    for nic, pf_dir in zip(nics, pf_dirs):
-        for vf_no, pci in enumerate(vf_pcis(prof, nic)):
-            builder.vf(nic, pf_dir, pci, f"mlx5_{next_index}", vf_no)
-            next_index += 1
+    _functions(builder, prof, nics)
     adapter.build(top, builder.devices)  # character devices (#16.4)
     default_iface = prof.default_route_iface
-    if default_iface == "eno1":
-        builder.non_mellanox_eno1()
-    elif default_iface == "eth0":
-        builder.virtio_eth0()
-    flagged = [nic.netdev for nic in nics if nic.default_route and nic.netdev]
-    if prof.uplink:  # the default route goes through a bond or VLAN over the flagged netdevs
-        builder.uplink(prof.uplink, default_iface, flagged)
-    ipv6 = builder.ipv6_route_table([default_iface] if prof.ipv6_only else [])
-    write_new(top / "proc/net/ipv6_route", ipv6)
-    write_new(top / "proc/net/route", builder.route_table())
+    _routes(builder, prof, nics)
     write_new(top / BOOT_ID, f"{uuid.uuid4()}\n")
     node_name = f"{prof.name}-sim"
     if metadata:
@@ -647,6 +633,33 @@ def create(
     }
     write_new(top / MANIFEST, json.dumps(manifest, indent=2) + "\n")
     return manifest
+
+
+def _functions(builder: _Builder, prof: Profile, nics: List[NicSpec]) -> None:
+    """Every NIC's physical function, then the VFs of each, numbered after all the PFs."""
+    pf_dirs = [builder.pf(nic, index) for index, nic in enumerate(nics)]
+    next_index = len(nics)
+    for nic, pf_dir in zip(nics, pf_dirs):
+        for vf_no, pci in enumerate(vf_pcis(prof, nic)):
+            builder.vf(nic, pf_dir, pci, f"mlx5_{next_index}", vf_no)
+            next_index += 1
+
+
+def _routes(builder: _Builder, prof: Profile, nics: List[NicSpec]) -> None:
+    """The default route's interface (an onboard or virtio NIC, a bond or VLAN over the
+    flagged netdevs, or a NIC's own) and the IPv4 and IPv6 route tables."""
+    top = builder.root
+    default_iface = prof.default_route_iface
+    if default_iface == "eno1":
+        builder.non_mellanox_eno1()
+    elif default_iface == "eth0":
+        builder.virtio_eth0()
+    flagged = [nic.netdev for nic in nics if nic.default_route and nic.netdev]
+    if prof.uplink:  # the default route goes through a bond or VLAN over the flagged netdevs
+        builder.uplink(prof.uplink, default_iface, flagged)
+    ipv6 = builder.ipv6_route_table([default_iface] if prof.ipv6_only else [])
+    write_new(top / "proc/net/ipv6_route", ipv6)
+    write_new(top / "proc/net/route", builder.route_table())
 
 
 def load(root: PathLike) -> Manifest:
