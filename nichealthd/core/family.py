@@ -128,8 +128,8 @@ class CheckFamily(abc.ABC, Generic[S]):
     reads: ClassVar[frozenset[str]]  # READS_* parts of the snapshot it needs
     cadence: ClassVar[float] = 0.0  # seconds between runs; 0 is every poll
 
-    # A section class with ``to_json()`` and ``from_json(data)`` (a dataclass whose fields all
-    # have defaults) gives fresh/load/dump for free; a family without one overrides them.
+    # A section class (a dataclass deriving from :class:`nichealthd.core.codec.Section`, every
+    # field with a default) gives fresh/load/dump for free; a family without one overrides them.
     section_type: ClassVar[Any] = None
 
     def fresh(self) -> S:

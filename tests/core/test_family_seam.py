@@ -16,6 +16,7 @@ from nichealthd.core.checks import families
 from nichealthd.core.checks.counters import CounterMemory
 from nichealthd.core.checks.link_counters import LINK_COUNTERS
 from nichealthd.core.checks.link_state import LINK_STATE
+from nichealthd.core.codec import parse_int, parse_table
 from nichealthd.core.events import make_event, port_entities
 from nichealthd.core.family import (
     HOST,
@@ -27,7 +28,7 @@ from nichealthd.core.family import (
     Verdict,
 )
 from nichealthd.core.health import assess
-from nichealthd.core.state import MonitorState, parse_int, parse_state, parse_table
+from nichealthd.core.state import MonitorState, parse_state
 from nichealthd.core.views import port_records
 from nichealthd.storage.store import load_state, save_state
 
