@@ -42,13 +42,11 @@ class MonitorState:
     """The whole persisted state. Treated as a value: the evaluator returns a new one.
 
     Sections are values too: a family never changes a section it was given, so a copy of the
-    state shares them. The fields of the sections can be read as attributes
-    (``state.breach_flags``) and given as keywords (``MonitorState(port_states=...)``): sugar
-    for tests and debugging; the code reads ``state.section(FAMILY)``.
+    state shares them. A family's section is read as ``state.section(FAMILY)``.
     """
 
     def __init__(self, boot_id: str = "", event_seq: int = 0, version: int = STATE_VERSION,
-                 sections: Optional[dict[str, Any]] = None, **fields: Any) -> None:
+                 sections: Optional[dict[str, Any]] = None) -> None:
         self.boot_id = boot_id
         self.event_seq = event_seq
         self.version = version
@@ -56,11 +54,6 @@ class MonitorState:
         for family in _families():
             if family.id not in self.sections:
                 self.sections[family.id] = family.fresh()
-        for name, value in fields.items():
-            owner = self._owner(name)
-            if owner is None:
-                raise TypeError(f"MonitorState has no field {name!r}")
-            setattr(self.sections[owner], name, value)
 
     def section(self, family: CheckFamily[S]) -> S:
         """The section of ``family``."""
@@ -69,20 +62,6 @@ class MonitorState:
     def copy(self) -> MonitorState:
         """A copy whose host fields and section table can change without touching this one."""
         return MonitorState(self.boot_id, self.event_seq, self.version, self.sections)
-
-    def _owner(self, name: str) -> Optional[str]:
-        for family_id, section in self.sections.items():
-            if name in getattr(section, "__dataclass_fields__", ()):
-                return family_id
-        return None
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_") or name == "sections":
-            raise AttributeError(name)
-        owner = self._owner(name)
-        if owner is None:
-            raise AttributeError(f"MonitorState has no field {name!r}")
-        return getattr(self.sections[owner], name)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, MonitorState):
