@@ -100,6 +100,8 @@ def _cycle(raw: Any) -> tuple[datetime, int, bool]:
     """A cycle of the window: when, how many, absorbed. An older nichealthd wrote two items
     (it knew no escalation: nothing absorbed) and reads the first two of three."""
     items = parse_list(raw, "cycle")
+    if len(items) < 2:
+        raise ValueError(f"a cycle has a time and a count, got {len(items)} items")
     return parse_when(items[0]), parse_int(items[1]), len(items) > 2 and parse_bool(items[2])
 
 
