@@ -13,15 +13,15 @@ as its type hint says:
 - a dataclass or NamedTuple as an object of its fields (a :class:`Layout` ``order`` where its
   keys are not in the order of the fields).
 
-Reading is strict, as a state file must be (issue 12): a value of the wrong kind, out of its
-bounds or a record without one of its keys raises ``TypeError``, ``ValueError`` or
-``KeyError``, which :func:`nichealthd.core.state.parse_state` turns into ``StateCorrupt``.
-Unknown keys are ignored and not written back. A key a section's field is under that is absent
-gives the field's default (a family whose keys are all absent starts fresh); a record's field
-that is absent is an error unless the field has a ``legacy`` value (written by an older
+Reading is strict (tests/core/test_state_files.py and test_codec.py): a value of the wrong
+kind, out of its bounds or a record without one of its keys raises ``TypeError``,
+``ValueError`` or ``KeyError``, which :func:`nichealthd.core.state.parse_state` turns into
+``StateCorrupt``. Unknown keys are read past and not written back. A section's key that is
+absent gives its field's default (a family whose keys are all absent starts fresh); a record's
+key that is absent is an error unless its field has a ``legacy`` value (a file of an older
 nichealthd). Anything irregular is said per field: ``parse`` and ``format`` replace the reader
-and writer of its value, ``after`` checks or filters what was read, ``omit`` leaves it out of
-the record.
+and the writer of its value, ``after`` checks or filters what was read, ``omit`` leaves it out
+of the record.
 
 Each class's plan (its type hints resolved, a reader and a writer per field) is made once and
 kept: a large host's state holds thousands of records, written within a minute of a change.
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
+import functools
 import math
 import typing
 from datetime import datetime
@@ -39,7 +40,7 @@ from typing import Any, Callable, ClassVar, Mapping, NamedTuple, Optional, TypeV
 from .events import format_timestamp, parse_timestamp
 
 # Plausible bounds: a value outside them is a corrupt state file, never a reason to drop
-# journal entries or to write back what the next start rejects (issue 12, classes 2 and 9).
+# journal entries or to write back what the next start rejects (tests/core/test_state_files.py).
 MAX_INT = 2**64  # counters are at most 64-bit; sequence numbers and counts far less
 MAX_SEQ = 2**63
 MIN_YEAR, MAX_YEAR = 1970, 9999
@@ -297,7 +298,7 @@ def _reader(tp: Any, how: Stored) -> Reader:
     """The strict reader of a JSON value of type ``tp``."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp is int:
-        return _int_reader(how.high)
+        return parse_int if how.high == MAX_INT else functools.partial(parse_int, high=how.high)
     simple: dict[Any, Reader] = {bool: parse_bool, str: parse_str, float: parse_float,
                                  datetime: parse_when}
     if tp in simple:
@@ -317,16 +318,6 @@ def _reader(tp: Any, how: Stored) -> Reader:
     if dataclasses.is_dataclass(tp) or _is_named_tuple(tp):
         return _plan(tp).read
     raise TypeError(f"the state codec cannot read {tp!r}")
-
-
-def _int_reader(high: int) -> Reader:
-    def read(raw: Any) -> int:
-        if type(raw) is not int:  # bool is not an integer here
-            raise TypeError(f"expected an integer, got {_short(raw)}")
-        if not 0 <= raw < high:
-            raise ValueError(f"implausible number {_short(raw)}")
-        return raw
-    return read
 
 
 def _dict_reader(item: Reader) -> Reader:
@@ -444,19 +435,23 @@ def _record_writer(written: tuple[_Field, ...]) -> Writer:
     """A record's JSON object, its keys in the written order (a key left out where its
     field's ``omit`` says so)."""
     namespace: dict[str, Any] = {}
-    lines = ["def write(record):", "    out = {}"]
+    literal: list[str] = []
+    lines: list[str] = []
     for i, f in enumerate(written):
         namespace[f"key_{i}"] = f.key
         value = f"record.{f.name}"
         if f.write is not None:
             namespace[f"write_{i}"] = f.write
             value = f"write_{i}({value})"
-        if f.omit is None:
+        if f.omit is None and not lines:
+            literal.append(f"key_{i}: {value}")
+        elif f.omit is None:
             lines.append(f"    out[key_{i}] = {value}")
         else:
             namespace[f"omit_{i}"] = f.omit
             lines += [f"    if not omit_{i}(record):", f"        out[key_{i}] = {value}"]
-    return _compiled("write", [*lines, "    return out"], namespace)
+    return _compiled("write", ["def write(record):", f"    out = {{{', '.join(literal)}}}",
+                               *lines, "    return out"], namespace)
 
 
 # ----------------------------------------------------------------- entry points
@@ -490,7 +485,9 @@ def load(cls: type[T], data: Mapping[str, Any]) -> T:
             except (TypeError, ValueError, KeyError) as exc:
                 raise type(exc)(f"{f.key}: {exc}") from None
         else:
-            values[f.name] = f.default()  # every field of a section has one
+            values[f.name] = f.default()
+            if values[f.name] is _REQUIRED:  # a section's field without a default
+                raise KeyError(f.key)
     return cls(**values)
 
 

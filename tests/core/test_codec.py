@@ -330,3 +330,25 @@ def test_a_field_hook_reads_and_writes_instead_of_the_type() -> None:
     assert codec.dump(Hooked(255, "B")) == {"x_b": "B", "x_first": "ff"}
     assert codec.load(Hooked, {"x_first": "ff", "x_b": "b"}) == Hooked(255, "B")
     assert codec.load(Hooked, {}) == Hooked()
+
+
+def test_a_float_is_any_finite_number() -> None:
+    @dataclasses.dataclass
+    class Rated(codec.Section):
+        rate: float = 0.0
+
+    assert codec.load(Rated, {"rate": 2}) == Rated(2.0) and codec.dump(Rated(2.5)) == {
+        "rate": 2.5}
+    for bad in (True, "1", float("nan"), float("inf"), None):
+        with pytest.raises(TypeError):
+            codec.load(Rated, {"rate": bad})
+
+
+def test_a_section_field_without_a_default_must_be_in_the_file() -> None:
+    @dataclasses.dataclass
+    class Needy(codec.Section):
+        needed: int
+
+    assert codec.load(Needy, {"needed": 1}) == Needy(1)
+    with pytest.raises(KeyError):
+        codec.load(Needy, {})

@@ -106,7 +106,8 @@ class Repeat:
 @dataclass
 class KernelLogSection(Section):
     """The cursor, the dedup times, the match counts, the last and the fatal faults, the
-    repetition windows (absent in state files of before #17.4); one object under ``KEY``."""
+    repetition windows (absent in state files written before repetition was counted); one
+    object under ``KEY``."""
 
     LAYOUT = Layout(nest=KEY)
 
