@@ -142,8 +142,8 @@ class CheckFamily(abc.ABC, Generic[S]):
     # Its config keys (a frozen Settings dataclass; read as ``config.settings(that class)``).
     settings: ClassVar[Optional[type[Settings]]] = None
 
-    # A section class with ``to_json()`` and ``from_json(data)`` (a dataclass whose fields all
-    # have defaults) gives fresh/load/dump for free; a family without one overrides them.
+    # A section class (a dataclass deriving from :class:`nichealthd.core.codec.Section`, every
+    # field with a default) gives fresh/load/dump for free; a family without one overrides them.
     section_type: ClassVar[Any] = None
 
     def fresh(self) -> S:
