@@ -103,6 +103,16 @@ PortId = tuple[str, int]
 
 
 @dataclass(frozen=True)
+class PortBase:
+    """A port's base health before the families' conditions (:meth:`CheckFamily.port_bases`):
+    ``present`` False for a recorded port the poll does not list (or of a device gone)."""
+
+    health: str
+    reasons: tuple[str, ...] = ()
+    present: bool = True
+
+
+@dataclass(frozen=True)
 class Condition:
     """An open condition a family holds, for the one health model (issue #22).
 
@@ -214,6 +224,22 @@ class CheckFamily(abc.ABC, Generic[S]):
     def conditions(self, section: S, cycle_picture: Any) -> Iterable[Condition]:
         """Its open conditions, for the health of ports and host."""
         return ()
+
+    def port_bases(self, section: S, snapshot: HostSnapshot, roles: Mapping[str, Role]
+                   ) -> Mapping[PortId, PortBase]:
+        """The base health of the ports it judges the state of: every monitored port of the
+        poll and the recorded ports it no longer sees (core/health.py starts from these)."""
+        return {}
+
+    def base_conditions(self, section: S, snapshot: HostSnapshot,
+                        bases: Mapping[PortId, PortBase]) -> Iterable[Condition]:
+        """Conditions judged on the ports' bases, applied after every family's own
+        (:meth:`conditions`): a card short of active ports makes its unhealthy ports fatal."""
+        return ()
+
+    def uncabled(self, section: S) -> frozenset[PortId]:
+        """Ports down since first sight without evidence: "uncabled", whatever the base."""
+        return frozenset()
 
     def port_fields(self, section: S, cycle_picture: Any, port: PortId) -> Mapping[str, Any]:
         """Extra keys of a port's record (``show ports --json``, D-Bus, varlink)."""

@@ -24,6 +24,10 @@ HEALTHY = "healthy"
 DEGRADED = "degraded"
 FATAL = "fatal"
 SUPPRESSED = "suppressed"  # unhealthy at the first poll with no evidence: not reported
+# The health model's words for a port besides those (core/health.py).
+UNCABLED = "uncabled"  # SUPPRESSED in the state: down at first sight, card not short
+UNKNOWN = "unknown"  # never read and nothing recorded, or not judged
+RANK = {HEALTHY: 0, UNCABLED: 0, UNKNOWN: 1, DEGRADED: 2, FATAL: 3}
 
 S = TypeVar("S")
 

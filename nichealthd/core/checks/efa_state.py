@@ -382,6 +382,9 @@ class EfaState(CheckFamily[EfaStateSection]):
                 "adapter": "efa", **rename_fields(identity),
             }
 
+    def uncabled(self, section: EfaStateSection) -> frozenset[PortId]:
+        return self.suppressed(section)
+
     def suppressed(self, section: EfaStateSection) -> frozenset[PortId]:
         """The EFA ports down since first sight without evidence: "uncabled" on every
         surface, as ConnectX ports suppressed at first sight are (core/health.py)."""
