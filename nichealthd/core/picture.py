@@ -86,7 +86,7 @@ class PollPicture:
                 self._counters[key] = records
         return records
 
-    def port_health(self, key: PortId) -> PortHealth:
+    def health_of(self, key: PortId) -> PortHealth:
         """The model's health of one port; a port it does not judge (not monitored, or no
         longer anywhere in the picture) is ``unknown``, never guessed."""
         judged = self.health.ports.get(key)

@@ -89,7 +89,7 @@ def _verdict(judged: Optional[PortHealth]) -> Tuple[str, bool]:
 
 
 def _signal(picture: PollPicture, key: PortId, message: Optional[str]) -> PortHealthChanged:
-    judged = picture.port_health(key)  # the one health model, as ListPorts says it
+    judged = picture.health_of(key)  # the one health model, as ListPorts says it
     if message is None:
         record = picture.port_record(key) or {}
         message = (f"{key[0]} port {key[1]}: {judged.health} "
