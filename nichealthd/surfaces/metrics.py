@@ -4,10 +4,10 @@ The families are built on each scrape by a custom collector from the picture of 
 (:class:`~nichealthd.core.picture.PollPicture`), through the same records that D-Bus, varlink
 and ``nichealthctl`` read, built once per poll for all of them. So a scrape never touches
 sysfs, never disagrees with the other surfaces, and a port, counter file or device that
-disappears simply stops having series —
-there are no long-lived labelled children to clean up. Naming follows node_exporter's
-infiniband collector (state id, physical state id, rate in bytes/s, raw counters, an info
-series; a missing file gives no series, never 0) under the ``nichealthd_`` prefix.
+disappears simply stops having series — there are no long-lived labelled children to clean
+up. Naming follows node_exporter's infiniband collector (state id, physical state id, rate in
+bytes/s, raw counters, an info series; a missing file gives no series, never 0) under the
+``nichealthd_`` prefix.
 
 The HTTP server runs in daemon threads (prometheus-client's WSGI app behind a threading
 ``wsgiref`` server), so neither a slow scraper nor the work of building the families can
