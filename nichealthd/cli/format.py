@@ -123,7 +123,7 @@ def short_link(link_layer: str) -> str:
     return _LINK.get(link_layer, link_layer or "-")
 
 
-def port_health(record: dict[str, Any]) -> str:
+def health_column(record: dict[str, Any]) -> str:
     """What the HEALTH column says: reported health, ``uncabled``, or ``-`` (not monitored)."""
     if not record.get("monitored"):
         return "-"
@@ -198,7 +198,7 @@ def ports_table(records: list[dict[str, Any]], style: Style, width: int = 80) ->
                  r.get("link_layer", "")), r.get("role") or "-",
              r.get("state") or "?", r.get("phys_state") or "?", rate_cell(r),
              count_cell(r, "flaps"), count_cell(r, "blips"),
-             r.get("netdev") or "-", port_health(r), port_reason(r)] for r in records]
+             r.get("netdev") or "-", health_column(r), port_reason(r)] for r in records]
 
     def wider(reason: int) -> bool:  # than ``width`` with REASON cut to ``reason``
         cut = [[*row[:-1], "x" * min(len(row[-1]), reason)] for row in rows]
