@@ -197,6 +197,11 @@ class CheckFamily(abc.ABC, Generic[S]):
         (core/checks/driver.py)."""
         return None
 
+    def held_devices(self, section: S) -> Optional[tuple[tuple[str, ...], datetime]]:
+        """The devices a driver event it holds keeps from judgement, and since when; None
+        when none is in progress (core/checks/driver.py)."""
+        return None
+
     def baseline_checks(self, snapshot: HostSnapshot) -> frozenset[str]:
         """The check names whose conditions a baseline (a reboot, no usable state) clears on
         this host with one healthy event each (REF §1); a family that sends its own clear

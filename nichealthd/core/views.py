@@ -14,7 +14,6 @@ from typing import Any, Mapping, Optional
 from .checks import families
 from .checks.counters import saturation_key
 from .checks.efa_counters import EFA_COUNTERS
-from .checks.efa_state import EFA_STATE
 from .checks.link_counters import LINK_COUNTERS
 from .checks.link_state import LINK_STATE
 from .checks.ports import is_active, split_state
@@ -239,14 +238,14 @@ def health_status(snapshot: Optional[HostSnapshot], result: Optional[CycleResult
 
 def reloading_devices(state: MonitorState) -> tuple[tuple[str, ...], Optional[datetime]]:
     """The devices a driver event holds (gone while their PCI functions stay: no verdict on
-    them while it lasts; ``show devices`` says RELOADING) and since when, from the link-state and
-    EFA sections; ``((), None)`` when none is in progress."""
-    events = [e for e in (state.section(LINK_STATE).driver_event,
-                          state.section(EFA_STATE).driver_event) if e is not None]
+    them while it lasts; ``show devices`` says RELOADING) and since when, of every family that
+    holds some (:meth:`CheckFamily.held_devices`); ``((), None)`` when none is in progress."""
+    events = [held for family in families() if supplies(family, "held_devices")
+              for held in (family.held_devices(state.section(family)),) if held is not None]
     if not events:
         return (), None
-    return (tuple(sorted({d for e in events for d in e.devices})),
-            min(e.since for e in events))
+    return (tuple(sorted({d for names, _ in events for d in names})),
+            min(since for _, since in events))
 
 
 def _status_keys(host: HostHealth) -> dict[str, Any]:

@@ -344,6 +344,11 @@ class EfaState(CheckFamily[EfaStateSection]):
             return None
         return section.identities, section.known_devices
 
+    def held_devices(self, section: EfaStateSection
+                     ) -> Optional[tuple[tuple[str, ...], datetime]]:
+        event = section.driver_event
+        return (event.devices, event.since) if event is not None else None
+
     def baseline_checks(self, snapshot: HostSnapshot) -> frozenset[str]:
         """Only on a host with an EFA device: a ConnectX host says what it said before."""
         return frozenset({EFA_STATE_CHECK}) if any(d.is_efa for d in snapshot.devices) \

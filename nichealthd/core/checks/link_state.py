@@ -205,6 +205,11 @@ class LinkState(CheckFamily[LinkStateSection]):
                    ) -> tuple[Mapping[str, DeviceIdentity], Sequence[str]]:
         return section.identities, section.known_devices
 
+    def held_devices(self, section: LinkStateSection
+                     ) -> Optional[tuple[tuple[str, ...], datetime]]:
+        event = section.driver_event
+        return (event.devices, event.since) if event is not None else None
+
     def baseline_checks(self, snapshot: HostSnapshot) -> frozenset[str]:
         return frozenset({IB_STATE_CHECK, ETH_STATE_CHECK})
 
