@@ -1,6 +1,6 @@
 """The seam a check family plugs into: what it reads, its slice of state, its pure evaluation.
 
-A check family is one unit (DESIGN §1, issue #15): it declares which parts of the snapshot it
+A check family is one unit (DESIGN §1): it declares which parts of the snapshot it
 reads and how often it runs, evaluates as a pure function ``(its previous section, the shared
 cycle, its volatile memory) -> Verdict(events, its next section, picture)``, owns its top-level
 keys of the state file (with a schema version of its own: a missing section is a fresh start
@@ -46,7 +46,7 @@ S = TypeVar("S")
 READS_DEVICES = "devices"  # the device list and its PCI facts
 READS_PORTS = "ports"  # port state, physical state, link layer, rate
 READS_COUNTERS = "counters"  # the configured counter files
-# Slow parts (#16): read only in a poll in which an enabled family reading them is due
+# Slow parts: read only in a poll in which an enabled family reading them is due
 # (:func:`nichealthd.core.evaluate.due_reads`), into HostSnapshot.pcie / .aer / .hwmon.
 READS_PCIE = "pcie"  # the link files of every hop from each NIC up to its root port
 READS_AER = "aer"  # the aer_dev_* tables of each NIC function and the port above it
@@ -114,7 +114,7 @@ class PortBase:
 
 @dataclass(frozen=True)
 class Condition:
-    """An open condition a family holds, for the one health model (issue #22).
+    """An open condition a family holds, for the one health model.
 
     ``port`` None is a condition on the host. A port's condition whose port is not among the
     monitored ports of the poll is shown on the host, as ``alone`` says it.
@@ -178,7 +178,7 @@ class CheckFamily(abc.ABC, Generic[S]):
         change it; the monitor adopts it with the commit."""
 
     def rename(self, section: S, renames: Mapping[str, str], now: datetime) -> S:
-        """The section with every record of a renamed device under its new name (#19.1).
+        """The section with every record of a renamed device under its new name.
 
         ``renames`` maps old kernel names to new ones, all at once (a driver reload shifts
         names: ``mlx5_0 -> mlx5_1`` and ``mlx5_1 -> mlx5_2`` in the same poll). It is called

@@ -53,7 +53,7 @@ def port_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorStat
                 "device": device.name,
                 "port": port.port,
                 "link_layer": port.link_layer or "",
-                "adapter": device.adapter,  # #18.6: mlx5, efa or ""
+                "adapter": device.adapter,  # mlx5, efa or ""
                 "state": split_state(port.state)[1],
                 "phys_state": split_state(port.phys_state)[1],
                 "rate": port.rate or "",
@@ -138,7 +138,7 @@ def device_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorSt
             "card": device.card or "",
             "numa_node": device.numa_node if device.numa_node is not None else -1,
             "driver": device.driver or "",
-            "adapter": device.adapter,  # #18.6: mlx5, efa or ""
+            "adapter": device.adapter,  # mlx5, efa or ""
             "netdevs": list(device.netdevs),
             "is_vf": device.is_vf,
             "role": role.role if role else "",
@@ -177,7 +177,7 @@ def counter_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorS
         role = result.roles.get(dev.name)
         if not (role and role.monitored) or (device and dev.name != device):
             continue
-        # #18.3: an EFA device's counters are the EFA ones, judged by their own family.
+        # An EFA device's counters are the EFA ones, judged by their own family.
         counters = state.section(EFA_COUNTERS) if dev.is_efa else link_counters
         for p in dev.ports:
             if port and p.port != port:

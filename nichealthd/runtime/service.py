@@ -94,7 +94,7 @@ class Daemon:
         self._poll_listeners: list[Callable[[PollOutcome], None]] = []
         self._worker = PollWorker()  # the poll thread: reads sysfs, runs the monitor
         # Plain flags and one future at a time, not asyncio Events and tasks: an idle cycle
-        # then costs the event loop one wake-up (issue 7, #15.8).
+        # then costs the event loop one wake-up.
         self._stop_requested = False
         self._reload_requested = False
         # The wait for the next tick and the poll after it (one job of the poll thread).
@@ -147,7 +147,7 @@ class Daemon:
                           self.monitor.guard.reason())
 
     def _connector_summary(self) -> str:
-        """``connector down since <time> (<error>), 12 queued, 2 dead letters`` (issue 6)."""
+        """``connector down since <time> (<error>), 12 queued, 2 dead letters``."""
         status = self.connector
         text = f"connector {status.state}"
         if status.state == "down":

@@ -112,7 +112,7 @@ class _ClientErrors:
     """Client errors (idle timeouts, resets) as one rate-limited line, never a traceback.
 
     A client that connects and sends nothing is dropped after ``CLIENT_TIMEOUT``; the
-    stdlib server printed a 15-line traceback for each (issue 12.12). The first error is
+    stdlib server printed a 15-line traceback for each. The first error is
     logged at once, later ones at most every ``CLIENT_ERROR_LOG_SECONDS`` with a count.
     """
 
