@@ -127,3 +127,16 @@ def test_a_tree_another_worker_holds_is_awaited_when_large_else_built_again(
         assert time.monotonic() - start >= 0.5
     else:
         assert str(root.parent) != slot and simtrees.built == built + 1
+
+
+def test_a_tree_after_driver_reloads_is_restored_as_built() -> None:
+    """The driver drills (devices stashed, brought back under shifted names) are undone too:
+    a device left behind would be one the next test's unload never takes."""
+    root = simtrees.take("dgx-h100")
+    built = simtrees._known[str(root.parent)]
+    before = simtrees.snapshot(built.slot)
+    mutate.unload_driver(root)
+    mutate.load_driver(root, rename=True)
+    mutate.unload_driver(root)
+    built.restore()
+    assert simtrees.snapshot(built.slot) == before

@@ -47,7 +47,7 @@ from .transport import (
 )
 
 EXIT_OK, EXIT_DEGRADED, EXIT_FATAL = 0, 1, 2
-EXIT_USAGE = 3  # the monitoring-plugin UNKNOWN, never CRITICAL (issue #22)
+EXIT_USAGE = 3  # the monitoring-plugin UNKNOWN, never CRITICAL
 EXIT_INVALID_CONFIG = 2  # config check: the file is invalid
 EXIT_FAILURE = 1
 WIDE = 10_000  # --wide: no column is cut
@@ -499,7 +499,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("devices", cmd_show_devices, "every NIC: PCI address, firmware, role, presence",
         show_sub)
     add("pcie", cmd_show_pcie, "every PCIe hop from each NIC up to its root port: link as "
-        "trained, what both ends support (#16)", show_sub)
+        "trained, what both ends support", show_sub)
     counters = add("counters", cmd_show_counters,
                    "error counters of monitored ports: value, last change, threshold, breach",
                    show_sub)

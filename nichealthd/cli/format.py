@@ -123,7 +123,7 @@ def short_link(link_layer: str) -> str:
     return _LINK.get(link_layer, link_layer or "-")
 
 
-def port_health(record: dict[str, Any]) -> str:
+def health_column(record: dict[str, Any]) -> str:
     """What the HEALTH column says: reported health, ``uncabled``, or ``-`` (not monitored)."""
     if not record.get("monitored"):
         return "-"
@@ -193,12 +193,12 @@ def ports_table(records: list[dict[str, Any]], style: Style, width: int = 80) ->
     headers = ["PORT", "LINK", "ROLE", "STATE", "PHYS", "RATE", "FLAPS", "BLIPS", "NETDEV",
                "HEALTH", "REASON"]
     records = sorted(records, key=natural_key)
-    # LINK: EFA for an EFA port (its link layer reads "Unknown", #18.6).
+    # LINK: EFA for an EFA port (its link layer reads "Unknown").
     rows = [[port_name(r), "EFA" if r.get("adapter") == "efa" else short_link(
                  r.get("link_layer", "")), r.get("role") or "-",
              r.get("state") or "?", r.get("phys_state") or "?", rate_cell(r),
              count_cell(r, "flaps"), count_cell(r, "blips"),
-             r.get("netdev") or "-", port_health(r), port_reason(r)] for r in records]
+             r.get("netdev") or "-", health_column(r), port_reason(r)] for r in records]
 
     def wider(reason: int) -> bool:  # than ``width`` with REASON cut to ``reason``
         cut = [[*row[:-1], "x" * min(len(row[-1]), reason)] for row in rows]
@@ -237,7 +237,7 @@ def ports_table(records: list[dict[str, Any]], style: Style, width: int = 80) ->
 def devices_table(records: list[dict[str, Any]], style: Style, width: int = 80) -> list[str]:
     headers = ("DEVICE", "PCI", "TYPE", "FIRMWARE", "ROLE", "PORTS", "STATE", "NETDEVS")
     records = sorted(records, key=natural_key)
-    # TYPE: the HCA type, or the adapter family where there is none (EFA, #18.6).
+    # TYPE: the HCA type, or the adapter family where there is none (EFA).
     rows = [(r.get("device", "?"), r.get("pci_address") or "-",
              r.get("hca_type") or r.get("adapter") or "-",
              r.get("fw_ver") or "-", r.get("role") or ("-" if r.get("present") else "?"),
@@ -253,7 +253,7 @@ def devices_table(records: list[dict[str, Any]], style: Style, width: int = 80) 
 
     lines = render_table(headers, rows, width, shrink=(7, 3, 2, 1, 4), right=(5,),
                          colour=colour)
-    for r in records:  # #16.3-5
+    for r in records:
         if r.get("lost"):
             lines.append(fit(f"{r.get('device')}: lost NIC, no RDMA device: "
                              f"{r.get('lost_reason') or '?'} (since "
@@ -272,10 +272,10 @@ def devices_table(records: list[dict[str, Any]], style: Style, width: int = 80) 
                      for r in renamed)
     pci = [r for r in records if r.get("pcie_link") or "temperature_c" in r
            or "aer_dev_fatal" in r]
-    if pci:  # #16: the PCI side of each NIC, when it is known
+    if pci:  # the PCI side of each NIC, when it is known
         lines.append("")
         lines.extend(fit(f"{r.get('device')}: {_pci_line(r)}", width) for r in pci)
-    faults = [r for r in records if r.get("driver_fault")]  # #17: the kernel log
+    faults = [r for r in records if r.get("driver_fault")]  # the kernel log
     if faults:
         lines.append("")
         lines.extend(fit(f"{r.get('device')} driver fault: {r['driver_fault']}", width)
@@ -307,7 +307,7 @@ def _pci_line(record: dict[str, Any]) -> str:
 
 
 def pcie_table(records: list[dict[str, Any]], style: Style, width: int = 80) -> list[str]:
-    """``show pcie``: every hop of every NIC, the NIC's own link first (#16.1)."""
+    """``show pcie``: every hop of every NIC, the NIC's own link first."""
     headers = ("DEVICE", "UPSTREAM", "DOWNSTREAM", "LINK", "CAPABLE", "STATE")
     rows = []
     for r in sorted(records, key=natural_key):
@@ -327,8 +327,8 @@ def pcie_table(records: list[dict[str, Any]], style: Style, width: int = 80) -> 
 
 
 def _device_state(record: dict[str, Any]) -> str:
-    """present, MISSING, RELOADING while every device is gone in a driver event (#19), or
-    LOST for a PCI function without an RDMA device (#16.5)."""
+    """present, MISSING, RELOADING while every device is gone in a driver event, or
+    LOST for a PCI function without an RDMA device."""
     if record.get("present", True):
         return "present"
     if record.get("lost"):

@@ -1,4 +1,4 @@
-"""The adapter facts one slow read saw (issue #16.3-6): character devices, PCI functions, firmware.
+"""The adapter facts one slow read saw: character devices, PCI functions, firmware.
 
 These facts change rarely (a module load, a driver bind, a firmware flash, an ``ip link set``)
 so the reader gathers them at the adapter cadence (``adapterCheckInterval``), not every poll:

@@ -49,10 +49,10 @@ IB_STATE_CHECK = "InfiniBandStateCheck"
 IB_DEGRADATION_CHECK = "InfiniBandDegradationCheck"
 ETH_STATE_CHECK = "EthernetStateCheck"
 ETH_DEGRADATION_CHECK = "EthernetDegradationCheck"
-# AWS Elastic Fabric Adapter (#18): the netdev's state, and the efa driver's hw_counters.
+# AWS Elastic Fabric Adapter: the netdev's state, and the efa driver's hw_counters.
 EFA_STATE_CHECK = "EFAStateCheck"
 EFA_DEGRADATION_CHECK = "EFADegradationCheck"
-# NVSentinel's check of the /dev/infiniband character devices (#16.4): a check of its own, so
+# NVSentinel's check of the /dev/infiniband character devices: a check of its own, so
 # that `checks` can switch it off without the link checks.
 CHAR_DEVICE_CHECK = "InfiniBandCharDeviceCheck"
 ALL_CHECKS = (IB_STATE_CHECK, IB_DEGRADATION_CHECK, ETH_STATE_CHECK, ETH_DEGRADATION_CHECK,
@@ -71,7 +71,7 @@ REAL_CARRIER_PATH = "/sys/class/net/{interface}/carrier_changes"
 DETECTION = "counterDetection"
 DETECTION_KEYS = ("enabled", "counters", "efaCounters")
 COUNTERS_TABLE = "counterDetection.counters"
-# The EFA counters (#18.3), merged by name over DEFAULT_EFA_COUNTERS as the ConnectX ones are
+# The EFA counters, merged by name over DEFAULT_EFA_COUNTERS as the ConnectX ones are
 # over DEFAULT_COUNTERS; their paths are relative to the device (``{port}``: the port number).
 EFA_COUNTERS_KEY = "efaCounters"
 EFA_COUNTERS_TABLE = "counterDetection.efaCounters"
@@ -164,7 +164,7 @@ DEFAULT_COUNTERS: tuple[CounterSpec, ...] = (
 )
 
 
-# ---------------------------------------------------------------- EFA counters (#18.3)
+# ---------------------------------------------------------------- EFA counters
 # The efa driver's rdma_hw_stats, names as in drivers/infiniband/hw/efa/efa_verbs.c
 # (EFA_DEFINE_PORT_STATS / EFA_DEFINE_DEVICE_STATS; the network group retrans_* /
 # unresponsive_remote_events / impaired_remote_conn_events only in newer kernels, on Nitro v4 and
@@ -213,7 +213,7 @@ DEFAULT_EFA_COUNTERS: tuple[CounterSpec, ...] = (
 )
 # keep_alive_rcvd is read by no rule: it counts the device's keep-alive notifications, a
 # heartbeat whose *rise* is health; the counter engine judges rises only (a stall rule is
-# future work, noted in #18's closing note).
+# future work).
 
 
 # A counter is at most 64 bits: a larger threshold could never be breached.
@@ -396,7 +396,7 @@ class Config:
         "How long events are collected into one batch before they are sent")
     connector_timeout: float = setting("connectorTimeout", 5.0, Duration(0.1, 600.0),
                                        "Deadline of one call to the platform connector")
-    # Adapter facts (#16.3-6: character devices, lost NICs, firmware, netdev state) are read
+    # Adapter facts (character devices, lost NICs, firmware, netdev state) are read
     # and judged this often, not every poll: the cadence of their reader, which four families
     # share.
     adapter_check_interval: float = setting(
@@ -470,14 +470,14 @@ class Config:
 
     @functools.cached_property
     def active_efa_counters(self) -> tuple[CounterSpec, ...]:
-        """The EFA counters (#18.3), or none when counter detection is switched off."""
+        """The EFA counters, or none when counter detection is switched off."""
         if not self.counter_detection_enabled:
             return ()
         return tuple(c for c in self.efa_counters if c.enabled)
 
     def counters_of(self, adapter: str) -> tuple[CounterSpec, ...]:
         """The counters read on a device of ``adapter``: EFA's on EFA, the configured ones
-        (mlx5's) everywhere else, so neither is ever looked for on the other (#18.3)."""
+        (mlx5's) everywhere else, so neither is ever looked for on the other."""
         return self.active_efa_counters if adapter == "efa" else self.active_counters
 
 
@@ -591,7 +591,7 @@ def merge_counters(entries: Any, source: Optional[str], lines: Optional[KeyLines
                    ) -> Tuple[Tuple[CounterSpec, ...], List[str]]:
     """Merge user entries over the defaults by ``name`` (override / disable / add): the
     ConnectX counters of ``[[counterDetection.counters]]``, or with ``efa`` the EFA ones of
-    ``[[counterDetection.efaCounters]]`` (#18.3: the same fields, device-relative paths).
+    ``[[counterDetection.efaCounters]]`` (the same fields, device-relative paths).
 
     Problems go to ``errors`` (raised at once when no collector is given).
     """

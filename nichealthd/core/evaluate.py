@@ -77,7 +77,7 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
     notes: list[str] = []
     identities, known = _identities(previous)
     renames = detect_renames(identities, snapshot.devices, known)
-    if renames:  # the same devices under new names (#19.1): every family's records follow
+    if renames:  # the same devices under new names: every family's records follow
         notes.extend(rename_notes(renames, identities, now))
         previous = _renamed(previous, renames, now)
         _forget(memory, set(renames) | set(renames.values()))

@@ -17,7 +17,7 @@ EVENT_ID_KEY = "nichealthd.event_id"
 
 ENTITY_NIC = "NIC"
 ENTITY_PORT = "NICPort"
-ENTITY_PCI = "PCI"  # a PCI address (#16: the function or hop an event is about)
+ENTITY_PCI = "PCI"  # a PCI address (the function or hop an event is about)
 
 # errorCode of conditions that are not counters: each condition keeps its own identity so that
 # only the matching recovery clears it (REFERENCE §2).

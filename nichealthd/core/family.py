@@ -1,6 +1,6 @@
 """The seam a check family plugs into: what it reads, its slice of state, its pure evaluation.
 
-A check family is one unit (DESIGN §1, issue #15): it declares which parts of the snapshot it
+A check family is one unit (DESIGN §1): it declares which parts of the snapshot it
 reads and how often it runs, evaluates as a pure function ``(its previous section, the shared
 cycle, its volatile memory) -> Verdict(events, its next section, picture)``, owns its top-level
 keys of the state file (with a schema version of its own: a missing section is a fresh start
@@ -46,7 +46,7 @@ S = TypeVar("S")
 READS_DEVICES = "devices"  # the device list and its PCI facts
 READS_PORTS = "ports"  # port state, physical state, link layer, rate
 READS_COUNTERS = "counters"  # the configured counter files
-# Slow parts (#16): read only in a poll in which an enabled family reading them is due
+# Slow parts: read only in a poll in which an enabled family reading them is due
 # (:func:`nichealthd.core.evaluate.due_reads`), into HostSnapshot.pcie / .aer / .hwmon.
 READS_PCIE = "pcie"  # the link files of every hop from each NIC up to its root port
 READS_AER = "aer"  # the aer_dev_* tables of each NIC function and the port above it
@@ -103,8 +103,18 @@ PortId = tuple[str, int]
 
 
 @dataclass(frozen=True)
+class PortBase:
+    """A port's base health before the families' conditions (:meth:`CheckFamily.port_bases`):
+    ``present`` False for a recorded port the poll does not list (or of a device gone)."""
+
+    health: str
+    reasons: tuple[str, ...] = ()
+    present: bool = True
+
+
+@dataclass(frozen=True)
 class Condition:
-    """An open condition a family holds, for the one health model (issue #22).
+    """An open condition a family holds, for the one health model.
 
     ``port`` None is a condition on the host. A port's condition whose port is not among the
     monitored ports of the poll is shown on the host, as ``alone`` says it.
@@ -142,8 +152,8 @@ class CheckFamily(abc.ABC, Generic[S]):
     # Its config keys (a frozen Settings dataclass; read as ``config.settings(that class)``).
     settings: ClassVar[Optional[type[Settings]]] = None
 
-    # A section class with ``to_json()`` and ``from_json(data)`` (a dataclass whose fields all
-    # have defaults) gives fresh/load/dump for free; a family without one overrides them.
+    # A section class (a dataclass deriving from :class:`nichealthd.core.codec.Section`, every
+    # field with a default) gives fresh/load/dump for free; a family without one overrides them.
     section_type: ClassVar[Any] = None
 
     def fresh(self) -> S:
@@ -168,7 +178,7 @@ class CheckFamily(abc.ABC, Generic[S]):
         change it; the monitor adopts it with the commit."""
 
     def rename(self, section: S, renames: Mapping[str, str], now: datetime) -> S:
-        """The section with every record of a renamed device under its new name (#19.1).
+        """The section with every record of a renamed device under its new name.
 
         ``renames`` maps old kernel names to new ones, all at once (a driver reload shifts
         names: ``mlx5_0 -> mlx5_1`` and ``mlx5_1 -> mlx5_2`` in the same poll). It is called
@@ -185,6 +195,11 @@ class CheckFamily(abc.ABC, Generic[S]):
         node GUID) and its known names; None when it keeps none. The evaluator finds renamed
         devices by them, and the reader lists the PCI bus when a known function has no device
         (core/checks/driver.py)."""
+        return None
+
+    def held_devices(self, section: S) -> Optional[tuple[tuple[str, ...], datetime]]:
+        """The devices a driver event it holds keeps from judgement, and since when; None
+        when none is in progress (core/checks/driver.py)."""
         return None
 
     def baseline_checks(self, snapshot: HostSnapshot) -> frozenset[str]:
@@ -214,6 +229,22 @@ class CheckFamily(abc.ABC, Generic[S]):
     def conditions(self, section: S, cycle_picture: Any) -> Iterable[Condition]:
         """Its open conditions, for the health of ports and host."""
         return ()
+
+    def port_bases(self, section: S, snapshot: HostSnapshot, roles: Mapping[str, Role]
+                   ) -> Mapping[PortId, PortBase]:
+        """The base health of the ports it judges the state of: every monitored port of the
+        poll and the recorded ports it no longer sees (core/health.py starts from these)."""
+        return {}
+
+    def base_conditions(self, section: S, snapshot: HostSnapshot,
+                        bases: Mapping[PortId, PortBase]) -> Iterable[Condition]:
+        """Conditions judged on the ports' bases, applied after every family's own
+        (:meth:`conditions`): a card short of active ports makes its unhealthy ports fatal."""
+        return ()
+
+    def uncabled(self, section: S) -> frozenset[PortId]:
+        """Ports down since first sight without evidence: "uncabled", whatever the base."""
+        return frozenset()
 
     def port_fields(self, section: S, cycle_picture: Any, port: PortId) -> Mapping[str, Any]:
         """Extra keys of a port's record (``show ports --json``, D-Bus, varlink)."""

@@ -1,4 +1,4 @@
-"""One health model for a port, used by every surface (issue #22, "Health shown").
+"""One health model for a port, used by every surface.
 
 A port's health is the worst of its port-state condition and every open condition on it:
 latched counter breaches (fatal or not), saturation reported as an event, the verdict of a
@@ -8,29 +8,23 @@ a reason. ``nichealthctl show ports``/``status``/``check``, the D-Bus records an
 disagree: before it, a port with a fatal counter breach was "healthy" everywhere but
 ``check``.
 
-Pure: (committed state, the poll's snapshot and roles) in, a :class:`HostHealth` out.
+Pure: (committed state, the poll's snapshot and roles) in, a :class:`HostHealth` out. It
+names no family: the bases and the conditions come through the registry (the link-state
+family's are in :mod:`nichealthd.core.checks.link_health`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional
 
 from .checks import families
-from .checks.efa_state import EFA_STATE
-from .checks.link_section import PortRecord
-from .checks.link_state import LINK_STATE
-from .checks.ports import is_active, state_name
-from .family import PortId
-from .model import HostSnapshot, PortSnapshot
-from .state import DEGRADED, FATAL, HEALTHY, SUPPRESSED, MonitorState
+from .family import Condition, PortBase, PortId, supplies
+from .model import HostSnapshot
+from .state import DEGRADED, FATAL, HEALTHY, RANK, UNCABLED, UNKNOWN, MonitorState
 from .topology import Role
 
-UNCABLED = "uncabled"  # SUPPRESSED in the state: down at first sight, card not short
-UNKNOWN = "unknown"  # never read and nothing recorded
-RANK = {HEALTHY: 0, UNCABLED: 0, UNKNOWN: 1, DEGRADED: 2, FATAL: 3}
-MISSES_BEFORE_GONE = 3  # checks.devices / checks.ports: gone at the third miss
-
+__all__ = ["UNCABLED", "UNKNOWN", "HostHealth", "PortHealth", "assess"]
 
 
 @dataclass(frozen=True)
@@ -97,61 +91,31 @@ def assess(state: MonitorState, snapshot: HostSnapshot, roles: Mapping[str, Role
            failed: Optional[Mapping[str, str]] = None) -> HostHealth:
     """The health of every monitored port of the poll, and of the ports it no longer sees.
 
-    The base is the link-state family's: the port's reported state, a short card, a missing
-    device or port. Ports of a monitored device that vanished from the poll, and every
-    recorded port of a known device absent from it, keep their record and are shown with
-    ``present`` False. Every family's open conditions (:meth:`CheckFamily.conditions`)
-    worsen the ports they are about, or the host. ``pictures``: the families' pictures of the
-    poll, for conditions that depend on it.
+    The base is what the families that judge port state give (:meth:`CheckFamily.port_bases`:
+    the link-state family's reported state, a missing device or port; ``present`` False for
+    a port the poll does not list); a port a family calls uncabled is uncabled. Every family's
+    open conditions (:meth:`CheckFamily.conditions`) worsen the ports they are about, or the
+    host. ``pictures``: the families' pictures of the poll, for conditions that depend on it.
 
     ``failed``: the families that could not judge this poll (:attr:`CycleResult.failed`).
     What they hold from earlier polls still counts; a port they would have judged that is
     otherwise healthy is unknown, never healthy, and the host is degraded with the reason
     (as a blind host is: the monitor cannot vouch for what it did not judge).
     """
-    links = state.section(LINK_STATE)
-    # EFA ports down since first sight without evidence (#18): uncabled, as ConnectX ones are
-    # (their port attributes say ACTIVE/LinkUp whatever the netdev, so _base cannot see it).
-    uncabled = EFA_STATE.suppressed(state.section(EFA_STATE))
-    bases: dict[PortId, tuple[str, list[str], bool]] = {}
-    card_of: dict[str, str] = {}
-    present_devices = set()
-    recorded: dict[str, list[PortRecord]] = {}  # device -> its port records (one pass)
-    for each in links.port_states.values():
-        recorded.setdefault(each.device, []).append(each)
-    for device in snapshot.devices:
-        present_devices.add(device.name)
-        role = roles.get(device.name)
-        if not (role and role.monitored):
-            continue
-        card_of[device.name] = device.card or ""
-        seen = set()
-        for port in device.ports:
-            seen.add(port.port)
-            if uncabled and (device.name, port.port) in uncabled:
-                bases[(device.name, port.port)] = (UNCABLED, [], True)
-                continue
-            bases[(device.name, port.port)] = (
-                *_base(port, links.port_states.get(port.key)), True)
-        for record in recorded.get(device.name, ()):
-            if record.port not in seen:
-                health, why = _base(None, record)
-                if record.misses >= MISSES_BEFORE_GONE:
-                    health, why = FATAL, [*why, "port missing"]
-                bases[(record.device, record.port)] = (health, why, False)
-    absent = set(links.known_devices) - present_devices
-    for record in (r for name in sorted(absent) for r in recorded.get(name, ())):
-        health, why = _base(None, record)
-        if record.device in links.missing_devices:
-            health, why = FATAL, [f"{record.device} missing"]
-        else:
-            misses = links.device_misses.get(record.device, 0)
-            if misses:
-                why = [*why, f"{record.device} not seen ({misses} polls)"]
-        bases[(record.device, record.port)] = (health, why, False)
-
-    ranks = {key: RANK.get(h, 0) for key, (h, _, _) in bases.items()}
-    reasons = {key: list(r) for key, (_, r, _) in bases.items()}
+    pictures = pictures or {}
+    bases: dict[PortId, PortBase] = {}
+    uncabled: set[PortId] = set()
+    for family in families():
+        section = state.section(family)
+        if supplies(family, "port_bases"):
+            bases.update(family.port_bases(section, snapshot, roles))
+        if supplies(family, "uncabled"):
+            uncabled |= family.uncabled(section)
+    for key in uncabled & bases.keys():
+        if bases[key].present:
+            bases[key] = PortBase(UNCABLED)
+    ranks = {key: RANK.get(base.health, 0) for key, base in bases.items()}
+    reasons = {key: list(base.reasons) for key, base in bases.items()}
     other: list[tuple[str, str]] = []
 
     def worsen(key: PortId, health: str, reason: str) -> None:
@@ -159,62 +123,32 @@ def assess(state: MonitorState, snapshot: HostSnapshot, roles: Mapping[str, Role
         if reason not in reasons[key]:
             reasons[key].append(reason)
 
-    for family in families():
-        picture = (pictures or {}).get(family.id)
-        for condition in family.conditions(state.section(family), picture):
+    def apply(conditions: Iterable[Condition]) -> None:
+        for condition in conditions:
             if condition.port is not None and condition.port in ranks:
                 worsen(condition.port, condition.health, condition.reason)
             else:
                 other.append((condition.health, condition.alone or condition.reason))
 
-    on_card: dict[str, list[PortId]] = {}
-    if links.card_anomalies:
-        for key in bases:
-            on_card.setdefault(card_of.get(key[0], ""), []).append(key)
-    for card, anomaly in sorted(links.card_anomalies.items()):
-        reason = f"card {card} has {anomaly.active} of {anomaly.expected} ports active"
-        short = [key for key in on_card.get(card, ())
-                 if f"{key[0]}_{key[1]}" in anomaly.ports
-                 or bases[key][0] in (DEGRADED, FATAL)]
-        for key in short:
-            worsen(key, FATAL, reason)
-        if not short:
-            other.append((FATAL, reason))
-
+    for family in families():
+        apply(family.conditions(state.section(family), pictures.get(family.id)))
+    for family in families():
+        if supplies(family, "base_conditions"):
+            apply(family.base_conditions(state.section(family), snapshot, bases))
     if snapshot.blind:  # nothing could be looked at: never healthy (no host-wide unknown)
         other.append((DEGRADED, snapshot.blind))
     if failed:
         not_judged = f"not judged by {', '.join(sorted(failed))}"
-        for key, (base, _, present) in bases.items():
-            if present and base == HEALTHY and ranks[key] == RANK[HEALTHY]:
+        for key, base in bases.items():
+            if base.present and base.health == HEALTHY and ranks[key] == RANK[HEALTHY]:
                 worsen(key, UNKNOWN, not_judged)
         other.extend((DEGRADED, f"check family {family} cannot judge: {why}")
                      for family, why in sorted(failed.items()))
 
-    attributed = {key[0] for key, (_, _, present) in bases.items() if not present}
-    for name in sorted(links.missing_devices):
-        if name not in attributed:
-            other.append((FATAL, f"{name} missing"))
-
     by_rank = {rank: health for health, rank in RANK.items() if health != UNCABLED}
     ports = {}
-    for key, (base, _, present) in bases.items():
+    for key, base in bases.items():
         rank = ranks[key]
-        health = base if RANK.get(base, 0) == rank else by_rank[rank]
-        ports[key] = PortHealth(key[0], key[1], health, tuple(reasons[key]), present)
+        health = base.health if RANK.get(base.health, 0) == rank else by_rank[rank]
+        ports[key] = PortHealth(key[0], key[1], health, tuple(reasons[key]), base.present)
     return HostHealth(ports, tuple(other))
-
-
-def _base(port: Optional[PortSnapshot], record: Optional[PortRecord]) -> tuple[str, list[str]]:
-    """The port-state condition: the health last reported for the port, and why."""
-    if record is None:
-        if port is None or not port.readable:
-            return UNKNOWN, ["state unreadable"]
-        if is_active(port.state, port.phys_state):
-            return HEALTHY, []
-        return UNKNOWN, ["not evaluated"]
-    if record.health == SUPPRESSED:
-        return UNCABLED, []
-    if record.health in (DEGRADED, FATAL):
-        return record.health, [f"{state_name(record.state)}/{state_name(record.physical_state)}"]
-    return HEALTHY, []

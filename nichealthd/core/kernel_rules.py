@@ -1,4 +1,4 @@
-"""The kernel-log rules (issue #17): which mlx5 driver messages are faults, and of which device.
+"""The kernel-log rules: which mlx5 driver messages are faults, and of which device.
 
 Each rule is named, has an errorCode (its name unless configured), is fatal or not, has a
 dedup window (gpud's: 5 min, 24 h for ACCESS_REG), and, when non-fatal, counts toward the

@@ -94,7 +94,7 @@ class PortSnapshot:
     counter_paths: Mapping[str, str] = field(default_factory=dict)
     # What each counter read is (config name -> kind); a counter without one is 64-bit.
     counter_kinds: Mapping[str, CounterKind] = field(default_factory=dict)
-    # The netdev's ``carrier`` (EFA, #18.2): 1, 0, or None (not read, unreadable, or EINVAL
+    # The netdev's ``carrier`` (EFA): 1, 0, or None (not read, unreadable, or EINVAL
     # on an administratively down interface: no signal).
     carrier: Optional[int] = None
     # The InfiniBand subnet an ACTIVE port is on: its GID prefix and its subnet manager's LID
@@ -159,7 +159,7 @@ class DeviceSnapshot:
 
     @functools.cached_property
     def is_efa(self) -> bool:
-        """An AWS Elastic Fabric Adapter (#18.1): driver ``efa``, else PCI vendor 0x1d0f
+        """An AWS Elastic Fabric Adapter: driver ``efa``, else PCI vendor 0x1d0f
         (Amazon; its ENA network functions have no RDMA device, so under
         ``/sys/class/infiniband`` the vendor alone names an EFA)."""
         if self.driver is not None:
@@ -168,7 +168,7 @@ class DeviceSnapshot:
 
     @functools.cached_property
     def adapter(self) -> str:
-        """The adapter family (#18.6): ``mlx5``, ``efa`` or ``""`` (neither: unsupported)."""
+        """The adapter family: ``mlx5``, ``efa`` or ``""`` (neither: unsupported)."""
         if self.is_efa:
             return ADAPTER_EFA
         return ADAPTER_MLX5 if self.is_mellanox else ""
@@ -184,7 +184,7 @@ class DeviceSnapshot:
 
 @dataclass(frozen=True)
 class KernelLine:
-    """One kernel log message read this poll (#17): its text and when the kernel logged it."""
+    """One kernel log message read this poll: its text and when the kernel logged it."""
 
     text: str
     at: datetime
@@ -205,14 +205,14 @@ class HostSnapshot:
     # device's function has no device in the class directory (None: not listed, or not
     # listable): is the hardware still there (a driver event) or did it leave the bus?
     pci_bus: Optional[frozenset[str]] = None
-    # The slow PCI facts of each monitored device (#16), read only in a poll in which a family
+    # The slow PCI facts of each monitored device, read only in a poll in which a family
     # reading them is due (None: not read this poll): PCIe link hops, AER totals, sensors.
     pcie: Optional[Mapping[str, tuple[PcieHop, ...]]] = None
     aer: Optional[Mapping[str, tuple[AerTable, ...]]] = None
     hwmon: Optional[Mapping[str, tuple[Sensor, ...]]] = None
-    # The slow adapter facts (#16.3-6); None on a poll that did not read them.
+    # The slow adapter facts; None on a poll that did not read them.
     adapter: Optional[AdapterFacts] = None
-    # The kernel log lines read this poll (#17), oldest first, and the source's position after
+    # The kernel log lines read this poll, oldest first, and the source's position after
     # them: the kernel-log family commits it with the poll (None: nothing was read, keep it).
     kernel_lines: tuple[KernelLine, ...] = ()
     kernel_cursor: Optional[str] = None

@@ -1,4 +1,4 @@
-"""The slow PCI facts of a NIC (#16.1, #16.2, #16.7): its PCIe link hops, AER tables and sensors.
+"""The slow PCI facts of a NIC: its PCIe link hops, AER tables and sensors.
 
 Plain values the readers of :mod:`nichealthd.sources.pcie` and :mod:`nichealthd.sources.hwmon`
 fill and the families of :mod:`nichealthd.core.checks` judge, with the parsers of the kernel's

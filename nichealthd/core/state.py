@@ -5,17 +5,15 @@ The state file keeps the layout of spec §6.6 (DESIGN §2.5): ``version``, ``boo
 it (:mod:`nichealthd.core.family`). ``schemas`` records each family's section layout: a family
 whose keys are absent starts fresh on its own (a family added by an upgrade), and so does one
 whose section was written by a newer nichealthd (with a note saying so). Anything else
-unusable makes the whole file corrupt: the daemon moves it aside and starts fresh.
-
-This module also holds the strict field parsers the families use for their sections.
+unusable makes the whole file corrupt: the daemon moves it aside and starts fresh. Each
+section is a dataclass read and written by the one codec of :mod:`nichealthd.core.codec`.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import TYPE_CHECKING, Any, Mapping, Optional, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Optional, TypeVar, cast
 
-from .events import format_timestamp, parse_timestamp
+from .codec import MAX_SEQ, parse_int, parse_str, parse_table
 
 if TYPE_CHECKING:  # pragma: no cover
     from .family import CheckFamily
@@ -26,6 +24,10 @@ HEALTHY = "healthy"
 DEGRADED = "degraded"
 FATAL = "fatal"
 SUPPRESSED = "suppressed"  # unhealthy at the first poll with no evidence: not reported
+# The health model's words for a port besides those (core/health.py).
+UNCABLED = "uncabled"  # SUPPRESSED in the state: down at first sight, card not short
+UNKNOWN = "unknown"  # never read and nothing recorded, or not judged
+RANK = {HEALTHY: 0, UNCABLED: 0, UNKNOWN: 1, DEGRADED: 2, FATAL: 3}
 
 S = TypeVar("S")
 
@@ -44,13 +46,11 @@ class MonitorState:
     """The whole persisted state. Treated as a value: the evaluator returns a new one.
 
     Sections are values too: a family never changes a section it was given, so a copy of the
-    state shares them. The fields of the sections can be read as attributes
-    (``state.breach_flags``) and given as keywords (``MonitorState(port_states=...)``): sugar
-    for tests and debugging; the code reads ``state.section(FAMILY)``.
+    state shares them. A family's section is read as ``state.section(FAMILY)``.
     """
 
     def __init__(self, boot_id: str = "", event_seq: int = 0, version: int = STATE_VERSION,
-                 sections: Optional[dict[str, Any]] = None, **fields: Any) -> None:
+                 sections: Optional[dict[str, Any]] = None) -> None:
         self.boot_id = boot_id
         self.event_seq = event_seq
         self.version = version
@@ -58,11 +58,6 @@ class MonitorState:
         for family in _families():
             if family.id not in self.sections:
                 self.sections[family.id] = family.fresh()
-        for name, value in fields.items():
-            owner = self._owner(name)
-            if owner is None:
-                raise TypeError(f"MonitorState has no field {name!r}")
-            setattr(self.sections[owner], name, value)
 
     def section(self, family: CheckFamily[S]) -> S:
         """The section of ``family``."""
@@ -71,20 +66,6 @@ class MonitorState:
     def copy(self) -> MonitorState:
         """A copy whose host fields and section table can change without touching this one."""
         return MonitorState(self.boot_id, self.event_seq, self.version, self.sections)
-
-    def _owner(self, name: str) -> Optional[str]:
-        for family_id, section in self.sections.items():
-            if name in getattr(section, "__dataclass_fields__", ()):
-                return family_id
-        return None
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_") or name == "sections":
-            raise AttributeError(name)
-        owner = self._owner(name)
-        if owner is None:
-            raise AttributeError(f"MonitorState has no field {name!r}")
-        return getattr(self.sections[owner], name)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, MonitorState):
@@ -146,76 +127,6 @@ def _parse_state(data: Any) -> tuple[MonitorState, tuple[str, ...]]:
     state = MonitorState(parse_str(data.get("boot_id", "")),
                          parse_int(data.get("event_seq", 0), MAX_SEQ), version, sections)
     return state, tuple(notes)
-
-
-# Plausible bounds: a value outside them is a corrupt state file, never a reason to drop
-# journal entries or to write back what the next start rejects (issue 12, classes 2 and 9).
-MAX_INT = 2**64  # counters are at most 64-bit; sequence numbers and counts far less
-MAX_SEQ = 2**63
-MIN_YEAR, MAX_YEAR = 1970, 9999
-
-
-def parse_int(value: Any, high: int = MAX_INT) -> int:
-    """A non-negative integer below ``high``; nothing in the state is negative."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"expected an integer, got {_short(value)}")
-    if not 0 <= value < high:
-        raise ValueError(f"implausible number {_short(value)}")
-    return value
-
-
-def parse_bool(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"expected true or false, got {_short(value)}")
-    return value
-
-
-def parse_when(value: Any) -> datetime:
-    """A timestamp the writer can write back as it was read (years 1970-9999, UTC)."""
-    moment = parse_timestamp(parse_str(value))
-    if not MIN_YEAR <= moment.year <= MAX_YEAR:
-        raise ValueError(f"implausible timestamp {_short(value)}")
-    return moment
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def parse_str(value: Any) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"expected a string, got {_short(value)}")
-    return value
-
-
-def parse_list(value: Any, key: str) -> list[Any]:
-    if not isinstance(value, list):
-        raise TypeError(f"{key} must be a list")
-    return value
-
-
-def parse_table(data: Any, key: str) -> dict[str, Any]:
-    """The object under ``key`` (absent: empty)."""
-    value = data.get(key, {})
-    if not isinstance(value, dict):
-        raise TypeError(f"{key} must be an object")
-    return value
-
-
-def parse_nonnegative(value: Any) -> int:
-    if isinstance(value, int) and not isinstance(value, bool) and value < 0:
-        raise ValueError(f"negative counter snapshot {value}")
-    return parse_int(value)
-
-
-def epoch() -> datetime:
-    return parse_timestamp("1970-01-01T00:00:00Z")
-
-
-def timestamps(table: Mapping[str, datetime]) -> dict[str, str]:
-    """A table of times as the state file writes it (sorted keys, RFC 3339)."""
-    return {k: format_timestamp(v) for k, v in sorted(table.items())}
 
 
 def counter_key(device: str, port: int, name: str) -> str:

@@ -192,7 +192,7 @@ def _by_pcie_level(device: DeviceSnapshot, topology: GpuTopology) -> Role:
         return Role(COMPUTE, "shares a PCIe switch with a GPU (PIX/PXB)")
     if device.link_layer == "InfiniBand":
         return Role(COMPUTE, "InfiniBand link layer")
-    if device.is_efa:  # #18.4: EFA's link layer is "Unknown"; only PCIe places it
+    if device.is_efa:  # EFA's link layer is "Unknown"; only PCIe places it
         if "PHB" in levels:  # AWS p4d: EFA and GPUs meet at their root complex, no switch
             return Role(COMPUTE, "EFA on a GPU's PCI root complex (PHB)")
         return Role(STORAGE, "EFA, no PCIe switch or root complex shared with a GPU")

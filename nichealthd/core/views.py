@@ -1,19 +1,19 @@
 """Read-only views of the daemon's live picture: ports, devices, counters, overall health.
 
 Plain dicts with the keys of DESIGN §2.7, built from the last poll and the committed state.
-The D-Bus API, ``nichealthctl --json``, the STATUS= line and the metrics all use these, so
-every surface tells the same story.
+The D-Bus API, ``nichealthctl --json``, the STATUS= line and the metrics all read them
+through one :class:`~nichealthd.core.picture.PollPicture` per poll, so every surface tells
+the same story.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from .checks import families
 from .checks.counters import saturation_key
 from .checks.efa_counters import EFA_COUNTERS
-from .checks.efa_state import EFA_STATE
 from .checks.link_counters import LINK_COUNTERS
 from .checks.link_state import LINK_STATE
 from .checks.ports import is_active, split_state
@@ -53,7 +53,7 @@ def port_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorStat
                 "device": device.name,
                 "port": port.port,
                 "link_layer": port.link_layer or "",
-                "adapter": device.adapter,  # #18.6: mlx5, efa or ""
+                "adapter": device.adapter,  # mlx5, efa or ""
                 "state": split_state(port.state)[1],
                 "phys_state": split_state(port.phys_state)[1],
                 "rate": port.rate or "",
@@ -106,8 +106,9 @@ def assess_host(snapshot: HostSnapshot, result: CycleResult, state: MonitorState
                 ) -> HostHealth:
     """The one health model (:mod:`nichealthd.core.health`) over a poll's picture.
 
-    STATUS=, GetStatus, the D-Bus signal and the metrics all ask about the same picture each
-    poll: the last answer is kept (the picture is immutable: each poll makes a new one).
+    The poll thread works it out while the poll's data are in cache (runtime/monitor.py),
+    and the daemon's :class:`~nichealthd.core.picture.PollPicture` of that poll then asks
+    again: the last answer is kept (the inputs are immutable: each poll makes new ones).
     """
     last = _LAST[0] if _LAST else None
     if last is not None and last[0] is snapshot and last[1] is result and last[2] is state:
@@ -115,17 +116,6 @@ def assess_host(snapshot: HostSnapshot, result: CycleResult, state: MonitorState
     host = assess(state, snapshot, result.roles, result.pictures, result.failed)
     _LAST[:] = [(snapshot, result, state, host)]
     return host
-
-
-def port_health(snapshot: HostSnapshot, result: CycleResult, state: MonitorState
-                ) -> dict[tuple[str, int], tuple[str, bool, str]]:
-    """(device, port) -> (health, fatal, reasons) of every monitored port.
-
-    What :func:`port_records` says about health, without building the records: the D-Bus
-    service compares it every poll to signal changes.
-    """
-    return {key: (p.health, p.fatal, ", ".join(p.reasons))
-            for key, p in assess_host(snapshot, result, state).ports.items()}
 
 
 def device_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorState
@@ -148,7 +138,7 @@ def device_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorSt
             "card": device.card or "",
             "numa_node": device.numa_node if device.numa_node is not None else -1,
             "driver": device.driver or "",
-            "adapter": device.adapter,  # #18.6: mlx5, efa or ""
+            "adapter": device.adapter,  # mlx5, efa or ""
             "netdevs": list(device.netdevs),
             "is_vf": device.is_vf,
             "role": role.role if role else "",
@@ -187,7 +177,7 @@ def counter_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorS
         role = result.roles.get(dev.name)
         if not (role and role.monitored) or (device and dev.name != device):
             continue
-        # #18.3: an EFA device's counters are the EFA ones, judged by their own family.
+        # An EFA device's counters are the EFA ones, judged by their own family.
         counters = state.section(EFA_COUNTERS) if dev.is_efa else link_counters
         for p in dev.ports:
             if port and p.port != port:
@@ -222,15 +212,16 @@ def counter_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorS
 
 
 def health_status(snapshot: Optional[HostSnapshot], result: Optional[CycleResult],
-                  state: MonitorState) -> dict[str, Any]:
+                  state: MonitorState, host: Optional[HostHealth] = None) -> dict[str, Any]:
     """The health keys of the daemon status (D-Bus GetStatus, ``nichealthctl status``, the
     STATUS= line): overall health, counts by health, the fatal and degraded ports by name
     with their reasons, the devices a driver event holds, and whether there is anything to
-    watch at all. Before the first poll nothing is judged: all zero, ``healthy``."""
+    watch at all. Before the first poll nothing is judged: all zero, ``healthy``. ``host``:
+    the poll's assessment when the caller has it (:class:`~nichealthd.core.picture.PollPicture`)."""
     if snapshot is None or result is None:
         return {**_status_keys(HostHealth({})), "devices_found": True,
                 "devices_reloading": [], "reloading_since": "", "families_failing": []}
-    host = assess_host(snapshot, result, state)
+    host = host if host is not None else assess_host(snapshot, result, state)
     reloading, since = reloading_devices(state)
     return {
         **_status_keys(host),
@@ -247,27 +238,21 @@ def health_status(snapshot: Optional[HostSnapshot], result: Optional[CycleResult
 
 def reloading_devices(state: MonitorState) -> tuple[tuple[str, ...], Optional[datetime]]:
     """The devices a driver event holds (gone while their PCI functions stay: no verdict on
-    them while it lasts; ``show devices`` says RELOADING) and since when, from the link-state and
-    EFA sections; ``((), None)`` when none is in progress."""
-    events = [e for e in (state.section(LINK_STATE).driver_event,
-                          state.section(EFA_STATE).driver_event) if e is not None]
+    them while it lasts; ``show devices`` says RELOADING) and since when, of every family that
+    holds some (:meth:`CheckFamily.held_devices`); ``((), None)`` when none is in progress."""
+    events = [held for family in families() if supplies(family, "held_devices")
+              for held in (family.held_devices(state.section(family)),) if held is not None]
     if not events:
         return (), None
-    return (tuple(sorted({d for e in events for d in e.devices})),
-            min(e.since for e in events))
-
-
-_LAST_KEYS: list[tuple[HostHealth, dict[str, Any]]] = []
+    return (tuple(sorted({d for names, _ in events for d in names})),
+            min(since for _, since in events))
 
 
 def _status_keys(host: HostHealth) -> dict[str, Any]:
-    """The keys of one assessment, kept like :func:`assess_host`'s answer (the D-Bus status
-    and STATUS= ask twice a poll); callers get a copy and never change the lists in it."""
-    last = _LAST_KEYS[0] if _LAST_KEYS else None
-    if last is not None and last[0] is host:
-        return last[1]
+    """The keys of one assessment (a :class:`~nichealthd.core.picture.PollPicture` builds them
+    once per poll)."""
     counts = host.counts()
-    keys = {
+    return {
         "health": host.health,
         "ports_total": counts["total"],
         "ports_healthy": counts[HEALTHY],
@@ -279,11 +264,9 @@ def _status_keys(host: HostHealth) -> dict[str, Any]:
         "degraded_ports": host.names(DEGRADED),
         "problems": host.problems(),
     }
-    _LAST_KEYS[:] = [(host, keys)]
-    return keys
 
 
-def status_summary(health: dict[str, Any]) -> str:
+def status_summary(health: Mapping[str, Any]) -> str:
     """``12 ports: 11 healthy, 0 degraded, 1 fatal (mlx5_5/1 link_downed breached)``: the
     first part of STATUS=, from :func:`health_status`; ``no InfiniBand/RoCE devices found``
     only when there is nothing to watch and nothing wrong. During a driver reload the held
@@ -311,12 +294,3 @@ def status_summary(health: dict[str, Any]) -> str:
                  f" gone, PCI function on the bus{f', since {since}' if since else ''}: "
                  f"judgement held")
     return text
-
-
-def monitored_port_keys(snapshot: HostSnapshot, result: CycleResult) -> set[str]:
-    keys: set[str] = set()
-    for device in snapshot.devices:
-        role = result.roles.get(device.name)
-        if role and role.monitored:
-            keys.update(p.key for p in device.ports)
-    return keys

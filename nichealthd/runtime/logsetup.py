@@ -3,7 +3,7 @@
 Under systemd (``JOURNAL_STREAM`` set) each line carries a ``<N>`` syslog priority prefix
 that journald turns into the entry's priority, and no timestamp (journald adds its own).
 A start failure goes through :func:`log_start_failure` at ERROR (``<3>``): printed plainly it
-was an info entry, missing from ``systemctl status`` and ``journalctl -p warning`` (#22).
+was an info entry, missing from ``systemctl status`` and ``journalctl -p warning``.
 """
 
 from __future__ import annotations

@@ -97,7 +97,7 @@ class Monitor:
         self._topology_devices: Optional[frozenset[str]] = None
         self._counters_logged = False  # logged at the first poll that sees a device
         self.reader = reader or SysfsReader(config)
-        # The slow PCI facts (#16): read only when a family judging them is due, each part
+        # The slow PCI facts: read only when a family judging them is due, each part
         # inside its own failure boundary.
         self.pci_facts = PciFactsReader(config.sysfs_root, config.sys_class_infiniband)
         self._pci_boundaries = {part: SourceBoundary(part, what, log) for part, what in (
@@ -108,7 +108,7 @@ class Monitor:
         self._source_boundaries = {fact: SourceBoundary(fact, source.description, log)
                                    for fact, source in self.sources.items()}
         self.families = FamilyWatch(log)
-        # The kernel log (#17): read each poll from the committed cursor (KERNEL_LOG section).
+        # The kernel log: read each poll from the committed cursor (KERNEL_LOG section).
         self.kernel_log = kernel_log if kernel_log is not None else (
             open_kernel_log(config) if KERNEL_LOG.enabled(config) else None)
         self._kernel_log_problem = ""
@@ -272,7 +272,7 @@ class Monitor:
         return [f.id for f in families() if f.enabled(self.config)]
 
     def _read_kernel_log(self, snapshot: HostSnapshot) -> HostSnapshot:
-        """The snapshot with the kernel lines after the committed cursor (#17).
+        """The snapshot with the kernel lines after the committed cursor.
 
         The cursor advances only with the commit of the poll that evaluated the lines (it is
         in the kernel-log section): a poll that fails or whose commit fails reads them again.

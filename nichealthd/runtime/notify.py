@@ -4,7 +4,9 @@ The protocol is spoken here (one datagram per message to ``$NOTIFY_SOCKET``, a p
 abstract ``@name``), not through the sdnotify package: RHEL 9 ships that only in EPEL, and
 the few lines below are all of it. Nothing is sent without ``NOTIFY_SOCKET``; a failed send is
 logged once and never stops the daemon. The watchdog period comes from ``WATCHDOG_USEC``,
-honoured only when ``WATCHDOG_PID`` is unset or ours.
+honoured only when ``WATCHDOG_PID`` is unset or ours. The daemon's status comes as a
+:class:`StatusLine`, the values it is made of: STATUS= is sent when one of them changes,
+and the text is written only then.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import logging
 import os
 import socket
 import time
-from typing import Optional
+from dataclasses import dataclass
+from typing import Optional, Union
 
 log = logging.getLogger("nichealthd.notify")
 
@@ -21,6 +24,30 @@ log = logging.getLogger("nichealthd.notify")
 def notify_address(socket_path: str) -> str:
     """The socket address of a ``NOTIFY_SOCKET`` value (``@name``: abstract namespace)."""
     return "\0" + socket_path[1:] if socket_path.startswith("@") else socket_path
+
+
+@dataclass(frozen=True)
+class StatusLine:
+    """What STATUS= says (``32 ports: 30 healthy, …; connector connected``), as values.
+
+    Nothing in it goes stale between two polls (no time of the last poll): a quiet host sends
+    STATUS= once. ``nichealthctl status`` shows the rest."""
+
+    health: str  # the health model's summary (PollPicture.summary)
+    connector: str  # ``connector down since <time> (<error>), 12 queued``
+    reload_error: str = ""  # why the last reload was rejected
+    poll_error: str = ""  # what fails in the polls now (runtime/pollguard.py)
+
+    def __str__(self) -> str:
+        parts = [self.health, self.connector]
+        if self.reload_error:
+            parts.append(f"reload rejected: {self.reload_error}")
+        if self.poll_error:
+            parts.append(self.poll_error)
+        return "; ".join(parts)
+
+
+Status = Union[StatusLine, str]
 
 
 class _Socket:
@@ -47,7 +74,7 @@ class Notifier:
         self.enabled = bool(socket_path)
         self.watchdog_seconds = watchdog_seconds if self.enabled else 0.0
         self._notifier = _Socket(socket_path) if socket_path else None
-        self._last_status = ""
+        self._last_status: Status = ""
 
     @classmethod
     def from_environment(cls) -> Notifier:
@@ -63,13 +90,12 @@ class Notifier:
         if self._notifier is not None:
             self._notifier.notify(message)
 
-    def ready(self, status: str) -> None:
+    def ready(self, status: Status) -> None:
         self._last_status = status
         self._send(f"READY=1\nSTATUS={status}")
 
-    def status(self, status: str) -> None:
-        """Send STATUS= when it changed: a quiet host sends none (the text holds nothing that
-        goes stale, such as a time)."""
+    def status(self, status: Status) -> None:
+        """Send STATUS= when its values changed: a quiet host sends none."""
         if status != self._last_status:
             self._last_status = status
             self._send(f"STATUS={status}")

@@ -5,7 +5,7 @@ varlink or the stop sequence (:mod:`nichealthd.runtime.service`). A ``ThreadPool
 did that at a price paid on every cycle: the loop woke for a timer, handed the poll over
 (a work item, a concurrent future chained to an asyncio one) and woke again for the result.
 Here the wait before a poll happens in this thread, and a result goes back with one
-``call_soon_threadsafe``: the loop wakes once per cycle, for the outcome (issue #15.8).
+``call_soon_threadsafe``: the loop wakes once per cycle, for the outcome.
 
 A poll says when the next one is due (``next_due``), and the thread rests until then before
 it looks for it. So handing that job over wakes no thread: without the rest, the thread blocked

@@ -6,7 +6,7 @@ that hangs cannot freeze the D-Bus API — and so that the watchdog can tell: th
 keepalive is sent only while polls keep completing, so systemd restarts a stuck poller even
 though the event loop is alive. Services (D-Bus, varlink, metrics, platform connector) plug in
 through :class:`Service` and are told about every poll; none of them can delay one. They receive a
-:class:`~nichealthd.runtime.context.ServiceContext`, never this module's :class:`Daemon`.
+:class:`~nichealthd.surfaces.context.ServiceContext`, never this module's :class:`Daemon`.
 
 The command-line entry (:mod:`nichealthd.runtime.daemon`) starts this with a validated
 :class:`~nichealthd.runtime.startup.Startup`; this module does not import that one.
@@ -27,13 +27,14 @@ from .. import __version__
 from ..core.config import Config, ConfigError
 from ..core.duration import format_duration
 from ..core.events import format_timestamp
+from ..core.picture import PollPicture
 from ..core.views import health_status, status_summary
 from ..sources.config_file import load_config
 from ..surfaces.connector.status import ConnectorStatus
-from ..surfaces.context import PollOutcome, PollStats, ServiceContext, View
+from ..surfaces.context import PollOutcome, PollStats, ServiceContext
 from ..surfaces.eventlog import EventLog
 from .libraries import service_factories
-from .notify import Notifier
+from .notify import Notifier, StatusLine
 from .pollguard import PollFailed
 from .pollworker import WOKEN, PollWorker, Woken
 from .startup import (
@@ -87,11 +88,13 @@ class Daemon:
         self.last_poll_wall: Optional[datetime] = None
         self.reload_error = ""
         self.connector = ConnectorStatus()  # replaced (never changed) by the connector
+        # The last completed poll as every surface reads it: made once per poll, on the loop.
+        self.picture: Optional[PollPicture] = None
         self.services: list[Service] = []
         self._poll_listeners: list[Callable[[PollOutcome], None]] = []
         self._worker = PollWorker()  # the poll thread: reads sysfs, runs the monitor
         # Plain flags and one future at a time, not asyncio Events and tasks: an idle cycle
-        # then costs the event loop one wake-up (issue 7, #15.8).
+        # then costs the event loop one wake-up.
         self._stop_requested = False
         self._reload_requested = False
         # The wait for the next tick and the poll after it (one job of the poll thread).
@@ -119,37 +122,32 @@ class Daemon:
         self._reload_requested = True
         self._worker.wake()
 
-    def health(self) -> str:
-        return str(self.health_status()["health"])
-
     def health_status(self) -> dict[str, Any]:
-        """Health keys of the status: :func:`nichealthd.core.views.health_status` (one model)."""
-        last = self.monitor.last
-        return health_status(last.snapshot if last else None, last.result if last else None,
-                             self.monitor.state)
+        """Health keys of the status, from the last picture (all zero before the first)."""
+        picture = self.picture
+        if picture is None:
+            return health_status(None, None, self.monitor.state)
+        return dict(picture.status)
 
     def status_line(self) -> str:
-        """``32 ports: 30 healthy, 1 degraded, 1 fatal; connector connected``.
+        """The text of STATUS= (:meth:`notify_status`)."""
+        return str(self.notify_status())
+
+    def notify_status(self) -> StatusLine:
+        """``32 ports: 30 healthy, 1 degraded, 1 fatal; connector connected``, as its values.
 
         No time of the last poll: it would be stale between two STATUS= messages, and a
         message every poll would wake the service manager every second. ``nichealthctl
         status`` shows the real one; the watchdog restarts a daemon whose polls stop, and
         failing polls are named here (``poll_error``)."""
-        parts = [status_summary(self.health_status()), self._connector_summary()]
-        if self.reload_error:
-            parts.append(f"reload rejected: {self.reload_error}")
-        problem = self.monitor.guard.reason()
-        if problem:
-            parts.append(problem)
-        return "; ".join(parts)
-
-    def rdma_devices(self) -> Optional[int]:
-        """RDMA devices the last poll saw (None before the first poll)."""
-        last = self.monitor.last
-        return None if last is None else len(last.snapshot.devices)
+        picture = self.picture
+        summary = picture.summary if picture is not None else \
+            status_summary(self.health_status())
+        return StatusLine(summary, self._connector_summary(), self.reload_error,
+                          self.monitor.guard.reason())
 
     def _connector_summary(self) -> str:
-        """``connector down since <time> (<error>), 12 queued, 2 dead letters`` (issue 6)."""
+        """``connector down since <time> (<error>), 12 queued, 2 dead letters``."""
         status = self.connector
         text = f"connector {status.state}"
         if status.state == "down":
@@ -200,17 +198,17 @@ class Daemon:
             if isinstance(outcome, PollFailed):
                 # Logged and counted by the monitor's guard; the watchdog keepalive stops
                 # only if polls keep failing past its interval (last_poll_monotonic is old).
-                self.notifier.status(self.status_line())
+                self.notifier.status(self.notify_status())
             elif isinstance(outcome, PollOutcome):
                 self._after_poll(outcome)
                 # READY=1 only once a poll has been committed: a daemon that cannot read or
                 # write (fds exhausted, state directory broken) must not report itself started.
                 if first and outcome.commit_error is None:
-                    self.notifier.ready(self.status_line())
+                    self.notifier.ready(self.notify_status())
                     log.info("nichealthd %s ready: %s", __version__, self.status_line())
                     first = False
                 else:
-                    self.notifier.status(self.status_line())
+                    self.notifier.status(self.notify_status())
             if self._reload_requested:
                 self._reload_requested = False
                 await self._reload()
@@ -262,6 +260,8 @@ class Daemon:
         polling.cancel()
 
     def _after_poll(self, outcome: PollOutcome) -> None:
+        self.picture = PollPicture(outcome.snapshot, outcome.result, self.monitor.state,
+                                   self.monitor.config)
         self.last_poll_wall = outcome.snapshot.taken_at
         if self.event_log is not None:
             self.event_log.publish(outcome.committed)
@@ -296,13 +296,13 @@ class Daemon:
         except (ConfigError, StartupError) as exc:
             self.reload_error = str(exc)
             log.error("reload rejected, keeping the running configuration: %s", exc)
-            self.notifier.ready(self.status_line())
+            self.notifier.ready(self.notify_status())
             return
         except Exception as exc:  # a bug in validation must not stop a running daemon
             self.reload_error = f"unexpected error: {type(exc).__name__}: {exc}"
             log.exception("reload rejected on an unexpected error (a bug: please report it), "
                           "keeping the running configuration")
-            self.notifier.ready(self.status_line())
+            self.notifier.ready(self.notify_status())
             return
         if choice.reason != self.monitor.topology_reason:
             log_topology(choice)
@@ -320,7 +320,7 @@ class Daemon:
         warn_hidden_paths(config)
         log.info("configuration reloaded from %s (polling every %s)", self.args.config,
                  format_duration(config.polling_interval))
-        self.notifier.ready(self.status_line())
+        self.notifier.ready(self.notify_status())
 
     async def _watchdog(self) -> None:
         """WATCHDOG=1 at half the interval, only while polls keep completing."""
@@ -375,10 +375,9 @@ class Daemon:
             publish_connector=self._publish_connector,
             connection_limits=self.fd_plan.connections)
 
-    def view(self) -> Optional[View]:
-        """The last completed poll, the committed state and the monitor's config."""
-        last = self.monitor.last
-        return None if last is None else View(last, self.monitor.state, self.monitor.config)
+    def view(self) -> Optional[PollPicture]:
+        """The picture of the last completed poll (None before the first)."""
+        return self.picture
 
     def stats(self) -> PollStats:
         guard, reader = self.monitor.guard, self.monitor.reader
@@ -409,7 +408,8 @@ class Daemon:
             "outbox_depth": self.connector.outbox_depth,
             "dead_letters": self.connector.dead_letters,
             **self.health_status(),
-            "rdma_devices": self.rdma_devices() or 0,
+            # What the last poll saw (0 before the first)
+            "rdma_devices": len(self.picture.snapshot.devices) if self.picture else 0,
             "topology": self.monitor.topology_summary,
             "topology_source": self.monitor.topology.gpus.source,
             "topology_reason": self.monitor.topology_reason,

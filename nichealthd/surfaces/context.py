@@ -1,14 +1,15 @@
 """What a plug-in service receives: a typed context, not the daemon and its internals.
 
-Services (D-Bus API, metrics, platform connector) read the running configuration, the view of
-the last completed poll and the poll loop's counters through these accessors, use the journal,
-and publish or request through callbacks. Every value they get is immutable or owned by them,
-so nothing they do can change the monitor's state between two polls.
+Services (D-Bus API, varlink, metrics, platform connector) read the running configuration,
+the picture of the last completed poll (:class:`~nichealthd.core.picture.PollPicture`: one
+object per poll, the same for every service, with its answers built once) and the poll
+loop's counters through these accessors, use the journal, and publish or request through
+callbacks. Every value they get is immutable or owned by them, so nothing they do can change
+the monitor's state between two polls.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable, Mapping, Optional
@@ -16,8 +17,7 @@ from typing import Any, Callable, Mapping, Optional
 from ..core.config import Config
 from ..core.evaluate import CycleResult
 from ..core.model import HostSnapshot
-from ..core.state import MonitorState
-from ..core.views import monitored_port_keys
+from ..core.picture import PollPicture
 from ..storage.store import Journal, JournalEntry
 from .connector.status import ConnectorStatus
 
@@ -28,27 +28,14 @@ CONNECTIONS_METRICS = "metrics"
 
 @dataclass
 class PollOutcome:
-    """What one cycle did; the daemon's views and notifier read it."""
+    """What one cycle did (its events, time and commit); what it shows is the daemon's
+    :class:`PollPicture` of it."""
 
     result: CycleResult
     snapshot: HostSnapshot
     committed: list[JournalEntry] = field(default_factory=list)
     duration: float = 0.0
     commit_error: Optional[str] = None
-
-    @functools.cached_property
-    def monitored_ports(self) -> frozenset[str]:
-        """Port-state keys of the monitored ports (the status line and D-Bus both ask)."""
-        return frozenset(monitored_port_keys(self.snapshot, self.result))
-
-
-@dataclass(frozen=True)
-class View:
-    """The last completed poll with the committed state and the config it ran under."""
-
-    outcome: PollOutcome
-    state: MonitorState
-    config: Config
 
 
 @dataclass(frozen=True)
@@ -77,7 +64,7 @@ class ServiceContext:
     journal: Journal
     config_path: str
     config: Callable[[], Config]  # the running config (a reload replaces it)
-    view: Callable[[], Optional[View]]  # None before the first completed poll
+    view: Callable[[], Optional[PollPicture]]  # None before the first completed poll
     stats: Callable[[], PollStats]
     status: Callable[[], dict[str, Any]]  # the status dict of D-Bus and nichealthctl
     reload_error: Callable[[], str]  # why the last reload was rejected, "" if it was not

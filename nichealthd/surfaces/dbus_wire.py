@@ -1,4 +1,4 @@
-"""Replies marshalled once per poll, and a per-client call budget (issue 12.11).
+"""Replies marshalled once per poll, and a per-client call budget.
 
 Twenty local clients hammering the D-Bus API used to slow the poll loop (the loop marshalled
 every answer again, 1-4 ms of CPU for ``ListCounters`` or ``ListEvents``) and so flip

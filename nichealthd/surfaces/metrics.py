@@ -1,16 +1,17 @@
 """Prometheus ``/metrics`` and ``/healthz``: every port, counter and the daemon itself.
 
-The families are built on each scrape by a custom collector from the picture the last poll
-left behind (snapshot, evaluation, committed state) through the same :mod:`views` records that
-D-Bus and ``nichealthctl`` use. So a scrape never touches sysfs, never disagrees with the other
-surfaces, and a port, counter file or device that disappears simply stops having series —
-there are no long-lived labelled children to clean up. Naming follows node_exporter's
-infiniband collector (state id, physical state id, rate in bytes/s, raw counters, an info
-series; a missing file gives no series, never 0) under the ``nichealthd_`` prefix.
+The families are built on each scrape by a custom collector from the picture of the last poll
+(:class:`~nichealthd.core.picture.PollPicture`), through the same records that D-Bus, varlink
+and ``nichealthctl`` read, built once per poll for all of them. So a scrape never touches
+sysfs, never disagrees with the other surfaces, and a port, counter file or device that
+disappears simply stops having series — there are no long-lived labelled children to clean
+up. Naming follows node_exporter's infiniband collector (state id, physical state id, rate in
+bytes/s, raw counters, an info series; a missing file gives no series, never 0) under the
+``nichealthd_`` prefix.
 
 The HTTP server runs in daemon threads (prometheus-client's WSGI app behind a threading
 ``wsgiref`` server), so neither a slow scraper nor the work of building the families can
-delay the event loop or the poller. The loop publishes one immutable picture per poll in
+delay the event loop or the poller. The loop publishes the daemon's picture of each poll in
 :meth:`MetricsService.on_poll`; the server threads only read it.
 """
 
@@ -26,7 +27,6 @@ import socketserver
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
@@ -44,13 +44,8 @@ from ..core.checks import families
 from ..core.checks.ports import split_state
 from ..core.config import Config
 from ..core.health import UNCABLED
-from ..core.state import DEGRADED, FATAL, HEALTHY, SUPPRESSED, MonitorState
-from ..core.views import (
-    assess_host,
-    counter_records,
-    device_records,
-    port_records,
-)
+from ..core.picture import PollPicture
+from ..core.state import DEGRADED, FATAL, HEALTHY, SUPPRESSED
 from .admission import METRICS_CLIENTS
 from .context import CONNECTIONS_METRICS, PollOutcome, PollStats
 
@@ -113,20 +108,11 @@ def _flag(value: bool) -> str:
     return "true" if value else "false"
 
 
-@dataclass(frozen=True)
-class _Picture:
-    """What the last poll left behind, consistent with itself (published on the loop)."""
-
-    outcome: PollOutcome
-    state: MonitorState
-    config: Config
-
-
 class _ClientErrors:
     """Client errors (idle timeouts, resets) as one rate-limited line, never a traceback.
 
     A client that connects and sends nothing is dropped after ``CLIENT_TIMEOUT``; the
-    stdlib server printed a 15-line traceback for each (issue 12.12). The first error is
+    stdlib server printed a 15-line traceback for each. The first error is
     logged at once, later ones at most every ``CLIENT_ERROR_LOG_SECONDS`` with a count.
     """
 
@@ -334,7 +320,7 @@ class MetricsService:
         self._server: Optional[_Server] = None
         self._thread: Optional[threading.Thread] = None
         self._lock = threading.Lock()
-        self._picture: Optional[_Picture] = None
+        self._picture: Optional[PollPicture] = None
         self._events: dict[tuple[str, str, str], int] = {}
         self._commit_errors = 0
         self._buckets = [0] * len(DURATION_BUCKETS)
@@ -347,10 +333,9 @@ class MetricsService:
         self._serve(self.listen)
 
     def on_poll(self, outcome: PollOutcome) -> None:
-        view = self.context.view()
-        if view is None:  # not after a completed poll: nothing to publish
+        picture = self.context.view()
+        if picture is None:  # not after a completed poll: nothing to publish
             return
-        picture = _Picture(outcome, view.state, view.config)
         with self._lock:
             for entry in outcome.committed:
                 event = entry.event
@@ -550,12 +535,11 @@ def _family_boundaries(stats: PollStats) -> list[Metric]:
     return [up, last]
 
 
-def _host_families(picture: _Picture) -> list[Metric]:
+def _host_families(picture: PollPicture) -> list[Metric]:
     """Per-port, per-counter and per-device families of one poll."""
-    snapshot, result = picture.outcome.snapshot, picture.outcome.result
-    state = picture.state
+    snapshot = picture.snapshot
     raw = {(d.name, p.port): p for d in snapshot.devices for p in d.ports}
-    host = assess_host(snapshot, result, state)  # the one health model (nichealthd.core.health)
+    host = picture.health  # the one health model (nichealthd.core.health)
     overall = GaugeMetricFamily(
         PREFIX + "health", "Overall health of the host's NICs: 0 healthy, 1 degraded, 2 fatal "
         "(ports, latched counter breaches, missing devices, card anomalies)",
@@ -574,7 +558,7 @@ def _host_families(picture: _Picture) -> list[Metric]:
         PREFIX + "port_health", "Health of a monitored port, the worst of its state and "
         "every open condition on it (counter breach, saturation, short card, missing): "
         "0 healthy or uncabled, 1 degraded, 2 fatal", labels=_PORT)
-    for record in port_records(snapshot, result, state, host):
+    for record in picture.ports:
         labels = [record["device"], str(record["port"])]
         port = raw.get((record["device"], record["port"]))
         if port is not None:
@@ -601,7 +585,7 @@ def _host_families(picture: _Picture) -> list[Metric]:
         "PMA counter: blind until cleared), else 0; only counters that can saturate",
         labels=[*_PORT, "counter", "file"])
     kinds = {(d.name, p.port): p.counter_kinds for d in snapshot.devices for p in d.ports}
-    for record in counter_records(snapshot, result, state, picture.config):
+    for record in picture.counters():
         kind = kinds.get((record["device"], record["port"]), {}).get(record["counter"])
         labels = [record["device"], str(record["port"]), record["counter"]]
         file = record["path"].rsplit("/", 1)[-1]
@@ -617,7 +601,7 @@ def _host_families(picture: _Picture) -> list[Metric]:
         PREFIX + "device_info", "RDMA device facts (always 1)",
         labels=["device", "hca_type", "fw_ver", "board_id", "role", "pci_address",
                 "numa_node", "netdev", "adapter"])
-    for record in device_records(snapshot, result, state):
+    for record in picture.devices:
         if record["present"]:
             info.add_metric([record["device"], record["hca_type"], record["fw_ver"],
                              record["board_id"], record["role"], record["pci_address"],
@@ -627,11 +611,11 @@ def _host_families(picture: _Picture) -> list[Metric]:
             *_family_series(picture)]
 
 
-def _family_series(picture: _Picture) -> list[Metric]:
+def _family_series(picture: PollPicture) -> list[Metric]:
     """The series the check families supply (:meth:`CheckFamily.series`), as Prometheus
     families: a new family's metrics need nothing here."""
     out: list[Metric] = []
-    pictures = picture.outcome.result.pictures
+    pictures = picture.result.pictures
     for family in families():
         for series in family.series(picture.state.section(family), pictures.get(family.id)):
             kind = CounterMetricFamily if series.kind == "counter" else GaugeMetricFamily

@@ -47,10 +47,11 @@ import struct
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 from .. import __version__
-from ..core.views import counter_records, device_records, port_records
+from ..core.config import Config
+from ..core.picture import PollPicture
 from .admission import VARLINK_CONNECTIONS, Admission, Caps
-from .answers import ReloadWaiters, counters_problem, event_record
-from .context import CONNECTIONS_VARLINK, ServiceContext
+from .answers import ReloadWaiters, event_record
+from .context import CONNECTIONS_VARLINK, PollOutcome, ServiceContext
 from .varlink_protocol import (
     EXPECTED_MORE,
     INTERFACE_NOT_FOUND,
@@ -252,8 +253,7 @@ class VarlinkService:
             context.connection_limits.get(CONNECTIONS_VARLINK, MAX_CONNECTIONS)))
         self.idle_timeout = IDLE_TIMEOUT
         self._sweeper: Optional[asyncio.TimerHandle] = None
-        self._picture: Optional[Tuple[Any, Any, Any, Any]] = None
-        self._cache: Dict[Any, bytes] = {}
+        self._cache: Dict[Any, bytes] = {}  # encoded answers of this poll's picture
         self._published_seq = context.journal.last_seq
         self.reloads = ReloadWaiters(lambda: context.stats().polls, context.request_reload)
         self._dropped: Dict[str, Any] = {"count": 0, "logged_at": None}
@@ -284,15 +284,12 @@ class VarlinkService:
                       "continues (set varlinkSocket to a writable path, or \"\" to disable "
                       "it)", self.path, exc.strerror or exc)
 
-    def on_poll(self, outcome: Any) -> None:
-        view = self.context.view()
-        if view is not None:
-            self._picture = (outcome.snapshot, outcome.result, view.state, view.config)
-        self._cache.clear()
+    def on_poll(self, outcome: PollOutcome) -> None:
+        self._cache.clear()  # a new picture
         self._publish(outcome.committed)
         self.reloads.settle(self.context.reload_error())
 
-    def on_reload(self, config: Any) -> None:
+    def on_reload(self, config: Config) -> None:
         self.reloads.resolve(True, f"configuration reloaded from {self.context.config_path}")
         if config.varlink_socket != self.path:
             asyncio.ensure_future(self._move(config.varlink_socket))
@@ -458,15 +455,12 @@ class VarlinkService:
 
     # --------------------------------------------------------------- methods
 
-    def _require_picture(self) -> Tuple[Any, Any, Any, Any]:
-        if self._picture is None:
-            view = self.context.view()
-            if view is None:
-                raise VarlinkError(ERROR_PREFIX + "NotReady", {
-                    "message": "nichealthd has not completed its first poll yet"})
-            self._picture = (view.outcome.snapshot, view.outcome.result, view.state,
-                             view.config)
-        return self._picture
+    def _require_picture(self) -> PollPicture:
+        picture = self.context.view()
+        if picture is None:
+            raise VarlinkError(ERROR_PREFIX + "NotReady", {
+                "message": "nichealthd has not completed its first poll yet"})
+        return picture
 
     def _cached(self, key: Any, build: Callable[[], Dict[str, Any]]) -> bytes:
         """The encoded answer for ``key``, built at most once per poll."""
@@ -483,28 +477,26 @@ class VarlinkService:
 
     def _list_ports(self, conn: _Connection, call: Call) -> None:
         _parameters(call, {})
-        snapshot, result, state, _ = self._require_picture()
-        self._send_cached(conn, call, ("ports",), lambda: {
-            "ports": port_records(snapshot, result, state)})
+        picture = self._require_picture()
+        self._send_cached(conn, call, ("ports",), lambda: {"ports": picture.ports})
 
     def _list_devices(self, conn: _Connection, call: Call) -> None:
         _parameters(call, {})
-        snapshot, result, state, _ = self._require_picture()
-        self._send_cached(conn, call, ("devices",), lambda: {
-            "devices": device_records(snapshot, result, state)})
+        picture = self._require_picture()
+        self._send_cached(conn, call, ("devices",), lambda: {"devices": picture.devices})
 
     def _list_counters(self, conn: _Connection, call: Call) -> None:
         params = _parameters(call, {"device": _string, "port": _count})
         device, port = params["device"] or "", params["port"] or 0
-        snapshot, result, state, config = self._require_picture()
-        problem = counters_problem(snapshot, result, device, port)
+        picture = self._require_picture()
+        problem = picture.counters_problem(device, port)
         if problem is not None:
             details: Dict[str, Any] = {"device": device, "message": problem[1]}
             if problem[0] == "UnknownPort":
                 details["port"] = port
             raise VarlinkError(ERROR_PREFIX + problem[0], details)
         self._send_cached(conn, call, ("counters", device, port), lambda: {
-            "counters": counter_records(snapshot, result, state, config, device, port)})
+            "counters": picture.counters(device, port)})
 
     def _send_cached(self, conn: _Connection, call: Call, key: Any,
                      build: Callable[[], Dict[str, Any]]) -> None:

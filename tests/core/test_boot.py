@@ -9,13 +9,16 @@ import pytest
 
 from nichealthd.core.boot import decide_start
 from nichealthd.core.checks.counter_section import BreachFlag
+from nichealthd.core.checks.link_counters import LINK_COUNTERS
 from nichealthd.core.state import MonitorState
+
+from .builders import with_fields
 
 SINCE = datetime(2026, 11, 23, tzinfo=timezone.utc)
 
 
 def saved(boot_id: str, seq: int = 7) -> MonitorState:
-    return MonitorState(boot_id=boot_id, event_seq=seq, breach_flags={
+    return with_fields(MonitorState(boot_id=boot_id, event_seq=seq), LINK_COUNTERS, breach_flags={
         "mlx5_0:1:link_downed": BreachFlag("InfiniBandStateCheck", True, SINCE)})
 
 
@@ -35,7 +38,8 @@ def test_start_decision(state: Optional[MonitorState], boot_id: Optional[str], b
     assert decision.baseline is baseline
     assert decision.warn is warn
     assert reason in decision.reason
-    assert bool(decision.state.breach_flags) is kept  # a baseline clears every latch
+    # a baseline clears every latch
+    assert bool(decision.state.section(LINK_COUNTERS).breach_flags) is kept
     if baseline:
         assert decision.state.boot_id == (boot_id or "")
     else:

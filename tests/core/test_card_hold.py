@@ -10,6 +10,7 @@ import pytest
 from nichealthd.core.checks.cards import card_counts
 from nichealthd.core.checks.link_section import LinkStateSection, PortRecord
 from nichealthd.core.checks.link_settings import LinkStateSettings
+from nichealthd.core.checks.link_state import LINK_STATE
 from nichealthd.core.model import DeviceSnapshot
 from nichealthd.core.state import MonitorState
 from nichealthd.core.topology import Role
@@ -118,7 +119,7 @@ def test_transient_for_one_poll_gives_its_port_event_and_no_fatal(layout: str,
         (False, (("NIC", "mlx5_0"), ("NICPort", "1")))]
     back = runner.poll(host(*build(), when=1.5))
     assert [(e.is_healthy, e.error_code) for e in back.events] == [(True, ("port_state",))]
-    assert runner.state.card_pending == {}
+    assert runner.state.section(LINK_STATE).card_pending == {}
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
@@ -139,7 +140,8 @@ def test_transient_stuck_past_the_hold_time_is_one_fatal_card_event(layout: str,
     healed = runner.poll(host(*build(), when=3 + HOLD))
     assert sorted(e.error_code[0] for e in healed.events if e.is_healthy) == [
         "card_active_ports", "port_state"]
-    assert runner.state.card_anomalies == {} and runner.state.card_pending == {}
+    assert (runner.state.section(LINK_STATE).card_anomalies == {}
+            and runner.state.section(LINK_STATE).card_pending == {})
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
@@ -149,7 +151,7 @@ def test_unparseable_state_is_unknown_never_card_evidence(layout: str, name: str
     garbage = build(GARBAGE[name])
     for second in (1, 2, 1 + HOLD, 10 * HOLD):
         assert fatal(runner.poll(host(*garbage, when=second))) == []
-    assert runner.state.card_anomalies == {}
+    assert runner.state.section(LINK_STATE).card_anomalies == {}
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
@@ -178,7 +180,7 @@ def test_runtime_down_keeps_todays_behaviour(layout: str) -> None:
     result = runner.poll(host(*build((DOWN, DISABLED)), when=1))
     assert [e.message for e in fatal(result)] == [
         "Port mlx5_0 port 1: state DOWN, phys_state Disabled - no connectivity"]
-    assert runner.state.card_pending == {}
+    assert runner.state.section(LINK_STATE).card_pending == {}
 
 
 def test_hold_time_is_configurable() -> None:
@@ -198,7 +200,7 @@ def test_restart_neither_restarts_the_clock_nor_invents_a_verdict() -> None:
     stuck = build(TRANSIENTS["ARMED"])
     runner.poll(host(*stuck, when=1))
     runner.restart()
-    assert "0000:10:00" in runner.state.card_pending
+    assert "0000:10:00" in runner.state.section(LINK_STATE).card_pending
     assert fatal(runner.poll(host(*stuck, when=100))) == []  # not a baseline: no verdict
     runner.restart()
     assert len(card_events(runner.poll(host(*stuck, when=1 + HOLD)))) == 1
@@ -220,7 +222,7 @@ def test_state_without_the_new_keys_loads() -> None:
     for anomaly in data["card_anomalies"].values():
         anomaly.pop("ports", None)
     loaded = MonitorState.from_json(data)
-    assert loaded.card_pending == {}
+    assert loaded.section(LINK_STATE).card_pending == {}
 
 
 # ------------------------------------------------------------------ #21.2 short cards
@@ -263,14 +265,14 @@ def test_short_card_reports_only_what_it_is_short_of_and_clears(build, uncabled)
     assert len(messages) == 2
     assert messages[0].endswith("has 0 active ports, expected 1")
     assert messages[1] == "Port mlx5_0 port 1: state DOWN, phys_state Disabled - no connectivity"
-    assert runner.state.port_states[uncabled].health == "suppressed"
+    assert runner.state.section(LINK_STATE).port_states[uncabled].health == "suppressed"
     repaired = runner.poll(host(*build(), when=10))
     conditions.apply(repaired)
     assert fatal(repaired) == []
     assert sorted(e.error_code[0] for e in repaired.events) == [
         "card_active_ports", "port_state"]
     assert conditions.open == set()
-    assert runner.state.card_anomalies == {}
+    assert runner.state.section(LINK_STATE).card_anomalies == {}
 
 
 def test_release_clears_a_port_raised_on_the_verdict_that_is_still_down() -> None:
@@ -278,12 +280,12 @@ def test_release_clears_a_port_raised_on_the_verdict_that_is_still_down() -> Non
     conditions = Conditions()
     runner = Runner()
     conditions.apply(runner.poll(host(*two_port_devices((DOWN, DISABLED)), when=0)))
-    assert runner.state.card_anomalies["0000:30:00"].ports == ("mlx5_0_1",)
+    assert runner.state.section(LINK_STATE).card_anomalies["0000:30:00"].ports == ("mlx5_0_1",)
     swapped = runner.poll(host(*two_port_devices((DOWN, DISABLED), (ACTIVE, LINKUP)), when=5))
     conditions.apply(swapped)
     assert fatal(swapped) == []
     assert conditions.open == set()
-    assert runner.state.port_states["mlx5_0_1"].health == "suppressed"
+    assert runner.state.section(LINK_STATE).port_states["mlx5_0_1"].health == "suppressed"
     # Port 1 cabled again later: healthy, nothing else.
     both = runner.poll(host(*two_port_devices((ACTIVE, LINKUP), (ACTIVE, LINKUP)), when=6))
     assert fatal(both) == []
@@ -293,7 +295,7 @@ def test_short_card_latch_survives_a_restart_with_its_ports() -> None:
     runner = Runner()
     runner.poll(host(*two_port_devices((DOWN, DISABLED)), when=0))
     runner.restart()
-    assert runner.state.card_anomalies["0000:30:00"].ports == ("mlx5_0_1",)
+    assert runner.state.section(LINK_STATE).card_anomalies["0000:30:00"].ports == ("mlx5_0_1",)
     swapped = runner.poll(host(*two_port_devices((DOWN, DISABLED), (ACTIVE, LINKUP)), when=5))
     assert sorted((e.is_healthy, e.error_code[0]) for e in swapped.events) == [
         (True, "card_active_ports"), (True, "port_state"), (True, "port_state")]
@@ -346,7 +348,7 @@ def test_port_positions_follow_the_pci_function_not_the_device_name() -> None:
     result = runner.poll(host(*devices, when=0))
     ports = [e.entities[0][1] for e in fatal(result) if e.error_code == ("port_state",)]
     assert ports == ["mlx5_9"]
-    assert runner.state.port_states["mlx5_10_1"].health == "suppressed"
+    assert runner.state.section(LINK_STATE).port_states["mlx5_10_1"].health == "suppressed"
 
 
 def test_card_counts_follow_the_held_record_of_an_unreadable_port() -> None:

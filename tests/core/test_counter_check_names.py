@@ -12,6 +12,7 @@ model of the platform.
 from __future__ import annotations
 
 from nichealthd.core.checks.counter_section import BreachFlag, CounterSnap
+from nichealthd.core.checks.link_counters import LINK_COUNTERS
 from nichealthd.core.state import MonitorState
 
 from .builders import DOWN, POLLING, Runner, at, counters_port, device, host, non_baseline
@@ -46,7 +47,7 @@ def test_a_port_recovery_leaves_a_latched_link_downed_breach_quarantined() -> No
         ("InfiniBandStateCheck", "port_state", True, False),
         ("InfiniBandDegradationCheck", "link_downed", True, False),
         ("InfiniBandStateCheck", "port_state", False, True)]
-    assert KEY in runner.state.breach_flags
+    assert KEY in runner.state.section(LINK_COUNTERS).breach_flags
     assert platform.held == {"InfiniBandDegradationCheck": {
         frozenset({("NIC", "mlx5_0"), ("NICPort", "1")})}}
     # Only the counter's reset (an admin clear) releases it, under the breach's name.
@@ -64,7 +65,8 @@ def test_under_the_spec_names_the_same_drill_loses_the_quarantine() -> None:
         runner, platform = Runner(), FaultQuarantine()
         platform.apply(poll(runner, 0, 0).events)
         assert [c for c, *_ in drill(runner, platform)] == ["InfiniBandStateCheck"] * 3
-        assert KEY in runner.state.breach_flags  # still latched: nothing more is said
+        # still latched: nothing more is said
+        assert KEY in runner.state.section(LINK_COUNTERS).breach_flags
         assert not platform.quarantined
 
 
@@ -72,14 +74,16 @@ def test_a_breach_persisted_under_the_state_check_recovers_under_that_name() -> 
     """A state file written by an older nichealthd: the latch keeps its name, so its
     recovery clears the condition the platform holds; a new breach takes the new name."""
     state = MonitorState(boot_id="boot-1")
-    state.counter_snapshots[KEY] = CounterSnap(1, at(0))
-    state.breach_flags[KEY] = BreachFlag("InfiniBandStateCheck", True, at(0), last_value=1)
+    state.section(LINK_COUNTERS).counter_snapshots[KEY] = CounterSnap(1, at(0))
+    state.section(LINK_COUNTERS).breach_flags[KEY] = BreachFlag("InfiniBandStateCheck", True,
+                                                                at(0), last_value=1)
     platform = FaultQuarantine()
     platform.held = {"InfiniBandStateCheck": {frozenset({("NIC", "mlx5_0"),
                                                          ("NICPort", "1")})}}
     runner = Runner(state=MonitorState.from_json(state.to_json()), baseline=False)
     assert poll(runner, 1, 1).events == ()  # latched: nothing new
-    assert runner.state.breach_flags[KEY].check_name == "InfiniBandStateCheck"
+    assert (runner.state.section(LINK_COUNTERS).breach_flags[KEY].check_name
+            == "InfiniBandStateCheck")
     reset = poll(runner, 2, 0)
     assert [(e.check_name, e.is_healthy) for e in reset.events] == [
         ("InfiniBandStateCheck", True)]
@@ -88,4 +92,5 @@ def test_a_breach_persisted_under_the_state_check_recovers_under_that_name() -> 
     again = poll(runner, 3, 1)
     assert [(e.check_name, e.is_fatal) for e in again.events] == [
         ("InfiniBandDegradationCheck", True)]
-    assert runner.state.breach_flags[KEY].check_name == "InfiniBandDegradationCheck"
+    assert (runner.state.section(LINK_COUNTERS).breach_flags[KEY].check_name
+            == "InfiniBandDegradationCheck")

@@ -12,6 +12,7 @@ import pytest
 from nichealthd.core.checks import counters
 from nichealthd.core.checks.counter_section import BreachFlag, CounterSection, CounterSnap
 from nichealthd.core.checks.counters import urgent_counter_change
+from nichealthd.core.checks.link_counters import LINK_COUNTERS
 from nichealthd.core.config import CHAR_DEVICE_CHECK, EFA_DEGRADATION_CHECK, EFA_STATE_CHECK
 from nichealthd.core.model import ABSENT, CounterKind, Unreadable
 from nichealthd.core.state import MonitorState
@@ -81,7 +82,7 @@ def test_admin_reset_timeline_of_spec_6_4() -> None:
     assert rec.check_name == "InfiniBandDegradationCheck"  # the breach's own name
     assert rec.message == "Counter link_downed recovered on port mlx5_0 port 1"
     assert poll(runner, 25, link_downed=0).events == ()
-    assert "mlx5_0:1:link_downed" not in runner.state.breach_flags
+    assert "mlx5_0:1:link_downed" not in runner.state.section(LINK_COUNTERS).breach_flags
 
 
 def test_latched_breach_stays_silent_while_counter_keeps_rising() -> None:
@@ -108,7 +109,8 @@ def test_reset_without_breach_is_silent_and_rebaselines() -> None:
     runner = Runner()
     poll(runner, 0, symbol_error=1000)
     assert poll(runner, 1, symbol_error=5).events == ()
-    assert runner.state.counter_snapshots["mlx5_0:1:symbol_error"] == CounterSnap(5, at(1))
+    assert (runner.state.section(LINK_COUNTERS).counter_snapshots["mlx5_0:1:symbol_error"]
+            == CounterSnap(5, at(1)))
 
 
 def test_delta_threshold_is_strictly_greater() -> None:
@@ -126,7 +128,8 @@ def test_velocity_waits_for_the_window_and_never_extrapolates() -> None:
     poll(runner, 0, link_error_recovery=0)
     # 6 retrains in 30 s would extrapolate to 12/min, but the 1-minute window is not full.
     assert poll(runner, 30, link_error_recovery=6).events == ()
-    assert runner.state.counter_snapshots["mlx5_0:1:link_error_recovery"].value == 0
+    assert (runner.state.section(LINK_COUNTERS).counter_snapshots[
+        "mlx5_0:1:link_error_recovery"].value == 0)
     event = poll(runner, 60, link_error_recovery=6).events[0]  # 6 per minute > 5
     assert "rate=6.00/min" in event.message
 
@@ -168,8 +171,10 @@ def test_two_tier_symbol_error() -> None:
 
 def test_hour_old_persisted_snapshot_fires_only_the_fatal_tier() -> None:
     state = MonitorState(boot_id="boot-1")
-    state.counter_snapshots["mlx5_0:1:symbol_error_fatal"] = CounterSnap(100, at(0))
-    state.counter_snapshots["mlx5_0:1:symbol_error"] = CounterSnap(100, at(0))
+    state.section(LINK_COUNTERS).counter_snapshots["mlx5_0:1:symbol_error_fatal"] = CounterSnap(
+        100, at(0))
+    state.section(LINK_COUNTERS).counter_snapshots["mlx5_0:1:symbol_error"] = CounterSnap(
+        100, at(0))
     runner = Runner(state=state, baseline=False)
     result = poll(runner, 3600, symbol_error=300)
     assert [e.error_code for e in result.events] == [("symbol_error_fatal",)]
@@ -195,7 +200,7 @@ def test_hw_counter_wrap_is_not_a_reset() -> None:
     assert [(e.error_code[0], e.is_healthy) for e in result.events] == [
         ("local_ack_timeout_err", False)]
     assert "delta=15" in result.events[0].message
-    assert "mlx5_0:1:rnr_nak_retry_err" in runner.state.breach_flags
+    assert "mlx5_0:1:rnr_nak_retry_err" in runner.state.section(LINK_COUNTERS).breach_flags
 
 
 def test_decrease_that_is_not_a_wrap_is_a_reset() -> None:
@@ -215,7 +220,8 @@ def test_pma_counter_wrap_rule_does_not_apply_to_counters_dir() -> None:
     poll(runner, 0, port_xmit_wait=2**32 - 5)
     # counters/port_xmit_wait saturates instead of wrapping: a drop is a reset.
     assert poll(runner, 1, port_xmit_wait=3).events == ()
-    assert runner.state.counter_snapshots["mlx5_0:1:port_xmit_wait"].value == 3
+    assert (runner.state.section(LINK_COUNTERS).counter_snapshots["mlx5_0:1:port_xmit_wait"].value
+            == 3)
 
 
 def unhealthy(result: Any) -> list[Any]:
@@ -238,7 +244,7 @@ def test_saturated_error_counter_is_one_report_per_file_closed_when_cleared() ->
         False, False, "InfiniBandDegradationCheck", ("symbol_error",))
     assert event.message == ("Counter symbol_error on port mlx5_0 port 1 is saturated at 65535 "
                              "- monitoring of this counter is blind until it is cleared")
-    assert runner.state.saturated == {"mlx5_0:1:symbol_error": at(3600)}
+    assert runner.state.section(LINK_COUNTERS).saturated == {"mlx5_0:1:symbol_error": at(3600)}
     assert [e for e in poll(runner, 7200, symbol_error=65535).events] == []
     cleared = poll(runner, 7201, symbol_error=0)
     closes = [e for e in cleared.events if e.error_code == ("symbol_error",)]
@@ -246,7 +252,7 @@ def test_saturated_error_counter_is_one_report_per_file_closed_when_cleared() ->
         (True, "InfiniBandDegradationCheck")]
     assert closes[0].message == ("Counter symbol_error on port mlx5_0 port 1 is no longer "
                                  "saturated (value=0)")
-    assert runner.state.saturated == {}
+    assert runner.state.section(LINK_COUNTERS).saturated == {}
     again = poll(runner, 7202, symbol_error=65535)
     assert any("saturated" in e.message for e in again.events)
 
@@ -262,11 +268,12 @@ def test_a_jump_to_the_limit_is_one_event_and_clearing_it_one_healthy_event() ->
     assert event.message.startswith("Port mlx5_0 port 1: symbol_error - ")
     assert event.message.endswith("- saturated at 65535 - monitoring of this counter is blind "
                                   "until it is cleared")
-    assert "mlx5_0:1:symbol_error" in runner.state.saturated
+    assert "mlx5_0:1:symbol_error" in runner.state.section(LINK_COUNTERS).saturated
     cleared = poll(runner, 2, symbol_error=0)
     assert [(e.is_healthy, e.error_code) for e in cleared.events] == [
         (True, ("symbol_error",))]  # the latched breach's recovery closes both
-    assert runner.state.saturated == {} and runner.state.breach_flags == {}
+    assert (runner.state.section(LINK_COUNTERS).saturated == {}
+            and runner.state.section(LINK_COUNTERS).breach_flags == {})
 
 
 def test_saturated_at_the_first_poll_is_reported_once() -> None:
@@ -285,15 +292,15 @@ def test_a_saturated_traffic_counter_is_a_log_line_and_a_flag_not_an_event() -> 
     poll(runner, 0, port_xmit_wait=2**32 - 5000)
     full = poll(runner, 1, port_xmit_wait=2**32 - 1)
     assert full.events == ()
-    assert runner.state.saturated == {}
-    assert runner.state.saturated_quiet == {"mlx5_0:1:port_xmit_wait": at(1)}
+    assert runner.state.section(LINK_COUNTERS).saturated == {}
+    assert runner.state.section(LINK_COUNTERS).saturated_quiet == {"mlx5_0:1:port_xmit_wait": at(1)}
     assert [n for n in full.notes if "port_xmit_wait" in n] == [
         "port_xmit_wait on port mlx5_0 port 1 is saturated at 4294967295: a traffic counter "
         "(or the degradation check is off), no event"]
     still = poll(runner, 2, port_xmit_wait=2**32 - 1)
     assert still.events == () and not still.notes
     cleared = poll(runner, 3, port_xmit_wait=0)
-    assert cleared.events == () and runner.state.saturated_quiet == {}
+    assert cleared.events == () and runner.state.section(LINK_COUNTERS).saturated_quiet == {}
     assert any("no longer saturated" in n for n in cleared.notes)
 
 
@@ -303,7 +310,8 @@ def test_with_the_degradation_check_off_no_counter_is_judged_saturated_or_not() 
     runner = Runner(config(checks="InfiniBandStateCheck"))
     poll(runner, 0, link_downed=255)
     assert unhealthy(runner.last) == []
-    assert runner.state.saturated == {} and runner.state.saturated_quiet == {}
+    assert (runner.state.section(LINK_COUNTERS).saturated == {}
+            and runner.state.section(LINK_COUNTERS).saturated_quiet == {})
 
 
 def test_saturation_records_of_an_older_state_file_are_migrated() -> None:
@@ -311,26 +319,28 @@ def test_saturation_records_of_an_older_state_file_are_migrated() -> None:
     state = MonitorState(boot_id="boot-1")
     for name, value in (("symbol_error", 65535), ("symbol_error_fatal", 65535),
                         ("port_xmit_wait", 2**32 - 1)):
-        state.counter_snapshots[f"mlx5_0:1:{name}"] = CounterSnap(value, at(0))
-        state.saturated[f"mlx5_0:1:{name}"] = at(0)
+        state.section(LINK_COUNTERS).counter_snapshots[f"mlx5_0:1:{name}"] = CounterSnap(value,
+                                                                                         at(0))
+        state.section(LINK_COUNTERS).saturated[f"mlx5_0:1:{name}"] = at(0)
     data = state.to_json()
     del data["saturated_quiet_counters"]  # a file written before the key existed
     runner = Runner(config(counters=XMIT_WAIT_ON), state=MonitorState.from_json(data),
                     baseline=False)
     assert poll(runner, 1, symbol_error=65535, port_xmit_wait=2**32 - 1).events == ()
-    assert runner.state.saturated == {"mlx5_0:1:symbol_error": at(0)}
-    assert runner.state.saturated_quiet == {"mlx5_0:1:port_xmit_wait": at(0)}
+    assert runner.state.section(LINK_COUNTERS).saturated == {"mlx5_0:1:symbol_error": at(0)}
+    assert runner.state.section(LINK_COUNTERS).saturated_quiet == {"mlx5_0:1:port_xmit_wait": at(0)}
     cleared = poll(runner, 2, symbol_error=0, port_xmit_wait=0)
     assert [(e.is_healthy, e.error_code) for e in cleared.events] == [(True, ("symbol_error",))]
     # The same records in a state adopted while the port's entries are remembered (a commit
     # that failed at the first poll keeps the old state): still put right.
-    runner.state.saturated.update({"mlx5_0:1:symbol_error_fatal": at(0),
+    runner.state.section(LINK_COUNTERS).saturated.update({"mlx5_0:1:symbol_error_fatal": at(0),
                                    "mlx5_0:1:port_xmit_wait": at(0)})
     moved = poll(runner, 3, symbol_error=0, port_xmit_wait=0)
     assert moved.events == ()  # no close event: port_xmit_wait's record became quiet
     assert any(n.startswith("port_xmit_wait on port mlx5_0 port 1 is no longer saturated")
                for n in moved.notes)
-    assert runner.state.saturated == {} and runner.state.saturated_quiet == {}
+    assert (runner.state.section(LINK_COUNTERS).saturated == {}
+            and runner.state.section(LINK_COUNTERS).saturated_quiet == {})
 
 
 def test_absent_and_unreadable_values_are_skipped_without_events() -> None:
@@ -338,7 +348,8 @@ def test_absent_and_unreadable_values_are_skipped_without_events() -> None:
     poll(runner, 0, link_downed=0)
     assert poll(runner, 1, link_downed=Unreadable("garbage")).events == ()
     assert poll(runner, 2, link_downed=ABSENT).events == ()
-    assert runner.state.counter_snapshots["mlx5_0:1:link_downed"] == CounterSnap(0, at(0))
+    assert (runner.state.section(LINK_COUNTERS).counter_snapshots["mlx5_0:1:link_downed"]
+            == CounterSnap(0, at(0)))
     assert poll(runner, 3, link_downed=0).events == ()
 
 
@@ -385,7 +396,7 @@ def test_new_counter_after_the_first_poll_gets_no_baseline_event() -> None:
     runner = Runner()
     poll(runner, 0, link_downed=0)
     assert poll(runner, 1, link_downed=0, port_rcv_errors=7).events == ()
-    assert "mlx5_0:1:port_rcv_errors" in runner.state.counter_snapshots
+    assert "mlx5_0:1:port_rcv_errors" in runner.state.section(LINK_COUNTERS).counter_snapshots
 
 
 def test_window_tolerates_scheduling_jitter_but_not_half_a_window() -> None:
@@ -477,7 +488,7 @@ def test_random_polls_failed_commits_leave_no_trace_and_the_limit_is_always_repo
             at_limit = {f"mlx5_0:1:{name}" for name, width in PMA_WIDTHS.items()
                         if name in values and values[name] == 2**width - 1
                         and name not in counters.TRAFFIC_COUNTERS}
-            assert set(runner.state.saturated) == at_limit, index
+            assert set(runner.state.section(LINK_COUNTERS).saturated) == at_limit, index
         return results
 
     assert run(drop_failed=False) == run(drop_failed=True)
@@ -495,7 +506,7 @@ def test_a_reset_to_the_saturation_limit_reports_saturation() -> None:
         assert sorted(e.error_code[0] for e in unhealthy(reset)) == [
             "link_downed", "symbol_error"]
         assert all("saturated" in e.message for e in unhealthy(reset))
-        assert set(runner.state.saturated) == {"mlx5_0:1:link_downed",
+        assert set(runner.state.section(LINK_COUNTERS).saturated) == {"mlx5_0:1:link_downed",
                                                "mlx5_0:1:symbol_error"}
 
     runner = Runner()  # latched, then reset to the limit: the recovery and the saturation
@@ -507,11 +518,11 @@ def test_a_reset_to_the_saturation_limit_reports_saturation() -> None:
     assert [(e.is_healthy, e.is_fatal, e.check_name) for e in reset.events] == [
         (True, False, "InfiniBandDegradationCheck"), (False, False, "InfiniBandDegradationCheck")]
     assert "saturated at 255" in reset.events[1].message
-    assert runner.state.breach_flags == {}
+    assert runner.state.section(LINK_COUNTERS).breach_flags == {}
 
     runner = Runner()  # quiet at the limit in a state file that never recorded it
     poll(runner, 0, link_downed=255)
-    runner.state.saturated.clear()
+    runner.state.section(LINK_COUNTERS).saturated.clear()
     runner.restart()
     again = poll(runner, 1, link_downed=255)
     assert [e.error_code for e in unhealthy(again)] == [("link_downed",)]
@@ -539,9 +550,9 @@ def test_latched_hw_counter_that_wraps_across_a_restart_is_not_a_reset() -> None
     runner.state = MonitorState.from_json(json.loads(json.dumps(runner.state.to_json())))
     runner.memory = counters.CounterMemory()
     key = "mlx5_0:1:rnr_nak_retry_err"
-    assert runner.state.breach_flags[key].last_value == 2**32 - 1
+    assert runner.state.section(LINK_COUNTERS).breach_flags[key].last_value == 2**32 - 1
     assert poll(runner, 3, rnr_nak_retry_err=1).events == ()  # a wrap: still latched
-    assert key in runner.state.breach_flags
+    assert key in runner.state.section(LINK_COUNTERS).breach_flags
     runner.restart()
     recovery = poll(runner, 4, rnr_nak_retry_err=0)  # a real admin clear still recovers
     assert [(e.error_code[0], e.is_healthy) for e in recovery.events] == [
@@ -565,11 +576,11 @@ def test_breach_flag_without_last_value_still_loads() -> None:
         "breached": True, "check_name": "InfiniBandStateCheck", "is_fatal": True,
         "since": "2026-01-01T12:00:00Z"}}
     state = MonitorState.from_json(data)
-    assert state.breach_flags["mlx5_0:1:link_downed"].last_value is None
+    assert state.section(LINK_COUNTERS).breach_flags["mlx5_0:1:link_downed"].last_value is None
     runner = Runner(state=state, baseline=False)
-    state.counter_snapshots["mlx5_0:1:link_downed"] = CounterSnap(1, at(0))
+    state.section(LINK_COUNTERS).counter_snapshots["mlx5_0:1:link_downed"] = CounterSnap(1, at(0))
     assert poll(runner, 1, link_downed=3).events == ()  # latched; the last value is recorded
-    assert runner.state.breach_flags["mlx5_0:1:link_downed"].last_value == 3
+    assert runner.state.section(LINK_COUNTERS).breach_flags["mlx5_0:1:link_downed"].last_value == 3
 
 
 def kinded_poll(runner: Runner, when: float, kind: CounterKind, value: int, path: str):
@@ -611,7 +622,7 @@ def test_the_counter_kind_not_the_path_decides_saturation() -> None:
     assert [(e.check_name, e.is_fatal, e.is_healthy) for e in full.events] == [
         ("InfiniBandDegradationCheck", True, False)]
     assert "saturated at 255" in full.events[0].message
-    assert "mlx5_0:1:rnr_nak_retry_err" in runner.state.saturated
+    assert "mlx5_0:1:rnr_nak_retry_err" in runner.state.section(LINK_COUNTERS).saturated
 
 
 def test_saturation_before_the_velocity_window_fills_is_still_one_event() -> None:
@@ -626,12 +637,13 @@ def test_saturation_before_the_velocity_window_fills_is_still_one_event() -> Non
     assert "saturated at 65535" in unhealthy(first)[0].message
     full = poll(runner, 1.0, symbol_error=65535)  # the window is full: the breach latches
     assert unhealthy(full) == []
-    assert "mlx5_0:1:symbol_error" in runner.state.breach_flags
+    assert "mlx5_0:1:symbol_error" in runner.state.section(LINK_COUNTERS).breach_flags
     assert poll(runner, 1.4, symbol_error=65535).events == ()
     cleared = poll(runner, 2.0, symbol_error=0)
     assert [(e.is_healthy, e.error_code) for e in cleared.events] == [
         (True, ("symbol_error",))]
-    assert runner.state.saturated == {} and runner.state.breach_flags == {}
+    assert (runner.state.section(LINK_COUNTERS).saturated == {}
+            and runner.state.section(LINK_COUNTERS).breach_flags == {})
 
 
 def test_saturation_while_a_breach_of_the_same_check_is_latched_is_no_second_event() -> None:
@@ -642,11 +654,12 @@ def test_saturation_while_a_breach_of_the_same_check_is_latched_is_no_second_eve
     full = poll(runner, 2, symbol_error=65535)
     assert unhealthy(full) == []
     assert any("latched breach is the open report" in n for n in full.notes)
-    assert "mlx5_0:1:symbol_error" in runner.state.saturated  # still shown as saturated
+    # still shown as saturated
+    assert "mlx5_0:1:symbol_error" in runner.state.section(LINK_COUNTERS).saturated
     cleared = poll(runner, 3, symbol_error=0)
     assert [(e.is_healthy, e.error_code) for e in cleared.events] == [
         (True, ("symbol_error",))]
-    assert runner.state.saturated == {}
+    assert runner.state.section(LINK_COUNTERS).saturated == {}
 
 
 def test_only_advanced_velocity_windows_can_wait_for_the_flush() -> None:

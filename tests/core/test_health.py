@@ -8,12 +8,14 @@ from __future__ import annotations
 from typing import Any
 
 from nichealthd.core.checks.counter_section import BreachFlag
+from nichealthd.core.checks.link_counters import LINK_COUNTERS
 from nichealthd.core.checks.link_section import CardAnomaly, MissingDevice, PortRecord
+from nichealthd.core.checks.link_state import LINK_STATE
 from nichealthd.core.health import assess
 from nichealthd.core.state import DEGRADED, FATAL, HEALTHY, SUPPRESSED, MonitorState
 from nichealthd.core.topology import Role
 
-from .builders import DISABLED, DOWN, POLLING, T0, device, host, port
+from .builders import DISABLED, DOWN, POLLING, T0, device, host, port, with_fields
 
 COMPUTE = Role("compute", "GPU-local")
 
@@ -23,9 +25,13 @@ def record(dev: str, health: str, state: str = "4: ACTIVE", phys: str = "5: Link
     return PortRecord(dev, number, state, phys, "InfiniBand", health, T0, misses)
 
 
-def state(*records: PortRecord, **kw: Any) -> MonitorState:
-    return MonitorState(port_states={f"{r.device}_{r.port}": r for r in records},
-                        known_devices=sorted({r.device for r in records}), **kw)
+def state(*records: PortRecord, breach_flags: Any = None, saturated: Any = None,
+          **kw: Any) -> MonitorState:
+    made = with_fields(MonitorState(), LINK_STATE,
+                       port_states={f"{r.device}_{r.port}": r for r in records},
+                       known_devices=sorted({r.device for r in records}), **kw)
+    return with_fields(made, LINK_COUNTERS, breach_flags=breach_flags or {},
+                       saturated=saturated or {})
 
 
 def roles(*names: str) -> dict[str, Role]:

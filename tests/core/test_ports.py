@@ -7,6 +7,7 @@ from typing import Optional
 
 import pytest
 
+from nichealthd.core.checks.link_state import LINK_STATE
 from nichealthd.core.checks.ports import is_active, split_state
 
 from .builders import (
@@ -118,7 +119,7 @@ def test_unreadable_port_holds_its_state() -> None:
     assert runner.poll(host(*devices, when=1)).events == ()
     devices[0] = replace(devices[0], ports=(port("mlx5_0", 1, None, None),))
     assert runner.poll(host(*devices, when=2)).events == ()
-    assert runner.state.port_states["mlx5_0_1"].health == "healthy"
+    assert runner.state.section(LINK_STATE).port_states["mlx5_0_1"].health == "healthy"
 
 
 def test_first_poll_down_port_without_evidence_is_suppressed() -> None:
@@ -134,7 +135,7 @@ def test_first_poll_down_port_without_evidence_is_suppressed() -> None:
     result = runner.poll(host(*devices, when=0))
     assert [e for e in result.events if not e.is_healthy] == []
     assert any("treated as uncabled" in note for note in result.notes)
-    assert runner.state.port_states["mlx5_1_1"].health == "suppressed"
+    assert runner.state.section(LINK_STATE).port_states["mlx5_1_1"].health == "suppressed"
     # Later, one card drops to 0 active: its port event and one fatal card event.
     devices[0] = replace(devices[0], ports=(port("mlx5_0", 1, DOWN, POLLING),))
     later = runner.poll(host(*devices, when=1))
@@ -186,7 +187,7 @@ def test_incomplete_enumeration_is_never_a_disappearance() -> None:
     runner = started()
     for second in range(1, 6):
         assert runner.poll(host(when=second, complete=False)).events == ()
-    assert runner.state.device_misses == {}
+    assert runner.state.section(LINK_STATE).device_misses == {}
 
 
 def test_miss_count_survives_a_restart() -> None:
@@ -237,7 +238,7 @@ def test_management_and_vf_devices_are_not_monitored() -> None:
     assert all("mlx5_8" not in e.message and "mlx5_9" not in e.message for e in result.events)
     assert result.roles["mlx5_8"].role == "management"
     assert result.roles["mlx5_9"].role == "vf"
-    assert "mlx5_8" not in runner.state.known_devices
+    assert "mlx5_8" not in runner.state.section(LINK_STATE).known_devices
     mgmt2 = replace(mgmt, ports=(port("mlx5_8", 1, DOWN, DISABLED, "Ethernet",
                                       counters={"link_downed": 9}),))
     assert runner.poll(host(*devices, mgmt2, when=1)).events == ()

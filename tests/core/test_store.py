@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from pyfakefs.fake_filesystem import FakeFilesystem
 
+from nichealthd.core.checks.link_counters import LINK_COUNTERS
+from nichealthd.core.checks.link_state import LINK_STATE
 from nichealthd.core.events import HealthEvent, make_event
 from nichealthd.core.state import MonitorState
 from nichealthd.runtime.monitor import FLUSH_SECONDS, Monitor
@@ -18,7 +20,7 @@ from nichealthd.storage import store
 from nichealthd.storage.store import Journal, load_state, save_state
 
 from .. import simtrees
-from .builders import at, config, gpus
+from .builders import at, config, gpus, with_fields
 
 
 def event(n: int, fatal: bool = False) -> HealthEvent:
@@ -29,7 +31,8 @@ def event(n: int, fatal: bool = False) -> HealthEvent:
 def test_state_round_trip_and_corrupt_files(tmp_path: Path) -> None:
     path = tmp_path / "state.json"
     assert load_state(str(path)).fresh and load_state(str(path)).problem is None
-    state = MonitorState(boot_id="b", known_devices=["mlx5_0"], event_seq=7)
+    state = with_fields(MonitorState(boot_id="b", event_seq=7), LINK_STATE,
+                        known_devices=["mlx5_0"])
     save_state(str(path), state)
     assert load_state(str(path)).state == state
     for junk in ('{"version": 1, "counter_snapshots": {"k": {"value": -1, "timestamp": '
@@ -116,7 +119,8 @@ def test_state_is_written_only_when_something_significant_changed() -> None:
     assert len(monitor.poll().committed) == 1
     assert state_file.stat().st_mtime_ns != before
     monitor.close()  # the deferred velocity snapshots are flushed at stop
-    saved = load_state(cfg.state_file).state.counter_snapshots["mlx5_0:1:symbol_error"]
+    saved = load_state(cfg.state_file).state.section(LINK_COUNTERS).counter_snapshots[
+        "mlx5_0:1:symbol_error"]
     assert saved.timestamp == at(4)
 
 

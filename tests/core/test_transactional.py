@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import random
 
+from nichealthd.core.checks.link_counters import LINK_COUNTERS
 from nichealthd.core.model import HostSnapshot
 
 from .builders import Runner, counters_port, device, host
@@ -29,7 +30,7 @@ def test_a_reset_seen_by_a_poll_whose_commit_failed_still_recovers() -> None:
         assert recoveries(runner.evaluate(snapshot(when, link_downed=0))) == ["link_downed"]
     committed = runner.poll(snapshot(4, link_downed=0))
     assert recoveries(committed) == ["link_downed"]
-    assert "mlx5_0:1:link_downed" not in runner.state.breach_flags
+    assert "mlx5_0:1:link_downed" not in runner.state.section(LINK_COUNTERS).breach_flags
 
 
 def test_a_breach_seen_by_a_poll_whose_commit_failed_is_reported_by_the_next() -> None:

@@ -10,6 +10,7 @@ switches it on and gets the spec's rule.
 from __future__ import annotations
 
 from nichealthd.core.checks.counter_section import BreachFlag, CounterSnap
+from nichealthd.core.checks.link_counters import LINK_COUNTERS
 from nichealthd.core.state import MonitorState
 
 from .builders import Runner, at, config, counters_port, device, host, non_baseline
@@ -37,18 +38,19 @@ def test_a_busy_port_is_no_verdict_by_default_and_the_spec_rule_when_switched_on
     default = Runner()
     assert not any(s.name == "port_xmit_wait" for s in default.config.active_counters)
     assert busy_port(default) == []
-    assert KEY not in default.state.counter_snapshots  # not read at all
+    assert KEY not in default.state.section(LINK_COUNTERS).counter_snapshots  # not read at all
     spec = Runner(config(counters=ON))
     assert busy_port(spec) == [("port_xmit_wait", False, False)]  # then latched
-    assert spec.state.breach_flags[KEY].check_name == "InfiniBandDegradationCheck"
+    assert (spec.state.section(LINK_COUNTERS).breach_flags[KEY].check_name
+            == "InfiniBandDegradationCheck")
 
 
 def _latched() -> MonitorState:
     """A state written while port_xmit_wait was monitored (the old default): latched."""
     state = MonitorState(boot_id="boot-1")
-    state.counter_snapshots[KEY] = CounterSnap(BUSY, at(0))
-    state.breach_flags[KEY] = BreachFlag("InfiniBandDegradationCheck", False, at(0),
-                                         last_value=BUSY)
+    state.section(LINK_COUNTERS).counter_snapshots[KEY] = CounterSnap(BUSY, at(0))
+    state.section(LINK_COUNTERS).breach_flags[KEY] = BreachFlag(
+        "InfiniBandDegradationCheck", False, at(0), last_value=BUSY)
     return MonitorState.from_json(state.to_json())
 
 
@@ -61,18 +63,18 @@ def test_a_latch_on_a_counter_no_longer_configured_is_released_once() -> None:
         ("InfiniBandDegradationCheck", ("port_xmit_wait",), True,
          (("NIC", "mlx5_0"), ("NICPort", "1")))]
     assert "no longer monitored" in first.events[0].message
-    assert KEY not in runner.state.breach_flags
+    assert KEY not in runner.state.section(LINK_COUNTERS).breach_flags
     assert poll(runner, 2, link_downed=0).events == ()
 
 
 def test_a_latch_stays_while_its_counter_is_configured_or_its_check_is_off() -> None:
     kept = Runner(config(counters=ON), state=_latched(), baseline=False)
     assert poll(kept, 1, port_xmit_wait=BUSY + 10, link_downed=0).events == ()
-    assert KEY in kept.state.breach_flags
+    assert KEY in kept.state.section(LINK_COUNTERS).breach_flags
     off = Runner(config(checks="InfiniBandStateCheck"), state=_latched(), baseline=False)
     assert poll(off, 1, link_downed=0).events == ()  # a check switched off says nothing
-    assert KEY in off.state.breach_flags
+    assert KEY in off.state.section(LINK_COUNTERS).breach_flags
     master = Runner(config(counterDetection={"enabled": False}), state=_latched(),
                     baseline=False)
     assert poll(master, 1, link_downed=0).events == ()  # nor does counter detection off
-    assert KEY in master.state.breach_flags
+    assert KEY in master.state.section(LINK_COUNTERS).breach_flags

@@ -9,7 +9,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from ..harness import DEADLINE, NotifySocket
+from ..harness import DEADLINE, NotifySocket, wait_until
 from .conftest import REPO, SimHost
 from .test_service import Daemon, events, notify  # noqa: F401 (fixture)
 
@@ -116,8 +116,8 @@ def test_every_device_gone_longer_than_the_timeout_is_per_device_fatal(
         notify.wait_for("READY=1")
         known = state(host)["known_devices"]
         sim(host, "driver-unload")
-        daemon.wait_until(lambda: len(fatal(events(host))) >= len(known),
-                          "a fatal event per device", DEADLINE + 2)
+        wait_until(lambda: len(fatal(events(host))) >= len(known), "a fatal event per device",
+                   DEADLINE + 2, daemon.proc, lambda: explain(host, daemon, known))
         gone = [e for e in events(host) if e["errorCode"] == [GONE]]
         assert sorted(e["entitiesImpacted"][0]["entityValue"] for e in gone) == sorted(known)
         assert all(e["recommendedAction"] == "REPLACE_VM" for e in gone)
@@ -134,6 +134,16 @@ def test_every_device_gone_longer_than_the_timeout_is_per_device_fatal(
     finally:
         code, err = daemon.stop()
     assert code == 0, err
+
+
+def explain(host: SimHost, daemon: Daemon, known: list[str]) -> str:
+    """What a failed wait needs to be understood: the devices judged, the driver event held
+    in the state, and what the daemon logged besides its per-poll debug lines."""
+    judged = sorted(e["entitiesImpacted"][0]["entityValue"] for e in fatal(events(host)))
+    held = state(host).get("driver_event")
+    said = [line for line in daemon.lines.lines if " DEBUG " not in line][-30:]
+    return (f"known {known}, judged fatal {judged}, driver event {held}; the daemon said:\n"
+            + "".join(said))
 
 
 def assert_closed_before_the_verdicts_of_its_poll(run_events: list[dict[str, Any]]) -> None:

@@ -9,7 +9,6 @@ from typing import Any
 from dbushelpers import BusClient, busctl, make_sim, poll_count, run, wait_polls
 
 from nichealthd.sim import mutate, tree
-from nichealthd.surfaces.dbus_api import UNSIGNALLED_PROPERTIES, NicHealthInterface
 from nichealthd.surfaces.dbus_common import (
     INTERFACE,
     OBJECT_PATH,
@@ -17,6 +16,7 @@ from nichealthd.surfaces.dbus_common import (
     from_variants,
     intr,
 )
+from nichealthd.surfaces.dbus_interface import UNSIGNALLED_PROPERTIES, NicHealthInterface
 from tests.harness import wait_until_async
 
 PORT_KEYS = {"device", "port", "link_layer", "state", "phys_state", "rate", "role", "healthy",

@@ -10,13 +10,13 @@ device-keyed tables.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, ClassVar, Mapping, TypeVar
+from typing import Mapping, TypeVar
 
-from ..events import BACKDATE, HealthEvent, format_timestamp
+from ..codec import Section, stored
+from ..events import BACKDATE, HealthEvent
 from ..family import Cycle
-from ..state import parse_bool, parse_int, parse_str, parse_table, parse_when
 from .identity import renamed_counter_table
 from .link_state import LINK_STATE
 
@@ -31,60 +31,23 @@ class Latched:
     the recovery event)."""
 
     since: datetime
-    detail: str = ""
+    detail: str = field(default="", metadata=stored(legacy=""))
 
 
 @dataclass
-class LatchSection:
+class LatchSection(Section):
     """Consecutive misses per key, the latched (reported) conditions, and whether the
-    family's check-scoped clear of a fresh start was sent."""
-
-    PREFIX: ClassVar[str] = ""
+    family's check-scoped clear of a fresh start was sent. A subclass names its keys by its
+    ``LAYOUT``'s prefix (``char_device_misses``, ...)."""
 
     misses: dict[str, int] = field(default_factory=dict)
     latched: dict[str, Latched] = field(default_factory=dict)
     cleared: bool = False
 
-    @classmethod
-    def latch_keys(cls) -> tuple[str, str, str]:
-        return (f"{cls.PREFIX}_misses", f"{cls.PREFIX}_latched", f"{cls.PREFIX}_cleared")
-
-    @classmethod
-    def keys(cls) -> tuple[str, ...]:
-        """Its top-level keys of the state file (a subclass with more fields adds its own)."""
-        return cls.latch_keys()
-
-    def copy(self: L) -> L:
-        return type(self)(dict(self.misses), dict(self.latched), self.cleared)
-
-    def to_json(self) -> dict[str, Any]:
-        misses, latched, cleared = self.latch_keys()
-        return {
-            misses: dict(sorted(self.misses.items())),
-            latched: {k: {"since": format_timestamp(v.since), "detail": v.detail}
-                      for k, v in sorted(self.latched.items())},
-            cleared: self.cleared,
-        }
-
-    @classmethod
-    def parse_latches(cls, data: Mapping[str, Any]
-                      ) -> tuple[dict[str, int], dict[str, Latched], bool]:
-        """The three common fields from the state file; raises on anything malformed."""
-        misses, latched, cleared = cls.latch_keys()
-        return (
-            {parse_str(k): parse_int(v) for k, v in parse_table(data, misses).items()},
-            {parse_str(k): Latched(parse_when(v["since"]), parse_str(v.get("detail", "")))
-             for k, v in parse_table(data, latched).items()},
-            parse_bool(data.get(cleared, False)))
-
-    @classmethod
-    def from_json(cls: type[L], data: Mapping[str, Any]) -> L:
-        return cls(*cls.parse_latches(data))
-
     def renamed(self: L, renames: Mapping[str, str]) -> L:
         """Device-keyed entries (``<device>:...``) under the devices' new names."""
-        return type(self)(renamed_counter_table(self.misses, renames),
-                          renamed_counter_table(self.latched, renames), self.cleared)
+        return replace(self, misses=renamed_counter_table(self.misses, renames),
+                       latched=renamed_counter_table(self.latched, renames))
 
 
 def held(cycle: Cycle) -> bool:

@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import Any, Iterable, Mapping, Optional
 
 from ..adapter import CharDevices
+from ..codec import Layout
 from ..config import CHAR_DEVICE_CHECK as CHAR_DEVICE_CHECK  # re-exported
 from ..config import Config
 from ..events import ENTITY_NIC, ENTITY_PORT, HealthEvent, make_event
@@ -49,7 +50,7 @@ CLASS_DIR = {UVERBS: "/sys/class/infiniband_verbs", UMAD: "/sys/class/infiniband
 
 
 class CharDeviceSection(LatchSection):
-    PREFIX = "char_device"
+    LAYOUT = Layout(prefix="char_device_")
 
 
 def key_of(device: str, port: Optional[int], code: str) -> str:

@@ -23,14 +23,15 @@ What it adds to the port rule of ``efa_state``:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
+from typing import TYPE_CHECKING, Iterable, Mapping, Optional
 
+from ..codec import stored
 from ..config import EFA_STATE_CHECK
-from ..events import CODE_CARD_PORTS, ENTITY_NIC, HealthEvent, format_timestamp, make_event
+from ..events import CODE_CARD_PORTS, ENTITY_NIC, HealthEvent, make_event
 from ..model import DeviceSnapshot, PortSnapshot
-from ..state import FATAL, HEALTHY, parse_int, parse_list, parse_str, parse_when
+from ..state import FATAL, HEALTHY
 from ..topology import MANAGEMENT, CardCount, CardVerdict, Role
 
 if TYPE_CHECKING:  # pragma: no cover - the section holds anomalies, they do not hold it
@@ -43,22 +44,10 @@ class EfaCardAnomaly:
     ``ports`` are the port keys it was short of that had no event of their own."""
 
     role: str
-    active: int
-    expected: int
+    active: int = field(metadata=stored(high=1 << 16))
+    expected: int = field(metadata=stored(high=1 << 16))
     since: datetime
-    ports: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {"role": self.role, "active": self.active, "expected": self.expected,
-                "since": format_timestamp(self.since), "ports": list(self.ports)}
-
-    @classmethod
-    def from_json(cls, data: Any) -> EfaCardAnomaly:
-        if not isinstance(data, dict):
-            raise TypeError("an EFA card anomaly must be an object")
-        return cls(parse_str(data["role"]), parse_int(data["active"], 1 << 16),
-                   parse_int(data["expected"], 1 << 16), parse_when(data["since"]),
-                   tuple(parse_str(p) for p in parse_list(data.get("ports", []), "ports")))
+    ports: tuple[str, ...] = field(default=(), metadata=stored(legacy=()))
 
 
 UP_OPERSTATES = ("up", "unknown")  # "unknown": drivers that never set it (RFC 2863)

@@ -9,19 +9,20 @@ family: every counter files under ``EFADegradationCheck``, a fatal one
 (``no_completion_cmds``, REPLACE_VM) too (``CheckNames.for_counter``). A counter the device
 does not have (the network group before Nitro v4) reads as absent: skipped, and named once in
 the start log's list of unavailable counters. Its section is a :class:`CounterSection` under
-keys of its own (``efa_*``).
+keys of its own (``efa_*``, :class:`EfaCounterSection`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Iterable, Mapping
 
+from ..codec import Layout
 from ..config import EFA_DEGRADATION_CHECK, EFA_STATE_CHECK, Config
 from ..events import HealthEvent
 from ..family import READS_COUNTERS, READS_PORTS, CheckFamily, Condition, Cycle, Verdict
 from ..model import HostSnapshot
-from .counter_section import KEYS as COUNTER_KEYS
 from .counter_section import CounterSection
 from .counters import (
     CheckNames,
@@ -32,37 +33,35 @@ from .counters import (
     release_unconfigured,
     urgent_counter_change,
 )
-from .link_counters import LINK_COUNTERS
+from .link_counters import LINK_COUNTERS, renamed
 
-PREFIX = "efa_"
-KEYS = tuple(PREFIX + key for key in COUNTER_KEYS)
 EFA_CHECKS = CheckNames(EFA_STATE_CHECK, EFA_DEGRADATION_CHECK)
 
 
-class EfaCounters(CheckFamily[CounterSection]):
+@dataclass
+class EfaCounterSection(CounterSection):
+    """The counter engine's records of the EFA counters, under ``efa_*`` keys, the empty ones
+    left out: the state file of a host without EFA is what it was before this family (the
+    golden traces of tests/core stay identical)."""
+
+    LAYOUT = Layout(prefix="efa_", omit_empty=True)
+
+
+class EfaCounters(CheckFamily[EfaCounterSection]):
     """Delta and velocity thresholds on the EFA counters, as for ConnectX."""
 
     id = "efa_counters"
     order = 25  # after link_counters
-    keys = KEYS
-    section_type = CounterSection
+    keys = EfaCounterSection.keys()
+    section_type = EfaCounterSection
     reads = frozenset({READS_PORTS, READS_COUNTERS})
 
     def enabled(self, config: Config) -> bool:
         return bool(config.active_efa_counters) and bool(
             {EFA_STATE_CHECK, EFA_DEGRADATION_CHECK} & set(config.checks))
 
-    def load(self, data: Mapping[str, Any], schema: int) -> CounterSection:
-        return CounterSection.from_json(
-            {key[len(PREFIX):]: data[key] for key in KEYS if key in data})
-
-    def dump(self, section: CounterSection) -> dict[str, Any]:
-        """Its keys, the empty ones left out: the state file of a host without EFA is
-        what it was before this family (the golden traces of tests/core stay identical)."""
-        return {PREFIX + key: value for key, value in section.to_json().items() if value}
-
-    def evaluate(self, previous: CounterSection, cycle: Cycle, memory: CounterMemory
-                 ) -> Verdict[CounterSection]:
+    def evaluate(self, previous: EfaCounterSection, cycle: Cycle, memory: CounterMemory
+                 ) -> Verdict[EfaCounterSection]:
         state = previous.copy()
         events: list[tuple[str, HealthEvent]] = []
         notes: list[str] = []
@@ -80,11 +79,11 @@ class EfaCounters(CheckFamily[CounterSection]):
                 state, frozenset(s.name for s in specs), cycle.enabled, cycle.now))
         return Verdict(state, tuple(events), observations, notes=tuple(notes))
 
-    def rename(self, section: CounterSection, renames: Mapping[str, str], now: datetime
-               ) -> CounterSection:
-        return LINK_COUNTERS.rename(section, renames, now)
+    def rename(self, section: EfaCounterSection, renames: Mapping[str, str], now: datetime
+               ) -> EfaCounterSection:
+        return renamed(section, renames)
 
-    def urgent(self, old: CounterSection, new: CounterSection, config: Config) -> bool:
+    def urgent(self, old: EfaCounterSection, new: EfaCounterSection, config: Config) -> bool:
         """As for the link counters: velocity snapshots that only advanced can wait."""
         return urgent_counter_change(old, new, config.active_efa_counters)
 
@@ -96,7 +95,7 @@ class EfaCounters(CheckFamily[CounterSection]):
     def observations(self, picture: Any) -> Mapping[str, CounterObservation]:
         return LINK_COUNTERS.observations(picture)  # the EFA counters' keys are distinct
 
-    def conditions(self, section: CounterSection, picture: Any) -> Iterable[Condition]:
+    def conditions(self, section: EfaCounterSection, picture: Any) -> Iterable[Condition]:
         return LINK_COUNTERS.conditions(section, picture)
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
+from ..codec import Layout, Section, dump_record, load_record, stored
 from ..config import EFA_STATE_CHECK, Config
 from ..events import (
     CODE_DEVICE_MISSING,
@@ -49,16 +50,7 @@ from ..family import (
     Verdict,
 )
 from ..model import DeviceSnapshot, HostSnapshot, PortSnapshot
-from ..state import (
-    FATAL,
-    HEALTHY,
-    SUPPRESSED,
-    parse_int,
-    parse_list,
-    parse_str,
-    parse_table,
-    parse_when,
-)
+from ..state import FATAL, HEALTHY, SUPPRESSED
 from ..topology import CardCount, CardVerdict, anomalous_cards
 from .efa_cards import EfaCardAnomaly, card_counts, card_events, netdev_down, short_ports
 from .identity import (
@@ -68,15 +60,18 @@ from .identity import (
     renamed_names,
     renamed_port_key,
 )
-from .link_section import DeviceIdentity, identities_json, parse_identities, rename_fields
+from .link_section import DeviceIdentity, rename_fields
 from .link_settings import LinkStateSettings
 
-KEYS = ("efa_ports", "efa_known_devices", "efa_device_misses", "efa_missing_devices",
-        "efa_driver_event", "efa_device_identities", "efa_group_modes", "efa_card_anomalies",
-        "efa_card_pending")
 CODE_DRIVER_EVENT = "driver_event"
 MISSES_BEFORE_GONE = 3
 __all__ = ["EFA_STATE", "EfaPort", "EfaStateSection", "netdev_down"]
+
+
+def _known_health(health: str) -> str:
+    if health not in (HEALTHY, FATAL, SUPPRESSED):
+        raise ValueError(f"unknown EFA port health {health!r}")
+    return health
 
 
 @dataclass(frozen=True)
@@ -84,30 +79,13 @@ class EfaPort:
     """The health the platform was last told about an EFA port, and what was read."""
 
     device: str
-    port: int
+    port: int = field(metadata=stored(high=256))
     netdev: str
     operstate: str
-    carrier: Optional[int]
-    health: str  # HEALTHY, FATAL or SUPPRESSED (down at first sight, no evidence)
+    carrier: Optional[int] = field(metadata=stored(high=2, legacy=None))
+    # HEALTHY, FATAL or SUPPRESSED (down at first sight, no evidence)
+    health: str = field(metadata=stored(after=_known_health))
     since: datetime
-
-    def to_json(self) -> dict[str, Any]:
-        return {"device": self.device, "port": self.port, "netdev": self.netdev,
-                "operstate": self.operstate, "carrier": self.carrier, "health": self.health,
-                "since": format_timestamp(self.since)}
-
-    @classmethod
-    def from_json(cls, data: Any) -> EfaPort:
-        if not isinstance(data, dict):
-            raise TypeError("an EFA port record must be an object")
-        carrier = data.get("carrier")
-        health = parse_str(data["health"])
-        if health not in (HEALTHY, FATAL, SUPPRESSED):
-            raise ValueError(f"unknown EFA port health {health!r}")
-        return cls(parse_str(data["device"]), parse_int(data["port"], 256),
-                   parse_str(data["netdev"]), parse_str(data["operstate"]),
-                   None if carrier is None else parse_int(carrier, 2), health,
-                   parse_when(data["since"]))
 
 
 @dataclass(frozen=True)
@@ -116,80 +94,37 @@ class EfaDriverEvent:
 
     since: datetime
     devices: tuple[str, ...]
-    told: bool = False
+    told: bool = field(default=False, metadata=stored(legacy=False))
 
-    def to_json(self) -> dict[str, Any]:
-        return {"since": format_timestamp(self.since), "devices": list(self.devices),
-                "told": self.told}
 
-    @classmethod
-    def from_json(cls, data: Any) -> Optional[EfaDriverEvent]:
-        if not data:
-            return None
-        if not isinstance(data, dict):
-            raise TypeError("efa_driver_event must be an object")
-        told = data.get("told", False)
-        if not isinstance(told, bool):
-            raise TypeError("efa_driver_event.told must be true or false")
-        return cls(parse_when(data["since"]),
-                   tuple(parse_str(n) for n in parse_list(data["devices"], "devices")), told)
+def _driver_event(raw: Any) -> Optional[EfaDriverEvent]:
+    """None is written as ``{}`` (and so left out of the file); any empty value reads None."""
+    return load_record(EfaDriverEvent, raw) if raw else None
 
 
 @dataclass
-class EfaStateSection:
+class EfaStateSection(Section):
     """Port records by ``<device>_<port>``, known devices, misses, devices declared gone, the
     hardware identity of each known device (#19.1), and card homogeneity (decisive modes by
-    role, latched and held card verdicts by card)."""
+    role, latched and held card verdicts by card), under ``efa_*`` keys: the empty ones are
+    left out (a host without EFA writes what it wrote before this family)."""
+
+    LAYOUT = Layout(prefix="efa_", omit_empty=True)
 
     ports: dict[str, EfaPort] = field(default_factory=dict)
-    known_devices: list[str] = field(default_factory=list)
-    device_misses: dict[str, int] = field(default_factory=dict)
+    known_devices: list[str] = field(default_factory=list, metadata=stored(sort=True))
+    device_misses: dict[str, int] = field(default_factory=dict, metadata=stored(high=1 << 20))
     missing_devices: dict[str, datetime] = field(default_factory=dict)
-    driver_event: Optional[EfaDriverEvent] = None
-    identities: dict[str, DeviceIdentity] = field(default_factory=dict)
-    group_modes: dict[str, int] = field(default_factory=dict)
+    driver_event: Optional[EfaDriverEvent] = field(default=None, metadata=stored(
+        parse=_driver_event, format=lambda event: dump_record(event) if event else {}))
+    identities: dict[str, DeviceIdentity] = field(default_factory=dict,
+                                                  metadata=stored(key="device_identities"))
+    group_modes: dict[str, int] = field(default_factory=dict, metadata=stored(high=1 << 16))
     card_anomalies: dict[str, EfaCardAnomaly] = field(default_factory=dict)
     card_pending: dict[str, datetime] = field(default_factory=dict)
 
-    def copy(self) -> EfaStateSection:
-        return EfaStateSection(dict(self.ports), list(self.known_devices),
-                               dict(self.device_misses), dict(self.missing_devices),
-                               self.driver_event, dict(self.identities),
-                               dict(self.group_modes), dict(self.card_anomalies),
-                               dict(self.card_pending))
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "efa_ports": {k: v.to_json() for k, v in sorted(self.ports.items())},
-            "efa_known_devices": sorted(self.known_devices),
-            "efa_device_misses": dict(sorted(self.device_misses.items())),
-            "efa_missing_devices": {k: format_timestamp(v)
-                                    for k, v in sorted(self.missing_devices.items())},
-            "efa_driver_event": self.driver_event.to_json() if self.driver_event else {},
-            "efa_device_identities": identities_json(self.identities),
-            "efa_group_modes": dict(sorted(self.group_modes.items())),
-            "efa_card_anomalies": {k: v.to_json()
-                                   for k, v in sorted(self.card_anomalies.items())},
-            "efa_card_pending": {k: format_timestamp(v)
-                                 for k, v in sorted(self.card_pending.items())},
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> EfaStateSection:
-        return cls(
-            {k: EfaPort.from_json(v) for k, v in parse_table(data, "efa_ports").items()},
-            [parse_str(n) for n in parse_list(data.get("efa_known_devices", []),
-                                              "efa_known_devices")],
-            {k: parse_int(v, 1 << 20)
-             for k, v in parse_table(data, "efa_device_misses").items()},
-            {k: parse_when(v) for k, v in parse_table(data, "efa_missing_devices").items()},
-            EfaDriverEvent.from_json(data.get("efa_driver_event")),
-            parse_identities(data, "efa_device_identities"),
-            {k: parse_int(v, 1 << 16) for k, v in parse_table(data, "efa_group_modes").items()},
-            {k: EfaCardAnomaly.from_json(v)
-             for k, v in parse_table(data, "efa_card_anomalies").items()},
-            {k: parse_when(v) for k, v in parse_table(data, "efa_card_pending").items()},
-        )
+KEYS = EfaStateSection.keys()
 
 
 def _describe(port: PortSnapshot) -> str:
@@ -217,10 +152,6 @@ class EfaState(CheckFamily[EfaStateSection]):
 
     def enabled(self, config: Config) -> bool:
         return EFA_STATE_CHECK in config.checks
-
-    def dump(self, section: EfaStateSection) -> dict[str, Any]:
-        """Its keys, the empty ones left out (a host without EFA writes what it wrote before)."""
-        return {key: value for key, value in section.to_json().items() if value}
 
     def rename(self, section: EfaStateSection, renames: Mapping[str, str], now: datetime
                ) -> EfaStateSection:
@@ -382,6 +313,11 @@ class EfaState(CheckFamily[EfaStateSection]):
             return None
         return section.identities, section.known_devices
 
+    def held_devices(self, section: EfaStateSection
+                     ) -> Optional[tuple[tuple[str, ...], datetime]]:
+        event = section.driver_event
+        return (event.devices, event.since) if event is not None else None
+
     def baseline_checks(self, snapshot: HostSnapshot) -> frozenset[str]:
         """Only on a host with an EFA device: a ConnectX host says what it said before."""
         return frozenset({EFA_STATE_CHECK}) if any(d.is_efa for d in snapshot.devices) \
@@ -419,6 +355,9 @@ class EfaState(CheckFamily[EfaStateSection]):
                                      and name in section.driver_event.devices),
                 "adapter": "efa", **rename_fields(identity),
             }
+
+    def uncabled(self, section: EfaStateSection) -> frozenset[PortId]:
+        return self.suppressed(section)
 
     def suppressed(self, section: EfaStateSection) -> frozenset[PortId]:
         """The EFA ports down since first sight without evidence: "uncabled" on every

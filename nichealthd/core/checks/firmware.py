@@ -14,14 +14,16 @@ logged and the group judged again at the same read.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Iterable, Mapping, Optional
 
+from ..codec import Layout
 from ..config import ETH_DEGRADATION_CHECK, IB_DEGRADATION_CHECK
 from ..events import ENTITY_NIC, HealthEvent, make_event
 from ..family import READS_ADAPTER, READS_DEVICES, CheckFamily, Condition, Cycle, Series, Verdict
 from ..model import DeviceSnapshot
-from ..state import DEGRADED, parse_str, parse_table
+from ..state import DEGRADED
 from .adapter_section import Latched, LatchSection, held
 from .identity import renamed_keys
 from .link_section import LinkStateSection
@@ -31,45 +33,18 @@ CODE_FIRMWARE = "firmware_drift"
 DEGRADATION_OF = {"InfiniBand": IB_DEGRADATION_CHECK, "Ethernet": ETH_DEGRADATION_CHECK}
 
 
+@dataclass
 class FirmwareSection(LatchSection):
     """Latched drift per ``<device>:firmware`` (detail: ``<its version> vs <majority>``),
     and the last version read of each device (``firmware_versions``)."""
 
-    PREFIX = "firmware"
+    LAYOUT = Layout(prefix="firmware_")
 
-    def __init__(self, misses: Optional[dict[str, int]] = None,
-                 latched: Optional[dict[str, Latched]] = None, cleared: bool = False,
-                 versions: Optional[dict[str, str]] = None) -> None:
-        super().__init__(misses or {}, latched or {}, cleared)
-        self.versions: dict[str, str] = versions or {}
-
-    @classmethod
-    def keys(cls) -> tuple[str, ...]:
-        return (*cls.latch_keys(), "firmware_versions")
-
-    def __eq__(self, other: object) -> bool:
-        return (isinstance(other, FirmwareSection) and super().__eq__(other)
-                and self.versions == other.versions)
-
-    def copy(self) -> FirmwareSection:
-        return FirmwareSection(dict(self.misses), dict(self.latched), self.cleared,
-                               dict(self.versions))
-
-    def to_json(self) -> dict[str, Any]:
-        data = super().to_json()
-        data["firmware_versions"] = dict(sorted(self.versions.items()))
-        return data
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> FirmwareSection:
-        versions = {parse_str(k): parse_str(v)
-                    for k, v in parse_table(data, "firmware_versions").items()}
-        return FirmwareSection(*cls.parse_latches(data), versions=versions)
+    versions: dict[str, str] = field(default_factory=dict)
 
     def renamed(self, renames: Mapping[str, str]) -> FirmwareSection:
-        base = super().renamed(renames)
-        return FirmwareSection(base.misses, base.latched, base.cleared,
-                               renamed_keys(self.versions, renames))
+        return replace(super().renamed(renames),
+                       versions=renamed_keys(self.versions, renames))
 
 
 def key_of(device: str) -> str:

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Iterable, Mapping, Optional
 
+from ..codec import Layout, Section, stored
 from ..config import EFA_DEGRADATION_CHECK, Config
 from ..duration import format_duration
 from ..events import (
@@ -73,16 +74,7 @@ from ..kernel_rules import (
 )
 from ..model import DeviceSnapshot, HostSnapshot, KernelLine
 from ..settings import Choice, Duration, Integer, Settings, setting, string, table
-from ..state import (
-    DEGRADED,
-    FATAL,
-    parse_bool,
-    parse_int,
-    parse_list,
-    parse_str,
-    parse_table,
-    parse_when,
-)
+from ..state import DEGRADED, FATAL
 from .link_state import LINK_STATE
 from .pci_open import layer_checks
 
@@ -148,15 +140,6 @@ class Fault:
     line: str
     fatal: bool
 
-    def to_json(self) -> dict[str, Any]:
-        return {"rule": self.rule, "at": format_timestamp(self.at), "line": self.line,
-                "fatal": self.fatal}
-
-    @classmethod
-    def from_json(cls, data: Any) -> Fault:
-        return cls(parse_str(data["rule"]), parse_when(data["at"]), parse_str(data["line"]),
-                   parse_bool(data["fatal"]))
-
 
 @dataclass(frozen=True)
 class Pending:
@@ -164,13 +147,6 @@ class Pending:
 
     line: str
     left: int  # lines still to look at
-
-    def to_json(self) -> dict[str, Any]:
-        return {"line": self.line, "left": self.left}
-
-    @classmethod
-    def from_json(cls, data: Any) -> Pending:
-        return cls(parse_str(data["line"]), parse_int(data["left"]))
 
 
 @dataclass(frozen=True)
@@ -183,20 +159,6 @@ class Told:
     entities: tuple[tuple[str, str], ...]
     since: datetime
 
-    def to_json(self) -> dict[str, Any]:
-        return {"check": self.check, "code": self.code,
-                "entities": [list(e) for e in self.entities],
-                "since": format_timestamp(self.since)}
-
-    @classmethod
-    def from_json(cls, data: Any) -> Told:
-        entities = []
-        for entity in parse_list(data["entities"], "entities"):
-            kind, value = parse_list(entity, "entity")
-            entities.append((parse_str(kind), parse_str(value)))
-        return cls(parse_str(data["check"]), parse_str(data["code"]), tuple(entities),
-                   parse_when(data["since"]))
-
 
 @dataclass(frozen=True)
 class Repeat:
@@ -204,23 +166,16 @@ class Repeat:
     window (oldest first, at most kernelLogRepeatCount), and the repetition event told."""
 
     times: tuple[datetime, ...] = ()
-    told: Optional[Told] = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"times": [format_timestamp(t) for t in self.times],
-                "told": self.told.to_json() if self.told else None}
-
-    @classmethod
-    def from_json(cls, data: Any) -> Repeat:
-        told = data.get("told")
-        return cls(tuple(parse_when(t) for t in parse_list(data["times"], "times")),
-                   Told.from_json(told) if told is not None else None)
+    told: Optional[Told] = field(default=None, metadata=stored(legacy=None))
 
 
 @dataclass
-class KernelLogSection:
+class KernelLogSection(Section):
     """The cursor, the dedup times, the match counts, the last and the fatal faults, the
-    repetition windows."""
+    repetition windows (absent in state files written before repetition was counted); one
+    object under ``KEY``."""
+
+    LAYOUT = Layout(nest=KEY)
 
     cursor: str = ""
     last_event: dict[str, datetime] = field(default_factory=dict)  # "rule|device" -> line time
@@ -230,39 +185,9 @@ class KernelLogSection:
     pending: dict[str, Pending] = field(default_factory=dict)  # rule -> header seen
     repeats: dict[str, Repeat] = field(default_factory=dict)  # "rule|device" -> window
 
-    def copy(self) -> KernelLogSection:
-        return KernelLogSection(self.cursor, dict(self.last_event), dict(self.counts),
-                                dict(self.faults), dict(self.fatal), dict(self.pending),
-                                dict(self.repeats))
-
     def without_cursor(self) -> tuple[Any, ...]:
         return (self.last_event, self.counts, self.faults, self.fatal, self.pending,
                 self.repeats)
-
-    def to_json(self) -> dict[str, Any]:
-        return {KEY: {
-            "cursor": self.cursor,
-            "last_event": {k: format_timestamp(v) for k, v in sorted(self.last_event.items())},
-            "counts": dict(sorted(self.counts.items())),
-            "faults": {k: v.to_json() for k, v in sorted(self.faults.items())},
-            "fatal": dict(sorted(self.fatal.items())),
-            "pending": {k: v.to_json() for k, v in sorted(self.pending.items())},
-            "repeats": {k: v.to_json() for k, v in sorted(self.repeats.items())},
-        }}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> KernelLogSection:
-        table = parse_table(data, KEY)
-        return cls(
-            parse_str(table.get("cursor", "")),
-            {parse_str(k): parse_when(v) for k, v in parse_table(table, "last_event").items()},
-            {parse_str(k): parse_int(v) for k, v in parse_table(table, "counts").items()},
-            {parse_str(k): Fault.from_json(v) for k, v in parse_table(table, "faults").items()},
-            {parse_str(k): parse_str(v) for k, v in parse_table(table, "fatal").items()},
-            {parse_str(k): Pending.from_json(v)
-             for k, v in parse_table(table, "pending").items()},
-            {parse_str(k): Repeat.from_json(v)  # absent in state files of before #17.4
-             for k, v in parse_table(table, "repeats").items()})
 
 
 @functools.lru_cache(maxsize=4)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional, TypeVar
 
 from ..config import (
     ETH_DEGRADATION_CHECK,
@@ -44,6 +44,18 @@ CHECK_NAMES_OF = {
     "InfiniBand": CheckNames(IB_STATE_CHECK, IB_DEGRADATION_CHECK),
     "Ethernet": CheckNames(ETH_STATE_CHECK, ETH_DEGRADATION_CHECK),
 }
+
+
+C = TypeVar("C", bound=CounterSection)
+
+
+def renamed(section: C, renames: Mapping[str, str]) -> C:
+    """``section`` with the records of each renamed device under its new name."""
+    return replace(section,
+                   counter_snapshots=renamed_counter_table(section.counter_snapshots, renames),
+                   breach_flags=renamed_counter_table(section.breach_flags, renames),
+                   saturated=renamed_counter_table(section.saturated, renames),
+                   saturated_quiet=renamed_counter_table(section.saturated_quiet, renames))
 
 
 class LinkCounters(CheckFamily[CounterSection]):
@@ -98,11 +110,7 @@ class LinkCounters(CheckFamily[CounterSection]):
                ) -> CounterSection:
         """Snapshots, latched breaches and saturation of a renamed device under its new name
         (a breach latched before a rename stays latched, #19.1)."""
-        return CounterSection(
-            renamed_counter_table(section.counter_snapshots, renames),
-            renamed_counter_table(section.breach_flags, renames),
-            renamed_counter_table(section.saturated, renames),
-            renamed_counter_table(section.saturated_quiet, renames))
+        return renamed(section, renames)
 
     def urgent(self, old: CounterSection, new: CounterSection, config: Config) -> bool:
         """Anything but velocity snapshots that advanced (:func:`urgent_counter_change`)."""

@@ -61,9 +61,10 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Iterable, Mapping, NamedTuple, Optional
 
+from ..codec import Section, parse_bool, parse_int, parse_list, parse_when, stored
 from ..config import Config
 from ..duration import format_duration
-from ..events import HealthEvent, format_timestamp, make_event, port_entities
+from ..events import HealthEvent, make_event, port_entities
 from ..family import (
     READS_COUNTERS,
     READS_PORTS,
@@ -76,16 +77,7 @@ from ..family import (
 )
 from ..model import PortSnapshot, is_value
 from ..settings import Duration, Integer, Report, Settings, setting
-from ..state import (
-    DEGRADED,
-    FATAL,
-    parse_bool,
-    parse_int,
-    parse_list,
-    parse_str,
-    parse_table,
-    parse_when,
-)
+from ..state import DEGRADED, FATAL
 from .counters import CheckNames, CounterMemory
 from .link_counters import CHECK_NAMES_OF
 from .link_section import LinkStateSection
@@ -140,6 +132,15 @@ class _Counted(NamedTuple):
 MAX_ENTRIES = 4096  # polls with cycles kept per port: bounds the state of a port flapping forever
 
 
+def _cycle(raw: Any) -> tuple[datetime, int, bool]:
+    """A cycle of the window: when, how many, absorbed. An older nichealthd wrote two items
+    (it knew no escalation: nothing absorbed) and reads the first two of three."""
+    items = parse_list(raw, "cycle")
+    if len(items) < 2:
+        raise ValueError(f"a cycle has a time and a count, got {len(items)} items")
+    return parse_when(items[0]), parse_int(items[1]), len(items) > 2 and parse_bool(items[2])
+
+
 @dataclass(frozen=True)
 class FlapRecord:
     """One port: its last known link, its outage not yet closed (the state seen down, the
@@ -147,15 +148,16 @@ class FlapRecord:
     in the window (when, how many, absorbed), the checks told it flaps."""
 
     device: str
-    port: int
+    port: int = field(metadata=stored(high=2**16))
     link_layer: str
     up: bool
     down_seen: bool = False
     open_downs: int = 0
-    cycles: tuple[tuple[datetime, int, bool], ...] = ()
+    cycles: tuple[tuple[datetime, int, bool], ...] = field(default=(), metadata=stored(
+        parse=lambda raw: tuple([_cycle(c) for c in parse_list(raw, "cycles")])))
     told: tuple[str, ...] = ()
-    outage_fatal: bool = False
-    outage_absorbed: bool = False
+    outage_fatal: bool = field(default=False, metadata=stored(legacy=False))
+    outage_absorbed: bool = field(default=False, metadata=stored(legacy=False))
 
     @property
     def count(self) -> int:
@@ -169,35 +171,10 @@ class FlapRecord:
 
 
 @dataclass
-class FlapSection:
+class FlapSection(Section):
     """Every port seen (port key -> record); a value of one poll."""
 
     link_flaps: dict[str, FlapRecord] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"link_flaps": {
-            k: {"device": r.device, "port": r.port, "link_layer": r.link_layer, "up": r.up,
-                "down_seen": r.down_seen, "open_downs": r.open_downs,
-                "cycles": [[format_timestamp(t), n, a] for t, n, a in r.cycles],
-                "told": list(r.told), "outage_fatal": r.outage_fatal,
-                "outage_absorbed": r.outage_absorbed}
-            for k, r in sorted(self.link_flaps.items())}}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> FlapSection:
-        """Layout 1. Raises on anything malformed. A record of an older nichealthd (cycles
-        of two items, no outage flags) loads with nothing absorbed: it knew no escalation;
-        an older nichealthd reads the first two items of a cycle and ignores the flags."""
-        return cls({
-            parse_str(k): FlapRecord(
-                parse_str(v["device"]), parse_int(v["port"], 2**16), parse_str(v["link_layer"]),
-                parse_bool(v["up"]), parse_bool(v["down_seen"]), parse_int(v["open_downs"]),
-                tuple((parse_when(c[0]), parse_int(c[1]), len(c) > 2 and parse_bool(c[2]))
-                      for c in parse_list(v["cycles"], "cycles")),
-                tuple(parse_str(c) for c in parse_list(v["told"], "told")),
-                parse_bool(v.get("outage_fatal", False)),
-                parse_bool(v.get("outage_absorbed", False)))
-            for k, v in parse_table(data, "link_flaps").items()})
 
 
 class LinkFlaps(CheckFamily[FlapSection]):

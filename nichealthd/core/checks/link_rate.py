@@ -18,8 +18,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Iterable, Mapping, NamedTuple, Optional
 
+from ..codec import Section, stored
 from ..config import ETH_DEGRADATION_CHECK, IB_DEGRADATION_CHECK
-from ..events import HealthEvent, format_timestamp, make_event, port_entities
+from ..events import HealthEvent, make_event, port_entities
 from ..family import (
     READS_DEVICES,
     READS_PORTS,
@@ -30,7 +31,7 @@ from ..family import (
     Series,
     Verdict,
 )
-from ..state import DEGRADED, parse_int, parse_str, parse_table, parse_when
+from ..state import DEGRADED
 from .ports import is_active, port_label
 
 CODE_LINK_RATE = "link_rate"
@@ -63,7 +64,7 @@ class RateRecord:
     """A port told it runs below its peers: its rate and theirs then."""
 
     device: str
-    port: int
+    port: int = field(metadata=stored(high=2**16))
     link_layer: str
     rate: str
     peers: str
@@ -71,25 +72,10 @@ class RateRecord:
 
 
 @dataclass
-class RateSection:
+class RateSection(Section):
     """The ports told degraded (port key -> record); a value of one poll."""
 
     rate_degraded: dict[str, RateRecord] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"rate_degraded": {
-            k: {"device": r.device, "port": r.port, "link_layer": r.link_layer,
-                "rate": r.rate, "peers": r.peers, "since": format_timestamp(r.since)}
-            for k, r in sorted(self.rate_degraded.items())}}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> RateSection:
-        """Layout 1. Raises on anything malformed."""
-        return cls({
-            parse_str(k): RateRecord(parse_str(v["device"]), parse_int(v["port"], 2**16),
-                                     parse_str(v["link_layer"]), parse_str(v["rate"]),
-                                     parse_str(v["peers"]), parse_when(v["since"]))
-            for k, v in parse_table(data, "rate_degraded").items()})
 
 
 class LinkRate(CheckFamily[RateSection]):

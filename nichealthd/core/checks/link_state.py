@@ -21,14 +21,16 @@ from ..family import (
     READS_DEVICES,
     READS_PORTS,
     CheckFamily,
+    Condition,
     Cycle,
+    PortBase,
     PortId,
     Series,
     Verdict,
 )
 from ..model import DeviceSnapshot, HostSnapshot
 from ..state import SUPPRESSED
-from ..topology import anomalous_cards
+from ..topology import Role, anomalous_cards
 from .cards import (
     card_counts,
     forget_pending,
@@ -46,6 +48,7 @@ from .identity import (
     renamed_keys,
     renamed_port_key,
 )
+from .link_health import base_conditions, port_bases
 from .link_section import (
     KEYS,
     DeviceIdentity,
@@ -163,8 +166,21 @@ class LinkState(CheckFamily[LinkStateSection]):
                    ) -> tuple[Mapping[str, DeviceIdentity], Sequence[str]]:
         return section.identities, section.known_devices
 
+    def held_devices(self, section: LinkStateSection
+                     ) -> Optional[tuple[tuple[str, ...], datetime]]:
+        event = section.driver_event
+        return (event.devices, event.since) if event is not None else None
+
     def baseline_checks(self, snapshot: HostSnapshot) -> frozenset[str]:
         return frozenset({IB_STATE_CHECK, ETH_STATE_CHECK})
+
+    def port_bases(self, section: LinkStateSection, snapshot: HostSnapshot,
+                   roles: Mapping[str, Role]) -> Mapping[PortId, PortBase]:
+        return port_bases(section, snapshot, roles)
+
+    def base_conditions(self, section: LinkStateSection, snapshot: HostSnapshot,
+                        bases: Mapping[PortId, PortBase]) -> Iterable[Condition]:
+        return base_conditions(section, snapshot, bases)
 
     def port_fields(self, section: LinkStateSection, picture: Any, port: PortId
                     ) -> Mapping[str, Any]:

@@ -46,6 +46,7 @@ from datetime import datetime
 from typing import Any, Iterable, Mapping, Optional
 
 from ..adapter import PciNic
+from ..codec import Layout
 from ..config import ETH_STATE_CHECK, IB_STATE_CHECK, Config
 from ..duration import format_duration
 from ..events import HealthEvent, format_timestamp, make_event
@@ -60,7 +61,7 @@ from ..family import (
     Verdict,
 )
 from ..model import DeviceSnapshot
-from ..state import FATAL, MonitorState, parse_str, parse_table, parse_when
+from ..state import FATAL, MonitorState
 from ..topology import COMPUTE, EXCLUDED, MANAGEMENT, STORAGE, Role, Topology, classify
 from .adapter_section import ENTITY_PCI, Latched, LatchSection, held
 from .link_settings import LinkStateSettings
@@ -78,28 +79,9 @@ class LostNicSection(LatchSection):
     """The common latch tables, and since when each pending function has been without its
     device while the driver was up (``lost_nic_since``: the grace clock)."""
 
-    PREFIX = "lost_nic"
-    SINCE = "lost_nic_since"
+    LAYOUT = Layout(prefix="lost_nic_")
 
     since: dict[str, datetime] = field(default_factory=dict)
-
-    @classmethod
-    def keys(cls) -> tuple[str, ...]:
-        return (*cls.latch_keys(), cls.SINCE)
-
-    def copy(self) -> LostNicSection:
-        return LostNicSection(dict(self.misses), dict(self.latched), self.cleared,
-                              dict(self.since))
-
-    def to_json(self) -> dict[str, Any]:
-        data = super().to_json()
-        data[self.SINCE] = {k: format_timestamp(v) for k, v in sorted(self.since.items())}
-        return data
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> LostNicSection:
-        since = {parse_str(k): parse_when(v) for k, v in parse_table(data, cls.SINCE).items()}
-        return cls(*cls.parse_latches(data), since=since)
 
 
 @dataclass(frozen=True)

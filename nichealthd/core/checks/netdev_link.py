@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any, Iterable, Mapping, Optional
 
 from ..adapter import NetdevLink
+from ..codec import Layout
 from ..config import ETH_DEGRADATION_CHECK, IB_DEGRADATION_CHECK
 from ..events import HealthEvent, make_event, port_entities
 from ..family import READS_ADAPTER, READS_PORTS, CheckFamily, Condition, Cycle, Verdict
@@ -30,7 +31,7 @@ DEGRADATION_OF = {"InfiniBand": IB_DEGRADATION_CHECK, "Ethernet": ETH_DEGRADATIO
 
 
 class NetdevLinkSection(LatchSection):
-    PREFIX = "netdev_link"
+    LAYOUT = Layout(prefix="netdev_link_")
 
 
 def key_of(device: str, port: int) -> str:

@@ -14,9 +14,10 @@ firmware command.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from ..codec import stored
 from ..config import Config
 from ..events import HealthEvent
 from ..family import READS_HWMON, CheckFamily, Condition, Cycle, Series, Verdict
@@ -31,10 +32,12 @@ CODE = "temperature"
 HIGH, CRITICAL = "high", "critical"
 
 
+@dataclass
 class TemperatureSection(OpenSection):
     """Hot sensors, keyed ``<PCI address>/<hwmonN/tempI>``."""
 
-    KEY = "nic_temperature_alerts"
+    records: dict[str, OpenRecord] = field(default_factory=dict,
+                                           metadata=stored(key="nic_temperature_alerts"))
 
 
 def level(sensor: Sensor, margin_c: int) -> str:
@@ -68,7 +71,7 @@ class NicTemperature(CheckFamily[TemperatureSection]):
 
     id = "nic_temperature"
     order = 52
-    keys = (TemperatureSection.KEY,)
+    keys = TemperatureSection.keys()
     section_type = TemperatureSection
     reads = frozenset({READS_HWMON})
     cadence = 60.0

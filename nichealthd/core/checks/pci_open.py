@@ -10,17 +10,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Mapping, Optional
+from typing import Optional
 
+from ..codec import Section, stored
 from ..config import (
     ETH_DEGRADATION_CHECK,
     ETH_STATE_CHECK,
     IB_DEGRADATION_CHECK,
     IB_STATE_CHECK,
 )
-from ..events import ENTITY_NIC, ENTITY_PCI, HealthEvent, format_timestamp, make_event
+from ..events import ENTITY_NIC, ENTITY_PCI, HealthEvent, make_event
 from ..model import DeviceSnapshot
-from ..state import parse_bool, parse_str, parse_table, parse_when
 from .counters import CheckNames
 from .link_section import LinkStateSection
 from .link_state import device_layer
@@ -48,13 +48,13 @@ def pci_entities(device: str, address: str) -> tuple[tuple[str, str], ...]:
 class OpenRecord:
     """An open unhealthy report and the identity it was sent with."""
 
-    check: str
-    fatal: bool
-    code: str
+    check: str = field(metadata=stored(key="check_name"))
+    fatal: bool = field(metadata=stored(key="is_fatal"))
+    code: str = field(metadata=stored(key="error_code"))
     device: str
-    address: str
+    address: str = field(metadata=stored(key="pci_address"))
     since: datetime
-    detail: str = ""  # what it was (shown by the views)
+    detail: str = field(default="", metadata=stored(legacy=""))  # what it was (shown)
 
     def event(self, *, healthy: bool, message: str, at: datetime) -> HealthEvent:
         return make_event(self.check, fatal=self.fatal and not healthy, healthy=healthy,
@@ -62,33 +62,10 @@ class OpenRecord:
                           entities=pci_entities(self.device, self.address),
                           message=message, at=at)
 
-    def to_json(self) -> dict[str, Any]:
-        return {"check_name": self.check, "is_fatal": self.fatal, "error_code": self.code,
-                "device": self.device, "pci_address": self.address,
-                "since": format_timestamp(self.since), "detail": self.detail}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> OpenRecord:
-        return cls(parse_str(data["check_name"]), parse_bool(data["is_fatal"]),
-                   parse_str(data["error_code"]), parse_str(data["device"]),
-                   parse_str(data["pci_address"]), parse_when(data["since"]),
-                   parse_str(data.get("detail", "")))
-
 
 @dataclass
-class OpenSection:
-    """A family's open records, under one top-level key of the state file (``KEY``)."""
+class OpenSection(Section):
+    """A family's open records, under one top-level key of the state file: a subclass
+    declares ``records`` again with its key."""
 
-    KEY = ""
     records: dict[str, OpenRecord] = field(default_factory=dict)
-
-    def copy(self) -> OpenSection:
-        return type(self)(dict(self.records))
-
-    def to_json(self) -> dict[str, Any]:
-        return {self.KEY: {k: r.to_json() for k, r in sorted(self.records.items())}}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Any:
-        return cls({parse_str(k): OpenRecord.from_json(v)
-                    for k, v in parse_table(data, cls.KEY).items()})

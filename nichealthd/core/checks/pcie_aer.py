@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Iterable, Mapping
 
+from ..codec import Layout
 from ..config import Config, CounterSpec
 from ..events import ENTITY_NIC, ENTITY_PCI, HealthEvent, make_event
 from ..family import HOST, READS_AER, CheckFamily, Condition, Cycle, Series, Verdict
@@ -99,23 +100,10 @@ def is_rootport_key(key: str) -> bool:
 class AerSection(CounterSection):
     """The counter engine's records of the AER totals, under ``aer_*`` keys of the state."""
 
-    def copy(self) -> AerSection:
-        return AerSection(dict(self.counter_snapshots), dict(self.breach_flags),
-                          dict(self.saturated), dict(self.saturated_quiet))
-
-    def to_json(self) -> dict[str, Any]:
-        return {PREFIX + k: v for k, v in super().to_json().items()}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> AerSection:
-        plain = CounterSection.from_json(
-            {k[len(PREFIX):]: v for k, v in data.items() if k.startswith(PREFIX)})
-        return cls(plain.counter_snapshots, plain.breach_flags, plain.saturated,
-                   plain.saturated_quiet)
+    LAYOUT = Layout(prefix=PREFIX)
 
 
-KEYS = tuple(PREFIX + k for k in ("counter_snapshots", "breach_flags", "saturated_counters",
-                                  "saturated_quiet_counters"))
+KEYS = AerSection.keys()
 
 
 @dataclass

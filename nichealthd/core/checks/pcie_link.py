@@ -11,10 +11,11 @@ is unknown (link down, ``Unknown``, files absent in a VM) is not judged. Slow ca
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterable, Mapping, Optional
 
+from ..codec import stored
 from ..config import Config
 from ..events import HealthEvent
 from ..family import READS_PCIE, CheckFamily, Condition, Cycle, Series, Verdict
@@ -29,10 +30,12 @@ from .pci_open import OpenRecord, OpenSection, layer_checks
 CODE = "pcie_link"
 
 
+@dataclass
 class PcieLinkSection(OpenSection):
     """Degraded hops, keyed ``<upstream address>><downstream address>``."""
 
-    KEY = "pcie_degraded_links"
+    records: dict[str, OpenRecord] = field(default_factory=dict,
+                                           metadata=stored(key="pcie_degraded_links"))
 
 
 def hop_key(hop: PcieHop) -> str:
@@ -55,7 +58,7 @@ class PcieLink(CheckFamily[PcieLinkSection]):
 
     id = "pcie_link"
     order = 50
-    keys = (PcieLinkSection.KEY,)
+    keys = PcieLinkSection.keys()
     section_type = PcieLinkSection
     reads = frozenset({READS_PCIE})
     cadence = 60.0

@@ -93,7 +93,7 @@ _FILE_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"),
 
 
 def read_token(path: str, warned: set[tuple[str, int]]) -> str:
-    """The token file's text, read without ever blocking (issue 12.13).
+    """The token file's text, read without ever blocking.
 
     Opened ``O_NONBLOCK`` and checked with ``fstat`` on the open fd (no race with a swap):
     a FIFO, device, socket or directory is refused with a clear ``SendError`` (delivery is

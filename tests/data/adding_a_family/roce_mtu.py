@@ -14,11 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional
 
+from nichealthd.core.codec import Section, stored
 from nichealthd.core.config import ETH_DEGRADATION_CHECK, Config
 from nichealthd.core.events import HealthEvent, make_event, port_entities
 from nichealthd.core.family import READS_PORTS, CheckFamily, Condition, Cycle, Series, Verdict
 from nichealthd.core.settings import Integer, Settings, setting
-from nichealthd.core.state import DEGRADED, parse_int, parse_str, parse_table
+from nichealthd.core.state import DEGRADED
 
 FACT = "netdev_mtu"  # what the netdev_mtu source provides
 CODE = "roce_mtu"
@@ -34,18 +35,12 @@ class RoceMtuSettings(Settings):
 
 
 @dataclass
-class RoceMtuSection:
-    """The RoCE ports reported below the minimum: port key -> the MTU reported."""
+class RoceMtuSection(Section):
+    """The RoCE ports reported below the minimum: port key -> the MTU reported. Declared:
+    the one codec (core/codec.py) writes it as ``roce_mtu_low`` and reads it strictly."""
 
-    low: dict[str, int] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"roce_mtu_low": dict(sorted(self.low.items()))}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> RoceMtuSection:
-        return cls({parse_str(k): parse_int(v, 65536)
-                    for k, v in parse_table(data, "roce_mtu_low").items()})
+    low: dict[str, int] = field(default_factory=dict, metadata=stored(key="roce_mtu_low",
+                                                                      high=65536))
 
 
 class RoceMtu(CheckFamily[RoceMtuSection]):
@@ -53,7 +48,7 @@ class RoceMtu(CheckFamily[RoceMtuSection]):
 
     id = "roce_mtu"
     order = 60
-    keys = ("roce_mtu_low",)
+    keys = RoceMtuSection.keys()
     section_type = RoceMtuSection
     reads = frozenset({READS_PORTS, FACT})
     cadence = 60.0

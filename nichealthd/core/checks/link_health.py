@@ -1,0 +1,99 @@
+"""What the link-state family holds about health: each port's base and its open conditions.
+
+The base of a monitored port is the health last reported for its state (the record of
+:mod:`.link_section`): DEGRADED/FATAL with the state as the reason, uncabled for a port down
+at first sight, healthy otherwise; a port read but not yet judged is unknown. Ports of a
+monitored device that vanished from the poll, and every recorded port of a known device
+absent from it, keep their record and are shown with ``present`` False: fatal ("port
+missing", "<device> missing") once the spec's three polls are past.
+
+Its conditions are the card verdicts (a card with fewer active ports than its group's mode
+makes its ports that rest on the verdict, or are unhealthy, fatal; with none of them in the
+poll, the host) and the missing devices that have no port to show it on.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping, Optional
+
+from ..family import Condition, PortBase, PortId
+from ..model import HostSnapshot, PortSnapshot
+from ..state import DEGRADED, FATAL, HEALTHY, SUPPRESSED, UNCABLED, UNKNOWN
+from ..topology import Role
+from .link_section import LinkStateSection, PortRecord
+from .ports import is_active, state_name
+
+MISSES_BEFORE_GONE = 3  # checks.devices / checks.ports: gone at the third miss
+
+
+def port_bases(section: LinkStateSection, snapshot: HostSnapshot, roles: Mapping[str, Role]
+               ) -> dict[PortId, PortBase]:
+    """The base of every monitored port of the poll and of the recorded ports it no longer
+    sees (see the module doc)."""
+    recorded: dict[str, list[PortRecord]] = {}  # device -> its port records (one pass)
+    for each in section.port_states.values():
+        recorded.setdefault(each.device, []).append(each)
+    bases: dict[PortId, PortBase] = {}
+    present_devices = set()
+    for device in snapshot.devices:
+        present_devices.add(device.name)
+        role = roles.get(device.name)
+        if not (role and role.monitored):
+            continue
+        seen = set()
+        for port in device.ports:
+            seen.add(port.port)
+            health, why = _base(port, section.port_states.get(port.key))
+            bases[(device.name, port.port)] = PortBase(health, tuple(why))
+        for record in recorded.get(device.name, ()):
+            if record.port not in seen:
+                health, why = _base(None, record)
+                if record.misses >= MISSES_BEFORE_GONE:
+                    health, why = FATAL, [*why, "port missing"]
+                bases[(record.device, record.port)] = PortBase(health, tuple(why), False)
+    absent = set(section.known_devices) - present_devices
+    for record in (r for name in sorted(absent) for r in recorded.get(name, ())):
+        health, why = _base(None, record)
+        if record.device in section.missing_devices:
+            health, why = FATAL, [f"{record.device} missing"]
+        else:
+            misses = section.device_misses.get(record.device, 0)
+            if misses:
+                why = [*why, f"{record.device} not seen ({misses} polls)"]
+        bases[(record.device, record.port)] = PortBase(health, tuple(why), False)
+    return bases
+
+
+def _base(port: Optional[PortSnapshot], record: Optional[PortRecord]) -> tuple[str, list[str]]:
+    """The port-state condition: the health last reported for the port, and why."""
+    if record is None:
+        if port is None or not port.readable:
+            return UNKNOWN, ["state unreadable"]
+        if is_active(port.state, port.phys_state):
+            return HEALTHY, []
+        return UNKNOWN, ["not evaluated"]
+    if record.health == SUPPRESSED:
+        return UNCABLED, []
+    if record.health in (DEGRADED, FATAL):
+        return record.health, [f"{state_name(record.state)}/{state_name(record.physical_state)}"]
+    return HEALTHY, []
+
+
+def base_conditions(section: LinkStateSection, snapshot: HostSnapshot,
+                    bases: Mapping[PortId, PortBase]) -> Iterable[Condition]:
+    """The card verdicts and the missing devices without a port to show it on (module
+    doc): a port of a short card is fatal when its fatal event rested on the verdict or its
+    base is unhealthy; with none of them in the poll, the host."""
+    card_of = {d.name: d.card or "" for d in snapshot.devices}
+    for card, anomaly in sorted(section.card_anomalies.items()):
+        reason = f"card {card} has {anomaly.active} of {anomaly.expected} ports active"
+        short = [key for key, base in bases.items() if card_of.get(key[0]) == card
+                 and (f"{key[0]}_{key[1]}" in anomaly.ports or base.health in (DEGRADED, FATAL))]
+        for key in short:
+            yield Condition(FATAL, reason, key)
+        if not short:
+            yield Condition(FATAL, reason)
+    attributed = {key[0] for key, base in bases.items() if not base.present}
+    for name in sorted(section.missing_devices):
+        if name not in attributed:
+            yield Condition(FATAL, f"{name} missing")
