@@ -1,4 +1,4 @@
-"""The adapter side of a simulated host (#16.3-6): character devices, unbound PFs, firmware, flags.
+"""The adapter side of a simulated host: character devices, unbound PFs, firmware, flags.
 
 Built after the devices: one ``uverbsN`` per RDMA device under
 ``<function>/infiniband_verbs/`` and one ``umadN`` and ``issmN`` per port under

@@ -102,7 +102,7 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="seconds up between cycles (default: --down)")
     cmd("set-rate", "set a port's rate: '200 Gb/sec (4X HDR)', or Gb/s at its current lanes",
         "ROOT", "DEV", "PORT", "RATE")
-    # #18.5: EFA health is its netdev's (netdev down: port --operstate down)
+    # EFA health is its netdev's (netdev down: port --operstate down)
     p = cmd("carrier", "set the port netdev's carrier: 0 lost, 1 back (operstate untouched)",
             "ROOT", "DEV", "PORT")
     p.add_argument("VALUE", type=int, choices=(0, 1))
@@ -170,7 +170,7 @@ def _build_parser() -> argparse.ArgumentParser:
     p = cmd("sm", "stop or start the InfiniBand subnet manager: stop takes every ACTIVE "
             "InfiniBand port to INIT/LinkUp without its LIDs, start brings them back", "ROOT")
     p.add_argument("ACTION", choices=("stop", "start"))
-    # PCI side of a NIC (#16)
+    # PCI side of a NIC
     p = cmd("pcie-degrade", "train a PCIe hop of DEV down (or back with --restore)", "ROOT",
             "DEV")
     p.add_argument("--hop", type=int, default=0, metavar="N",
@@ -192,7 +192,7 @@ def _build_parser() -> argparse.ArgumentParser:
     p = cmd("temp", "set DEV's ASIC temperature (degrees C)", "ROOT", "DEV", "CELSIUS")
     p.add_argument("--crit", type=float, metavar="C", help="also set its critical threshold")
     cmd("hide-class", "make sys/class/infiniband absent", "ROOT")
-    # --- adapter (#16.3-6)
+    # --- adapter
     for verb, text in (("chardev-remove", "remove a character device entry (or with --class "
                         "a whole class directory)"),
                        ("chardev-restore", "bring a removed character device entry back")):
@@ -214,7 +214,7 @@ def _build_parser() -> argparse.ArgumentParser:
             "sets operstate down)", "ROOT", "DEV", "STATE")
     p.add_argument("--port", type=_port, default=1, help="default: 1")
     cmd("unhide-class", "bring sys/class/infiniband back", "ROOT")
-    # The kernel log (#17): real journal files the daemon reads with kernelLogPath.
+    # The kernel log: real journal files the daemon reads with kernelLogPath.
     p = cmd("kernel-log", "append the kernel's line for RULE about DEV (or 'host') to the "
             "host's journal (ROOT/journal; point kernelLogPath at it)", "ROOT", "DEV", "RULE")
     p.add_argument("--journal", metavar="PATH", help="journal directory or file "
@@ -340,7 +340,7 @@ def _aer(a: argparse.Namespace) -> None:
 
 
 def _function(a: argparse.Namespace) -> Path:
-    """DEV's PCI function directory (#16 mutations)."""
+    """DEV's PCI function directory (the PCI-side mutations)."""
     return pcifiles.device_function(a.ROOT, tree.device(tree.load(Path(a.ROOT)), a.DEV))
 
 

@@ -36,7 +36,7 @@ def run_demo(profile: str = "dgx-h100", root: Optional[str] = None) -> int:
         manifest = tree.create(host, profile,
                                force=bool(root) and (host / "sim.json").exists())
         names = [d["name"] for d in manifest["devices"]]
-        # mlx5_3, or the fourth device where there is none (the EFA hosts, #18.5)
+        # mlx5_3, or the fourth device where there is none (the EFA hosts)
         fault = FAULT_DEVICE if FAULT_DEVICE in names or len(names) < 4 else names[3]
         print(f"simulated {profile} host in {host}")
         try:

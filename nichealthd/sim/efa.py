@@ -1,4 +1,4 @@
-"""AWS Elastic Fabric Adapter functions in the fake host (#18.5): EFA, its ENA partner, files.
+"""AWS Elastic Fabric Adapter functions in the fake host: EFA, its ENA partner, files.
 
 What the efa driver shows (drivers/infiniband/hw/efa/efa_verbs.c): one port that is always
 ``4: ACTIVE`` / ``5: LinkUp``, at the rate of the device's link (``efa_query_port``: older

@@ -1,4 +1,4 @@
-"""Kernel log lines of a simulated host, written as real journal files (#17).
+"""Kernel log lines of a simulated host, written as real journal files.
 
 Entries are built in the journal export format and written by ``systemd-journal-remote -o FILE
 -`` (Debian package systemd-journal-remote), which appends to an existing file: the daemon

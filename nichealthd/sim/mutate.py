@@ -84,7 +84,7 @@ def set_port(
 
 def carrier(root: PathLike, dev: str, port: PortId, value: int) -> None:
     """Write the port netdev's ``carrier`` (0: carrier lost, 1: back), operstate untouched
-    (#18.5: the kernel's linkwatch updates operstate up to a second later)."""
+    (the kernel's linkwatch updates operstate up to a second later)."""
     if value not in (0, 1):
         raise SimError(f"carrier is 0 or 1, got {value}")
     top = Path(root)
@@ -99,7 +99,7 @@ def uncable(root: PathLike, dev: str, port: PortId) -> None:
     top = Path(root)
     device = _device(top, dev)
     if device.get("adapter") == "efa":
-        # The efa driver reports ACTIVE/LinkUp whatever happens (#18.5): only the
+        # The efa driver reports ACTIVE/LinkUp whatever happens: only the
         # interface sees the cable.
         set_port(top, dev, port, operstate="down")
         carrier(top, dev, port, 0)
@@ -118,7 +118,7 @@ def counter_path(root: PathLike, dev: str, port: PortId, name: str) -> Path:
     pdir = tree.port_dir(top, device, port)
     if "/" in name or name in ("", ".", ".."):
         raise SimError(f"counter name must be a file basename, got {name!r}")
-    # ... and the device's own hw_counters/ (EFA's device statistics, #18.5)
+    # ... and the device's own hw_counters/ (EFA's device statistics)
     candidates = [pdir / "counters" / name, pdir / "hw_counters" / name,
                   pdir.parent.parent / "hw_counters" / name]
     ndir = _netdev_dir(top, device, port)
@@ -489,7 +489,7 @@ def unhide_class(root: PathLike) -> None:
     os.rename(src, dest)
 
 
-# ------------------------------------------------------------ driver events (#19)
+# ------------------------------------------------------------ driver events
 
 UNLOADED = "driver_unloaded"  # manifest key: the devices a driver-unload took away
 

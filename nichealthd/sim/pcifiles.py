@@ -1,4 +1,4 @@
-"""The PCI-side files of a simulated NIC (#16): AER tables, hwmon sensors, PCIe link changes.
+"""The PCI-side files of a simulated NIC: AER tables, hwmon sensors, PCIe link changes.
 
 Formats as the kernel writes them: ``aer_dev_*`` are ``<ErrorName> <count>`` lines ending with
 ``TOTAL_ERR_COR`` / ``TOTAL_ERR_NONFATAL`` / ``TOTAL_ERR_FATAL``

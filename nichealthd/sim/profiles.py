@@ -28,7 +28,7 @@ HCAS: Dict[str, Tuple[str, str, str, str]] = {
     "bf3": ("0xa2dc", "MT41692", "32.41.1000", "MT_0000000884"),
     # ConnectX family SR-IOV virtual function (what a VF reports, whatever the PF is).
     "vf": ("0x101e", "MT4126", "28.41.1000", "MT_0000000838"),
-    # AWS Elastic Fabric Adapter (#18.5): no hca_type/board_id files, firmware version as the
+    # AWS Elastic Fabric Adapter: no hca_type/board_id files, firmware version as the
     # efa driver shows. The PCI device id is the EFA generation: efa0 on p4d (EFA v1, Nitro
     # v3), efa1 on p5 (EFA v2, Nitro v4), efa2 on p5en (EFA v3, Nitro v5), efa3 on p6-b200
     # (EFA v4, Nitro v6), as real hwloc trees show them (aws-ofi-nccl's
@@ -80,7 +80,7 @@ class NicSpec:
     rate: Optional[str] = None
     vfs: int = 0
     default_route: bool = False
-    # "mlx5", or "efa" (#18.5): an Amazon EFA function of an "EFA with ENA" interface, whose
+    # "mlx5", or "efa": an Amazon EFA function of an "EFA with ENA" interface, whose
     # ENA function (netdev ``netdev``) is at ``ena_pci`` (default: the next slot of the EFA's
     # bus), or of an EFA-only interface when ``ena`` is False (no ENA, no netdev).
     adapter: str = "mlx5"
@@ -518,7 +518,7 @@ def _cloud_vm_ib() -> Profile:
     )
 
 
-# ------------------------------------------------------------------ AWS EFA hosts (#18.5)
+# ------------------------------------------------------------------ AWS EFA hosts
 # Where the layouts come from. Device counts and bandwidth: AWS's instance pages and EC2 user
 # guide (p4d/p5/p5e: docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html and
 # p5-efa.html, "P5 and P5e instances support up to 32 network cards ... 3,200 Gbps"); the EFA
@@ -571,7 +571,7 @@ P5_GPU_BUSES = (0x53, 0x64, 0x75, 0x86, 0x97, 0xA8, 0xB9, 0xCA)
 
 def _p5(ena: bool = True, name: str = "p5", gpu: str = "0x2330", model: str = "H100"
         ) -> Profile:
-    """AWS p5.48xlarge (#18.5): 8 H100 SXM5 and 32 EFA of 100 Gb/s (3200 Gbps), EFA v2.
+    """AWS p5.48xlarge: 8 H100 SXM5 and 32 EFA of 100 Gb/s (3200 Gbps), EFA v2.
 
     GPU g at bus P5_GPU_BUSES[g] (GPUs 0-3 on NUMA 0, 4-7 on NUMA 1) with its four EFA
     (1d0f:efa1) on the four buses just below it (53:00.0 with rdmap79s0..rdmap82s0 at

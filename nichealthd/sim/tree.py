@@ -87,7 +87,7 @@ class _Builder:
         self.layout = layout
         self.new_hw_counters = new_hw_counters
         self.ifindex = 1
-        self.hwmons = 0  # hwmon<N> numbering (#16)
+        self.hwmons = 0  # hwmon<N> numbering
         self.routes: List[Tuple[str, str, str, int, str]] = []  # iface, dst, gw, flags, mask
         self.devices: List[Dict[str, Any]] = []
 
@@ -103,7 +103,7 @@ class _Builder:
         pclass = "0x020700" if link_layer == IB else "0x020000"
         if physfn is None:
             self.link_files(pdir, GEN4 if hca == "cx6" else GEN5, 16)
-            aer_files(pdir)  # #16: AER tables and the ASIC sensor of a physical function
+            aer_files(pdir)  # AER tables and the ASIC sensor of a physical function
             hwmon(pdir, self.hwmons)
             self.hwmons += 1
         write_new(pdir / "vendor", "0x15b3\n")
@@ -161,7 +161,7 @@ class _Builder:
             self.plain_function(devices / bridge.path, bridge.bdf, vendor, device, "0x060400",
                                 bridge.numa, "pcieport", GEN5)
             aer_files(devices / bridge.path)
-            if bridge.kind == ROOT_PORT:  # the totals of the hierarchy below it (#16.2)
+            if bridge.kind == ROOT_PORT:  # the totals of the hierarchy below it
                 rootport_files(devices / bridge.path)
         for gpu in self.profile.gpus:
             self.plain_function(devices / self.layout.path_of(gpu.pci), gpu.pci, "0x10de",
@@ -207,7 +207,7 @@ class _Builder:
             mtu, ntype = "9000", "1"
         for name, value in (
             ("operstate", "up" if up else "down"),
-            ("flags", "0x1003"),  # IFF_UP | IFF_BROADCAST | IFF_MULTICAST (#16.6)
+            ("flags", "0x1003"),  # IFF_UP | IFF_BROADCAST | IFF_MULTICAST
             ("carrier_changes", "0"),
             ("dev_port", "0"),
             ("dev_id", "0x0"),
@@ -303,7 +303,7 @@ class _Builder:
         """One physical function: PCI dir, IB device, netdev, route, manifest entry."""
         seed = _digest(self.profile.name, nic.pci)
         guid = _guid(seed)
-        if nic.adapter == "efa":  # #18.5: an AWS EFA function (sim/efa.py)
+        if nic.adapter == "efa":  # an AWS EFA function (sim/efa.py)
             from .efa import efa_pf
             self.devices.append(efa_pf(self, nic, index, guid,
                                        _pf_address(index, nic.default_route)))
@@ -607,7 +607,7 @@ def create(
     builder.pcie_tree()
     nics = resolved_nics(prof)
     _functions(builder, prof, nics)
-    adapter.build(top, builder.devices)  # character devices (#16.4)
+    adapter.build(top, builder.devices)  # character devices
     default_iface = prof.default_route_iface
     _routes(builder, prof, nics)
     write_new(top / BOOT_ID, f"{uuid.uuid4()}\n")

@@ -1,4 +1,4 @@
-"""Reading the slow adapter facts (#16.3-6) at their own cadence: char devices, PCI NICs, firmware.
+"""Reading the slow adapter facts at their own cadence: char devices, PCI NICs, firmware.
 
 Every ``adapterCheckInterval`` (and at the first poll) one read gathers:
 

@@ -1,4 +1,4 @@
-"""Reading a NIC function's hwmon temperature sensors (#16.7): ``hwmon/hwmon*/temp*_*``.
+"""Reading a NIC function's hwmon temperature sensors: ``hwmon/hwmon*/temp*_*``.
 
 Under the PCI function the mlx5 driver registers one hwmon device (``hwmon/hwmonN``) whose
 ``temp<i>_input``, ``_crit`` and ``_highest`` are millidegrees Celsius and ``_label`` names the

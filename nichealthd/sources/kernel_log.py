@@ -1,4 +1,4 @@
-"""Reads the kernel log for the kernel-log family (#17): the journal, or /dev/kmsg as fallback.
+"""Reads the kernel log for the kernel-log family: the journal, or /dev/kmsg as fallback.
 
 A source is read once per poll from the position the last committed poll left (the cursor in
 the kernel-log section of the state): when that is not where the source stands (the first

@@ -1,4 +1,4 @@
-"""Reading the slow PCI facts of the monitored NICs: PCIe link hops and AER tables (#16.1, .2).
+"""Reading the slow PCI facts of the monitored NICs: PCIe link hops and AER tables.
 
 Asked for by the monitor only in a poll in which a family judging them is due
 (:func:`nichealthd.core.evaluate.due_reads`), never every poll. What to read is planned once

@@ -154,7 +154,7 @@ class _PortPlan:
     # the netdev's operstate, and (config name, path or None) in config order.
     attribute_paths: tuple[str, str, str, str] = ("", "", "", "")
     operstate_path: Optional[str] = None
-    # EFA (#18.2): its health is its netdev's; ``carrier`` is read beside ``operstate``.
+    # EFA: its health is its netdev's; ``carrier`` is read beside ``operstate``.
     efa: bool = False
     carrier_path: Optional[str] = None
     # An InfiniBand port's subnet (PortSnapshot.fabric), read once each time it is seen
@@ -209,7 +209,7 @@ class SysfsReader:
         self.unreadable_reads = 0
         self.discoveries = 0
         self._fd_exhausted = False  # this poll saw EMFILE/ENFILE (logged once, not per file)
-        # The slow adapter facts (#16.3-6), read at their own cadence inside their own
+        # The slow adapter facts, read at their own cadence inside their own
         # failure boundary: a fault there costs only the families that read them.
         self.adapter = AdapterReader(config, monotonic, self.files)
         self._adapter_boundary = SourceBoundary(READS_ADAPTER, "the adapter facts", log)
@@ -240,7 +240,7 @@ class SysfsReader:
         if not self._fd_exhausted:
             self.problems.clear("fd-exhausted", "file descriptors are available again")
         complete = all(plan.info.ports_listed or plan.info.is_vf for plan in self._plans)
-        # An empty class directory: is the hardware still there (a driver event, #19.2)?
+        # An empty class directory: is the hardware still there (a driver event)?
         functions = None if names else self._mellanox_functions()
         adapter, problem = self._adapter_boundary.read(lambda: self.adapter.observe(devices))
         return HostSnapshot(now, boot_id, devices, complete=complete, pci_functions=functions,
@@ -363,7 +363,7 @@ class SysfsReader:
 
     def _netdev_addresses(self) -> Mapping[str, str]:
         """Every netdev's hardware address (lower case), listed once per discovery and only
-        when an EFA needs it (#18.2)."""
+        when an EFA needs it."""
         if self._addresses is None:
             net = self.config.sys_class_net
             self._addresses = {}
@@ -382,7 +382,7 @@ class SysfsReader:
         else:
             facts = _read_facts(name, base, pci, self.problems)
         netdevs = tuple(sorted(_listdir(os.path.join(pci, "net")) or ()))
-        # An EFA function's own netdev, else its ENA partner's (#18.2); never the device's
+        # An EFA function's own netdev, else its ENA partner's; never the device's
         # netdevs (those decide the management role by the default route, and the ENA of
         # network card 0 carries it on every AWS instance).
         efa_netdev = (_efa_netdev(pci, netdevs, os.path.join(base, "ports", "1", "gids", "0"),
@@ -736,7 +736,7 @@ def _netdev_for_port(pci: str, netdevs: Iterable[str], port: int) -> Optional[st
 
 def _efa_netdev(pci: str, netdevs: tuple[str, ...], gid_path: str,
                 addresses: Callable[[], Mapping[str, str]]) -> Optional[str]:
-    """The netdev an EFA function's health is read from (#18.2).
+    """The netdev an EFA function's health is read from.
 
     Its own (``device/net``) when it has one; else the one netdev of the other Amazon
     (vendor 0x1d0f) functions on its PCI bus: an "efa" interface is an ENA and an EFA

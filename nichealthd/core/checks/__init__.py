@@ -1,6 +1,6 @@
 """The check families: every module of this package that defines ``FAMILY`` is one.
 
-They are found, not listed, so adding a family is adding its module (issue #15): the
+They are found, not listed, so adding a family is adding its module: the
 evaluator, the state file, the health model, the views and the metrics loop over
 :func:`families`, in the order each declares. The other modules here are the rules the
 families use (port state, device presence, card homogeneity, the counter engine).

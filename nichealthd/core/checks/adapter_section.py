@@ -1,4 +1,4 @@
-"""The state the adapter families keep (#16.3-6): consecutive misses and latched conditions.
+"""The state the adapter families keep: consecutive misses and latched conditions.
 
 Each adapter family owns one :class:`LatchSection` subclass whose state-file keys carry the
 family's prefix (``char_device_misses``, ``char_device_latched``, ...). A key names one
@@ -52,7 +52,7 @@ class LatchSection(Section):
 
 def held(cycle: Cycle) -> bool:
     """No verdict this poll: the enumeration was uncertain, or a driver reload or unload is
-    in progress (#19.2: the link-state family's ``driver_event``) — registrations come and go
+    in progress (the link-state family's ``driver_event``) — registrations come and go
     while the driver is away, and a missing device node then says nothing about the card."""
     return (not cycle.snapshot.complete
             or cycle.previous.section(LINK_STATE).driver_event is not None)

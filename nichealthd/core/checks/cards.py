@@ -1,4 +1,4 @@
-"""Card homogeneity over a poll (spec §4.3, issue #21): counts, short ports, held verdicts.
+"""Card homogeneity over a poll (spec §4.3): counts, short ports, held verdicts.
 
 The rules of :mod:`nichealthd.core.topology` (modes, verdicts) applied to a poll: the active
 ports of each physical card (unreadable ports held at their last reading), which ports a short
@@ -24,7 +24,7 @@ from .ports import is_active, is_known, known_reading, port_health, port_label
 def runtime_verdicts(verdicts: dict[str, CardVerdict], snapshot: HostSnapshot,
                      state: LinkStateSection, config: Config, now: datetime,
                      waiting: frozenset[str] = frozenset()) -> dict[str, CardVerdict]:
-    """The verdicts to report after the first poll (#21.1).
+    """The verdicts to report after the first poll.
 
     A card short only of ports in a non-fatal state (INIT, ARMED, ACTIVE_DEFER, Polling,
     LinkErrorRecovery...) is held until it has been short for ``cardVerdictHoldTime``; the
@@ -38,7 +38,7 @@ def runtime_verdicts(verdicts: dict[str, CardVerdict], snapshot: HostSnapshot,
     of a large fabric (the issue's "done when" requires 30 s in INIT to stay non-fatal), and
     NVIDIA's 30 s ``rdma_linkflap_fatal`` is about a DOWN outage, which is fatal here at once.
 
-    A card with a port whose unhealthy state is held down (``stateHoldDown``, #15.4) says
+    A card with a port whose unhealthy state is held down (``stateHoldDown``) says
     nothing while the hold lasts: a blip of its port is not a short card either. Nor does a
     card short only of ports ``waiting`` for the subnet manager on a fabric that is out
     (:mod:`.fabric`): its hold clock starts when the fabric is back.
@@ -137,7 +137,7 @@ def restart_pending(cards: dict[str, CardCount], snapshot: HostSnapshot,
 
 def short_ports(snapshot: HostSnapshot, cards: dict[str, CardCount],
                 verdicts: dict[str, CardVerdict], previous: LinkStateSection) -> set[str]:
-    """Port keys an anomalous card is short of: inactive where its peers are active (#21.2).
+    """Port keys an anomalous card is short of: inactive where its peers are active.
 
     A port position (PCI function on the card, port number) that most peer cards of the
     same role have inactive is uncabled by design: the card is not short of it, and it is

@@ -1,4 +1,4 @@
-"""The IB character-device family (#16.4): NVSentinel's ``InfiniBandCharDeviceCheck``.
+"""The IB character-device family: NVSentinel's ``InfiniBandCharDeviceCheck``.
 
 A process opens an RDMA device through ``/dev/infiniband/uverbsN`` (verbs) and
 ``/dev/infiniband/umadN`` (management datagrams, per port); a device whose node is missing is
@@ -12,7 +12,7 @@ InfiniBand port, one ``issm`` per InfiniBand port only when ``charDeviceIssm`` a
 ``REPLACE_VM`` with errorCode ``uverbs`` / ``umad`` / ``issm``; latched until seen again
 (then a healthy event). A class directory that is absent (``ib_uverbs`` / ``ib_umad`` not
 loaded) is uncertain: nothing is counted, nothing reported. No count either while the
-enumeration is uncertain or a driver reload is in progress (#19.2). The check is switched off
+enumeration is uncertain or a driver reload is in progress. The check is switched off
 by leaving ``InfiniBandCharDeviceCheck`` out of ``checks``: the family then does not run (its
 section is kept as it is, as for every check switched off).
 """

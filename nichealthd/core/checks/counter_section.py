@@ -1,7 +1,7 @@
 """The link-counter family's section of the state: snapshots, latched breaches, saturation.
 
 Counter snapshots (value + wall-clock timestamp, authoritative across processes: DESIGN §2.5)
-and breach flags are spec §6.6's keys; the saturation tables are nichealthd's (#21.3). The JSON
+and breach flags are spec §6.6's keys; the saturation tables are nichealthd's. The JSON
 is the same as before the check-family seam, so a state file of an older nichealthd loads.
 """
 

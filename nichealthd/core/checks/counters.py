@@ -247,10 +247,10 @@ def evaluate_port_counters(
 ) -> list[HealthEvent]:
     """Evaluate every configured counter of one port; returns the events in order.
 
-    Every reading takes the one path of :func:`_evaluate_one` (#20.4: the quiet-counter
+    Every reading takes the one path of :func:`_evaluate_one` (the quiet-counter
     shortcut that re-implemented four of its branches is gone). ``notes`` receives the log
     lines of saturation that is not an event (traffic counters). ``rebase``: the port's
-    device is back from a driver event (#19.3): a decrease is a reset as always, any other
+    device is back from a driver event: a decrease is a reset as always, any other
     reading starts a fresh window without being judged.
     """
     events: list[HealthEvent] = []

@@ -62,7 +62,7 @@ def card_events(cards: Mapping[str, CardCount], verdicts: Mapping[str, CardVerdi
     """Latch newly anomalous cards (fatal) and release recovered ones (healthy).
 
     ``raised``: per card, the ports reported fatal on its verdict at this poll; the latch
-    remembers them so that the card's release clears them too (#21.2).
+    remembers them so that the card's release clears them too.
     """
     events: list[HealthEvent] = []
     for card_id, verdict in sorted(verdicts.items()):

@@ -1,4 +1,4 @@
-"""The EFA counter family (#18.3): the efa driver's hw_counters, with the shared counter engine.
+"""The EFA counter family: the efa driver's hw_counters, with the shared counter engine.
 
 The counters are ``Config.efa_counters`` (``DEFAULT_EFA_COUNTERS``: names from
 drivers/infiniband/hw/efa/efa_verbs.c, thresholds and their reasons in core/config.py and

@@ -1,4 +1,4 @@
-"""The EFA state family (#18.2): an AWS EFA port's health is its netdev's; devices that vanish.
+"""The EFA state family: an AWS EFA port's health is its netdev's; devices that vanish.
 
 The efa driver hard-codes ``ACTIVE`` / ``LinkUp`` (``efa_query_port`` in
 drivers/infiniband/hw/efa/efa_verbs.c), so the port attributes say nothing. The netdev of the
@@ -16,7 +16,7 @@ quiet until it has been up once, unless its card later falls short of its peers 
 enumerations without it (spec §7), and its return is a recovery; every EFA device gone at once
 is an efa driver event, held as :mod:`.driver` holds mlx5's (``driverReloadGrace``,
 ``driverReloadTimeout``); a device back at the PCI function of a known one under another
-name is that device renamed (#19.1: its identity is recorded here, its records follow it).
+name is that device renamed (its identity is recorded here, its records follow it).
 The link-state family leaves EFA devices to this one (their link layer, ``Unknown``, is not
 one it judges).
 """
@@ -90,7 +90,8 @@ class EfaPort:
 
 @dataclass(frozen=True)
 class EfaDriverEvent:
-    """Every known EFA device gone at once (an efa driver unload or reload, #19.2's rule)."""
+    """Every known EFA device gone at once (an efa driver unload or reload; the rule of
+    core/checks/driver.py)."""
 
     since: datetime
     devices: tuple[str, ...]
@@ -105,7 +106,7 @@ def _driver_event(raw: Any) -> Optional[EfaDriverEvent]:
 @dataclass
 class EfaStateSection(Section):
     """Port records by ``<device>_<port>``, known devices, misses, devices declared gone, the
-    hardware identity of each known device (#19.1), and card homogeneity (decisive modes by
+    hardware identity of each known device, and card homogeneity (decisive modes by
     role, latched and held card verdicts by card), under ``efa_*`` keys: the empty ones are
     left out (a host without EFA writes what it wrote before this family)."""
 
@@ -156,7 +157,7 @@ class EfaState(CheckFamily[EfaStateSection]):
     def rename(self, section: EfaStateSection, renames: Mapping[str, str], now: datetime
                ) -> EfaStateSection:
         """Every record of a renamed device under its new name, as the link-state family
-        does for ConnectX (#19.1); its identity remembers the old name. EFA names come from
+        does for ConnectX; its identity remembers the old name. EFA names come from
         the PCI address (rdma-core's udev rule, ``rdmap<bus>s<slot>``), so a rename is a
         changed udev rule or naming policy (``efa_0`` before rdma-core 27, ``rdmap…`` after)
         meeting devices the daemon already knows."""
@@ -340,7 +341,7 @@ class EfaState(CheckFamily[EfaStateSection]):
 
     def device_rows(self, section: EfaStateSection, picture: Any, present: frozenset[str]
                     ) -> Iterable[dict[str, Any]]:
-        """Each known EFA device missing from the poll (#18.2)."""
+        """Each known EFA device missing from the poll."""
         for name in sorted(set(section.known_devices) - present):
             identity = section.identities.get(name)
             yield {

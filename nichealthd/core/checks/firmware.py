@@ -1,4 +1,4 @@
-"""The firmware-drift family (#16.3): same card model in a role group, same firmware.
+"""The firmware-drift family: same card model in a role group, same firmware.
 
 Cards of one role group (compute, storage) with the same ``hca_type`` and ``board_id`` should
 run the same ``fw_ver``: a card left on another version (a failed or forgotten flash) behaves

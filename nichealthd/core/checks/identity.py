@@ -1,4 +1,4 @@
-"""Device identity by hardware (DESIGN §2.10, #19.1): renames found by PCI function and GUID.
+"""Device identity by hardware (DESIGN §2.10): renames found by PCI function and GUID.
 
 The kernel name of an RDMA device (``mlx5_3``) is an attribute, not an identity: a driver
 reload (``rmmod``/``modprobe``, ``devlink dev reload``, a firmware reset) registers the devices
@@ -60,8 +60,8 @@ def detect_renames(identities: Mapping[str, DeviceIdentity],
     alias of every gone device whose name another device now has (module doc).
 
     ``known`` are the names the state holds records of; a rename onto a known name whose
-    identity is not recorded (a state file written before #19) is not made: its records
-    would be mixed with the renamed device's.
+    identity is not recorded (a state file written before identities were) is not made: its
+    records would be mixed with the renamed device's.
     """
     present = {d.name: d for d in devices}
     before: dict[str, list[str]] = {}
@@ -159,7 +159,7 @@ def renamed_names(names: Iterable[str], renames: Mapping[str, str]) -> tuple[str
 def recorded_identities(devices: Iterable[DeviceSnapshot],
                         previous: Mapping[str, DeviceIdentity], known: Iterable[str]
                         ) -> dict[str, DeviceIdentity]:
-    """The hardware identity of each known device (#19.1): present ones as read now, gone
+    """The hardware identity of each known device: present ones as read now, gone
     ones as last recorded (so that their return under another name is recognised)."""
     identities = {name: previous[name] for name in known if name in previous}
     for device in devices:

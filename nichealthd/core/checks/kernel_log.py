@@ -1,4 +1,4 @@
-"""The kernel-log family (issue #17): mlx5 driver faults in the kernel log, as events per device.
+"""The kernel-log family: mlx5 driver faults in the kernel log, as events per device.
 
 Reads the kernel lines of the poll (``HostSnapshot.kernel_lines``, read by
 :mod:`nichealthd.sources.kernel_log`), matches them against the rules of
@@ -15,7 +15,7 @@ syslog monitor reports them, so its analyzer rules for repeated NIC driver error
 either; fatal rules say REPLACE_VM. A fatal fault stays an open condition for the rest of the
 boot (the driver does not say when a device recovers).
 
-Repetition (#17.4), flap-style: the lines of a non-fatal rule (``repeat``: all but
+Repetition, flap-style: the lines of a non-fatal rule (``repeat``: all but
 access_reg_failed) on one monitored device are counted in a sliding window, timed by the
 kernel's own timestamps. Every matching line counts, not only the deduplicated events: the
 dedup window (5 min) would hide a fault that comes back every minute, and NVSentinel's syslog

@@ -81,7 +81,7 @@ class LinkCounters(CheckFamily[CounterSection]):
         specs = cycle.config.active_counters
         holding = (cycle.config.settings(LinkStateSettings).state_hold_down > 0
                    or bool(links.port_holds))
-        # Devices back from a driver event (#19.3): what their counters did while the driver
+        # Devices back from a driver event: what their counters did while the driver
         # was away is the reload's own doing (links retrain); a decrease is the reset it
         # implies (latched breaches recover), anything else starts a fresh window.
         returning = frozenset(links.driver_event.devices) if links.driver_event else frozenset()
@@ -109,7 +109,7 @@ class LinkCounters(CheckFamily[CounterSection]):
     def rename(self, section: CounterSection, renames: Mapping[str, str], now: datetime
                ) -> CounterSection:
         """Snapshots, latched breaches and saturation of a renamed device under its new name
-        (a breach latched before a rename stays latched, #19.1)."""
+        (a breach latched before a rename stays latched)."""
         return renamed(section, renames)
 
     def urgent(self, old: CounterSection, new: CounterSection, config: Config) -> bool:
@@ -132,7 +132,7 @@ class LinkCounters(CheckFamily[CounterSection]):
             yield _condition(key, DEGRADED, "saturated")
 
 
-# Counters that count the outage a port-state edge is (#15.4): held with the edge, and a blip's
+# Counters that count the outage a port-state edge is: held with the edge, and a blip's
 # rise is absorbed, so that a blip within stateHoldDown publishes nothing.
 LINK_DOWN_COUNTERS = ("link_downed", "carrier_changes")
 _HELD = Unreadable("held down with the port state (stateHoldDown)")

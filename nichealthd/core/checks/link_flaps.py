@@ -1,4 +1,4 @@
-"""The link-flap family (#15.5): down/up cycles of a port within a sliding window.
+"""The link-flap family: down/up cycles of a port within a sliding window.
 
 A cycle is a port going down and coming back, counted per port from three sources that see
 the same outages, so they are never added up:
@@ -233,7 +233,7 @@ class LinkFlaps(CheckFamily[FlapSection]):
 
     def rename(self, section: FlapSection, renames: Mapping[str, str], now: datetime
                ) -> FlapSection:
-        """Its ports of a renamed device under the new name (#19.1)."""
+        """Its ports of a renamed device under the new name."""
         table = section.link_flaps
         if not any(r.device in renames for r in table.values()):
             return section

@@ -1,4 +1,4 @@
-"""The link-rate family (#15.6): a port slower than the mode of its peers, with no SKU table.
+"""The link-rate family: a port slower than the mode of its peers, with no SKU table.
 
 Peers are the ACTIVE ports of monitored devices of the same role, ``hca_type``, ``board_id``
 and link layer. A port whose rate (sysfs ``rate``, ``400 Gb/sec (4X NDR)``: speed, lanes and
@@ -123,7 +123,7 @@ class LinkRate(CheckFamily[RateSection]):
 
     def rename(self, section: RateSection, renames: Mapping[str, str], now: datetime
                ) -> RateSection:
-        """Its ports of a renamed device under the new name (#19.1)."""
+        """Its ports of a renamed device under the new name."""
         table = section.rate_degraded
         if not any(r.device in renames for r in table.values()):
             return section

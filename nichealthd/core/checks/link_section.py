@@ -40,7 +40,7 @@ class PortRecord:
 
 @dataclass(frozen=True)
 class PortHold:
-    """A healthy->unhealthy edge held down (``stateHoldDown``, #15.4): since when, and the
+    """A healthy->unhealthy edge held down (``stateHoldDown``): since when, and the
     unhealthy reading that started it (what the event says if the hold expires)."""
 
     since: datetime
@@ -75,7 +75,7 @@ def _not_renamed(identity: DeviceIdentity) -> bool:
 
 @dataclass(frozen=True)
 class DeviceIdentity:
-    """What a device is, whatever the kernel calls it (DESIGN §2.10, #19): its PCI function,
+    """What a device is, whatever the kernel calls it (DESIGN §2.10): its PCI function,
     with the node GUID as a cross-check where it was readable ("" when not). The name it had
     before its last rename and when, written only together."""
 
@@ -93,7 +93,7 @@ def _told_before(fields: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def rename_fields(identity: Optional[DeviceIdentity]) -> dict[str, Any]:
-    """A device record's last rename at the same PCI function (#19.1): old name and when."""
+    """A device record's last rename at the same PCI function: old name and when."""
     if identity is None or not identity.renamed_from or identity.renamed_at is None:
         return {"renamed_from": "", "renamed_at": ""}
     return {"renamed_from": identity.renamed_from,
@@ -153,13 +153,13 @@ class LinkStateSection(Section):
     missing_devices: dict[str, MissingDevice] = field(default_factory=dict)
     card_anomalies: dict[str, CardAnomaly] = field(default_factory=dict)
     group_modes: dict[str, int] = field(default_factory=dict)
-    # card -> since when its shortfall rests only on non-fatal ports (verdict held, #21)
+    # card -> since when its shortfall rests only on non-fatal ports (verdict held)
     card_pending: dict[str, datetime] = field(default_factory=dict)
-    # name -> hardware identity of each known device (#19.1)
+    # name -> hardware identity of each known device
     identities: dict[str, DeviceIdentity] = field(default_factory=dict,
                                                   metadata=stored(key="device_identities"))
     driver_event: Optional[DriverEvent] = None
-    # port key -> its pending hold-down, and the blips it absorbed this boot (#15.4)
+    # port key -> its pending hold-down, and the blips it absorbed this boot
     port_holds: dict[str, PortHold] = field(default_factory=dict)
     port_blips: dict[str, int] = field(default_factory=dict)
     # port key -> the InfiniBand fabric it was last ACTIVE on; fabric -> its event (.fabric)

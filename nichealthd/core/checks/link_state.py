@@ -184,7 +184,7 @@ class LinkState(CheckFamily[LinkStateSection]):
 
     def port_fields(self, section: LinkStateSection, picture: Any, port: PortId
                     ) -> Mapping[str, Any]:
-        """The hold-down (#15.4): blips absorbed, and whether an edge is held now."""
+        """The hold-down: blips absorbed, and whether an edge is held now."""
         key = f"{port[0]}_{port[1]}"
         return {"blips": section.port_blips.get(key, 0), "held": key in section.port_holds}
 
@@ -224,7 +224,7 @@ class LinkState(CheckFamily[LinkStateSection]):
 
 
 def without_efa(cycle: Cycle) -> Cycle:
-    """The cycle less its EFA devices (#18.2): their ports, presence and cards are the
+    """The cycle less its EFA devices: their ports, presence and cards are the
     EFA state family's (``core/checks/efa_state.py``). The same object on a host without one."""
     if not any(device.is_efa for device in cycle.snapshot.devices):
         return cycle
@@ -369,7 +369,7 @@ def _unlisted_ports(previous: LinkStateSection, state: LinkStateSection,
 
 
 def _keep_hold(state: LinkStateSection, key: str, hold: Optional[PortHold], blip: bool) -> None:
-    """Record a port's pending hold-down and count its blip (#15.4)."""
+    """Record a port's pending hold-down and count its blip."""
     if hold is None:
         state.port_holds.pop(key, None)
     elif state.port_holds.get(key) is not hold:

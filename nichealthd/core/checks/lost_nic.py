@@ -1,4 +1,4 @@
-"""The lost-NIC family (#16.5): a Mellanox PF on the PCI bus without an RDMA device.
+"""The lost-NIC family: a Mellanox PF on the PCI bus without an RDMA device.
 
 A physical function (vendor 0x15b3, network or InfiniBand class, no ``physfn``) whose
 ``infiniband/`` lists no device is hardware the host paid for and no job can use: the driver
@@ -27,7 +27,7 @@ up and has left this one function out:
 
 Not judged at all: a function whose address is a known device's (the link-state family
 reports that device missing, once); anything while the enumeration is uncertain or a driver
-reload is in progress (#19.2: every function is unbound for a while); a function bound to a
+reload is in progress (every function is unbound for a while); a function bound to a
 driver other than the Mellanox core drivers (``vfio-pci`` for passthrough to a guest, or any
 other owner: no RDMA device is expected of it), while an unbound function (no driver at all)
 is judged; and a function that the roles do not monitor. The roles apply as to a device (spec
@@ -272,7 +272,7 @@ def _driver_notes(last: Optional[LastRead], waiting: int, with_device: int, conf
 
 
 def lost_nic_records(state: MonitorState, pictures: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """One row per lost NIC (#16.5) the daemon reported: a Mellanox physical function on the
+    """One row per lost NIC the daemon reported: a Mellanox physical function on the
     bus without an RDMA device. It has no kernel name, so ``device`` is its PCI address; the
     row carries every field of a device record (``present`` False, as a device that never
     registered) and ``lost`` True, ``lost_reason`` (why: no driver bound, or bound without

@@ -1,4 +1,4 @@
-"""The netdev-link family (#16.6): a port ACTIVE / LinkUp whose netdev is down.
+"""The netdev-link family: a port ACTIVE / LinkUp whose netdev is down.
 
 The RDMA port can be up while its netdev is not (a carrier the kernel did not see, a bond
 that took the slave down, an IPoIB interface left down): RDMA traffic may pass, IP over that

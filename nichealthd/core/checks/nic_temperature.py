@@ -1,4 +1,4 @@
-"""The adapter temperature family (#16.7): the hwmon sensors of each monitored NIC function.
+"""The adapter temperature family: the hwmon sensors of each monitored NIC function.
 
 A sensor at or above its ``temp*_crit`` -> fatal event (the layer's state check); within
 ``nicTemperatureMargin`` (default 5 °C) below it -> non-fatal event (degradation check);

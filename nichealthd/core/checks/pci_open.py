@@ -1,4 +1,4 @@
-"""What the PCI-side families (#16) hold open: one record per degraded hop or hot sensor.
+"""What the PCI-side families hold open: one record per degraded hop or hot sensor.
 
 A record keeps the identity its unhealthy event was sent with (check name, error code, the NIC
 and PCI address entities), so that its recovery carries exactly the same identity even if the

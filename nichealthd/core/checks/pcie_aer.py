@@ -1,4 +1,4 @@
-"""The PCIe AER family (#16.2): the AER totals of each NIC function, the port above it and
+"""The PCIe AER family: the AER totals of each NIC function, the port above it and
 its root port.
 
 The ``TOTAL_ERR_*`` line of ``aer_dev_fatal``, ``aer_dev_nonfatal`` and

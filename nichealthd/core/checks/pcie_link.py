@@ -1,4 +1,4 @@
-"""The PCIe link family (#16.1): every hop from a monitored NIC up to its root port, per hop.
+"""The PCIe link family: every hop from a monitored NIC up to its root port, per hop.
 
 A hop runs below what *both* of its ends support (the lower of the two ``max_link_*``) ->
 one non-fatal event under the layer's degradation check naming the hop, ``errorCode``

@@ -56,14 +56,14 @@ def is_active(state: Optional[str], phys_state: Optional[str]) -> bool:
 
 
 def is_known(state: Optional[str], phys_state: Optional[str]) -> bool:
-    """Both readings carry their number: anything else is unknown, never evidence (#21)."""
+    """Both readings carry their number: anything else is unknown, never evidence."""
     return split_state(state)[0] is not None and split_state(phys_state)[0] is not None
 
 
 def known_reading(port: PortSnapshot, record: Optional[PortRecord]
                   ) -> tuple[Optional[str], Optional[str]]:
     """The port's (state, phys_state) now, or as last recorded when it cannot be judged now
-    (unreadable, or a reading without its numbers: #21); (None, None) with neither."""
+    (unreadable, or a reading without its numbers); (None, None) with neither."""
     if port.readable and is_known(port.state, port.phys_state):
         return port.state, port.phys_state
     return (record.state, record.physical_state) if record else (None, None)
@@ -176,7 +176,7 @@ HELD, BLIP = "held", "blip"
 
 def hold_phase(previous: Optional[PortRecord], hold: Optional[PortHold], health: Optional[str],
                now: datetime, hold_down: float) -> Optional[str]:
-    """What the hold-down (``stateHoldDown``, #15.4) makes of a port's reading this poll.
+    """What the hold-down (``stateHoldDown``) makes of a port's reading this poll.
 
     :data:`HELD`: an unhealthy edge of a port told healthy, within the hold-down (or a held
     port unreadable now); :data:`BLIP`: a held edge that ended within it (healthy again, or
@@ -208,7 +208,7 @@ class Held(NamedTuple):
 def held_transition(previous: Optional[PortRecord], port: PortSnapshot, link_layer: str,
                     check: str, now: datetime, *, first_sight: bool, evidence: bool,
                     hold_down: float, hold: Optional[PortHold]) -> Held:
-    """:func:`transition` with the hold-down of #15.4 (``stateHoldDown``).
+    """:func:`transition` with the hold-down (``stateHoldDown``).
 
     Only a healthy->unhealthy edge of a port the platform was told is healthy is held: it is
     reported when the port is still unhealthy once ``hold_down`` has passed, and is a blip
