@@ -253,34 +253,40 @@ def devices_table(records: list[dict[str, Any]], style: Style, width: int = 80) 
 
     lines = render_table(headers, rows, width, shrink=(7, 3, 2, 1, 4), right=(5,),
                          colour=colour)
-    for r in records:
-        if r.get("lost"):
-            lines.append(fit(f"{r.get('device')}: lost NIC, no RDMA device: "
-                             f"{r.get('lost_reason') or '?'} (since "
-                             f"{r.get('lost_since') or '?'})", width))
-        if r.get("firmware_drift"):
-            lines.append(fit(f"{r.get('device')}: firmware drift ({r['firmware_drift']} of its "
-                             f"role group's cards of the same model)", width))
-        if r.get("char_devices_missing"):
-            lines.append(fit(f"{r.get('device')}: character devices missing: "
-                             f"{', '.join(r['char_devices_missing'])}", width))
-    renamed = [r for r in records if r.get("renamed_from")]
-    if renamed:
+    lines.extend(fit(note, width) for r in records for note in _device_notes(r))
+    for section in _device_sections(records):
         lines.append("")
-        lines.extend(fit(f"{r.get('device')} was {r['renamed_from']} until "
-                         f"{r.get('renamed_at') or '?'} (same PCI function)", width)
-                     for r in renamed)
-    pci = [r for r in records if r.get("pcie_link") or "temperature_c" in r
-           or "aer_dev_fatal" in r]
-    if pci:  # the PCI side of each NIC, when it is known
-        lines.append("")
-        lines.extend(fit(f"{r.get('device')}: {_pci_line(r)}", width) for r in pci)
-    faults = [r for r in records if r.get("driver_fault")]  # the kernel log
-    if faults:
-        lines.append("")
-        lines.extend(fit(f"{r.get('device')} driver fault: {r['driver_fault']}", width)
-                     for r in faults)
+        lines.extend(fit(text, width) for text in section)
     return lines
+
+
+def _device_notes(r: dict[str, Any]) -> list[str]:
+    """The lines under the table about one device: lost, firmware drift, character devices."""
+    notes = []
+    if r.get("lost"):
+        notes.append(f"{r.get('device')}: lost NIC, no RDMA device: "
+                     f"{r.get('lost_reason') or '?'} (since {r.get('lost_since') or '?'})")
+    if r.get("firmware_drift"):
+        notes.append(f"{r.get('device')}: firmware drift ({r['firmware_drift']} of its role "
+                     f"group's cards of the same model)")
+    if r.get("char_devices_missing"):
+        notes.append(f"{r.get('device')}: character devices missing: "
+                     f"{', '.join(r['char_devices_missing'])}")
+    return notes
+
+
+def _device_sections(records: list[dict[str, Any]]) -> list[list[str]]:
+    """The paragraphs after the table, each only when it has a line: renames, the PCI side
+    of each NIC where it is known, and the kernel log's driver faults."""
+    sections = [
+        [f"{r.get('device')} was {r['renamed_from']} until {r.get('renamed_at') or '?'} "
+         f"(same PCI function)" for r in records if r.get("renamed_from")],
+        [f"{r.get('device')}: {_pci_line(r)}" for r in records
+         if r.get("pcie_link") or "temperature_c" in r or "aer_dev_fatal" in r],
+        [f"{r.get('device')} driver fault: {r['driver_fault']}" for r in records
+         if r.get("driver_fault")],
+    ]
+    return [section for section in sections if section]
 
 
 def _pci_line(record: dict[str, Any]) -> str:
@@ -447,6 +453,9 @@ def baseline_filter(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 NO_DEVICES = "no InfiniBand/RoCE devices found"
 
 
+Row = tuple[str, str, Optional[str]]  # label, value, colour
+
+
 def status_lines(status: dict[str, Any], systemd: dict[str, Any], style: Style,
                  ago: Optional[float], width: int = 80) -> list[str]:
     """The status block; the fatal and degraded ports are named with their reasons, long
@@ -455,52 +464,8 @@ def status_lines(status: dict[str, Any], systemd: dict[str, Any], style: Style,
     node = fit(str(status.get("node_name", "?")), max(width - 40, 10))
     head = (f"nichealthd {status.get('version', '?')} on {node}: "
             f"{style.health(health, health.upper())}")
-    ports = (f"{status.get('ports_total', 0)} monitored: {status.get('ports_healthy', 0)} "
-             f"healthy, {status.get('ports_degraded', 0)} degraded, "
-             f"{status.get('ports_fatal', 0)} fatal")
-    if status.get("ports_uncabled"):
-        ports += f", {status['ports_uncabled']} uncabled"
-    if status.get("ports_unknown"):
-        ports += f", {status['ports_unknown']} unknown"
-    interval = float(status.get("polling_interval", 0) or 0)
-    every = f"{interval * 1000:g} ms" if interval < 1 else f"{interval:g} s"
-    last = status.get("last_poll") or "never"
-    if ago is not None and status.get("last_poll"):
-        last += f" ({ago:.1f} s ago)"
-    if status.get("devices_found") is False:
-        ports = "no ports monitored" if status.get("problems") else NO_DEVICES
-    rows: list[tuple[str, str, Optional[str]]] = [("ports", ports, None)]
-    reloading = [str(d) for d in status.get("devices_reloading") or []]
-    if reloading:
-        since = local_clock(str(status.get("reloading_since") or "")) or "?"
-        rows.append(("reloading", f"{len(reloading)} devices held by a driver event since "
-                     f"{since} (gone, PCI function on the bus: driver unloaded or firmware "
-                     f"reset; last health kept): {', '.join(reloading)}", "yellow"))
-    for problem in status.get("problems") or []:
-        text = str(problem)
-        severity = "fatal" if any(text.startswith(p + " ")
-                                  for p in status.get("fatal_ports") or []) else None
-        rows.append(("", text, "red" if severity else "yellow"))
-    connector = (f"{status.get('connector_state', '?')}; outbox "
-                 f"{status.get('outbox_depth', 0)}, dead letters "
-                 f"{status.get('dead_letters', 0)}")
-    if status.get("topology"):
-        rows.append(("topology", str(status["topology"]), None))
-    rows += [
-        ("last poll", f"{last}, {status.get('poll_count', 0)} polls, every {every}", None),
-        ("connector", connector, None),
-    ]
-    if status.get("connector_last_error"):
-        rows.append(("", f"last error: {status['connector_last_error']}", "yellow"))
-    rows += [
-        ("boot ID", str(status.get("boot_id") or "-"), None),
-        ("started", f"{status.get('started_at', '?')}, pid {status.get('pid', '?')}", None),
-        ("config", str(status.get("config_path", "?")), None),
-    ]
-    if status.get("poll_error"):
-        rows.append(("failing", str(status["poll_error"]), "red"))
-    if status.get("reload_error"):
-        rows.append(("reload", f"last reload rejected: {status['reload_error']}", "yellow"))
+    rows = [("ports", _ports_summary(status), None), *_health_rows(status),
+            *_daemon_rows(status, ago), *_trouble_rows(status)]
     rows.append(("systemd", str(systemd.get("summary", "?")), None))
     via = status.get("transport")
     if isinstance(via, dict) and via.get("kind"):
@@ -509,3 +474,70 @@ def status_lines(status: dict[str, Any], systemd: dict[str, Any], style: Style,
     room = max(width - 13, 10)
     return [head] + [f"  {label:<11}{style.paint(fit(value, room), colour)}"
                      for label, value, colour in rows]
+
+
+def _ports_summary(status: dict[str, Any]) -> str:
+    """``12 monitored: 11 healthy, 0 degraded, 1 fatal``, or why there is nothing to count."""
+    if status.get("devices_found") is False:
+        return "no ports monitored" if status.get("problems") else NO_DEVICES
+    ports = (f"{status.get('ports_total', 0)} monitored: {status.get('ports_healthy', 0)} "
+             f"healthy, {status.get('ports_degraded', 0)} degraded, "
+             f"{status.get('ports_fatal', 0)} fatal")
+    if status.get("ports_uncabled"):
+        ports += f", {status['ports_uncabled']} uncabled"
+    if status.get("ports_unknown"):
+        ports += f", {status['ports_unknown']} unknown"
+    return ports
+
+
+def _health_rows(status: dict[str, Any]) -> list[Row]:
+    """A driver event in progress, then each problem (red when it names a fatal port)."""
+    rows: list[Row] = []
+    reloading = [str(d) for d in status.get("devices_reloading") or []]
+    if reloading:
+        since = local_clock(str(status.get("reloading_since") or "")) or "?"
+        rows.append(("reloading", f"{len(reloading)} devices held by a driver event since "
+                     f"{since} (gone, PCI function on the bus: driver unloaded or firmware "
+                     f"reset; last health kept): {', '.join(reloading)}", "yellow"))
+    fatal_ports = status.get("fatal_ports") or []
+    for problem in status.get("problems") or []:
+        text = str(problem)
+        fatal = any(text.startswith(p + " ") for p in fatal_ports)
+        rows.append(("", text, "red" if fatal else "yellow"))
+    return rows
+
+
+def _daemon_rows(status: dict[str, Any], ago: Optional[float]) -> list[Row]:
+    """The topology, the last poll, the connector, the boot, the start and the config."""
+    interval = float(status.get("polling_interval", 0) or 0)
+    every = f"{interval * 1000:g} ms" if interval < 1 else f"{interval:g} s"
+    last = status.get("last_poll") or "never"
+    if ago is not None and status.get("last_poll"):
+        last += f" ({ago:.1f} s ago)"
+    connector = (f"{status.get('connector_state', '?')}; outbox "
+                 f"{status.get('outbox_depth', 0)}, dead letters "
+                 f"{status.get('dead_letters', 0)}")
+    rows: list[Row] = []
+    if status.get("topology"):
+        rows.append(("topology", str(status["topology"]), None))
+    rows += [
+        ("last poll", f"{last}, {status.get('poll_count', 0)} polls, every {every}", None),
+        ("connector", connector, None),
+    ]
+    if status.get("connector_last_error"):
+        rows.append(("", f"last error: {status['connector_last_error']}", "yellow"))
+    return rows + [
+        ("boot ID", str(status.get("boot_id") or "-"), None),
+        ("started", f"{status.get('started_at', '?')}, pid {status.get('pid', '?')}", None),
+        ("config", str(status.get("config_path", "?")), None),
+    ]
+
+
+def _trouble_rows(status: dict[str, Any]) -> list[Row]:
+    """What fails in the poll loop, and a rejected reload."""
+    rows: list[Row] = []
+    if status.get("poll_error"):
+        rows.append(("failing", str(status["poll_error"]), "red"))
+    if status.get("reload_error"):
+        rows.append(("reload", f"last reload rejected: {status['reload_error']}", "yellow"))
+    return rows

@@ -15,6 +15,7 @@ from .checks import families
 from .checks.counters import saturation_key
 from .checks.efa_counters import EFA_COUNTERS
 from .checks.link_counters import LINK_COUNTERS
+from .checks.link_section import LinkStateSection
 from .checks.link_state import LINK_STATE
 from .checks.ports import is_active, split_state
 from .config import Config
@@ -22,8 +23,9 @@ from .evaluate import CycleResult
 from .events import format_timestamp, local_clock
 from .family import supplies
 from .health import UNCABLED, UNKNOWN, HostHealth, PortHealth, assess
-from .model import HostSnapshot, Unreadable, is_value
+from .model import DeviceSnapshot, HostSnapshot, PortSnapshot, Unreadable, is_value
 from .state import DEGRADED, FATAL, HEALTHY, MonitorState, counter_key
+from .topology import Role
 
 HEALTH_ORDER = (HEALTHY, DEGRADED, FATAL)
 NO_DEVICES = "no InfiniBand/RoCE devices found"
@@ -45,49 +47,58 @@ def port_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorStat
     records = []
     for device in snapshot.devices:
         role = result.roles.get(device.name)
-        monitored = bool(role and role.monitored)
         for port in device.ports:
-            record = links.port_states.get(port.key)
-            judged = host.ports.get((device.name, port.port)) if monitored else None
-            records.append({
-                "device": device.name,
-                "port": port.port,
-                "link_layer": port.link_layer or "",
-                "adapter": device.adapter,  # mlx5, efa or ""
-                "state": split_state(port.state)[1],
-                "phys_state": split_state(port.phys_state)[1],
-                "rate": port.rate or "",
-                "operstate": port.operstate or "",
-                "netdev": port.netdev or "",
-                "role": role.role if role else "",
-                "monitored": monitored,
-                "excluded": "" if monitored else (role.reason if role else "unknown"),
-                **_health_keys(judged, port.state, port.phys_state, port.readable),
-                "since": format_timestamp(record.since) if record else "",
-                "pci_address": device.pci_address or "",
-                "gid_count": port.gid_count if port.gid_count is not None else -1,
-                "present": True,
-            })
+            records.append(_present_port(device, port, role, host, links))
             for family, section, picture in extra:
                 records[-1].update(family.port_fields(section, picture, (device.name, port.port)))
     roles = {d.name: result.roles.get(d.name) for d in snapshot.devices}
-    for key, judged in sorted(host.ports.items()):
-        if judged.present:
-            continue
-        gone = links.port_states.get(f"{key[0]}_{key[1]}")
-        role = roles.get(key[0])
-        records.append({
-            "device": key[0], "port": key[1],
-            "link_layer": gone.link_layer if gone else "",
-            "state": split_state(gone.state)[1] if gone else "",
-            "phys_state": split_state(gone.physical_state)[1] if gone else "",
-            "rate": "", "operstate": "", "netdev": "", "adapter": "",
-            "role": role.role if role else "", "monitored": True, "excluded": "",
-            **_health_keys(judged, None, None, False),
-            "since": format_timestamp(gone.since) if gone else "",
-            "pci_address": "", "gid_count": -1, "present": False,
-        })
+    records.extend(_absent_port(key, judged, roles.get(key[0]), links)
+                   for key, judged in sorted(host.ports.items()) if not judged.present)
     return records
+
+
+def _present_port(device: DeviceSnapshot, port: PortSnapshot, role: Optional[Role],
+                  host: HostHealth, links: LinkStateSection) -> dict[str, Any]:
+    """The record of a port of the poll."""
+    monitored = bool(role and role.monitored)
+    record = links.port_states.get(port.key)
+    judged = host.ports.get((device.name, port.port)) if monitored else None
+    return {
+        "device": device.name,
+        "port": port.port,
+        "link_layer": port.link_layer or "",
+        "adapter": device.adapter,  # mlx5, efa or ""
+        "state": split_state(port.state)[1],
+        "phys_state": split_state(port.phys_state)[1],
+        "rate": port.rate or "",
+        "operstate": port.operstate or "",
+        "netdev": port.netdev or "",
+        "role": role.role if role else "",
+        "monitored": monitored,
+        "excluded": "" if monitored else (role.reason if role else "unknown"),
+        **_health_keys(judged, port.state, port.phys_state, port.readable),
+        "since": format_timestamp(record.since) if record else "",
+        "pci_address": device.pci_address or "",
+        "gid_count": port.gid_count if port.gid_count is not None else -1,
+        "present": True,
+    }
+
+
+def _absent_port(key: tuple[str, int], judged: PortHealth, role: Optional[Role],
+                 links: LinkStateSection) -> dict[str, Any]:
+    """The record of a recorded port the poll no longer lists, from its last record."""
+    gone = links.port_states.get(f"{key[0]}_{key[1]}")
+    return {
+        "device": key[0], "port": key[1],
+        "link_layer": gone.link_layer if gone else "",
+        "state": split_state(gone.state)[1] if gone else "",
+        "phys_state": split_state(gone.physical_state)[1] if gone else "",
+        "rate": "", "operstate": "", "netdev": "", "adapter": "",
+        "role": role.role if role else "", "monitored": True, "excluded": "",
+        **_health_keys(judged, None, None, False),
+        "since": format_timestamp(gone.since) if gone else "",
+        "pci_address": "", "gid_count": -1, "present": False,
+    }
 
 
 def _health_keys(judged: Optional[PortHealth], state: Optional[str], phys: Optional[str],
