@@ -60,7 +60,7 @@ from .identity import (
     renamed_names,
     renamed_port_key,
 )
-from .link_section import DeviceIdentity, rename_fields
+from .link_section import DeviceIdentity, missing_device_row, rename_fields
 from .link_settings import LinkStateSettings
 
 CODE_DRIVER_EVENT = "driver_event"
@@ -342,20 +342,11 @@ class EfaState(CheckFamily[EfaStateSection]):
     def device_rows(self, section: EfaStateSection, picture: Any, present: frozenset[str]
                     ) -> Iterable[dict[str, Any]]:
         """Each known EFA device missing from the poll."""
+        held = section.driver_event.devices if section.driver_event else ()
         for name in sorted(set(section.known_devices) - present):
-            identity = section.identities.get(name)
-            yield {
-                "device": name, "hca_type": "", "fw_ver": "", "board_id": "",
-                "node_guid": identity.node_guid if identity else "",
-                "pci_address": identity.pci_address if identity else "", "card": "",
-                "numa_node": -1, "driver": "", "netdevs": [],
-                "is_vf": False, "role": "", "role_reason": "", "monitored": True,
-                "link_layer": "", "ports": 0, "present": False,
-                "missing_polls": section.device_misses.get(name, 0),
-                "driver_event": bool(section.driver_event
-                                     and name in section.driver_event.devices),
-                "adapter": "efa", **rename_fields(identity),
-            }
+            yield missing_device_row(name, section.identities.get(name),
+                                     section.device_misses.get(name, 0), name in held,
+                                     adapter="efa")
 
     def uncabled(self, section: EfaStateSection) -> frozenset[PortId]:
         return self.suppressed(section)

@@ -100,6 +100,22 @@ def rename_fields(identity: Optional[DeviceIdentity]) -> dict[str, Any]:
             "renamed_at": format_timestamp(identity.renamed_at)}
 
 
+def missing_device_row(name: str, identity: Optional[DeviceIdentity], misses: int,
+                       held: bool, link_layer: str = "", adapter: str = "") -> dict[str, Any]:
+    """The device record of a known device missing from the poll (``present`` False): what
+    its recorded identity says, its misses and whether a driver event holds it."""
+    return {
+        "device": name, "hca_type": "", "fw_ver": "", "board_id": "",
+        "node_guid": identity.node_guid if identity else "",
+        "pci_address": identity.pci_address if identity else "", "card": "",
+        "numa_node": -1, "driver": "", "netdevs": [],
+        "is_vf": False, "role": "", "role_reason": "", "monitored": True,
+        "link_layer": link_layer, "ports": 0, "present": False,
+        "missing_polls": misses, "driver_event": held, "adapter": adapter,
+        **rename_fields(identity),
+    }
+
+
 @dataclass(frozen=True)
 class DriverEvent:
     """RDMA devices gone while their PCI functions stay (:mod:`.driver`): a driver unload,

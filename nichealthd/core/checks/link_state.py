@@ -55,6 +55,7 @@ from .link_section import (
     LinkStateSection,
     PortHold,
     PortRecord,
+    missing_device_row,
     rename_fields,
 )
 from .link_settings import LinkStateSettings
@@ -201,19 +202,9 @@ class LinkState(CheckFamily[LinkStateSection]):
         held = section.driver_event.devices if section.driver_event else ()
         for name in sorted(set(section.known_devices) - present):
             gone = section.missing_devices.get(name)
-            identity = section.identities.get(name)
-            yield {
-                "device": name, "hca_type": "", "fw_ver": "", "board_id": "",
-                "node_guid": identity.node_guid if identity else "",
-                "pci_address": identity.pci_address if identity else "", "card": "",
-                "numa_node": -1, "driver": "", "netdevs": [],
-                "is_vf": False, "role": "", "role_reason": "", "monitored": True,
-                "link_layer": gone.link_layer if gone else "", "ports": 0, "present": False,
-                "missing_polls": section.device_misses.get(name, 0),
-                "driver_event": name in held,
-                "adapter": "",
-                **rename_fields(identity),
-            }
+            yield missing_device_row(name, section.identities.get(name),
+                                     section.device_misses.get(name, 0), name in held,
+                                     link_layer=gone.link_layer if gone else "")
 
     def series(self, section: LinkStateSection, picture: Any) -> Iterable[Series]:
         yield Series("port_state_blips",
