@@ -37,7 +37,6 @@ from ..core.family import (
     READS_AER,
     READS_COUNTERS,
     READS_HWMON,
-    READS_KERNEL_LOG,
     READS_PCIE,
 )
 from ..core.model import HostSnapshot
@@ -276,7 +275,11 @@ class Monitor:
 
         The cursor advances only with the commit of the poll that evaluated the lines (it is
         in the kernel-log section): a poll that fails or whose commit fails reads them again.
-        A source that cannot be read is logged once and gives no lines; the other checks go on.
+        A source that cannot be read is logged once, with what to do, and gives no lines; the
+        other checks go on. Unlike the other sources it does not make its family "not judged"
+        (unknown ports, a degraded host): the shipped unit hides /dev/kmsg and a host without
+        python3-systemd falls back to it, so that would degrade every such host from its first
+        start for an optional input, and the kernel-log family has no lines to judge.
         """
         if self.kernel_log is None or not KERNEL_LOG.enabled(self.config):
             return snapshot
@@ -292,8 +295,7 @@ class Monitor:
                             self.kernel_log.description, problem)
                 self._kernel_log_problem = problem
             self.kernel_log.close()
-            return dataclasses.replace(snapshot,
-                                       unread={**snapshot.unread, READS_KERNEL_LOG: problem})
+            return snapshot
         if self._kernel_log_problem:
             log.info("kernel log (%s) readable again", self.kernel_log.description)
             self._kernel_log_problem = ""

@@ -1,57 +1,97 @@
-"""The failure boundary of a source through the running daemon: a kernel log that cannot be
-read costs only the kernel-log family (runtime/monitor.py, core/evaluate.py).
+"""The failure boundary of a source and of the families that need it, through the running
+daemon (sources/boundary.py, core/evaluate.py, runtime/family_watch.py).
 
-The fault is real: ``kernelLog = "kmsg"`` on a path that does not exist, as a unit without
-the kmsg drop-in meets it. The other families judge and commit as usual (a port pulled is
-reported); the kernel-log family is shown as not judging on every surface until the source
-can be read again.
+No source of the shipped package raises on any input the tests can give (each found case
+became "unreadable"), so the fault is a bug planted in a source outside it: the package is
+copied with the worked example of ARCHITECTURE.md added (tests/data/adding_a_family), its
+netdev-MTU source raising while a file exists. Everything else is the real daemon.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Callable
 
-from ..harness import NotifySocket
-from ..metrics.conftest import get, parse
-from .conftest import SimHost
-from .test_driver_reload import configure, sim
-from .test_poll_boundary import Running
+from ..harness import Lines, NotifySocket, wait_until
+from ..metrics.conftest import free_port, get, parse
+from .conftest import REPO, SimHost
+from .test_adding_a_family import EXAMPLE
+from .test_driver_reload import sim
 from .test_service import events, notify  # noqa: F401 (fixture)
 
-CANNOT = "check family kernel_log cannot judge: kernel_log not read: "
+CANNOT = "check family roce_mtu cannot judge: netdev_mtu not read: ZeroDivisionError"
+BUG = '''        if os.path.exists(os.environ["NICHEALTHD_TEST_FAULT"]):  # the planted bug
+            raise ZeroDivisionError("division by zero")
+'''
 
 
-def family_up(daemon: Running) -> dict[str, float]:
-    status, text = get(daemon.base + "/metrics")
+def with_a_buggy_source(top: Path) -> None:
+    """A copy of the package with the example family and its source, which raises while
+    the file named by NICHEALTHD_TEST_FAULT exists."""
+    shutil.copytree(REPO / "nichealthd", top / "nichealthd",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(EXAMPLE / "roce_mtu.py", top / "nichealthd/core/checks/roce_mtu.py")
+    source = (EXAMPLE / "netdev_mtu.py").read_text()
+    anchor = '        """Port key -> (netdev, MTU or None when unreadable)."""\n'
+    assert anchor in source
+    (top / "nichealthd/sources/netdev_mtu.py").write_text(source.replace(anchor, anchor + BUG))
+
+
+def family_up(base: str) -> dict[str, float]:
+    status, text = get(base + "/metrics")
     assert status == 200, text
     return {dict(labels)["family"]: value for (name, labels), value in parse(text).items()
             if name == "nichealthd_family_up"}
 
 
-def test_a_kernel_log_that_cannot_be_read_costs_only_its_family(
+def test_a_source_that_raises_costs_only_the_families_that_need_it(
         sim_host: Callable[..., SimHost], notify: NotifySocket,  # noqa: F811
         tmp_path: Path) -> None:
-    kmsg = tmp_path / "kmsg"
-    host = configure(sim_host(), kernelLog="kmsg", kernelLogPath=str(kmsg))
-    daemon = Running(host, notify)
+    top, fault = tmp_path / "extended", tmp_path / "fault"
+    with_a_buggy_source(top)
+    fault.write_text("")
+    host = sim_host()
+    with host.config.open("a") as config:
+        config.write("roceMtuMinimum = 9000\n")  # the example family on
+    base = f"http://127.0.0.1:{free_port()}"
+    env = dict(os.environ, NOTIFY_SOCKET=str(notify.path), PYTHONPATH=str(top),
+               NICHEALTHD_TEST_FAULT=str(fault))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nichealthd.runtime.daemon", "--config", str(host.config),
+         "--polling-interval", "200ms", "--metrics-listen", base[len("http://"):]],
+        cwd=top, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    lines = Lines(proc.stderr)
     try:
-        daemon.wait_for(lambda: family_up(daemon).get("kernel_log") == 0,
-                        "nichealthd_family_up{family=kernel_log} 0")
-        up = family_up(daemon)
+        wait_until(lambda: family_up(base).get("roce_mtu") == 0,
+                   "nichealthd_family_up{family=roce_mtu} 0", proc=proc, detail=lines.tail)
+        up = family_up(base)
         assert up["link_state"] == up["link_counters"] == 1, up
-        assert any(CANNOT in s and "12 ports: 0 healthy, 0 degraded, 0 fatal, 12 unknown" in s
-                   for s in notify.statuses), notify.statuses
+        wait_until(lambda: any(CANNOT in s and "12 ports: 0 healthy, 0 degraded, 0 fatal, "
+                               "12 unknown" in s for s in notify.statuses),
+                   "STATUS= naming the family and the unknown ports", proc=proc,
+                   detail=lambda: "\n".join(notify.statuses[-3:]))
         sim(host, "uncable", "mlx5_0", "1")  # the other families judge and commit as usual
-        daemon.wait_for(lambda: any(e["errorCode"] == ["port_state"] and e["isFatal"]
-                                    for e in events(host)), "the port's fatal event")
-        assert not any(e["checkName"] == "KernelLogCheck" for e in events(host))
-        logged = daemon.lines.count("nichealthd.monitor: check family kernel_log cannot judge")
-        assert logged == 1, daemon.lines.tail(40)  # once, not every poll
-        kmsg.write_text("")  # readable again: it judges again
-        daemon.wait_for(lambda: family_up(daemon).get("kernel_log") == 1,
-                        "nichealthd_family_up{family=kernel_log} 1")
-        daemon.lines.wait_for("check family kernel_log judges again")
+        wait_until(lambda: any(e["errorCode"] == ["port_state"] and e["isFatal"]
+                               for e in events(host)), "the port's fatal event", proc=proc,
+                   detail=lines.tail)
+        assert not any(e["errorCode"] == ["roce_mtu"] for e in events(host))
+        logged = sum("nichealthd.monitor: check family roce_mtu cannot judge" in line
+                     for line in lines.lines)
+        assert logged == 1, lines.tail(40)  # once, not every poll
+        fault.unlink()  # the bug no longer met: it judges again
+        wait_until(lambda: family_up(base).get("roce_mtu") == 1,
+                   "nichealthd_family_up{family=roce_mtu} 1", proc=proc, detail=lines.tail)
+        wait_until(lambda: any("check family roce_mtu judges again" in line
+                               for line in lines.lines), "the recovery logged", proc=proc,
+                   detail=lines.tail)
     finally:
-        code, err = daemon.daemon.stop()
-    assert code == 0, err[-2000:]
+        proc.terminate()
+        proc.wait(timeout=20)
+        lines.join()
+        proc.stderr.close()
+    assert proc.returncode == 0, lines.tail(20)
