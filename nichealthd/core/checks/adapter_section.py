@@ -44,6 +44,17 @@ class LatchSection(Section):
     latched: dict[str, Latched] = field(default_factory=dict)
     cleared: bool = False
 
+    def miss(self, key: str, needed: int, now: datetime, detail: str) -> bool:
+        """One more read that misses ``key``: counted, and latched (True) at the ``needed``-th
+        in a row, so a missing file or a down link read once is not yet a condition."""
+        misses = self.misses.get(key, 0) + 1
+        if misses < needed:
+            self.misses[key] = misses
+            return False
+        self.misses.pop(key, None)
+        self.latched[key] = Latched(now, detail)
+        return True
+
     def renamed(self: L, renames: Mapping[str, str]) -> L:
         """Device-keyed entries (``<device>:...``) under the devices' new names."""
         return replace(self, misses=renamed_counter_table(self.misses, renames),

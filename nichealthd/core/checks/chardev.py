@@ -41,7 +41,7 @@ from ..family import (
 )
 from ..settings import Settings, boolean, setting
 from ..state import FATAL
-from .adapter_section import Latched, LatchSection, held, scoped_clear
+from .adapter_section import LatchSection, held, scoped_clear
 
 MISSING_READS = 3  # consecutive adapter reads without the entry (NVSentinel's 3 polls)
 UVERBS, UMAD, ISSM = "uverbs", "umad", "issm"
@@ -245,14 +245,9 @@ def _present_again(state: CharDeviceSection, key: str, name: str, number: Option
 def _missed(state: CharDeviceSection, key: str, name: str, number: Optional[int], code: str,
             now: datetime) -> Optional[HealthEvent]:
     """A missing entry (not held): latched with one event after MISSING_READS reads."""
-    if key in state.latched:
+    if key in state.latched or not state.miss(key, MISSING_READS, now,
+                                              f"{code} missing from {CLASS_DIR[code]}"):
         return None
-    misses = state.misses.get(key, 0) + 1
-    if misses < MISSING_READS:
-        state.misses[key] = misses
-        return None
-    state.misses.pop(key, None)
-    state.latched[key] = Latched(now, f"{code} missing from {CLASS_DIR[code]}")
     return missing_event(name, number, code, now)
 
 

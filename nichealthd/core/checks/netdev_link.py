@@ -23,7 +23,7 @@ from ..events import HealthEvent, make_event, port_entities
 from ..family import READS_ADAPTER, READS_PORTS, CheckFamily, Condition, Cycle, Verdict
 from ..model import PortSnapshot
 from ..state import DEGRADED
-from .adapter_section import Latched, LatchSection, held
+from .adapter_section import LatchSection, held
 
 CODE_NETDEV_DOWN = "netdev_down"
 DOWN_READS = 2
@@ -125,14 +125,9 @@ def _down(state: NetdevLinkSection, device: str, port: PortSnapshot, link: Netde
     key = key_of(device, port.port)
     if key in state.latched or hold or check not in cycle.enabled:
         return None
-    now = cycle.now
-    misses = state.misses.get(key, 0) + 1
-    if misses < DOWN_READS:
-        state.misses[key] = misses
+    if not state.miss(key, DOWN_READS, cycle.now, f"{link.netdev} {link.operstate}"):
         return None
-    state.misses.pop(key, None)
-    state.latched[key] = Latched(now, f"{link.netdev} {link.operstate}")
-    return _event(check, device, port.port, link, now, healthy=False, why="")
+    return _event(check, device, port.port, link, cycle.now, healthy=False, why="")
 
 
 def _recovered(port: PortSnapshot, link: NetdevLink) -> str:
