@@ -99,13 +99,12 @@ class Monitor:
         # The slow PCI facts: read only when a family judging them is due, each part
         # inside its own failure boundary.
         self.pci_facts = PciFactsReader(config.sysfs_root, config.sys_class_infiniband)
-        self._pci_boundaries = {part: SourceBoundary(part, what, log) for part, what in (
-            (READS_PCIE, "the PCIe links"), (READS_AER, "the AER tables"),
-            (READS_HWMON, "the NIC temperature sensors"))}
         # The facts of the Source seam, each read when a family needing it is due.
         self.sources: dict[str, Source] = {cls.fact: cls(config) for cls in source_types()}
-        self._source_boundaries = {fact: SourceBoundary(fact, source.description, log)
-                                   for fact, source in self.sources.items()}
+        self._boundaries = {part: SourceBoundary(part, what, log) for part, what in (
+            (READS_PCIE, "the PCIe links"), (READS_AER, "the AER tables"),
+            (READS_HWMON, "the NIC temperature sensors"),
+            *((fact, source.description) for fact, source in self.sources.items()))}
         self.families = FamilyWatch(log)
         # The kernel log: read each poll from the committed cursor (KERNEL_LOG section).
         self.kernel_log = kernel_log if kernel_log is not None else (
@@ -196,8 +195,7 @@ class Monitor:
                 roles = self._last_roles
                 monitored = [d.name for d in snapshot.devices
                              if d.name not in roles or roles[d.name].monitored]
-                snapshot = self._read_pci_facts(snapshot, slow & PCI_READS, monitored)
-                snapshot = self._read_sources(snapshot, slow - PCI_READS, monitored)
+                snapshot = self._read_slow(snapshot, slow, monitored)
             self._rediscover_topology(snapshot)
             stage = EVALUATE
             if not self._counters_logged and snapshot.devices:
@@ -233,39 +231,31 @@ class Monitor:
         self.last = outcome
         return outcome
 
-    def _read_pci_facts(self, snapshot: HostSnapshot, parts: frozenset[str],
-                        monitored: list[str]) -> HostSnapshot:
-        """The snapshot with each due slow part read inside its own boundary."""
-        unread = dict(snapshot.unread)
+    def _read_slow(self, snapshot: HostSnapshot, parts: frozenset[str],
+                   monitored: list[str]) -> HostSnapshot:
+        """The snapshot with each due part not read every poll, each inside its own boundary:
+        the PCI side into its fields, a source's fact into ``facts``; a part that could not
+        be read is named in ``unread`` with why."""
+        unread, facts = dict(snapshot.unread), dict(snapshot.facts)
         for part in sorted(parts):
-            boundary = self._pci_boundaries[part]
-            read, problem = boundary.read(functools.partial(
-                self.pci_facts.read, snapshot, frozenset({part}), monitored))
-            if read is None:
-                unread[part] = problem
-            else:
-                snapshot = read
-        return dataclasses.replace(snapshot, unread=unread) if unread else snapshot
-
-    def _read_sources(self, snapshot: HostSnapshot, facts: frozenset[str],
-                      monitored: list[str]) -> HostSnapshot:
-        """The snapshot with the due facts of the Source seam, each inside its boundary."""
-        read: dict[str, object] = {}
-        unread = dict(snapshot.unread)
-        for fact in sorted(facts):
-            source = self.sources.get(fact)
-            if source is None:
-                unread[fact] = "no source provides it"
+            boundary = self._boundaries.get(part)
+            if boundary is None:
+                unread[part] = "no source provides it"
                 continue
-            value, problem = self._source_boundaries[fact].read(
-                functools.partial(source.read, snapshot, monitored))
-            if problem:
-                unread[fact] = problem
+            if part in PCI_READS:
+                read, problem = boundary.read(functools.partial(
+                    self.pci_facts.read, snapshot, frozenset({part}), monitored))
+                if read is not None:
+                    snapshot = read
             else:
-                read[fact] = value
-        if not read and len(unread) == len(snapshot.unread):
+                facts[part], problem = boundary.read(functools.partial(
+                    self.sources[part].read, snapshot, monitored))
+            if problem:
+                unread[part] = problem
+                facts.pop(part, None)
+        if unread == snapshot.unread and facts == snapshot.facts:
             return snapshot
-        return dataclasses.replace(snapshot, facts={**snapshot.facts, **read}, unread=unread)
+        return dataclasses.replace(snapshot, unread=unread, facts=facts)
 
     def _enabled_families(self) -> list[str]:
         return [f.id for f in families() if f.enabled(self.config)]
