@@ -357,6 +357,12 @@ class Config:
     source: str | None = None
     sysfs_root: str = setting("sysfsRoot", "/sys", string, "Root of sysfs")
     proc_root: str = setting("procRoot", "/proc", string, "Root of procfs")
+    # The physical layer's facts (ethtool statistics, FEC, module pages) come from the kernel
+    # by netlink and ioctl; a simulated host has no such netdevs, so its simulator writes them
+    # as files under this directory (like kernelLogPath for the kernel log).
+    ethtool_path: str = setting(
+        "ethtoolPath", "", string,
+        "instead of asking the kernel; for tests and the simulator")
     boot_id_path_setting: str = setting(
         "bootIdPath", "", string,
         "Host boot ID; when it changes, counter snapshots and latches are discarded.")

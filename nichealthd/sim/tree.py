@@ -554,6 +554,7 @@ def _config(root: Path, node_name: str) -> str:
     values = [
         ("sysfsRoot", str(root / "sys")),
         ("procRoot", str(root / "proc")),
+        ("ethtoolPath", str(root / "ethtool")),
         ("metadataPath", str(root / "gpu_metadata.json")),
         ("stateFile", str(root / "var/lib/nichealthd/state.json")),
         ("eventLog", str(root / "events.jsonl")),
