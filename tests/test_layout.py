@@ -92,7 +92,7 @@ FAMILY_MODULES = {f"core.checks.{p.stem}" for p in (PACKAGE / "core/checks").glo
                   if "\nFAMILY = " in p.read_text()}
 
 
-@pytest.mark.parametrize("name", ["core/evaluate.py", "core/health.py"])
+@pytest.mark.parametrize("name", ["core/evaluate.py", "core/health.py", "core/views.py"])
 def test_the_evaluator_names_no_family_but_through_the_registry(name: str) -> None:
     """DESIGN §1: no module outside core/checks/ names a family except through the registry
     (``families()``); the seams of core/family.py carry what it needs of them."""

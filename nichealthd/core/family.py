@@ -30,6 +30,7 @@ from typing import (
 
 from .config import Config
 from .events import HealthEvent
+from .jsontypes import Json, JsonObject
 from .model import DeviceSnapshot, HostSnapshot
 from .settings import Settings
 from .topology import Role, Topology
@@ -246,19 +247,30 @@ class CheckFamily(abc.ABC, Generic[S]):
         """Ports down since first sight without evidence: "uncabled", whatever the base."""
         return frozenset()
 
-    def port_fields(self, section: S, cycle_picture: Any, port: PortId) -> Mapping[str, Any]:
+    def port_fields(self, section: S, cycle_picture: Any, port: PortId) -> Mapping[str, Json]:
         """Extra keys of a port's record (``show ports --json``, D-Bus, varlink)."""
         return {}
 
+    def absent_port_fields(self, section: S, port: PortId) -> Mapping[str, Json]:
+        """Keys of the record of a judged port that the poll no longer lists, from what it
+        recorded of it (the link layer, the last state, since when)."""
+        return {}
+
+    def counter_rows(self, section: S, cycle_picture: Any, device: DeviceSnapshot,
+                     port: int, config: Config) -> Iterable[JsonObject]:
+        """The ``show counters`` records of the counters of ``device`` it judges, of every
+        port (``port`` 0) or of that one (core/checks/counter_rows.py)."""
+        return ()
+
     def device_fields(self, section: S, cycle_picture: Any, device: str, present: bool
-                      ) -> Mapping[str, Any]:
+                      ) -> Mapping[str, Json]:
         """Extra keys of a device's record (``show devices --json``, D-Bus, varlink); a key
         it gives replaces the snapshot's (the firmware version as last read). ``present``
         False: a known device missing from the poll (a row of :meth:`device_rows`)."""
         return {}
 
     def device_rows(self, section: S, cycle_picture: Any, present: frozenset[str]
-                    ) -> Iterable[dict[str, Any]]:
+                    ) -> Iterable[JsonObject]:
         """Device records of its own for what the poll does not list (``present``: the
         names it lists): a known device gone, a NIC without an RDMA device. Every key of a
         device record; ``present`` False."""

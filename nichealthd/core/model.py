@@ -13,6 +13,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
 
 if TYPE_CHECKING:  # pragma: no cover - the adapter facts are plain data of their own module
+    from typing import TypeGuard  # 3.10; only read by the type checker
+
     from .adapter import AdapterFacts
 
 from .numbers import Unreadable as Unreadable  # the marker of every reader
@@ -67,7 +69,7 @@ class CounterKind:
         return 1 << self.width if not self.saturating and self.width < 64 else None
 
 
-def is_value(reading: object) -> bool:
+def is_value(reading: object) -> TypeGuard[int]:
     """True for a real counter value (bool is excluded on purpose)."""
     return isinstance(reading, int) and not isinstance(reading, bool)
 

@@ -12,19 +12,15 @@ from datetime import datetime
 from typing import Any, Mapping, Optional
 
 from .checks import families
-from .checks.counters import saturation_key
-from .checks.efa_counters import EFA_COUNTERS
-from .checks.link_counters import LINK_COUNTERS
-from .checks.link_section import LinkStateSection
-from .checks.link_state import LINK_STATE
 from .checks.ports import is_active, split_state
 from .config import Config
 from .evaluate import CycleResult
 from .events import format_timestamp, local_clock
-from .family import supplies
+from .family import CheckFamily, supplies
 from .health import UNCABLED, UNKNOWN, HostHealth, PortHealth, assess
-from .model import DeviceSnapshot, HostSnapshot, PortSnapshot, Unreadable, is_value
-from .state import DEGRADED, FATAL, HEALTHY, MonitorState, counter_key
+from .jsontypes import JsonObject
+from .model import DeviceSnapshot, HostSnapshot, PortSnapshot
+from .state import DEGRADED, FATAL, HEALTHY, MonitorState
 from .topology import Role
 
 HEALTH_ORDER = (HEALTHY, DEGRADED, FATAL)
@@ -32,36 +28,48 @@ NO_DEVICES = "no InfiniBand/RoCE devices found"
 
 
 def port_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorState,
-                 host: Optional[HostHealth] = None) -> list[dict[str, Any]]:
+                 host: Optional[HostHealth] = None) -> list[JsonObject]:
     """Every port of every non-VF device, monitored or not (then with the reason), and the
     recorded ports of monitored devices that this poll no longer sees (``present`` False).
 
     ``health``/``healthy``/``fatal``/``reasons`` of a monitored port come from
     :func:`nichealthd.core.health.assess`; a port that is not monitored is never judged: its
-    ``health`` is empty and ``healthy`` says only whether its link is ACTIVE/LinkUp.
+    ``health`` is empty and ``healthy`` says only whether its link is ACTIVE/LinkUp. Each
+    family adds its keys (:meth:`CheckFamily.port_fields`, and for a port no longer listed
+    :meth:`CheckFamily.absent_port_fields`).
     """
     host = host if host is not None else assess_host(snapshot, result, state)
-    links = state.section(LINK_STATE)
-    extra = [(f, state.section(f), result.pictures.get(f.id)) for f in families()
-             if supplies(f, "port_fields")]
+    extra = _supplying("port_fields", result, state)
     records = []
     for device in snapshot.devices:
         role = result.roles.get(device.name)
         for port in device.ports:
-            records.append(_present_port(device, port, role, host, links))
+            record = _present_port(device, port, role, host)
             for family, section, picture in extra:
-                records[-1].update(family.port_fields(section, picture, (device.name, port.port)))
+                record.update(family.port_fields(section, picture, (device.name, port.port)))
+            records.append(record)
     roles = {d.name: result.roles.get(d.name) for d in snapshot.devices}
-    records.extend(_absent_port(key, judged, roles.get(key[0]), links)
-                   for key, judged in sorted(host.ports.items()) if not judged.present)
+    gone = _supplying("absent_port_fields", result, state)
+    for key, judged in sorted(host.ports.items()):
+        if not judged.present:
+            record = _absent_port(key, judged, roles.get(key[0]))
+            for family, section, _ in gone:
+                record.update(family.absent_port_fields(section, key))
+            records.append(record)
     return records
 
 
+def _supplying(hook: str, result: CycleResult, state: MonitorState
+               ) -> list[tuple[CheckFamily[Any], Any, Any]]:
+    """The families that supply ``hook``, with their committed section and poll picture."""
+    return [(f, state.section(f), result.pictures.get(f.id)) for f in families()
+            if supplies(f, hook)]
+
+
 def _present_port(device: DeviceSnapshot, port: PortSnapshot, role: Optional[Role],
-                  host: HostHealth, links: LinkStateSection) -> dict[str, Any]:
+                  host: HostHealth) -> JsonObject:
     """The record of a port of the poll."""
     monitored = bool(role and role.monitored)
-    record = links.port_states.get(port.key)
     judged = host.ports.get((device.name, port.port)) if monitored else None
     return {
         "device": device.name,
@@ -77,32 +85,28 @@ def _present_port(device: DeviceSnapshot, port: PortSnapshot, role: Optional[Rol
         "monitored": monitored,
         "excluded": "" if monitored else (role.reason if role else "unknown"),
         **_health_keys(judged, port.state, port.phys_state, port.readable),
-        "since": format_timestamp(record.since) if record else "",
+        "since": "",  # the families say (the link-state record, EFA's own)
         "pci_address": device.pci_address or "",
         "gid_count": port.gid_count if port.gid_count is not None else -1,
         "present": True,
     }
 
 
-def _absent_port(key: tuple[str, int], judged: PortHealth, role: Optional[Role],
-                 links: LinkStateSection) -> dict[str, Any]:
-    """The record of a recorded port the poll no longer lists, from its last record."""
-    gone = links.port_states.get(f"{key[0]}_{key[1]}")
+def _absent_port(key: tuple[str, int], judged: PortHealth, role: Optional[Role]
+                 ) -> JsonObject:
+    """The record of a recorded port the poll no longer lists; what was recorded of it
+    comes from the families."""
     return {
-        "device": key[0], "port": key[1],
-        "link_layer": gone.link_layer if gone else "",
-        "state": split_state(gone.state)[1] if gone else "",
-        "phys_state": split_state(gone.physical_state)[1] if gone else "",
+        "device": key[0], "port": key[1], "link_layer": "", "state": "", "phys_state": "",
         "rate": "", "operstate": "", "netdev": "", "adapter": "",
         "role": role.role if role else "", "monitored": True, "excluded": "",
         **_health_keys(judged, None, None, False),
-        "since": format_timestamp(gone.since) if gone else "",
-        "pci_address": "", "gid_count": -1, "present": False,
+        "since": "", "pci_address": "", "gid_count": -1, "present": False,
     }
 
 
 def _health_keys(judged: Optional[PortHealth], state: Optional[str], phys: Optional[str],
-                 readable: bool) -> dict[str, Any]:
+                 readable: bool) -> JsonObject:
     if judged is None:  # not monitored: not judged
         return {"healthy": is_active(state, phys), "fatal": False,
                 "health": "" if readable else UNKNOWN, "reasons": []}
@@ -130,13 +134,12 @@ def assess_host(snapshot: HostSnapshot, result: CycleResult, state: MonitorState
 
 
 def device_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorState
-                   ) -> list[dict[str, Any]]:
+                   ) -> list[JsonObject]:
     """Every device seen, plus what the families know that the poll does not list (known
     devices missing, lost NICs); each family adds its fields (:meth:`CheckFamily.device_fields`,
     :meth:`CheckFamily.device_rows`)."""
-    records = []
-    fielded = [(f, state.section(f), result.pictures.get(f.id)) for f in families()
-               if supplies(f, "device_fields")]
+    records: list[JsonObject] = []
+    fielded = _supplying("device_fields", result, state)
     for device in snapshot.devices:
         role = result.roles.get(device.name)
         records.append({
@@ -173,52 +176,25 @@ def device_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorSt
             if not row.get("lost"):  # an RDMA device (a lost NIC never registered one)
                 for other, section, picture in fielded:
                     if other is not family:
-                        row.update(other.device_fields(section, picture, row["device"], False))
+                        row.update(other.device_fields(section, picture, str(row["device"]),
+                                                       False))
             records.append(row)
     return records
 
 
 def counter_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorState,
                     config: Config, device: str = "", port: int = 0
-                    ) -> list[dict[str, Any]]:
-    """Every configured counter of every monitored port (optionally one device / port)."""
-    link_counters = state.section(LINK_COUNTERS)
-    records = []
+                    ) -> list[JsonObject]:
+    """Every configured counter of every monitored port (optionally one device / port), from
+    the families that judge them (:meth:`CheckFamily.counter_rows`)."""
+    judging = _supplying("counter_rows", result, state)
+    records: list[JsonObject] = []
     for dev in snapshot.devices:
         role = result.roles.get(dev.name)
         if not (role and role.monitored) or (device and dev.name != device):
             continue
-        # An EFA device's counters are the EFA ones, judged by their own family.
-        counters = state.section(EFA_COUNTERS) if dev.is_efa else link_counters
-        for p in dev.ports:
-            if port and p.port != port:
-                continue
-            for spec in config.counters_of(dev.adapter):
-                key = counter_key(dev.name, p.port, spec.name)
-                path = p.counter_paths.get(spec.name, spec.path)
-                file_key = saturation_key(dev.name, p.port, p.counter_kinds.get(spec.name))
-                reading = p.counters.get(spec.name)
-                seen = result.observations.get(key)
-                flag = counters.breach_flags.get(key)
-                records.append({
-                    "device": dev.name,
-                    "port": p.port,
-                    "counter": spec.name,
-                    "path": path,
-                    "value": reading if is_value(reading) else None,
-                    "error": reading.reason if isinstance(reading, Unreadable) else "",
-                    "delta": seen.delta if seen else None,
-                    "rate": seen.rate if seen else None,
-                    "threshold": spec.threshold,
-                    "type": spec.threshold_type,
-                    "unit": spec.velocity_unit or "poll",
-                    "fatal": spec.is_fatal,
-                    "breached": flag is not None,
-                    "since": format_timestamp(flag.since) if flag else "",
-                    # Per file (both symbol_error entries), reported or only shown.
-                    "saturated": file_key is not None and (
-                        file_key in counters.saturated or file_key in counters.saturated_quiet),
-                })
+        for family, section, picture in judging:
+            records.extend(family.counter_rows(section, picture, dev, port, config))
     return records
 
 

@@ -39,6 +39,7 @@ from ..family import (
     Series,
     Verdict,
 )
+from ..jsontypes import Json
 from ..settings import Settings, boolean, setting
 from ..state import FATAL
 from .adapter_section import LatchSection, held, scoped_clear
@@ -179,9 +180,9 @@ class CharDeviceFamily(CheckFamily[CharDeviceSection]):
                 yield Condition(FATAL, reason, (device, port), alone=f"{key} missing")
 
     def device_fields(self, section: CharDeviceSection, picture: Any, device: str,
-                      present: bool) -> Mapping[str, Any]:
+                      present: bool) -> Mapping[str, Json]:
         """``char_devices_missing``: the kinds reported missing (``uverbs``, ``umad:1``...)."""
-        missing = []
+        missing: list[Json] = []
         for key in sorted(section.latched):
             name, port, code = parse_key(key)
             if name == device:

@@ -22,7 +22,9 @@ from ..codec import Layout
 from ..config import EFA_DEGRADATION_CHECK, EFA_STATE_CHECK, Config
 from ..events import HealthEvent
 from ..family import READS_COUNTERS, READS_PORTS, CheckFamily, Condition, Cycle, Verdict
-from ..model import HostSnapshot
+from ..jsontypes import JsonObject
+from ..model import DeviceSnapshot, HostSnapshot
+from .counter_rows import counter_rows
 from .counter_section import CounterSection
 from .counters import (
     CheckNames,
@@ -94,6 +96,14 @@ class EfaCounters(CheckFamily[EfaCounterSection]):
 
     def observations(self, picture: Any) -> Mapping[str, CounterObservation]:
         return LINK_COUNTERS.observations(picture)  # the EFA counters' keys are distinct
+
+    def counter_rows(self, section: EfaCounterSection, picture: Any, device: DeviceSnapshot,
+                     port: int, config: Config) -> Iterable[JsonObject]:
+        """The EFA counters of an EFA device, judged by this family alone."""
+        if not device.is_efa:
+            return ()
+        return counter_rows(section, self.observations(picture), device, port,
+                            config.active_efa_counters)
 
     def conditions(self, section: EfaCounterSection, picture: Any) -> Iterable[Condition]:
         return LINK_COUNTERS.conditions(section, picture)

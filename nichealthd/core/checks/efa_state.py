@@ -49,6 +49,7 @@ from ..family import (
     PortId,
     Verdict,
 )
+from ..jsontypes import Json, JsonObject
 from ..model import DeviceSnapshot, HostSnapshot, PortSnapshot
 from ..state import FATAL, HEALTHY, SUPPRESSED
 from ..topology import CardCount, CardVerdict, anomalous_cards
@@ -325,7 +326,7 @@ class EfaState(CheckFamily[EfaStateSection]):
             else frozenset()
 
     def port_fields(self, section: EfaStateSection, picture: Any, port: PortId
-                    ) -> Mapping[str, Any]:
+                    ) -> Mapping[str, Json]:
         """An EFA port's ``since``: when the health it was last told began (ConnectX ports
         have theirs from the link-state record; nothing is added to them)."""
         if not section.ports:
@@ -334,13 +335,13 @@ class EfaState(CheckFamily[EfaStateSection]):
         return {"since": format_timestamp(record.since)} if record is not None else {}
 
     def device_fields(self, section: EfaStateSection, picture: Any, device: str,
-                      present: bool) -> Mapping[str, Any]:
+                      present: bool) -> Mapping[str, Json]:
         """An EFA device's last rename at the same PCI function."""
         identity = section.identities.get(device)
         return rename_fields(identity) if identity is not None else {}
 
     def device_rows(self, section: EfaStateSection, picture: Any, present: frozenset[str]
-                    ) -> Iterable[dict[str, Any]]:
+                    ) -> Iterable[JsonObject]:
         """Each known EFA device missing from the poll."""
         held = section.driver_event.devices if section.driver_event else ()
         for name in sorted(set(section.known_devices) - present):

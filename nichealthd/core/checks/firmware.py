@@ -22,6 +22,7 @@ from ..codec import Layout
 from ..config import ETH_DEGRADATION_CHECK, IB_DEGRADATION_CHECK
 from ..events import ENTITY_NIC, HealthEvent, make_event
 from ..family import READS_ADAPTER, READS_DEVICES, CheckFamily, Condition, Cycle, Series, Verdict
+from ..jsontypes import Json
 from ..model import DeviceSnapshot
 from ..state import DEGRADED
 from .adapter_section import Latched, LatchSection, held
@@ -103,7 +104,7 @@ class Firmware(CheckFamily[FirmwareSection]):
             yield Condition(DEGRADED, f"{name}: firmware {section.latched[key].detail}")
 
     def device_fields(self, section: FirmwareSection, picture: Any, device: str,
-                      present: bool) -> Mapping[str, Any]:
+                      present: bool) -> Mapping[str, Json]:
         """``fw_ver`` as last read (a flash at runtime shows) and ``firmware_drift`` (``<its>
         vs <the group's>`` while reported, else "")."""
         fields: dict[str, Any] = {}

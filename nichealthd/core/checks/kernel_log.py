@@ -62,6 +62,7 @@ from ..family import (
     Series,
     Verdict,
 )
+from ..jsontypes import Json
 from ..kernel_rules import (
     DEFAULT_KERNEL_RULES,
     KERNEL_LOG_MODES,
@@ -342,7 +343,7 @@ class KernelLog(CheckFamily[KernelLogSection]):
             yield Condition(DEGRADED, f"{device}: kernel driver fault {rule} repeated")
 
     def device_fields(self, section: KernelLogSection, picture: Any, device: str,
-                      present: bool) -> Mapping[str, Any]:
+                      present: bool) -> Mapping[str, Json]:
         return device_fault(section, device)
 
     def series(self, section: KernelLogSection, picture: Any) -> Iterable[Series]:

@@ -22,8 +22,10 @@ from ..config import (
 )
 from ..events import HealthEvent
 from ..family import READS_COUNTERS, READS_PORTS, CheckFamily, Condition, Cycle, PortId, Verdict
-from ..model import HostSnapshot, PortSnapshot, Unreadable, is_value
+from ..jsontypes import JsonObject
+from ..model import DeviceSnapshot, HostSnapshot, PortSnapshot, Unreadable, is_value
 from ..state import DEGRADED, FATAL, counter_key
+from .counter_rows import counter_rows
 from .counter_section import KEYS, CounterSection, CounterSnap
 from .counters import (
     CheckNames,
@@ -122,6 +124,14 @@ class LinkCounters(CheckFamily[CounterSection]):
     def observations(self, picture: Any) -> Mapping[str, CounterObservation]:
         seen: Mapping[str, CounterObservation] = picture or {}
         return seen
+
+    def counter_rows(self, section: CounterSection, picture: Any, device: DeviceSnapshot,
+                     port: int, config: Config) -> Iterable[JsonObject]:
+        """The configured counters of a ConnectX device (an EFA device's are EFA's)."""
+        if device.is_efa:
+            return ()
+        return counter_rows(section, self.observations(picture), device, port,
+                            config.active_counters)
 
     def conditions(self, section: CounterSection, picture: Any) -> Iterable[Condition]:
         """Each latched breach (fatal or not) and each saturation reported as an event."""

@@ -75,6 +75,7 @@ from ..family import (
     Series,
     Verdict,
 )
+from ..jsontypes import Json
 from ..model import PortSnapshot, is_value
 from ..settings import Duration, Integer, Report, Settings, setting
 from ..state import DEGRADED, FATAL
@@ -252,7 +253,7 @@ class LinkFlaps(CheckFamily[FlapSection]):
                                 alone=f"{key}: {reason}")
 
     def port_fields(self, section: FlapSection, picture: Any, port: PortId
-                    ) -> Mapping[str, Any]:
+                    ) -> Mapping[str, Json]:
         record = section.link_flaps.get(f"{port[0]}_{port[1]}")
         return {"flaps": record.count if record else 0,
                 "flapping": bool(record and record.told)}

@@ -31,6 +31,7 @@ from ..family import (
     Series,
     Verdict,
 )
+from ..jsontypes import Json
 from ..state import DEGRADED
 from .ports import is_active, port_label
 
@@ -139,7 +140,7 @@ class LinkRate(CheckFamily[RateSection]):
                             alone=f"{key} rate {record.rate} below peers' {record.peers}")
 
     def port_fields(self, section: RateSection, picture: Any, port: PortId
-                    ) -> Mapping[str, Any]:
+                    ) -> Mapping[str, Json]:
         record = section.rate_degraded.get(f"{port[0]}_{port[1]}")
         return {"rate_degraded": record is not None,
                 "peer_rate": record.peers if record else ""}

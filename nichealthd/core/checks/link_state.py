@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any, Iterable, Mapping, Optional, Sequence, TypeVar
 
 from ..config import ETH_STATE_CHECK, IB_STATE_CHECK
-from ..events import HealthEvent
+from ..events import HealthEvent, format_timestamp
 from ..family import (
     HOST,
     READS_DEVICES,
@@ -28,6 +28,7 @@ from ..family import (
     Series,
     Verdict,
 )
+from ..jsontypes import Json, JsonObject
 from ..model import DeviceSnapshot, HostSnapshot
 from ..state import SUPPRESSED
 from ..topology import Role, anomalous_cards
@@ -59,7 +60,7 @@ from .link_section import (
     rename_fields,
 )
 from .link_settings import LinkStateSettings
-from .ports import held_transition, missing_port, returned_port
+from .ports import held_transition, missing_port, returned_port, split_state
 
 V = TypeVar("V")
 STATE_CHECK_OF = {"InfiniBand": IB_STATE_CHECK, "Ethernet": ETH_STATE_CHECK}
@@ -184,19 +185,32 @@ class LinkState(CheckFamily[LinkStateSection]):
         return base_conditions(section, snapshot, bases)
 
     def port_fields(self, section: LinkStateSection, picture: Any, port: PortId
-                    ) -> Mapping[str, Any]:
-        """The hold-down: blips absorbed, and whether an edge is held now."""
+                    ) -> Mapping[str, Json]:
+        """Since when the port has had the health it was last told, and the hold-down:
+        blips absorbed, and whether an edge is held now."""
         key = f"{port[0]}_{port[1]}"
-        return {"blips": section.port_blips.get(key, 0), "held": key in section.port_holds}
+        record = section.port_states.get(key)
+        return {"since": format_timestamp(record.since) if record else "",
+                "blips": section.port_blips.get(key, 0), "held": key in section.port_holds}
+
+    def absent_port_fields(self, section: LinkStateSection, port: PortId
+                           ) -> Mapping[str, Json]:
+        """A recorded port the poll no longer lists: its last link layer, state and since."""
+        gone = section.port_states.get(f"{port[0]}_{port[1]}")
+        if gone is None:
+            return {}
+        return {"link_layer": gone.link_layer, "state": split_state(gone.state)[1],
+                "phys_state": split_state(gone.physical_state)[1],
+                "since": format_timestamp(gone.since)}
 
     def device_fields(self, section: LinkStateSection, picture: Any, device: str,
-                      present: bool) -> Mapping[str, Any]:
+                      present: bool) -> Mapping[str, Json]:
         """Its last rename at the same PCI function (``renamed_from``, ``renamed_at``)."""
         identity = section.identities.get(device)
         return rename_fields(identity) if identity is not None else {}
 
     def device_rows(self, section: LinkStateSection, picture: Any, present: frozenset[str]
-                    ) -> Iterable[dict[str, Any]]:
+                    ) -> Iterable[JsonObject]:
         """Each known device missing from the poll: its identity, misses, whether a driver
         event holds it."""
         held = section.driver_event.devices if section.driver_event else ()

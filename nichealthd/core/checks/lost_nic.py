@@ -60,6 +60,7 @@ from ..family import (
     Series,
     Verdict,
 )
+from ..jsontypes import JsonObject
 from ..model import DeviceSnapshot
 from ..state import FATAL, MonitorState
 from ..topology import COMPUTE, EXCLUDED, MANAGEMENT, STORAGE, Role, Topology, classify
@@ -247,7 +248,7 @@ class LostNics(CheckFamily[LostNicSection]):
             yield Condition(FATAL, f"PCI function {key} has no RDMA device")
 
     def device_rows(self, section: LostNicSection, picture: Any, present: frozenset[str]
-                    ) -> Iterable[dict[str, Any]]:
+                    ) -> Iterable[JsonObject]:
         return _lost_rows(section, picture)
 
     def series(self, section: LostNicSection, picture: Any) -> Iterable[Series]:

@@ -21,6 +21,7 @@ from ..codec import stored
 from ..config import Config
 from ..events import HealthEvent
 from ..family import READS_HWMON, CheckFamily, Condition, Cycle, Series, Verdict
+from ..jsontypes import Json
 from ..pcifacts import Sensor, degrees
 from ..settings import Duration, Integer, Settings, setting
 from ..state import DEGRADED, FATAL
@@ -137,7 +138,7 @@ class NicTemperature(CheckFamily[TemperatureSection]):
                             f"{record.device}: temperature {record.detail}")
 
     def device_fields(self, section: TemperatureSection, picture: Any, device: str,
-                      present: bool) -> Mapping[str, Any]:
+                      present: bool) -> Mapping[str, Json]:
         """``temperature_c`` of its hottest sensor and that sensor's ``temperature_crit_c``."""
         sensors: tuple[Sensor, ...] = (picture or {}).get(device, ()) if present else ()
         known = [s for s in sensors if s.input is not None]

@@ -38,6 +38,7 @@ from ..codec import Layout
 from ..config import Config, CounterSpec
 from ..events import ENTITY_NIC, ENTITY_PCI, HealthEvent, make_event
 from ..family import HOST, READS_AER, CheckFamily, Condition, Cycle, Series, Verdict
+from ..jsontypes import Json
 from ..model import PortSnapshot
 from ..pcifacts import ROOTPORT_FILES, AerTable
 from ..settings import Duration, Integer, Settings, boolean, setting
@@ -203,7 +204,7 @@ class PcieAer(CheckFamily[AerSection]):
             yield Condition(FATAL if flag.is_fatal else DEGRADED, f"PCIe AER {name} on {where}")
 
     def device_fields(self, section: AerSection, picture: Any, device: str, present: bool
-                      ) -> Mapping[str, Any]:
+                      ) -> Mapping[str, Json]:
         """The NIC function's AER totals (``aer_dev_fatal`` ...) and the root port above it
         (``aer_root_port`` and its ``aer_rootport_total_err_*``), as of its last run."""
         if not present:

@@ -19,6 +19,7 @@ from ..codec import stored
 from ..config import Config
 from ..events import HealthEvent
 from ..family import READS_PCIE, CheckFamily, Condition, Cycle, Series, Verdict
+from ..jsontypes import Json
 from ..model import DeviceSnapshot
 from ..pcifacts import PcieHop
 from ..settings import Duration, Settings, setting
@@ -94,7 +95,7 @@ class PcieLink(CheckFamily[PcieLinkSection]):
                             f"{record.detail}")
 
     def device_fields(self, section: PcieLinkSection, picture: Any, device: str,
-                      present: bool) -> Mapping[str, Any]:
+                      present: bool) -> Mapping[str, Json]:
         """``pcie_link`` (the NIC's own link) and ``pcie_hops``, as of its last run."""
         hops: Mapping[str, tuple[PcieHop, ...]] = picture or {}
         if not present or not hops.get(device):
