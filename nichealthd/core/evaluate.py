@@ -28,7 +28,7 @@ from .checks.link_section import DeviceIdentity
 from .config import Config
 from .events import BACKDATE, HealthEvent
 from .failure import describe_exception
-from .family import EVERY_POLL, READS_COUNTERS, CheckFamily, Cycle, Verdict, supplies
+from .family import EVERY_POLL, READS_COUNTERS, Cycle, Family, Verdict, supplies
 from .model import HostSnapshot
 from .state import MonitorState
 from .topology import Role, Topology, classify_all
@@ -98,20 +98,23 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
         if not family.enabled(config):
             continue
         if not _due(family, memory, now, config):
-            # Between runs of a slow family the views show what it kept of its last run.
-            if family.id in memory.slots:
-                pictures[family.id] = memory.slots[family.id]
+            # Between runs of a slow family the views show the picture of its last run.
+            if family.id in memory.pictures:
+                pictures[family.id] = memory.pictures[family.id]
             continue
         verdict, failure = _judge(family, previous, cycle, memory)
         if verdict is None:
             failed[family.id] = failure
-            if family.id in memory.slots:
-                pictures[family.id] = memory.slots[family.id]
+            if family.id in memory.pictures:
+                pictures[family.id] = memory.pictures[family.id]
             continue
         if family.interval(config):  # its cadence counts from this run
             memory.ran_at[family.id] = now
         next_state.sections[family.id] = verdict.section
-        pictures[family.id] = verdict.picture
+        if verdict.picture is not None:
+            memory.pictures[family.id] = verdict.picture
+        if family.id in memory.pictures:
+            pictures[family.id] = memory.pictures[family.id]
         notes.extend(verdict.notes)
         for device, event in verdict.events:
             by_device.get(device, host).append(event)
@@ -123,8 +126,8 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
                        failed)
 
 
-def _judge(family: CheckFamily[Any], previous: MonitorState, cycle: Cycle,
-           memory: CounterMemory) -> tuple[Optional[Verdict[Any]], str]:
+def _judge(family: Family, previous: MonitorState, cycle: Cycle,
+           memory: CounterMemory) -> tuple[Optional[Verdict[Any, Any]], str]:
     """The family's verdict inside its failure boundary, or None and why it has none.
 
     On failure ``memory`` is as it was before the family ran: its slot, and for a family
@@ -189,9 +192,10 @@ def _forget(memory: CounterMemory, names: set[str]) -> None:
             del table[key]
     memory.port_entries = {k: v for k, v in memory.port_entries.items() if k[0] not in names}
     memory.slots.clear()
+    memory.pictures.clear()
 
 
-def _due(family: CheckFamily[Any], memory: CounterMemory, now: datetime, config: Config
+def _due(family: Family, memory: CounterMemory, now: datetime, config: Config
          ) -> bool:
     """Every poll, or once per ``cadence`` since its last successful run (and at the first
     poll of a process, and when the wall clock went back)."""

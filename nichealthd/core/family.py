@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # pragma: no cover - the state holds sections, sections do no
     from .state import MonitorState
 
 S = TypeVar("S")
+P = TypeVar("P")  # a family's picture: what the views show of its last verdict
 
 # What a family may read of the snapshot (``CheckFamily.reads``): the reader skips a part that
 # no enabled family reads.
@@ -86,7 +87,7 @@ class Cycle:
 
 
 @dataclass(frozen=True)
-class Verdict(Generic[S]):
+class Verdict(Generic[S, P]):
     """One family's outcome of one poll.
 
     ``events`` pairs each event with the device it is about (:data:`HOST` for host-level
@@ -96,7 +97,9 @@ class Verdict(Generic[S]):
 
     section: S
     events: tuple[tuple[str, HealthEvent], ...] = ()
-    picture: Any = None  # what the views show of this poll (counter observations, cards)
+    # What the views show of this poll (counter observations, cards, the facts read); None
+    # keeps the picture of its last verdict (a slow family's between its runs).
+    picture: Optional[P] = None
     notes: tuple[str, ...] = ()  # log lines
 
 
@@ -141,7 +144,7 @@ class Series:
     samples: tuple[tuple[tuple[str, ...], float], ...] = field(default=())
 
 
-class CheckFamily(abc.ABC, Generic[S]):
+class CheckFamily(abc.ABC, Generic[S, P]):
     """One family of checks. Subclasses are stateless: everything lives in their section."""
 
     id: ClassVar[str]  # its name in the state file's ``schemas`` and in logs
@@ -173,7 +176,7 @@ class CheckFamily(abc.ABC, Generic[S]):
         return dumped
 
     @abc.abstractmethod
-    def evaluate(self, previous: S, cycle: Cycle, memory: CounterMemory) -> Verdict[S]:
+    def evaluate(self, previous: S, cycle: Cycle, memory: CounterMemory) -> Verdict[S, P]:
         """One poll, pure: ``previous`` is not changed. ``memory`` is this poll's own copy
         of the volatile memory (the counter engine's, the family's slot): the family may
         change it; the monitor adopts it with the commit."""
@@ -209,7 +212,7 @@ class CheckFamily(abc.ABC, Generic[S]):
         with its fresh section names none."""
         return frozenset()
 
-    def observations(self, cycle_picture: Any) -> Mapping[str, CounterObservation]:
+    def observations(self, cycle_picture: Optional[P]) -> Mapping[str, CounterObservation]:
         """What the poll computed of each counter it judges (``device:port:counter``), for
         ``show counters`` and the metrics: the counter engine's families."""
         return {}
@@ -227,7 +230,7 @@ class CheckFamily(abc.ABC, Generic[S]):
         """Whether a change must be written at once; the rest is flushed within a minute."""
         return bool(old != new)
 
-    def conditions(self, section: S, cycle_picture: Any) -> Iterable[Condition]:
+    def conditions(self, section: S, cycle_picture: Optional[P]) -> Iterable[Condition]:
         """Its open conditions, for the health of ports and host."""
         return ()
 
@@ -247,7 +250,8 @@ class CheckFamily(abc.ABC, Generic[S]):
         """Ports down since first sight without evidence: "uncabled", whatever the base."""
         return frozenset()
 
-    def port_fields(self, section: S, cycle_picture: Any, port: PortId) -> Mapping[str, Json]:
+    def port_fields(self, section: S, cycle_picture: Optional[P], port: PortId) -> Mapping[str,
+                    Json]:
         """Extra keys of a port's record (``show ports --json``, D-Bus, varlink)."""
         return {}
 
@@ -256,32 +260,37 @@ class CheckFamily(abc.ABC, Generic[S]):
         recorded of it (the link layer, the last state, since when)."""
         return {}
 
-    def counter_rows(self, section: S, cycle_picture: Any, device: DeviceSnapshot,
+    def counter_rows(self, section: S, cycle_picture: Optional[P], device: DeviceSnapshot,
                      port: int, config: Config) -> Iterable[JsonObject]:
         """The ``show counters`` records of the counters of ``device`` it judges, of every
         port (``port`` 0) or of that one (core/checks/counter_rows.py)."""
         return ()
 
-    def device_fields(self, section: S, cycle_picture: Any, device: str, present: bool
+    def device_fields(self, section: S, cycle_picture: Optional[P], device: str, present: bool
                       ) -> Mapping[str, Json]:
         """Extra keys of a device's record (``show devices --json``, D-Bus, varlink); a key
         it gives replaces the snapshot's (the firmware version as last read). ``present``
         False: a known device missing from the poll (a row of :meth:`device_rows`)."""
         return {}
 
-    def device_rows(self, section: S, cycle_picture: Any, present: frozenset[str]
+    def device_rows(self, section: S, cycle_picture: Optional[P], present: frozenset[str]
                     ) -> Iterable[JsonObject]:
         """Device records of its own for what the poll does not list (``present``: the
         names it lists): a known device gone, a NIC without an RDMA device. Every key of a
         device record; ``present`` False."""
         return ()
 
-    def series(self, section: S, cycle_picture: Any) -> Iterable[Series]:
+    def series(self, section: S, cycle_picture: Optional[P]) -> Iterable[Series]:
         """Its metrics series."""
         return ()
 
 
-def supplies(family: CheckFamily[Any], method: str) -> bool:
+# A family of the registry: each has its own section and picture types, which the loops over
+# the registry do not know (they pass a family's own section and picture back to it).
+Family = CheckFamily[Any, Any]
+
+
+def supplies(family: Family, method: str) -> bool:
     """Whether ``family`` overrides ``method`` of :class:`CheckFamily` (so a loop over the
     families can skip the ones that add nothing, on paths run for every port)."""
     return getattr(type(family), method) is not getattr(CheckFamily, method)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Optional, TypeVar, cast
 from .codec import MAX_SEQ, parse_int, parse_str, parse_table
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .family import CheckFamily
+    from .family import CheckFamily, Family
 
 STATE_VERSION = 1
 
@@ -36,7 +36,7 @@ class StateCorrupt(ValueError):
     """The state file exists but cannot be trusted; the daemon starts fresh."""
 
 
-def _families() -> tuple[CheckFamily[Any], ...]:
+def _families() -> tuple[Family, ...]:
     from .checks import families  # the families import this module: resolved at call time
 
     return families()
@@ -59,7 +59,7 @@ class MonitorState:
             if family.id not in self.sections:
                 self.sections[family.id] = family.fresh()
 
-    def section(self, family: CheckFamily[S]) -> S:
+    def section(self, family: CheckFamily[S, Any]) -> S:
         """The section of ``family``."""
         return cast(S, self.sections[family.id])
 

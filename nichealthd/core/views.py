@@ -16,7 +16,7 @@ from .checks.ports import is_active, split_state
 from .config import Config
 from .evaluate import CycleResult
 from .events import format_timestamp, local_clock
-from .family import CheckFamily, supplies
+from .family import Family, supplies
 from .health import UNCABLED, UNKNOWN, HostHealth, PortHealth, assess
 from .jsontypes import JsonObject
 from .model import DeviceSnapshot, HostSnapshot, PortSnapshot
@@ -60,7 +60,7 @@ def port_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorStat
 
 
 def _supplying(hook: str, result: CycleResult, state: MonitorState
-               ) -> list[tuple[CheckFamily[Any], Any, Any]]:
+               ) -> list[tuple[Family, Any, Any]]:
     """The families that supply ``hook``, with their committed section and poll picture."""
     return [(f, state.section(f), result.pictures.get(f.id)) for f in families()
             if supplies(f, hook)]

@@ -9,7 +9,7 @@ from typing import Any, Optional
 from nichealthd.core.checks.counters import CounterMemory
 from nichealthd.core.config import Config, build_config
 from nichealthd.core.evaluate import CycleResult, Topology, evaluate
-from nichealthd.core.family import CheckFamily
+from nichealthd.core.family import Family
 from nichealthd.core.model import DeviceSnapshot, HostSnapshot, PortSnapshot
 from nichealthd.core.state import MonitorState
 from nichealthd.core.topology import GpuTopology
@@ -69,7 +69,7 @@ def gpus(numa: tuple[int, ...] = (0, 1), topology: Optional[dict[str, list[str]]
     return Topology(GpuTopology(frozenset(numa), (), matrix))
 
 
-def with_fields(state: MonitorState, family: CheckFamily[Any], **fields: Any) -> MonitorState:
+def with_fields(state: MonitorState, family: Family, **fields: Any) -> MonitorState:
     """``state`` with these fields of ``family``'s section (a new section; ``state`` is
     changed and returned): ``with_fields(MonitorState(), LINK_STATE, known_devices=[...])``."""
     state.sections[family.id] = replace(state.section(family), **fields)

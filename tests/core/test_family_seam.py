@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, Optional
 
 import pytest
 
@@ -73,7 +73,7 @@ class TallySection:
     reported: list[str] = field(default_factory=list)
 
 
-class Tally(CheckFamily[TallySection]):
+class Tally(CheckFamily[TallySection, int]):
     """A toy family: reports a port at its third poll, and once per host at the second."""
 
     id = "tally"
@@ -94,7 +94,7 @@ class Tally(CheckFamily[TallySection]):
         return {"tally_seen": dict(section.seen), "tally_reported": list(section.reported)}
 
     def evaluate(self, previous: TallySection, cycle: Cycle, memory: CounterMemory
-                 ) -> Verdict[TallySection]:
+                 ) -> Verdict[TallySection, int]:
         section = TallySection(dict(previous.seen), list(previous.reported))
         events = []
         memory.slots[self.id] = memory.slots.get(self.id, 0) + 1
@@ -113,17 +113,17 @@ class Tally(CheckFamily[TallySection]):
                 error_code="tally", entities=(), at=cycle.now)))
         return Verdict(section, tuple(events), picture=len(section.seen))
 
-    def conditions(self, section: TallySection, picture: Any) -> Iterable[Condition]:
+    def conditions(self, section: TallySection, picture: Optional[int]) -> Iterable[Condition]:
         for key in section.reported:
             device_name, _, number = key.rpartition("_")
             yield Condition("degraded", "tallied", (device_name, int(number)))
 
-    def port_fields(self, section: TallySection, picture: Any,
+    def port_fields(self, section: TallySection, picture: Optional[int],
                     port_id: tuple[str, int]) -> Mapping[str, Any]:
         return {"tally": section.seen.get(f"{port_id[0]}_{port_id[1]}", 0)}
 
-    def series(self, section: TallySection, picture: Any) -> Iterable[Series]:
-        yield Series("tally_ports", "Ports tallied", "gauge", (), (((), float(picture)),))
+    def series(self, section: TallySection, picture: Optional[int]) -> Iterable[Series]:
+        yield Series("tally_ports", "Ports tallied", "gauge", (), (((), float(picture or 0)),))
 
 
 class Slow(Tally):

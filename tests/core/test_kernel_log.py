@@ -276,6 +276,6 @@ def test_show_devices_has_the_last_driver_fault() -> None:
     s = snap(LINES["module_unplugged"], when=1)
     result = r.poll(s)
     (record,) = device_records(s, result, r.state)
-    assert record["driver_fault"].startswith("module_unplugged at 2026-01-01T12:00:01Z: ")
+    assert str(record["driver_fault"]).startswith("module_unplugged at 2026-01-01T12:00:01Z: ")
     assert any("mlx5_0 driver fault: module_unplugged" in line
                for line in devices_table([record], Style(False), 200))

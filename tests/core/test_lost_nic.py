@@ -326,3 +326,24 @@ def test_a_reported_lost_nic_is_a_device_row_between_adapter_reads_too() -> None
     back = runner.poll(snap(4, replace(LOST, registered=True),
                             replace(PROBE_FAILED, registered=True)))
     assert lost_nic_records(runner.state, back.pictures) == []
+
+
+def test_a_failed_adapter_read_shows_the_last_picture_not_the_familys_memory() -> None:
+    """The failure boundary (core/evaluate.py): the views show a failed family's last
+    picture. The lost-NIC family keeps other things in its volatile slot than in its
+    picture; the views were given the slot, and ``show devices`` raised."""
+    from nichealthd.core.checks.lost_nic import lost_nic_records
+    from nichealthd.core.family import READS_ADAPTER
+    from nichealthd.core.views import device_records
+
+    runner = Runner(cfg=config(driverReloadGrace="0s"))
+    for n in range(3):
+        result = runner.poll(snap(n, LOST))
+    rows = lost_nic_records(runner.state, result.pictures)
+    assert [r["device"] for r in rows] == ["0000:48:00.0"]
+    failed = runner.poll(replace(snap(3, adapter=False),
+                                 unread={READS_ADAPTER: "numa_node: '--1'"}))
+    assert LOST_NICS.id in failed.failed
+    assert lost_nic_records(runner.state, failed.pictures) == rows
+    records = device_records(snap(3), failed, runner.state)
+    assert [r["device"] for r in records if r.get("lost")] == ["0000:48:00.0"]

@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from typing import Any, Optional
+from typing import Optional
 
-from ..family import CheckFamily
+from ..family import CheckFamily, Family
 
-_found: Optional[tuple[CheckFamily[Any], ...]] = None
+_found: Optional[tuple[Family, ...]] = None
 
 
-def families() -> tuple[CheckFamily[Any], ...]:
+def families() -> tuple[Family, ...]:
     """Every family, in :attr:`CheckFamily.order`; ids and state-file keys are unique."""
     global _found
     if _found is None:
-        found: list[CheckFamily[Any]] = []
+        found: list[Family] = []
         for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
             module = importlib.import_module(f"{__name__}.{info.name}")
             family = getattr(module, "FAMILY", None)
@@ -33,7 +33,7 @@ def families() -> tuple[CheckFamily[Any], ...]:
     return _found
 
 
-def _check_unique(found: list[CheckFamily[Any]]) -> None:
+def _check_unique(found: list[Family]) -> None:
     ids: set[str] = set()
     keys: set[str] = {"version", "boot_id", "event_seq", "schemas"}
     for family in found:

@@ -114,7 +114,7 @@ class CharDeviceSettings(Settings):
         "and umad")
 
 
-class CharDeviceFamily(CheckFamily[CharDeviceSection]):
+class CharDeviceFamily(CheckFamily[CharDeviceSection, CharDevices]):
     """One uverbs per device, one umad (and opt-in issm) per InfiniBand port."""
 
     id = "char_devices"
@@ -128,7 +128,7 @@ class CharDeviceFamily(CheckFamily[CharDeviceSection]):
         return CHAR_DEVICE_CHECK in config.checks
 
     def evaluate(self, previous: CharDeviceSection, cycle: Cycle, memory: Any
-                 ) -> Verdict[CharDeviceSection]:
+                 ) -> Verdict[CharDeviceSection, CharDevices]:
         facts = cycle.snapshot.adapter
         if facts is None:  # not read this poll: nothing to judge
             return Verdict(previous)
@@ -170,7 +170,8 @@ class CharDeviceFamily(CheckFamily[CharDeviceSection]):
                ) -> CharDeviceSection:
         return section.renamed(renames)
 
-    def conditions(self, section: CharDeviceSection, picture: Any) -> Iterable[Condition]:
+    def conditions(self, section: CharDeviceSection,
+                   picture: Optional[CharDevices]) -> Iterable[Condition]:
         for key in sorted(section.latched):
             device, port, code = parse_key(key)
             reason = f"{code} character device missing"
@@ -179,7 +180,7 @@ class CharDeviceFamily(CheckFamily[CharDeviceSection]):
             else:
                 yield Condition(FATAL, reason, (device, port), alone=f"{key} missing")
 
-    def device_fields(self, section: CharDeviceSection, picture: Any, device: str,
+    def device_fields(self, section: CharDeviceSection, picture: Optional[CharDevices], device: str,
                       present: bool) -> Mapping[str, Json]:
         """``char_devices_missing``: the kinds reported missing (``uverbs``, ``umad:1``...)."""
         missing: list[Json] = []
@@ -189,7 +190,8 @@ class CharDeviceFamily(CheckFamily[CharDeviceSection]):
                 missing.append(code if port is None else f"{code}:{port}")
         return {"char_devices_missing": missing}
 
-    def series(self, section: CharDeviceSection, picture: Any) -> Iterable[Series]:
+    def series(self, section: CharDeviceSection,
+               picture: Optional[CharDevices]) -> Iterable[Series]:
         samples = []
         for key in sorted(section.latched):
             device, port, code = parse_key(key)

@@ -67,6 +67,10 @@ class CounterObservation(NamedTuple):
     rate: Optional[float]
 
 
+# The picture of a family that counts: what the poll computed of each counter it judges.
+Observations = Mapping[str, CounterObservation]
+
+
 @dataclass
 class CounterMemory:
     """The volatile part of the state: the last value read of each counter and when (spec
@@ -92,12 +96,15 @@ class CounterMemory:
     port_entries: dict[tuple[str, int], PortEntries] = field(default_factory=dict)
     slots: dict[str, Any] = field(default_factory=dict)  # family id -> its volatile value
     ran_at: dict[str, datetime] = field(default_factory=dict)  # family id -> its last run
+    # Family id -> the picture of its last verdict: what the views show of a slow family
+    # between its runs, and of a family that failed (core/evaluate.py keeps it).
+    pictures: dict[str, object] = field(default_factory=dict)
 
     def copy(self) -> CounterMemory:
         """A copy whose values can change without touching this one (the cache is shared)."""
         return CounterMemory(dict(self.last_values), dict(self.last_times),
                              dict(self.closed_windows), self.port_entries, dict(self.slots),
-                             dict(self.ran_at))
+                             dict(self.ran_at), dict(self.pictures))
 
 
 class SaturatingFile(NamedTuple):

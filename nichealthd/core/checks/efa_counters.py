@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping, Optional
 
 from ..codec import Layout
 from ..config import EFA_DEGRADATION_CHECK, EFA_STATE_CHECK, Config
@@ -31,6 +31,7 @@ from .counters import (
     CounterMemory,
     CounterObservation,
     CounterPoll,
+    Observations,
     evaluate_port_counters,
     release_unconfigured,
     urgent_counter_change,
@@ -49,7 +50,7 @@ class EfaCounterSection(CounterSection):
     LAYOUT = Layout(prefix="efa_", omit_empty=True)
 
 
-class EfaCounters(CheckFamily[EfaCounterSection]):
+class EfaCounters(CheckFamily[EfaCounterSection, Observations]):
     """Delta and velocity thresholds on the EFA counters, as for ConnectX."""
 
     id = "efa_counters"
@@ -63,7 +64,7 @@ class EfaCounters(CheckFamily[EfaCounterSection]):
             {EFA_STATE_CHECK, EFA_DEGRADATION_CHECK} & set(config.checks))
 
     def evaluate(self, previous: EfaCounterSection, cycle: Cycle, memory: CounterMemory
-                 ) -> Verdict[EfaCounterSection]:
+                 ) -> Verdict[EfaCounterSection, Observations]:
         state = previous.copy()
         events: list[tuple[str, HealthEvent]] = []
         notes: list[str] = []
@@ -94,10 +95,11 @@ class EfaCounters(CheckFamily[EfaCounterSection]):
         return frozenset({EFA_DEGRADATION_CHECK}) if any(d.is_efa for d in snapshot.devices) \
             else frozenset()
 
-    def observations(self, picture: Any) -> Mapping[str, CounterObservation]:
+    def observations(self, picture: Optional[Observations]) -> Mapping[str, CounterObservation]:
         return LINK_COUNTERS.observations(picture)  # the EFA counters' keys are distinct
 
-    def counter_rows(self, section: EfaCounterSection, picture: Any, device: DeviceSnapshot,
+    def counter_rows(self, section: EfaCounterSection, picture: Optional[Observations],
+                     device: DeviceSnapshot,
                      port: int, config: Config) -> Iterable[JsonObject]:
         """The EFA counters of an EFA device, judged by this family alone."""
         if not device.is_efa:
@@ -105,7 +107,8 @@ class EfaCounters(CheckFamily[EfaCounterSection]):
         return counter_rows(section, self.observations(picture), device, port,
                             config.active_efa_counters)
 
-    def conditions(self, section: EfaCounterSection, picture: Any) -> Iterable[Condition]:
+    def conditions(self, section: EfaCounterSection,
+                   picture: Optional[Observations]) -> Iterable[Condition]:
         return LINK_COUNTERS.conditions(section, picture)
 
 

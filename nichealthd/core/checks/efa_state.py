@@ -143,7 +143,7 @@ def _event(port: PortSnapshot, healthy: bool, now: datetime) -> HealthEvent:
                       at=now)
 
 
-class EfaState(CheckFamily[EfaStateSection]):
+class EfaState(CheckFamily[EfaStateSection, None]):
     """The netdev state of EFA ports, and EFA device presence."""
 
     id = "efa_state"
@@ -186,7 +186,7 @@ class EfaState(CheckFamily[EfaStateSection]):
         return state
 
     def evaluate(self, previous: EfaStateSection, cycle: Cycle, memory: Any
-                 ) -> Verdict[EfaStateSection]:
+                 ) -> Verdict[EfaStateSection, None]:
         state = previous.copy()
         now = cycle.now
         events: list[tuple[str, HealthEvent]] = []
@@ -289,7 +289,7 @@ class EfaState(CheckFamily[EfaStateSection]):
             state.ports[port.key] = new
         return event
 
-    def conditions(self, section: EfaStateSection, picture: Any) -> Iterable[Condition]:
+    def conditions(self, section: EfaStateSection, picture: None) -> Iterable[Condition]:
         """Each EFA port told DOWN, each port a latched card verdict rests on, each EFA
         device declared gone."""
         for key in sorted(section.ports):
@@ -325,7 +325,7 @@ class EfaState(CheckFamily[EfaStateSection]):
         return frozenset({EFA_STATE_CHECK}) if any(d.is_efa for d in snapshot.devices) \
             else frozenset()
 
-    def port_fields(self, section: EfaStateSection, picture: Any, port: PortId
+    def port_fields(self, section: EfaStateSection, picture: None, port: PortId
                     ) -> Mapping[str, Json]:
         """An EFA port's ``since``: when the health it was last told began (ConnectX ports
         have theirs from the link-state record; nothing is added to them)."""
@@ -334,13 +334,13 @@ class EfaState(CheckFamily[EfaStateSection]):
         record = section.ports.get(f"{port[0]}_{port[1]}")
         return {"since": format_timestamp(record.since)} if record is not None else {}
 
-    def device_fields(self, section: EfaStateSection, picture: Any, device: str,
+    def device_fields(self, section: EfaStateSection, picture: None, device: str,
                       present: bool) -> Mapping[str, Json]:
         """An EFA device's last rename at the same PCI function."""
         identity = section.identities.get(device)
         return rename_fields(identity) if identity is not None else {}
 
-    def device_rows(self, section: EfaStateSection, picture: Any, present: frozenset[str]
+    def device_rows(self, section: EfaStateSection, picture: None, present: frozenset[str]
                     ) -> Iterable[JsonObject]:
         """Each known EFA device missing from the poll."""
         held = section.driver_event.devices if section.driver_event else ()

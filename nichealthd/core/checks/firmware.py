@@ -34,6 +34,9 @@ CODE_FIRMWARE = "firmware_drift"
 DEGRADATION_OF = {"InfiniBand": IB_DEGRADATION_CHECK, "Ethernet": ETH_DEGRADATION_CHECK}
 
 
+Versions = Mapping[str, str]  # its picture: each device's firmware as last read
+
+
 @dataclass
 class FirmwareSection(LatchSection):
     """Latched drift per ``<device>:firmware`` (detail: ``<its version> vs <majority>``),
@@ -67,7 +70,7 @@ def majority(versions: Iterable[str]) -> Optional[str]:
     return version if count * 2 > sum(counts.values()) else None
 
 
-class Firmware(CheckFamily[FirmwareSection]):
+class Firmware(CheckFamily[FirmwareSection, Versions]):
     """Firmware consistency within a role group (same HCA type and board)."""
 
     id = "firmware"
@@ -77,7 +80,7 @@ class Firmware(CheckFamily[FirmwareSection]):
     reads = frozenset({READS_DEVICES, READS_ADAPTER})
 
     def evaluate(self, previous: FirmwareSection, cycle: Cycle, memory: Any
-                 ) -> Verdict[FirmwareSection]:
+                 ) -> Verdict[FirmwareSection, Versions]:
         facts = cycle.snapshot.adapter
         if facts is None:
             return Verdict(previous)
@@ -98,12 +101,13 @@ class Firmware(CheckFamily[FirmwareSection]):
                ) -> FirmwareSection:
         return section.renamed(renames)
 
-    def conditions(self, section: FirmwareSection, picture: Any) -> Iterable[Condition]:
+    def conditions(self, section: FirmwareSection,
+                   picture: Optional[Versions]) -> Iterable[Condition]:
         for key in sorted(section.latched):
             name = key.rsplit(":", 1)[0]
             yield Condition(DEGRADED, f"{name}: firmware {section.latched[key].detail}")
 
-    def device_fields(self, section: FirmwareSection, picture: Any, device: str,
+    def device_fields(self, section: FirmwareSection, picture: Optional[Versions], device: str,
                       present: bool) -> Mapping[str, Json]:
         """``fw_ver`` as last read (a flash at runtime shows) and ``firmware_drift`` (``<its>
         vs <the group's>`` while reported, else "")."""
@@ -114,7 +118,7 @@ class Firmware(CheckFamily[FirmwareSection]):
         fields["firmware_drift"] = drift.detail if drift else ""
         return fields
 
-    def series(self, section: FirmwareSection, picture: Any) -> Iterable[Series]:
+    def series(self, section: FirmwareSection, picture: Optional[Versions]) -> Iterable[Series]:
         drift = {k.rsplit(":", 1)[0] for k in section.latched}
         yield Series("firmware_drift", "1 while a device runs another firmware than the "
                      "majority of its role group's cards of the same model", "gauge",

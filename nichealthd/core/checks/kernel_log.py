@@ -221,7 +221,7 @@ class _Devices:
         return (found[0], found[1]) if found else (None, None)
 
 
-class KernelLog(CheckFamily[KernelLogSection]):
+class KernelLog(CheckFamily[KernelLogSection, None]):
     """mlx5 driver faults from the kernel log, deduplicated per rule and device."""
 
     id = "kernel_log"
@@ -235,7 +235,7 @@ class KernelLog(CheckFamily[KernelLogSection]):
         return config.settings(KernelLogSettings).kernel_log != "off"
 
     def evaluate(self, previous: KernelLogSection, cycle: Cycle, memory: Any
-                 ) -> Verdict[KernelLogSection]:
+                 ) -> Verdict[KernelLogSection, None]:
         snapshot = cycle.snapshot
         moved = snapshot.kernel_cursor is not None and snapshot.kernel_cursor != previous.cursor
         if not snapshot.kernel_lines and not moved and not _repeats_due(previous, cycle):
@@ -332,7 +332,7 @@ class KernelLog(CheckFamily[KernelLogSection]):
         flushed within a minute and at stop (a crash re-reads those lines: no event)."""
         return old.without_cursor() != new.without_cursor()
 
-    def conditions(self, section: KernelLogSection, picture: Any) -> Iterable[Condition]:
+    def conditions(self, section: KernelLogSection, picture: None) -> Iterable[Condition]:
         """A fatal driver fault holds for the rest of the boot; a repetition until its
         window holds fewer lines than kernelLogRepeatCount."""
         for target in sorted(section.fatal):
@@ -342,11 +342,11 @@ class KernelLog(CheckFamily[KernelLogSection]):
             rule, _, device = key.rpartition("|")
             yield Condition(DEGRADED, f"{device}: kernel driver fault {rule} repeated")
 
-    def device_fields(self, section: KernelLogSection, picture: Any, device: str,
+    def device_fields(self, section: KernelLogSection, picture: None, device: str,
                       present: bool) -> Mapping[str, Json]:
         return device_fault(section, device)
 
-    def series(self, section: KernelLogSection, picture: Any) -> Iterable[Series]:
+    def series(self, section: KernelLogSection, picture: None) -> Iterable[Series]:
         samples = []
         for key in sorted(section.counts):
             rule, _, device = key.rpartition("|")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, Iterable, Mapping, Optional, TypeVar
+from typing import Iterable, Mapping, Optional, TypeVar
 
 from ..config import (
     ETH_DEGRADATION_CHECK,
@@ -32,6 +32,7 @@ from .counters import (
     CounterMemory,
     CounterObservation,
     CounterPoll,
+    Observations,
     evaluate_port_counters,
     release_unconfigured,
     urgent_counter_change,
@@ -60,7 +61,7 @@ def renamed(section: C, renames: Mapping[str, str]) -> C:
                    saturated_quiet=renamed_counter_table(section.saturated_quiet, renames))
 
 
-class LinkCounters(CheckFamily[CounterSection]):
+class LinkCounters(CheckFamily[CounterSection, Observations]):
     """Delta and velocity thresholds with latching breaches, resets and saturation."""
 
     id = "link_counters"
@@ -70,7 +71,7 @@ class LinkCounters(CheckFamily[CounterSection]):
     reads = frozenset({READS_PORTS, READS_COUNTERS})
 
     def evaluate(self, previous: CounterSection, cycle: Cycle, memory: CounterMemory
-                 ) -> Verdict[CounterSection]:
+                 ) -> Verdict[CounterSection, Observations]:
         """The counters of every port of each monitored device with a known link layer.
 
         ``memory`` is the poll's own copy of the volatile memory: the engine changes it.
@@ -121,11 +122,12 @@ class LinkCounters(CheckFamily[CounterSection]):
     def baseline_checks(self, snapshot: HostSnapshot) -> frozenset[str]:
         return frozenset({IB_DEGRADATION_CHECK, ETH_DEGRADATION_CHECK})
 
-    def observations(self, picture: Any) -> Mapping[str, CounterObservation]:
+    def observations(self, picture: Optional[Observations]) -> Mapping[str, CounterObservation]:
         seen: Mapping[str, CounterObservation] = picture or {}
         return seen
 
-    def counter_rows(self, section: CounterSection, picture: Any, device: DeviceSnapshot,
+    def counter_rows(self, section: CounterSection, picture: Optional[Observations],
+                     device: DeviceSnapshot,
                      port: int, config: Config) -> Iterable[JsonObject]:
         """The configured counters of a ConnectX device (an EFA device's are EFA's)."""
         if device.is_efa:
@@ -133,7 +135,8 @@ class LinkCounters(CheckFamily[CounterSection]):
         return counter_rows(section, self.observations(picture), device, port,
                             config.active_counters)
 
-    def conditions(self, section: CounterSection, picture: Any) -> Iterable[Condition]:
+    def conditions(self, section: CounterSection,
+                   picture: Optional[Observations]) -> Iterable[Condition]:
         """Each latched breach (fatal or not) and each saturation reported as an event."""
         for key in sorted(section.breach_flags):
             flag = section.breach_flags[key]

@@ -178,7 +178,7 @@ class FlapSection(Section):
     link_flaps: dict[str, FlapRecord] = field(default_factory=dict)
 
 
-class LinkFlaps(CheckFamily[FlapSection]):
+class LinkFlaps(CheckFamily[FlapSection, None]):
     """Down/up cycles per port in a sliding window."""
 
     id = "link_flaps"
@@ -189,7 +189,7 @@ class LinkFlaps(CheckFamily[FlapSection]):
     settings = LinkFlapSettings
 
     def evaluate(self, previous: FlapSection, cycle: Cycle, memory: CounterMemory
-                 ) -> Verdict[FlapSection]:
+                 ) -> Verdict[FlapSection, None]:
         """Each port of the monitored devices: its downs, its closed cycles, its verdict.
 
         Switched off (``linkFlapCount = 0``, at start or by a reload) it forgets every
@@ -243,7 +243,7 @@ class LinkFlaps(CheckFamily[FlapSection]):
                    for r in table.values() if r.device in renames)
         return FlapSection(out)
 
-    def conditions(self, section: FlapSection, picture: Any) -> Iterable[Condition]:
+    def conditions(self, section: FlapSection, picture: None) -> Iterable[Condition]:
         for key, record in sorted((k, r) for k, r in section.link_flaps.items() if r.told):
             if record.told:
                 names = CHECK_NAMES_OF.get(record.link_layer)
@@ -252,13 +252,13 @@ class LinkFlaps(CheckFamily[FlapSection]):
                 yield Condition(health, reason, (record.device, record.port),
                                 alone=f"{key}: {reason}")
 
-    def port_fields(self, section: FlapSection, picture: Any, port: PortId
+    def port_fields(self, section: FlapSection, picture: None, port: PortId
                     ) -> Mapping[str, Json]:
         record = section.link_flaps.get(f"{port[0]}_{port[1]}")
         return {"flaps": record.count if record else 0,
                 "flapping": bool(record and record.told)}
 
-    def series(self, section: FlapSection, picture: Any) -> Iterable[Series]:
+    def series(self, section: FlapSection, picture: None) -> Iterable[Series]:
         yield Series("port_link_flaps",
                      "Down/up cycles of the port within linkFlapWindow (as of the last poll)",
                      "gauge", ("device", "port"),
@@ -266,7 +266,7 @@ class LinkFlaps(CheckFamily[FlapSection]):
                            for _, r in sorted(section.link_flaps.items())))
 
 
-def _switched_off(previous: FlapSection, cycle: Cycle) -> Verdict[FlapSection]:
+def _switched_off(previous: FlapSection, cycle: Cycle) -> Verdict[FlapSection, None]:
     if not previous.link_flaps:
         return Verdict(previous)
     events: list[tuple[str, HealthEvent]] = []

@@ -79,7 +79,7 @@ class RateSection(Section):
     rate_degraded: dict[str, RateRecord] = field(default_factory=dict)
 
 
-class LinkRate(CheckFamily[RateSection]):
+class LinkRate(CheckFamily[RateSection, None]):
     """Rate and width below the mode of same-role, same-card-model peers."""
 
     id = "link_rate"
@@ -89,7 +89,7 @@ class LinkRate(CheckFamily[RateSection]):
     reads = frozenset({READS_DEVICES, READS_PORTS})
 
     def evaluate(self, previous: RateSection, cycle: Cycle, memory: Any
-                 ) -> Verdict[RateSection]:
+                 ) -> Verdict[RateSection, None]:
         """Group the ACTIVE ports, find each group's mode, judge every port of a group."""
         told = previous.rate_degraded
         changed: dict[str, Optional[RateRecord]] = {}
@@ -133,19 +133,19 @@ class LinkRate(CheckFamily[RateSection]):
                    for r in table.values() if r.device in renames)
         return RateSection(out)
 
-    def conditions(self, section: RateSection, picture: Any) -> Iterable[Condition]:
+    def conditions(self, section: RateSection, picture: None) -> Iterable[Condition]:
         for key, record in sorted(section.rate_degraded.items()):
             yield Condition(DEGRADED, f"rate {record.rate} below peers' {record.peers}",
                             (record.device, record.port),
                             alone=f"{key} rate {record.rate} below peers' {record.peers}")
 
-    def port_fields(self, section: RateSection, picture: Any, port: PortId
+    def port_fields(self, section: RateSection, picture: None, port: PortId
                     ) -> Mapping[str, Json]:
         record = section.rate_degraded.get(f"{port[0]}_{port[1]}")
         return {"rate_degraded": record is not None,
                 "peer_rate": record.peers if record else ""}
 
-    def series(self, section: RateSection, picture: Any) -> Iterable[Series]:
+    def series(self, section: RateSection, picture: None) -> Iterable[Series]:
         yield Series("port_rate_degraded",
                      "1 while a port runs below the rate of its peers (same role and card model)",
                      "gauge", ("device", "port", "rate", "peer_rate"),

@@ -31,7 +31,7 @@ from ..family import (
 from ..jsontypes import Json, JsonObject
 from ..model import DeviceSnapshot, HostSnapshot
 from ..state import SUPPRESSED
-from ..topology import Role, anomalous_cards
+from ..topology import CardCount, Role, anomalous_cards
 from .cards import (
     card_counts,
     forget_pending,
@@ -80,7 +80,9 @@ def device_layer(device: DeviceSnapshot, previous: LinkStateSection) -> Optional
     return device.link_layer or recorded_layer(previous, device.name)
 
 
-class LinkState(CheckFamily[LinkStateSection]):
+Cards = Mapping[str, CardCount]  # its picture: each card's active ports
+
+class LinkState(CheckFamily[LinkStateSection, Cards]):
     """Port state, device presence and card homogeneity."""
 
     id = "link_state"
@@ -122,7 +124,7 @@ class LinkState(CheckFamily[LinkStateSection]):
         return state
 
     def evaluate(self, previous: LinkStateSection, cycle: Cycle, memory: Any
-                 ) -> Verdict[LinkStateSection]:
+                 ) -> Verdict[LinkStateSection, Cards]:
         """Ports and presence of each monitored device, then gone devices and card verdicts.
 
         Card homogeneity (spec §4.3) is judged every poll. At the baseline poll an anomalous
@@ -184,7 +186,7 @@ class LinkState(CheckFamily[LinkStateSection]):
                         bases: Mapping[PortId, PortBase]) -> Iterable[Condition]:
         return base_conditions(section, snapshot, bases)
 
-    def port_fields(self, section: LinkStateSection, picture: Any, port: PortId
+    def port_fields(self, section: LinkStateSection, picture: Optional[Cards], port: PortId
                     ) -> Mapping[str, Json]:
         """Since when the port has had the health it was last told, and the hold-down:
         blips absorbed, and whether an edge is held now."""
@@ -203,13 +205,14 @@ class LinkState(CheckFamily[LinkStateSection]):
                 "phys_state": split_state(gone.physical_state)[1],
                 "since": format_timestamp(gone.since)}
 
-    def device_fields(self, section: LinkStateSection, picture: Any, device: str,
+    def device_fields(self, section: LinkStateSection, picture: Optional[Cards], device: str,
                       present: bool) -> Mapping[str, Json]:
         """Its last rename at the same PCI function (``renamed_from``, ``renamed_at``)."""
         identity = section.identities.get(device)
         return rename_fields(identity) if identity is not None else {}
 
-    def device_rows(self, section: LinkStateSection, picture: Any, present: frozenset[str]
+    def device_rows(self, section: LinkStateSection, picture: Optional[Cards],
+                    present: frozenset[str]
                     ) -> Iterable[JsonObject]:
         """Each known device missing from the poll: its identity, misses, whether a driver
         event holds it."""
@@ -220,7 +223,7 @@ class LinkState(CheckFamily[LinkStateSection]):
                                      section.device_misses.get(name, 0), name in held,
                                      link_layer=gone.link_layer if gone else "")
 
-    def series(self, section: LinkStateSection, picture: Any) -> Iterable[Series]:
+    def series(self, section: LinkStateSection, picture: Optional[Cards]) -> Iterable[Series]:
         yield Series("port_state_blips",
                      "Unhealthy port states that recovered within stateHoldDown (not reported)",
                      "counter", ("device", "port"),

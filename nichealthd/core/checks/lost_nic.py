@@ -75,6 +75,9 @@ MISSING_READS = 3  # the floor: consecutive adapter reads without a device, as a
 RDMA_CORE_DRIVERS = frozenset({"mlx5_core", "mlx4_core"})
 
 
+Nics = tuple[PciNic, ...]  # its picture: the Mellanox PFs on the bus as last read
+
+
 @dataclass
 class LostNicSection(LatchSection):
     """The common latch tables, and since when each pending function has been without its
@@ -141,7 +144,7 @@ def lost_event(nic: PciNic, now: datetime, elapsed: float) -> HealthEvent:
                  f"{_why(nic)}"))
 
 
-class LostNics(CheckFamily[LostNicSection]):
+class LostNics(CheckFamily[LostNicSection, Nics]):
     """Mellanox physical functions without an ``infiniband/`` registration."""
 
     id = "lost_nics"
@@ -151,7 +154,7 @@ class LostNics(CheckFamily[LostNicSection]):
     reads = frozenset({READS_DEVICES, READS_ADAPTER})
 
     def evaluate(self, previous: LostNicSection, cycle: Cycle, memory: Any
-                 ) -> Verdict[LostNicSection]:
+                 ) -> Verdict[LostNicSection, Nics]:
         facts = cycle.snapshot.adapter
         last: Optional[LastRead] = memory.slots.get(self.id)
         if facts is None or facts.pci_nics is None:  # not read, or the bus not listed:
@@ -243,15 +246,15 @@ class LostNics(CheckFamily[LostNicSection]):
         state.latched[key] = Latched(now, _why(nic))
         return lost_event(nic, now, elapsed)
 
-    def conditions(self, section: LostNicSection, picture: Any) -> Iterable[Condition]:
+    def conditions(self, section: LostNicSection, picture: Optional[Nics]) -> Iterable[Condition]:
         for key in sorted(section.latched):
             yield Condition(FATAL, f"PCI function {key} has no RDMA device")
 
-    def device_rows(self, section: LostNicSection, picture: Any, present: frozenset[str]
+    def device_rows(self, section: LostNicSection, picture: Optional[Nics], present: frozenset[str]
                     ) -> Iterable[JsonObject]:
         return _lost_rows(section, picture)
 
-    def series(self, section: LostNicSection, picture: Any) -> Iterable[Series]:
+    def series(self, section: LostNicSection, picture: Optional[Nics]) -> Iterable[Series]:
         yield Series("pci_function_unregistered", "Mellanox physical functions on the PCI bus "
                      "reported without an RDMA device: 1 while latched", "gauge",
                      ("pci",), tuple(((k,), 1.0) for k in sorted(section.latched)))
@@ -283,7 +286,7 @@ def lost_nic_records(state: MonitorState, pictures: Mapping[str, Any]) -> list[d
     return list(_lost_rows(section, pictures.get(LOST_NICS.id)))
 
 
-def _lost_rows(section: LostNicSection, picture: Any) -> Iterable[dict[str, Any]]:
+def _lost_rows(section: LostNicSection, picture: Optional[Nics]) -> Iterable[dict[str, Any]]:
     seen: Mapping[str, PciNic] = {n.address: n for n in picture or ()}
     for address, latched in sorted(section.latched.items()):
         nic: Optional[PciNic] = seen.get(address)

@@ -30,6 +30,8 @@ DOWN_READS = 2
 DEGRADATION_OF = {"InfiniBand": IB_DEGRADATION_CHECK, "Ethernet": ETH_DEGRADATION_CHECK}
 
 
+Netdevs = Mapping[str, NetdevLink]  # its picture: the netdevs' links as last read
+
 class NetdevLinkSection(LatchSection):
     LAYOUT = Layout(prefix="netdev_link_")
 
@@ -43,7 +45,7 @@ def _active(port: PortSnapshot) -> bool:
                 and port.phys_state and port.phys_state.endswith("LinkUp"))
 
 
-class NetdevLinkFamily(CheckFamily[NetdevLinkSection]):
+class NetdevLinkFamily(CheckFamily[NetdevLinkSection, Netdevs]):
     """ACTIVE / LinkUp ports whose netdev is down (not administratively)."""
 
     id = "netdev_link"
@@ -53,7 +55,7 @@ class NetdevLinkFamily(CheckFamily[NetdevLinkSection]):
     reads = frozenset({READS_PORTS, READS_ADAPTER})
 
     def evaluate(self, previous: NetdevLinkSection, cycle: Cycle, memory: Any
-                 ) -> Verdict[NetdevLinkSection]:
+                 ) -> Verdict[NetdevLinkSection, Netdevs]:
         facts = cycle.snapshot.adapter
         if facts is None:
             return Verdict(previous)
@@ -85,7 +87,8 @@ class NetdevLinkFamily(CheckFamily[NetdevLinkSection]):
                ) -> NetdevLinkSection:
         return section.renamed(renames)
 
-    def conditions(self, section: NetdevLinkSection, picture: Any) -> Iterable[Condition]:
+    def conditions(self, section: NetdevLinkSection,
+                   picture: Optional[Netdevs]) -> Iterable[Condition]:
         for key in sorted(section.latched):
             device, number, _ = key.split(":")
             yield Condition(DEGRADED, f"netdev {section.latched[key].detail}",

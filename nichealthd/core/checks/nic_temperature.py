@@ -15,7 +15,7 @@ firmware command.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Optional
 
 from ..codec import stored
 from ..config import Config
@@ -31,6 +31,9 @@ from .pci_open import OpenRecord, OpenSection, layer_checks
 
 CODE = "temperature"
 HIGH, CRITICAL = "high", "critical"
+
+
+Sensors = Mapping[str, tuple[Sensor, ...]]  # its picture: each NIC's sensors as last read
 
 
 @dataclass
@@ -67,7 +70,7 @@ class NicTemperatureSettings(Settings):
         "degraded")
 
 
-class NicTemperature(CheckFamily[TemperatureSection]):
+class NicTemperature(CheckFamily[TemperatureSection, Sensors]):
     """Each sensor against its critical threshold and the margin below it."""
 
     id = "nic_temperature"
@@ -85,7 +88,7 @@ class NicTemperature(CheckFamily[TemperatureSection]):
         return config.settings(NicTemperatureSettings).nic_temperature_interval > 0
 
     def evaluate(self, previous: TemperatureSection, cycle: Cycle, memory: CounterMemory
-                 ) -> Verdict[TemperatureSection]:
+                 ) -> Verdict[TemperatureSection, Sensors]:
         facts = cycle.snapshot.hwmon
         if facts is None:
             return Verdict(previous)
@@ -129,15 +132,15 @@ class NicTemperature(CheckFamily[TemperatureSection]):
                          f"within {margin} °C of its critical threshold")
                 events.append((device.name, record.event(
                     healthy=False, at=now, message=f"{what} is {limit}: {reading}")))
-        memory.slots[self.id] = dict(facts)
         return Verdict(section, tuple(events), facts)
 
-    def conditions(self, section: TemperatureSection, picture: Any) -> Iterable[Condition]:
+    def conditions(self, section: TemperatureSection,
+                   picture: Optional[Sensors]) -> Iterable[Condition]:
         for _key, record in sorted(section.records.items()):
             yield Condition(FATAL if record.fatal else DEGRADED,
                             f"{record.device}: temperature {record.detail}")
 
-    def device_fields(self, section: TemperatureSection, picture: Any, device: str,
+    def device_fields(self, section: TemperatureSection, picture: Optional[Sensors], device: str,
                       present: bool) -> Mapping[str, Json]:
         """``temperature_c`` of its hottest sensor and that sensor's ``temperature_crit_c``."""
         sensors: tuple[Sensor, ...] = (picture or {}).get(device, ()) if present else ()
@@ -150,7 +153,7 @@ class NicTemperature(CheckFamily[TemperatureSection]):
             out["temperature_crit_c"] = hottest.crit / 1000
         return out
 
-    def series(self, section: TemperatureSection, picture: Any) -> Iterable[Series]:
+    def series(self, section: TemperatureSection, picture: Optional[Sensors]) -> Iterable[Series]:
         facts: Mapping[str, tuple[Sensor, ...]] = picture or {}
         temp, crit, alert = [], [], []
         for device, sensors in sorted(facts.items()):

@@ -32,7 +32,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Optional
 
 from ..codec import Layout
 from ..config import Config, CounterSpec
@@ -49,6 +49,7 @@ from .counters import (
     CounterMemory,
     CounterObservation,
     CounterPoll,
+    Observations,
     evaluate_port_counters,
 )
 from .link_section import LinkStateSection
@@ -142,7 +143,11 @@ class PcieAerSettings(Settings):
         "top of each monitored NIC's path")
 
 
-class PcieAer(CheckFamily[AerSection]):
+# Its picture: the AER tables as last read and what the poll computed of each total.
+AerPicture = tuple[Mapping[str, tuple[AerTable, ...]], Observations]
+
+
+class PcieAer(CheckFamily[AerSection, AerPicture]):
     """AER totals through the counter engine."""
 
     id = "pcie_aer"
@@ -160,7 +165,7 @@ class PcieAer(CheckFamily[AerSection]):
         return config.settings(PcieAerSettings).pcie_aer_interval > 0
 
     def evaluate(self, previous: AerSection, cycle: Cycle, memory: CounterMemory
-                 ) -> Verdict[AerSection]:
+                 ) -> Verdict[AerSection, AerPicture]:
         facts = cycle.snapshot.aer
         if facts is None:
             return Verdict(previous)
@@ -190,10 +195,9 @@ class PcieAer(CheckFamily[AerSection]):
                 events.extend(_judge_root(roots[address], rspecs, cycle, poll, state, notes))
         else:
             events.extend(_close_roots(state, roots, cycle.now))
-        memory.slots[self.id] = picture = (dict(facts), observations)
-        return Verdict(state, tuple(events), picture, notes=tuple(notes))
+        return Verdict(state, tuple(events), (facts, observations), notes=tuple(notes))
 
-    def conditions(self, section: AerSection, picture: Any) -> Iterable[Condition]:
+    def conditions(self, section: AerSection, picture: Optional[AerPicture]) -> Iterable[Condition]:
         below = _below(picture[0] if picture else {})
         for key, flag in sorted(section.breach_flags.items()):
             address, _, name = key.rpartition(":0:")
@@ -203,7 +207,8 @@ class PcieAer(CheckFamily[AerSection]):
                     f" (above {', '.join(below[address])})" if below.get(address) else "")
             yield Condition(FATAL if flag.is_fatal else DEGRADED, f"PCIe AER {name} on {where}")
 
-    def device_fields(self, section: AerSection, picture: Any, device: str, present: bool
+    def device_fields(self, section: AerSection, picture: Optional[AerPicture], device: str,
+                      present: bool
                       ) -> Mapping[str, Json]:
         """The NIC function's AER totals (``aer_dev_fatal`` ...) and the root port above it
         (``aer_root_port`` and its ``aer_rootport_total_err_*``), as of its last run."""
@@ -219,7 +224,7 @@ class PcieAer(CheckFamily[AerSection]):
                 out.update(table.totals)
         return out
 
-    def series(self, section: AerSection, picture: Any) -> Iterable[Series]:
+    def series(self, section: AerSection, picture: Optional[AerPicture]) -> Iterable[Series]:
         facts: Mapping[str, tuple[AerTable, ...]] = picture[0] if picture else {}
         totals, breached = [], []
         roots: dict[str, AerTable] = {}

@@ -31,6 +31,9 @@ from .pci_open import OpenRecord, OpenSection, layer_checks
 CODE = "pcie_link"
 
 
+Hops = Mapping[str, tuple[PcieHop, ...]]  # its picture: each NIC's hops as last read
+
+
 @dataclass
 class PcieLinkSection(OpenSection):
     """Degraded hops, keyed ``<upstream address>><downstream address>``."""
@@ -54,7 +57,7 @@ class PcieLinkSettings(Settings):
         "read and judged")
 
 
-class PcieLink(CheckFamily[PcieLinkSection]):
+class PcieLink(CheckFamily[PcieLinkSection, Hops]):
     """Trained speed and width of every hop against what both of its ends support."""
 
     id = "pcie_link"
@@ -72,7 +75,7 @@ class PcieLink(CheckFamily[PcieLinkSection]):
         return config.settings(PcieLinkSettings).pcie_link_interval > 0
 
     def evaluate(self, previous: PcieLinkSection, cycle: Cycle, memory: CounterMemory
-                 ) -> Verdict[PcieLinkSection]:
+                 ) -> Verdict[PcieLinkSection, Hops]:
         facts = cycle.snapshot.pcie
         if facts is None:  # not read this poll (a host without the facts, a pure test)
             return Verdict(previous)
@@ -85,16 +88,15 @@ class PcieLink(CheckFamily[PcieLinkSection]):
             hops = facts[device.name]
             events.extend((device.name, e) for e in _judge_hops(
                 section, device, hops, layer_checks(device, links), cycle))
-        memory.slots[self.id] = dict(facts)
         return Verdict(section, tuple(events), facts)
 
-    def conditions(self, section: PcieLinkSection, picture: Any) -> Iterable[Condition]:
+    def conditions(self, section: PcieLinkSection, picture: Optional[Hops]) -> Iterable[Condition]:
         for key, record in sorted(section.records.items()):
             yield Condition(FATAL if record.fatal else DEGRADED,
                             f"{record.device}: PCIe link {key.replace('>', ' → ')} "
                             f"{record.detail}")
 
-    def device_fields(self, section: PcieLinkSection, picture: Any, device: str,
+    def device_fields(self, section: PcieLinkSection, picture: Optional[Hops], device: str,
                       present: bool) -> Mapping[str, Json]:
         """``pcie_link`` (the NIC's own link) and ``pcie_hops``, as of its last run."""
         hops: Mapping[str, tuple[PcieHop, ...]] = picture or {}
@@ -108,7 +110,7 @@ class PcieLink(CheckFamily[PcieLinkSection]):
         out["pcie_hops"] = [hop_record(h) for h in hops[device]]
         return out
 
-    def series(self, section: PcieLinkSection, picture: Any) -> Iterable[Series]:
+    def series(self, section: PcieLinkSection, picture: Optional[Hops]) -> Iterable[Series]:
         facts: Mapping[str, tuple[PcieHop, ...]] = picture or {}
         speed, width, degraded = [], [], []
         for device, hops in sorted(facts.items()):

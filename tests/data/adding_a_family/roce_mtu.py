@@ -18,6 +18,7 @@ from nichealthd.core.codec import Section, stored
 from nichealthd.core.config import ETH_DEGRADATION_CHECK, Config
 from nichealthd.core.events import HealthEvent, make_event, port_entities
 from nichealthd.core.family import READS_PORTS, CheckFamily, Condition, Cycle, Series, Verdict
+from nichealthd.core.jsontypes import Json
 from nichealthd.core.settings import Integer, Settings, setting
 from nichealthd.core.state import DEGRADED
 
@@ -43,7 +44,11 @@ class RoceMtuSection(Section):
                                                                       high=65536))
 
 
-class RoceMtu(CheckFamily[RoceMtuSection]):
+# Its picture: each port's netdev and MTU as last read (what ``show devices`` shows).
+Mtus = Mapping[str, tuple[str, Optional[int]]]
+
+
+class RoceMtu(CheckFamily[RoceMtuSection, Mtus]):
     """Each monitored RoCE port's netdev MTU against the minimum."""
 
     id = "roce_mtu"
@@ -58,8 +63,8 @@ class RoceMtu(CheckFamily[RoceMtuSection]):
         return config.settings(RoceMtuSettings).roce_mtu_minimum > 0
 
     def evaluate(self, previous: RoceMtuSection, cycle: Cycle, memory: Any
-                 ) -> Verdict[RoceMtuSection]:
-        mtus: Mapping[str, tuple[str, Optional[int]]] = cycle.snapshot.facts.get(FACT) or {}
+                 ) -> Verdict[RoceMtuSection, Mtus]:
+        mtus: Mtus = cycle.snapshot.facts.get(FACT) or {}
         minimum = cycle.config.settings(RoceMtuSettings).roce_mtu_minimum
         low = dict(previous.low)
         events: list[tuple[str, HealthEvent]] = []
@@ -80,7 +85,6 @@ class RoceMtu(CheckFamily[RoceMtuSection]):
                         device.name, port.port, cycle, healthy=True,
                         message=f"RoCE port {device.name} port {port.port}: netdev {netdev} "
                                 f"MTU {mtu} is back at roceMtuMinimum ({minimum}) or above")))
-        memory.slots[self.id] = mtus  # what the views show until its next run
         return Verdict(RoceMtuSection(low), tuple(events), mtus)
 
     @staticmethod
@@ -90,20 +94,20 @@ class RoceMtu(CheckFamily[RoceMtuSection]):
                           error_code=CODE, entities=port_entities(device, port),
                           message=message, at=cycle.now)
 
-    def conditions(self, section: RoceMtuSection, picture: Any) -> Iterable[Condition]:
+    def conditions(self, section: RoceMtuSection, picture: Optional[Mtus]) -> Iterable[Condition]:
         for key, mtu in sorted(section.low.items()):
             device, _, port = key.rpartition("_")
             yield Condition(DEGRADED, f"netdev MTU {mtu}", (device, int(port)))
 
-    def device_fields(self, section: RoceMtuSection, picture: Any, device: str,
-                      present: bool) -> Mapping[str, Any]:
-        mtus: Mapping[str, tuple[str, Optional[int]]] = picture or {}
-        shown = [f"{netdev}={mtu}" for key, (netdev, mtu) in sorted(mtus.items())
+    def device_fields(self, section: RoceMtuSection, picture: Optional[Mtus], device: str,
+                      present: bool) -> Mapping[str, Json]:
+        mtus: Mtus = picture or {}
+        shown: list[Json] = [f"{netdev}={mtu}" for key, (netdev, mtu) in sorted(mtus.items())
                  if key.rpartition("_")[0] == device and mtu is not None]
         return {"roce_mtu": shown} if shown else {}
 
-    def series(self, section: RoceMtuSection, picture: Any) -> Iterable[Series]:
-        mtus: Mapping[str, tuple[str, Optional[int]]] = picture or {}
+    def series(self, section: RoceMtuSection, picture: Optional[Mtus]) -> Iterable[Series]:
+        mtus: Mtus = picture or {}
         yield Series("roce_mtu_bytes", "MTU of each monitored port's netdev", "gauge",
                      ("device", "port", "netdev"),
                      tuple(((key.rpartition("_")[0], key.rpartition("_")[2], netdev),
