@@ -53,12 +53,12 @@ Writer = Callable[[Any], Any]
 
 # ----------------------------------------------------------------- the strict value readers
 
-def _short(value: Any) -> str:
+def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def parse_int(value: Any, high: int = MAX_INT) -> int:
+def parse_int(value: object, high: int = MAX_INT) -> int:
     """A non-negative integer below ``high``; nothing in the state is negative."""
     if type(value) is not int:  # bool is not an integer here
         raise TypeError(f"expected an integer, got {_short(value)}")
@@ -67,26 +67,27 @@ def parse_int(value: Any, high: int = MAX_INT) -> int:
     return value
 
 
-def parse_float(value: Any) -> float:
+def parse_float(value: object) -> float:
     """A finite number (an integer is one too)."""
-    if type(value) not in (int, float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(value):
         raise TypeError(f"expected a number, got {_short(value)}")
     return float(value)
 
 
-def parse_bool(value: Any) -> bool:
+def parse_bool(value: object) -> bool:
     if type(value) is not bool:
         raise TypeError(f"expected true or false, got {_short(value)}")
     return value
 
 
-def parse_str(value: Any) -> str:
+def parse_str(value: object) -> str:
     if type(value) is not str:
         raise TypeError(f"expected a string, got {_short(value)}")
     return value
 
 
-def parse_when(value: Any) -> datetime:
+def parse_when(value: object) -> datetime:
     """A timestamp the writer can write back as it was read (years 1970-9999, UTC)."""
     moment = parse_timestamp(parse_str(value))
     if not MIN_YEAR <= moment.year <= MAX_YEAR:
@@ -94,19 +95,19 @@ def parse_when(value: Any) -> datetime:
     return moment
 
 
-def parse_list(value: Any, what: str = "value") -> list[Any]:
+def parse_list(value: object, what: str = "value") -> list[Any]:
     if type(value) is not list:
         raise TypeError(f"{what} must be a list, got {_short(value)}")
     return value
 
 
-def parse_object(value: Any, what: str = "value") -> dict[str, Any]:
+def parse_object(value: object, what: str = "value") -> dict[str, Any]:
     if type(value) is not dict:
         raise TypeError(f"{what} must be an object, got {_short(value)}")
     return value
 
 
-def parse_table(data: Mapping[str, Any], key: str) -> dict[str, Any]:
+def parse_table(data: Mapping[str, object], key: str) -> dict[str, Any]:
     """The object under ``key`` (absent: empty)."""
     return parse_object(data.get(key, {}), key)
 
@@ -122,7 +123,7 @@ class Stored(NamedTuple):
     key: str = ""  # its JSON key ("": the field's name)
     high: int = MAX_INT  # every integer in it is below this
     legacy: Any = _REQUIRED  # a record's value when the key is absent (an older file)
-    legacy_from: Optional[Callable[[Mapping[str, Any]], Any]] = None  # ... from the fields
+    legacy_from: Optional[Callable[[Mapping[str, object]], Any]] = None  # ... from the fields
     null: bool = True  # an Optional field reads null as None (False: only absent is None)
     sort: bool = False  # a list is written sorted
     omit: Optional[Callable[[Any], bool]] = None  # record -> leave the key out
@@ -135,7 +136,7 @@ META = "nichealthd.codec"  # the key of a field's Stored in its dataclass metada
 
 
 def stored(*, key: str = "", high: int = MAX_INT, legacy: Any = _REQUIRED,
-           legacy_from: Optional[Callable[[Mapping[str, Any]], Any]] = None,
+           legacy_from: Optional[Callable[[Mapping[str, object]], Any]] = None,
            null: bool = True, sort: bool = False, omit: Optional[Callable[[Any], bool]] = None,
            parse: Optional[Reader] = None, format: Optional[Writer] = None,
            after: Optional[Callable[[Any], Any]] = None) -> dict[str, Stored]:
@@ -182,7 +183,7 @@ class Section:
         return dump(self)
 
     @classmethod
-    def from_json(cls: type[SectionT], data: Mapping[str, Any]) -> SectionT:
+    def from_json(cls: type[SectionT], data: Mapping[str, object]) -> SectionT:
         """Read from the state file's top level; raises on anything malformed."""
         return load(cls, data)
 
@@ -201,7 +202,7 @@ class _Field(NamedTuple):
     read: Reader
     write: Optional[Writer]  # None: the value as it is
     missing: Any  # the value when the key is absent (_REQUIRED: none)
-    legacy_from: Optional[Callable[[Mapping[str, Any]], Any]]
+    legacy_from: Optional[Callable[[Mapping[str, object]], Any]]
     omit: Optional[Callable[[Any], bool]]
     default: Callable[[], Any]  # a section's value when its key is absent
 
@@ -230,11 +231,11 @@ def _is_named_tuple(tp: Any) -> bool:
     return isinstance(tp, type) and issubclass(tp, tuple) and hasattr(tp, "_fields")
 
 
-def _constant(value: Any) -> Callable[[], Any]:
+def _constant(value: object) -> Callable[[], Any]:
     return lambda: value
 
 
-def _copied(value: Any) -> Callable[[Mapping[str, Any]], Any]:
+def _copied(value: Any) -> Callable[[Mapping[str, object]], Any]:
     return lambda _: type(value)(value)
 
 
@@ -321,7 +322,7 @@ def _reader(tp: Any, how: Stored) -> Reader:
 
 
 def _dict_reader(item: Reader) -> Reader:
-    def read(raw: Any) -> dict[str, Any]:
+    def read(raw: object) -> dict[str, Any]:
         return {k: item(v) for k, v in parse_object(raw).items()}
     return read
 
@@ -332,7 +333,7 @@ def _tuple_reader(args: tuple[Any, ...], how: Stored) -> Reader:
         return lambda raw: tuple([item(v) for v in parse_list(raw)])
     items = tuple(_reader(a, how) for a in args)
 
-    def read(raw: Any) -> tuple[Any, ...]:
+    def read(raw: object) -> tuple[Any, ...]:
         values = parse_list(raw)
         if len(values) != len(items):
             raise ValueError(f"expected {len(items)} items, got {_short(values)}")
@@ -372,7 +373,7 @@ def _record_reader(cls: type, fields: tuple[_Field, ...]) -> Reader:
 
 def _derived_reader(cls: type, fields: tuple[_Field, ...]) -> Reader:
     """The reader of a record with a legacy value made of its other fields."""
-    def read(raw: Any) -> Any:
+    def read(raw: object) -> Any:
         data = parse_object(raw, cls.__name__)
         values: dict[str, Any] = {}
         for f in fields:
@@ -457,7 +458,7 @@ def _record_writer(written: tuple[_Field, ...]) -> Writer:
 # ----------------------------------------------------------------- entry points
 
 
-def load_record(cls: type[T], raw: Any) -> T:
+def load_record(cls: type[T], raw: object) -> T:
     """A record (a dataclass or NamedTuple) from its JSON object (a field's ``parse`` hook
     that reads one in its own way)."""
     record: T = _plan(cls).read(raw)
@@ -470,7 +471,7 @@ def dump_record(record: Any) -> dict[str, Any]:
     return written
 
 
-def load(cls: type[T], data: Mapping[str, Any]) -> T:
+def load(cls: type[T], data: Mapping[str, object]) -> T:
     """The section ``cls`` from the state file's top level ``data``: a key absent gives the
     field's default. Raises ``TypeError``, ``ValueError`` or ``KeyError`` on anything
     malformed (the key it was under named in the message)."""

@@ -226,7 +226,7 @@ SWITCH_OFF_HINT = "to switch a counter off set enabled = false"
 # with a message; the Collector turns that into a Problem (the generic ones are in
 # :mod:`nichealthd.core.settings`).
 
-def _regex_list(value: Any) -> Tuple[str, ...]:
+def _regex_list(value: object) -> Tuple[str, ...]:
     if isinstance(value, str):
         items = [part.strip() for part in string(value).split(",") if part.strip()]
     elif isinstance(value, list) and all(isinstance(v, str) for v in value):
@@ -243,7 +243,7 @@ def _regex_list(value: Any) -> Tuple[str, ...]:
     return tuple(items)
 
 
-def _checks(value: Any) -> Tuple[str, ...]:
+def _checks(value: object) -> Tuple[str, ...]:
     if isinstance(value, str):
         names = [part.strip() for part in value.split(",") if part.strip()]
     elif isinstance(value, list) and all(isinstance(v, str) for v in value):
@@ -259,7 +259,7 @@ def _checks(value: Any) -> Tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def _listen(value: Any) -> str:
+def _listen(value: object) -> str:
     text = string(value).strip()
     if not text:
         return ""
@@ -275,7 +275,7 @@ def _listen(value: Any) -> str:
 UNIX_PATH_MAX = 107  # sun_path holds 108 bytes with the terminating NUL
 
 
-def _unix_socket_path(value: Any) -> str:
+def _unix_socket_path(value: object) -> str:
     """An absolute path for a unix socket, or "" (disabled)."""
     text = string(value).strip()
     if not text:
@@ -290,7 +290,7 @@ def _unix_socket_path(value: Any) -> str:
     return text
 
 
-def _connector_target(value: Any) -> str:
+def _connector_target(value: object) -> str:
     text = string(value).strip()
     if text and not (text.startswith("unix:") or text.startswith("dns:") or ":" in text):
         raise ValueError(f"expected a gRPC target such as unix:///run/nvsentinel/nvsentinel.sock, "
@@ -298,7 +298,7 @@ def _connector_target(value: Any) -> str:
     return text
 
 
-def _threshold(value: Any) -> float:
+def _threshold(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"expected a number, got {show(value)}")
     if isinstance(value, float) and not math.isfinite(value):
@@ -312,21 +312,21 @@ def _threshold(value: Any) -> float:
     return float(value)
 
 
-def _counter_name(value: Any) -> str:
+def _counter_name(value: object) -> str:
     if not isinstance(value, str) or not _COUNTER_NAME.match(value):
         raise ValueError(f"expected a counter name of letters, digits, '_', '.', '-', "
                          f"got {show(value)}")
     return value
 
 
-def _velocity_unit(value: Any) -> str:
+def _velocity_unit(value: object) -> str:
     text = string(value)
     if text not in VELOCITY_UNITS and text != "":
         raise ValueError(f"expected 'second', 'minute' or 'hour', got {show(value)}")
     return text
 
 
-def _threshold_type(value: Any) -> str:
+def _threshold_type(value: object) -> str:
     text = string(value)
     if text not in THRESHOLD_TYPES:
         raise ValueError(f"expected 'delta' or 'velocity', got {show(value)}")
@@ -334,7 +334,7 @@ def _threshold_type(value: Any) -> str:
 
 
 # Counter field -> (CounterSpec attribute, converter).
-COUNTER_FIELDS: Dict[str, Tuple[str, Callable[[Any], Any]]] = {
+COUNTER_FIELDS: Dict[str, Tuple[str, Callable[[object], object]]] = {
     "name": ("name", _counter_name),
     "path": ("path", string),
     "enabled": ("enabled", boolean),
@@ -526,8 +526,8 @@ def _reader() -> Reader:
 
 # ------------------------------------------------------------------ loading
 
-def build_config(data: Mapping[str, Any], source: Optional[str],
-                 overrides: Mapping[str, Any], lines: Optional[KeyLines] = None) -> Config:
+def build_config(data: Mapping[str, object], source: Optional[str],
+                 overrides: Mapping[str, object], lines: Optional[KeyLines] = None) -> Config:
     """Validate parsed TOML plus flag overrides into a :class:`Config`.
 
     One pass: every problem is collected, then all are raised together. The order of the
@@ -563,7 +563,7 @@ def _assemble(values: Mapping[type, Mapping[str, Any]], source: Optional[str]) -
                    family_settings=tuple(s for s in families if s != _defaults(type(s))))
 
 
-def _counter_detection(detection: Any, source: Optional[str], lines: KeyLines,
+def _counter_detection(detection: object, source: Optional[str], lines: KeyLines,
                        errors: Collector, notices: List[str]) -> Dict[str, Any]:
     """The ``[counterDetection]`` table: its switch and the merged counters."""
     if not isinstance(detection, dict):
@@ -592,7 +592,7 @@ def _counter_detection(detection: Any, source: Optional[str], lines: KeyLines,
     return values
 
 
-def merge_counters(entries: Any, source: Optional[str], lines: Optional[KeyLines] = None,
+def merge_counters(entries: object, source: Optional[str], lines: Optional[KeyLines] = None,
                    errors: Optional[Collector] = None, *, efa: bool = False
                    ) -> Tuple[Tuple[CounterSpec, ...], List[str]]:
     """Merge user entries over the defaults by ``name`` (override / disable / add): the
@@ -625,7 +625,7 @@ def merge_counters(entries: Any, source: Optional[str], lines: Optional[KeyLines
     return tuple(merged[n] for n in order), notices
 
 
-def _counter_entry(index: int, entry: Any, merged: Mapping[str, CounterSpec], seen: set[str],
+def _counter_entry(index: int, entry: object, merged: Mapping[str, CounterSpec], seen: set[str],
                    source: Optional[str], lines: KeyLines, errors: Collector,
                    notices: List[str], efa: bool = False) -> Optional[CounterSpec]:
     """One ``[[counterDetection.counters]]`` (or ``efaCounters``) entry merged over its

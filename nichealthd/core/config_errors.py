@@ -79,7 +79,7 @@ class Collector:
             line: Optional[int] = None) -> None:
         self.problems.append(Problem(source or COMMAND_LINE, key, problem, line))
 
-    def convert(self, source: Optional[str], key: str, convert: Callable[[Any], T], raw: Any,
+    def convert(self, source: Optional[str], key: str, convert: Callable[[Any], T], raw: object,
                 line: Optional[int] = None) -> Optional[T]:
         """``convert(raw)``, or None with the converter's ValueError recorded as a problem."""
         try:
@@ -93,7 +93,7 @@ class Collector:
             raise ConfigError(self.problems)
 
 
-def show(value: Any) -> str:
+def show(value: object) -> str:
     """A short, safe rendering of a TOML value for a message (never a huge or deep repr)."""
     if isinstance(value, bool):
         return "true" if value else "false"

@@ -166,7 +166,7 @@ RULE_FIELDS = ("name", "regex", "enabled", "isFatal", "window", "errorCode", "de
                "header", "headerLines", "repeat")
 
 
-def _regex(value: Any) -> str:
+def _regex(value: object) -> str:
     if not isinstance(value, str) or not value:
         raise ValueError(f"expected a regular expression, got {show(value)}")
     if "\0" in value:  # as every string of the file (nichealthd.toml(5)); a log line has none
@@ -179,17 +179,17 @@ def _regex(value: Any) -> str:
     return value
 
 
-def _header(value: Any) -> str:
+def _header(value: object) -> str:
     return "" if value == "" else _regex(value)
 
 
-def _name(value: Any) -> str:
+def _name(value: object) -> str:
     if not isinstance(value, str) or not _NAME.match(value):
         raise ValueError(f"expected a name of letters, digits, '_', '.', '-', got {show(value)}")
     return value
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     if not isinstance(value, str):
         raise ValueError(f"expected a string, got {show(value)}")
     if "\0" in value:
@@ -197,13 +197,13 @@ def _text(value: Any) -> str:
     return value
 
 
-def _flag(value: Any) -> bool:
+def _flag(value: object) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"expected true or false, got {show(value)}")
     return value
 
 
-def _window(value: Any) -> float:
+def _window(value: object) -> float:
     seconds = parse_duration(value, allow_zero=True)
     low, high = WINDOW_BOUNDS
     if not low <= seconds <= high:
@@ -212,7 +212,7 @@ def _window(value: Any) -> float:
     return seconds
 
 
-def _header_lines(value: Any) -> int:
+def _header_lines(value: object) -> int:
     low, high = HEADER_LINES_BOUNDS
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise ValueError(f"expected a whole number between {low} and {high}, got {show(value)}")
@@ -228,7 +228,7 @@ _CONVERT: Dict[str, Tuple[str, Any]] = {
 }
 
 
-def merge_kernel_rules(entries: Any, source: Optional[str], lines: KeyLines,
+def merge_kernel_rules(entries: object, source: Optional[str], lines: KeyLines,
                        errors: Collector) -> Tuple[KernelRule, ...]:
     """``[[kernelLogRules]]`` merged over the built-in rules by name (override, switch off,
     add). A new rule needs ``regex``; problems go to ``errors`` with file:line:key."""

@@ -52,7 +52,7 @@ Merge = Callable[[Any, Optional[str], KeyLines, Collector], Any]
 # Each takes a raw TOML (or flag) value and returns the setting's value or raises ValueError
 # with a message; the Collector turns that into a Problem naming file, line and key.
 
-def string(value: Any) -> str:
+def string(value: object) -> str:
     if not isinstance(value, str):
         raise ValueError(f"expected a string, got {show(value)}")
     if "\0" in value:
@@ -60,7 +60,7 @@ def string(value: Any) -> str:
     return value
 
 
-def boolean(value: Any) -> bool:
+def boolean(value: object) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"expected true or false, got {show(value)}")
     return value
@@ -73,7 +73,7 @@ class Choice:
     options: Tuple[str, ...]
     lower: bool = False
 
-    def __call__(self, value: Any) -> str:
+    def __call__(self, value: object) -> str:
         text = string(value)
         text = text.lower() if self.lower else text
         if text not in self.options:
@@ -90,7 +90,7 @@ class Integer:
     low: int
     high: int
 
-    def __call__(self, value: Any) -> int:
+    def __call__(self, value: object) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"expected a whole number between {self.low} and {self.high}, "
                              f"got {show(value)}")
@@ -107,7 +107,7 @@ class Duration:
     low: float
     high: float
 
-    def __call__(self, value: Any) -> float:
+    def __call__(self, value: object) -> float:
         seconds = parse_duration(value, allow_zero=self.low == 0)
         if not self.low <= seconds <= self.high:
             raise ValueError(f"must be between {format_duration(self.low)} and "
@@ -135,7 +135,7 @@ class Key:
 
     name: str  # the TOML key, top level
     doc: str  # the one line of its paragraph in nichealthd.toml(5)
-    parse: Callable[[Any], Any] = string  # a scalar key's parser
+    parse: Callable[[object], object] = string  # a scalar key's parser
     merge: Optional[Merge] = None  # a table's merger (then ``parse`` is unused)
 
 
@@ -201,7 +201,7 @@ class Report:
     the key was set, or the command line when a flag set it."""
 
     def __init__(self, source: Optional[str], lines: KeyLines, errors: Collector,
-                 data: Mapping[str, Any], flags: Collection[str], notices: List[str]) -> None:
+                 data: Mapping[str, object], flags: Collection[str], notices: List[str]) -> None:
         self.source, self._lines, self._errors = source, lines, errors
         self._data, self._flags, self._notices = data, flags, notices
 
@@ -233,7 +233,7 @@ class Reader:
                 self.keys[item.name] = item
         self.others = tuple(others)  # tables read by their own code ([counterDetection])
 
-    def scalars(self, data: Mapping[str, Any], overrides: Mapping[str, Any],
+    def scalars(self, data: Mapping[str, object], overrides: Mapping[str, object],
                 source: Optional[str], lines: KeyLines, errors: Collector
                 ) -> Dict[type, Dict[str, Any]]:
         """The values of the scalar keys of ``data`` (in file order) and then of
@@ -246,7 +246,7 @@ class Reader:
             self._scalar(values, errors, None, key, raw, None)
         return values
 
-    def tables(self, data: Mapping[str, Any], source: Optional[str], lines: KeyLines,
+    def tables(self, data: Mapping[str, object], source: Optional[str], lines: KeyLines,
                errors: Collector) -> Dict[type, Dict[str, Any]]:
         """The merged values of the declared tables that ``data`` holds."""
         values: Dict[type, Dict[str, Any]] = {}
@@ -261,7 +261,7 @@ class Reader:
         return item is not None and item.key.merge is not None
 
     def _scalar(self, values: Dict[type, Dict[str, Any]], errors: Collector,
-                source: Optional[str], key: str, raw: Any, line: Optional[int]) -> None:
+                source: Optional[str], key: str, raw: object, line: Optional[int]) -> None:
         item = self.keys.get(key)
         if item is None or item.key.merge is not None:  # a table is no flag's
             errors.add(source, key_label(key),

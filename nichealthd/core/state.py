@@ -89,12 +89,12 @@ class MonitorState:
         return data
 
     @classmethod
-    def from_json(cls, data: Any) -> MonitorState:
+    def from_json(cls, data: object) -> MonitorState:
         """Parse and type-check; any structural problem raises :class:`StateCorrupt`."""
         return parse_state(data)[0]
 
 
-def parse_state(data: Any) -> tuple[MonitorState, tuple[str, ...]]:
+def parse_state(data: object) -> tuple[MonitorState, tuple[str, ...]]:
     """The state and the notes of sections that start fresh (written by a newer version).
 
     Raises :class:`StateCorrupt` for anything unusable."""
@@ -106,7 +106,7 @@ def parse_state(data: Any) -> tuple[MonitorState, tuple[str, ...]]:
         raise StateCorrupt(f"unexpected content ({type(exc).__name__}: {exc})") from None
 
 
-def _parse_state(data: Any) -> tuple[MonitorState, tuple[str, ...]]:
+def _parse_state(data: object) -> tuple[MonitorState, tuple[str, ...]]:
     if not isinstance(data, dict):
         raise StateCorrupt("top level is not a JSON object")
     version = parse_int(data.get("version", STATE_VERSION))
