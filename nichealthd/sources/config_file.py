@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import sys
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional
+from typing import Dict, Mapping, Optional
 
 from ..core.config import Config, build_config
 from ..core.config_errors import ConfigError
@@ -32,7 +32,7 @@ _LONG_NUMBER = re.compile(r"[0-9a-fA-FxX_]{1000,}")
 class ConfigFile:
     """A parsed file: its TOML data and where its keys are."""
 
-    data: Dict[str, Any]
+    data: Dict[str, object]
     lines: KeyLines
 
 
@@ -62,9 +62,9 @@ def _read_bytes(path: str) -> Optional[bytes]:
         raise ConfigError.one(path.replace("\0", "\\0"), "", problem) from None
 
 
-def _parse(path: str, text: str) -> Dict[str, Any]:
+def _parse(path: str, text: str) -> Dict[str, object]:
     try:
-        data: Dict[str, Any] = tomllib.loads(text)
+        data: Dict[str, object] = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         message = str(exc)
         position = _TOML_POSITION.search(message)
@@ -93,7 +93,7 @@ def _line_of_most(text: str, characters: str) -> Optional[int]:
     return where
 
 
-def load_config(path: Optional[str], overrides: Optional[Mapping[str, Any]] = None,
+def load_config(path: Optional[str], overrides: Optional[Mapping[str, object]] = None,
                 *, must_exist: bool = False) -> Config:
     """Load ``path`` (missing file = built-in defaults unless ``must_exist``), apply overrides.
 
@@ -101,7 +101,7 @@ def load_config(path: Optional[str], overrides: Optional[Mapping[str, Any]] = No
     that they are validated exactly like the file. Raises :class:`ConfigError` and nothing
     else, whatever the file holds.
     """
-    data: Mapping[str, Any] = {}
+    data: Mapping[str, object] = {}
     lines = KeyLines()
     if path:
         parsed = read_config_file(path)

@@ -86,7 +86,7 @@ def _boot_hex(boot_id: Optional[str]) -> Optional[str]:
     return boot_id.replace("-", "").strip().lower() if boot_id else None
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     return str(value)
