@@ -38,6 +38,7 @@ from datetime import datetime
 from typing import Any, Callable, ClassVar, Mapping, NamedTuple, Optional, TypeVar, Union
 
 from .events import format_timestamp, parse_timestamp
+from .jsontypes import Json, JsonObject
 
 # Plausible bounds: a value outside them is a corrupt state file, never a reason to drop
 # journal entries or to write back what the next start rejects (tests/core/test_state_files.py).
@@ -47,8 +48,10 @@ MIN_YEAR, MAX_YEAR = 1970, 9999
 
 T = TypeVar("T")
 SectionT = TypeVar("SectionT", bound="Section")
-Reader = Callable[[Any], Any]
-Writer = Callable[[Any], Any]
+# A reader takes a decoded JSON value (unchecked: it checks it) and gives the field's value;
+# a writer takes a field's value and gives its JSON.
+Reader = Callable[[object], Any]
+Writer = Callable[[Any], Json]
 
 
 # ----------------------------------------------------------------- the strict value readers
@@ -95,19 +98,19 @@ def parse_when(value: object) -> datetime:
     return moment
 
 
-def parse_list(value: object, what: str = "value") -> list[Any]:
+def parse_list(value: object, what: str = "value") -> list[object]:
     if type(value) is not list:
         raise TypeError(f"{what} must be a list, got {_short(value)}")
     return value
 
 
-def parse_object(value: object, what: str = "value") -> dict[str, Any]:
+def parse_object(value: object, what: str = "value") -> dict[str, object]:
     if type(value) is not dict:
         raise TypeError(f"{what} must be an object, got {_short(value)}")
     return value
 
 
-def parse_table(data: Mapping[str, object], key: str) -> dict[str, Any]:
+def parse_table(data: Mapping[str, object], key: str) -> dict[str, object]:
     """The object under ``key`` (absent: empty)."""
     return parse_object(data.get(key, {}), key)
 
@@ -178,7 +181,7 @@ class Section:
             fields[name] = kind(fields[name])
         return made
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """Its keys of the state file (:meth:`keys`)."""
         return dump(self)
 
@@ -300,7 +303,7 @@ def _reader(tp: Any, how: Stored) -> Reader:
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp is int:
         return parse_int if how.high == MAX_INT else functools.partial(parse_int, high=how.high)
-    simple: dict[Any, Reader] = {bool: parse_bool, str: parse_str, float: parse_float,
+    simple: dict[type, Reader] = {bool: parse_bool, str: parse_str, float: parse_float,
                                  datetime: parse_when}
     if tp in simple:
         return simple[tp]
@@ -322,7 +325,7 @@ def _reader(tp: Any, how: Stored) -> Reader:
 
 
 def _dict_reader(item: Reader) -> Reader:
-    def read(raw: object) -> dict[str, Any]:
+    def read(raw: object) -> dict[str, object]:
         return {k: item(v) for k, v in parse_object(raw).items()}
     return read
 
@@ -333,7 +336,7 @@ def _tuple_reader(args: tuple[Any, ...], how: Stored) -> Reader:
         return lambda raw: tuple([item(v) for v in parse_list(raw)])
     items = tuple(_reader(a, how) for a in args)
 
-    def read(raw: object) -> tuple[Any, ...]:
+    def read(raw: object) -> tuple[object, ...]:
         values = parse_list(raw)
         if len(values) != len(items):
             raise ValueError(f"expected {len(items)} items, got {_short(values)}")
@@ -373,9 +376,9 @@ def _record_reader(cls: type, fields: tuple[_Field, ...]) -> Reader:
 
 def _derived_reader(cls: type, fields: tuple[_Field, ...]) -> Reader:
     """The reader of a record with a legacy value made of its other fields."""
-    def read(raw: object) -> Any:
+    def read(raw: object) -> object:
         data = parse_object(raw, cls.__name__)
-        values: dict[str, Any] = {}
+        values: dict[str, object] = {}
         for f in fields:
             if f.key in data:
                 values[f.name] = f.read(data[f.key])
@@ -465,9 +468,10 @@ def load_record(cls: type[T], raw: object) -> T:
     return record
 
 
-def dump_record(record: Any) -> dict[str, Any]:
+def dump_record(record: object) -> JsonObject:
     """A record's JSON object (a field's ``format`` hook that writes one in its own way)."""
-    written: dict[str, Any] = _plan(type(record)).write(record)
+    written = _plan(type(record)).write(record)
+    assert isinstance(written, dict)  # a record is written as an object
     return written
 
 
@@ -492,11 +496,11 @@ def load(cls: type[T], data: Mapping[str, object]) -> T:
     return cls(**values)
 
 
-def dump(section: Any) -> dict[str, Any]:
+def dump(section: object) -> JsonObject:
     """The top-level keys of the state file for ``section`` (:meth:`Section.keys`)."""
     plan = _plan(type(section))
     layout = plan.layout
-    out = {}
+    out: JsonObject = {}
     for f in plan.written:
         value = getattr(section, f.name)
         if f.write is not None:

@@ -321,7 +321,7 @@ def test_a_field_hook_reads_and_writes_instead_of_the_type() -> None:
         LAYOUT = codec.Layout(prefix="x_", order=("b", "a"))
 
         a: int = dataclasses.field(default=0, metadata=codec.stored(
-            key="first", parse=lambda raw: int(raw, 16), format=lambda v: f"{v:x}"))
+            key="first", parse=lambda raw: int(str(raw), 16), format=lambda v: f"{v:x}"))
         b: Optional[str] = dataclasses.field(default=None, metadata=codec.stored(
             after=lambda v: v.upper() if v else v))
 
