@@ -25,10 +25,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from nichealthd.core.checks.counters import CounterMemory
 from nichealthd.core.checks.kernel_log import KERNEL_LOG, KernelLogSection, KernelLogSettings
 from nichealthd.core.config import build_config
-from nichealthd.core.evaluate import evaluate
+from nichealthd.core.evaluate import PollMemory, evaluate
 from nichealthd.core.model import DeviceSnapshot, HostSnapshot, PortSnapshot
 from nichealthd.core.state import MonitorState
 from nichealthd.core.topology import GpuTopology, Topology
@@ -68,7 +67,7 @@ def run(polls: int, rate: int, directory: Path, fault: str = FAULT) -> dict[str,
     topology = Topology(GpuTopology(frozenset({0}), (), {}))
     source = JournalSource(str(directory))
     state = MonitorState(boot_id=BOOT)
-    memory = CounterMemory()
+    memory = PollMemory()
     written = 0
     cpu: list[float] = []
     read_cpu: list[float] = []

@@ -3,8 +3,9 @@
 No files, no clock, no threads: every rule of both specs is a table of snapshots in the tests.
 The evaluation is a loop over the enabled check families (:mod:`nichealthd.core.family`) with
 the context they share (roles, monitored devices, the baseline flag). The only memory besides
-the persisted state is :class:`CounterMemory` (the last value read of each counter, spec §6.3
-``lastPollValue``, and the families' volatile slots), which a restart legitimately loses.
+the persisted state is :class:`PollMemory`: each family's volatile memory (the counter
+engine's last value read of each counter, spec §6.3 ``lastPollValue``, say), when each slow
+family last ran and the picture of its last verdict, which a restart legitimately loses.
 Neither input is changed: the result carries the next state and the next memory, which the
 monitor adopts only once the poll is committed.
 
@@ -22,21 +23,37 @@ from datetime import datetime, timedelta
 from typing import Any, Mapping, Optional
 
 from .checks import families
-from .checks.counters import CounterMemory, CounterObservation
+from .checks.counters import CounterObservation
 from .checks.identity import detect_renames, rename_notes
 from .checks.link_section import DeviceIdentity
 from .config import Config
 from .events import BACKDATE, HealthEvent
 from .failure import describe_exception
-from .family import EVERY_POLL, READS_COUNTERS, Cycle, Family, Verdict, supplies
+from .family import EVERY_POLL, Cycle, Family, Verdict, supplies
 from .model import HostSnapshot
 from .state import MonitorState
 from .topology import Role, Topology, classify_all
 
-_NO_SLOT = object()  # a family without a volatile slot (see _judge)
-
-__all__ = ["CycleResult", "Topology", "due_reads", "evaluate", "urgent_change",
+__all__ = ["CycleResult", "PollMemory", "Topology", "due_reads", "evaluate", "urgent_change",
            "watched_functions"]
+
+
+@dataclass
+class PollMemory:
+    """What the evaluator keeps between polls that a restart may lose, by family id: each
+    family's volatile memory (its ``V``: a value it never changes, it returns the next one
+    in its verdict), when each slow family last ran, and the picture of its last verdict
+    (what the views show of a slow family between its runs, and of a family that failed).
+    """
+
+    volatile: dict[str, object] = field(default_factory=dict)
+    ran_at: dict[str, datetime] = field(default_factory=dict)
+    pictures: dict[str, object] = field(default_factory=dict)
+
+    def copy(self) -> PollMemory:
+        """A copy whose tables can change without touching this one (the values are
+        never changed)."""
+        return PollMemory(dict(self.volatile), dict(self.ran_at), dict(self.pictures))
 
 
 @dataclass(frozen=True)
@@ -45,7 +62,7 @@ class CycleResult:
 
     events: tuple[HealthEvent, ...]
     state: MonitorState
-    memory: CounterMemory
+    memory: PollMemory
     roles: dict[str, Role]
     pictures: Mapping[str, Any]  # family id -> what it shows of this poll
     notes: tuple[str, ...] = ()
@@ -65,7 +82,7 @@ class CycleResult:
 
 
 def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
-             topology: Topology, memory: CounterMemory, now: datetime, *,
+             topology: Topology, memory: PollMemory, now: datetime, *,
              baseline: bool) -> CycleResult:
     """Evaluate one poll. ``baseline``: first poll after a reboot or with no usable state.
 
@@ -80,7 +97,7 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
     if renames:  # the same devices under new names: every family's records follow
         notes.extend(rename_notes(renames, identities, now))
         previous = _renamed(previous, renames, now)
-        _forget(memory, set(renames) | set(renames.values()))
+        _forget(memory, frozenset(renames) | frozenset(renames.values()))
     enabled = frozenset(config.checks)
     roles = classify_all(snapshot.devices, topology, config.nic_exclusion_regex,
                          config.nic_inclusion_regex_override)
@@ -111,6 +128,8 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
         if family.interval(config):  # its cadence counts from this run
             memory.ran_at[family.id] = now
         next_state.sections[family.id] = verdict.section
+        if verdict.volatile is not None:
+            memory.volatile[family.id] = verdict.volatile
         if verdict.picture is not None:
             memory.pictures[family.id] = verdict.picture
         if family.id in memory.pictures:
@@ -127,31 +146,21 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
 
 
 def _judge(family: Family, previous: MonitorState, cycle: Cycle,
-           memory: CounterMemory) -> tuple[Optional[Verdict[Any, Any]], str]:
+           memory: PollMemory) -> tuple[Optional[Verdict[Any, Any, Any]], str]:
     """The family's verdict inside its failure boundary, or None and why it has none.
 
-    On failure ``memory`` is as it was before the family ran: its slot, and for a family
-    that counts, the counter engine's tables (the other counting families' keys are
-    distinct, so restoring the tables as they were before this family leaves theirs).
+    A family changes neither its section nor its volatile memory (it returns the next of
+    each), so one that raised has left both as they were.
     """
     unread = sorted(part for part in family.reads if part in cycle.snapshot.unread)
     if unread:
         return None, "; ".join(f"{part} not read: {cycle.snapshot.unread[part]}"
                                for part in unread)
-    slot = memory.slots.get(family.id, _NO_SLOT)
-    tables = ((dict(memory.last_values), dict(memory.last_times),
-               dict(memory.closed_windows)) if READS_COUNTERS in family.reads else None)
     try:
-        return family.evaluate(previous.section(family), cycle, memory), ""
+        return family.evaluate(previous.section(family), cycle,
+                               memory.volatile.get(family.id)), ""
     except Exception as exc:  # noqa: BLE001 - the boundary: contained, reported, retried
-        if slot is _NO_SLOT:
-            memory.slots.pop(family.id, None)
-        else:
-            memory.slots[family.id] = slot
-        if tables is not None:
-            memory.last_values, memory.last_times, memory.closed_windows = tables
         return None, describe_exception(exc)
-
 
 
 def _identities(state: MonitorState) -> tuple[Mapping[str, DeviceIdentity], list[str]]:
@@ -183,19 +192,24 @@ def _renamed(state: MonitorState, renames: Mapping[str, str], now: datetime) -> 
     return renamed
 
 
-def _forget(memory: CounterMemory, names: set[str]) -> None:
+def _forget(memory: PollMemory, names: frozenset[str]) -> None:
     """Drop the volatile memory of renamed devices, old and new names (a permutation may
-    give a name to another device): the persisted snapshots stand in for it, as after a
-    restart. The families' own slots are dropped whole, for the same reason."""
-    for table in (memory.last_values, memory.last_times, memory.closed_windows):
-        for key in [k for k in table if k.partition(":")[0] in names]:
-            del table[key]
-    memory.port_entries = {k: v for k, v in memory.port_entries.items() if k[0] not in names}
-    memory.slots.clear()
+    give a name to another device): the persisted state stands in for it, as after a
+    restart (:meth:`CheckFamily.forget`: the counter engine drops those devices' counters,
+    the other families all they keep). The pictures go too: they name the old devices."""
+    for family in families():
+        kept = memory.volatile.get(family.id)
+        if kept is None:
+            continue
+        left = family.forget(kept, names)
+        if left is None:
+            del memory.volatile[family.id]
+        else:
+            memory.volatile[family.id] = left
     memory.pictures.clear()
 
 
-def _due(family: Family, memory: CounterMemory, now: datetime, config: Config
+def _due(family: Family, memory: PollMemory, now: datetime, config: Config
          ) -> bool:
     """Every poll, or once per ``cadence`` since its last successful run (and at the first
     poll of a process, and when the wall clock went back)."""
@@ -207,7 +221,7 @@ def _due(family: Family, memory: CounterMemory, now: datetime, config: Config
     return True
 
 
-def due_reads(config: Config, memory: CounterMemory, now: datetime) -> frozenset[str]:
+def due_reads(config: Config, memory: PollMemory, now: datetime) -> frozenset[str]:
     """The parts not read every poll (the slow PCI parts, the facts of the Source seam) some
     enabled family reading them is due to judge at ``now``: the monitor reads those only,
     by the rule :func:`evaluate` applies to the same memory, so a part is read exactly in the

@@ -36,12 +36,13 @@ from .settings import Settings
 from .topology import Role, Topology
 
 if TYPE_CHECKING:  # pragma: no cover - the state holds sections, sections do not hold it
-    from .checks.counters import CounterMemory, CounterObservation
+    from .checks.counters import CounterObservation
     from .checks.link_section import DeviceIdentity
     from .state import MonitorState
 
 S = TypeVar("S")
 P = TypeVar("P")  # a family's picture: what the views show of its last verdict
+V = TypeVar("V")  # a family's volatile memory: what it keeps between polls and may lose
 
 # What a family may read of the snapshot (``CheckFamily.reads``): the reader skips a part that
 # no enabled family reads.
@@ -87,7 +88,7 @@ class Cycle:
 
 
 @dataclass(frozen=True)
-class Verdict(Generic[S, P]):
+class Verdict(Generic[S, P, V]):
     """One family's outcome of one poll.
 
     ``events`` pairs each event with the device it is about (:data:`HOST` for host-level
@@ -100,6 +101,9 @@ class Verdict(Generic[S, P]):
     # What the views show of this poll (counter observations, cards, the facts read); None
     # keeps the picture of its last verdict (a slow family's between its runs).
     picture: Optional[P] = None
+    # Its volatile memory after this poll, kept only if the family succeeds; None keeps the
+    # one it was given (a family that forgets returns an empty one).
+    volatile: Optional[V] = None
     notes: tuple[str, ...] = ()  # log lines
 
 
@@ -144,7 +148,7 @@ class Series:
     samples: tuple[tuple[tuple[str, ...], float], ...] = field(default=())
 
 
-class CheckFamily(abc.ABC, Generic[S, P]):
+class CheckFamily(abc.ABC, Generic[S, P, V]):
     """One family of checks. Subclasses are stateless: everything lives in their section."""
 
     id: ClassVar[str]  # its name in the state file's ``schemas`` and in logs
@@ -176,10 +180,16 @@ class CheckFamily(abc.ABC, Generic[S, P]):
         return dumped
 
     @abc.abstractmethod
-    def evaluate(self, previous: S, cycle: Cycle, memory: CounterMemory) -> Verdict[S, P]:
-        """One poll, pure: ``previous`` is not changed. ``memory`` is this poll's own copy
-        of the volatile memory (the counter engine's, the family's slot): the family may
-        change it; the monitor adopts it with the commit."""
+    def evaluate(self, previous: S, cycle: Cycle, volatile: Optional[V]) -> Verdict[S, P, V]:
+        """One poll, pure: neither ``previous`` nor ``volatile`` (its volatile memory of
+        the last poll it ran in; None at the first, after a restart or a rename) is changed:
+        the verdict carries the next of each, which the monitor adopts with the commit."""
+
+    def forget(self, volatile: V, names: frozenset[str]) -> Optional[V]:
+        """Its volatile memory without the devices ``names`` (renamed, old and new names: a
+        permutation gives a name to another device); the default drops it whole, as a
+        restart would."""
+        return None
 
     def rename(self, section: S, renames: Mapping[str, str], now: datetime) -> S:
         """The section with every record of a renamed device under its new name.
@@ -285,9 +295,9 @@ class CheckFamily(abc.ABC, Generic[S, P]):
         return ()
 
 
-# A family of the registry: each has its own section and picture types, which the loops over
-# the registry do not know (they pass a family's own section and picture back to it).
-Family = CheckFamily[Any, Any]
+# A family of the registry: each has its own section, picture and volatile memory types,
+# which the loops over the registry do not know (they pass a family's own back to it).
+Family = CheckFamily[Any, Any, Any]
 
 
 def supplies(family: Family, method: str) -> bool:

@@ -59,7 +59,7 @@ class MonitorState:
             if family.id not in self.sections:
                 self.sections[family.id] = family.fresh()
 
-    def section(self, family: CheckFamily[S, Any]) -> S:
+    def section(self, family: CheckFamily[S, Any, Any]) -> S:
         """The section of ``family``."""
         return cast(S, self.sections[family.id])
 

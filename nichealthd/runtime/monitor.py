@@ -20,11 +20,11 @@ from typing import Callable, Mapping, Optional
 
 from ..core.boot import decide_start
 from ..core.checks import families
-from ..core.checks.counters import CounterMemory
 from ..core.checks.kernel_log import KERNEL_LOG, KernelLogSettings
 from ..core.config import Config
 from ..core.evaluate import (
     CycleResult,
+    PollMemory,
     Topology,
     due_reads,
     evaluate,
@@ -114,7 +114,7 @@ class Monitor:
         self.monotonic = monotonic
         self.journal = Journal(config.state_dir, config.event_history_size)
         self.state = MonitorState()
-        self.memory = CounterMemory()
+        self.memory = PollMemory()
         self.baseline = False
         self.polls = 0
         self.guard = PollGuard(monotonic)

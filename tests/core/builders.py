@@ -6,9 +6,10 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Optional
 
-from nichealthd.core.checks.counters import CounterMemory
+from nichealthd.core.checks.counters import CounterTables
+from nichealthd.core.checks.link_counters import LINK_COUNTERS
 from nichealthd.core.config import Config, build_config
-from nichealthd.core.evaluate import CycleResult, Topology, evaluate
+from nichealthd.core.evaluate import CycleResult, PollMemory, Topology, evaluate
 from nichealthd.core.family import Family
 from nichealthd.core.model import DeviceSnapshot, HostSnapshot, PortSnapshot
 from nichealthd.core.state import MonitorState
@@ -84,7 +85,7 @@ class Runner:
         self.config = cfg or config()
         self.topology = topology or gpus()
         self.state = state or MonitorState(boot_id="boot-1")
-        self.memory = CounterMemory()
+        self.memory = PollMemory()
         self.baseline = baseline
         self.last: Optional[CycleResult] = None
 
@@ -106,7 +107,14 @@ class Runner:
     def restart(self) -> None:
         """A process restart: persisted state survives (through JSON), memory does not."""
         self.state = MonitorState.from_json(self.state.to_json())
-        self.memory = CounterMemory()
+        self.memory = PollMemory()
+
+
+def counter_tables(runner: Runner) -> CounterTables:
+    """The link-counter family's volatile memory as the runner holds it (empty: none)."""
+    tables = runner.memory.volatile.get(LINK_COUNTERS.id, CounterTables())
+    assert isinstance(tables, CounterTables)
+    return tables
 
 
 def counters_port(values: dict[str, Any], **kw: Any) -> PortSnapshot:

@@ -14,6 +14,7 @@ from nichealthd.core.checks.counter_section import BreachFlag, CounterSection, C
 from nichealthd.core.checks.counters import urgent_counter_change
 from nichealthd.core.checks.link_counters import LINK_COUNTERS
 from nichealthd.core.config import CHAR_DEVICE_CHECK, EFA_DEGRADATION_CHECK, EFA_STATE_CHECK
+from nichealthd.core.evaluate import PollMemory
 from nichealthd.core.model import ABSENT, CounterKind, Unreadable
 from nichealthd.core.state import MonitorState
 from nichealthd.sources.sysfs import PMA_WIDTHS
@@ -548,7 +549,7 @@ def test_latched_hw_counter_that_wraps_across_a_restart_is_not_a_reset() -> None
     assert poll(runner, 2, rnr_nak_retry_err=2**32 - 1).events == ()
     # A restart: only what the state file holds survives (through its JSON text).
     runner.state = MonitorState.from_json(json.loads(json.dumps(runner.state.to_json())))
-    runner.memory = counters.CounterMemory()
+    runner.memory = PollMemory()
     key = "mlx5_0:1:rnr_nak_retry_err"
     assert runner.state.section(LINK_COUNTERS).breach_flags[key].last_value == 2**32 - 1
     assert poll(runner, 3, rnr_nak_retry_err=1).events == ()  # a wrap: still latched

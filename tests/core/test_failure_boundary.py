@@ -13,13 +13,24 @@ from typing import Any
 
 import pytest
 
+from nichealthd.core.checks.counters import CounterTables
 from nichealthd.core.checks.link_counters import LINK_COUNTERS
 from nichealthd.core.checks.link_flaps import LINK_FLAPS
 from nichealthd.core.checks.pcie_aer import PCIE_AER
 from nichealthd.core.family import READS_AER
 from nichealthd.core.views import health_status, port_records, status_summary
 
-from .builders import DOWN, POLLING, Runner, at, config, counters_port, device, host
+from .builders import (
+    DOWN,
+    POLLING,
+    Runner,
+    at,
+    config,
+    counter_tables,
+    counters_port,
+    device,
+    host,
+)
 
 
 def poll(runner: Runner, when: float, state: str = "4: ACTIVE", phys: str = "5: LinkUp",
@@ -42,11 +53,11 @@ def broken_counters(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     broken = [False]
     real = type(LINK_COUNTERS).evaluate
 
-    def evaluate(self: Any, previous: Any, cycle: Any, memory: Any) -> Any:
+    def evaluate(self: Any, previous: Any, cycle: Any, volatile: Any) -> Any:
         if broken[0]:
-            memory.last_values["poisoned"] = 1  # half-way through, then the bug
+            CounterTables.next_of(volatile).last_values["poisoned"] = 1  # half-way, then the bug
             raise ZeroDivisionError("division by zero")
-        return real(self, previous, cycle, memory)
+        return real(self, previous, cycle, volatile)
 
     monkeypatch.setattr(type(LINK_COUNTERS), "evaluate", evaluate)
     return broken
@@ -63,7 +74,7 @@ def test_a_family_that_raises_costs_only_itself(broken_counters: list[bool]) -> 
     assert result.failed[LINK_COUNTERS.id].startswith(
         "ZeroDivisionError: division by zero (at test_failure_boundary.py:")
     assert runner.state.section(LINK_COUNTERS) is kept  # its previous section, unchanged
-    assert "poisoned" not in runner.memory.last_values  # its memory as before it ran
+    assert "poisoned" not in counter_tables(runner).last_values  # its memory as before
     # Fixed (a reload, the next poll past the input): the rise is judged then, not lost.
     broken_counters[0] = False
     result = poll(runner, 2, state=DOWN, phys=POLLING, link_downed=1)

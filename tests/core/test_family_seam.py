@@ -13,7 +13,6 @@ import pytest
 
 from nichealthd.core import checks
 from nichealthd.core.checks import families
-from nichealthd.core.checks.counters import CounterMemory
 from nichealthd.core.checks.link_counters import LINK_COUNTERS
 from nichealthd.core.checks.link_state import LINK_STATE
 from nichealthd.core.codec import parse_int, parse_table
@@ -73,7 +72,7 @@ class TallySection:
     reported: list[str] = field(default_factory=list)
 
 
-class Tally(CheckFamily[TallySection, int]):
+class Tally(CheckFamily[TallySection, int, int]):
     """A toy family: reports a port at its third poll, and once per host at the second."""
 
     id = "tally"
@@ -93,11 +92,11 @@ class Tally(CheckFamily[TallySection, int]):
     def dump(self, section: TallySection) -> dict[str, Any]:
         return {"tally_seen": dict(section.seen), "tally_reported": list(section.reported)}
 
-    def evaluate(self, previous: TallySection, cycle: Cycle, memory: CounterMemory
-                 ) -> Verdict[TallySection, int]:
+    def evaluate(self, previous: TallySection, cycle: Cycle, volatile: Optional[int]
+                 ) -> Verdict[TallySection, int, int]:
         section = TallySection(dict(previous.seen), list(previous.reported))
         events = []
-        memory.slots[self.id] = memory.slots.get(self.id, 0) + 1
+        runs = (volatile or 0) + 1  # its volatile memory: the polls it ran in
         for dev in cycle.monitored:
             for p in dev.ports:
                 section.seen[p.key] = section.seen.get(p.key, 0) + 1
@@ -107,11 +106,11 @@ class Tally(CheckFamily[TallySection, int]):
                         "InfiniBandDegradationCheck", fatal=False, healthy=False,
                         message=f"tally {p.key}", error_code="tally",
                         entities=port_entities(dev.name, p.port), at=cycle.now)))
-        if memory.slots[self.id] == 2:
+        if runs == 2:
             events.append((HOST, make_event(
                 "InfiniBandDegradationCheck", fatal=False, healthy=False, message="tally host",
                 error_code="tally", entities=(), at=cycle.now)))
-        return Verdict(section, tuple(events), picture=len(section.seen))
+        return Verdict(section, tuple(events), picture=len(section.seen), volatile=runs)
 
     def conditions(self, section: TallySection, picture: Optional[int]) -> Iterable[Condition]:
         for key in section.reported:
@@ -162,7 +161,7 @@ def test_a_new_family_runs_persists_and_is_shown_by_one_module(with_tally: Tally
     # Its events follow each device's own, then the host-level ones.
     assert [e.message for e in result.events if "tally" in e.message] == [
         "tally mlx5_0_1", "tally mlx5_1_1"]
-    assert runner.memory.slots["tally"] == 3
+    assert runner.memory.volatile["tally"] == 3
     section = runner.state.section(with_tally)
     assert section.reported == ["mlx5_0_1", "mlx5_1_1"]
     # Persisted under its own keys and schema; loads back.

@@ -19,7 +19,7 @@ from nichealthd.core.model import DeviceSnapshot
 from nichealthd.core.state import MonitorState
 from nichealthd.core.views import device_records
 
-from .builders import DOWN, POLLING, Runner, at, device, host, port
+from .builders import DOWN, POLLING, Runner, at, counter_tables, device, host, port
 from .equivalence import OLD_STATE
 
 GUIDS = {i: f"b8ce:f603:00{i:02x}:0000" for i in range(32)}
@@ -229,7 +229,7 @@ def test_renamed_devices_keep_no_stale_volatile_memory() -> None:
     swapped = runner.poll(host(nic(0, "mlx5_1", counters={"symbol_error": 100}),
                                nic(1, "mlx5_0", counters={"symbol_error": 5}), when=1))
     assert not swapped.events  # neither a reset (100 -> 5) nor a jump (5 -> 100)
-    assert runner.memory.last_values["mlx5_1:1:symbol_error"] == 100
+    assert counter_tables(runner).last_values["mlx5_1:1:symbol_error"] == 100
     assert runner.state.section(LINK_STATE).identities["mlx5_1"].renamed_at == at(1)
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterable, Mapping, Optional
+from typing import Iterable, Mapping, Optional
 
 from ..adapter import CharDevices
 from ..codec import Layout
@@ -114,7 +114,7 @@ class CharDeviceSettings(Settings):
         "and umad")
 
 
-class CharDeviceFamily(CheckFamily[CharDeviceSection, CharDevices]):
+class CharDeviceFamily(CheckFamily[CharDeviceSection, CharDevices, None]):
     """One uverbs per device, one umad (and opt-in issm) per InfiniBand port."""
 
     id = "char_devices"
@@ -127,8 +127,8 @@ class CharDeviceFamily(CheckFamily[CharDeviceSection, CharDevices]):
     def enabled(self, config: Config) -> bool:
         return CHAR_DEVICE_CHECK in config.checks
 
-    def evaluate(self, previous: CharDeviceSection, cycle: Cycle, memory: Any
-                 ) -> Verdict[CharDeviceSection, CharDevices]:
+    def evaluate(self, previous: CharDeviceSection, cycle: Cycle, volatile: None
+                 ) -> Verdict[CharDeviceSection, CharDevices, None]:
         facts = cycle.snapshot.adapter
         if facts is None:  # not read this poll: nothing to judge
             return Verdict(previous)

@@ -1,7 +1,7 @@
 """Counter evaluation (spec §6.3, §10.4): delta and velocity thresholds with latching breaches.
 
 Pure: it reads a port's counter values from the snapshot and the previous state, and writes
-the next state into the ``next_state`` and the next :class:`CounterMemory` it is given (both
+the next state into the ``next_state`` and the next :class:`CounterTables` it is given (both
 copies the caller adopts only when the poll is committed). What a counter is comes from the
 reader as data (``PortSnapshot.counter_kinds``, a :class:`~nichealthd.core.model.CounterKind`):
 this module never looks at a file's path. Rules beyond the spec (REFERENCE §3):
@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, Mapping, MutableMapping, NamedTuple, Optional
+from typing import Collection, Mapping, MutableMapping, NamedTuple, Optional, TypeVar
 
 from ..config import CounterSpec
 from ..events import HealthEvent, make_event, port_entities
@@ -67,22 +67,23 @@ class CounterObservation(NamedTuple):
     rate: Optional[float]
 
 
+T = TypeVar("T")
+
 # The picture of a family that counts: what the poll computed of each counter it judges.
 Observations = Mapping[str, CounterObservation]
 
 
 @dataclass
-class CounterMemory:
-    """The volatile part of the state: the last value read of each counter and when (spec
-    §6.3 ``lastPollValue``), each velocity counter's last closed window, and a slot for each
-    check family's own volatile memory (with when each family last ran).
+class CounterTables:
+    """The counter engine's volatile memory, a counting family's own (its ``V``,
+    core/family.py): the last value read of each counter and when (spec §6.3
+    ``lastPollValue``), and each velocity counter's last closed window.
 
-    The counter engine's part is shared by every family that counts. Not persisted: after a
-    restart the persisted snapshot stands in for it. Like the persisted state it is a value
-    of one poll: evaluation works on a :meth:`copy` and the monitor adopts it only with the
-    commit, so a poll whose commit failed leaves no trace (a reset it saw is seen again by
-    the next poll, and its recovery is sent). A family replaces its slot's value; it never
-    changes the object in it.
+    Not persisted: after a restart the persisted snapshot stands in for it. Like a section it
+    is a value of one poll: a family counts into a :meth:`copy` and returns it in its
+    verdict, which the evaluator keeps only if the family succeeds and the monitor only with
+    the commit, so a poll whose commit failed leaves no trace (a reset it saw is seen again
+    by the next poll, and its recovery is sent).
     """
 
     last_values: dict[str, int] = field(default_factory=dict)
@@ -94,17 +95,26 @@ class CounterMemory:
     # out again which counters a port has, under which check and state key. A cache of
     # what config and files determine, not state: copies share it.
     port_entries: dict[tuple[str, int], PortEntries] = field(default_factory=dict)
-    slots: dict[str, Any] = field(default_factory=dict)  # family id -> its volatile value
-    ran_at: dict[str, datetime] = field(default_factory=dict)  # family id -> its last run
-    # Family id -> the picture of its last verdict: what the views show of a slow family
-    # between its runs, and of a family that failed (core/evaluate.py keeps it).
-    pictures: dict[str, object] = field(default_factory=dict)
 
-    def copy(self) -> CounterMemory:
+    @staticmethod
+    def next_of(volatile: Optional[CounterTables]) -> CounterTables:
+        """What a counting family counts into: a copy of its tables of the last poll, or
+        new ones (a first poll, a restart, a rename)."""
+        return volatile.copy() if volatile is not None else CounterTables()
+
+    def copy(self) -> CounterTables:
         """A copy whose values can change without touching this one (the cache is shared)."""
-        return CounterMemory(dict(self.last_values), dict(self.last_times),
-                             dict(self.closed_windows), self.port_entries, dict(self.slots),
-                             dict(self.ran_at), dict(self.pictures))
+        return CounterTables(dict(self.last_values), dict(self.last_times),
+                             dict(self.closed_windows), self.port_entries)
+
+    def without(self, names: Collection[str]) -> CounterTables:
+        """A copy without the counters of the devices ``names`` (renamed: the persisted
+        snapshots stand in for them, as after a restart)."""
+        def kept(table: Mapping[str, T]) -> dict[str, T]:
+            return {k: v for k, v in table.items() if k.partition(":")[0] not in names}
+        return CounterTables(kept(self.last_values), kept(self.last_times),
+                             kept(self.closed_windows),
+                             {k: v for k, v in self.port_entries.items() if k[0] not in names})
 
 
 class SaturatingFile(NamedTuple):
@@ -141,7 +151,7 @@ class PortEntries:
 
     @classmethod
     def of(cls, port: PortSnapshot, specs: tuple[CounterSpec, ...], checks: CheckNames,
-           enabled: frozenset[str], memory: CounterMemory) -> PortEntries:
+           enabled: frozenset[str], memory: CounterTables) -> PortEntries:
         """The port's entries, remembered in ``memory`` while config and files stay the same."""
         known = memory.port_entries.get((port.device, port.port))
         kinds = port.counter_kinds
@@ -236,7 +246,7 @@ class CounterPoll:
 
     previous: CounterSection
     next_state: CounterSection
-    memory: CounterMemory
+    memory: CounterTables
     observations: MutableMapping[str, CounterObservation]
     now: datetime
     baseline: bool  # a fresh start: a counter's first reading tells it is healthy

@@ -28,9 +28,9 @@ from .counter_rows import counter_rows
 from .counter_section import CounterSection
 from .counters import (
     CheckNames,
-    CounterMemory,
     CounterObservation,
     CounterPoll,
+    CounterTables,
     Observations,
     evaluate_port_counters,
     release_unconfigured,
@@ -50,7 +50,7 @@ class EfaCounterSection(CounterSection):
     LAYOUT = Layout(prefix="efa_", omit_empty=True)
 
 
-class EfaCounters(CheckFamily[EfaCounterSection, Observations]):
+class EfaCounters(CheckFamily[EfaCounterSection, Observations, CounterTables]):
     """Delta and velocity thresholds on the EFA counters, as for ConnectX."""
 
     id = "efa_counters"
@@ -63,9 +63,9 @@ class EfaCounters(CheckFamily[EfaCounterSection, Observations]):
         return bool(config.active_efa_counters) and bool(
             {EFA_STATE_CHECK, EFA_DEGRADATION_CHECK} & set(config.checks))
 
-    def evaluate(self, previous: EfaCounterSection, cycle: Cycle, memory: CounterMemory
-                 ) -> Verdict[EfaCounterSection, Observations]:
-        state = previous.copy()
+    def evaluate(self, previous: EfaCounterSection, cycle: Cycle, volatile: Optional[CounterTables]
+                 ) -> Verdict[EfaCounterSection, Observations, CounterTables]:
+        state, memory = previous.copy(), CounterTables.next_of(volatile)
         events: list[tuple[str, HealthEvent]] = []
         notes: list[str] = []
         observations: dict[str, CounterObservation] = {}
@@ -80,7 +80,10 @@ class EfaCounters(CheckFamily[EfaCounterSection, Observations]):
         if state.breach_flags:
             events.extend(release_unconfigured(
                 state, frozenset(s.name for s in specs), cycle.enabled, cycle.now))
-        return Verdict(state, tuple(events), observations, notes=tuple(notes))
+        return Verdict(state, tuple(events), observations, notes=tuple(notes), volatile=memory)
+
+    def forget(self, volatile: CounterTables, names: frozenset[str]) -> CounterTables:
+        return LINK_COUNTERS.forget(volatile, names)
 
     def rename(self, section: EfaCounterSection, renames: Mapping[str, str], now: datetime
                ) -> EfaCounterSection:

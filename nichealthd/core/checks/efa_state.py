@@ -143,7 +143,7 @@ def _event(port: PortSnapshot, healthy: bool, now: datetime) -> HealthEvent:
                       at=now)
 
 
-class EfaState(CheckFamily[EfaStateSection, None]):
+class EfaState(CheckFamily[EfaStateSection, None, None]):
     """The netdev state of EFA ports, and EFA device presence."""
 
     id = "efa_state"
@@ -185,8 +185,8 @@ class EfaState(CheckFamily[EfaStateSection, None]):
             for card, anomaly in section.card_anomalies.items()}
         return state
 
-    def evaluate(self, previous: EfaStateSection, cycle: Cycle, memory: Any
-                 ) -> Verdict[EfaStateSection, None]:
+    def evaluate(self, previous: EfaStateSection, cycle: Cycle, volatile: None
+                 ) -> Verdict[EfaStateSection, None, None]:
         state = previous.copy()
         now = cycle.now
         events: list[tuple[str, HealthEvent]] = []

@@ -70,7 +70,7 @@ def majority(versions: Iterable[str]) -> Optional[str]:
     return version if count * 2 > sum(counts.values()) else None
 
 
-class Firmware(CheckFamily[FirmwareSection, Versions]):
+class Firmware(CheckFamily[FirmwareSection, Versions, None]):
     """Firmware consistency within a role group (same HCA type and board)."""
 
     id = "firmware"
@@ -79,8 +79,8 @@ class Firmware(CheckFamily[FirmwareSection, Versions]):
     section_type = FirmwareSection
     reads = frozenset({READS_DEVICES, READS_ADAPTER})
 
-    def evaluate(self, previous: FirmwareSection, cycle: Cycle, memory: Any
-                 ) -> Verdict[FirmwareSection, Versions]:
+    def evaluate(self, previous: FirmwareSection, cycle: Cycle, volatile: None
+                 ) -> Verdict[FirmwareSection, Versions, None]:
         facts = cycle.snapshot.adapter
         if facts is None:
             return Verdict(previous)

@@ -221,7 +221,7 @@ class _Devices:
         return (found[0], found[1]) if found else (None, None)
 
 
-class KernelLog(CheckFamily[KernelLogSection, None]):
+class KernelLog(CheckFamily[KernelLogSection, None, None]):
     """mlx5 driver faults from the kernel log, deduplicated per rule and device."""
 
     id = "kernel_log"
@@ -234,8 +234,8 @@ class KernelLog(CheckFamily[KernelLogSection, None]):
     def enabled(self, config: Config) -> bool:
         return config.settings(KernelLogSettings).kernel_log != "off"
 
-    def evaluate(self, previous: KernelLogSection, cycle: Cycle, memory: Any
-                 ) -> Verdict[KernelLogSection, None]:
+    def evaluate(self, previous: KernelLogSection, cycle: Cycle, volatile: None
+                 ) -> Verdict[KernelLogSection, None, None]:
         snapshot = cycle.snapshot
         moved = snapshot.kernel_cursor is not None and snapshot.kernel_cursor != previous.cursor
         if not snapshot.kernel_lines and not moved and not _repeats_due(previous, cycle):

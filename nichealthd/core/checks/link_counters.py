@@ -29,9 +29,9 @@ from .counter_rows import counter_rows
 from .counter_section import KEYS, CounterSection, CounterSnap
 from .counters import (
     CheckNames,
-    CounterMemory,
     CounterObservation,
     CounterPoll,
+    CounterTables,
     Observations,
     evaluate_port_counters,
     release_unconfigured,
@@ -61,7 +61,7 @@ def renamed(section: C, renames: Mapping[str, str]) -> C:
                    saturated_quiet=renamed_counter_table(section.saturated_quiet, renames))
 
 
-class LinkCounters(CheckFamily[CounterSection, Observations]):
+class LinkCounters(CheckFamily[CounterSection, Observations, CounterTables]):
     """Delta and velocity thresholds with latching breaches, resets and saturation."""
 
     id = "link_counters"
@@ -70,13 +70,11 @@ class LinkCounters(CheckFamily[CounterSection, Observations]):
     section_type = CounterSection
     reads = frozenset({READS_PORTS, READS_COUNTERS})
 
-    def evaluate(self, previous: CounterSection, cycle: Cycle, memory: CounterMemory
-                 ) -> Verdict[CounterSection, Observations]:
-        """The counters of every port of each monitored device with a known link layer.
-
-        ``memory`` is the poll's own copy of the volatile memory: the engine changes it.
-        """
-        state = previous.copy()
+    def evaluate(self, previous: CounterSection, cycle: Cycle, volatile: Optional[CounterTables]
+                 ) -> Verdict[CounterSection, Observations, CounterTables]:
+        """The counters of every port of each monitored device with a known link layer, into
+        copies of the section and of the counter tables of the last poll."""
+        state, memory = previous.copy(), CounterTables.next_of(volatile)
         links = cycle.previous.section(LINK_STATE)
         events: list[tuple[str, HealthEvent]] = []
         notes: list[str] = []
@@ -107,7 +105,11 @@ class LinkCounters(CheckFamily[CounterSection, Observations]):
             events.extend(release_unconfigured(state, cycle.config.active_names, cycle.enabled,
                                                cycle.now))
         # The picture: what the last poll computed of each counter (CycleResult.observations).
-        return Verdict(state, tuple(events), observations, notes=tuple(notes))
+        return Verdict(state, tuple(events), observations, notes=tuple(notes), volatile=memory)
+
+    def forget(self, volatile: CounterTables, names: frozenset[str]) -> CounterTables:
+        """The counters of the other devices are kept (a rename is no restart for them)."""
+        return volatile.without(names)
 
     def rename(self, section: CounterSection, renames: Mapping[str, str], now: datetime
                ) -> CounterSection:
@@ -168,7 +170,7 @@ def _held(port: PortSnapshot) -> PortSnapshot:
     return replace(port, counters=counters)
 
 
-def _absorb(port: PortSnapshot, state: CounterSection, memory: CounterMemory,
+def _absorb(port: PortSnapshot, state: CounterSection, memory: CounterTables,
             now: datetime) -> None:
     """A blip ended: its link-down counters start again from their value now (unless a
     breach is latched on them: the engine judges those as ever)."""

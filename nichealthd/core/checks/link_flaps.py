@@ -79,7 +79,7 @@ from ..jsontypes import Json
 from ..model import PortSnapshot, is_value
 from ..settings import Duration, Integer, Report, Settings, setting
 from ..state import DEGRADED, FATAL
-from .counters import CheckNames, CounterMemory
+from .counters import CheckNames
 from .link_counters import CHECK_NAMES_OF
 from .link_section import LinkStateSection
 from .link_settings import LinkStateSettings
@@ -130,6 +130,9 @@ class _Counted(NamedTuple):
 
     values: tuple[Optional[int], ...]  # link_downed, carrier_changes
     carrier_down: bool  # the carrier after the changes counted so far
+
+
+Counted = Mapping[str, _Counted]  # its volatile memory: each port's counters, by port key
 MAX_ENTRIES = 4096  # polls with cycles kept per port: bounds the state of a port flapping forever
 
 
@@ -178,7 +181,7 @@ class FlapSection(Section):
     link_flaps: dict[str, FlapRecord] = field(default_factory=dict)
 
 
-class LinkFlaps(CheckFamily[FlapSection, None]):
+class LinkFlaps(CheckFamily[FlapSection, None, Counted]):
     """Down/up cycles per port in a sliding window."""
 
     id = "link_flaps"
@@ -188,20 +191,19 @@ class LinkFlaps(CheckFamily[FlapSection, None]):
     reads = frozenset({READS_PORTS, READS_COUNTERS})
     settings = LinkFlapSettings
 
-    def evaluate(self, previous: FlapSection, cycle: Cycle, memory: CounterMemory
-                 ) -> Verdict[FlapSection, None]:
+    def evaluate(self, previous: FlapSection, cycle: Cycle, volatile: Optional[Counted]
+                 ) -> Verdict[FlapSection, None, Counted]:
         """Each port of the monitored devices: its downs, its closed cycles, its verdict.
 
         Switched off (``linkFlapCount = 0``, at start or by a reload) it forgets every
         port, with the recovery of each flap it had reported.
         """
         if not cycle.config.settings(LinkFlapSettings).link_flap_count:
-            memory.slots.pop(self.id, None)
-            return _switched_off(previous, cycle)
+            return replace(_switched_off(previous, cycle), volatile={})
         links = cycle.previous.section(LINK_STATE)
         hold_down = (cycle.config.settings(LinkStateSettings).state_hold_down
                      if _escalation_count(cycle.config) else 0.0)
-        last: Mapping[str, _Counted] = memory.slots.get(self.id) or {}
+        last: Counted = volatile or {}
         counted: dict[str, _Counted] = {}
         changed: dict[str, FlapRecord] = {}
         events: list[tuple[str, HealthEvent]] = []
@@ -227,10 +229,10 @@ class LinkFlaps(CheckFamily[FlapSection, None]):
                 events.extend((device.name, e) for e in port_events)
                 if new is not record:
                     changed[key] = new
-        memory.slots[self.id] = counted
         if not changed:
-            return Verdict(previous)
-        return Verdict(FlapSection({**previous.link_flaps, **changed}), tuple(events))
+            return Verdict(previous, volatile=counted)
+        return Verdict(FlapSection({**previous.link_flaps, **changed}), tuple(events),
+                       volatile=counted)
 
     def rename(self, section: FlapSection, renames: Mapping[str, str], now: datetime
                ) -> FlapSection:
@@ -266,7 +268,7 @@ class LinkFlaps(CheckFamily[FlapSection, None]):
                            for _, r in sorted(section.link_flaps.items())))
 
 
-def _switched_off(previous: FlapSection, cycle: Cycle) -> Verdict[FlapSection, None]:
+def _switched_off(previous: FlapSection, cycle: Cycle) -> Verdict[FlapSection, None, Counted]:
     if not previous.link_flaps:
         return Verdict(previous)
     events: list[tuple[str, HealthEvent]] = []

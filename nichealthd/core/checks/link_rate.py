@@ -16,7 +16,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, Iterable, Mapping, NamedTuple, Optional
+from typing import Iterable, Mapping, NamedTuple, Optional
 
 from ..codec import Section, stored
 from ..config import ETH_DEGRADATION_CHECK, IB_DEGRADATION_CHECK
@@ -79,7 +79,7 @@ class RateSection(Section):
     rate_degraded: dict[str, RateRecord] = field(default_factory=dict)
 
 
-class LinkRate(CheckFamily[RateSection, None]):
+class LinkRate(CheckFamily[RateSection, None, None]):
     """Rate and width below the mode of same-role, same-card-model peers."""
 
     id = "link_rate"
@@ -88,8 +88,8 @@ class LinkRate(CheckFamily[RateSection, None]):
     section_type = RateSection
     reads = frozenset({READS_DEVICES, READS_PORTS})
 
-    def evaluate(self, previous: RateSection, cycle: Cycle, memory: Any
-                 ) -> Verdict[RateSection, None]:
+    def evaluate(self, previous: RateSection, cycle: Cycle, volatile: None
+                 ) -> Verdict[RateSection, None, None]:
         """Group the ACTIVE ports, find each group's mode, judge every port of a group."""
         told = previous.rate_degraded
         changed: dict[str, Optional[RateRecord]] = {}

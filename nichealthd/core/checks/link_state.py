@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, Iterable, Mapping, Optional, Sequence, TypeVar
+from typing import Iterable, Mapping, Optional, Sequence, TypeVar
 
 from ..config import ETH_STATE_CHECK, IB_STATE_CHECK
 from ..events import HealthEvent, format_timestamp
@@ -82,7 +82,7 @@ def device_layer(device: DeviceSnapshot, previous: LinkStateSection) -> Optional
 
 Cards = Mapping[str, CardCount]  # its picture: each card's active ports
 
-class LinkState(CheckFamily[LinkStateSection, Cards]):
+class LinkState(CheckFamily[LinkStateSection, Cards, None]):
     """Port state, device presence and card homogeneity."""
 
     id = "link_state"
@@ -123,8 +123,8 @@ class LinkState(CheckFamily[LinkStateSection, Cards]):
         state.fabric_events = renamed_fabric_events(section.fabric_events, renames)
         return state
 
-    def evaluate(self, previous: LinkStateSection, cycle: Cycle, memory: Any
-                 ) -> Verdict[LinkStateSection, Cards]:
+    def evaluate(self, previous: LinkStateSection, cycle: Cycle, volatile: None
+                 ) -> Verdict[LinkStateSection, Cards, None]:
         """Ports and presence of each monitored device, then gone devices and card verdicts.
 
         Card homogeneity (spec §4.3) is judged every poll. At the baseline poll an anomalous

@@ -144,7 +144,7 @@ def lost_event(nic: PciNic, now: datetime, elapsed: float) -> HealthEvent:
                  f"{_why(nic)}"))
 
 
-class LostNics(CheckFamily[LostNicSection, Nics]):
+class LostNics(CheckFamily[LostNicSection, Nics, LastRead]):
     """Mellanox physical functions without an ``infiniband/`` registration."""
 
     id = "lost_nics"
@@ -153,12 +153,11 @@ class LostNics(CheckFamily[LostNicSection, Nics]):
     section_type = LostNicSection
     reads = frozenset({READS_DEVICES, READS_ADAPTER})
 
-    def evaluate(self, previous: LostNicSection, cycle: Cycle, memory: Any
-                 ) -> Verdict[LostNicSection, Nics]:
+    def evaluate(self, previous: LostNicSection, cycle: Cycle, last: Optional[LastRead]
+                 ) -> Verdict[LostNicSection, Nics, LastRead]:
         facts = cycle.snapshot.adapter
-        last: Optional[LastRead] = memory.slots.get(self.id)
         if facts is None or facts.pci_nics is None:  # not read, or the bus not listed:
-            return Verdict(previous, picture=last.nics if last else None)  # the last read
+            return Verdict(previous)  # the views keep the picture of the last read
         now, config = cycle.now, cycle.config
         state = previous.copy()
         events: list[HealthEvent] = []
@@ -184,9 +183,8 @@ class LostNics(CheckFamily[LostNicSection, Nics]):
                 events.append(event)
         _restart_clocks(state, seen, hold, with_device)
         notes.extend(_driver_notes(last, len(waiting), with_device, config))
-        memory.slots[self.id] = LastRead(facts.pci_nics, bool(waiting))
         return Verdict(state, tuple((HOST, e) for e in events), facts.pci_nics,
-                       notes=tuple(notes))
+                       notes=tuple(notes), volatile=LastRead(facts.pci_nics, bool(waiting)))
 
     @staticmethod
     def _registered(state: LostNicSection, nic: PciNic, now: datetime

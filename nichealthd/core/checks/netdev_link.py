@@ -14,7 +14,7 @@ the state check's business).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Iterable, Mapping, Optional
+from typing import Iterable, Mapping, Optional
 
 from ..adapter import NetdevLink
 from ..codec import Layout
@@ -45,7 +45,7 @@ def _active(port: PortSnapshot) -> bool:
                 and port.phys_state and port.phys_state.endswith("LinkUp"))
 
 
-class NetdevLinkFamily(CheckFamily[NetdevLinkSection, Netdevs]):
+class NetdevLinkFamily(CheckFamily[NetdevLinkSection, Netdevs, None]):
     """ACTIVE / LinkUp ports whose netdev is down (not administratively)."""
 
     id = "netdev_link"
@@ -54,8 +54,8 @@ class NetdevLinkFamily(CheckFamily[NetdevLinkSection, Netdevs]):
     section_type = NetdevLinkSection
     reads = frozenset({READS_PORTS, READS_ADAPTER})
 
-    def evaluate(self, previous: NetdevLinkSection, cycle: Cycle, memory: Any
-                 ) -> Verdict[NetdevLinkSection, Netdevs]:
+    def evaluate(self, previous: NetdevLinkSection, cycle: Cycle, volatile: None
+                 ) -> Verdict[NetdevLinkSection, Netdevs, None]:
         facts = cycle.snapshot.adapter
         if facts is None:
             return Verdict(previous)

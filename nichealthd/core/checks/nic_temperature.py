@@ -25,7 +25,6 @@ from ..jsontypes import Json
 from ..pcifacts import Sensor, degrees
 from ..settings import Duration, Integer, Settings, setting
 from ..state import DEGRADED, FATAL
-from .counters import CounterMemory
 from .link_state import LINK_STATE
 from .pci_open import OpenRecord, OpenSection, layer_checks
 
@@ -70,7 +69,7 @@ class NicTemperatureSettings(Settings):
         "degraded")
 
 
-class NicTemperature(CheckFamily[TemperatureSection, Sensors]):
+class NicTemperature(CheckFamily[TemperatureSection, Sensors, None]):
     """Each sensor against its critical threshold and the margin below it."""
 
     id = "nic_temperature"
@@ -87,8 +86,8 @@ class NicTemperature(CheckFamily[TemperatureSection, Sensors]):
     def enabled(self, config: Config) -> bool:
         return config.settings(NicTemperatureSettings).nic_temperature_interval > 0
 
-    def evaluate(self, previous: TemperatureSection, cycle: Cycle, memory: CounterMemory
-                 ) -> Verdict[TemperatureSection, Sensors]:
+    def evaluate(self, previous: TemperatureSection, cycle: Cycle, volatile: None
+                 ) -> Verdict[TemperatureSection, Sensors, None]:
         facts = cycle.snapshot.hwmon
         if facts is None:
             return Verdict(previous)

@@ -46,9 +46,9 @@ from ..state import DEGRADED, FATAL
 from .counter_section import CounterSection
 from .counters import (
     CheckNames,
-    CounterMemory,
     CounterObservation,
     CounterPoll,
+    CounterTables,
     Observations,
     evaluate_port_counters,
 )
@@ -147,7 +147,7 @@ class PcieAerSettings(Settings):
 AerPicture = tuple[Mapping[str, tuple[AerTable, ...]], Observations]
 
 
-class PcieAer(CheckFamily[AerSection, AerPicture]):
+class PcieAer(CheckFamily[AerSection, AerPicture, CounterTables]):
     """AER totals through the counter engine."""
 
     id = "pcie_aer"
@@ -164,12 +164,12 @@ class PcieAer(CheckFamily[AerSection, AerPicture]):
     def enabled(self, config: Config) -> bool:
         return config.settings(PcieAerSettings).pcie_aer_interval > 0
 
-    def evaluate(self, previous: AerSection, cycle: Cycle, memory: CounterMemory
-                 ) -> Verdict[AerSection, AerPicture]:
+    def evaluate(self, previous: AerSection, cycle: Cycle, volatile: Optional[CounterTables]
+                 ) -> Verdict[AerSection, AerPicture, CounterTables]:
         facts = cycle.snapshot.aer
         if facts is None:
             return Verdict(previous)
-        state = previous.copy()
+        state, memory = previous.copy(), CounterTables.next_of(volatile)
         links = cycle.previous.section(LINK_STATE)
         aer = cycle.config.settings(PcieAerSettings)
         specs = aer_specs(aer.pcie_aer_correctable_per_minute)
@@ -195,7 +195,12 @@ class PcieAer(CheckFamily[AerSection, AerPicture]):
                 events.extend(_judge_root(roots[address], rspecs, cycle, poll, state, notes))
         else:
             events.extend(_close_roots(state, roots, cycle.now))
-        return Verdict(state, tuple(events), (facts, observations), notes=tuple(notes))
+        return Verdict(state, tuple(events), (facts, observations), notes=tuple(notes),
+                       volatile=memory)
+
+    def forget(self, volatile: CounterTables, names: frozenset[str]) -> CounterTables:
+        """Its tables are keyed by PCI address, which a rename keeps."""
+        return volatile
 
     def conditions(self, section: AerSection, picture: Optional[AerPicture]) -> Iterable[Condition]:
         below = _below(picture[0] if picture else {})

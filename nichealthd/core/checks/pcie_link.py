@@ -24,7 +24,7 @@ from ..model import DeviceSnapshot
 from ..pcifacts import PcieHop
 from ..settings import Duration, Settings, setting
 from ..state import DEGRADED, FATAL
-from .counters import CheckNames, CounterMemory
+from .counters import CheckNames
 from .link_state import LINK_STATE
 from .pci_open import OpenRecord, OpenSection, layer_checks
 
@@ -57,7 +57,7 @@ class PcieLinkSettings(Settings):
         "read and judged")
 
 
-class PcieLink(CheckFamily[PcieLinkSection, Hops]):
+class PcieLink(CheckFamily[PcieLinkSection, Hops, None]):
     """Trained speed and width of every hop against what both of its ends support."""
 
     id = "pcie_link"
@@ -74,8 +74,8 @@ class PcieLink(CheckFamily[PcieLinkSection, Hops]):
     def enabled(self, config: Config) -> bool:
         return config.settings(PcieLinkSettings).pcie_link_interval > 0
 
-    def evaluate(self, previous: PcieLinkSection, cycle: Cycle, memory: CounterMemory
-                 ) -> Verdict[PcieLinkSection, Hops]:
+    def evaluate(self, previous: PcieLinkSection, cycle: Cycle, volatile: None
+                 ) -> Verdict[PcieLinkSection, Hops, None]:
         facts = cycle.snapshot.pcie
         if facts is None:  # not read this poll (a host without the facts, a pure test)
             return Verdict(previous)

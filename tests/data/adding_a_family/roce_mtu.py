@@ -12,7 +12,7 @@ recovered when the MTU is raised; 0 switches the family off.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Optional
+from typing import Iterable, Mapping, Optional
 
 from nichealthd.core.codec import Section, stored
 from nichealthd.core.config import ETH_DEGRADATION_CHECK, Config
@@ -48,7 +48,7 @@ class RoceMtuSection(Section):
 Mtus = Mapping[str, tuple[str, Optional[int]]]
 
 
-class RoceMtu(CheckFamily[RoceMtuSection, Mtus]):
+class RoceMtu(CheckFamily[RoceMtuSection, Mtus, None]):
     """Each monitored RoCE port's netdev MTU against the minimum."""
 
     id = "roce_mtu"
@@ -62,8 +62,8 @@ class RoceMtu(CheckFamily[RoceMtuSection, Mtus]):
     def enabled(self, config: Config) -> bool:
         return config.settings(RoceMtuSettings).roce_mtu_minimum > 0
 
-    def evaluate(self, previous: RoceMtuSection, cycle: Cycle, memory: Any
-                 ) -> Verdict[RoceMtuSection, Mtus]:
+    def evaluate(self, previous: RoceMtuSection, cycle: Cycle, volatile: None
+                 ) -> Verdict[RoceMtuSection, Mtus, None]:
         mtus: Mtus = cycle.snapshot.facts.get(FACT) or {}
         minimum = cycle.config.settings(RoceMtuSettings).roce_mtu_minimum
         low = dict(previous.low)
