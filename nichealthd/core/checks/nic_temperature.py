@@ -169,7 +169,8 @@ class NicTemperature(CheckFamily[TemperatureSection]):
         yield Series("nic_temperature_crit_celsius", "NIC hwmon critical threshold", "gauge",
                      names, tuple(crit))
         yield Series("nic_temperature_alert", "1 while a NIC sensor is within the margin of "
-                     "or above its critical threshold (reported; no series otherwise)", "gauge", names, tuple(alert))
+                     "or above its critical threshold (reported; no series otherwise)", "gauge",
+                     names, tuple(alert))
 
 
 FAMILY = NIC_TEMPERATURE = NicTemperature()
