@@ -14,8 +14,6 @@ promtool): its part is skipped without it unless NICHEALTHD_REQUIRE_PROMTOOL is 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 from collections import Counter
 from pathlib import Path
 from typing import Callable, Iterator
@@ -25,8 +23,15 @@ import pytest
 from nichealthd.sim import mutate
 from nichealthd.surfaces.metrics import NODE_EXPORTER_COUNTERS
 
-from ..harness import stop_process, wait_until
-from .conftest import RunningDaemon, Samples, free_port, get, parse, series
+from .conftest import (
+    RunningDaemon,
+    Samples,
+    get,
+    node_exporter,
+    node_exporter_binary,
+    parse,
+    series,
+)
 
 Start = Callable[[Path], RunningDaemon]
 DEVICES = 34
@@ -50,8 +55,8 @@ HOST_SERIES = {
 DAEMON_SERIES_MAX = 100  # the daemon's own (polls, events, connector, families, process_*)
 
 
-def node_exporter_binary() -> str:
-    found = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
+def required_node_exporter() -> str:
+    found = node_exporter_binary()
     if found is None:
         if os.environ.get("NICHEALTHD_REQUIRE_PROMTOOL"):
             pytest.fail("prometheus-node-exporter is not installed but "
@@ -76,21 +81,11 @@ def steady(host: Path, daemon: Start) -> RunningDaemon:
 
 
 @pytest.fixture
-def node_exporter(host: Path) -> Iterator[Samples]:
-    """One scrape of node_exporter's infiniband collector on the host (after a warm-up)."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/metrics"
-    proc = subprocess.Popen(
-        [node_exporter_binary(), f"--path.sysfs={host / 'sys'}",
-         f"--path.procfs={host / 'proc'}", "--collector.disable-defaults",
-         "--collector.infiniband", f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_until(lambda: "node_infiniband" in get(url)[1], "node_exporter", 30, proc)
-        yield {k: v for k, v in parse(get(url)[1]).items()
+def node_exporter_scrape(host: Path) -> Iterator[Samples]:
+    """One scrape of node_exporter's infiniband collector on the host."""
+    with node_exporter(host, required_node_exporter()) as address:
+        yield {k: v for k, v in parse(get(f"http://{address}/metrics")[1]).items()
                if k[0].startswith("node_infiniband_")}
-    finally:
-        stop_process(proc, 10)
 
 
 def by_name(samples: Samples) -> Counter[str]:
@@ -130,10 +125,10 @@ def test_a_breach_adds_only_its_flag(
 
 
 def test_node_exporter_counts_the_same_host_and_has_the_counters_left_to_it(
-        host: Path, steady: RunningDaemon, node_exporter: Samples) -> None:
-    assert len(node_exporter) == NODE_EXPORTER_SERIES
+        host: Path, steady: RunningDaemon, node_exporter_scrape: Samples) -> None:
     ours = len(steady.scrape())
-    assert ours <= len(node_exporter)
+    assert len(node_exporter_scrape) == NODE_EXPORTER_SERIES
+    assert ours <= len(node_exporter_scrape)
     # Every counter of ports/N/counters/ the host has, whose value nichealthd leaves to
     # node_exporter, is a node_infiniband series of the same device and port.
     counters = next(host.glob("sys/devices/**/infiniband/mlx5_0/ports/1/counters"))
@@ -141,6 +136,7 @@ def test_node_exporter_counts_the_same_host_and_has_the_counters_left_to_it(
     assert "link_downed" in files and "symbol_error" in files
     for file in files:
         name = "node_infiniband_" + NODE_EXPORTER_COUNTERS[file]
-        assert series(node_exporter, name, device="mlx5_0", port="1"), name
+        assert series(node_exporter_scrape, name, device="mlx5_0", port="1"), name
     for name in ("state_id", "physical_state_id", "rate_bytes_per_second"):
-        assert series(node_exporter, "node_infiniband_" + name, device="mlx5_0", port="1")
+        assert series(node_exporter_scrape, "node_infiniband_" + name, device="mlx5_0",
+                      port="1")

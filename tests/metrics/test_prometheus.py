@@ -27,14 +27,14 @@ import subprocess
 import sys
 import urllib.parse
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator
 
 import pytest
 
 from nichealthd.sim import mutate
 
 from ..harness import stop_process, wait_until
-from .conftest import REPO, RunningDaemon, free_port, get
+from .conftest import REPO, RunningDaemon, free_port, get, node_exporter, node_exporter_binary
 from .test_promtool import promtool
 
 pytestmark = pytest.mark.promtool
@@ -53,10 +53,6 @@ def prometheus_binary() -> str:
     found = shutil.which("prometheus")
     assert found is not None, "promtool without prometheus: install the Debian package prometheus"
     return found
-
-
-def node_exporter_binary() -> Optional[str]:
-    return shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
 
 
 # --------------------------------------------------------------------------- promtool
@@ -99,7 +95,11 @@ class Prometheus:
              f"--storage.tsdb.path={workdir / 'data'}",
              f"--web.listen-address={self.base.removeprefix('http://')}"],
             stdout=self.log, stderr=subprocess.STDOUT, cwd=workdir)
-        self.wait_for(lambda: get(self.base + "/-/ready")[0] == 200, "prometheus ready")
+        try:
+            self.wait_for(lambda: get(self.base + "/-/ready")[0] == 200, "prometheus ready")
+        except BaseException:
+            self.stop()
+            raise
 
     def wait_for(self, predicate: Callable[[], bool], what: str, timeout: float = 60) -> None:
         wait_until(predicate, what, timeout, self.proc,
@@ -126,25 +126,6 @@ class Prometheus:
         self.log.close()
 
 
-@contextlib.contextmanager
-def node_exporter(root: Path) -> Iterator[Optional[str]]:
-    """node_exporter's infiniband collector on the tree (its address), None if not installed."""
-    binary = node_exporter_binary()
-    if binary is None:
-        yield None
-        return
-    address = f"127.0.0.1:{free_port()}"
-    proc = subprocess.Popen(
-        [binary, f"--path.sysfs={root / 'sys'}", f"--path.procfs={root / 'proc'}",
-         "--collector.disable-defaults", "--collector.infiniband",
-         f"--web.listen-address={address}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        yield address
-    finally:
-        stop_process(proc, 10)
-
-
 def shortened(rules: str) -> str:
     """The shipped rules with every ``for`` at 2 s, so that the live test waits seconds, not
     minutes; the durations themselves are promtool's unit tests' (above)."""
@@ -167,16 +148,15 @@ def stack(sim: Callable[..., Path], daemon: Start, tmp_path: Path
     shortened), whether node_exporter is scraped too)."""
     root = sim("dgx-h100")
     running = daemon(root)
-    with node_exporter(root) as exporter:
+    binary = node_exporter_binary()
+    with contextlib.ExitStack() as stack:
         targets = {"nichealthd": running.base.removeprefix("http://")}
-        if exporter is not None:
-            targets["node"] = exporter
+        if binary is not None:
+            targets["node"] = stack.enter_context(node_exporter(root, binary))
         prometheus = Prometheus(tmp_path / "prometheus", shortened(RULES.read_text()), targets)
-        try:
-            prometheus.wait_for(prometheus.targets_up, "every target scraped")
-            yield root, prometheus, exporter is not None
-        finally:
-            prometheus.stop()
+        stack.callback(prometheus.stop)
+        prometheus.wait_for(prometheus.targets_up, "every target scraped")
+        yield root, prometheus, binary is not None
 
 
 def firing(prometheus: Prometheus, alert: str) -> list[dict[str, str]]:
