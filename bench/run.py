@@ -156,6 +156,11 @@ def metric(text: str, name: str) -> Optional[float]:
     return float(match.group(1)) if match else None
 
 
+def series_count(body: str) -> int:
+    """The series of one scrape (its sample lines)."""
+    return sum(1 for line in body.splitlines() if line and not line.startswith("#"))
+
+
 def build_host(workdir: Path, devices: int) -> Path:
     root = workdir / f"host{devices}"
     if root.exists():
@@ -290,11 +295,12 @@ def bench_daemon(daemon: DaemonProcess, settings: Settings, report: Report) -> N
     fig["daemon_cpu_per_cycle_s"] = (cpu1 - cpu0) / max(polls1 - polls0, 1)
     fig["daemon_peak_rss_mib"] = status_kib(daemon.pid, "VmHWM") / 1024
     fig["daemon_rss_mib"] = status_kib(daemon.pid, "VmRSS") / 1024
+    fig["daemon_series"] = series_count(http_get(daemon.url + "/metrics"))
     line = (f"  daemon, {fig['daemon_window_s']:.0f} s at 1 s polling: CPU "
             f"{fig['daemon_cpu_percent']:.2f} % of one core ({fig['daemon_cpu_s']:.2f} s CPU, "
             f"{ms(fig['daemon_cpu_per_cycle_s'])} per cycle over {fig['daemon_polls']:.0f} polls), "
             f"peak RSS {fig['daemon_peak_rss_mib']:.1f} MiB "
-            f"(now {fig['daemon_rss_mib']:.1f} MiB)")
+            f"(now {fig['daemon_rss_mib']:.1f} MiB); {fig['daemon_series']} series")
     if report.devices == TARGET_HOST:
         line += (" " + verdict(report, "cpu_percent",
                                fig["daemon_cpu_percent"] <= TARGET_CPU_PERCENT, "<= 0.5 %")
@@ -392,6 +398,10 @@ def bench_node_exporter(root: Path, settings: Settings, report: Report) -> None:
     line = (f"  node_exporter --collector.infiniband ({series} node_infiniband series): "
             f"{ms(per_scrape)} CPU per scrape, {settings.scrapes} back to back; "
             f"{ms(per_second)} per scrape, once a second for {settings.duration:.0f} s")
+    ours_series = fig.get("daemon_series")
+    if ours_series is not None:
+        line += (f"\n    nichealthd series {ours_series} (all of /metrics) "
+                 + verdict(report, "series", ours_series <= series, "<= node_exporter's"))
     ours = fig.get("daemon_cpu_per_cycle_s")
     if ours is not None and per_second > 0:
         fig["ratio_daemon"] = ours / per_second

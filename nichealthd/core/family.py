@@ -138,7 +138,9 @@ class Condition:
 class Series:
     """A metrics family a check supplies: plain data the metrics surface turns into Prometheus.
 
-    ``kind`` is ``gauge`` or ``counter``; ``samples`` are (label values, value).
+    ``kind`` is ``gauge`` or ``counter``; ``samples`` are (label values, value). A flag (1
+    while a condition holds) has a sample only while it holds, so that a healthy host exports
+    none of it; a value node_exporter exports is left to it (nichealthd(8), METRICS).
     """
 
     name: str  # without the nichealthd_ prefix

@@ -5,9 +5,13 @@ The families are built on each scrape by a custom collector from the picture of 
 and ``nichealthctl`` read, built once per poll for all of them. So a scrape never touches
 sysfs, never disagrees with the other surfaces, and a port, counter file or device that
 disappears simply stops having series — there are no long-lived labelled children to clean
-up. Naming follows node_exporter's infiniband collector (state id, physical state id, rate in
-bytes/s, raw counters, an info series; a missing file gives no series, never 0) under the
-``nichealthd_`` prefix.
+up. A missing file gives no series, never 0.
+
+What a fleet stores is bounded (nichealthd(8), METRICS): at most node_exporter's infiniband
+collector's series for the same host. The facts node_exporter exports (port state, physical
+state and rate, the counters of ``ports/N/counters/``: :data:`NODE_EXPORTER_COUNTERS`) are
+left to it; a flag (a breach, a saturation, a degraded hop) is a series only while it is
+true, so a healthy host exports none.
 
 The HTTP server runs in daemon threads (prometheus-client's WSGI app behind a threading
 ``wsgiref`` server), so neither a slow scraper nor the work of building the families can
@@ -20,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import selectors
 import socket
 import socketserver
@@ -30,7 +33,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -41,7 +44,6 @@ from prometheus_client.utils import floatToGoString
 
 from .. import __version__
 from ..core.checks import families
-from ..core.checks.ports import split_state
 from ..core.config import Config
 from ..core.health import UNCABLED
 from ..core.picture import PollPicture
@@ -77,20 +79,39 @@ DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 
                     2.5, 5.0, 10.0)
 # Uncabled-at-first-sight ports (suppressed) are not reported by the daemon: they count as 0.
 HEALTH_VALUE = {HEALTHY: 0, SUPPRESSED: 0, UNCABLED: 0, DEGRADED: 1, FATAL: 2}
-_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)b/s(?:ec)?\b", re.IGNORECASE)
-_RATE_SCALE = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 _PORT = ("device", "port")
+# The files of ``ports/N/counters/`` that node_exporter's infiniband collector exports, with
+# its series (``node_infiniband_<name>``, labels ``device`` and ``port`` as here): their
+# values are left to it (tests/metrics/test_cardinality.py reads them from a real one).
+NODE_EXPORTER_COUNTERS = {
+    "excessive_buffer_overrun_errors": "excessive_buffer_overrun_errors_total",
+    "link_downed": "link_downed_total",
+    "link_error_recovery": "link_error_recovery_total",
+    "local_link_integrity_errors": "local_link_integrity_errors_total",
+    "multicast_rcv_packets": "multicast_packets_received_total",
+    "multicast_xmit_packets": "multicast_packets_transmitted_total",
+    "port_rcv_constraint_errors": "port_constraint_errors_received_total",
+    "port_xmit_constraint_errors": "port_constraint_errors_transmitted_total",
+    "port_rcv_data": "port_data_received_bytes_total",
+    "port_xmit_data": "port_data_transmitted_bytes_total",
+    "port_xmit_discards": "port_discards_transmitted_total",
+    "port_rcv_errors": "port_errors_received_total",
+    "port_rcv_packets": "port_packets_received_total",
+    "port_xmit_packets": "port_packets_transmitted_total",
+    "port_rcv_remote_physical_errors": "port_receive_remote_physical_errors_total",
+    "port_rcv_switch_relay_errors": "port_receive_switch_relay_errors_total",
+    "port_xmit_wait": "port_transmit_wait_total",
+    "symbol_error": "symbol_error_total",
+    "unicast_rcv_packets": "unicast_packets_received_total",
+    "unicast_xmit_packets": "unicast_packets_transmitted_total",
+    "VL15_dropped": "vl15_dropped_total",
+}
 
 
-def parse_rate(text: Optional[str]) -> Optional[float]:
-    """``"400 Gb/sec (4X NDR)"`` -> 5e10 bytes/s, ``"2.5 Gb/sec (1X SDR)"`` -> 3.125e8.
-
-    None when the text is not a rate, so the port simply has no rate series.
-    """
-    match = _RATE.match(text or "")
-    if match is None:
-        return None
-    return float(match.group(1)) * _RATE_SCALE[match.group(2).upper()] / 8
+def left_to_node_exporter(path: str) -> bool:
+    """A counter file whose value node_exporter's infiniband collector exports."""
+    parent, _, name = path.rpartition("/")
+    return parent.endswith("/counters") and name in NODE_EXPORTER_COUNTERS
 
 
 def parse_listen(listen: str) -> Optional[tuple[str, int]]:
@@ -316,6 +337,9 @@ class MetricsService:
         self.enabled = bool(self.listen.strip())
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))
+        # The daemon's own cost (CPU seconds, resident memory, open files): process_*, as
+        # every Prometheus client exports it; the fleet dashboard shows it.
+        ProcessCollector(registry=self.registry)
         self._metrics_app = make_wsgi_app(self.registry)
         self._server: Optional[_Server] = None
         self._thread: Optional[threading.Thread] = None
@@ -537,65 +561,42 @@ def _family_boundaries(stats: PollStats) -> list[Metric]:
 
 def _host_families(picture: PollPicture) -> list[Metric]:
     """Per-port, per-counter and per-device families of one poll."""
-    snapshot = picture.snapshot
-    raw = {(d.name, p.port): p for d in snapshot.devices for p in d.ports}
     host = picture.health  # the one health model (nichealthd.core.health)
     overall = GaugeMetricFamily(
         PREFIX + "health", "Overall health of the host's NICs: 0 healthy, 1 degraded, 2 fatal "
         "(ports, latched counter breaches, missing devices, card anomalies)",
         value=HEALTH_VALUE[host.health])
 
-    state_id = GaugeMetricFamily(
-        PREFIX + "port_state_id", "Port state: 0 NOP, 1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE, "
-        "5 ACTIVE_DEFER", labels=_PORT)
-    phys_id = GaugeMetricFamily(
-        PREFIX + "port_physical_state_id", "Port physical state: 1 Sleep, 2 Polling, "
-        "3 Disabled, 4 PortConfigurationTraining, 5 LinkUp, 6 LinkErrorRecovery, 7 Phy Test",
-        labels=_PORT)
-    rate = GaugeMetricFamily(PREFIX + "port_rate_bytes_per_second",
-                             "Port data rate in bytes per second", labels=_PORT)
     health = GaugeMetricFamily(
         PREFIX + "port_health", "Health of a monitored port, the worst of its state and "
         "every open condition on it (counter breach, saturation, short card, missing): "
         "0 healthy or uncabled, 1 degraded, 2 fatal", labels=_PORT)
     for record in picture.ports:
-        labels = [record["device"], str(record["port"])]
-        port = raw.get((record["device"], record["port"]))
-        if port is not None:
-            number = split_state(port.state)[0]
-            if number is not None:
-                state_id.add_metric(labels, number)
-            number = split_state(port.phys_state)[0]
-            if number is not None:
-                phys_id.add_metric(labels, number)
-            speed = parse_rate(port.rate)
-            if speed is not None:
-                rate.add_metric(labels, speed)
         if record["monitored"] and record["health"] in HEALTH_VALUE:
-            health.add_metric(labels, HEALTH_VALUE[record["health"]])
+            health.add_metric([record["device"], str(record["port"])],
+                              HEALTH_VALUE[record["health"]])
 
     value = GaugeMetricFamily(
-        PREFIX + "port_value", "Raw value of a configured counter (no series when its file "
-        "does not exist or could not be read)", labels=[*_PORT, "counter", "file"])
+        PREFIX + "port_value", "Raw value of a configured counter that node_exporter's "
+        "infiniband collector does not export (hw_counters, netdev statistics; no series when "
+        "its file does not exist or could not be read)", labels=[*_PORT, "counter", "file"])
     breached = GaugeMetricFamily(
-        PREFIX + "threshold_breached", "1 while a counter's threshold breach is latched, "
-        "else 0", labels=[*_PORT, "counter", "fatal"])
+        PREFIX + "threshold_breached", "1 while a counter's threshold breach is latched "
+        "(no series otherwise)", labels=[*_PORT, "counter", "fatal"])
     saturated = GaugeMetricFamily(
         PREFIX + "saturated", "1 while a counter file is stuck at its saturation value (an IB "
-        "PMA counter: blind until cleared), else 0; only counters that can saturate",
+        "PMA counter: blind until cleared; no series otherwise)",
         labels=[*_PORT, "counter", "file"])
-    kinds = {(d.name, p.port): p.counter_kinds for d in snapshot.devices for p in d.ports}
     for record in picture.counters():
-        kind = kinds.get((record["device"], record["port"]), {}).get(record["counter"])
         labels = [record["device"], str(record["port"]), record["counter"]]
-        file = record["path"].rsplit("/", 1)[-1]
-        if record["value"] is not None:
+        path = record["path"]
+        file = path.rsplit("/", 1)[-1]
+        if record["value"] is not None and not left_to_node_exporter(path):
             value.add_metric([*labels, file], record["value"])
-        if record["value"] is not None or record["breached"]:
-            breached.add_metric([*labels, _flag(record["fatal"])], int(record["breached"]))
-        if record["saturated"] or (record["value"] is not None
-                                   and kind is not None and kind.limit is not None):
-            saturated.add_metric([*labels, file], int(record["saturated"]))
+        if record["breached"]:
+            breached.add_metric([*labels, _flag(record["fatal"])], 1)
+        if record["saturated"]:
+            saturated.add_metric([*labels, file], 1)
 
     info = GaugeMetricFamily(
         PREFIX + "device_info", "RDMA device facts (always 1)",
@@ -607,8 +608,7 @@ def _host_families(picture: PollPicture) -> list[Metric]:
                              record["board_id"], record["role"], record["pci_address"],
                              str(record["numa_node"]), ",".join(record["netdevs"]),
                              record["adapter"]], 1)
-    return [overall, state_id, phys_id, rate, health, value, breached, saturated, info,
-            *_family_series(picture)]
+    return [overall, health, value, breached, saturated, info, *_family_series(picture)]
 
 
 def _family_series(picture: PollPicture) -> list[Metric]:

@@ -5,14 +5,16 @@ The daemon is a subprocess on a sim tree, scraped over HTTP — the same path Pr
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Optional
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -115,6 +117,29 @@ class RunningDaemon:
     def stop(self) -> None:
         stop_process(self.proc, 10)
         self.log.close()
+
+
+def node_exporter_binary() -> Optional[str]:
+    """Debian's ``prometheus-node-exporter`` (.ci/metrics-deps.sh), None if not installed."""
+    return shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
+
+
+@contextlib.contextmanager
+def node_exporter(root: Path, binary: str) -> Iterator[str]:
+    """node_exporter's infiniband collector alone on a sim tree: its ``HOST:PORT``, once it
+    answers with the tree's ports."""
+    address = f"127.0.0.1:{free_port()}"
+    proc = subprocess.Popen(
+        [binary, f"--path.sysfs={root / 'sys'}", f"--path.procfs={root / 'proc'}",
+         "--collector.disable-defaults", "--collector.infiniband",
+         f"--web.listen-address={address}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: "node_infiniband" in get(f"http://{address}/metrics")[1],
+                   "node_exporter", DEADLINE, proc)
+        yield address
+    finally:
+        stop_process(proc, 10)
 
 
 @pytest.fixture

@@ -42,7 +42,7 @@ def test_healthz_503_while_a_sysfs_read_hangs(sim: Callable[..., Path], daemon: 
         assert status == 503
         assert "last poll completed" in body and "stuck" in body
         # /metrics keeps answering from the last completed poll.
-        assert "nichealthd_port_state_id" in running.text()
+        assert "nichealthd_port_health" in running.text()
     finally:
         poller.resume()
     running.wait_for(lambda: get(running.base + "/healthz")[0] == 200, what="/healthz 200")

@@ -40,6 +40,9 @@ EXPECTED = {
     "/usr/share/man/man1/nichealthd-sim.1.gz",
     "/usr/share/man/man5/nichealthd.toml.5.gz",
     "/usr/share/man/man8/nichealthd.8.gz",
+    # the fleet's Prometheus rules and Grafana dashboard (nichealthd(8), FILES)
+    "/usr/share/nichealthd/prometheus/nichealthd-rules.yml",
+    "/usr/share/nichealthd/grafana/nichealthd-dashboard.json",
     "<sitelib>/nichealthd/__init__.py",
     # package data the daemon reads: the D-Bus introspection and the varlink interface
     "<sitelib>/nichealthd/surfaces/org.nichealthd.NicHealth1.xml",
@@ -314,7 +317,8 @@ def test_rpm_layout_of_its_target(target: str) -> None:
     assert sitelib + "nichealthd/runtime/daemon.py" in listing
     allowed = ("/etc/nichealthd", "/usr/bin/", sitelib, "/usr/lib/systemd/system/",
                "/usr/lib/sysusers.d/", "/usr/share/dbus-1/", "/usr/share/man/",
-               "/usr/share/doc/nichealthd", "/usr/lib/nichealthd")  # fmt: skip
+               "/usr/share/doc/nichealthd", "/usr/lib/nichealthd",
+               "/usr/share/nichealthd")  # fmt: skip
     for name in listing:
         assert name.startswith(allowed), name  # never dist-packages, /lib, /usr/local
         if name.endswith(".pyc"):
@@ -361,6 +365,19 @@ def test_both_ship_the_kmsg_drop_in_as_an_example() -> None:
     rpm = built("el9")
     assert KMSG_DROPIN in rpm_query(rpm, "-l")
     assert KMSG_DROPIN in rpm_query(rpm, "-d")  # marked as documentation
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_every_package_ships_the_fleet_rules_and_dashboard_as_in_the_source(
+        target: str) -> None:
+    """The Prometheus rules and the Grafana dashboard, byte for byte, where nichealthd(8)
+    and the README say they are."""
+    package = built(target)
+    for path, source in (("/usr/share/nichealthd/prometheus/nichealthd-rules.yml",
+                          "packaging/prometheus/nichealthd-rules.yml"),
+                         ("/usr/share/nichealthd/grafana/nichealthd-dashboard.json",
+                          "packaging/grafana/nichealthd-dashboard.json")):
+        assert read_file(package, path) == (REPO / source).read_text(), (target, path)
 
 
 def test_builds_from_release_tarball(tmp_path: Path) -> None:

@@ -121,10 +121,11 @@ class Firmware(CheckFamily[FirmwareSection, Versions, None]):
     def series(self, section: FirmwareSection, picture: Optional[Versions]) -> Iterable[Series]:
         drift = {k.rsplit(":", 1)[0] for k in section.latched}
         yield Series("firmware_drift", "1 while a device runs another firmware than the "
-                     "majority of its role group's cards of the same model", "gauge",
-                     ("device", "fw_ver"),
-                     tuple(((name, version), 1.0 if name in drift else 0.0)
-                           for name, version in sorted(section.versions.items())))
+                     "majority of its role group's cards of the same model (no series "
+                     "otherwise)", "gauge", ("device", "fw_ver"),
+                     tuple(((name, version), 1.0)
+                           for name, version in sorted(section.versions.items())
+                           if name in drift))
 
 
 def _names(devices: list[DeviceSnapshot]) -> str:

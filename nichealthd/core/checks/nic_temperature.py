@@ -164,14 +164,16 @@ class NicTemperature(CheckFamily[TemperatureSection, Sensors, None]):
                     crit.append((labels, sensor.crit / 1000))
                 hot = any(k.endswith("/" + sensor.name) and r.device == device
                           for k, r in section.records.items())
-                alert.append((labels, 1.0 if hot else 0.0))
+                if hot:
+                    alert.append((labels, 1.0))
         names = ("device", "sensor", "label")
         yield Series("nic_temperature_celsius", "NIC hwmon sensor temperature", "gauge",
                      names, tuple(temp))
         yield Series("nic_temperature_crit_celsius", "NIC hwmon critical threshold", "gauge",
                      names, tuple(crit))
         yield Series("nic_temperature_alert", "1 while a NIC sensor is within the margin of "
-                     "or above its critical threshold (reported)", "gauge", names, tuple(alert))
+                     "or above its critical threshold (reported; no series otherwise)", "gauge",
+                     names, tuple(alert))
 
 
 FAMILY = NIC_TEMPERATURE = NicTemperature()

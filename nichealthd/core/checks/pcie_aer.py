@@ -241,27 +241,28 @@ class PcieAer(CheckFamily[AerSection, AerPicture, CounterTables]):
                 for name, value in sorted(table.totals.items()):
                     labels = (device, table.address, name)
                     totals.append((labels, float(value)))
-                    flag = section.breach_flags.get(f"{table.address}:0:{name}")
-                    breached.append((labels, 1.0 if flag else 0.0))
+                    if section.breach_flags.get(f"{table.address}:0:{name}"):
+                        breached.append((labels, 1.0))
         names = ("device", "pci_address", "file")
         yield Series("pcie_aer_errors_total", "AER error total (TOTAL_ERR_*) of a NIC's PCI "
                      "function or the port above it", "counter", names, tuple(totals))
-        yield Series("pcie_aer_breached", "1 while an AER threshold breach is latched",
-                     "gauge", names, tuple(breached))
+        yield Series("pcie_aer_breached", "1 while an AER threshold breach is latched (no "
+                     "series otherwise)", "gauge", names, tuple(breached))
         below = _below(facts)
         root_totals, root_breached = [], []
         for address, table in sorted(roots.items()):
             for name, value in sorted(table.totals.items()):
                 labels = (address, name, ",".join(below.get(address, ())))
                 root_totals.append((labels, float(value)))
-                flag = section.breach_flags.get(f"{address}:0:{name}")
-                root_breached.append((labels, 1.0 if flag else 0.0))
+                if section.breach_flags.get(f"{address}:0:{name}"):
+                    root_breached.append((labels, 1.0))
         names = ("pci_address", "file", "devices")
         yield Series("pcie_aer_rootport_errors_total", "ERR_* messages a root port above "
                      "monitored NICs received from the hierarchy below it "
                      "(aer_rootport_total_err_*)", "counter", names, tuple(root_totals))
         yield Series("pcie_aer_rootport_breached", "1 while an AER threshold breach of a root "
-                     "port's totals is latched", "gauge", names, tuple(root_breached))
+                     "port's totals is latched (no series otherwise)", "gauge", names,
+                     tuple(root_breached))
 
 
 def _below(facts: Mapping[str, tuple[AerTable, ...]]) -> dict[str, list[str]]:

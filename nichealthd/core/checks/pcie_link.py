@@ -113,21 +113,25 @@ class PcieLink(CheckFamily[PcieLinkSection, Hops, None]):
     def series(self, section: PcieLinkSection, picture: Optional[Hops]) -> Iterable[Series]:
         facts: Mapping[str, tuple[PcieHop, ...]] = picture or {}
         speed, width, degraded = [], [], []
+        # The speed and width of the NIC's own link (its first hop) only; any hop that
+        # trained low is named by its degraded series, which exists only while it is.
         for device, hops in sorted(facts.items()):
-            for hop in hops:
+            for index, hop in enumerate(hops):
                 labels = (device, hop.upstream.address, hop.downstream.address)
-                if hop.downstream.current_speed is not None:
+                if index == 0 and hop.downstream.current_speed is not None:
                     speed.append((labels, hop.downstream.current_speed))
-                if hop.downstream.current_width is not None:
+                if index == 0 and hop.downstream.current_width is not None:
                     width.append((labels, float(hop.downstream.current_width)))
-                degraded.append((labels, 1.0 if hop_key(hop) in section.records else 0.0))
+                if hop_key(hop) in section.records:
+                    degraded.append((labels, 1.0))
         names = ("device", "upstream", "downstream")
-        yield Series("pcie_link_speed_gts", "Trained speed of each PCIe hop of a NIC (GT/s)",
+        yield Series("pcie_link_speed_gts", "Trained speed of a NIC's own PCIe link (GT/s)",
                      "gauge", names, tuple(speed))
-        yield Series("pcie_link_width", "Trained width of each PCIe hop of a NIC (lanes)",
+        yield Series("pcie_link_width", "Trained width of a NIC's own PCIe link (lanes)",
                      "gauge", names, tuple(width))
-        yield Series("pcie_link_degraded", "1 while a PCIe hop runs below what both ends "
-                     "support (reported)", "gauge", names, tuple(degraded))
+        yield Series("pcie_link_degraded", "1 while a PCIe hop of a NIC runs below what both "
+                     "ends support (reported; no series otherwise)", "gauge", names,
+                     tuple(degraded))
 
 
 def link_text(width: Any, speed: Any) -> str:
