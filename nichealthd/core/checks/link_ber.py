@@ -87,7 +87,9 @@ def fec_limit(mode: Optional[str], rate: Optional[Rate]) -> Optional[tuple[float
 
 @dataclass(frozen=True)
 class Sample:
-    """The counters of one read of a port (None: not available)."""
+    """The counters of one read of a port (None: not available), kept in the state so that a
+    restart (or ``--once``) measures the window from the last read, like the counter
+    snapshots of DESIGN §2.5 (the persisted timestamp is authoritative)."""
 
     at: datetime
     corrected: Optional[int]
@@ -111,9 +113,8 @@ class PortBer:
 
 @dataclass(frozen=True)
 class BerPicture:
-    """The family's volatile slot and its picture: the last samples and what they showed."""
+    """The family's picture (kept in its volatile slot between runs): what the last run saw."""
 
-    samples: Mapping[str, Sample] = field(default_factory=dict)
     ports: Mapping[str, PortBer] = field(default_factory=dict)
 
 
@@ -132,7 +133,8 @@ class BerRecord:
 
 @dataclass
 class LinkBerSection(Section):
-    """Ports raised (port key -> record), post-FEC errors told, and each port's baseline."""
+    """Ports raised (port key -> record), post-FEC errors told, each port's baseline and its
+    last sample."""
 
     predicted: dict[str, BerRecord] = field(default_factory=dict,
                                             metadata=stored(key="link_ber_predicted"))
@@ -140,6 +142,8 @@ class LinkBerSection(Section):
                                            metadata=stored(key="link_ber_post_fec"))
     baseline: dict[str, float] = field(default_factory=dict,
                                        metadata=stored(key="link_ber_baseline"))
+    samples: dict[str, Sample] = field(default_factory=dict,
+                                       metadata=stored(key="link_ber_samples"))
 
 
 def _sample(reading: PhyReading, at: datetime) -> Sample:
@@ -196,18 +200,18 @@ class LinkBer(CheckFamily[LinkBerSection]):
         return config.settings(LinkBerSettings).link_ber_interval > 0
 
     def urgent(self, old: LinkBerSection, new: LinkBerSection, config: Config) -> bool:
-        """A baseline's drift waits for the next flush; what was told is written at once."""
+        """A sample or a baseline's drift waits for the next flush (within a minute); what
+        was told is written at once."""
         return old.predicted != new.predicted or old.post_fec != new.post_fec
 
     def evaluate(self, previous: LinkBerSection, cycle: Cycle, memory: Any
                  ) -> Verdict[LinkBerSection]:
         readings: Mapping[str, PhyReading] = cycle.snapshot.facts.get(FACT) or {}
         settings = cycle.config.settings(LinkBerSettings)
-        kept: Optional[BerPicture] = memory.slots.get(self.id)
-        old_samples = kept.samples if kept else {}
+        old_samples = previous.samples
         section = LinkBerSection(dict(previous.predicted), dict(previous.post_fec),
                                  dict(previous.baseline))
-        samples: dict[str, Sample] = {}
+        samples = section.samples
         ports: dict[str, PortBer] = {}
         events: list[tuple[str, HealthEvent]] = []
         for device in cycle.monitored:
@@ -231,7 +235,7 @@ class LinkBer(CheckFamily[LinkBerSection]):
                     said.append(self._judge_post_fec(section, port, layer, sample, old, cycle))
                 events.extend((device.name, event) for event in said
                               if event is not None and event.check_name in cycle.enabled)
-        picture = BerPicture(samples, ports)
+        picture = BerPicture(ports)
         memory.slots[self.id] = picture
         return Verdict(section, tuple(events), picture)
 
@@ -319,7 +323,8 @@ class LinkBer(CheckFamily[LinkBerSection]):
                     for k, r in table.items()}
 
         return LinkBerSection(records(section.predicted), records(section.post_fec),
-                              {moved(k): v for k, v in section.baseline.items()})
+                              {moved(k): v for k, v in section.baseline.items()},
+                              {moved(k): v for k, v in section.samples.items()})
 
     def conditions(self, section: LinkBerSection, picture: Any) -> Iterable[Condition]:
         for key, record in sorted(section.predicted.items()):
