@@ -193,6 +193,6 @@ def test_fields_and_series() -> None:
     series = {s.name: s for s in LINK_BER.series(section, picture)}
     assert series["phy_pre_fec_ber"].samples[0][0] == ("mlx5_0", "1", "eth0")
     assert series["phy_predicted_failure"].samples == ((("mlx5_0", "1"), 1.0),)
-    assert series["phy_corrected_bits_total"].kind == "counter"
+    assert series["phy_corrected_errors_total"].kind == "counter"
     assert [c.reason for c in LINK_BER.conditions(section, picture)] == [
         "pre-FEC BER 1.0e-04: predicted failure"]

@@ -364,7 +364,8 @@ class LinkBer(CheckFamily[LinkBerSection]):
         yield Series("phy_pre_fec_ber", "Pre-FEC bit error ratio of each port's last window",
                      "gauge", names, tuple((labels(k, p), p.ber) for k, p in sorted(
                          ports.items()) if p.ber is not None))
-        yield Series("phy_corrected_bits_total", "Bits the FEC corrected (rx_corrected_bits_phy)",
+        yield Series("phy_corrected_errors_total",
+                     "Bit errors the FEC corrected (rx_corrected_bits_phy)",
                      "counter", names, tuple((labels(k, p), float(p.corrected)) for k, p in
                                              sorted(ports.items()) if p.corrected is not None))
         yield Series("phy_uncorrectable_blocks_total", "FEC blocks the FEC could not correct",
