@@ -102,6 +102,9 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="seconds up between cycles (default: --down)")
     cmd("set-rate", "set a port's rate: '200 Gb/sec (4X HDR)', or Gb/s at its current lanes",
         "ROOT", "DEV", "PORT", "RATE")
+    p = cmd("set-ber", "set a port's pre-FEC bit error ratio from now on (its netdev's "
+            "ethtool files)", "ROOT", "DEV", "PORT")
+    p.add_argument("BER", type=float, help="e.g. 1e-8 (healthy) or 1e-4")
     # EFA health is its netdev's (netdev down: port --operstate down)
     p = cmd("carrier", "set the port netdev's carrier: 0 lost, 1 back (operstate untouched)",
             "ROOT", "DEV", "PORT")
@@ -287,6 +290,11 @@ def _set_rate(a: argparse.Namespace) -> None:
     print(f"{a.DEV} port {a.PORT} rate = {mutate.set_rate(a.ROOT, a.DEV, a.PORT, a.RATE)}")
 
 
+def _set_ber(a: argparse.Namespace) -> None:
+    netdev = mutate.set_ber(a.ROOT, a.DEV, a.PORT, a.BER)
+    print(f"{a.DEV} port {a.PORT} ({netdev}) pre-FEC BER = {a.BER:g}")
+
+
 def _carrier(a: argparse.Namespace) -> None:
     mutate.carrier(a.ROOT, a.DEV, a.PORT, a.VALUE)
 
@@ -355,6 +363,7 @@ HANDLERS: Dict[str, Callable[[argparse.Namespace], None]] = {
     "counter": _counter,
     "flap": _flap,
     "set-rate": _set_rate,
+    "set-ber": _set_ber,
     "reset-counters": _reset,
     "reboot": _reboot,
     "remove-device": lambda a: mutate.remove_device(a.ROOT, a.DEV),

@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple
 
-from . import adapter, kernel, tree
+from . import adapter, kernel, phy, tree
 from .fsio import (
     STASH,
     PathLike,
@@ -232,6 +232,16 @@ def set_rate(root: PathLike, dev: str, port: PortId, rate: str) -> str:
     text = rate_text(rate, current)
     write_in_place(path, text + "\n")
     return text
+
+
+def set_ber(root: PathLike, dev: str, port: PortId, ber: float) -> str:
+    """The port's pre-FEC bit error ratio from now on (sim/phy.py); returns its netdev."""
+    top = Path(root)
+    netdev = tree.port_record(_device(top, dev), port).get("netdev")
+    if not netdev:
+        raise SimError(f"{dev} port {port} has no netdev: no physical-layer counters")
+    phy.set_ber(top, str(netdev), ber)
+    return str(netdev)
 
 
 def flap(root: PathLike, dev: str, port: PortId, *, cycles: int, down: float,

@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, cast
 
-from . import adapter, kernel
+from . import adapter, kernel, phy
 from .fsio import PathLike, PortId, SimError, symlink, write_new
 from .pcie import ROOT_PORT, Layout, plan
 from .pcifiles import aer_files, hwmon, rootport_files
@@ -328,6 +328,8 @@ class _Builder:
             ip,
         )
         ndir = self.netdev(pdir, nic.netdev, nic.link_layer, guid, seed[8:], up)
+        if nic.link_layer == "Ethernet":  # RoCE: its PHY counters at a healthy BER
+            phy.write_healthy(self.root, nic.netdev, nic.rate)
         if up:
             self._connected_route(nic.netdev, ip, nic.default_route)
         self.devices.append(

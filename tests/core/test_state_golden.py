@@ -12,7 +12,7 @@ import pytest
 from nichealthd.core.checks import families
 from nichealthd.storage.store import load_state, save_state
 
-from .golden_state import GOLDEN, GOLDEN_DRIVER
+from .golden_state import FAMILIES_SINCE, GOLDEN, GOLDEN_DRIVER, as_recorded
 
 
 @pytest.mark.parametrize("golden", [GOLDEN, GOLDEN_DRIVER], ids=["held", "driver-events"])
@@ -23,7 +23,9 @@ def test_a_state_file_of_main_loads_and_is_written_back_byte_for_byte(
     loaded = load_state(str(path))
     assert (loaded.fresh, loaded.problem, loaded.notes) == (False, None, ())
     save_state(str(path), loaded.state)
-    assert path.read_bytes() == golden.read_bytes()
+    # written as the daemon writes it (save_state), less the sections of families added since
+    written = as_recorded(json.loads(path.read_bytes()))
+    assert json.dumps(written, indent=1).encode() + b"\n" == golden.read_bytes()
 
 
 def test_the_files_hold_every_family_section() -> None:
@@ -31,4 +33,6 @@ def test_the_files_hold_every_family_section() -> None:
     for golden in (GOLDEN, GOLDEN_DRIVER):
         data = json.loads(golden.read_text())
         for family in families():
+            if family.id in FAMILIES_SINCE:
+                continue
             assert any(data.get(key) for key in family.keys), (golden.name, family.id)
