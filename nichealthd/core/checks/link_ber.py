@@ -34,12 +34,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, Iterable, Mapping, Optional
+from typing import Iterable, Mapping, Optional
 
 from ..codec import Section, stored
 from ..config import Config
 from ..events import HealthEvent, make_event, port_entities
 from ..family import READS_PORTS, CheckFamily, Condition, Cycle, PortId, Series, Verdict
+from ..jsontypes import Json
 from ..model import PortSnapshot
 from ..phy import CORRECTED_BITS, FACT, RX_BITS, SYMBOL_ERRORS, PhyReading
 from ..settings import Duration, Integer, Settings, setting
@@ -182,7 +183,7 @@ def _significant(value: float) -> float:
     return float(f"{value:.3g}")
 
 
-class LinkBer(CheckFamily[LinkBerSection]):
+class LinkBer(CheckFamily[LinkBerSection, BerPicture, None]):
     """Each port's pre-FEC BER and post-FEC errors, window by window."""
 
     id = "link_ber"
@@ -204,8 +205,8 @@ class LinkBer(CheckFamily[LinkBerSection]):
         was told is written at once."""
         return old.predicted != new.predicted or old.post_fec != new.post_fec
 
-    def evaluate(self, previous: LinkBerSection, cycle: Cycle, memory: Any
-                 ) -> Verdict[LinkBerSection]:
+    def evaluate(self, previous: LinkBerSection, cycle: Cycle, volatile: None
+                 ) -> Verdict[LinkBerSection, BerPicture, None]:
         readings: Mapping[str, PhyReading] = cycle.snapshot.facts.get(FACT) or {}
         settings = cycle.config.settings(LinkBerSettings)
         old_samples = previous.samples
@@ -235,9 +236,7 @@ class LinkBer(CheckFamily[LinkBerSection]):
                     said.append(self._judge_post_fec(section, port, layer, sample, old, cycle))
                 events.extend((device.name, event) for event in said
                               if event is not None and event.check_name in cycle.enabled)
-        picture = BerPicture(ports)
-        memory.slots[self.id] = picture
-        return Verdict(section, tuple(events), picture)
+        return Verdict(section, tuple(events), BerPicture(ports))
 
     @staticmethod
     def _judge_ber(section: LinkBerSection, port: PortSnapshot, layer: str, ber: float,
@@ -326,7 +325,8 @@ class LinkBer(CheckFamily[LinkBerSection]):
                               {moved(k): v for k, v in section.baseline.items()},
                               {moved(k): v for k, v in section.samples.items()})
 
-    def conditions(self, section: LinkBerSection, picture: Any) -> Iterable[Condition]:
+    def conditions(self, section: LinkBerSection,
+                   picture: Optional[BerPicture]) -> Iterable[Condition]:
         for key, record in sorted(section.predicted.items()):
             yield Condition(DEGRADED, f"pre-FEC BER {record.ber:.1e}: predicted failure",
                             (record.device, record.port),
@@ -335,13 +335,13 @@ class LinkBer(CheckFamily[LinkBerSection]):
             yield Condition(DEGRADED, "errors after FEC", (record.device, record.port),
                             alone=f"{key} errors after FEC")
 
-    def port_fields(self, section: LinkBerSection, picture: Any, port: PortId
-                    ) -> Mapping[str, Any]:
+    def port_fields(self, section: LinkBerSection, picture: Optional[BerPicture], port: PortId
+                    ) -> Mapping[str, Json]:
         key = f"{port[0]}_{port[1]}"
-        seen = picture.ports.get(key) if isinstance(picture, BerPicture) else None
+        seen = picture.ports.get(key) if picture is not None else None
         if seen is None and key not in section.predicted:
             return {}
-        fields: dict[str, Any] = {"phy_predicted_failure": key in section.predicted,
+        fields: dict[str, Json] = {"phy_predicted_failure": key in section.predicted,
                                   "phy_post_fec_errors": key in section.post_fec}
         if seen is not None:
             fields["phy_fec"] = seen.fec
@@ -353,8 +353,8 @@ class LinkBer(CheckFamily[LinkBerSection]):
             fields["phy_ber_baseline"] = section.baseline[key]
         return fields
 
-    def series(self, section: LinkBerSection, picture: Any) -> Iterable[Series]:
-        ports = picture.ports if isinstance(picture, BerPicture) else {}
+    def series(self, section: LinkBerSection, picture: Optional[BerPicture]) -> Iterable[Series]:
+        ports = picture.ports if picture is not None else {}
 
         def labels(key: str, seen: PortBer) -> tuple[str, ...]:
             device, _, number = key.rpartition("_")
