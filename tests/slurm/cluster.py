@@ -65,8 +65,9 @@ class SlurmCluster:
     def start(self) -> None:
         base = self.base
         munge = base / "munge"
-        for sub in ("munge", "state", "spool", "log"):
+        for sub in ("state", "spool", "log"):
             (base / sub).mkdir(mode=0o700)
+        munge.mkdir(mode=0o755)  # its socket is every local user's, as /run/munge is
         key = munge / "munge.key"
         key.write_bytes(os.urandom(128))
         key.chmod(0o600)

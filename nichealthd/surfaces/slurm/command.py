@@ -12,6 +12,10 @@ from dataclasses import dataclass
 from typing import Sequence
 
 STDERR_MAX = 300  # characters of a failing command's message kept for the status
+# What slurmctld answers a user who may not change nodes (Slurm 22.05 and later).
+NOT_ADMIN = ("Invalid user id", "Access/permission denied")
+ADMIN_HINT = ("the daemon's user is not a Slurm administrator: grant it AdminLevel=Admin "
+              "(sacctmgr) or install the drop-in /usr/share/doc/nichealthd/examples/slurm.conf")
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,9 @@ def run(argv: tuple[str, ...], timeout: float) -> Outcome:
     except OSError as exc:
         return Outcome(argv, error=f"cannot run {argv[0]}: {exc.strerror}", retry=False)
     if proc.returncode != 0:
-        said = " ".join((proc.stderr.strip() or proc.stdout.strip()).split())
+        said = " ".join((proc.stderr.strip() or proc.stdout.strip()).split())[:STDERR_MAX]
+        if any(text in said for text in NOT_ADMIN):
+            said += f" ({ADMIN_HINT})"
         return Outcome(argv, proc.stdout, f"{argv[0]} exited with status {proc.returncode}"
-                       + (f": {said[:STDERR_MAX]}" if said else ""))
+                       + (f": {said}" if said else ""))
     return Outcome(argv, proc.stdout)
