@@ -76,8 +76,12 @@ class Host:
 
     def consumer(self) -> SlurmConsumer:
         return SlurmConsumer(self.config, self.journal, runner=self.slurm,
-                             sleep=lambda s: self.sleeps.append(s) is None,
+                             sleep=self.sleep,
                              on_status=self.statuses.append)
+
+    def sleep(self, seconds: float) -> bool:
+        self.sleeps.append(seconds)
+        return True
 
     @property
     def pending(self) -> int:

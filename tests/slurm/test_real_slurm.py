@@ -17,7 +17,7 @@ from typing import Any, Iterator
 import pytest
 
 from .. import simtrees
-from ..harness import REPO, SimDaemon, wait_until
+from ..harness import REPO, SimDaemon
 from .cluster import SlurmCluster, require
 
 pytestmark = pytest.mark.root
@@ -64,10 +64,11 @@ def events(root: Path) -> list[dict[str, Any]]:
 
 
 def fatal_event(daemon: SimDaemon, root: Path, seen: int) -> dict[str, Any]:
-    found: list[dict[str, Any]] = []
-    daemon.wait_until(lambda: bool(found.extend(e for e in events(root)[seen:] if e["isFatal"])
-                                   or found), "the fatal event")
-    return found[0]
+    """The first fatal event committed after the first ``seen`` events."""
+    def fatal() -> list[dict[str, Any]]:
+        return [e for e in events(root)[seen:] if e["isFatal"]]
+    daemon.wait_until(lambda: bool(fatal()), "the fatal event")
+    return fatal()[0]
 
 
 def when(event: dict[str, Any]) -> float:
