@@ -110,6 +110,24 @@ def test_drain_then_resume_from_its_own_cursor(tmp_path: Path) -> None:
     assert host.statuses[-1].status_keys()["slurm_drained_for"] == []
 
 
+def test_no_resume_when_a_fatal_event_follows_in_the_same_commit(tmp_path: Path) -> None:
+    """A reboot's baselines clear every condition, then the port still down is fatal again:
+    the node is not opened to the scheduler in between."""
+    host = Host(tmp_path)
+    consumer = host.consumer()
+    host.commit(down())
+    consumer.step()
+    host.commit(HealthEvent("InfiniBandStateCheck", False, True, "clearing conditions of "
+                            "earlier boots", "NONE", (), (), down().generated_at),
+                down())
+    consumer.step()
+    assert host.slurm.changes() == ["State=DRAIN"] and host.slurm.reason == REASON
+    assert consumer.record.reason == REASON and len(consumer.record.conditions) == 1
+    host.commit(up())
+    consumer.step()
+    assert host.slurm.changes() == ["State=DRAIN", "State=RESUME"]
+
+
 def test_an_administrators_reason_is_never_replaced_nor_lifted(tmp_path: Path) -> None:
     host = Host(tmp_path)
     consumer = host.consumer()

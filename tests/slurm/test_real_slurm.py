@@ -144,3 +144,24 @@ def test_the_drain_survives_a_restart(host: Path, cluster: SlurmCluster) -> None
                           timeout=30)
     finally:
         assert daemon.stop() == 0, daemon.log()
+
+
+def test_a_reboot_with_the_port_still_down_keeps_the_node_drained(
+        host: Path, cluster: SlurmCluster) -> None:
+    """The first poll of a new boot clears every condition of the earlier boot and reports
+    the port still down again, in one commit: the node is not resumed in between."""
+    daemon = start(host, cluster)
+    try:
+        pull_and_drain(daemon, host, cluster)
+    finally:
+        assert daemon.stop() == 0, daemon.log()
+    sim("reboot", str(host))
+    sim("uncable", str(host), "mlx5_0", "1")
+    daemon = start(host, cluster)
+    try:
+        daemon.wait_log("skipped: a fatal event follows")
+        daemon.wait_log("already drained by nichealthd")
+        assert cluster.drained() and cluster.reason().startswith("nichealthd: mlx5_0 1:")
+        assert "Slurm resume" not in daemon.log()
+    finally:
+        assert daemon.stop() == 0, daemon.log()

@@ -23,7 +23,15 @@ from ...core.events import format_timestamp
 from ...storage.store import Journal
 from . import command
 from .command import Outcome
-from .decide import DRAIN, REASON_PREFIX, Decision, DrainRecord, current_reason, decide
+from .decide import (
+    DRAIN,
+    REASON_PREFIX,
+    RESUME,
+    Decision,
+    DrainRecord,
+    current_reason,
+    decide,
+)
 from .record import load_record, record_path, save_record
 from .status import DRY_RUN, OFF, ON, SlurmStatus
 
@@ -111,8 +119,15 @@ class SlurmConsumer:
         entries = self.journal.pending(CONSUMER, BATCH)
         done: Optional[int] = None
         failed = False
-        for entry in entries:
+        for index, entry in enumerate(entries):
             decision = decide(self.record, entry.event, self.config.slurm_resume)
+            if decision.action == RESUME and any(e.event.is_fatal and not e.event.is_healthy
+                                                 for e in entries[index + 1:]):
+                # A fatal event follows in the same commit (a reboot's baselines clear every
+                # condition, then the port still down is reported again): resuming now would
+                # open the node to the scheduler for the moment before the drain.
+                log.info("Slurm: resume of node %s skipped: a fatal event follows", self.node)
+                decision = Decision(replace(decision.record, reason=self.record.reason))
             record: Optional[DrainRecord] = decision.record
             if decision.action:
                 record = self._act(decision)
