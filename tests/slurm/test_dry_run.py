@@ -1,11 +1,13 @@
 """slurmDrain with slurmDryRun through the real daemon on a simulated host, on any machine
-(no Slurm needed: a dry run runs nothing): the fault and its recovery are logged as the
-commands that would run, and ``nichealthctl status`` (varlink) and ``/metrics`` say so."""
+(no Slurm needed: a dry run runs nothing), switched on by a reload: the fault and its
+recovery are logged as the commands that would run, and ``nichealthctl status`` (varlink)
+and ``/metrics`` say so."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -36,17 +38,21 @@ def test_dry_run_logs_and_reports_what_it_would_run() -> None:
     sim_root = simtrees.take()
     sock = sim_root.parent / "nh.sock"
     config = sim_root / "nichealthd.toml"
-    config.write_text(config.read_text().replace('varlinkSocket = ""', f'varlinkSocket = "{sock}"')
-                      + "slurmDrain = true\nslurmResume = true\nslurmDryRun = true\n")
+    config.write_text(config.read_text().replace('varlinkSocket = ""', f'varlinkSocket = "{sock}"'))
     running = RunningDaemon(sim_root)
     try:
+        assert status(sock)["slurm_mode"] == "off"
+        # Switched on by a reload (SIGHUP), as an operator trying it on a running host would.
+        config.write_text(config.read_text()
+                          + "slurmDrain = true\nslurmResume = true\nslurmDryRun = true\n")
+        running.proc.send_signal(signal.SIGHUP)
+        running.wait_for(lambda: status(sock)["slurm_mode"] == "dry-run", what="dry-run mode")
         check(running, sim_root, sock)
     finally:
         running.stop()
 
 
 def check(running: RunningDaemon, sim_root: Path, sock: Path) -> None:
-    assert status(sock)["slurm_mode"] == "dry-run"
     sim("uncable", str(sim_root), "mlx5_0", "1")
 
     def actions(result: str, action: str) -> float:
