@@ -6,8 +6,8 @@ that hangs cannot freeze the D-Bus API — and so that the watchdog can tell: th
 keepalive is sent only while polls keep completing, so systemd restarts a stuck poller even
 though the event loop is alive. Services (D-Bus, varlink, metrics, platform connector,
 Slurm) plug in through :class:`Service` and are told about every poll; none of them can delay
-one. They receive a
-:class:`~nichealthd.surfaces.context.ServiceContext`, never this module's :class:`Daemon`.
+one. They receive a :class:`~nichealthd.surfaces.context.ServiceContext`, never this
+module's :class:`Daemon`.
 
 The command-line entry (:mod:`nichealthd.runtime.daemon`) starts this with a validated
 :class:`~nichealthd.runtime.startup.Startup`; this module does not import that one.

@@ -31,7 +31,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
     require()
     slurm = SlurmCluster(tmp_path_factory.mktemp("slurm"), NODE)
     try:
+        began = time.monotonic()
         slurm.start()
+        print(f"munged, slurmctld and slurmd up, node idle, in {time.monotonic() - began:.2f} s")
         yield slurm
     finally:
         slurm.stop()
@@ -97,6 +99,7 @@ def test_fatal_drains_within_5s_and_recovery_resumes(host: Path, cluster: SlurmC
     try:
         assert not cluster.drained()
         took = pull_and_drain(daemon, host, cluster)
+        print(f"drained {took:.3f} s after the fatal event")
         assert took <= DRAIN_WITHIN, f"drained {took:.2f} s after the event"
         recable(host)
         daemon.wait_until(lambda: not cluster.drained(), "the node resumed", timeout=30)
@@ -162,6 +165,6 @@ def test_a_reboot_with_the_port_still_down_keeps_the_node_drained(
         daemon.wait_log("skipped: a fatal event follows")
         daemon.wait_log("already drained by nichealthd")
         assert cluster.drained() and cluster.reason().startswith("nichealthd: mlx5_0 1:")
-        assert "Slurm resume" not in daemon.log()
+        assert "Slurm resume" not in daemon.log() and "nothing to resume" not in daemon.log()
     finally:
         assert daemon.stop() == 0, daemon.log()

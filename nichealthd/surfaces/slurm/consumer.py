@@ -121,8 +121,9 @@ class SlurmConsumer:
         failed = False
         for index, entry in enumerate(entries):
             decision = decide(self.record, entry.event, self.config.slurm_resume)
-            if decision.action == RESUME and any(e.event.is_fatal and not e.event.is_healthy
-                                                 for e in entries[index + 1:]):
+            deferred = decision.action == RESUME and any(
+                e.event.is_fatal and not e.event.is_healthy for e in entries[index + 1:])
+            if deferred:
                 # A fatal event follows in the same commit (a reboot's baselines clear every
                 # condition, then the port still down is reported again): resuming now would
                 # open the node to the scheduler for the moment before the drain.
@@ -131,7 +132,7 @@ class SlurmConsumer:
             record: Optional[DrainRecord] = decision.record
             if decision.action:
                 record = self._act(decision)
-            elif self.record.conditions and not decision.record.conditions:
+            elif self.record.conditions and not decision.record.conditions and not deferred:
                 self._recovered(decision.record)
             if record is None:
                 failed = True
