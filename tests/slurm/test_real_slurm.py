@@ -7,6 +7,8 @@ commands, as an operator's drill would."""
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -168,3 +170,48 @@ def test_a_reboot_with_the_port_still_down_keeps_the_node_drained(
         assert "Slurm resume" not in daemon.log() and "nothing to resume" not in daemon.log()
     finally:
         assert daemon.stop() == 0, daemon.log()
+
+
+def syscall_group(name: str, seen: set[str]) -> set[str]:
+    """The system calls of a systemd syscall group (``@system-service``), nested ones too."""
+    lines = subprocess.run(["systemd-analyze", "syscall-filter", name], capture_output=True,
+                           text=True, check=True, timeout=60).stdout.splitlines()[1:]
+    calls: set[str] = set()
+    for word in (line.strip() for line in lines):
+        if word.startswith("@") and word not in seen:
+            seen.add(word)
+            calls |= syscall_group(word, seen)
+        elif word and not word.startswith(("@", "#")):
+            calls.add(word)
+    return calls
+
+
+def test_the_units_sandbox_lets_scontrol_and_sinfo_run(cluster: SlurmCluster,
+                                                       tmp_path: Path) -> None:
+    """What the commands do under strace, against the shipped unit: every system call in its
+    SystemCallFilter= (allowed groups less the denied ones) and no writable and executable
+    memory (MemoryDenyWriteExecute=yes). The rest of the sandbox (TCP to slurmctld, /etc/slurm
+    read-only, munge's socket) is argued in systemd/examples/slurm.conf."""
+    if not (shutil.which("strace") and shutil.which("systemd-analyze")):
+        pytest.skip("needs strace and systemd-analyze (.ci/run installs them)")
+    unit = (REPO / "systemd/nichealthd.service").read_text()
+    filters = re.findall(r"^SystemCallFilter=(.*)$", unit, re.M)
+    allowed: set[str] = set()
+    for line in filters:
+        deny = line.startswith("~")
+        for group in line.lstrip("~").split():
+            calls = syscall_group(group, set()) if group.startswith("@") else {group}
+            allowed = allowed - calls if deny else allowed | calls
+    assert "MemoryDenyWriteExecute=yes" in unit
+    used: set[str] = set()
+    for argv in (["scontrol", "update", f"NodeName={NODE}", "State=DRAIN", "Reason=nichealthd: x"],
+                 ["sinfo", "-h", "-N", "-n", NODE, "-o", "%E"],
+                 ["scontrol", "update", f"NodeName={NODE}", "State=RESUME"]):
+        trace = tmp_path / "trace"
+        done = subprocess.run(["strace", "-f", "-qq", "-o", str(trace), *argv], env=cluster.env,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        text = trace.read_text()
+        assert "PROT_WRITE|PROT_EXEC" not in text, argv
+        used |= set(re.findall(r"^(?:\d+\s+)?(\w+)\(", text, re.M))
+    assert used and not used - allowed, sorted(used - allowed)
