@@ -94,16 +94,28 @@ class SlurmCluster:
             f"State=UNKNOWN",
             f"PartitionName=test Nodes={self.node} Default=YES MaxTime=INFINITE State=UP",
             ""]))
-        self._spawn("slurmctld", ["slurmctld", "-D", "-i", "-f", str(self.conf)])
+        self.start_controller()
         self._spawn("slurmd", ["slurmd", "-D", "-N", self.node, "-f", str(self.conf)])
         wait_until(lambda: "IDLE" in self.show(), f"node {self.node} idle", START_DEADLINE,
                    detail=self.show)
 
-    def _spawn(self, name: str, argv: list[str]) -> None:
-        log = open(self.base / "log" / f"{name}.out", "wb")  # noqa: SIM115 - closed in stop
+    def start_controller(self) -> None:
+        """slurmctld (again after :meth:`stop_controller`: a fresh state, ``-i``)."""
+        self.controller = self._spawn("slurmctld", ["slurmctld", "-D", "-i", "-f",
+                                                    str(self.conf)])
+
+    def stop_controller(self) -> None:
+        """An outage of slurmctld: the client commands then fail (after about 9 s)."""
+        stop_process(self.controller)
+        self.procs.remove(self.controller)
+
+    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[Any]:
+        log = open(self.base / "log" / f"{name}.out", "ab")  # noqa: SIM115 - closed in stop
         self.logs.append(log)
-        self.procs.append(subprocess.Popen(argv, env=self.env, stdin=subprocess.DEVNULL,
-                                           stdout=log, stderr=subprocess.STDOUT))
+        proc = subprocess.Popen(argv, env=self.env, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT)
+        self.procs.append(proc)
+        return proc
 
     def scontrol(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["scontrol", *args], env=self.env, capture_output=True,

@@ -19,7 +19,7 @@ from typing import Any, Iterator
 import pytest
 
 from .. import simtrees
-from ..harness import REPO, SimDaemon
+from ..harness import REPO, SimDaemon, wait_until
 from .cluster import SlurmCluster, require
 
 pytestmark = pytest.mark.root
@@ -147,6 +147,31 @@ def test_the_drain_survives_a_restart(host: Path, cluster: SlurmCluster) -> None
     try:
         daemon.wait_until(lambda: not cluster.drained(), "the node resumed after a restart",
                           timeout=30)
+    finally:
+        assert daemon.stop() == 0, daemon.log()
+
+
+def test_a_drain_during_an_outage_of_slurmctld_is_done_after_a_restart(
+        host: Path, cluster: SlurmCluster) -> None:
+    """At-least-once: the fault comes while slurmctld is down; every attempt fails, the event
+    stays pending across a restart of nichealthd, and the node is drained once slurmctld is
+    back."""
+    config = host / "nichealthd.toml"
+    config.write_text(config.read_text() + "slurmRetries = 1\n")
+    daemon = start(host, cluster)
+    cluster.stop_controller()
+    try:
+        sim("uncable", str(host), "mlx5_0", "1")
+        daemon.wait_log("Unable to contact slurm controller", timeout=60)
+        assert "the event stays pending" in daemon.log()
+    finally:
+        assert daemon.stop() == 0, daemon.log()
+        cluster.start_controller()
+    wait_until(lambda: "State=" in cluster.show(), "slurmctld back", 60, detail=cluster.show)
+    daemon = start(host, cluster)
+    try:
+        daemon.wait_until(cluster.drained, "the node drained after the outage", timeout=60)
+        assert cluster.reason().startswith("nichealthd: mlx5_0 1: state DOWN")
     finally:
         assert daemon.stop() == 0, daemon.log()
 
