@@ -526,11 +526,29 @@ def _daemon_rows(status: dict[str, Any], ago: Optional[float]) -> list[Row]:
     ]
     if status.get("connector_last_error"):
         rows.append(("", f"last error: {status['connector_last_error']}", "yellow"))
+    rows += _slurm_rows(status)
     return rows + [
         ("boot ID", str(status.get("boot_id") or "-"), None),
         ("started", f"{status.get('started_at', '?')}, pid {status.get('pid', '?')}", None),
         ("config", str(status.get("config_path", "?")), None),
     ]
+
+
+def _slurm_rows(status: dict[str, Any]) -> list[Row]:
+    """Slurm draining, where it is on: what it did last, its last error, what it holds."""
+    mode = status.get("slurm_mode")
+    if not mode or mode == "off":
+        return []
+    drained = [str(c) for c in status.get("slurm_drained_for") or []]
+    rows: list[Row] = [("slurm", f"{mode}; " + (f"drained for {len(drained)}: "
+                                                 f"{', '.join(drained)}" if drained
+                                                 else "no fatal condition open"),
+                        "red" if drained else None)]
+    if status.get("slurm_last_action"):
+        rows.append(("", f"last action: {status['slurm_last_action']}", None))
+    if status.get("slurm_last_error"):
+        rows.append(("", f"last error: {status['slurm_last_error']}", "yellow"))
+    return rows
 
 
 def _trouble_rows(status: dict[str, Any]) -> list[Row]:

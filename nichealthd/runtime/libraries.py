@@ -55,7 +55,11 @@ METRICS = Surface(
 VARLINK = Surface(
     "the varlink API", "nichealthd.surfaces.varlink", "VarlinkService", (), "", "",
     lambda config: bool(config.varlink_socket))
-SURFACES = (CONNECTOR, DBUS, METRICS, VARLINK)
+# Always made, so that a reload can switch slurmDrain on; it idles while that is off.
+SLURM = Surface(
+    "draining in Slurm", "nichealthd.surfaces.slurm.service", "SlurmService", (), "", "",
+    lambda config: config.slurm_drain)
+SURFACES = (CONNECTOR, DBUS, METRICS, VARLINK, SLURM)
 
 
 def missing_library(exc: ImportError, libraries: tuple[str, ...]) -> Optional[str]:

@@ -4,9 +4,10 @@ One asyncio loop runs everything. The poll itself runs in the poll thread
 (:mod:`~nichealthd.runtime.pollworker`), which also waits for its tick, so that a sysfs read
 that hangs cannot freeze the D-Bus API — and so that the watchdog can tell: the
 keepalive is sent only while polls keep completing, so systemd restarts a stuck poller even
-though the event loop is alive. Services (D-Bus, varlink, metrics, platform connector) plug in
-through :class:`Service` and are told about every poll; none of them can delay one. They receive a
-:class:`~nichealthd.surfaces.context.ServiceContext`, never this module's :class:`Daemon`.
+though the event loop is alive. Services (D-Bus, varlink, metrics, platform connector,
+Slurm) plug in through :class:`Service` and are told about every poll; none of them can delay
+one. They receive a :class:`~nichealthd.surfaces.context.ServiceContext`, never this
+module's :class:`Daemon`.
 
 The command-line entry (:mod:`nichealthd.runtime.daemon`) starts this with a validated
 :class:`~nichealthd.runtime.startup.Startup`; this module does not import that one.
@@ -33,6 +34,7 @@ from ..sources.config_file import load_config
 from ..surfaces.connector.status import ConnectorStatus
 from ..surfaces.context import PollOutcome, PollStats, ServiceContext
 from ..surfaces.eventlog import EventLog
+from ..surfaces.slurm.status import SlurmStatus
 from .libraries import service_factories
 from .notify import Notifier, StatusLine
 from .pollguard import PollFailed
@@ -88,6 +90,7 @@ class Daemon:
         self.last_poll_wall: Optional[datetime] = None
         self.reload_error = ""
         self.connector = ConnectorStatus()  # replaced (never changed) by the connector
+        self.slurm = SlurmStatus()  # replaced (never changed) by the Slurm consumer
         # The last completed poll as every surface reads it: made once per poll, on the loop.
         self.picture: Optional[PollPicture] = None
         self.services: list[Service] = []
@@ -373,7 +376,8 @@ class Daemon:
             status=self.status, reload_error=lambda: self.reload_error,
             request_reload=self.request_reload, connector=lambda: self.connector,
             publish_connector=self._publish_connector,
-            connection_limits=self.fd_plan.connections)
+            connection_limits=self.fd_plan.connections,
+            slurm=lambda: self.slurm, publish_slurm=self._publish_slurm)
 
     def view(self) -> Optional[PollPicture]:
         """The picture of the last completed poll (None before the first)."""
@@ -392,6 +396,10 @@ class Daemon:
     def _publish_connector(self, status: ConnectorStatus) -> None:
         """The connector's status callback (any thread): one reference swap."""
         self.connector = status
+
+    def _publish_slurm(self, status: SlurmStatus) -> None:
+        """The Slurm consumer's status callback (its thread): one reference swap."""
+        self.slurm = status
 
     # ------------------------------------------------------------ status
 
@@ -419,6 +427,7 @@ class Daemon:
             "reload_error": self.reload_error,
             "poll_error": self.monitor.guard.reason(),
             "pid": self.pid,
+            **self.slurm.status_keys(),
         }
 
 

@@ -192,6 +192,8 @@ def consumers(config: Config, event_log: Optional[EventLog]) -> list[str]:
         names.append(event_log.name)
     if config.platform_connector_socket:
         names.append("connector")
+    if config.slurm_drain:
+        names.append("slurm")  # surfaces/slurm/consumer.py CONSUMER
     return names
 
 

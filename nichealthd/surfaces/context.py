@@ -1,6 +1,6 @@
 """What a plug-in service receives: a typed context, not the daemon and its internals.
 
-Services (D-Bus API, varlink, metrics, platform connector) read the running configuration,
+Services (D-Bus API, varlink, metrics, platform connector, Slurm) read the running configuration,
 the picture of the last completed poll (:class:`~nichealthd.core.picture.PollPicture`: one
 object per poll, the same for every service, with its answers built once) and the poll
 loop's counters through these accessors, use the journal, and publish or request through
@@ -20,6 +20,7 @@ from ..core.model import HostSnapshot
 from ..core.picture import PollPicture
 from ..storage.store import Journal, JournalEntry
 from .connector.status import ConnectorStatus
+from .slurm.status import SlurmStatus
 
 # Keys of ServiceContext.connection_limits.
 CONNECTIONS_VARLINK = "varlink"
@@ -74,3 +75,5 @@ class ServiceContext:
     # The most connections each surface may hold (CONNECTIONS_*), from the daemon's open-file
     # plan (nichealthd.runtime.fdplan); a surface not named keeps its own limit.
     connection_limits: Mapping[str, int] = field(default_factory=dict)
+    slurm: Callable[[], SlurmStatus] = SlurmStatus  # the Slurm consumer's (surfaces/slurm/)
+    publish_slurm: Callable[[SlurmStatus], None] = lambda status: None

@@ -50,6 +50,8 @@ from ..core.picture import PollPicture
 from ..core.state import DEGRADED, FATAL, HEALTHY, SUPPRESSED
 from .admission import METRICS_CLIENTS
 from .context import CONNECTIONS_METRICS, PollOutcome, PollStats
+from .slurm.status import OFF as SLURM_OFF
+from .slurm.status import SlurmStatus
 
 if TYPE_CHECKING:  # pragma: no cover
     from .context import ServiceContext
@@ -538,6 +540,7 @@ class MetricsService:
         counter("unreadable_reads", "sysfs reads that gave no usable value",
                 stats.unreadable_reads)
         out.extend(_family_boundaries(stats))
+        out.extend(_slurm_families(self.context.slurm()))
         gauge("einval_ignored_files", "Counter files that failed with EINVAL and are no "
               "longer read (restricted functions)", stats.einval_files)
         return out
@@ -557,6 +560,21 @@ def _family_boundaries(stats: PollStats) -> list[Metric]:
         if when is not None:
             last.add_metric([family], when.timestamp())
     return [up, last]
+
+
+def _slurm_families(slurm: SlurmStatus) -> list[Metric]:
+    """What the Slurm consumer did (surfaces/slurm/), only where slurmDrain is on."""
+    if slurm.mode == SLURM_OFF:
+        return []
+    actions = CounterMetricFamily(PREFIX + "slurm_actions", "Slurm drains and resumes, by "
+                                  "result: ok, failed (every attempt), held (already drained "
+                                  "by nichealthd), skipped (the node has another reason, an "
+                                  "administrator's), dry_run", labels=["action", "result"])
+    for (action, result), n in sorted(slurm.actions.items()):
+        actions.add_metric([action, result], n)
+    drained = GaugeMetricFamily(PREFIX + "slurm_drained", "1 while nichealthd holds a Slurm "
+                                "drain of this node, else 0", value=1 if slurm.holds_drain else 0)
+    return [actions, drained]
 
 
 def _host_families(picture: PollPicture) -> list[Metric]:

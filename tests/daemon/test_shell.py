@@ -21,6 +21,7 @@ from nichealthd.surfaces.connector.status import ConnectorStatus
 from nichealthd.surfaces.context import ServiceContext
 from nichealthd.surfaces.dbus_api import DbusService
 from nichealthd.surfaces.metrics import MetricsService
+from nichealthd.surfaces.slurm.service import SlurmService
 
 from .conftest import REPO, SimHost
 
@@ -44,7 +45,10 @@ def test_services_are_built_statically_from_a_typed_context(
     try:
         running = service.Daemon(startup, args)
         built = running._make_services()
-        assert [type(s) for s in built] == [ConnectorService, DbusService, MetricsService]
+        # The Slurm consumer is always built (idle while slurmDrain is off): a reload may
+        # switch it on.
+        assert [type(s) for s in built] == [ConnectorService, DbusService, MetricsService,
+                                            SlurmService]
         for part in built:
             held = list(vars(part).values())
             assert not any(isinstance(v, service.Daemon) for v in held), part.name

@@ -365,6 +365,9 @@ def test_both_ship_the_kmsg_drop_in_as_an_example() -> None:
     rpm = built("el9")
     assert KMSG_DROPIN in rpm_query(rpm, "-l")
     assert KMSG_DROPIN in rpm_query(rpm, "-d")  # marked as documentation
+    slurm = KMSG_DROPIN.replace("kmsg.conf", "slurm.conf")  # slurmDrain's (nichealthd(8))
+    assert f" .{slurm}\n" in run("dpkg-deb", "-c", str(built("debian12")))
+    assert slurm in rpm_query(rpm, "-d")
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -1,0 +1,1 @@
+"""Slurm draining: the pure rules, the consumer, and a real slurmctld + slurmd."""
