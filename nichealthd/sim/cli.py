@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable, Dict, List, NoReturn, Optional
 
-from . import adapter, journal, mutate, pcibus, pcifiles, subnet, tree
+from . import adapter, journal, mutate, optics, pcibus, pcifiles, subnet, tree
 from .fsio import SimError
 from .profiles import PROFILES
 
@@ -106,6 +106,10 @@ def _build_parser() -> argparse.ArgumentParser:
     p = cmd("carrier", "set the port netdev's carrier: 0 lost, 1 back (operstate untouched)",
             "ROOT", "DEV", "PORT")
     p.add_argument("VALUE", type=int, choices=(0, 1))
+    p = cmd("set-optics", "rewrite a port's module diagnostics (every lane): Rx power in dBm, "
+            "temperature in °C", "ROOT", "DEV", "PORT")
+    p.add_argument("--rx-power", type=float, metavar="DBM", help="-40 to 8")
+    p.add_argument("--temperature", type=float, metavar="C", help="-40 to 125")
     p = cmd(
         "counter",
         "add to or set a counter (counters/, hw_counters/, carrier_changes, statistics/)",
@@ -287,6 +291,13 @@ def _set_rate(a: argparse.Namespace) -> None:
     print(f"{a.DEV} port {a.PORT} rate = {mutate.set_rate(a.ROOT, a.DEV, a.PORT, a.RATE)}")
 
 
+def _set_optics(a: argparse.Namespace) -> None:
+    dev = tree.device(tree.load(Path(a.ROOT)), a.DEV)
+    changed = optics.set_optics(a.ROOT, dev, a.PORT, rx_power=a.rx_power,
+                                temperature=a.temperature)
+    print(f"{a.DEV} port {a.PORT} module: {', '.join(changed)}")
+
+
 def _carrier(a: argparse.Namespace) -> None:
     mutate.carrier(a.ROOT, a.DEV, a.PORT, a.VALUE)
 
@@ -382,6 +393,7 @@ HANDLERS: Dict[str, Callable[[argparse.Namespace], None]] = {
         _function(a), a.hop, a.width, a.speed, a.upstream_max_speed, a.restore)),
     "aer": _aer,
     "temp": lambda a: print(pcifiles.temperature(_function(a), float(a.CELSIUS), a.crit)),
+    "set-optics": _set_optics,
     "hide-class": lambda a: mutate.hide_class(a.ROOT),
     "chardev-remove": lambda a: _chardev(a, remove=True),
     "chardev-restore": lambda a: _chardev(a, remove=False),
