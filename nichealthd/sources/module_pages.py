@@ -76,8 +76,8 @@ CMIS_LANES = 8
 
 # Plausible ranges: what a working module can report; beyond them the bytes are garbage.
 _PLAUSIBLE = {TEMPERATURE: (-50.0, 150.0), VOLTAGE: (0.5, 6.0)}
-# Units per raw count: 1/256 °C, 100 µV, 0.1 µW (-> mW), 2 µA (-> mA).
-_SCALE = {TEMPERATURE: 1 / 256, VOLTAGE: 1e-4, RX_POWER: 1e-4, TX_POWER: 1e-4, TX_BIAS: 2e-3}
+# Raw counts per unit: 1/256 °C, 100 µV (-> V), 0.1 µW (-> mW), 2 µA (-> mA).
+_PER_UNIT = {TEMPERATURE: 256, VOLTAGE: 10000, RX_POWER: 10000, TX_POWER: 10000, TX_BIAS: 500}
 
 
 def spec_of(lower: bytes) -> str:
@@ -181,7 +181,7 @@ def _scaled(raw: Optional[int], monitor: str, scale: int = 1) -> Optional[float]
         return None
     if monitor == TEMPERATURE and raw >= 0x8000:
         raw -= 0x10000
-    value = raw * _SCALE[monitor] * scale
+    value = raw * scale / _PER_UNIT[monitor]
     low, high = _PLAUSIBLE.get(monitor, (0.0, float("inf")))
     return value if low <= value <= high else None
 

@@ -81,8 +81,10 @@ def why(error: OSError) -> str:
                 f"install {OPTICS_DROPIN} as {OPTICS_DROPIN_TARGET} to grant it")
     if error.errno == errno.EOPNOTSUPP:
         return "the driver does not read pluggable modules (EOPNOTSUPP)"
-    if error.errno in (errno.ENOENT, errno.ENODEV):
-        return f"no module plugged in ({error.strerror})"
+    if error.errno == errno.ENODEV:
+        return f"no such netdev ({error.strerror})"
+    if error.errno in (errno.ENOENT, errno.EIO):
+        return f"no module plugged in, or it does not answer ({error.strerror})"
     return f"module pages not readable: {error.strerror or error}"
 
 

@@ -291,7 +291,7 @@ class Optics(CheckFamily[OpticsSection]):
             del section.records[key]
             text = finding.detail if finding.level == OK else \
                 f"{TITLES[monitor]} is no longer at its {was} level"
-            out.append((device, make_event(record.check, fatal=record.fatal, healthy=True,
+            out.append((device, make_event(record.check, fatal=False, healthy=True,
                                            message=f"{label}: module {text}",
                                            error_code=code_of(monitor), entities=entities,
                                            at=now)))
