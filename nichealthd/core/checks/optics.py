@@ -388,11 +388,17 @@ class Optics(CheckFamily[OpticsSection]):
                      lanes, tuple(tx))
         yield Series("module_tx_bias_milliamperes", "Pluggable module Tx bias per lane",
                      "gauge", lanes, tuple(bias))
+        alerts = []
+        for key, fact in sorted(facts.items()):
+            if fact.diagnostics is None:
+                continue
+            device, _, number = key.rpartition("_")
+            for monitor in MONITORS:
+                record = section.records.get(f"{key}/{monitor}")
+                alerts.append(((device, number, monitor), 1.0 if record else 0.0))
         yield Series("module_alert", "1 while a module monitor is reported beyond its "
-                     "thresholds or its baseline", "gauge", ("device", "port", "monitor",
-                                                             "level"),
-                     tuple(((r.device, str(r.port), _split(k)[1], r.level), 1.0)
-                           for k, r in sorted(section.records.items())))
+                     "thresholds or its baseline", "gauge", ("device", "port", "monitor"),
+                     tuple(alerts))
 
 
 def _rounded(value: Optional[float], digits: int) -> Optional[float]:
