@@ -2,8 +2,8 @@
 
 The optics family puts its readings in the port records (``module_*`` fields and
 ``optics_alerts``, core/checks/optics.py ``port_fields``); this view only picks them out, so
-it reads the same records as ``show ports`` over D-Bus or varlink. Over D-Bus a list travels
-as strings (``as``): every value is taken as text or a number alike.
+it reads the same records as ``show ports`` over D-Bus or varlink. Over D-Bus the lanes
+travel as string maps (``aa{ss}``): every value is taken as text or a number alike.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from typing import Any, Optional, Sequence
 from .format import Style, natural_key, port_name, render_table
 
 MODULE_KEYS = ("module_netdev", "module_status", "module_spec", "module_temperature_c",
-               "module_voltage_v", "module_rx_power_dbm", "module_tx_power_dbm",
-               "module_tx_bias_ma", "optics_alerts")
+               "module_voltage_v", "module_lanes", "optics_alerts")
 
 
 def optics_records(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -31,8 +30,11 @@ def _number(value: Any) -> Optional[float]:
         return None
 
 
-def _lanes(value: Any) -> list[float]:
-    return [n for n in (_number(v) for v in value or []) if n is not None]
+def _lanes(record: dict[str, Any], name: str) -> list[float]:
+    """One reading of every lane that has it (``module_lanes``)."""
+    lanes = record.get("module_lanes") or []
+    return [n for n in (_number(lane.get(name)) for lane in lanes if isinstance(lane, dict))
+            if n is not None]
 
 
 def _cell(value: Optional[float], digits: int) -> str:
@@ -47,9 +49,7 @@ def optics_table(records: list[dict[str, Any]], style: Style, width: int = 80) -
     headers = ("PORT", "NETDEV", "TEMP", "VCC", "RX", "TX", "BIAS", "STATE")
     rows = []
     for r in optics_records(records):
-        rx, tx, bias = (_lanes(r.get(k)) for k in ("module_rx_power_dbm",
-                                                    "module_tx_power_dbm",
-                                                    "module_tx_bias_ma"))
+        rx, tx, bias = (_lanes(r, k) for k in ("rx_power_dbm", "tx_power_dbm", "tx_bias_ma"))
         alerts = [str(a) for a in r.get("optics_alerts") or []]
         status = str(r.get("module_status", ""))
         state = ", ".join(alerts) if alerts else ("ok" if status == "ok" else

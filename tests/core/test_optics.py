@@ -198,10 +198,14 @@ def test_fields_and_series_from_the_picture() -> None:
     section: OpticsSection = r.state.section(OPTICS)
     fields: dict[str, Any] = dict(OPTICS.port_fields(section, picture, ("mlx5_0", 1)))
     assert fields["module_netdev"] == "eth0" and fields["module_spec"] == "SFF-8636"
-    assert fields["module_rx_power_dbm"] == [-11.0] * 4
+    assert fields["module_lanes"] == [
+        {"lane": n, "rx_power_dbm": -11.0, "tx_power_dbm": -1.0, "tx_bias_ma": 7.5}
+        for n in range(1, 5)]
     assert fields["module_temperature_c"] == 40.0
     assert fields["optics_alerts"] == ["rx_power: low warning"]
     series = {s.name: s for s in OPTICS.series(section, picture)}
+    assert dict(series["module_tx_bias_amperes"].samples)[
+        ("mlx5_0", "1", "eth0", "1")] == pytest.approx(0.0075)
     rx = dict(series["module_rx_power_dbm"].samples)
     assert rx[("mlx5_0", "1", "eth0", "1")] == pytest.approx(-11.0, abs=0.01)
     alerts = dict(series["module_alert"].samples)

@@ -16,13 +16,14 @@ def record(device: str, **fields: Any) -> dict[str, Any]:
 
 WEAK = record("mlx5_1", module_netdev="enp36s0f0np0", module_status="ok",
               module_spec="CMIS", module_temperature_c=40.0, module_voltage_v=3.3,
-              module_rx_power_dbm=[-11.0, -2.0, -2.0, -2.0, -2.0, -2.0, -2.0, -2.0],
-              module_tx_power_dbm=[-1.0] * 8, module_tx_bias_ma=[7.5] * 8,
+              module_lanes=[{"lane": n, "rx_power_dbm": -11.0 if n == 1 else -2.0,
+                             "tx_power_dbm": -1.0, "tx_bias_ma": 7.5} for n in range(1, 9)],
               optics_alerts=["rx_power: low warning"])
 OVER_DBUS = record("mlx5_2", module_netdev="enp36s0f1np1", module_status="ok",
                    module_temperature_c=41.5, module_voltage_v=3.29,
-                   module_rx_power_dbm=["-2.5", "None", "-2.0", "-2.0"],
-                   module_tx_power_dbm=["-1.0"] * 4, module_tx_bias_ma=["7.5", "8.25"],
+                   module_lanes=[{"lane": "1", "rx_power_dbm": "-2.5", "tx_power_dbm": "-1.0",
+                                  "tx_bias_ma": "7.5"},
+                                 {"lane": "2", "tx_power_dbm": "-1.0", "tx_bias_ma": "8.25"}],
                    optics_alerts=[])
 REFUSED = record("mlx5_10", module_netdev="enp100s0f0np0",
                  module_status="the kernel refuses module reads without CAP_NET_ADMIN "

@@ -328,7 +328,8 @@ class Optics(CheckFamily[OpticsSection]):
 
     def port_fields(self, section: OpticsSection, picture: Any, port: PortId
                     ) -> Mapping[str, Any]:
-        """The module's readings (``module_*``) and its open reports (``optics_alerts``)."""
+        """The module's readings (``module_*``, ``module_lanes``) and its open reports
+        (``optics_alerts``)."""
         key = f"{port[0]}_{port[1]}"
         fact: Optional[PortOptics] = (picture or {}).get(key)
         if fact is None:
@@ -342,12 +343,7 @@ class Optics(CheckFamily[OpticsSection]):
         out["module_spec"] = diag.spec
         out["module_temperature_c"] = _rounded(diag.temperature, 2)
         out["module_voltage_v"] = _rounded(diag.voltage, 4)
-        for monitor, name, convert in ((RX_POWER, "module_rx_power_dbm", True),
-                                       (TX_POWER, "module_tx_power_dbm", True),
-                                       (TX_BIAS, "module_tx_bias_ma", False)):
-            if monitor in diag.lanes:
-                out[name] = [None if v is None else round(dbm(v) if convert else v, 2)
-                             for v in diag.lanes[monitor]]
+        out["module_lanes"] = lane_records(diag)
         out["optics_alerts"] = [f"{_split(k)[1]}: {r.level}"
                                 for k, r in sorted(section.records.items())
                                 if _split(k)[0] == key]
@@ -373,9 +369,9 @@ class Optics(CheckFamily[OpticsSection]):
             for monitor, into, convert in ((RX_POWER, rx, True), (TX_POWER, tx, True),
                                            (TX_BIAS, bias, False)):
                 for lane, value in enumerate(diag.lanes.get(monitor, ())):
-                    if value is not None:
+                    if value is not None:  # bias in amperes: Prometheus' base unit
                         into.append(((*labels, str(lane + 1)),
-                                     dbm(value) if convert else value))
+                                     dbm(value) if convert else value / 1000))
         names = ("device", "port", "netdev")
         lanes = (*names, "lane")
         yield Series("module_temperature_celsius", "Pluggable module temperature", "gauge",
@@ -386,7 +382,7 @@ class Optics(CheckFamily[OpticsSection]):
                      lanes, tuple(rx))
         yield Series("module_tx_power_dbm", "Pluggable module Tx power per lane", "gauge",
                      lanes, tuple(tx))
-        yield Series("module_tx_bias_milliamperes", "Pluggable module Tx bias per lane",
+        yield Series("module_tx_bias_amperes", "Pluggable module Tx bias per lane",
                      "gauge", lanes, tuple(bias))
         alerts = []
         for key, fact in sorted(facts.items()):
@@ -399,6 +395,23 @@ class Optics(CheckFamily[OpticsSection]):
         yield Series("module_alert", "1 while a module monitor is reported beyond its "
                      "thresholds or its baseline", "gauge", ("device", "port", "monitor"),
                      tuple(alerts))
+
+
+def lane_records(diagnostics: ModuleDiagnostics) -> list[dict[str, Any]]:
+    """``module_lanes`` of a port record: per lane its Rx and Tx power (dBm) and bias (mA);
+    a reading the module does not give is left out (no nulls: D-Bus has none)."""
+    count = max((len(v) for v in diagnostics.lanes.values()), default=0)
+    out: list[dict[str, Any]] = []
+    for index in range(count):
+        lane: dict[str, Any] = {"lane": index + 1}
+        for monitor, name in ((RX_POWER, "rx_power_dbm"), (TX_POWER, "tx_power_dbm"),
+                              (TX_BIAS, "tx_bias_ma")):
+            values = diagnostics.lanes.get(monitor, ())
+            value = values[index] if index < len(values) else None
+            if value is not None:
+                lane[name] = round(dbm(value) if monitor != TX_BIAS else value, 2)
+        out.append(lane)
+    return out
 
 
 def _rounded(value: Optional[float], digits: int) -> Optional[float]:
