@@ -1,8 +1,8 @@
 """The module-page parsers on bytes laid out from the SFF-8636 and CMIS tables.
 
-The builders here put raw 16-bit counts at the offsets of the tables (SFF-8636 rev 2.10
-§6.2/6.3, CMIS 5 §8.2/8.4/8.9; the same offsets as ethtool's qsfp.h and cmis.h), written out
-as numbers in this file, so the parser is checked against the tables and not against itself.
+The builders here put raw 16-bit counts at the offsets of the tables (the offsets of
+ethtool's qsfp.h and cmis.h; CMIS 5 §8.9.4 Table 8-79 for the lane monitors), written out as
+numbers in this file, so the parser is checked against the tables and not against itself.
 """
 
 from __future__ import annotations

@@ -113,6 +113,8 @@ def test_rx_power_falling_from_its_own_baseline() -> None:
     assert not optics_events(r.poll(snap(120, facts(rx0=-6.0))))
     back = optics_events(r.poll(snap(180, facts(rx0=-2.5))))
     assert [(e.error_code[0], e.is_healthy) for e in back] == [("optics_rx_power_drop", True)]
+    assert back[0].message == ("RoCE port mlx5_0 port 1 (eth0): module Rx power is back "
+                               "within 3 dB of its baseline on every lane")
 
 
 def test_the_drop_is_off_at_zero_and_a_threshold_report_replaces_it() -> None:

@@ -8,10 +8,10 @@ Per port and monitor (lanes together: the worst lane decides, the message names 
 - beyond a warning threshold: a non-fatal event under the layer's degradation check;
 - beyond an alarm threshold: a non-fatal event under the degradation check too, except Rx
   power below its low alarm, which is fatal under the layer's state check: the low-alarm
-  threshold is the module's own floor of usable receive power (SFF-8636 §6.2.4 and CMIS
-  §8.9 define the alarm levels as the limits of operation; a receiver below it reports loss
-  of signal, the Rx LOS flag of SFF-8636 byte 3 / CMIS page 11h byte 147), so the link cannot
-  carry traffic. A high temperature, voltage, bias or Tx power alarm says the module runs
+  threshold is the module's own floor of usable receive power (the alarm levels of SFF-8636
+  upper page 03h and CMIS page 02h are the limits of operation the vendor sets; a receiver
+  that far below its sensitivity declares loss of signal, the Rx LOS flag of SFF-8636 byte 3
+  / CMIS page 11h byte 147), so the link cannot carry traffic. A high temperature, voltage, bias or Tx power alarm says the module runs
   outside its rating and will fail or shut itself down, but the link still carries traffic
   until it does: a degradation, to be replaced at the next window;
 - Rx power ``opticsRxPowerDrop`` dB (default 3: half the light) or more below the lane's
@@ -54,7 +54,7 @@ from ..modulefacts import (
 )
 from ..settings import Duration, Integer, Settings, setting
 from ..state import DEGRADED, FATAL, SUPPRESSED
-from .counters import CounterMemory
+from .counters import CheckNames, CounterMemory
 from .link_state import LINK_STATE
 from .pci_open import LAYER_CHECKS
 from .ports import port_label
@@ -145,7 +145,8 @@ def judge(diagnostics: ModuleDiagnostics, baseline: Mapping[int, float], drop_db
         if drops:
             fallen = [d for d in drops if d[1] >= drop_db]
             if not fallen:
-                out[RX_DROP] = Finding(OK, False, "")
+                out[RX_DROP] = Finding(OK, False, (
+                    f"Rx power is back within {drop_db} dB of its baseline on every lane"))
             else:
                 index, fall, value = max(fallen, key=lambda d: d[1])
                 which = ", ".join(str(d[0] + 1) for d in fallen)
@@ -248,6 +249,10 @@ class Optics(CheckFamily[OpticsSection]):
         drop_db = cycle.config.settings(OpticsSettings).optics_rx_power_drop
         links = cycle.previous.section(LINK_STATE)
         section = OpticsSection(dict(previous.records), dict(previous.baselines))
+        baselines: dict[str, dict[int, float]] = {}  # port key -> lane -> dBm
+        for key, value in previous.baselines.items():
+            port_key, index = _split(key)
+            baselines.setdefault(port_key, {})[int(index)] = value
         events: list[tuple[str, HealthEvent]] = []
         for device in cycle.monitored:
             if device.is_vf:
@@ -259,9 +264,7 @@ class Optics(CheckFamily[OpticsSection]):
                     continue
                 told = links.port_states.get(port.key)
                 rx_judged = told is None or told.health != SUPPRESSED
-                baseline = {int(k.rpartition("/")[2]): v
-                            for k, v in previous.baselines.items()
-                            if k.rpartition("/")[0] == port.key}
+                baseline = baselines.get(port.key, {})
                 findings = judge(fact.diagnostics, baseline, drop_db, rx_judged)
                 if rx_judged:
                     for lane, value in rebased(baseline, fact.diagnostics).items():
@@ -276,7 +279,8 @@ class Optics(CheckFamily[OpticsSection]):
 
     @staticmethod
     def _step(section: OpticsSection, cycle: Cycle, device: str, port: int, label: str,
-              monitor: str, finding: Finding, checks: Any) -> list[tuple[str, HealthEvent]]:
+              monitor: str, finding: Finding, checks: CheckNames
+              ) -> list[tuple[str, HealthEvent]]:
         """The events of one monitor moving to ``finding``'s level: the old level's recovery
         and the new level's event."""
         key = f"{device}_{port}/{monitor}"
