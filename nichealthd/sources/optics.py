@@ -21,7 +21,8 @@ and parsed (:mod:`.module_pages`) into a :class:`~nichealthd.core.modulefacts.Po
 A port whose module cannot be read (a refused or unsupported call: EPERM without the
 capability, EOPNOTSUPP on veth and IPoIB, no module plugged in, pages that are no module
 parsed here) gets the fact with no diagnostics and the reason; the reason is logged once per
-port while it lasts, and its end once. Never an exception for any of these.
+port while it lasts (a refusal for want of CAP_NET_ADMIN once for the host, as a warning
+naming the drop-in), and its end once. Never an exception for any of these.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ A_HEADER, A_OFFSET, A_LENGTH, A_PAGE, A_BANK, A_I2C_ADDRESS, A_DATA = 1, 2, 3, 4
 I2C_ADDRESS = 0x50
 PAGE = module_pages.PAGE
 MODULE_DIR = "module"
+REFUSED = "the kernel refuses module reads without CAP_NET_ADMIN"
 
 # Reads one page: (netdev, page, offset within it: 0 or 128) -> 128 bytes; raises OSError.
 PageReader = Callable[[str, int, int], bytes]
@@ -77,8 +79,8 @@ def module_request(netdev: str, page: int, offset: int, length: int = PAGE) -> b
 def why(error: OSError) -> str:
     """What a refused read means, for the log and the views."""
     if error.errno == errno.EPERM or error.errno == errno.EACCES:
-        return (f"the kernel refuses module reads without CAP_NET_ADMIN ({error.strerror}); "
-                f"install {OPTICS_DROPIN} as {OPTICS_DROPIN_TARGET} to grant it")
+        return (f"{REFUSED} ({error.strerror}); install {OPTICS_DROPIN} as "
+                f"{OPTICS_DROPIN_TARGET} to grant it")
     if error.errno == errno.EOPNOTSUPP:
         return "the driver does not read pluggable modules (EOPNOTSUPP)"
     if error.errno == errno.ENODEV:
@@ -202,10 +204,17 @@ class Optics(Source):
         return out
 
     def _tell(self, key: str, fact: PortOptics) -> None:
-        if fact.diagnostics is None:
+        """Log a port's reason once while it lasts (no module, no driver support: INFO, a
+        normal state); a refusal for want of CAP_NET_ADMIN is the host's, one WARNING with
+        what to do for every port."""
+        if fact.diagnostics is None and fact.reason.startswith(REFUSED):
+            self._problems.report(REFUSED, f"module diagnostics not available on any port: "
+                                           f"{fact.reason}")
+        elif fact.diagnostics is None:
             self._problems.report(key, f"{key} ({fact.netdev}): module diagnostics not "
                                        f"available: {fact.reason}", logging.INFO)
         else:
+            self._problems.clear(REFUSED, "module diagnostics readable again")
             self._problems.clear(key, f"{key} ({fact.netdev}): module diagnostics available")
 
     def reconfigure(self, config: Config) -> None:

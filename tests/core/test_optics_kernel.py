@@ -73,13 +73,31 @@ def test_the_source_reads_a_veth_port_as_not_available_once(
 
 def test_without_cap_net_admin_the_kernel_refuses_and_the_reason_names_the_dropin(
         veth: str) -> None:
-    code = ("from nichealthd.sources.optics import KernelPages, read_port\n"
-            "pages = KernelPages()\n"
-            f"print(read_port(pages, {veth!r}).reason)\n"
-            "pages.close()\n")
+    """As nobody: every port refused, one warning for the host naming the drop-in."""
+    code = f"""
+import logging, sys
+from dataclasses import replace
+from nichealthd.sources.optics import Optics
+from tests.core.builders import config, device, host, port
+logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(levelname)s %(message)s")
+ports = tuple(replace(port("mlx5_0", n, layer="Ethernet"), netdev=name)
+              for n, name in ((1, {veth!r}), (2, {veth + "p"!r})))
+snapshot = host(device("mlx5_0", ports=ports))
+source = Optics(config(sysfsRoot="/sys"))
+for _ in range(3):
+    facts = source.read(snapshot, ["mlx5_0"])
+source.close()
+for key, fact in sorted(facts.items()):
+    print(key, fact.diagnostics, fact.reason)
+"""
     proc = subprocess.run([*NOBODY, sys.executable, "-c", code], cwd=REPO,
                           capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": REPO})
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("the kernel refuses module reads without CAP_NET_ADMIN")
-    assert OPTICS_DROPIN in proc.stdout
+    lines = proc.stdout.splitlines()
+    assert [line.split(" None ")[0] for line in lines] == ["mlx5_0_1", "mlx5_0_2"]
+    assert all("the kernel refuses module reads without CAP_NET_ADMIN" in line
+               and OPTICS_DROPIN in line for line in lines)
+    said = [line for line in proc.stderr.splitlines() if "not available" in line]
+    assert len(said) == 1 and said[0].startswith("WARNING module diagnostics not available "
+                                                 "on any port: the kernel refuses"), said

@@ -11,9 +11,10 @@ Per port and monitor (lanes together: the worst lane decides, the message names 
   threshold is the module's own floor of usable receive power (the alarm levels of SFF-8636
   upper page 03h and CMIS page 02h are the limits of operation the vendor sets; a receiver
   that far below its sensitivity declares loss of signal, the Rx LOS flag of SFF-8636 byte 3
-  / CMIS page 11h byte 147), so the link cannot carry traffic. A high temperature, voltage, bias or Tx power alarm says the module runs
-  outside its rating and will fail or shut itself down, but the link still carries traffic
-  until it does: a degradation, to be replaced at the next window;
+  / CMIS page 11h byte 147), so the link cannot carry traffic. A high temperature, voltage,
+  bias or Tx power alarm says the module runs outside its rating and will fail or shut
+  itself down, but the link still carries traffic until it does: a degradation, to be
+  replaced at the next window;
 - Rx power ``opticsRxPowerDrop`` dB (default 3: half the light) or more below the lane's
   own baseline (the best it has read since the state began) is a non-fatal event (a dirty
   or bent fibre, a failing far-end laser), well before any threshold; while Rx power is
