@@ -57,6 +57,21 @@ from .test_pci_families import GEN5, aer, sensor, tree
 
 GOLDEN = Path(__file__).resolve().parent.parent / "data" / "state-main-a406b84.json"
 GOLDEN_DRIVER = GOLDEN.with_name("state-main-a406b84-driver.json")
+# Families added after a406b84: their sections are no part of what main wrote (the files hold
+# none; they load fresh and are written back empty). Their own round trips are their tests'.
+FAMILIES_SINCE = frozenset({"link_ber", "optics"})
+
+
+def as_recorded(data: dict[str, Any]) -> dict[str, Any]:
+    """A state file's content less the keys of :data:`FAMILIES_SINCE` (and their schemas)."""
+    from nichealthd.core.checks import families
+
+    added = {key for family in families() if family.id in FAMILIES_SINCE
+             for key in family.keys}
+    out = {key: value for key, value in data.items() if key not in added}
+    if isinstance(out.get("schemas"), dict):
+        out["schemas"] = {k: v for k, v in out["schemas"].items() if k not in FAMILIES_SINCE}
+    return out
 INIT = "2: INIT"
 
 

@@ -29,8 +29,7 @@ from nichealthd.core.checks.link_section import EPOCH, DeviceIdentity
 from nichealthd.core.checks.link_state import LINK_STATE
 from nichealthd.core.state import HEALTHY, MonitorState, StateCorrupt, parse_state
 
-from .golden_state import GOLDEN, GOLDEN_DRIVER
-from .test_state_golden import without_later
+from .golden_state import GOLDEN, GOLDEN_DRIVER, as_recorded
 
 # ------------------------------------------------------------------ random sections
 
@@ -72,7 +71,7 @@ def value(tp: Any, how: codec.Stored, rng: random.Random, depth: int = 0) -> Any
     if tp is bool:
         return rng.random() < 0.5
     if tp is float:
-        return rng.choice((0.0, -13.0, rng.uniform(-40.0, 10.0)))
+        return rng.choice((0.0, 2.4e-4, rng.random()))
     if tp is str:
         return text(rng)
     if tp is datetime:
@@ -306,7 +305,7 @@ def test_unknown_keys_are_read_past_and_not_written_back() -> None:
     data["kernel_log"]["new_table"] = {}
     data["link_flaps"]["mlx5_4_1"]["cycles"][0].append("a fourth item")
     state, _ = parse_state(data)
-    assert json.loads(without_later(json.dumps(state.to_json()).encode())) == golden()
+    assert as_recorded(state.to_json()) == golden()
 
 
 def test_a_section_class_that_the_codec_cannot_write_is_refused_at_once() -> None:
