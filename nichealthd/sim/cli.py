@@ -106,10 +106,6 @@ def _build_parser() -> argparse.ArgumentParser:
     p = cmd("carrier", "set the port netdev's carrier: 0 lost, 1 back (operstate untouched)",
             "ROOT", "DEV", "PORT")
     p.add_argument("VALUE", type=int, choices=(0, 1))
-    p = cmd("set-optics", "rewrite a port's module diagnostics (every lane): Rx power in dBm, "
-            "temperature in °C", "ROOT", "DEV", "PORT")
-    p.add_argument("--rx-power", type=float, metavar="DBM", help="-40 to 8")
-    p.add_argument("--temperature", type=float, metavar="C", help="-40 to 125")
     p = cmd(
         "counter",
         "add to or set a counter (counters/, hw_counters/, carrier_changes, statistics/)",
@@ -130,6 +126,10 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("DEV", nargs="?")
     p.add_argument("PORT", nargs="?", type=_port)
     cmd("reboot", "new boot_id, counters zeroed, ports back to the profile's state", "ROOT")
+    p = cmd("set-optics", "rewrite a port's module diagnostics (every lane): Rx power in dBm, "
+            "temperature in °C", "ROOT", "DEV", "PORT")
+    p.add_argument("--rx-power", type=float, metavar="DBM", help="-40 to 8")
+    p.add_argument("--temperature", type=float, metavar="C", help="-40 to 125")
     cmd("remove-device", "an IB device leaves the class directory (dir + class link); its "
         "PCI function stays on the bus (pci-remove takes the card off it)", "ROOT", "DEV")
     cmd("restore-device", "bring a removed IB device back", "ROOT", "DEV")
@@ -291,13 +291,6 @@ def _set_rate(a: argparse.Namespace) -> None:
     print(f"{a.DEV} port {a.PORT} rate = {mutate.set_rate(a.ROOT, a.DEV, a.PORT, a.RATE)}")
 
 
-def _set_optics(a: argparse.Namespace) -> None:
-    dev = tree.device(tree.load(Path(a.ROOT)), a.DEV)
-    changed = optics.set_optics(a.ROOT, dev, a.PORT, rx_power=a.rx_power,
-                                temperature=a.temperature)
-    print(f"{a.DEV} port {a.PORT} module: {', '.join(changed)}")
-
-
 def _carrier(a: argparse.Namespace) -> None:
     mutate.carrier(a.ROOT, a.DEV, a.PORT, a.VALUE)
 
@@ -308,6 +301,13 @@ def _reset(a: argparse.Namespace) -> None:
 
 def _reboot(a: argparse.Namespace) -> None:
     print(f"boot_id {mutate.reboot(a.ROOT)}")
+
+
+def _set_optics(a: argparse.Namespace) -> None:
+    dev = tree.device(tree.load(Path(a.ROOT)), a.DEV)
+    changed = optics.set_optics(a.ROOT, dev, a.PORT, rx_power=a.rx_power,
+                                temperature=a.temperature)
+    print(f"{a.DEV} port {a.PORT} module: {', '.join(changed)}")
 
 
 def _chardev(a: argparse.Namespace, remove: bool) -> None:

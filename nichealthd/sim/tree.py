@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, cast
 
-from . import adapter, kernel, optics
+from . import adapter, kernel
 from .fsio import PathLike, PortId, SimError, symlink, write_new
 from .pcie import ROOT_PORT, Layout, plan
 from .pcifiles import aer_files, hwmon, rootport_files
@@ -609,7 +609,8 @@ def create(
     nics = resolved_nics(prof)
     _functions(builder, prof, nics)
     adapter.build(top, builder.devices)  # character devices
-    optics.build(top, builder.devices)  # healthy module pages of the Ethernet ports
+    from .optics import build as build_modules
+    build_modules(top, builder.devices)  # healthy module pages of the Ethernet ports
     default_iface = prof.default_route_iface
     _routes(builder, prof, nics)
     write_new(top / BOOT_ID, f"{uuid.uuid4()}\n")
