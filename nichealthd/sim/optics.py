@@ -5,7 +5,7 @@ Each RoCE/Ethernet port with a netdev gets a module whose raw pages are written 
 ETHTOOL_MSG_MODULE_EEPROM_GET): ``page-00-bank-0`` holds the lower memory and upper page 00h
 (256 bytes), every other page its upper 128 bytes (``page-03-bank-0``, ...). A port below
 400 Gb/s gets an SFF-8636 QSFP28 (4 lanes), a faster one a CMIS OSFP (4 media lanes), both
-in the byte layouts of SFF-8636 rev 2.10 and CMIS 5 (offsets as ethtool's qsfp.h and cmis.h
+in the byte layouts of SFF-8636 and CMIS (offsets as ethtool's qsfp.h and cmis.h
 give them), so the daemon's parser (``sources/module_pages.py``) runs end to end. InfiniBand
 ports get none: their IPoIB netdevs do not answer the module call (the module of an IB port
 is read through the RDMA device, not ethtool), so a simulated IB host shows what a real one
@@ -79,7 +79,7 @@ def _thresholds(page: bytearray, offsets: Dict[str, int]) -> None:
 
 
 def sff8636_pages(readings: Dict[str, float]) -> Dict[int, bytes]:
-    """Page 00h (lower + upper, 256 bytes) and upper page 03h of a QSFP28 (SFF-8636 §6)."""
+    """Page 00h (lower + upper, 256 bytes) and upper page 03h of a QSFP28 (SFF-8636)."""
     page0 = bytearray(256)
     page0[0] = page0[128] = SFF8636_ID
     page0[2] = 0x00  # paged memory: page 03h present
@@ -97,7 +97,7 @@ def sff8636_pages(readings: Dict[str, float]) -> Dict[int, bytes]:
 
 
 def cmis_pages(readings: Dict[str, float]) -> Dict[int, bytes]:
-    """Page 00h (lower + upper) and upper pages 01h, 02h, 11h of an OSFP (CMIS 5 §8)."""
+    """Page 00h (lower + upper) and upper pages 01h, 02h, 11h of an OSFP (CMIS)."""
     page0 = bytearray(256)
     page0[0] = page0[128] = OSFP_ID
     page0[2] = 0x00  # paged memory

@@ -8,7 +8,7 @@ not implement, an impossible value or thresholds out of order are ``None`` (not 
 The offsets are the SFF-8636 and CMIS tables as ethtool implements them (``qsfp.h``,
 ``qsfp.c``, ``cmis.h``, ``cmis.c``, ``sff-common.h`` of ethtool 6.x), each checked there:
 
-SFF-8636 (QSFP/QSFP+/QSFP28, identifiers 0x0C, 0x0D, 0x11; SFF-8636 rev 2.10 §6):
+SFF-8636 (QSFP/QSFP+/QSFP28, identifiers 0x0C, 0x0D, 0x11; ethtool cites SFF-8636 rev 2.7):
 
 - lower page: identifier byte 0; status byte 2 bit 2 "Flat_mem" (set: no page 03h, ethtool's
   ``SFF8636_STATUS_PAGE_3_PRESENT`` is that bit); temperature bytes 22-23 (signed, 1/256 °C);
@@ -21,15 +21,19 @@ SFF-8636 (QSFP/QSFP+/QSFP28, identifiers 0x0C, 0x0D, 0x11; SFF-8636 rev 2.10 §6
   temperature 128, voltage 144, Rx power 176, Tx bias 184, Tx power 192.
 
 CMIS (QSFP-DD/OSFP/DSFP and CMIS QSFP+/SFP, identifiers 0x18, 0x19, 0x1B, 0x1E, 0x1F, 0x20;
-CMIS 5.x §8):
+CMIS rev 4-5 as ethtool cites it):
 
 - lower memory: identifier byte 0; byte 2 bit 7 flat memory (no pages 01h/02h/11h);
   temperature 14-15, supply voltage 16-17; byte 88 bits 3-0 the media lane count of the
-  first application (CMIS Table 8-7; 0 or above 8 is taken as 8: bank 0's lanes);
+  first application descriptor (from the CMIS application table; ethtool does not read it,
+  so this one is not checked there; 0 or above 8 is taken as 8: bank 0's lanes). Without
+  it a 4-lane module would show its 4 unused lanes as 0 mW, loss of signal;
 - page 01h byte 160 (``CMIS_DIAG_CHAN_ADVER_OFFSET``): bit 0 Tx bias, bit 1 Tx power, bit 2
-  Rx power monitors implemented; bits 4-3 the Tx bias multiplier (x1, x2, x4: CMIS calls it
-  a multiplier of the 2 µA unit, so it multiplies here; ethtool's ``cmis_tx_bias_mul``
-  shifts right instead; thresholds and readings scale alike, so no verdict depends on it);
+  Rx power monitors implemented; bits 4-3 the Tx bias scaling (00 x1, 01 x2, 10 x4, the
+  mask and values of ethtool's ``CMIS_TX_BIAS_MUL_*``); ethtool's ``cmis_tx_bias_mul``
+  shifts the raw value right by it, this parser multiplies the 2 µA unit by it (the field
+  is a multiplier by its name); thresholds and readings scale alike, so no verdict depends
+  on which is right, only the mA shown;
 - page 02h thresholds (same order): temperature 128, voltage 136, Tx power 176, Tx bias 184,
   Rx power 192 (note: Tx power before Rx power, unlike SFF-8636);
 - page 11h lane monitors, lanes 1-8 of bank 0: Tx power 154, Tx bias 170, Rx power 186.
