@@ -38,6 +38,7 @@ from .format import (
     ports_table,
     status_lines,
 )
+from .optics_view import optics_records, optics_table
 from .transport import (
     DEFAULT_VARLINK_SOCKET,
     EXIT_UNREACHABLE,
@@ -221,6 +222,15 @@ async def cmd_show_pcie(args: argparse.Namespace) -> int:
                    for r in records if r.get("pcie_hops")])
         return EXIT_OK
     return await _show_records(args, "list_devices", pcie_table)
+
+
+async def cmd_show_optics(args: argparse.Namespace) -> int:
+    if args.json:
+        async with session(args) as client:
+            records = await client.list_ports()
+        emit_json(optics_records(records))
+        return EXIT_OK
+    return await _show_records(args, "list_ports", optics_table)
 
 
 async def cmd_show_counters(args: argparse.Namespace) -> int:
@@ -500,6 +510,8 @@ def build_parser() -> argparse.ArgumentParser:
         show_sub)
     add("pcie", cmd_show_pcie, "every PCIe hop from each NIC up to its root port: link as "
         "trained, what both ends support", show_sub)
+    add("optics", cmd_show_optics, "every port's pluggable module: temperature, voltage, "
+        "weakest Rx/Tx lane, bias, reports against the module's thresholds", show_sub)
     counters = add("counters", cmd_show_counters,
                    "error counters of monitored ports: value, last change, threshold, breach",
                    show_sub)

@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable, Dict, List, NoReturn, Optional
 
-from . import adapter, journal, mutate, pcibus, pcifiles, subnet, tree
+from . import adapter, journal, mutate, optics, pcibus, pcifiles, subnet, tree
 from .fsio import SimError
 from .profiles import PROFILES
 
@@ -129,6 +129,10 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("DEV", nargs="?")
     p.add_argument("PORT", nargs="?", type=_port)
     cmd("reboot", "new boot_id, counters zeroed, ports back to the profile's state", "ROOT")
+    p = cmd("set-optics", "rewrite a port's module diagnostics (every lane): Rx power in dBm, "
+            "temperature in °C", "ROOT", "DEV", "PORT")
+    p.add_argument("--rx-power", type=float, metavar="DBM", help="-40 to 8")
+    p.add_argument("--temperature", type=float, metavar="C", help="-40 to 125")
     cmd("remove-device", "an IB device leaves the class directory (dir + class link); its "
         "PCI function stays on the bus (pci-remove takes the card off it)", "ROOT", "DEV")
     cmd("restore-device", "bring a removed IB device back", "ROOT", "DEV")
@@ -307,6 +311,13 @@ def _reboot(a: argparse.Namespace) -> None:
     print(f"boot_id {mutate.reboot(a.ROOT)}")
 
 
+def _set_optics(a: argparse.Namespace) -> None:
+    dev = tree.device(tree.load(Path(a.ROOT)), a.DEV)
+    changed = optics.set_optics(a.ROOT, dev, a.PORT, rx_power=a.rx_power,
+                                temperature=a.temperature)
+    print(f"{a.DEV} port {a.PORT} module: {', '.join(changed)}")
+
+
 def _chardev(a: argparse.Namespace, remove: bool) -> None:
     if a.klass:
         (adapter.remove_class if remove else adapter.restore_class)(a.ROOT, a.klass)
@@ -391,6 +402,7 @@ HANDLERS: Dict[str, Callable[[argparse.Namespace], None]] = {
         _function(a), a.hop, a.width, a.speed, a.upstream_max_speed, a.restore)),
     "aer": _aer,
     "temp": lambda a: print(pcifiles.temperature(_function(a), float(a.CELSIUS), a.crit)),
+    "set-optics": _set_optics,
     "hide-class": lambda a: mutate.hide_class(a.ROOT),
     "chardev-remove": lambda a: _chardev(a, remove=True),
     "chardev-restore": lambda a: _chardev(a, remove=False),

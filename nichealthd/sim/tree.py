@@ -611,6 +611,8 @@ def create(
     nics = resolved_nics(prof)
     _functions(builder, prof, nics)
     adapter.build(top, builder.devices)  # character devices
+    from .optics import build as build_modules
+    build_modules(top, builder.devices)  # healthy module pages of the Ethernet ports
     default_iface = prof.default_route_iface
     _routes(builder, prof, nics)
     write_new(top / BOOT_ID, f"{uuid.uuid4()}\n")

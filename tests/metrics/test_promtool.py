@@ -19,7 +19,7 @@ from typing import Callable
 import pytest
 
 from nichealthd.core.checks import families
-from nichealthd.sim import adapter, journal, mutate, pcifiles, tree
+from nichealthd.sim import adapter, journal, mutate, optics, pcifiles, tree
 
 from .conftest import RunningDaemon, Samples, series
 
@@ -96,6 +96,9 @@ def test_every_series_with_every_family_faulted_passes_promtool(
     adapter.remove_chardev(root, "mlx5_9", "umad", 1)  # character device missing
     mutate.set_port(root, "mlx5_10", 1, operstate="down")  # ACTIVE, netdev down
     mutate.set_rate(root, "mlx5_11", 1, "200")  # below its peers
+    eth = next(d for d in tree.load(root)["devices"]
+               if d["kind"] == "pf" and d["link_layer"] == "Ethernet")
+    optics.set_optics(root, eth, 1, rx_power=-11.0)  # below the module's low warning
     running = daemon(root)
     # Faults that need a baseline first.
     pcifiles.aer(compute_device(root, "mlx5_1"), "fatal")  # NIC and root port total
@@ -118,6 +121,7 @@ def test_every_series_with_every_family_faulted_passes_promtool(
             one(s, "nichealthd_char_device_missing", device="mlx5_9"),
             one(s, "nichealthd_port_health", device="mlx5_10"),  # netdev down: degraded
             one(s, "nichealthd_port_rate_degraded", device="mlx5_11"),
+            one(s, "nichealthd_module_alert", device=eth["name"], monitor="rx_power"),
             one(s, "nichealthd_saturated", device="mlx5_9", counter="symbol_error"),
             one(s, "nichealthd_port_link_flaps", device="mlx5_5"),
             one(s, "nichealthd_threshold_breached", device="mlx5_5", counter="link_downed"),

@@ -1,0 +1,72 @@
+"""``nichealthctl show optics``: each port's pluggable module, from the port records.
+
+The optics family puts its readings in the port records (``module_*`` fields and
+``optics_alerts``, core/checks/optics.py ``port_fields``); this view only picks them out, so
+it reads the same records as ``show ports`` over D-Bus or varlink. Over D-Bus the lanes
+travel as string maps (``aa{ss}``): every value is taken as text or a number alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+from .format import Style, natural_key, port_name, render_table
+
+MODULE_KEYS = ("module_netdev", "module_status", "module_spec", "module_temperature_c",
+               "module_voltage_v", "module_lanes", "optics_alerts")
+
+
+def optics_records(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``--json``: the ports with a module fact, their device, port and module fields."""
+    return [{"device": r.get("device"), "port": r.get("port"),
+             **{k: r[k] for k in MODULE_KEYS if k in r}}
+            for r in sorted(records, key=natural_key) if "module_netdev" in r]
+
+
+def _number(value: Any) -> Optional[float]:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _lanes(record: dict[str, Any], name: str) -> list[float]:
+    """One reading of every lane that has it (``module_lanes``)."""
+    lanes = record.get("module_lanes") or []
+    return [n for n in (_number(lane.get(name)) for lane in lanes if isinstance(lane, dict))
+            if n is not None]
+
+
+def _cell(value: Optional[float], digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def optics_table(records: list[dict[str, Any]], style: Style, width: int = 80) -> list[str]:
+    """One row per port with a module fact: TEMP (°C), VCC (V), the weakest Rx and Tx lane
+    (RX, TX: dBm), the highest bias (BIAS: mA), and STATE: the open reports, ``ok``, or why
+    there is nothing to show. STATE is cut to 22 characters first, then NETDEV, to stay
+    within ``width``."""
+    headers = ("PORT", "NETDEV", "TEMP", "VCC", "RX", "TX", "BIAS", "STATE")
+    rows = []
+    for r in optics_records(records):
+        rx, tx, bias = (_lanes(r, k) for k in ("rx_power_dbm", "tx_power_dbm", "tx_bias_ma"))
+        alerts = [str(a) for a in r.get("optics_alerts") or []]
+        status = str(r.get("module_status", ""))
+        state = ", ".join(alerts) if alerts else ("ok" if status == "ok" else
+                                                  f"n/a: {status}")
+        rows.append((port_name(r), str(r.get("module_netdev", "-")),
+                     _cell(_number(r.get("module_temperature_c")), 1),
+                     _cell(_number(r.get("module_voltage_v")), 2),
+                     _cell(min(rx) if rx else None, 1), _cell(min(tx) if tx else None, 1),
+                     _cell(max(bias) if bias else None, 1), state))
+    if not rows:
+        return ["no module diagnostics known (no port with a netdev, or the optics check is "
+                "off or has not run yet)"]
+
+    def colour(col: int, text: str, padded: str) -> str:
+        if col == 7 and text not in ("ok",) and not text.startswith("n/a"):
+            return style.paint(padded, "red" if "rx_power: low alarm" in text else "yellow")
+        return padded
+
+    return render_table(headers, rows, width, shrink=((7, 22), (1, 8), (7, 12)),
+                        right=(2, 3, 4, 5, 6), colour=colour)

@@ -1,0 +1,227 @@
+"""The optics family's rules, as pure functions of snapshots with an injected clock.
+
+The module facts are the simulator's healthy module (sim/optics.py: thresholds Rx power
++5 / -13 / +2 / -10 dBm, temperature 75 / -5 / 70 / 0 °C) with readings changed, parsed by
+the real parser: the same bytes the daemon reads on a simulated host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Optional
+
+import pytest
+
+from nichealthd.core.checks.link_state import LINK_STATE
+from nichealthd.core.checks.optics import OPTICS, OpticsSection, judge, level
+from nichealthd.core.events import HealthEvent
+from nichealthd.core.modulefacts import RX_POWER, ModuleDiagnostics, PortOptics, Thresholds
+from nichealthd.core.state import SUPPRESSED
+from nichealthd.sim import optics as sim_optics
+from nichealthd.sources import module_pages
+
+from .builders import Runner, at, config, device, host, port
+
+ETH = "Ethernet"
+
+
+def module(rate: str = "100", **readings: float) -> ModuleDiagnostics:
+    values = dict(sim_optics.HEALTHY, **readings)
+    pages = (sim_optics.cmis_pages if rate == "400" else sim_optics.sff8636_pages)(values)
+    upper = {p: (data[128:] if p == 0 else data) for p, data in pages.items()}
+    parsed = module_pages.parse(pages[0][:128], upper)
+    assert parsed is not None
+    return parsed
+
+
+def snap(when: float, facts: dict[str, PortOptics], *, state: str = "4: ACTIVE",
+         phys: str = "5: LinkUp") -> Any:
+    devices = [device(f"mlx5_{i}", pci=f"0000:{0x47 + i:02x}:00.0",
+                      ports=(port(f"mlx5_{i}", layer=ETH, state=state, phys=phys),))
+               for i in range(2)]
+    return replace(host(*devices, when=when), facts={"optics": facts})
+
+
+def facts(rx0: float = -2.0, temp0: float = 40.0, rate: str = "100",
+          **kw: Any) -> dict[str, PortOptics]:
+    return {"mlx5_0_1": PortOptics("eth0", module(rate, rx_power=rx0, temperature=temp0)),
+            "mlx5_1_1": PortOptics("eth1", module(rate))}
+
+
+def optics_events(result: Any) -> list[HealthEvent]:
+    return [e for e in result.events if e.error_code[:1]
+            and e.error_code[0].startswith("optics_")]
+
+
+def brief(events: list[HealthEvent]) -> list[tuple[str, str, bool, bool, str]]:
+    return [(e.check_name, e.error_code[0], e.is_fatal, e.is_healthy,
+             dict(e.entities).get("NIC", "")) for e in events]
+
+
+def test_rx_power_below_the_low_warning_is_one_event_and_one_recovery() -> None:
+    r = Runner(config())
+    assert not optics_events(r.poll(snap(0, facts())))
+    low = optics_events(r.poll(snap(60, facts(rx0=-11.0))))
+    assert brief(low) == [("EthernetDegradationCheck", "optics_rx_power", False, False,
+                           "mlx5_0")]
+    assert low[0].recommended_action == "NONE"
+    assert low[0].message == (
+        "RoCE port mlx5_0 port 1 (eth0): module Rx power -11.00 dBm on lane 1, 2, 3, 4 is "
+        "below the module's low warning threshold (-10.00 dBm)")
+    assert not optics_events(r.poll(snap(120, facts(rx0=-11.2))))  # said once
+    back = optics_events(r.poll(snap(180, facts())))
+    assert brief(back) == [("EthernetDegradationCheck", "optics_rx_power", False, True,
+                            "mlx5_0")]
+    assert not optics_events(r.poll(snap(240, facts())))
+
+
+def test_rx_power_below_the_low_alarm_is_fatal_loss_of_signal() -> None:
+    r = Runner(config())
+    r.poll(snap(0, facts()))
+    warn = optics_events(r.poll(snap(60, facts(rx0=-11.0))))
+    assert [e.is_fatal for e in warn] == [False]
+    alarm = optics_events(r.poll(snap(120, facts(rx0=-20.0))))
+    assert brief(alarm) == [
+        ("EthernetDegradationCheck", "optics_rx_power", False, True, "mlx5_0"),  # leaves warn
+        ("EthernetStateCheck", "optics_rx_power", True, False, "mlx5_0")]
+    assert alarm[1].recommended_action == "REPLACE_VM"
+    assert "low alarm threshold (-13.00 dBm)" in alarm[1].message
+    back = optics_events(r.poll(snap(180, facts())))
+    assert brief(back) == [("EthernetStateCheck", "optics_rx_power", False, True, "mlx5_0")]
+
+
+def test_temperature_warning_and_alarm_are_degradations() -> None:
+    r = Runner(config())
+    r.poll(snap(0, facts()))
+    warm = optics_events(r.poll(snap(60, facts(temp0=72.0))))
+    assert brief(warm) == [("EthernetDegradationCheck", "optics_temperature", False, False,
+                            "mlx5_0")]
+    hot = optics_events(r.poll(snap(120, facts(temp0=80.0))))
+    assert [(e.is_fatal, e.is_healthy) for e in hot] == [(False, True), (False, False)]
+    assert "high alarm" in hot[1].message
+    assert [e.is_healthy for e in optics_events(r.poll(snap(180, facts())))] == [True]
+
+
+def test_rx_power_falling_from_its_own_baseline() -> None:
+    r = Runner(config())
+    r.poll(snap(0, facts()))
+    drop = optics_events(r.poll(snap(60, facts(rx0=-6.0))))  # within the module's limits
+    assert brief(drop) == [("EthernetDegradationCheck", "optics_rx_power_drop", False, False,
+                            "mlx5_0")]
+    assert "fell 4.0 dB below its baseline" in drop[0].message
+    r.restart()  # the baseline survives a restart
+    assert not optics_events(r.poll(snap(120, facts(rx0=-6.0))))
+    back = optics_events(r.poll(snap(180, facts(rx0=-2.5))))
+    assert [(e.error_code[0], e.is_healthy) for e in back] == [("optics_rx_power_drop", True)]
+    assert back[0].message == ("RoCE port mlx5_0 port 1 (eth0): module Rx power is back "
+                               "within 3 dB of its baseline on every lane")
+
+
+def test_the_drop_is_off_at_zero_and_a_threshold_report_replaces_it() -> None:
+    r = Runner(config(opticsRxPowerDrop=0))
+    r.poll(snap(0, facts()))
+    assert not optics_events(r.poll(snap(60, facts(rx0=-8.0))))
+    r = Runner(config())
+    r.poll(snap(0, facts()))
+    assert [e.error_code[0] for e in optics_events(r.poll(snap(60, facts(rx0=-11.0))))] == [
+        "optics_rx_power"]
+
+
+def test_a_cmis_module_is_judged_alike() -> None:
+    r = Runner(config())
+    r.poll(snap(0, facts(rate="400")))
+    low = optics_events(r.poll(snap(60, facts(rx0=-11.0, rate="400"))))
+    assert brief(low) == [("EthernetDegradationCheck", "optics_rx_power", False, False,
+                           "mlx5_0")]
+
+
+def test_ports_without_module_or_thresholds_stay_quiet() -> None:
+    r = Runner(config())
+    bare = replace(module(rx_power=-30.0, temperature=90.0), thresholds={})
+    quiet = {"mlx5_0_1": PortOptics("eth0", reason="no module plugged in"),
+             "mlx5_1_1": PortOptics("eth1", bare)}
+    assert not optics_events(r.poll(snap(0, quiet)))
+    assert not optics_events(r.poll(snap(60, quiet)))
+    assert not optics_events(r.poll(snap(120, {})))
+
+
+def test_what_was_said_is_held_while_the_module_cannot_be_read() -> None:
+    r = Runner(config())
+    r.poll(snap(0, facts()))
+    assert optics_events(r.poll(snap(60, facts(rx0=-11.0))))
+    gone = {"mlx5_0_1": PortOptics("eth0", reason="no module plugged in, or it does not "
+                                               "answer (EIO)")}
+    assert not optics_events(r.poll(snap(120, gone)))
+    section = r.state.section(OPTICS)
+    assert list(section.records) == ["mlx5_0_1/rx_power"]
+
+
+def test_rx_power_is_not_judged_on_an_uncabled_port() -> None:
+    r = Runner(config())
+    down = {"state": "1: DOWN", "phys": "2: Polling"}
+    r.poll(snap(0, facts(), **down))  # down at first sight, no evidence: uncabled
+    links = r.state.section(LINK_STATE)
+    assert links.port_states["mlx5_0_1"].health == SUPPRESSED
+    assert not optics_events(r.poll(snap(60, facts(rx0=-30.0), **down)))
+    hot = optics_events(r.poll(snap(120, facts(rx0=-30.0, temp0=72.0), **down)))
+    assert [e.error_code[0] for e in hot] == ["optics_temperature"]  # the rest is judged
+
+
+def test_the_family_runs_at_its_cadence_and_off_at_zero() -> None:
+    r = Runner(config())
+    r.poll(snap(0, facts()))
+    assert not optics_events(r.poll(snap(30, facts(rx0=-11.0))))  # not due
+    assert optics_events(r.poll(snap(60, facts(rx0=-11.0))))
+    r = Runner(config(opticsInterval=0))
+    r.poll(snap(0, facts()))
+    assert not optics_events(r.poll(snap(60, facts(rx0=-11.0))))
+
+
+@pytest.mark.parametrize("value, expected", [
+    (3.0, "high alarm"), (-1.0, "low alarm"), (2.5, "high warning"), (0.5, "low warning"),
+    (1.0, "ok"), (2.0, "ok"), (0.0, "low warning")])  # on a threshold: not beyond it
+def test_levels(value: float, expected: str) -> None:
+    assert level(value, Thresholds(2.5, 0.0, 2.0, 1.0)) == expected
+
+
+def test_judge_names_the_worst_lane_and_only_lanes_at_that_level() -> None:
+    diag = module()
+    lanes = {RX_POWER: (0.631, 0.02, 0.08, None)}  # -2, -17 (alarm), -10.97 (warning), -
+    found = judge(replace(diag, lanes={**diag.lanes, **lanes}), {}, 3)
+    assert found[RX_POWER].level == "low alarm" and found[RX_POWER].fatal
+    assert "on lane 2 is below" in found[RX_POWER].detail
+
+
+def test_fields_and_series_from_the_picture() -> None:
+    r = Runner(config())
+    r.poll(snap(0, facts()))
+    result = r.poll(snap(60, facts(rx0=-11.0)))
+    picture = result.pictures[OPTICS.id]
+    section: OpticsSection = r.state.section(OPTICS)
+    fields: dict[str, Any] = dict(OPTICS.port_fields(section, picture, ("mlx5_0", 1)))
+    assert fields["module_netdev"] == "eth0" and fields["module_spec"] == "SFF-8636"
+    assert fields["module_lanes"] == [
+        {"lane": n, "rx_power_dbm": -11.0, "tx_power_dbm": -1.0, "tx_bias_ma": 7.5}
+        for n in range(1, 5)]
+    assert fields["module_temperature_c"] == 40.0
+    assert fields["optics_alerts"] == ["rx_power: low warning"]
+    series = {s.name: s for s in OPTICS.series(section, picture)}
+    assert dict(series["module_tx_bias_amperes"].samples)[
+        ("mlx5_0", "1", "eth0", "1")] == pytest.approx(0.0075)
+    rx = dict(series["module_rx_power_dbm"].samples)
+    assert rx[("mlx5_0", "1", "eth0", "1")] == pytest.approx(-11.0, abs=0.01)
+    alerts = dict(series["module_alert"].samples)
+    assert alerts[("mlx5_0", "1", "rx_power")] == 1.0
+    assert sum(alerts.values()) == 1.0 and len(alerts) == 2 * 6  # 2 ports, 6 monitors
+    none: Optional[Any] = OPTICS.port_fields(section, {}, ("mlx5_9", 1))
+    assert none == {}
+
+
+def test_a_renamed_device_keeps_its_records_and_baselines() -> None:
+    r = Runner(config())
+    r.poll(snap(0, facts()))
+    r.poll(snap(60, facts(rx0=-11.0)))
+    section = OPTICS.rename(r.state.section(OPTICS), {"mlx5_0": "mlx5_5"}, at(90))
+    assert list(section.records) == ["mlx5_5_1/rx_power"]
+    assert section.records["mlx5_5_1/rx_power"].device == "mlx5_5"
+    assert "mlx5_5_1/0" in section.baselines and "mlx5_0_1/0" not in section.baselines

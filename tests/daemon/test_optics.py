@@ -1,0 +1,138 @@
+"""The optics family from outside: the real daemon (``--once``) on a simulated RoCE host.
+
+``nichealthd-sim create`` writes a healthy module (real SFF-8636 / CMIS bytes) for every
+RoCE port under ``ROOT/ethtool``; ``set-optics`` changes one port's readings as an operator's
+drill would; each ``--once`` run is a new process, so the optics family is due every run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from ..harness import Lines, NotifySocket, wait_until
+from ..metrics.conftest import free_port, get, parse
+from .conftest import REPO, SimHost
+from .test_service import events, notify  # noqa: F401 (fixture)
+
+
+def sim(*args: str) -> str:
+    proc = subprocess.run([sys.executable, "-m", "nichealthd.sim", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def optics(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e for e in events if e["errorCode"][:1] and e["errorCode"][0].startswith("optics")]
+
+
+def test_rx_power_below_the_modules_low_warning_is_one_event_and_one_recovery(
+        sim_host: Callable[..., SimHost]) -> None:
+    host = sim_host("a100-roce")
+    first = host.once()
+    assert first.returncode == 0, first.stderr
+    assert not optics(first.events)  # healthy modules on every RoCE port: quiet
+    assert "mlx5_1 port 1 module: Rx power -11 dBm" in sim(
+        "set-optics", str(host.root), "mlx5_1", "1", "--rx-power", "-11")
+    run = host.once()
+    events = optics(run.events)
+    assert len(events) == 1, run.events
+    event = events[0]
+    assert (event["checkName"], event["isFatal"], event["isHealthy"], event["errorCode"],
+            event["recommendedAction"]) == (
+        "EthernetDegradationCheck", False, False, ["optics_rx_power"], "NONE")
+    assert {"entityType": "NIC", "entityValue": "mlx5_1"} in event["entitiesImpacted"]
+    assert "below the module's low warning threshold (-10.00 dBm)" in event["message"]
+    assert not optics(host.once().events)  # said once
+    sim("set-optics", str(host.root), "mlx5_1", "1", "--rx-power", "-2")
+    back = optics(host.once().events)
+    assert [(e["isHealthy"], e["errorCode"], e["entitiesImpacted"][0]["entityValue"])
+            for e in back] == [(True, ["optics_rx_power"], "mlx5_1")]
+    state = json.loads(host.state_file.read_text())
+    assert state["optics_open"] == {}
+
+
+def test_a_module_running_hot_is_one_degradation(
+        sim_host: Callable[..., SimHost]) -> None:
+    host = sim_host("a100-roce")
+    sim("set-optics", str(host.root), "mlx5_2", "1", "--temperature", "72")
+    run = host.once()
+    events = optics(run.events)
+    assert [(e["errorCode"], e["isFatal"]) for e in events] == [
+        (["optics_temperature"], False)], run.events
+    assert "temperature 72.0 °C is above the module's high warning threshold (70.0 °C)" \
+        in events[0]["message"]
+
+
+def test_an_infiniband_host_has_no_modules_and_stays_quiet(
+        sim_host: Callable[..., SimHost]) -> None:
+    host = sim_host("dgx-h100")
+    run = host.once()
+    assert run.returncode == 0, run.stderr
+    assert not optics(run.events)
+    proc = subprocess.run([sys.executable, "-m", "nichealthd.sim", "set-optics",
+                           str(host.root), "mlx5_0", "1", "--rx-power", "-11"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "has no module" in proc.stderr
+
+
+def test_show_optics_and_the_module_series_from_a_running_daemon(
+        sim_host: Callable[..., SimHost], notify: NotifySocket,  # noqa: F811
+        tmp_path: Path) -> None:
+    """The records the family's hooks make reach ``nichealthctl show optics`` over varlink
+    and the ``nichealthd_module_*`` series reach /metrics."""
+    host = sim_host("a100-roce")
+    sim("set-optics", str(host.root), "mlx5_1", "1", "--rx-power", "-11")
+    socket_path, metrics = tmp_path / "varlink.sock", f"127.0.0.1:{free_port()}"
+    env = dict(os.environ, NOTIFY_SOCKET=str(notify.path))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nichealthd.runtime.daemon", "--config", str(host.config),
+         "--polling-interval", "200ms", "--varlink-socket", str(socket_path),
+         "--metrics-listen", metrics],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    lines = Lines(proc.stderr)
+    try:
+        wait_until(lambda: bool(optics(events(host))), "the optics event", proc=proc,
+                   detail=lines.tail)
+
+        def ctl(*args: str) -> str:
+            shown = subprocess.run(
+                [sys.executable, "-m", "nichealthd.cli.ctl", f"--varlink={socket_path}",
+                 "show", "optics", *args], cwd=REPO, env=env, capture_output=True,
+                text=True, timeout=60)
+            assert shown.returncode == 0, shown.stderr
+            return shown.stdout
+
+        table = ctl().splitlines()
+        assert all(len(line) <= 80 for line in table), table
+        row = next(line for line in table if line.startswith("mlx5_1/1 "))
+        assert row.split()[4] == "-11.0" and row.endswith("rx_power: low warning")
+        quiet = next(line for line in table if line.startswith("mlx5_2/1 "))
+        assert quiet.endswith(" ok")
+        records = {(r["device"], r["port"]): r for r in json.loads(ctl("--json"))}
+        assert len(records) == 18  # every RoCE port of the host
+        assert [lane["rx_power_dbm"] for lane in records[("mlx5_1", 1)]["module_lanes"]] == \
+            [-11.0] * 4
+        assert records[("mlx5_1", 1)]["optics_alerts"] == ["rx_power: low warning"]
+        status, text = get(f"http://{metrics}/metrics")
+        assert status == 200
+        samples = parse(text)
+        netdev = records[("mlx5_1", 1)]["module_netdev"]
+        assert samples[("nichealthd_module_rx_power_dbm", frozenset(
+            {("device", "mlx5_1"), ("port", "1"), ("netdev", netdev), ("lane", "1")}))] == \
+            pytest.approx(-11.0, abs=0.01)
+        assert samples[("nichealthd_family_up", frozenset({("family", "optics")}))] == 1
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        lines.join()
+        proc.stderr.close()
+    assert proc.returncode == 0, lines.tail(20)
