@@ -179,8 +179,9 @@ class DbusTransport(Transport):
 
     async def _notes(self, queue: asyncio.Queue[Note]) -> AsyncIterator[Note]:
         assert self.bus is not None
+        # (dbus-fast leaves wait_for_disconnect unannotated)
         disconnected = asyncio.ensure_future(
-            self.bus.wait_for_disconnect())  # type: ignore[no-untyped-call]  # dbus-fast's is unannotated
+            self.bus.wait_for_disconnect())  # type: ignore[no-untyped-call]
         try:
             while True:
                 getter = asyncio.ensure_future(queue.get())

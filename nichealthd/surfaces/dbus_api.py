@@ -141,8 +141,8 @@ class DbusService:
             self._last_problem = ""
             bus = self.bus
             try:
-                if bus is not None:
-                    await bus.wait_for_disconnect()  # type: ignore[no-untyped-call]  # dbus-fast's is unannotated
+                if bus is not None:  # (dbus-fast leaves wait_for_disconnect unannotated)
+                    await bus.wait_for_disconnect()  # type: ignore[no-untyped-call]
             except asyncio.CancelledError:
                 raise
             except Exception:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Any, Dict, List, Mapping, Union
+from typing import Any, Dict, List, Mapping, Sequence, Union
 
 from ..core.jsontypes import JsonRecord
 
@@ -185,7 +185,7 @@ def _plain(key: str, signature: str, value: object) -> Plain:
     raise TypeError(f"field {key!r}: {type(value).__name__} is not {signature}")
 
 
-def _items(key: str, value: object) -> Union[list[object], tuple[object, ...]]:
+def _items(key: str, value: object) -> Sequence[object]:
     if isinstance(value, (list, tuple)):
         return value
     raise TypeError(f"field {key!r}: {type(value).__name__} is not a list")
@@ -212,8 +212,9 @@ def to_variants(record: JsonRecord) -> VariantRecord:
     return out
 
 
-# Any: the values are the library's ``Variant.value`` (typed Any by dbus-fast, whatever the
-# signature held); nichealthctl reads them as ``object`` and narrows (cli/dbus_transport.py).
+# The values are the library's ``Variant.value``, which dbus-fast leaves untyped (whatever
+# the signature held; the tests compare them as they are); nichealthctl reads them as
+# ``object`` and narrows each one (cli/transport.py ClientRecord, cli/format.py).
 def from_variants(record: Mapping[str, object]) -> Dict[str, Any]:
     """``a{sv}`` as received back into plain Python values."""
     return {key: (value.value if isinstance(value, Variant) else value)

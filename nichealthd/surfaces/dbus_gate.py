@@ -38,10 +38,10 @@ REFUSED_LOG_SECONDS = 60.0  # at most one line per minute about clients over the
 MAX_WRITER_BACKLOG = 32  # replies waiting for the bus socket; beyond, calls wait (memory)
 BUS_DRIVER = "org.freedesktop.DBus"
 BUS_DRIVER_PATH = "/org/freedesktop/DBus"
+UID_TIMEOUT = 5.0  # seconds the bus gets to say who a client is
 # What a message handler returns to the library: a reply for it to send, True when the call
 # is taken here, False for its own dispatch to answer.
 HandlerReply = Union[Message, bool]
-UID_TIMEOUT = 5.0  # seconds the bus gets to say who a client is
 
 
 def _wants_reply(call: Message) -> bool:
