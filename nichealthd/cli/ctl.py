@@ -19,19 +19,33 @@ import os
 import sys
 import time
 from datetime import datetime, timezone
-from typing import Any, AsyncIterator, Callable, NoReturn, Optional, Sequence
+from typing import (
+    AsyncContextManager,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    List,
+    NoReturn,
+    Optional,
+    Sequence,
+    Union,
+)
 
 from .. import __version__
 from ..core.config import DEFAULT_CONFIG_PATH, ConfigError
 from ..core.duration import parse_duration
+from ..core.jsontypes import JsonRecord
 from ..sources.config_file import load_config
 from .format import (
     NO_DEVICES,
     BaselineFilter,
     Style,
+    as_int,
     counters_table,
     devices_table,
     event_line,
+    items,
     no_events_line,
     output_width,
     pcie_table,
@@ -42,7 +56,9 @@ from .optics_view import optics_records, optics_table
 from .transport import (
     DEFAULT_VARLINK_SOCKET,
     EXIT_UNREACHABLE,
+    ClientRecord,
     CtlError,
+    Note,
     Transport,
     connect,
 )
@@ -58,20 +74,24 @@ UNIT = "nichealthd.service"
 CHECK_LABELS = {EXIT_OK: "OK", EXIT_DEGRADED: "WARNING", EXIT_FATAL: "CRITICAL",
                 EXIT_UNREACHABLE: "UNKNOWN"}
 MAX_PROBLEMS = 5
+# A command: its exit status, or a coroutine that gives it (main runs it).
+Command = Callable[[argparse.Namespace], Union[int, Awaitable[int]]]
+# A table of records as format.py draws it (width: the terminal's, or WIDE).
+Table = Callable[[Sequence[JsonRecord], Style, int], List[str]]
 
-def session(args: argparse.Namespace) -> Any:
+def session(args: argparse.Namespace) -> AsyncContextManager[Transport]:
     """The transport of this command line: ``--varlink[=SOCKET]``, else D-Bus (--bus),
     falling back to varlink when the bus cannot be reached."""
     return connect(getattr(args, "varlink", None), args.bus, args.timeout)
 
 
-def run(coro: Any) -> int:
+def run(coro: Coroutine[object, object, int]) -> int:
     return int(asyncio.run(coro))
 
 
 # ------------------------------------------------------------------- helpers
 
-def emit_json(data: Any) -> None:
+def emit_json(data: object) -> None:
     print(json.dumps(data, indent=2))
 
 
@@ -88,7 +108,7 @@ def _width(args: argparse.Namespace) -> int:
     return WIDE if getattr(args, "wide", False) else output_width(sys.stdout)
 
 
-def counter_json(record: dict[str, Any]) -> dict[str, Any]:
+def counter_json(record: JsonRecord) -> dict[str, object]:
     """Absent values are null in JSON (``value`` is int or null, DESIGN §2.7), after the
     others (D-Bus cannot carry null: it leaves them out; varlink sends them in place)."""
     out = {key: value for key, value in record.items() if value is not None}
@@ -124,7 +144,7 @@ def seconds_since(timestamp: str) -> Optional[float]:
     return max((datetime.now(timezone.utc) - moment).total_seconds(), 0.0)
 
 
-def systemd_unit_state(run_dir: str = SYSTEMD_RUN_DIR) -> dict[str, Any]:
+def systemd_unit_state(run_dir: str = SYSTEMD_RUN_DIR) -> dict[str, object]:
     """The unit's state through pystemd when systemd runs; says plainly when it does not."""
     if not os.path.isdir(run_dir):
         return {"running": False, "summary": "systemd is not running on this host"}
@@ -138,10 +158,10 @@ def systemd_unit_state(run_dir: str = SYSTEMD_RUN_DIR) -> dict[str, Any]:
         unit = Unit(UNIT.encode())
         unit.load()
 
-        def text(value: Any) -> str:
+        def text(value: object) -> str:  # pystemd's properties are bytes
             return value.decode() if isinstance(value, bytes) else str(value)
 
-        info = {
+        info: dict[str, object] = {
             "running": True, "unit": UNIT,
             "load_state": text(unit.Unit.LoadState),
             "active_state": text(unit.Unit.ActiveState),
@@ -179,11 +199,12 @@ async def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def _show_records(args: argparse.Namespace, method: str,
-                        table: Callable[..., list[str]]) -> int:
+async def _show_records(args: argparse.Namespace,
+                        fetch: Callable[[Transport], Awaitable[List[ClientRecord]]],
+                        table: Table) -> int:
     """Shared body of ``show ports`` / ``show devices``: one list call, JSON or a table."""
     async with session(args) as client:
-        records = await getattr(client, method)()
+        records = await fetch(client)
     if args.json:
         emit_json(records)
     else:
@@ -201,7 +222,7 @@ async def cmd_show_ports(args: argparse.Namespace) -> int:
             return EXIT_OK
         print_lines(ports_table(records, _style(), _width(args)))
         return EXIT_OK
-    return await _show_records(args, "list_ports", ports_table)
+    return await _show_records(args, lambda client: client.list_ports(), ports_table)
 
 
 async def cmd_show_devices(args: argparse.Namespace) -> int:
@@ -211,7 +232,7 @@ async def cmd_show_devices(args: argparse.Namespace) -> int:
         # No device present, missing, held or lost: one line, not a bare header.
         print_lines(devices_table(records, _style(), _width(args)) if records else [NO_DEVICES])
         return EXIT_OK
-    return await _show_records(args, "list_devices", devices_table)
+    return await _show_records(args, lambda client: client.list_devices(), devices_table)
 
 
 async def cmd_show_pcie(args: argparse.Namespace) -> int:
@@ -221,7 +242,7 @@ async def cmd_show_pcie(args: argparse.Namespace) -> int:
         emit_json([{"device": r.get("device"), "pcie_hops": r.get("pcie_hops") or []}
                    for r in records if r.get("pcie_hops")])
         return EXIT_OK
-    return await _show_records(args, "list_devices", pcie_table)
+    return await _show_records(args, lambda client: client.list_devices(), pcie_table)
 
 
 async def cmd_show_optics(args: argparse.Namespace) -> int:
@@ -230,7 +251,7 @@ async def cmd_show_optics(args: argparse.Namespace) -> int:
             records = await client.list_ports()
         emit_json(optics_records(records))
         return EXIT_OK
-    return await _show_records(args, "list_ports", optics_table)
+    return await _show_records(args, lambda client: client.list_ports(), optics_table)
 
 
 async def cmd_show_counters(args: argparse.Namespace) -> int:
@@ -246,7 +267,7 @@ async def cmd_show_counters(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _event_json(record: dict[str, Any]) -> dict[str, Any]:
+def _event_json(record: JsonRecord) -> dict[str, object]:
     return dict(record)
 
 
@@ -264,7 +285,7 @@ async def cmd_events(args: argparse.Namespace) -> int:
             events, notes = await client.follow(history)
         else:
             events = await client.list_events(history) if history is not None else []
-        last_seq = int(events[-1]["seq"]) if events else 0
+        last_seq = as_int(events[-1]["seq"]) if events else 0
         hidden = 0
         if not args.all:
             kept = [e for e in events if not baselines.is_baseline(e)]
@@ -287,14 +308,14 @@ async def cmd_events(args: argparse.Namespace) -> int:
         return await _follow(client, notes, last_seq, args.json, style, width, shown)
 
 
-def _print_event(event: dict[str, Any], as_json: bool, style: Style, width: int) -> None:
+def _print_event(event: JsonRecord, as_json: bool, style: Style, width: int) -> None:
     if as_json:  # --follow --json: one object per line, so it can stream
         print(json.dumps(_event_json(event)), flush=True)
     else:
         print(event_line(event, style, width), flush=True)
 
 
-async def _follow(client: Transport, notes: AsyncIterator[Any], last_seq: int, as_json: bool,
+async def _follow(client: Transport, notes: AsyncIterator[Note], last_seq: int, as_json: bool,
                   style: Style, width: int, baselines: Optional[BaselineFilter]) -> int:
     """Print each new event (the boot baselines of a restart too only with --all)."""
     async for kind, value in notes:
@@ -305,7 +326,9 @@ async def _follow(client: Transport, notes: AsyncIterator[Any], last_seq: int, a
             if kind == "back":
                 last_seq = 0  # a restarted daemon may have compacted; never drop its events
             continue
-        seq = int(value.get("seq", 0))
+        if value is None:  # only "left" and "back" come without a record
+            continue
+        seq = as_int(value.get("seq", 0))
         if seq and seq <= last_seq:
             continue
         last_seq = max(last_seq, seq)
@@ -320,10 +343,10 @@ async def cmd_check(args: argparse.Namespace) -> int:
         status = await client.status()
         health = str(status.get("health", ""))
         devices = await client.list_devices() \
-            if not int(status.get("ports_total", 0) or 0) else []
+            if not as_int(status.get("ports_total", 0) or 0) else []
     code = {"healthy": EXIT_OK, "degraded": EXIT_DEGRADED, "fatal": EXIT_FATAL}.get(
         health, EXIT_UNREACHABLE)
-    problems = [str(p) for p in status.get("problems") or []]
+    problems = [str(p) for p in items(status.get("problems"))]
     unmonitored = unmonitored_devices(devices)
     if code == EXIT_OK and unmonitored:
         code = EXIT_DEGRADED
@@ -333,14 +356,14 @@ async def cmd_check(args: argparse.Namespace) -> int:
     if args.json:
         emit_json({"status": CHECK_LABELS[code], "exit": code, "health": health,
                    "summary": line, "problems": problems,
-                   "fatal_ports": list(status.get("fatal_ports") or []),
-                   "degraded_ports": list(status.get("degraded_ports") or [])})
+                   "fatal_ports": items(status.get("fatal_ports")),
+                   "degraded_ports": items(status.get("degraded_ports"))})
     else:
         print(line)
     return code
 
 
-def unmonitored_devices(devices: list[dict[str, Any]]) -> list[str]:
+def unmonitored_devices(devices: Sequence[JsonRecord]) -> list[str]:
     """``mlx5_0 (management: default route)`` for each present device when none is monitored.
 
     A host with no RDMA device at all is OK (nothing to watch); one whose devices are all
@@ -354,14 +377,14 @@ def unmonitored_devices(devices: list[dict[str, Any]]) -> list[str]:
             for d in present]
 
 
-def check_line(code: int, status: dict[str, Any], problems: list[str]) -> str:
+def check_line(code: int, status: JsonRecord, problems: list[str]) -> str:
     """The one line of ``check``: the counts are those of the daemon's health model, the
     same that decided the verdict; the problems name each fatal and degraded port and why."""
-    total = int(status.get("ports_total", 0))
-    healthy = int(status.get("ports_healthy", 0))
-    degraded = int(status.get("ports_degraded", 0))
-    fatal = int(status.get("ports_fatal", 0))
-    uncabled = int(status.get("ports_uncabled", 0))
+    total = as_int(status.get("ports_total", 0))
+    healthy = as_int(status.get("ports_healthy", 0))
+    degraded = as_int(status.get("ports_degraded", 0))
+    fatal = as_int(status.get("ports_fatal", 0))
+    uncabled = as_int(status.get("ports_uncabled", 0))
     perf = f" | healthy={healthy} degraded={degraded} fatal={fatal} ports={total}"
     label = f"NICHEALTH {CHECK_LABELS[code]} - "
     if code == EXIT_OK:
@@ -458,7 +481,7 @@ def build_parser() -> argparse.ArgumentParser:
     # Global options work before or after the command (`nichealthctl show ports --json`):
     # the main parser has the defaults, each command's parser a copy that leaves them alone.
     def global_options(into: argparse.ArgumentParser, defaults: bool) -> None:
-        def default(value: Any) -> Any:
+        def default(value: object) -> object:
             return value if defaults else argparse.SUPPRESS
         into.add_argument("--json", action="store_true", default=default(False),
                           help="print JSON (an array; an object for status, check, reload "
@@ -493,8 +516,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.set_defaults(func=None)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    def add(name: str, func: Callable[..., Any], help_text: str,
-            into: Any = sub) -> argparse.ArgumentParser:
+    def add(name: str, func: Command, help_text: str,
+            into: argparse._SubParsersAction[Parser] = sub) -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = into.add_parser(name, help=help_text,
                                                      description=help_text)
         global_options(p, False)

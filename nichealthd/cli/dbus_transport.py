@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any, AsyncIterator, Dict, List, Optional, Sequence, Tuple
+from typing import AsyncIterator, List, Optional, Sequence, Tuple
 
 from ..surfaces.dbus_common import (
     BUS_NAME,
@@ -29,9 +29,12 @@ from .transport import (
     EXIT_FAILURE,
     EXIT_USAGE,
     BusUnreachable,
+    ClientRecord,
     CtlError,
     Note,
     Transport,
+    record_of,
+    records_of,
 )
 
 _UNREACHABLE_ERRORS = {
@@ -51,7 +54,7 @@ class DbusTransport(Transport):
     def __init__(self, bus: str, timeout: float) -> None:
         self.bus_kind = bus
         self.timeout = timeout
-        self.bus: Optional[Any] = None
+        self.bus: Optional[MessageBus] = None
 
     @property
     def address(self) -> str:
@@ -81,9 +84,9 @@ class DbusTransport(Transport):
         return CtlError(f"cannot reach nichealthd on the {self.bus_kind} bus ({BUS_NAME}): "
                         f"is the daemon running? Try: systemctl status nichealthd")
 
-    async def call(self, member: str, signature: str = "", body: Sequence[Any] = (),
+    async def call(self, member: str, signature: str = "", body: Sequence[object] = (),
                    interface: str = INTERFACE, destination: str = BUS_NAME,
-                   path: str = OBJECT_PATH) -> List[Any]:
+                   path: str = OBJECT_PATH) -> List[object]:
         assert self.bus is not None
         message = Message(destination=destination, path=path, interface=interface,
                           member=member, signature=signature, body=list(body))
@@ -102,7 +105,7 @@ class DbusTransport(Transport):
             raise self._error(member, reply.error_name or "", reply.body)
         return list(reply.body)
 
-    def _error(self, member: str, name: str, body: Sequence[Any]) -> CtlError:
+    def _error(self, member: str, name: str, body: Sequence[object]) -> CtlError:
         text = str(body[0]) if body else name
         if name in _UNREACHABLE_ERRORS:
             return self.unreachable()
@@ -118,24 +121,24 @@ class DbusTransport(Transport):
         return CtlError(f"{member} failed: {name}: {text}", EXIT_FAILURE)
 
     async def records(self, member: str, signature: str = "",
-                      body: Sequence[Any] = ()) -> List[Dict[str, Any]]:
+                      body: Sequence[object] = ()) -> List[ClientRecord]:
         reply = await self.call(member, signature, body)
-        return [from_variants(r) for r in reply[0]]
+        return [from_variants(r) for r in records_of(reply[0], member)]
 
-    async def status(self) -> Dict[str, Any]:
+    async def status(self) -> ClientRecord:
         reply = await self.call("GetStatus")
-        return from_variants(reply[0])
+        return from_variants(record_of(reply[0], "GetStatus"))
 
-    async def list_ports(self) -> List[Dict[str, Any]]:
+    async def list_ports(self) -> List[ClientRecord]:
         return await self.records("ListPorts")
 
-    async def list_devices(self) -> List[Dict[str, Any]]:
+    async def list_devices(self) -> List[ClientRecord]:
         return await self.records("ListDevices")
 
-    async def list_counters(self, device: str, port: int) -> List[Dict[str, Any]]:
+    async def list_counters(self, device: str, port: int) -> List[ClientRecord]:
         return await self.records("ListCounters", "su", [device, port])
 
-    async def list_events(self, limit: int) -> List[Dict[str, Any]]:
+    async def list_events(self, limit: int) -> List[ClientRecord]:
         return await self.records("ListEvents", "u", [limit])
 
     async def reload(self) -> Tuple[bool, str]:
@@ -143,7 +146,7 @@ class DbusTransport(Transport):
         return bool(accepted), str(message)
 
     async def follow(self, history: Optional[int]
-                     ) -> Tuple[List[Dict[str, Any]], AsyncIterator[Note]]:
+                     ) -> Tuple[List[ClientRecord], AsyncIterator[Note]]:
         queue: asyncio.Queue[Note] = asyncio.Queue()
         await self._subscribe(queue)  # before the history: nothing is missed between
         events = await self.list_events(history) if history is not None else []
@@ -159,7 +162,7 @@ class DbusTransport(Transport):
             f"member='NameOwnerChanged',arg0='{BUS_NAME}'",
         )
 
-        def handler(message: Any) -> None:
+        def handler(message: Message) -> None:
             if message.message_type != MessageType.SIGNAL:
                 return
             if message.member == "EventEmitted" and message.interface == INTERFACE:
@@ -176,7 +179,9 @@ class DbusTransport(Transport):
 
     async def _notes(self, queue: asyncio.Queue[Note]) -> AsyncIterator[Note]:
         assert self.bus is not None
-        disconnected = asyncio.ensure_future(self.bus.wait_for_disconnect())
+        # (dbus-fast leaves wait_for_disconnect unannotated)
+        disconnected = asyncio.ensure_future(
+            self.bus.wait_for_disconnect())  # type: ignore[no-untyped-call]
         try:
             while True:
                 getter = asyncio.ensure_future(queue.get())

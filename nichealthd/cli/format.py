@@ -12,9 +12,10 @@ import re
 import shutil
 import textwrap
 from datetime import datetime, timedelta
-from typing import IO, Any, Optional, Sequence, Union
+from typing import IO, Callable, Mapping, Optional, Sequence, Union
 
 from ..core.events import local_clock, parse_timestamp
+from ..core.jsontypes import JsonRecord
 
 ELLIPSIS = "…"
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec")
@@ -61,7 +62,8 @@ def fit(text: str, width: int) -> str:
 
 def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]], width: int = 80,
                  shrink: Sequence[Union[int, tuple[int, int]]] = (), right: Sequence[int] = (),
-                 colour: Optional[Any] = None, gap: int = 2) -> list[str]:
+                 colour: Optional[Callable[[int, str, str], str]] = None,
+                 gap: int = 2) -> list[str]:
     """Columns sized to their content; if the table is wider than ``width``, the columns in
     ``shrink`` (in that order; ``(col, floor)`` to stop a column at ``floor`` characters) are
     cut with an ellipsis. ``colour(col, cell, padded)`` may decorate a padded cell (after
@@ -101,15 +103,58 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]], width: i
     return lines
 
 
+# ------------------------------------------------------------ reading a record
+# The records are the daemon's answers as decoded (JsonRecord: values are ``object``); these
+# read a field as the text or number a cell needs, and a wrong type is a TypeError, as the
+# int()/float() they stand for raise it.
+
+def text(record: JsonRecord, key: str, default: str = "-") -> str:
+    """A text field, ``default`` when absent or empty."""
+    value = record.get(key)
+    return str(value) if value else default
+
+
+def as_int(value: object) -> int:
+    """``int(value)`` of a number (or digits) as a record holds it."""
+    if isinstance(value, (int, float, str)):
+        return int(value)
+    raise TypeError(f"not a number: {type(value).__name__}")
+
+
+def as_float(value: object) -> float:
+    """``float(value)`` of a number as a record holds it."""
+    if isinstance(value, (int, float, str)):
+        return float(value)
+    raise TypeError(f"not a number: {type(value).__name__}")
+
+
+def items(value: object) -> list[object]:
+    """A list field (``[]`` when absent or empty)."""
+    if not value:
+        return []
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    raise TypeError(f"not a list: {type(value).__name__}")
+
+
+def record_list(value: object) -> list[JsonRecord]:
+    """A list of records (``pcie_hops``), ``[]`` when absent or empty."""
+    found = items(value)
+    for item in found:
+        if not isinstance(item, Mapping):
+            raise TypeError(f"not a record: {type(item).__name__}")
+    return [item for item in found if isinstance(item, Mapping)]
+
+
 # ---------------------------------------------------------------------- cells
 
-def natural_key(record: dict[str, Any]) -> tuple[Any, ...]:
+def natural_key(record: JsonRecord) -> tuple[tuple[Union[int, str], ...], int]:
     """mlx5_2 before mlx5_10 (the kernel's numbering, not the alphabet's)."""
     parts = re.split(r"(\d+)", str(record.get("device", "")))
-    return (tuple(int(p) if p.isdigit() else p for p in parts), record.get("port", 0))
+    return (tuple(int(p) if p.isdigit() else p for p in parts), as_int(record.get("port", 0)))
 
 
-def port_name(record: dict[str, Any]) -> str:
+def port_name(record: JsonRecord) -> str:
     return f"{record.get('device', '?')}/{record.get('port', '?')}"
 
 
@@ -123,15 +168,15 @@ def short_link(link_layer: str) -> str:
     return _LINK.get(link_layer, link_layer or "-")
 
 
-def health_column(record: dict[str, Any]) -> str:
+def health_column(record: JsonRecord) -> str:
     """What the HEALTH column says: reported health, ``uncabled``, or ``-`` (not monitored)."""
     if not record.get("monitored"):
         return "-"
-    health = record.get("health") or "unknown"
+    health = text(record, "health", "unknown")
     return "uncabled" if health == "suppressed" else health
 
 
-def counter_state(record: dict[str, Any]) -> str:
+def counter_state(record: JsonRecord) -> str:
     if record.get("value") is None:
         return "absent"
     if record.get("breached"):
@@ -141,11 +186,11 @@ def counter_state(record: dict[str, Any]) -> str:
     return "ok"
 
 
-def _unit(record: dict[str, Any]) -> str:
-    return {"second": "/s", "minute": "/min", "hour": "/h"}.get(record.get("unit", ""), "")
+def _unit(record: JsonRecord) -> str:
+    return {"second": "/s", "minute": "/min", "hour": "/h"}.get(str(record.get("unit", "")), "")
 
 
-def counter_last(record: dict[str, Any]) -> str:
+def counter_last(record: JsonRecord) -> str:
     """Last change: the delta of a delta counter, the rate of a velocity counter."""
     if record.get("type") == "velocity":
         rate = record.get("rate")
@@ -154,7 +199,7 @@ def counter_last(record: dict[str, Any]) -> str:
     return "-" if delta is None else f"+{delta}"
 
 
-def counter_limit(record: dict[str, Any]) -> str:
+def counter_limit(record: JsonRecord) -> str:
     threshold = record.get("threshold", 0)
     text = f"{threshold:g}" if isinstance(threshold, float) else str(threshold)
     return f">{text}{_unit(record)}" if record.get("type") == "velocity" else f">{text}"
@@ -162,28 +207,27 @@ def counter_limit(record: dict[str, Any]) -> str:
 
 # ---------------------------------------------------------------------- tables
 
-def port_reason(record: dict[str, Any]) -> str:
+def port_reason(record: JsonRecord) -> str:
     """Why a monitored port is not healthy (``link_downed breached``), ``-`` when nothing."""
     if not record.get("monitored"):
         return "-"
-    reasons = record.get("reasons") or []
-    return ", ".join(str(r) for r in reasons) or "-"
+    return ", ".join(str(r) for r in items(record.get("reasons"))) or "-"
 
 
-def count_cell(record: dict[str, Any], key: str) -> str:
+def count_cell(record: JsonRecord, key: str) -> str:
     """A per-port count (flaps in the window, blips held down): ``-`` for none."""
     value = record.get(key) or 0
     return str(value) if value else "-"
 
 
-def rate_cell(record: dict[str, Any]) -> str:
+def rate_cell(record: JsonRecord) -> str:
     """``400G``; ``200G!`` when the port runs below its peers (REASON says at what rate)."""
     if not record.get("present", True):
         return "-"
-    return short_rate(record.get("rate", "")) + ("!" if record.get("rate_degraded") else "")
+    return short_rate(text(record, "rate", "")) + ("!" if record.get("rate_degraded") else "")
 
 
-def ports_table(records: list[dict[str, Any]], style: Style, width: int = 80) -> list[str]:
+def ports_table(records: Sequence[JsonRecord], style: Style, width: int = 80) -> list[str]:
     """Every port with its health and its reasons (the daemon's one health model); why
     a port is not monitored below the table. FLAPS counts down/up cycles in the flap window,
     BLIPS the unhealthy states that recovered within the hold-down; a rate below the port's
@@ -195,10 +239,10 @@ def ports_table(records: list[dict[str, Any]], style: Style, width: int = 80) ->
     records = sorted(records, key=natural_key)
     # LINK: EFA for an EFA port (its link layer reads "Unknown").
     rows = [[port_name(r), "EFA" if r.get("adapter") == "efa" else short_link(
-                 r.get("link_layer", "")), r.get("role") or "-",
-             r.get("state") or "?", r.get("phys_state") or "?", rate_cell(r),
+                 text(r, "link_layer", "")), text(r, "role"),
+             text(r, "state", "?"), text(r, "phys_state", "?"), rate_cell(r),
              count_cell(r, "flaps"), count_cell(r, "blips"),
-             r.get("netdev") or "-", health_column(r), port_reason(r)] for r in records]
+             text(r, "netdev"), health_column(r), port_reason(r)] for r in records]
 
     def wider(reason: int) -> bool:  # than ``width`` with REASON cut to ``reason``
         cut = [[*row[:-1], "x" * min(len(row[-1]), reason)] for row in rows]
@@ -234,15 +278,15 @@ def ports_table(records: list[dict[str, Any]], style: Style, width: int = 80) ->
     return lines
 
 
-def devices_table(records: list[dict[str, Any]], style: Style, width: int = 80) -> list[str]:
+def devices_table(records: Sequence[JsonRecord], style: Style, width: int = 80) -> list[str]:
     headers = ("DEVICE", "PCI", "TYPE", "FIRMWARE", "ROLE", "PORTS", "STATE", "NETDEVS")
     records = sorted(records, key=natural_key)
     # TYPE: the HCA type, or the adapter family where there is none (EFA).
-    rows = [(r.get("device", "?"), r.get("pci_address") or "-",
-             r.get("hca_type") or r.get("adapter") or "-",
-             r.get("fw_ver") or "-", r.get("role") or ("-" if r.get("present") else "?"),
+    rows = [(str(r.get("device", "?")), text(r, "pci_address"),
+             text(r, "hca_type", text(r, "adapter")),
+             text(r, "fw_ver"), text(r, "role", "-" if r.get("present") else "?"),
              str(r.get("ports", 0)), _device_state(r),
-             ",".join(r.get("netdevs") or []) or "-") for r in records]
+             ",".join(str(n) for n in items(r.get("netdevs"))) or "-") for r in records]
 
     def colour(col: int, text: str, padded: str) -> str:
         if col == 6 and text in ("MISSING", "LOST"):
@@ -260,7 +304,7 @@ def devices_table(records: list[dict[str, Any]], style: Style, width: int = 80) 
     return lines
 
 
-def _device_notes(r: dict[str, Any]) -> list[str]:
+def _device_notes(r: JsonRecord) -> list[str]:
     """The lines under the table about one device: lost, firmware drift, character devices."""
     notes = []
     if r.get("lost"):
@@ -271,11 +315,11 @@ def _device_notes(r: dict[str, Any]) -> list[str]:
                      f"group's cards of the same model)")
     if r.get("char_devices_missing"):
         notes.append(f"{r.get('device')}: character devices missing: "
-                     f"{', '.join(r['char_devices_missing'])}")
+                     f"{', '.join(str(c) for c in items(r['char_devices_missing']))}")
     return notes
 
 
-def _device_sections(records: list[dict[str, Any]]) -> list[list[str]]:
+def _device_sections(records: Sequence[JsonRecord]) -> list[list[str]]:
     """The paragraphs after the table, each only when it has a line: renames, the PCI side
     of each NIC where it is known, and the kernel log's driver faults."""
     sections = [
@@ -289,11 +333,11 @@ def _device_sections(records: list[dict[str, Any]]) -> list[list[str]]:
     return [section for section in sections if section]
 
 
-def _pci_line(record: dict[str, Any]) -> str:
+def _pci_line(record: JsonRecord) -> str:
     """``PCIe x16 at 32.0 GT/s, AER fatal 0 non-fatal 0 correctable 3, 55.0 °C (crit 105.0)``."""
     parts = []
     if record.get("pcie_link"):
-        degraded = [h for h in record.get("pcie_hops") or [] if h.get("degraded") == "true"]
+        degraded = [h for h in record_list(record.get("pcie_hops")) if h.get("degraded") == "true"]
         parts.append(f"PCIe {record['pcie_link']}"
                      + (f" ({len(degraded)} hop(s) DEGRADED)" if degraded else ""))
     if "aer_dev_fatal" in record or "aer_dev_correctable" in record:
@@ -307,21 +351,22 @@ def _pci_line(record: dict[str, Any]) -> str:
                      f"{record.get('aer_rootport_total_err_cor', '?')}")
     if "temperature_c" in record:
         crit = record.get("temperature_crit_c")
-        parts.append(f"{float(record['temperature_c']):.1f} °C"
-                     + (f" (crit {float(crit):.1f})" if crit is not None else ""))
+        parts.append(f"{as_float(record['temperature_c']):.1f} °C"
+                     + (f" (crit {as_float(crit):.1f})" if crit is not None else ""))
     return ", ".join(parts)
 
 
-def pcie_table(records: list[dict[str, Any]], style: Style, width: int = 80) -> list[str]:
+def pcie_table(records: Sequence[JsonRecord], style: Style, width: int = 80) -> list[str]:
     """``show pcie``: every hop of every NIC, the NIC's own link first."""
     headers = ("DEVICE", "UPSTREAM", "DOWNSTREAM", "LINK", "CAPABLE", "STATE")
     rows = []
     for r in sorted(records, key=natural_key):
-        for hop in r.get("pcie_hops") or []:
-            state = {"true": "DEGRADED", "false": "ok"}.get(hop.get("degraded", ""), "unknown")
-            rows.append((r.get("device", "?"), hop.get("upstream", "?"),
-                         hop.get("downstream", "?"), hop.get("link") or "-",
-                         hop.get("capable") or "-", state))
+        for hop in record_list(r.get("pcie_hops")):
+            state = {"true": "DEGRADED", "false": "ok"}.get(str(hop.get("degraded", "")),
+                                                             "unknown")
+            rows.append((str(r.get("device", "?")), str(hop.get("upstream", "?")),
+                         str(hop.get("downstream", "?")), text(hop, "link"),
+                         text(hop, "capable"), state))
     if not rows:
         return ["no PCIe hops known (no link files, or the PCIe link check is off or has "
                 "not run yet)"]
@@ -332,7 +377,7 @@ def pcie_table(records: list[dict[str, Any]], style: Style, width: int = 80) -> 
     return render_table(headers, rows, width, shrink=(2, 1), colour=colour)
 
 
-def _device_state(record: dict[str, Any]) -> str:
+def _device_state(record: JsonRecord) -> str:
     """present, MISSING, RELOADING while every device is gone in a driver event, or
     LOST for a PCI function without an RDMA device."""
     if record.get("present", True):
@@ -342,12 +387,12 @@ def _device_state(record: dict[str, Any]) -> str:
     return "RELOADING" if record.get("driver_event") else "MISSING"
 
 
-def counters_table(records: list[dict[str, Any]], style: Style, width: int = 80) -> list[str]:
+def counters_table(records: Sequence[JsonRecord], style: Style, width: int = 80) -> list[str]:
     """One block per port (counter names are long; a PORT column would not fit 80)."""
     headers = ("COUNTER", "VALUE", "LAST", "LIMIT", "STATE")
     lines: list[str] = []
     order: list[str] = []
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, list[JsonRecord]] = {}
     for r in sorted(records, key=natural_key):
         key = port_name(r)
         if key not in groups:
@@ -365,7 +410,7 @@ def counters_table(records: list[dict[str, Any]], style: Style, width: int = 80)
         if lines:
             lines.append("")
         lines.append(style.paint(key, "bold"))
-        rows = [(r.get("counter", "?"), "-" if r.get("value") is None else str(r["value"]),
+        rows = [(str(r.get("counter", "?")), "-" if r.get("value") is None else str(r["value"]),
                  counter_last(r), counter_limit(r), counter_state(r)) for r in groups[key]]
         lines.extend("  " + line for line in render_table(
             headers, rows, width - 2, shrink=(0, 1), right=(1, 2), colour=colour))
@@ -375,7 +420,7 @@ def counters_table(records: list[dict[str, Any]], style: Style, width: int = 80)
 MESSAGE_MIN = 30  # below this many columns beside the head, the message goes under it
 
 
-def event_line(event: dict[str, Any], style: Style, width: int = 80) -> str:
+def event_line(event: JsonRecord, style: Style, width: int = 80) -> str:
     """``2026-01-01T00:00:00Z  fatal     Port mlx5_0 port 1: …``; a message longer than the
     room beside the head wraps onto indented lines within ``width`` (never cut: the reason is
     at its end), one event per line with ``--wide``. May hold several lines."""
@@ -408,7 +453,7 @@ BASELINE_MARK = "healthy after reboot"
 BASELINE_WINDOW = timedelta(seconds=1)
 
 
-def is_check_clear(event: dict[str, Any]) -> bool:
+def is_check_clear(event: JsonRecord) -> bool:
     """The check-scoped clear a first poll after a reboot (or without state) starts with."""
     return (bool(event.get("isHealthy")) and not event.get("entitiesImpacted")
             and CLEAR_MARK in str(event.get("message", "")))
@@ -426,7 +471,7 @@ class BaselineFilter:
     def __init__(self) -> None:
         self.starts: list[datetime] = []
 
-    def is_baseline(self, event: dict[str, Any]) -> bool:
+    def is_baseline(self, event: JsonRecord) -> bool:
         if not event.get("isHealthy"):
             return False
         try:
@@ -444,7 +489,7 @@ class BaselineFilter:
             start <= moment <= start + BASELINE_WINDOW for start in self.starts[-16:])
 
 
-def baseline_filter(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def baseline_filter(events: Sequence[JsonRecord]) -> list[JsonRecord]:
     """The events without the boot baselines (see :class:`BaselineFilter`)."""
     baselines = BaselineFilter()
     return [e for e in events if not baselines.is_baseline(e)]
@@ -456,7 +501,7 @@ NO_DEVICES = "no InfiniBand/RoCE devices found"
 Row = tuple[str, str, Optional[str]]  # label, value, colour
 
 
-def status_lines(status: dict[str, Any], systemd: dict[str, Any], style: Style,
+def status_lines(status: JsonRecord, systemd: JsonRecord, style: Style,
                  ago: Optional[float], width: int = 80) -> list[str]:
     """The status block; the fatal and degraded ports are named with their reasons, long
     values are cut to ``width`` (``--wide``/``--json`` for everything)."""
@@ -476,7 +521,7 @@ def status_lines(status: dict[str, Any], systemd: dict[str, Any], style: Style,
                      for label, value, colour in rows]
 
 
-def _ports_summary(status: dict[str, Any]) -> str:
+def _ports_summary(status: JsonRecord) -> str:
     """``12 monitored: 11 healthy, 0 degraded, 1 fatal``, or why there is nothing to count."""
     if status.get("devices_found") is False:
         return "no ports monitored" if status.get("problems") else NO_DEVICES
@@ -490,28 +535,28 @@ def _ports_summary(status: dict[str, Any]) -> str:
     return ports
 
 
-def _health_rows(status: dict[str, Any]) -> list[Row]:
+def _health_rows(status: JsonRecord) -> list[Row]:
     """A driver event in progress, then each problem (red when it names a fatal port)."""
     rows: list[Row] = []
-    reloading = [str(d) for d in status.get("devices_reloading") or []]
+    reloading = [str(d) for d in items(status.get("devices_reloading"))]
     if reloading:
         since = local_clock(str(status.get("reloading_since") or "")) or "?"
         rows.append(("reloading", f"{len(reloading)} devices held by a driver event since "
                      f"{since} (gone, PCI function on the bus: driver unloaded or firmware "
                      f"reset; last health kept): {', '.join(reloading)}", "yellow"))
-    fatal_ports = status.get("fatal_ports") or []
-    for problem in status.get("problems") or []:
+    fatal_ports = [str(p) for p in items(status.get("fatal_ports"))]
+    for problem in items(status.get("problems")):
         text = str(problem)
         fatal = any(text.startswith(p + " ") for p in fatal_ports)
         rows.append(("", text, "red" if fatal else "yellow"))
     return rows
 
 
-def _daemon_rows(status: dict[str, Any], ago: Optional[float]) -> list[Row]:
+def _daemon_rows(status: JsonRecord, ago: Optional[float]) -> list[Row]:
     """The topology, the last poll, the connector, the boot, the start and the config."""
-    interval = float(status.get("polling_interval", 0) or 0)
+    interval = as_float(status.get("polling_interval", 0) or 0)
     every = f"{interval * 1000:g} ms" if interval < 1 else f"{interval:g} s"
-    last = status.get("last_poll") or "never"
+    last = text(status, "last_poll", "never")
     if ago is not None and status.get("last_poll"):
         last += f" ({ago:.1f} s ago)"
     connector = (f"{status.get('connector_state', '?')}; outbox "
@@ -534,12 +579,12 @@ def _daemon_rows(status: dict[str, Any], ago: Optional[float]) -> list[Row]:
     ]
 
 
-def _slurm_rows(status: dict[str, Any]) -> list[Row]:
+def _slurm_rows(status: JsonRecord) -> list[Row]:
     """Slurm draining, where it is on: what it did last, its last error, what it holds."""
     mode = status.get("slurm_mode")
     if not mode or mode == "off":
         return []
-    drained = [str(c) for c in status.get("slurm_drained_for") or []]
+    drained = [str(c) for c in items(status.get("slurm_drained_for"))]
     rows: list[Row] = [("slurm", f"{mode}; " + (f"drained for {len(drained)}: "
                                                  f"{', '.join(drained)}" if drained
                                                  else "no fatal condition open"),
@@ -551,7 +596,7 @@ def _slurm_rows(status: dict[str, Any]) -> list[Row]:
     return rows
 
 
-def _trouble_rows(status: dict[str, Any]) -> list[Row]:
+def _trouble_rows(status: JsonRecord) -> list[Row]:
     """What fails in the poll loop, and a rejected reload."""
     rows: list[Row] = []
     if status.get("poll_error"):

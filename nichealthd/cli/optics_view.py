@@ -8,32 +8,35 @@ travel as string maps (``aa{ss}``): every value is taken as text or a number ali
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
-from .format import Style, natural_key, port_name, render_table
+from ..core.jsontypes import JsonRecord
+from .format import Style, items, natural_key, port_name, render_table
 
 MODULE_KEYS = ("module_netdev", "module_status", "module_spec", "module_temperature_c",
                "module_voltage_v", "module_lanes", "optics_alerts")
 
 
-def optics_records(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def optics_records(records: Sequence[JsonRecord]) -> list[dict[str, object]]:
     """``--json``: the ports with a module fact, their device, port and module fields."""
     return [{"device": r.get("device"), "port": r.get("port"),
              **{k: r[k] for k in MODULE_KEYS if k in r}}
             for r in sorted(records, key=natural_key) if "module_netdev" in r]
 
 
-def _number(value: Any) -> Optional[float]:
+def _number(value: object) -> Optional[float]:
+    if not isinstance(value, (int, float, str)):
+        return None
     try:
         return float(value)
-    except (TypeError, ValueError):
+    except ValueError:
         return None
 
 
-def _lanes(record: dict[str, Any], name: str) -> list[float]:
+def _lanes(record: JsonRecord, name: str) -> list[float]:
     """One reading of every lane that has it (``module_lanes``)."""
-    lanes = record.get("module_lanes") or []
-    return [n for n in (_number(lane.get(name)) for lane in lanes if isinstance(lane, dict))
+    lanes = items(record.get("module_lanes"))
+    return [n for n in (_number(lane.get(name)) for lane in lanes if isinstance(lane, Mapping))
             if n is not None]
 
 
@@ -41,7 +44,7 @@ def _cell(value: Optional[float], digits: int) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def optics_table(records: list[dict[str, Any]], style: Style, width: int = 80) -> list[str]:
+def optics_table(records: Sequence[JsonRecord], style: Style, width: int = 80) -> list[str]:
     """One row per port with a module fact: TEMP (°C), VCC (V), the weakest Rx and Tx lane
     (RX, TX: dBm), the highest bias (BIAS: mA), and STATE: the open reports, ``ok``, or why
     there is nothing to show. STATE is cut to 22 characters first, then NETDEV, to stay
@@ -50,7 +53,7 @@ def optics_table(records: list[dict[str, Any]], style: Style, width: int = 80) -
     rows = []
     for r in optics_records(records):
         rx, tx, bias = (_lanes(r, k) for k in ("rx_power_dbm", "tx_power_dbm", "tx_bias_ma"))
-        alerts = [str(a) for a in r.get("optics_alerts") or []]
+        alerts = [str(a) for a in items(r.get("optics_alerts"))]
         status = str(r.get("module_status", ""))
         state = ", ".join(alerts) if alerts else ("ok" if status == "ok" else
                                                   f"n/a: {status}")

@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from typing import Any, AsyncIterator, Dict, List, Optional, Tuple
+from typing import AsyncIterator, Dict, List, Optional, Tuple
 
+from ..core.jsontypes import JsonRecord
 from ..surfaces.varlink_protocol import encode_call, parse_reply
 
 EXIT_FAILURE, EXIT_UNREACHABLE, EXIT_USAGE = 1, 3, 3
@@ -23,8 +24,11 @@ VARLINK_RECONNECT = 1.0  # seconds between tries while following a daemon that r
 _VARLINK_READ_LIMIT = 1 << 30  # the daemon is trusted; a 4096-NIC ListCounters is large
 
 
+# A record as the daemon answered it (those of nichealthd.core.views): read by key, each value
+# narrowed by its reader (cli/format.py).
+ClientRecord = Dict[str, object]
 # What a follow yields: ("event", record), ("left", None) or ("back", None).
-Note = Tuple[str, Any]
+Note = Tuple[str, Optional[ClientRecord]]
 
 
 class CtlError(Exception):
@@ -38,6 +42,22 @@ class CtlError(Exception):
 
 class BusUnreachable(CtlError):
     """The bus itself cannot be reached (not: the daemon is not on it)."""
+
+
+def record_of(value: object, what: str) -> ClientRecord:
+    """An answer's record; :class:`CtlError` when the daemon sent something else."""
+    if isinstance(value, dict):
+        return value
+    raise CtlError(f"nichealthd answered {what} with {type(value).__name__}, not a record",
+                   EXIT_FAILURE)
+
+
+def records_of(value: object, what: str) -> List[ClientRecord]:
+    """An answer's list of records; :class:`CtlError` when the daemon sent something else."""
+    if not isinstance(value, list):
+        raise CtlError(f"nichealthd answered {what} with {type(value).__name__}, not a list "
+                       f"of records", EXIT_FAILURE)
+    return [record_of(item, what) for item in value]
 
 
 class Transport:
@@ -59,26 +79,26 @@ class Transport:
     async def __aexit__(self, *exc: object) -> None:
         raise NotImplementedError
 
-    async def status(self) -> Dict[str, Any]:
+    async def status(self) -> ClientRecord:
         raise NotImplementedError
 
-    async def list_ports(self) -> List[Dict[str, Any]]:
+    async def list_ports(self) -> List[ClientRecord]:
         raise NotImplementedError
 
-    async def list_devices(self) -> List[Dict[str, Any]]:
+    async def list_devices(self) -> List[ClientRecord]:
         raise NotImplementedError
 
-    async def list_counters(self, device: str, port: int) -> List[Dict[str, Any]]:
+    async def list_counters(self, device: str, port: int) -> List[ClientRecord]:
         raise NotImplementedError
 
-    async def list_events(self, limit: int) -> List[Dict[str, Any]]:
+    async def list_events(self, limit: int) -> List[ClientRecord]:
         raise NotImplementedError
 
     async def reload(self) -> Tuple[bool, str]:
         raise NotImplementedError
 
     async def follow(self, history: Optional[int]
-                     ) -> Tuple[List[Dict[str, Any]], AsyncIterator[Note]]:
+                     ) -> Tuple[List[ClientRecord], AsyncIterator[Note]]:
         """The last ``history`` events (none for None; all kept for 0), then every event
         committed after them, with none skipped between the two."""
         raise NotImplementedError
@@ -93,12 +113,12 @@ class _Link:
         self.reader = reader
         self.writer = writer
 
-    async def send(self, method: str, parameters: Optional[Dict[str, Any]] = None,
+    async def send(self, method: str, parameters: Optional[JsonRecord] = None,
                    more: bool = False) -> None:
         self.writer.write(encode_call(method, parameters, more=more))
         await self.writer.drain()
 
-    async def reply(self) -> Tuple[Optional[str], Dict[str, Any], bool]:
+    async def reply(self) -> Tuple[Optional[str], ClientRecord, bool]:
         data = await self.reader.readuntil(b"\0")
         return parse_reply(data[:-1])
 
@@ -151,8 +171,8 @@ class VarlinkTransport(Transport):
             self.link.close()
             self.link = None
 
-    async def call(self, method: str, parameters: Optional[Dict[str, Any]] = None
-                   ) -> Dict[str, Any]:
+    async def call(self, method: str, parameters: Optional[JsonRecord] = None
+                   ) -> ClientRecord:
         assert self.link is not None
         member = method.rpartition(".")[2]
         try:
@@ -168,7 +188,7 @@ class VarlinkTransport(Transport):
             raise self._error(member, error, answer)
         return answer
 
-    def _error(self, member: str, name: str, parameters: Dict[str, Any]) -> CtlError:
+    def _error(self, member: str, name: str, parameters: ClientRecord) -> CtlError:
         text = str(parameters.get("message") or "")
         prefix = VARLINK_INTERFACE + "."
         if name == prefix + "NotReady":
@@ -186,21 +206,25 @@ class VarlinkTransport(Transport):
     def _method(self, member: str) -> str:
         return f"{VARLINK_INTERFACE}.{member}"
 
-    async def status(self) -> Dict[str, Any]:
-        return dict((await self.call(self._method("GetStatus")))["status"])
+    async def status(self) -> ClientRecord:
+        answer = await self.call(self._method("GetStatus"))
+        return dict(record_of(answer.get("status"), "GetStatus"))
 
-    async def list_ports(self) -> List[Dict[str, Any]]:
-        return list((await self.call(self._method("ListPorts")))["ports"])
+    async def list_ports(self) -> List[ClientRecord]:
+        answer = await self.call(self._method("ListPorts"))
+        return records_of(answer.get("ports"), "ListPorts")
 
-    async def list_devices(self) -> List[Dict[str, Any]]:
-        return list((await self.call(self._method("ListDevices")))["devices"])
+    async def list_devices(self) -> List[ClientRecord]:
+        answer = await self.call(self._method("ListDevices"))
+        return records_of(answer.get("devices"), "ListDevices")
 
-    async def list_counters(self, device: str, port: int) -> List[Dict[str, Any]]:
+    async def list_counters(self, device: str, port: int) -> List[ClientRecord]:
         answer = await self.call(self._method("ListCounters"), {"device": device, "port": port})
-        return list(answer["counters"])
+        return records_of(answer.get("counters"), "ListCounters")
 
-    async def list_events(self, limit: int) -> List[Dict[str, Any]]:
-        return list((await self.call(self._method("ListEvents"), {"limit": limit}))["events"])
+    async def list_events(self, limit: int) -> List[ClientRecord]:
+        answer = await self.call(self._method("ListEvents"), {"limit": limit})
+        return records_of(answer.get("events"), "ListEvents")
 
     async def reload(self) -> Tuple[bool, str]:
         # Reload waits for the daemon to apply the file (at most ~10 s, RELOAD_WAIT there)
@@ -212,7 +236,7 @@ class VarlinkTransport(Transport):
         return bool(answer["accepted"]), str(answer["message"])
 
     async def follow(self, history: Optional[int]
-                     ) -> Tuple[List[Dict[str, Any]], AsyncIterator[Note]]:
+                     ) -> Tuple[List[ClientRecord], AsyncIterator[Note]]:
         # On one connection, ListEvents then WatchEvents: the daemon starts the watch right
         # after the last event of the history answer, so nothing is missed between them.
         events = await self.list_events(history) if history is not None else []
@@ -229,7 +253,7 @@ class VarlinkTransport(Transport):
             except (OSError, asyncio.IncompleteReadError, ValueError):
                 error, answer = "disconnected", {}
             if error is None:
-                yield "event", answer.get("event") or {}
+                yield "event", record_of(answer.get("event") or {}, "WatchEvents")
                 continue
             if error != VARLINK_INTERFACE + ".ShuttingDown" and error != "disconnected":
                 raise self._error("WatchEvents", error, answer)

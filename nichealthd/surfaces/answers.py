@@ -9,14 +9,14 @@ an event as the APIs send it (DESIGN §2.4 plus ``seq`` and ``severity``) and th
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Tuple
 
 from ..storage.store import JournalEntry
 
 
-def event_record(entry: JournalEntry) -> Dict[str, Any]:
+def event_record(entry: JournalEntry) -> Dict[str, object]:
     """An event as the APIs send it: DESIGN §2.4 JSON plus ``seq`` and ``severity``."""
-    record: Dict[str, Any] = {"seq": entry.seq, "severity": entry.event.severity}
+    record: Dict[str, object] = {"seq": entry.seq, "severity": entry.event.severity}
     record.update(entry.event.to_json())
     return record
 

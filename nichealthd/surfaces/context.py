@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional
 
 from ..core.config import Config
 from ..core.evaluate import CycleResult
+from ..core.jsontypes import JsonRecord
 from ..core.model import HostSnapshot
 from ..core.picture import PollPicture
 from ..storage.store import Journal, JournalEntry
@@ -67,7 +68,7 @@ class ServiceContext:
     config: Callable[[], Config]  # the running config (a reload replaces it)
     view: Callable[[], Optional[PollPicture]]  # None before the first completed poll
     stats: Callable[[], PollStats]
-    status: Callable[[], dict[str, Any]]  # the status dict of D-Bus and nichealthctl
+    status: Callable[[], JsonRecord]  # the status dict of D-Bus and nichealthctl
     reload_error: Callable[[], str]  # why the last reload was rejected, "" if it was not
     request_reload: Callable[[], None]
     connector: Callable[[], ConnectorStatus]

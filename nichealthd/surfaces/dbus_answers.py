@@ -12,7 +12,7 @@ they change (events, introspection) are kept across polls.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Callable, Dict, Hashable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ..core.picture import PollPicture
 from ..storage.store import JournalEntry
@@ -25,10 +25,12 @@ from .dbus_common import (
     OBJECT_PATH,
     DBusError,
     Message,
+    MessageBus,
     Variant,
+    VariantRecord,
     to_variants,
 )
-from .dbus_interface import PROPERTIES, SIGNATURES
+from .dbus_interface import PROPERTIES, SIGNATURES, PropValue
 from .dbus_wire import Prepared
 
 REBUILD_FACTOR = 10.0  # an answer is rebuilt at most every 10x its build time
@@ -44,14 +46,14 @@ class DbusAnswers:
     """The answers to read-only calls, from the daemon's picture of the last poll."""
 
     def __init__(self, context: ServiceContext,
-                 props: Callable[[], Mapping[str, Any]]) -> None:
+                 props: Callable[[], Mapping[str, PropValue]]) -> None:
         self.context = context
         self._props = props  # the property values last signalled (dbus_signals.Signals)
         # answers marshalled once per poll: key -> (answer, poll number, built at, build time)
-        self._wire: Dict[Any, Tuple[Prepared, int, float, float]] = {}
+        self._wire: Dict[Hashable, Tuple[Prepared, int, float, float]] = {}
         self._poll_no = 0
-        self._lasting: Dict[Any, Prepared] = {}  # answers whose key says when they change
-        self._event_cache: Dict[int, Dict[str, Any]] = {}
+        self._lasting: Dict[Hashable, Prepared] = {}  # answers whose key says when they change
+        self._event_cache: Dict[int, VariantRecord] = {}
 
     def new_poll(self) -> None:
         """A poll completed: answers of the last one are built again when next asked (a big
@@ -67,7 +69,7 @@ class DbusAnswers:
 
     # ------------------------------------------------------------ the wire
 
-    def is_readonly(self, call: Message, bus: Optional[Any]) -> bool:
+    def is_readonly(self, call: Message, bus: Optional[MessageBus]) -> bool:
         """Calls :meth:`prepared` answers (the library answers a wrong signature)."""
         if call.path != OBJECT_PATH:
             return False
@@ -81,7 +83,7 @@ class DbusAnswers:
         return call.interface == INTROSPECTABLE_IFACE and call.member == "Introspect" and \
             hasattr(bus, "_introspect_export_path")
 
-    def prepared(self, call: Message, bus: Optional[Any]) -> Optional[Prepared]:
+    def prepared(self, call: Message, bus: Optional[MessageBus]) -> Optional[Prepared]:
         """The marshalled answer to a read-only call, built at most once per poll."""
         if call.path != OBJECT_PATH:
             return None
@@ -89,9 +91,9 @@ class DbusAnswers:
         if call.interface in (INTERFACE, None) and member in READ_METHODS:
             if READ_METHODS[member] != signature:
                 return None  # the library answers a wrong signature with its error
-            key: Any = (member, *body)
+            key: Hashable = (member, *body)
             if member == "ListEvents":  # events change only when one is committed
-                key = (member, self._event_limit(int(body[0])),
+                key = (member, self._event_limit(_whole(body[0])),
                        self.context.journal.last_seq)
                 return self._lasting_answer(key, lambda: Prepared.of(
                     "aa{sv}", [self._read_answer(member, body)]))
@@ -115,7 +117,7 @@ class DbusAnswers:
                 "s", [bus._introspect_export_path(OBJECT_PATH).tostring()]))
         return None
 
-    def _wire_answer(self, key: Any, build: Callable[[], Prepared]) -> Prepared:
+    def _wire_answer(self, key: Hashable, build: Callable[[], Prepared]) -> Prepared:
         """Built once per poll; on a big host, where building ListCounters costs tens of ms,
         an answer is also kept until it is REBUILD_FACTOR times its build time old, so
         rebuilding answers never takes more than ~1/REBUILD_FACTOR of the loop."""
@@ -131,7 +133,7 @@ class DbusAnswers:
             self._wire[key] = (prepared, self._poll_no, now, cost)
         return prepared
 
-    def _lasting_answer(self, key: Any, build: Callable[[], Prepared]) -> Prepared:
+    def _lasting_answer(self, key: Hashable, build: Callable[[], Prepared]) -> Prepared:
         """An answer whose key says when it changes (kept across polls; marshalling 1000
         events takes ~9 ms, which polls every 100 ms must not pay for nothing)."""
         prepared = self._lasting.get(key)
@@ -141,28 +143,29 @@ class DbusAnswers:
             prepared = self._lasting[key] = build()
         return prepared
 
-    def _read_answer(self, member: str, body: List[Any]) -> Any:
+    def _read_answer(self, member: str, body: Sequence[object]
+                     ) -> Union[List[VariantRecord], VariantRecord]:
         if member == "ListPorts":
             return self.list_ports()
         if member == "ListDevices":
             return self.list_devices()
         if member == "ListCounters":
-            return self.list_counters(str(body[0]), int(body[1]))
+            return self.list_counters(str(body[0]), _whole(body[1]))
         if member == "ListEvents":
-            return self.list_events(int(body[0]))
+            return self.list_events(_whole(body[0]))
         return self.get_status()
 
     def _event_limit(self, limit: int) -> int:
         size = max(int(self.context.config().event_history_size), 1)
         return min(limit, size) if limit else size
 
-    def _status_key(self) -> Tuple[Any, ...]:
+    def _status_key(self) -> Tuple[Hashable, ...]:
         """What GetStatus depends on between two polls (the connector reports on its own)."""
         connector = self.context.connector()
         return (connector.state, connector.outbox_depth, connector.dead_letters,
                 connector.last_error, self.context.reload_error(), self.context.stats().failing)
 
-    def _prop_variant(self, name: str) -> Any:
+    def _prop_variant(self, name: str) -> Variant:
         return Variant(SIGNATURES[name], self._props()[name])
 
     # ------------------------------------------------------------- answers
@@ -175,13 +178,13 @@ class DbusAnswers:
                             "nichealthd has not completed its first poll yet")
         return picture
 
-    def list_ports(self) -> List[Dict[str, Any]]:
+    def list_ports(self) -> List[VariantRecord]:
         return [to_variants(r) for r in self.picture().ports]
 
-    def list_devices(self) -> List[Dict[str, Any]]:
+    def list_devices(self) -> List[VariantRecord]:
         return [to_variants(r) for r in self.picture().devices]
 
-    def list_counters(self, device: str, port: int) -> List[Dict[str, Any]]:
+    def list_counters(self, device: str, port: int) -> List[VariantRecord]:
         picture = self.picture()
         records = picture.counters(device, port)
         if not records and device:
@@ -190,7 +193,7 @@ class DbusAnswers:
                 raise DBusError(ERROR_PREFIX + problem[0], problem[1])
         return [to_variants(r) for r in records]
 
-    def list_events(self, limit: int) -> List[Dict[str, Any]]:
+    def list_events(self, limit: int) -> List[VariantRecord]:
         size = max(int(self.context.config().event_history_size), 1)
         entries = self.context.journal.history(self._event_limit(limit))
         if len(self._event_cache) > 4 * size:
@@ -198,14 +201,22 @@ class DbusAnswers:
             self._event_cache = {s: v for s, v in self._event_cache.items() if s in keep}
         return [self.event_variants(e) for e in entries]
 
-    def event_variants(self, entry: JournalEntry) -> Dict[str, Any]:
+    def event_variants(self, entry: JournalEntry) -> VariantRecord:
         """An event as ``ListEvents`` and ``EventEmitted`` send it (made once per event)."""
         cached = self._event_cache.get(entry.seq)
         if cached is None:
             cached = self._event_cache[entry.seq] = to_variants(event_record(entry))
         return cached
 
-    def get_status(self) -> Dict[str, Any]:
+    def get_status(self) -> VariantRecord:
         status = dict(self.context.status())
         status["dbus_library"] = DBUS_LIBRARY
         return to_variants(status)
+
+
+def _whole(argument: object) -> int:
+    """An unsigned argument of a read method (the library checked the signature first,
+    :data:`READ_METHODS`)."""
+    if isinstance(argument, int):
+        return argument
+    raise TypeError(f"not an integer argument: {argument!r}")

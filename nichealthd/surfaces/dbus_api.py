@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 from ..core.config import Config
 from .answers import ReloadWaiters
@@ -35,12 +35,13 @@ from .dbus_common import (
     MessageBus,
     NameFlag,
     RequestNameReply,
+    VariantRecord,
     bus_address,
     bus_type,
     harden_writer,
 )
-from .dbus_gate import CallGate
-from .dbus_interface import NicHealthInterface
+from .dbus_gate import CallGate, HandlerReply
+from .dbus_interface import NicHealthInterface, PropValue
 from .dbus_signals import Signals
 
 log = logging.getLogger("nichealthd.dbus")
@@ -62,7 +63,7 @@ class DbusService:
         self.context = context
         self.mode = context.config().dbus
         self.enabled = self.mode != "none"
-        self.bus: Optional[Any] = None
+        self.bus: Optional[MessageBus] = None
         self.interface: Optional[NicHealthInterface] = None
         self.signals = Signals({})
         self.answers = DbusAnswers(context, lambda: self.signals.props)
@@ -140,8 +141,8 @@ class DbusService:
             self._last_problem = ""
             bus = self.bus
             try:
-                if bus is not None:
-                    await bus.wait_for_disconnect()
+                if bus is not None:  # (dbus-fast leaves wait_for_disconnect unannotated)
+                    await bus.wait_for_disconnect()  # type: ignore[no-untyped-call]
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -204,28 +205,28 @@ class DbusService:
         else:
             log.debug("D-Bus API still unavailable: %s (next try in %.0f s)", problem, delay)
 
-    def _on_call(self, call: Message) -> Any:
+    def _on_call(self, call: Message) -> HandlerReply:
         """Every incoming call passes the loop's bus budget first (:mod:`.dbus_gate`)."""
         return self.gate.on_call(call)
 
     # ------------------------------------------------- the interface's members
 
-    def list_ports(self) -> List[Dict[str, Any]]:
+    def list_ports(self) -> List[VariantRecord]:
         return self.answers.list_ports()
 
-    def list_devices(self) -> List[Dict[str, Any]]:
+    def list_devices(self) -> List[VariantRecord]:
         return self.answers.list_devices()
 
-    def list_counters(self, device: str, port: int) -> List[Dict[str, Any]]:
+    def list_counters(self, device: str, port: int) -> List[VariantRecord]:
         return self.answers.list_counters(device, port)
 
-    def list_events(self, limit: int) -> List[Dict[str, Any]]:
+    def list_events(self, limit: int) -> List[VariantRecord]:
         return self.answers.list_events(limit)
 
-    def get_status(self) -> Dict[str, Any]:
+    def get_status(self) -> VariantRecord:
         return self.answers.get_status()
 
-    def prop(self, name: str) -> Any:
+    def prop(self, name: str) -> PropValue:
         return self.signals.props[name]
 
     async def reload(self) -> Tuple[bool, str]:

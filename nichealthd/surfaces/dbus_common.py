@@ -26,7 +26,10 @@ journal sequence number, ``x``) and ``severity`` (healthy|degraded|fatal), so
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+import socket
+from typing import Any, Dict, List, Mapping, Sequence, Union
+
+from ..core.jsontypes import JsonRecord
 
 try:  # dbus-fast is the maintained fork; dbus-next has the same API (Debian, older distros)
     from dbus_fast import (
@@ -73,7 +76,7 @@ __all__ = [
     "BUS_NAME", "OBJECT_PATH", "INTERFACE", "POLICY_FILE", "DBUS_LIBRARY", "BusType",
     "DBusError", "Message", "MessageType", "MessageBus", "NameFlag", "RequestNameReply",
     "Variant", "intr", "PropertyAccess", "ServiceInterface", "dbus_property", "method",
-    "signal", "bus_address", "to_variants", "from_variants", "harden_writer",
+    "signal", "bus_address", "to_variants", "from_variants", "harden_writer", "VariantRecord",
 ]
 
 BUS_NAME = "org.nichealthd.NicHealth1"
@@ -105,20 +108,20 @@ class _RetryingSendSocket:
     for the socket to become writable and continue, which is what it does for short writes.
     """
 
-    def __init__(self, sock: Any) -> None:
+    def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
 
-    def send(self, data: Any, *flags: int) -> int:
+    def send(self, data: Union[bytes, bytearray, memoryview], *flags: int) -> int:
         try:
             return int(self._sock.send(data, *flags))
         except (BlockingIOError, InterruptedError):
             return 0
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:  # the rest is the socket's, for the library
         return getattr(self._sock, name)
 
 
-def harden_writer(bus: Any) -> bool:
+def harden_writer(bus: object) -> bool:
     """Apply :class:`_RetryingSendSocket` to a connected asyncio bus; False if the library's
     writer is not shaped as expected (then nothing is changed)."""
     writer = getattr(bus, "_writer", None)
@@ -130,7 +133,7 @@ def harden_writer(bus: Any) -> bool:
     return True
 
 
-def bus_type(name: str) -> Any:
+def bus_type(name: str) -> BusType:
     """``system`` or ``session`` as the library's BusType."""
     return BusType.SESSION if name == "session" else BusType.SYSTEM
 
@@ -142,7 +145,7 @@ def bus_address(name: str) -> str:
     return os.environ.get("DBUS_SYSTEM_BUS_ADDRESS", SYSTEM_BUS_DEFAULT)
 
 
-def signature_of(key: str, value: Any) -> str:
+def signature_of(key: str, value: object) -> str:
     """The D-Bus signature a record field is sent as (see the module table)."""
     fixed = _FIXED_SIGNATURES.get(key)
     if fixed:
@@ -164,30 +167,55 @@ def signature_of(key: str, value: Any) -> str:
     raise TypeError(f"field {key!r}: no D-Bus mapping for {type(value).__name__}")
 
 
-def _plain(signature: str, value: Any) -> Any:
+Plain = Union[str, int, float, List[str], Dict[str, str], List[Dict[str, str]]]
+
+
+def _plain(key: str, signature: str, value: object) -> Plain:
+    """``value`` as the library marshals ``signature`` (see the module table)."""
     if signature == "as":
-        return [str(v) for v in value]
+        return [str(v) for v in _items(key, value)]
     if signature == "a{ss}":
-        return {str(k): str(v) for k, v in value.items()}
+        return _pairs(key, value)
     if signature == "aa{ss}":
-        return [{str(k): str(v) for k, v in item.items()} for item in value]
-    if signature == "d":
+        return [_pairs(key, item) for item in _items(key, value)]
+    if signature == "d" and isinstance(value, (int, float)):
         return float(value)
-    return value
+    if isinstance(value, (str, int)):  # "s", "b" and "x" (bool is an int)
+        return value
+    raise TypeError(f"field {key!r}: {type(value).__name__} is not {signature}")
 
 
-def to_variants(record: Mapping[str, Any]) -> dict[str, Any]:
+def _items(key: str, value: object) -> Sequence[object]:
+    if isinstance(value, (list, tuple)):
+        return value
+    raise TypeError(f"field {key!r}: {type(value).__name__} is not a list")
+
+
+def _pairs(key: str, value: object) -> Dict[str, str]:
+    if isinstance(value, Mapping):
+        return {str(k): str(v) for k, v in value.items()}
+    raise TypeError(f"field {key!r}: {type(value).__name__} is not a mapping")
+
+
+# A record as the bus carries it (``a{sv}``).
+VariantRecord = Dict[str, Variant]
+
+
+def to_variants(record: JsonRecord) -> VariantRecord:
     """A plain record as ``a{sv}`` (None values are left out)."""
     out = {}
     for key, value in record.items():
         if value is None:
             continue
         sig = signature_of(key, value)
-        out[key] = Variant(sig, _plain(sig, value))
+        out[key] = Variant(sig, _plain(key, sig, value))
     return out
 
 
-def from_variants(record: Mapping[str, Any]) -> dict[str, Any]:
+# The values are the library's ``Variant.value``, which dbus-fast leaves untyped (whatever
+# the signature held; the tests compare them as they are); nichealthctl reads them as
+# ``object`` and narrows each one (cli/transport.py ClientRecord, cli/format.py).
+def from_variants(record: Mapping[str, object]) -> Dict[str, Any]:
     """``a{sv}`` as received back into plain Python values."""
     return {key: (value.value if isinstance(value, Variant) else value)
             for key, value in record.items()}

@@ -15,11 +15,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from typing import Any, Callable, Deque, Dict, List, Optional, Set, Tuple
+from typing import Callable, Deque, Dict, List, Optional, Set, Tuple, Union
 
 from .admission import ROOT_UID
 from .dbus_answers import DbusAnswers
-from .dbus_common import ERROR_PREFIX, DBusError, Message, MessageType
+from .dbus_common import ERROR_PREFIX, DBusError, Message, MessageBus, MessageType
 from .dbus_wire import (
     DRAIN_PERIOD,
     MAX_QUEUED,
@@ -39,6 +39,9 @@ MAX_WRITER_BACKLOG = 32  # replies waiting for the bus socket; beyond, calls wai
 BUS_DRIVER = "org.freedesktop.DBus"
 BUS_DRIVER_PATH = "/org/freedesktop/DBus"
 UID_TIMEOUT = 5.0  # seconds the bus gets to say who a client is
+# What a message handler returns to the library: a reply for it to send, True when the call
+# is taken here, False for its own dispatch to answer.
+HandlerReply = Union[Message, bool]
 
 
 def _wants_reply(call: Message) -> bool:
@@ -48,7 +51,7 @@ def _wants_reply(call: Message) -> bool:
 class CallGate:
     """Admits, queues, answers or refuses the calls of one bus connection's clients."""
 
-    def __init__(self, bus: Callable[[], Optional[Any]], answers: DbusAnswers) -> None:
+    def __init__(self, bus: Callable[[], Optional[MessageBus]], answers: DbusAnswers) -> None:
         self._bus = bus  # the connection serving now (None while there is none)
         self.answers = answers
         self.limiter = CallLimiter()
@@ -66,10 +69,10 @@ class CallGate:
         self._refused_since_log = 0
 
     @property
-    def bus(self) -> Optional[Any]:
+    def bus(self) -> Optional[MessageBus]:
         return self._bus()
 
-    def on_call(self, call: Message) -> Any:
+    def on_call(self, call: Message) -> HandlerReply:
         """The bus connection's message handler (see the module's docstring): True when the
         call is taken here (answered, queued or refused), False for the library to answer."""
         if self.bus is None or call.message_type is not MessageType.METHOD_CALL \
@@ -142,7 +145,7 @@ class CallGate:
             elif self.bus is not None and _wants_reply(call):
                 self.bus.send(limits_exceeded(call, self.limiter))
 
-    def _answer(self, call: Message) -> Any:
+    def _answer(self, call: Message) -> bool:
         # A DBusError here is sent back by the library.
         prepared = self.answers.prepared(call, self.bus)
         if prepared is None:
@@ -151,7 +154,7 @@ class CallGate:
             self.bus.send(PreparedReply(call, prepared))
         return True
 
-    def _refuse(self, call: Message) -> Any:
+    def _refuse(self, call: Message) -> HandlerReply:
         self._note_refused(call.sender)
         return limits_exceeded(call, self.limiter) if _wants_reply(call) else True
 
@@ -169,7 +172,7 @@ class CallGate:
                 if self._writer_full() and now - queued_at <= QUEUE_WAIT:
                     continue  # replies are not leaving: hold the rest (bounded memory)
                 if now - queued_at > QUEUE_WAIT:
-                    reply: Any = self._refuse(call)
+                    reply: HandlerReply = self._refuse(call)
                 elif self.limiter.allow(sender, self._reply_size(call),
                                         self._uids.get(sender) == ROOT_UID):
                     try:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Callable, Dict, List, Optional, Protocol, Tuple, TypeVar
+from typing import Callable, List, Optional, Protocol, Tuple, TypeVar, Union
 
 from .dbus_common import (
     INTERFACE,
     PropertyAccess,
     ServiceInterface,
+    VariantRecord,
     dbus_property,
     intr,
     method,
@@ -26,7 +27,9 @@ from .dbus_common import (
 log = logging.getLogger("nichealthd.dbus")
 
 INTROSPECTION_XML = os.path.join(os.path.dirname(__file__), "org.nichealthd.NicHealth1.xml")
-F = TypeVar("F", bound=Callable[..., Any])
+F = TypeVar("F", bound=Callable[..., object])
+# A property's value: what ``s``, ``t``/``u`` and ``d`` hold (:func:`prop_value`).
+PropValue = Union[str, int, float]
 
 # property name, signature, key of the daemon status (ServiceContext.status)
 PROPERTIES = (
@@ -53,19 +56,19 @@ UNSIGNALLED_PROPERTIES = frozenset({"LastPoll", "PollCount"})
 class Backend(Protocol):
     """What the interface's members delegate to (:class:`~.dbus_api.DbusService`)."""
 
-    def list_ports(self) -> List[Dict[str, Any]]: ...
+    def list_ports(self) -> List[VariantRecord]: ...
 
-    def list_devices(self) -> List[Dict[str, Any]]: ...
+    def list_devices(self) -> List[VariantRecord]: ...
 
-    def list_counters(self, device: str, port: int) -> List[Dict[str, Any]]: ...
+    def list_counters(self, device: str, port: int) -> List[VariantRecord]: ...
 
-    def list_events(self, limit: int) -> List[Dict[str, Any]]: ...
+    def list_events(self, limit: int) -> List[VariantRecord]: ...
 
-    def get_status(self) -> Dict[str, Any]: ...
+    def get_status(self) -> VariantRecord: ...
 
     async def reload(self) -> Tuple[bool, str]: ...
 
-    def prop(self, name: str) -> Any: ...
+    def prop(self, name: str) -> PropValue: ...
 
 
 def dbus_signature(returns: str = "", **params: str) -> Callable[[F], F]:
@@ -76,16 +79,24 @@ def dbus_signature(returns: str = "", **params: str) -> Callable[[F], F]:
     return decorate
 
 
-def prop_value(signature: str, value: Any) -> Any:
+def prop_value(signature: str, value: object) -> PropValue:
     """A status value as the property's D-Bus type holds it."""
     if signature == "d":
-        return float(value or 0.0)
+        return float(_number(value)) if value else 0.0
     if signature in ("t", "u"):
-        return max(int(value or 0), 0)
+        return max(int(_number(value)), 0) if value else 0
     return "" if value is None else str(value)
 
 
-def _load_introspection() -> Optional[Any]:
+def _number(value: object) -> Union[int, float, str]:
+    """A status number as ``float``/``int`` read it; TypeError for anything else, as they
+    raise it."""
+    if isinstance(value, (int, float, str)):
+        return value
+    raise TypeError(f"not a number: {type(value).__name__}")
+
+
+def _load_introspection() -> Optional[intr.Interface]:
     """The documented interface definition (names and doc annotations), or None."""
     try:
         with open(INTROSPECTION_XML, encoding="utf-8") as handle:
@@ -100,48 +111,49 @@ def _load_introspection() -> Optional[Any]:
 class NicHealthInterface(ServiceInterface):
     """``org.nichealthd.NicHealth1``; every member delegates to the service behind it."""
 
-    _documented: Optional[Any] = None
+    _documented: Union[intr.Interface, bool, None] = None  # False: the XML did not load
 
     def __init__(self, service: Backend) -> None:
         super().__init__(INTERFACE)
         self._service = service
 
-    def introspect(self) -> Any:
+    def introspect(self) -> intr.Interface:
         """Serve the documented XML (arg names, doc strings) when it loads."""
         if NicHealthInterface._documented is None:
             NicHealthInterface._documented = _load_introspection() or False
-        return NicHealthInterface._documented or super().introspect()
+        documented = NicHealthInterface._documented
+        return documented if isinstance(documented, intr.Interface) else super().introspect()
 
     # ------------------------------------------------------------- methods
 
     @method()
     @dbus_signature("aa{sv}")
-    def ListPorts(self) -> Any:  # noqa: N802
+    def ListPorts(self) -> List[VariantRecord]:  # noqa: N802
         return self._service.list_ports()
 
     @method()
     @dbus_signature("aa{sv}")
-    def ListDevices(self) -> Any:  # noqa: N802
+    def ListDevices(self) -> List[VariantRecord]:  # noqa: N802
         return self._service.list_devices()
 
     @method()
     @dbus_signature("aa{sv}", device="s", port="u")
-    def ListCounters(self, device: str, port: int) -> Any:  # noqa: N802
+    def ListCounters(self, device: str, port: int) -> List[VariantRecord]:  # noqa: N802
         return self._service.list_counters(device, port)
 
     @method()
     @dbus_signature("aa{sv}", limit="u")
-    def ListEvents(self, limit: int) -> Any:  # noqa: N802
+    def ListEvents(self, limit: int) -> List[VariantRecord]:  # noqa: N802
         return self._service.list_events(limit)
 
     @method()
     @dbus_signature("a{sv}")
-    def GetStatus(self) -> Any:  # noqa: N802
+    def GetStatus(self) -> VariantRecord:  # noqa: N802
         return self._service.get_status()
 
     @method()
     @dbus_signature("bs")
-    async def Reload(self) -> Any:  # noqa: N802
+    async def Reload(self) -> List[Union[bool, str]]:  # noqa: N802
         accepted, message = await self._service.reload()
         return [accepted, message]
 
@@ -150,72 +162,72 @@ class NicHealthInterface(ServiceInterface):
     @signal()
     @dbus_signature("susbs")
     def PortHealthChanged(self, device: str, port: int, health: str, fatal: bool,  # noqa: N802
-                          message: str) -> Any:
+                          message: str) -> List[Union[str, int, bool]]:
         return [device, port, health, fatal, message]
 
     @signal()
     @dbus_signature("a{sv}")
-    def EventEmitted(self, event: Dict[str, Any]) -> Any:  # noqa: N802
+    def EventEmitted(self, event: VariantRecord) -> VariantRecord:  # noqa: N802
         return event
 
     # ---------------------------------------------------------- properties
 
     @dbus_property(access=PropertyAccess.READ)
     @dbus_signature("s")
-    def Version(self) -> Any:  # noqa: N802
-        return self._service.prop("Version")
+    def Version(self) -> str:  # noqa: N802
+        return str(self._service.prop("Version"))
 
     @dbus_property(access=PropertyAccess.READ)
     @dbus_signature("s")
-    def NodeName(self) -> Any:  # noqa: N802
-        return self._service.prop("NodeName")
+    def NodeName(self) -> str:  # noqa: N802
+        return str(self._service.prop("NodeName"))
 
     @dbus_property(access=PropertyAccess.READ)
     @dbus_signature("s")
-    def BootId(self) -> Any:  # noqa: N802
-        return self._service.prop("BootId")
+    def BootId(self) -> str:  # noqa: N802
+        return str(self._service.prop("BootId"))
 
     @dbus_property(access=PropertyAccess.READ)
     @dbus_signature("s")
-    def LastPoll(self) -> Any:  # noqa: N802
-        return self._service.prop("LastPoll")
+    def LastPoll(self) -> str:  # noqa: N802
+        return str(self._service.prop("LastPoll"))
 
     @dbus_property(access=PropertyAccess.READ)
     @dbus_signature("t")
-    def PollCount(self) -> Any:  # noqa: N802
-        return self._service.prop("PollCount")
+    def PollCount(self) -> int:  # noqa: N802
+        return int(self._service.prop("PollCount"))
 
     @dbus_property(access=PropertyAccess.READ)
     @dbus_signature("d")
-    def PollingInterval(self) -> Any:  # noqa: N802
-        return self._service.prop("PollingInterval")
+    def PollingInterval(self) -> float:  # noqa: N802
+        return float(self._service.prop("PollingInterval"))
 
     @dbus_property(access=PropertyAccess.READ)
     @dbus_signature("s")
-    def ConnectorState(self) -> Any:  # noqa: N802
-        return self._service.prop("ConnectorState")
+    def ConnectorState(self) -> str:  # noqa: N802
+        return str(self._service.prop("ConnectorState"))
 
     @dbus_property(access=PropertyAccess.READ)
     @dbus_signature("u")
-    def OutboxDepth(self) -> Any:  # noqa: N802
-        return self._service.prop("OutboxDepth")
+    def OutboxDepth(self) -> int:  # noqa: N802
+        return int(self._service.prop("OutboxDepth"))
 
     @dbus_property(access=PropertyAccess.READ)
     @dbus_signature("u")
-    def DeadLetters(self) -> Any:  # noqa: N802
-        return self._service.prop("DeadLetters")
+    def DeadLetters(self) -> int:  # noqa: N802
+        return int(self._service.prop("DeadLetters"))
 
     @dbus_property(access=PropertyAccess.READ)
     @dbus_signature("s")
-    def Health(self) -> Any:  # noqa: N802
-        return self._service.prop("Health")
+    def Health(self) -> str:  # noqa: N802
+        return str(self._service.prop("Health"))
 
     @dbus_property(access=PropertyAccess.READ)
     @dbus_signature("s")
-    def TopologySource(self) -> Any:  # noqa: N802
-        return self._service.prop("TopologySource")
+    def TopologySource(self) -> str:  # noqa: N802
+        return str(self._service.prop("TopologySource"))
 
     @dbus_property(access=PropertyAccess.READ)
     @dbus_signature("s")
-    def Topology(self) -> Any:  # noqa: N802
-        return self._service.prop("Topology")
+    def Topology(self) -> str:  # noqa: N802
+        return str(self._service.prop("Topology"))

@@ -10,14 +10,15 @@ it, never inferred from an event's message.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Mapping, NamedTuple, Optional, Tuple
+from typing import Dict, Iterable, List, Mapping, NamedTuple, Optional, Tuple
 
 from ..core.events import CODE_PORT_MISSING, CODE_PORT_STATE, ENTITY_NIC, ENTITY_PORT
 from ..core.family import PortId
 from ..core.health import PortHealth
+from ..core.jsontypes import JsonRecord
 from ..core.picture import PollPicture
 from ..storage.store import JournalEntry
-from .dbus_interface import PROPERTIES, UNSIGNALLED_PROPERTIES, prop_value
+from .dbus_interface import PROPERTIES, UNSIGNALLED_PROPERTIES, PropValue, prop_value
 
 _PORT_EVENT_CODES = {CODE_PORT_STATE, CODE_PORT_MISSING}
 
@@ -32,7 +33,7 @@ class PortHealthChanged(NamedTuple):
     message: str
 
 
-def property_values(status: Mapping[str, Any]) -> Dict[str, Any]:
+def property_values(status: JsonRecord) -> Dict[str, PropValue]:
     """Every property's value from the daemon status (:data:`~.dbus_interface.PROPERTIES`)."""
     return {name: prop_value(sig, status.get(key)) for name, sig, key in PROPERTIES}
 
@@ -56,11 +57,11 @@ def port_event_messages(committed: Iterable[JournalEntry]) -> Dict[PortId, str]:
 class Signals:
     """The property values and port health last signalled, and what changed since."""
 
-    def __init__(self, status: Mapping[str, Any]) -> None:
+    def __init__(self, status: JsonRecord) -> None:
         self.props = property_values(status)
         self._ports: Mapping[PortId, PortHealth] = {}
 
-    def properties_changed(self, status: Mapping[str, Any]) -> Dict[str, Any]:
+    def properties_changed(self, status: JsonRecord) -> Dict[str, PropValue]:
         """The signalled properties whose value changed (one PropertiesChanged with only
         those; LastPoll and PollCount are read with Get)."""
         values = property_values(status)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional
+from typing import Callable, Dict, Optional, Sequence
 
 from .dbus_common import Message, MessageType, Variant
 
@@ -57,8 +57,8 @@ class Prepared:
     body: bytes
 
     @classmethod
-    def of(cls, signature: str, body: List[Any]) -> Prepared:
-        return cls(signature, bytes(Marshaller(signature, body).marshall()))
+    def of(cls, signature: str, body: Sequence[object]) -> Prepared:
+        return cls(signature, bytes(Marshaller(signature, list(body)).marshall()))
 
 
 def _wire_body(message: Message, negotiate_unix_fd: bool) -> bytes:

@@ -44,11 +44,14 @@ import os
 import socket
 import stat
 import struct
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple
+from dataclasses import dataclass
+from typing import Callable, Dict, Hashable, List, Optional, Protocol, Set, Tuple
 
 from .. import __version__
 from ..core.config import Config
+from ..core.jsontypes import JsonRecord
 from ..core.picture import PollPicture
+from ..storage.store import JournalEntry
 from .admission import VARLINK_CONNECTIONS, Admission, Caps
 from .answers import ReloadWaiters, event_record
 from .context import CONNECTIONS_VARLINK, PollOutcome, ServiceContext
@@ -92,8 +95,17 @@ LOG_EVERY = 60.0  # at most one line a minute about misbehaving clients
 LISTEN_BACKLOG = 64
 
 
-def peer_credentials(sock: Any) -> Tuple[int, int, int]:
+class PeerSocket(Protocol):
+    """What :func:`peer_credentials` reads: a socket, or the transport's view of one
+    (``asyncio.trsock.TransportSocket``)."""
+
+    def getsockopt(self, level: int, option: int, buflen: int) -> bytes: ...
+
+
+def peer_credentials(sock: Optional[PeerSocket]) -> Tuple[int, int, int]:
     """(pid, uid, gid) of a unix socket's peer (SO_PEERCRED); -1s when unknown."""
+    if sock is None:
+        return -1, -1, -1
     try:
         data = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         pid, uid, gid = struct.unpack("3i", data)
@@ -231,7 +243,15 @@ class _Connection(asyncio.Protocol):
         return f"pid {self.pid} uid {self.uid}" if self.pid >= 0 else "an unknown peer"
 
 
-Handler = Callable[[_Connection, Call], Optional[Dict[str, Any]]]
+Handler = Callable[[_Connection, Call], Optional[JsonRecord]]
+
+
+@dataclass
+class _LogCount:
+    """Misbehaving clients of one kind since the last log line (:meth:`VarlinkService._note`)."""
+
+    count: int = 0
+    logged_at: Optional[float] = None  # the loop's time of the last line
 
 
 class VarlinkService:
@@ -253,12 +273,12 @@ class VarlinkService:
             context.connection_limits.get(CONNECTIONS_VARLINK, MAX_CONNECTIONS)))
         self.idle_timeout = IDLE_TIMEOUT
         self._sweeper: Optional[asyncio.TimerHandle] = None
-        self._cache: Dict[Any, bytes] = {}  # encoded answers of this poll's picture
+        self._cache: Dict[Hashable, bytes] = {}  # encoded answers of this poll's picture
         self._published_seq = context.journal.last_seq
         self.reloads = ReloadWaiters(lambda: context.stats().polls, context.request_reload)
-        self._dropped: Dict[str, Any] = {"count": 0, "logged_at": None}
-        self._refused: Dict[str, Any] = {"count": 0, "logged_at": None}
-        self._idle: Dict[str, Any] = {"count": 0, "logged_at": None}
+        self._dropped = _LogCount()
+        self._refused = _LogCount()
+        self._idle = _LogCount()
         self._handlers: Dict[str, Handler] = {
             "GetStatus": self._get_status,
             "ListPorts": self._list_ports,
@@ -394,18 +414,18 @@ class VarlinkService:
         self._note(self._dropped, f"closed varlink connection(s) that broke the protocol "
                    f"or a limit (latest: {reason})", conn)
 
-    def _note(self, counter: Dict[str, Any], what: str, conn: _Connection,
+    def _note(self, counter: _LogCount, what: str, conn: _Connection,
               level: int = logging.WARNING) -> None:
         """One line at once, then at most one a minute with the count."""
-        counter["count"] += 1
+        counter.count += 1
         now = asyncio.get_running_loop().time()
-        last = counter["logged_at"]
+        last = counter.logged_at
         if last is not None and now - last < LOG_EVERY:
             return
         log.log(level, "%d %s, the latest from %s%s; polling is not affected",
-                counter["count"], what, conn.describe(), "" if last is None else
+                counter.count, what, conn.describe(), "" if last is None else
                 f", in the last {now - last:.0f} s")
-        counter["count"], counter["logged_at"] = 0, now
+        counter.count, counter.logged_at = 0, now
 
     @property
     def connections(self) -> int:
@@ -429,12 +449,12 @@ class VarlinkService:
         interface, member = call.interface, call.member
         if interface == SERVICE_INTERFACE:
             if member == "GetInfo":
-                _parameters(call, {})
+                _parameters(call)
                 return encode_reply({"vendor": VENDOR, "product": PRODUCT,
                                      "version": __version__, "url": URL,
                                      "interfaces": [SERVICE_INTERFACE, INTERFACE]})
             if member == "GetInterfaceDescription":
-                wanted = _parameters(call, {"interface": _string})["interface"]
+                wanted = _string("interface", _parameters(call, "interface").get("interface"))
                 if wanted is None:
                     raise VarlinkError(INVALID_PARAMETER, {"parameter": "interface"})
                 if wanted == INTERFACE:
@@ -462,7 +482,7 @@ class VarlinkService:
                 "message": "nichealthd has not completed its first poll yet"})
         return picture
 
-    def _cached(self, key: Any, build: Callable[[], Dict[str, Any]]) -> bytes:
+    def _cached(self, key: Hashable, build: Callable[[], JsonRecord]) -> bytes:
         """The encoded answer for ``key``, built at most once per poll."""
         answer = self._cache.get(key)
         if answer is None:
@@ -471,40 +491,41 @@ class VarlinkService:
                 self._cache[key] = answer
         return answer
 
-    def _get_status(self, conn: _Connection, call: Call) -> Dict[str, Any]:
-        _parameters(call, {})
+    def _get_status(self, conn: _Connection, call: Call) -> JsonRecord:
+        _parameters(call)
         return {"status": self.context.status()}
 
     def _list_ports(self, conn: _Connection, call: Call) -> None:
-        _parameters(call, {})
+        _parameters(call)
         picture = self._require_picture()
         self._send_cached(conn, call, ("ports",), lambda: {"ports": picture.ports})
 
     def _list_devices(self, conn: _Connection, call: Call) -> None:
-        _parameters(call, {})
+        _parameters(call)
         picture = self._require_picture()
         self._send_cached(conn, call, ("devices",), lambda: {"devices": picture.devices})
 
     def _list_counters(self, conn: _Connection, call: Call) -> None:
-        params = _parameters(call, {"device": _string, "port": _count})
-        device, port = params["device"] or "", params["port"] or 0
+        params = _parameters(call, "device", "port")
+        device = _string("device", params.get("device")) or ""
+        port = _count("port", params.get("port")) or 0
         picture = self._require_picture()
         problem = picture.counters_problem(device, port)
         if problem is not None:
-            details: Dict[str, Any] = {"device": device, "message": problem[1]}
+            details: Dict[str, object] = {"device": device, "message": problem[1]}
             if problem[0] == "UnknownPort":
                 details["port"] = port
             raise VarlinkError(ERROR_PREFIX + problem[0], details)
         self._send_cached(conn, call, ("counters", device, port), lambda: {
             "counters": picture.counters(device, port)})
 
-    def _send_cached(self, conn: _Connection, call: Call, key: Any,
-                     build: Callable[[], Dict[str, Any]]) -> None:
+    def _send_cached(self, conn: _Connection, call: Call, key: Hashable,
+                     build: Callable[[], JsonRecord]) -> None:
         if not call.oneway:
             conn.send(self._cached(key, build))
 
     def _list_events(self, conn: _Connection, call: Call) -> None:
-        limit = _parameters(call, {"limit": _count})["limit"] or 0
+        limit = _count("limit", _parameters(call, "limit").get("limit")) or 0
         journal = self.context.journal
         size = max(int(self.context.config().event_history_size), 1)
         count = min(limit, size) if limit else size
@@ -522,7 +543,7 @@ class VarlinkService:
             conn.send(answer)
 
     def _watch_events(self, conn: _Connection, call: Call) -> None:
-        _parameters(call, {})
+        _parameters(call)
         if call.oneway:
             return None
         if not call.more:
@@ -539,7 +560,7 @@ class VarlinkService:
         return None
 
     def _reload(self, conn: _Connection, call: Call) -> None:
-        _parameters(call, {})
+        _parameters(call)
         if conn.uid != 0:
             raise VarlinkError(ERROR_PREFIX + "PermissionDenied", {
                 "message": "Reload is for root only (try: sudo nichealthctl --varlink "
@@ -567,7 +588,7 @@ class VarlinkService:
 
     # ------------------------------------------------------------ watching
 
-    def _publish(self, committed: List[Any]) -> None:
+    def _publish(self, committed: List[JournalEntry]) -> None:
         if committed:
             self._published_seq = max(self._published_seq, committed[-1].seq)
         if not committed or not self._watchers:
@@ -576,7 +597,7 @@ class VarlinkService:
         for conn in list(self._watchers):
             self._send_events(conn, committed, encoded)
 
-    def _send_events(self, conn: _Connection, entries: List[Any],
+    def _send_events(self, conn: _Connection, entries: List[JournalEntry],
                      encoded: Optional[Dict[int, bytes]] = None) -> None:
         encoded = {} if encoded is None else encoded
         for entry in entries:
@@ -597,13 +618,13 @@ class VarlinkService:
 
 # ------------------------------------------------------------------ helpers
 
-def _string(name: str, value: Any) -> Optional[str]:
+def _string(name: str, value: object) -> Optional[str]:
     if value is None or isinstance(value, str):
         return value
     raise VarlinkError(INVALID_PARAMETER, {"parameter": name})
 
 
-def _count(name: str, value: Any) -> Optional[int]:
+def _count(name: str, value: object) -> Optional[int]:
     """A whole number >= 0 (JSON numbers like 2.0 are accepted, true is not)."""
     if value is None:
         return None
@@ -614,12 +635,13 @@ def _count(name: str, value: Any) -> Optional[int]:
     return value
 
 
-def _parameters(call: Call, fields: Dict[str, Callable[[str, Any], Any]]) -> Dict[str, Any]:
-    """The call's parameters checked against the method's; an unknown one is invalid."""
+def _parameters(call: Call, *names: str) -> Dict[str, object]:
+    """The call's parameters, none but the method's ``names`` (an unknown one is invalid);
+    each is then narrowed by :func:`_string` or :func:`_count`."""
     for name in call.parameters:
-        if name not in fields:
+        if name not in names:
             raise VarlinkError(INVALID_PARAMETER, {"parameter": name})
-    return {name: check(name, call.parameters.get(name)) for name, check in fields.items()}
+    return call.parameters
 
 
 def _bind(path: str) -> socket.socket:

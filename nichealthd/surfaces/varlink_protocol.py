@@ -14,7 +14,9 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
+
+from ..core.jsontypes import JsonRecord
 
 SERVICE_INTERFACE = "org.varlink.service"
 INTERFACE_NOT_FOUND = SERVICE_INTERFACE + ".InterfaceNotFound"
@@ -84,7 +86,8 @@ class Call:
     """One decoded method call."""
 
     method: str  # fully qualified: io.nichealthd.Monitor.ListPorts
-    parameters: Dict[str, Any] = field(default_factory=dict)
+    # as decoded, unchecked: each method narrows its own (varlink.py ``_parameters``)
+    parameters: Dict[str, object] = field(default_factory=dict)
     more: bool = False
     oneway: bool = False
     upgrade: bool = False
@@ -101,10 +104,10 @@ class Call:
 class VarlinkError(Exception):
     """An error answer: its qualified name and parameters."""
 
-    def __init__(self, name: str, parameters: Optional[Mapping[str, Any]] = None) -> None:
+    def __init__(self, name: str, parameters: Optional[JsonRecord] = None) -> None:
         super().__init__(name)
         self.name = name
-        self.parameters: Dict[str, Any] = dict(parameters or {})
+        self.parameters: Dict[str, object] = dict(parameters or {})
 
 
 class Framer:
@@ -146,7 +149,7 @@ class Framer:
 def parse_call(data: bytes) -> Call:
     """A message as a call; :class:`NotACall` says why it is not one."""
     try:
-        message = json.loads(data.decode("utf-8"))
+        message: object = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise NotACall(f"not a JSON message ({type(exc).__name__})") from None
     if not isinstance(message, dict):
@@ -175,27 +178,27 @@ def valid_method_name(method: str) -> bool:
     return bool(_INTERFACE_NAME.match(interface) and _MEMBER_NAME.match(member))
 
 
-def encode(message: Mapping[str, Any]) -> bytes:
+def encode(message: JsonRecord) -> bytes:
     """One message on the wire: compact JSON (UTF-8, no NaN) and its NUL."""
     return json.dumps(message, separators=(",", ":"), ensure_ascii=False,
                       allow_nan=False).encode("utf-8") + b"\0"
 
 
-def encode_reply(parameters: Mapping[str, Any], continues: bool = False) -> bytes:
-    message: Dict[str, Any] = {"parameters": parameters}
+def encode_reply(parameters: JsonRecord, continues: bool = False) -> bytes:
+    message: Dict[str, object] = {"parameters": parameters}
     if continues:
         message["continues"] = True
     return encode(message)
 
 
-def encode_error(name: str, parameters: Optional[Mapping[str, Any]] = None) -> bytes:
+def encode_error(name: str, parameters: Optional[JsonRecord] = None) -> bytes:
     return encode({"error": name, "parameters": dict(parameters or {})})
 
 
-def encode_call(method: str, parameters: Optional[Mapping[str, Any]] = None,
+def encode_call(method: str, parameters: Optional[JsonRecord] = None,
                 more: bool = False, oneway: bool = False) -> bytes:
     """A call as a client sends it (nichealthctl, the tests)."""
-    message: Dict[str, Any] = {"method": method}
+    message: Dict[str, object] = {"method": method}
     if parameters:
         message["parameters"] = dict(parameters)
     if more:
@@ -205,9 +208,10 @@ def encode_call(method: str, parameters: Optional[Mapping[str, Any]] = None,
     return encode(message)
 
 
-def parse_reply(data: bytes) -> Tuple[Optional[str], Dict[str, Any], bool]:
-    """A reply as (error name or None, parameters, continues); ValueError if malformed."""
-    message = json.loads(data.decode("utf-8"))
+def parse_reply(data: bytes) -> Tuple[Optional[str], Dict[str, object], bool]:
+    """A reply as (error name or None, parameters, continues); ValueError if malformed.
+    The parameters are as decoded: the caller narrows each one it reads."""
+    message: object = json.loads(data.decode("utf-8"))
     if not isinstance(message, dict):
         raise ValueError("a reply must be a JSON object")
     error = message.get("error")
