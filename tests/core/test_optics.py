@@ -201,7 +201,7 @@ def test_fields_and_series_from_the_picture() -> None:
     fields: dict[str, Any] = dict(OPTICS.port_fields(section, picture, ("mlx5_0", 1)))
     assert fields["module_netdev"] == "eth0" and fields["module_spec"] == "SFF-8636"
     assert fields["module_lanes"] == [
-        {"lane": n, "rx_power_dbm": -11.0, "tx_power_dbm": -1.0, "tx_bias_ma": 7.5}
+        {"lane": str(n), "rx_power_dbm": "-11.0", "tx_power_dbm": "-1.0", "tx_bias_ma": "7.5"}
         for n in range(1, 5)]
     assert fields["module_temperature_c"] == 40.0
     assert fields["optics_alerts"] == ["rx_power: low warning"]

@@ -407,18 +407,20 @@ class Optics(CheckFamily[OpticsSection, Modules, None]):
 
 
 def lane_records(diagnostics: ModuleDiagnostics) -> list[Json]:
-    """``module_lanes`` of a port record: per lane its Rx and Tx power (dBm) and bias (mA);
-    a reading the module does not give is left out (no nulls: D-Bus has none)."""
+    """``module_lanes`` of a port record: per lane its Rx and Tx power (dBm) and bias (mA),
+    as text like every nested record (``pcie_hops``: D-Bus ``aa{ss}``), so that D-Bus and
+    varlink say the same; a reading the module does not give is left out (no nulls: D-Bus
+    has none)."""
     count = max((len(v) for v in diagnostics.lanes.values()), default=0)
     out: list[Json] = []
     for index in range(count):
-        lane: dict[str, Json] = {"lane": index + 1}
+        lane: dict[str, Json] = {"lane": str(index + 1)}
         for monitor, name in ((RX_POWER, "rx_power_dbm"), (TX_POWER, "tx_power_dbm"),
                               (TX_BIAS, "tx_bias_ma")):
             values = diagnostics.lanes.get(monitor, ())
             value = values[index] if index < len(values) else None
             if value is not None:
-                lane[name] = round(dbm(value) if monitor != TX_BIAS else value, 2)
+                lane[name] = str(round(dbm(value) if monitor != TX_BIAS else value, 2))
         out.append(lane)
     return out
 
