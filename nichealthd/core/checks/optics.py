@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Iterable, Mapping, NamedTuple, Optional
+from typing import Iterable, Mapping, NamedTuple, Optional, Sequence
 
 from ..codec import Section, stored
 from ..config import Config
@@ -119,44 +119,56 @@ def judge(diagnostics: ModuleDiagnostics, baseline: Mapping[int, float], drop_db
     for monitor in MODULE_MONITORS:
         value = diagnostics.module_value(monitor)
         limits = diagnostics.thresholds.get(monitor)
-        if value is None or limits is None:
-            continue
-        found = level(value, limits)
-        out[monitor] = Finding(found, False, _detail(monitor, found, value, limits, ()))
+        if value is not None and limits is not None:
+            found = level(value, limits)
+            out[monitor] = Finding(found, False, _detail(monitor, found, value, limits, ()))
     for monitor in LANE_MONITORS:
-        readings = diagnostics.lanes.get(monitor, ())
         limits = diagnostics.thresholds.get(monitor)
-        if limits is None or (monitor == RX_POWER and not rx_judged):
-            continue
-        judged = [(index, v, level(v, limits)) for index, v in enumerate(readings)
-                  if v is not None]
-        if not judged:
-            continue
-        worst = max(_RANK[found] for _, _, found in judged)
-        hit = [(i, v, found) for i, v, found in judged if _RANK[found] == worst]
-        found = hit[0][2]
-        lanes = tuple(i for i, _, f in hit if f == found)
-        value = hit[0][1]
-        fatal = monitor == RX_POWER and found == LOW_ALARM
-        out[monitor] = Finding(found, fatal, _detail(monitor, found, value, limits, lanes))
+        if limits is not None and (monitor != RX_POWER or rx_judged):
+            finding = _worst_lanes(monitor, diagnostics.lanes.get(monitor, ()), limits)
+            if finding is not None:
+                out[monitor] = finding
     rx_level = out[RX_POWER].level if RX_POWER in out else OK
     if drop_db > 0 and rx_judged and rx_level == OK:  # beyond a threshold: that says it
-        drops = [(index, baseline[index] - dbm(v), v)
-                 for index, v in enumerate(diagnostics.lanes.get(RX_POWER, ()))
-                 if v is not None and index in baseline]
-        if drops:
-            fallen = [d for d in drops if d[1] >= drop_db]
-            if not fallen:
-                out[RX_DROP] = Finding(OK, False, (
-                    f"Rx power is back within {drop_db} dB of its baseline on every lane"))
-            else:
-                index, fall, value = max(fallen, key=lambda d: d[1])
-                which = ", ".join(str(d[0] + 1) for d in fallen)
-                out[RX_DROP] = Finding(DROP, False, (
-                    f"Rx power fell {fall:.1f} dB below its baseline on lane {which}: "
-                    f"{shown(RX_POWER, value)} (baseline {baseline[index]:.2f} dBm, "
-                    f"opticsRxPowerDrop {drop_db} dB)"))
+        drop = _rx_drop(diagnostics.lanes.get(RX_POWER, ()), baseline, drop_db)
+        if drop is not None:
+            out[RX_DROP] = drop
     return out
+
+
+def _worst_lanes(monitor: str, readings: Sequence[Optional[float]], limits: Thresholds
+                 ) -> Optional[Finding]:
+    """The lanes at the worst level of one lane monitor, named together (None: no reading);
+    Rx power below its low alarm is the module's loss of signal: fatal."""
+    judged = [(index, v, level(v, limits)) for index, v in enumerate(readings)
+              if v is not None]
+    if not judged:
+        return None
+    worst = max(_RANK[found] for _, _, found in judged)
+    hit = [(i, v, found) for i, v, found in judged if _RANK[found] == worst]
+    found, value = hit[0][2], hit[0][1]
+    lanes = tuple(i for i, _, f in hit if f == found)
+    fatal = monitor == RX_POWER and found == LOW_ALARM
+    return Finding(found, fatal, _detail(monitor, found, value, limits, lanes))
+
+
+def _rx_drop(readings: Sequence[Optional[float]], baseline: Mapping[int, float],
+             drop_db: int) -> Optional[Finding]:
+    """Rx power against each lane's own baseline (None: no lane has both)."""
+    drops = [(index, baseline[index] - dbm(v), v) for index, v in enumerate(readings)
+             if v is not None and index in baseline]
+    if not drops:
+        return None
+    fallen = [d for d in drops if d[1] >= drop_db]
+    if not fallen:
+        return Finding(OK, False,
+                       f"Rx power is back within {drop_db} dB of its baseline on every lane")
+    index, fall, value = max(fallen, key=lambda d: d[1])
+    which = ", ".join(str(d[0] + 1) for d in fallen)
+    return Finding(DROP, False, (
+        f"Rx power fell {fall:.1f} dB below its baseline on lane {which}: "
+        f"{shown(RX_POWER, value)} (baseline {baseline[index]:.2f} dBm, "
+        f"opticsRxPowerDrop {drop_db} dB)"))
 
 
 def _detail(monitor: str, found: str, value: float, limits: Thresholds,
