@@ -197,3 +197,52 @@ def test_fields_and_series() -> None:
     assert series["phy_corrected_errors_total"].kind == "counter"
     assert [c.reason for c in LINK_BER.conditions(section, picture)] == [
         "pre-FEC BER 1.0e-04: predicted failure"]
+
+
+class Peers:
+    """Five RoCE ports of one model, their counters advancing window by window, each at its
+    own BER."""
+
+    def __init__(self, **overrides: Any) -> None:
+        self.runner = Runner(config(linkBerInterval="60s", **overrides))
+        self.when = 0.0
+        self.counters = {n: [10**12, 5 * 10**6] for n in range(5)}  # received, corrected
+
+    def window(self, bers: list[float]) -> CycleResult:
+        bits = int(RATE * WINDOW)
+        self.when += WINDOW
+        devices, facts = [], {}
+        for n, ber in enumerate(bers):
+            self.counters[n][0] += bits
+            self.counters[n][1] += round(bits * ber)
+            name = f"mlx5_{n}"
+            roce = replace(port(name, 1, layer="Ethernet"), rate="400 Gb/sec (4X NDR)",
+                           netdev=f"eth{n}")
+            devices.append(device(name, f"0000:{0x47 + n:02x}:00.0", ports=(roce,)))
+            facts[f"{name}_1"] = PhyReading(f"eth{n}", {RX_BITS: self.counters[n][0],
+                                                       CORRECTED_BITS: self.counters[n][1]},
+                                            "RS", None)
+        return self.runner.poll(replace(host(*devices, when=self.when), facts={FACT: facts}))
+
+
+def test_a_port_bad_from_its_first_window_is_told_by_its_peers() -> None:
+    """No baseline to rise from and below the limit's fraction (2.4e-5): only the peers
+    (median 1.5e-8) tell that 5e-6 is wrong; one event naming them, one recovery."""
+    peers = Peers()
+    bad = [5e-6, 1e-8, 2e-8, 1e-8, 3e-8]
+    assert ber_events(peers.window(bad)) == []  # the first read: no window yet
+    (event,) = ber_events(peers.window(bad))
+    assert event.entities[0][1] == "mlx5_0" and not event.is_healthy
+    assert not event.is_fatal and "333 times its peers' median 1.5e-08 (linkBerPeerFactor 100)" \
+        in event.message
+    assert ber_events(peers.window(bad)) == []  # told once
+    (back,) = ber_events(peers.window([1e-8] * 5))
+    assert back.is_healthy and back.entities[0][1] == "mlx5_0"
+
+
+def test_peers_judge_nothing_below_their_minimum_or_when_switched_off() -> None:
+    for overrides, bers in (({}, [5e-6, 1e-8, 1e-8]),  # two peers: too few for a median
+                            ({"linkBerPeerFactor": 0}, [5e-6, 1e-8, 1e-8, 1e-8, 1e-8])):
+        peers = Peers(**overrides)
+        for _ in range(3):
+            assert ber_events(peers.window(bers)) == []

@@ -9,10 +9,14 @@ family takes one window per port with a netdev from the ``phy`` fact (``sources/
   (the driver counter or the FEC statistics' corrected bits), no BER;
 - a "predicted failure": one non-fatal event under the layer's degradation check
   (``errorCode`` ``link_ber``, naming the BER and the limit) when the BER reaches
-  ``linkBerLimitPercent`` of the correction limit of the port's FEC, or ``linkBerRiseFactor``
-  times the port's own baseline (and at least :data:`RISE_FLOOR`); one healthy event when
-  neither holds any more. The baseline is the average of the port's windows while it is not
-  raised (an exponential average, weight :data:`BASELINE_WEIGHT`), kept in the state;
+  ``linkBerLimitPercent`` of the correction limit of the port's FEC, ``linkBerRiseFactor``
+  times the port's own baseline, or ``linkBerPeerFactor`` times the median of its peers'
+  (the other ports of the same role, card model, link layer, rate and FEC mode, at least
+  :data:`MIN_PEERS` of them with a BER in the same run: no table, as for the link rate; it
+  finds a port that was bad from its first window, which has no baseline to rise from), the
+  last two at least :data:`RISE_FLOOR`; one healthy event when none holds any more. The
+  baseline is the average of the port's windows while it is not raised (an exponential
+  average, weight :data:`BASELINE_WEIGHT`), kept in the state;
 - post-FEC errors (uncorrectable FEC blocks, ``rx_pcs_symbol_err_phy``) in a window: one
   non-fatal event (``errorCode`` ``link_fec_uncorrectable``), and one healthy event after
   :data:`CLEAN_WINDOWS` windows without any.
@@ -32,9 +36,10 @@ here: only the baseline rule judges them.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Iterable, Mapping, Optional
+from typing import Iterable, Mapping, NamedTuple, Optional, Sequence
 
 from ..codec import Section, stored
 from ..config import Config
@@ -55,6 +60,7 @@ KR4_LIMIT = (5e-5, "RS(528,514) KR4")
 RISE_FLOOR = 1e-9  # below it a rise over the baseline is noise, however many times
 BASELINE_WEIGHT = 0.1
 CLEAN_WINDOWS = 10
+MIN_PEERS = 3  # peers with a BER in the same run, besides the port, for a median to judge by
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,10 @@ class LinkBerSettings(Settings):
     link_ber_rise_factor: int = setting(
         "linkBerRiseFactor", 100, Integer(0, 1_000_000),
         "How many times its own baseline a port's pre-FEC BER may rise before it is a "
+        "predicted failure")
+    link_ber_peer_factor: int = setting(
+        "linkBerPeerFactor", 100, Integer(0, 1_000_000),
+        "How many times the median pre-FEC BER of its peers a port's may be before it is a "
         "predicted failure")
 
 
@@ -183,6 +193,52 @@ def _significant(value: float) -> float:
     return float(f"{value:.3g}")
 
 
+class Window(NamedTuple):
+    """One port's window of one run: what its BER is judged with."""
+
+    port: PortSnapshot
+    layer: str
+    group: tuple[str, ...]  # its peers: role, HCA type, board, link layer, rate, FEC mode
+    sample: Sample
+    old: Optional[Sample]
+    ber: Optional[float]
+    limit: Optional[tuple[float, str]]
+
+
+def peer_medians(windows: Sequence[Window]) -> dict[str, float]:
+    """Port key -> the median BER of its peers in this run (the port itself left out), for
+    the ports of a group with at least :data:`MIN_PEERS` other ports with a BER."""
+    groups: dict[tuple[str, ...], list[Window]] = {}
+    for w in windows:
+        if w.ber is not None:
+            groups.setdefault(w.group, []).append(w)
+    out: dict[str, float] = {}
+    for members in groups.values():
+        if len(members) <= MIN_PEERS:
+            continue
+        for w in members:
+            out[w.port.key] = statistics.median(
+                [m.ber for m in members if m is not w and m.ber is not None])
+    return out
+
+
+def _raised(ber: float, limit: Optional[tuple[float, str]], base: Optional[float],
+            peers: Optional[float], settings: LinkBerSettings) -> list[str]:
+    """Why a window's BER is a predicted failure (empty: it is not)."""
+    why = []
+    if limit is not None and ber >= limit[0] * settings.link_ber_limit_percent / 100:
+        why.append(f"at {settings.link_ber_limit_percent}% or more of the {limit[1]} FEC's "
+                   f"correction limit {limit[0]:.1e}")
+    rise, peer = settings.link_ber_rise_factor, settings.link_ber_peer_factor
+    if rise and base is not None and ber >= RISE_FLOOR and ber >= base * rise:
+        times = f"{ber / base:.0f} times" if base else "above"
+        why.append(f"{times} its baseline {base:.1e} (linkBerRiseFactor {rise})")
+    if peer and peers is not None and ber >= RISE_FLOOR and ber >= peers * peer:
+        times = f"{ber / peers:.0f} times" if peers else "above"
+        why.append(f"{times} its peers' median {peers:.1e} (linkBerPeerFactor {peer})")
+    return why
+
+
 class LinkBer(CheckFamily[LinkBerSection, BerPicture, None]):
     """Each port's pre-FEC BER and post-FEC errors, window by window."""
 
@@ -214,7 +270,7 @@ class LinkBer(CheckFamily[LinkBerSection, BerPicture, None]):
                                  dict(previous.baseline))
         samples = section.samples
         ports: dict[str, PortBer] = {}
-        events: list[tuple[str, HealthEvent]] = []
+        windows: list[Window] = []
         for device in cycle.monitored:
             for port in device.ports:
                 reading = readings.get(port.key)
@@ -228,52 +284,50 @@ class LinkBer(CheckFamily[LinkBerSection, BerPicture, None]):
                 ports[port.key] = PortBer(reading.netdev, reading.fec_mode or "",
                                           ber, limit[0] if limit else None, sample.corrected,
                                           sample.uncorrectable, sample.symbols)
-                said = []
-                if ber is not None:
-                    said.append(self._judge_ber(section, port, layer, ber, limit, settings,
-                                                cycle))
-                if old is not None:
-                    said.append(self._judge_post_fec(section, port, layer, sample, old, cycle))
-                events.extend((device.name, event) for event in said
-                              if event is not None and event.check_name in cycle.enabled)
+                group = (cycle.roles[device.name].role, device.hca_type or "",
+                         device.board_id or "", layer, port.rate or "", reading.fec_mode or "")
+                windows.append(Window(port, layer, group, sample, old, ber, limit))
+        peers = peer_medians(windows)
+        events: list[tuple[str, HealthEvent]] = []
+        for w in windows:
+            said = []
+            if w.ber is not None:
+                said.append(self._judge_ber(section, w, peers.get(w.port.key), settings, cycle))
+            if w.old is not None:
+                said.append(self._judge_post_fec(section, w.port, w.layer, w.sample, w.old,
+                                                 cycle))
+            events.extend((w.port.device, event) for event in said
+                          if event is not None and event.check_name in cycle.enabled)
         return Verdict(section, tuple(events), BerPicture(ports))
 
     @staticmethod
-    def _judge_ber(section: LinkBerSection, port: PortSnapshot, layer: str, ber: float,
-                   limit: Optional[tuple[float, str]], settings: LinkBerSettings,
-                   cycle: Cycle) -> Optional[HealthEvent]:
+    def _judge_ber(section: LinkBerSection, w: Window, peers: Optional[float],
+                   settings: LinkBerSettings, cycle: Cycle) -> Optional[HealthEvent]:
+        port, layer, ber, limit = w.port, w.layer, w.ber, w.limit
+        assert ber is not None
         key = port.key
         base = section.baseline.get(key)
-        near = limit is not None and ber >= limit[0] * settings.link_ber_limit_percent / 100
-        rise = (settings.link_ber_rise_factor > 0 and base is not None and ber >= RISE_FLOOR
-                and ber >= base * settings.link_ber_rise_factor)
+        why = _raised(ber, limit, base, peers, settings)
         told = key in section.predicted
         label = port_label(port.device, port.port, layer)
         limit_text = (f"the {limit[1]} FEC's correction limit {limit[0]:.1e}" if limit
                       else "no known FEC correction limit")
-        if not near and not rise:
+        if not why:
             section.baseline[key] = _significant(
                 ber if base is None else base + BASELINE_WEIGHT * (ber - base))
-        if (near or rise) and not told:
+        if why and not told:
             section.predicted[key] = BerRecord(port.device, port.port, layer, ber,
                                                limit[0] if limit else 0.0, cycle.now)
-            why = []
-            if near:
-                why.append(f"at {settings.link_ber_limit_percent}% or more of {limit_text}")
-            if rise:
-                times = f"{ber / base:.0f} times" if base else "above"
-                why.append(f"{times} its baseline {base:.1e} (linkBerRiseFactor "
-                           f"{settings.link_ber_rise_factor})")
-                if not near:
-                    why.append(f"against {limit_text}")
+            if not limit or not ber >= limit[0] * settings.link_ber_limit_percent / 100:
+                why.append(f"against {limit_text}")
             message = (f"{label}: LinkBer degraded - predicted failure: pre-FEC BER {ber:.1e} "
                        f"is {', '.join(why)}")
             return _event(port, layer, CODE_BER, False, message, cycle)
-        if told and not near and not rise:
+        if told and not why:
             del section.predicted[key]
             message = (f"{label}: LinkBer healthy - pre-FEC BER {ber:.1e} is back below "
                        f"{settings.link_ber_limit_percent}% of {limit_text} and near its "
-                       f"baseline")
+                       f"baseline and its peers'")
             return _event(port, layer, CODE_BER, True, message, cycle)
         return None
 
