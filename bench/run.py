@@ -264,9 +264,10 @@ def bench_cycle(root: Path, settings: Settings, report: Report) -> None:
 
 class DaemonProcess:
     """A real nichealthd on the tree, configured as deployed: 1 s polling, metrics on a free
-    port, varlink on a socket in the tree, event log on, the D-Bus service on a private system bus (when ``bus_address``), and
-    a connector target whose socket does not exist (a host without NVSentinel: "down").
-    ``repo``: the checkout it runs from (bench/daemon_ab.py runs two revisions)."""
+    port, varlink on a socket in the tree, event log on, the D-Bus service on a private
+    system bus (when ``bus_address``), and a connector target whose socket does not exist
+    (a host without NVSentinel: "down"). ``repo``: the checkout it runs from
+    (bench/daemon_ab.py runs two revisions)."""
 
     def __init__(self, root: Path, bus_address: Optional[str], repo: Path = REPO) -> None:
         self.root = root
