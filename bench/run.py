@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -215,6 +216,8 @@ def bench_cycle(root: Path, settings: Settings, report: Report) -> None:
     monitor.reader.observe = timed_observe  # type: ignore[method-assign]
     for _ in range(6):  # the baseline poll commits the healthy baselines; then warm caches
         monitor.poll()
+    gc.collect()  # as the daemon does once it is ready (runtime/service.py)
+    gc.freeze()
     read_cpu.clear()
     cpu: list[float] = []
     wall: list[float] = []
@@ -234,15 +237,17 @@ def bench_cycle(root: Path, settings: Settings, report: Report) -> None:
         monitor.poll()
         paced.append(time.process_time() - c0)
     monitor.close()
+    gc.unfreeze()
     fig = report.figures
     fig["cycle_cpu_median_s"] = statistics.median(cpu)
     fig["cycle_cpu_p99_s"] = quantile(cpu, 0.99)
     fig["cycle_wall_median_s"] = statistics.median(wall)
     fig["cycle_wall_p99_s"] = quantile(wall, 0.99)
     fig["cycle_read_cpu_median_s"] = back_to_back_read
-    fig["paced_cpu_median_s"] = statistics.median(paced)
-    fig["paced_read_cpu_median_s"] = statistics.median(read_cpu)
-    fig["ratio_poll_to_read"] = fig["paced_cpu_median_s"] / fig["paced_read_cpu_median_s"]
+    # Means, as the daemon's CPU per cycle is: the work done every 10 s or 60 s counts.
+    fig["paced_cpu_mean_s"] = statistics.mean(paced)
+    fig["paced_read_cpu_mean_s"] = statistics.mean(read_cpu)
+    fig["ratio_poll_to_read"] = fig["paced_cpu_mean_s"] / fig["paced_read_cpu_mean_s"]
     fig["ratio_poll_to_read_back_to_back"] = fig["cycle_cpu_median_s"] / back_to_back_read
     line = (f"  poll cycle, in-process ({settings.cycles} cycles back to back): CPU median "
             f"{ms(fig['cycle_cpu_median_s'])}, p99 {ms(fig['cycle_cpu_p99_s'])}; wall median "
@@ -251,8 +256,8 @@ def bench_cycle(root: Path, settings: Settings, report: Report) -> None:
     if settings.absolute and report.devices == TARGET_HOST:
         line += " " + verdict(report, "cycle_cpu", fig["cycle_cpu_median_s"] <= TARGET_CYCLE_CPU,
                               "<= 5 ms CPU per cycle")
-    line += (f"\n  poll cycle, in-process once a second ({settings.paced} cycles): CPU median "
-             f"{ms(fig['paced_cpu_median_s'])} (sysfs read {ms(fig['paced_read_cpu_median_s'])})"
+    line += (f"\n  poll cycle, in-process once a second ({settings.paced} cycles): CPU mean "
+             f"{ms(fig['paced_cpu_mean_s'])} (sysfs read {ms(fig['paced_read_cpu_mean_s'])})"
              f"\n    ratio poll / sysfs read {fig['ratio_poll_to_read']:.2f} once a second "
              + verdict(report, "poll_to_read", fig["ratio_poll_to_read"] <= TARGET_POLL_TO_READ,
                        f"<= {TARGET_POLL_TO_READ:g}")
@@ -336,7 +341,7 @@ def bench_daemon(daemon: DaemonProcess, settings: Settings, report: Report) -> N
                                   f"<= {TARGET_CPU_PERCENT:g} %")
         line += " " + verdict(report, "rss", fig["daemon_peak_rss_mib"] <= TARGET_RSS_MIB,
                               f"<= {TARGET_RSS_MIB:g} MiB")
-    paced = fig.get("paced_cpu_median_s")
+    paced = fig.get("paced_cpu_mean_s")
     if paced:
         fig["ratio_daemon_to_poll"] = fig["daemon_cpu_per_cycle_s"] / paced
         fig["ratio_daemon_to_poll_back_to_back"] = (fig["daemon_cpu_per_cycle_s"]
@@ -576,7 +581,7 @@ def parse_args(argv: Optional[list[str]]) -> tuple[Settings, argparse.Namespace]
                         "one 60 s re-discovery falls inside)")
     parser.add_argument("--cycles", type=int, help="in-process poll cycles (default 300)")
     parser.add_argument("--paced", type=int, help="in-process poll cycles once a second "
-                        "(default 20)")
+                        "(default 60: the daemon window, its 10 s and 60 s work included)")
     parser.add_argument("--absolute", action="store_true", help="also judge the absolute "
                         "targets (only meaningful on a quiet machine: the GPU VM)")
     parser.add_argument("--scrapes", type=int, help="node_exporter scrapes (default 200)")
@@ -594,7 +599,7 @@ def parse_args(argv: Optional[list[str]]) -> tuple[Settings, argparse.Namespace]
     settings = Settings(
         sizes=sizes,
         cycles=args.cycles or (30 if quick else 300),
-        paced=args.paced or (3 if quick else 20),
+        paced=args.paced or (3 if quick else 60),
         absolute=args.absolute,
         warmup=2.0 if quick else 5.0,
         duration=args.duration or (3.0 if quick else 60.0),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -231,6 +232,7 @@ class Daemon:
                     self.notifier.ready(self.notify_status())
                     log.info("nichealthd %s ready: %s", __version__, self.status_line())
                     first = False
+                    freeze_start_up_objects()
                 else:
                     self.notifier.status(self.notify_status())
             if self._reload_requested:
@@ -469,6 +471,19 @@ class Daemon:
             "poll_error": self.monitor.guard.reason(),
             "pid": self.pid,
         }
+
+
+def freeze_start_up_objects() -> None:
+    """Keep what start-up made (modules, libraries, the config, the first poll's state) out of
+    the garbage collector's full collections from now on.
+
+    They live as long as the process, yet a full collection walks every one of them: on a
+    34-device host one took 60-90 ms every 30-60 s, a third of the daemon's CPU between two
+    polls (bench/README.md). ``gc.freeze`` moves them to the permanent generation; objects made
+    later are collected as before.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def run_service(startup: Startup, args: argparse.Namespace) -> int:
