@@ -5,9 +5,9 @@ the polling interval.
 Polling stays the source of truth: a notification only asks for an early poll, which reads
 sysfs like any other (and the interval's schedule is kept, :mod:`runtime.service`). A burst of
 messages (admin down, then the carrier, then the operstate from linkwatch) asks once
-(``BURST_SECONDS``); the daemon rations early polls (``EARLY_POLL_BURST`` at once, then
-``EARLY_POLLS_PER_SECOND``) so that a storm cannot turn into a poll per message. A socket
-that cannot be opened (a sandbox without AF_NETLINK) is one log line, and polling goes on.
+(``BURST_SECONDS``), and early polls are rationed (:class:`EarlyPolls`) so that a storm
+cannot turn into a poll per message. A socket that cannot be opened (a sandbox without
+AF_NETLINK) is one log line, and polling goes on.
 
 On by default only on the real host (``sysfsRoot`` = /sys): a simulated tree has no kernel
 netdevs; ``linkEvents = "on"`` ties a simulated host's netdev names to real interfaces of the
@@ -32,6 +32,27 @@ log = logging.getLogger("nichealthd")
 # carrier and operstate; up: the flags, then operstate up): the wake waits this long so that
 # they make one early poll even when the event loop reads them in two turns.
 BURST_SECONDS = 0.002
+
+
+class EarlyPolls:
+    """How often link changes may poll early: ``burst`` at once (a card whose ports go down
+    one after another is reported port by port), then ``per_second`` (a link flapping many
+    times a second costs two extra polls a second). A token bucket."""
+
+    def __init__(self, burst: int = 5, per_second: float = 2.0) -> None:
+        self.burst, self.per_second = float(burst), per_second
+        self._tokens, self._at = self.burst, float("-inf")
+
+    def take(self, now: float, due: Optional[float]) -> Optional[float]:
+        """When the early poll wanted at ``now`` may run, spending a token; None when the
+        tick ``due`` (None: a poll at once) comes no later, and then nothing is spent."""
+        tokens = min(self.burst, self._tokens + (now - self._at) * self.per_second)
+        self._tokens, self._at = tokens, now
+        at = now if tokens >= 1 else now + (1 - tokens) / self.per_second
+        if due is None or at >= due:
+            return None
+        self._tokens -= 1
+        return at
 
 
 def enabled(config: Config) -> bool:

@@ -35,7 +35,7 @@ from ..surfaces.connector.status import ConnectorStatus
 from ..surfaces.context import PollOutcome, PollStats, ServiceContext
 from ..surfaces.eventlog import EventLog
 from .libraries import service_factories
-from .linkwake import LinkWake, watched_netdevs
+from .linkwake import EarlyPolls, LinkWake, watched_netdevs
 from .linkwake import enabled as link_events_enabled
 from .notify import Notifier, StatusLine
 from .pollguard import PollFailed
@@ -56,11 +56,6 @@ log = logging.getLogger("nichealthd")
 STOP_DELIVERY_SECONDS = 5.0
 STOP_POLL_GRACE = 10.0
 HEALTHY_EVENTS_LOGGED = 10
-# Early polls (a link change, runtime/linkwake.py): up to EARLY_POLL_BURST at once (a card
-# whose ports go down one after another is reported port by port), then at most
-# EARLY_POLLS_PER_SECOND: a link flapping many times a second costs two extra polls a second.
-EARLY_POLL_BURST = 5
-EARLY_POLLS_PER_SECOND = 2.0
 
 
 class Service(Protocol):
@@ -111,7 +106,7 @@ class Daemon:
         self.poll_abandoned = False
         # A poll wanted before the next tick (a link change); the tick is still kept.
         self._early_wanted = False
-        self._early_tokens, self._early_tokens_at = float(EARLY_POLL_BURST), time.monotonic()
+        self._early_budget = EarlyPolls()
         self.link_wake = LinkWake(self.request_poll)
 
     # ------------------------------------------------------------ public API
@@ -135,7 +130,7 @@ class Daemon:
         self._worker.wake()
 
     def request_poll(self) -> None:
-        """Poll at once (``EARLY_POLL_BURST``, ``EARLY_POLLS_PER_SECOND``), then keep the
+        """Poll at once (as often as :class:`~.linkwake.EarlyPolls` allows), then keep the
         interval's ticks."""
         self._early_wanted = True
         self._worker.wake()
@@ -256,13 +251,9 @@ class Daemon:
             return None
         self._early_wanted = False
         now = time.monotonic()
-        tokens = min(float(EARLY_POLL_BURST), self._early_tokens
-                     + (now - self._early_tokens_at) * EARLY_POLLS_PER_SECOND)
-        self._early_tokens, self._early_tokens_at = tokens, now
-        at = now if tokens >= 1 else now + (1 - tokens) / EARLY_POLLS_PER_SECOND
-        if due is None or at >= due:
+        at = self._early_budget.take(now, due)
+        if at is None:
             return None  # the next poll comes no later than it would
-        self._early_tokens -= 1
         log.debug("link change: polling before the tick")
         return 0.0 if at <= now else at
 

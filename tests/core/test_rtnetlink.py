@@ -12,7 +12,7 @@ from typing import Optional
 
 import pytest
 
-from nichealthd.runtime.linkwake import LinkWake
+from nichealthd.runtime.linkwake import EarlyPolls, LinkWake
 from nichealthd.sources import rtnetlink as rt
 
 NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
@@ -111,3 +111,17 @@ def test_a_socket_that_cannot_be_opened_is_one_warning(
     assert [r.getMessage() for r in caplog.records] == [
         "cannot listen for link changes (rtnetlink: Operation not permitted); a port going "
         "down is seen at the next poll"]
+
+
+def test_early_polls_come_five_at_once_then_two_a_second() -> None:
+    budget = EarlyPolls()
+    due = 100.0  # the next tick, far away
+    assert [budget.take(10.0, due) for _ in range(5)] == [10.0] * 5
+    assert budget.take(10.0, due) == 10.5  # the sixth waits for its token
+    assert budget.take(10.0, due) == 11.0
+    assert budget.take(20.0, due) == 20.0  # refilled (at most five)
+    assert budget.take(20.0, None) is None  # the poll comes at once anyway: nothing spent
+    assert budget.take(20.0, 20.0) is None  # the tick is now: that is the poll
+    taken = [budget.take(20.0, due) for _ in range(5)]
+    assert taken[:4] == [20.0] * 4 and taken[4] == 20.5
+    assert budget.take(20.0, 20.6) is None  # the tick comes before the token
