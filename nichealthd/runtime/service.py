@@ -468,10 +468,10 @@ def freeze_start_up_objects() -> None:
     """Keep what start-up made (modules, libraries, the config, the first poll's state) out of
     the garbage collector's full collections from now on.
 
-    They live as long as the process, yet a full collection walks every one of them: on a
-    34-device host one took 60-90 ms every 30-60 s, a third of the daemon's CPU between two
-    polls (bench/README.md). ``gc.freeze`` moves them to the permanent generation; objects made
-    later are collected as before.
+    They live as long as the process, yet a full collection walks every one of them (45,000
+    tracked objects): on a 34-device host one took 60-120 ms about every two minutes, more
+    than all the work outside the poll between two of them (bench/README.md). ``gc.freeze``
+    moves them to the permanent generation; objects made later are collected as before.
     """
     gc.collect()
     gc.freeze()
