@@ -62,7 +62,7 @@ TARGET_HOST = 34
 # Ratios, each of two figures measured side by side in one run (load-independent; judged on
 # every machine). The daemon and node_exporter are compared both woken once a second, and the
 # daemon with its own poll driven in-process at the same pace (like for like: a poll after a
-# 1 s sleep runs on cold caches and costs 2-3x a back-to-back one).
+# 1 s sleep runs on cold caches and costs 1.5-3x a back-to-back one).
 TARGET_DAEMON_TO_POLL = 1.5     # whole daemon CPU per cycle / in-process poll, both each 1 s
 TARGET_RATIO = 0.3              # whole daemon CPU per cycle / node_exporter scrape each 1 s
 TARGET_POLL_TO_READ = 3.0       # in-process poll CPU / its sysfs read (observe) CPU
@@ -87,7 +87,7 @@ class Settings:
     faults: int
     workdir: Path
     keep: bool
-    paced: int = 20
+    paced: int = 60
     absolute: bool = False
     bus_address: Optional[str] = None  # a private system bus for the daemon's D-Bus service
 
