@@ -469,9 +469,10 @@ def freeze_start_up_objects() -> None:
     the garbage collector's full collections from now on.
 
     They live as long as the process, yet a full collection walks every one of them (45,000
-    tracked objects): on a 34-device host one took 60-120 ms about every two minutes, more
-    than all the work outside the poll between two of them (bench/README.md). ``gc.freeze``
-    moves them to the permanent generation; objects made later are collected as before.
+    tracked objects): on a 34-device host one took 60-120 ms, a stall of whichever thread
+    triggered it, against 5 ms for a whole cycle; frozen, 0.8 ms (bench/README.md).
+    ``gc.freeze`` moves them to the permanent generation; objects made later are collected as
+    before.
     """
     gc.collect()
     gc.freeze()
