@@ -9,7 +9,8 @@ dependencies, e.g. the project venv):
 
 For each fake host (``nichealthd-sim`` synthetic profile) it prints:
 
-1. poll cycle  - CPU and wall time of ``Monitor.poll()`` driven in-process (median, p99),
+1. poll cycle  - CPU and wall time of ``Monitor.poll()`` driven in-process (median, p99), back
+                 to back and once a second, and the share of its sysfs read,
 2. daemon      - CPU % of one core and peak RSS (VmHWM) of a real ``nichealthd`` at 1 s polling,
 3. syscalls    - ``strace -c -f`` attached to that daemon after warm-up, divided by the counter
                  values it read in the window (steady state, including periodic re-discovery),
@@ -17,13 +18,16 @@ For each fake host (``nichealthd-sim`` synthetic profile) it prints:
                  only) on the same tree, and nichealthd's CPU per cycle relative to it,
 5. latency     - time from a fault written to the tree to its line in the event log.
 
-Targets are printed next to each figure as PASS/FAIL; nothing is asserted. See bench/README.md.
+Targets are ratios of figures measured side by side in one run, printed next to each figure as
+PASS/FAIL (absolute targets only with ``--absolute``, for a quiet machine); nothing is asserted.
+See bench/README.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -55,12 +59,19 @@ from nichealthd.sources.config_file import load_config  # noqa: E402
 from nichealthd.sources.sysfs import SysfsReader  # noqa: E402
 
 TARGET_HOST = 34
+# Ratios, each of two figures measured side by side in one run (load-independent; judged on
+# every machine). The daemon and node_exporter are compared both woken once a second, and the
+# daemon with its own poll driven in-process at the same pace (like for like: a poll after a
+# 1 s sleep runs on cold caches and costs 1.5-3x a back-to-back one).
+TARGET_DAEMON_TO_POLL = 1.5     # whole daemon CPU per cycle / in-process poll, both each 1 s
+TARGET_RATIO = 0.3              # whole daemon CPU per cycle / node_exporter scrape each 1 s
+TARGET_POLL_TO_READ = 3.0       # in-process poll CPU / its sysfs read (observe) CPU
+TARGET_SYSCALLS = 1.5           # syscalls per counter value
+TARGET_RSS_MIB = 60.0           # peak RSS at TARGET_HOST devices
+LATENCY_SLACK = 0.050           # fault -> event <= interval + this
+# Absolute figures: judged only with --absolute, on a quiet (GPU) machine.
 TARGET_CYCLE_CPU = 0.005
-TARGET_CPU_PERCENT = 0.5
-TARGET_RSS_MIB = 60.0
-TARGET_SYSCALLS = 1.5
-TARGET_RATIO = 1.0
-LATENCY_SLACK = 0.050
+TARGET_CPU_PERCENT = 0.3
 INTERVAL = 1.0
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -76,6 +87,8 @@ class Settings:
     faults: int
     workdir: Path
     keep: bool
+    paced: int = 60
+    absolute: bool = False
     bus_address: Optional[str] = None  # a private system bus for the daemon's D-Bus service
 
 
@@ -208,6 +221,8 @@ def bench_cycle(root: Path, settings: Settings, report: Report) -> None:
     monitor.reader.observe = timed_observe  # type: ignore[method-assign]
     for _ in range(6):  # the baseline poll commits the healthy baselines; then warm caches
         monitor.poll()
+    gc.collect()  # as the daemon does once it is ready (runtime/service.py)
+    gc.freeze()
     read_cpu.clear()
     cpu: list[float] = []
     wall: list[float] = []
@@ -216,20 +231,42 @@ def bench_cycle(root: Path, settings: Settings, report: Report) -> None:
         monitor.poll()
         wall.append(time.perf_counter() - w0)
         cpu.append(time.process_time() - c0)
+    back_to_back_read = statistics.median(read_cpu)
+    # The same poll once a second, as the daemon runs it: cold caches after each sleep.
+    read_cpu.clear()
+    paced: list[float] = []
+    start = time.monotonic()
+    for n in range(1, settings.paced + 1):
+        time.sleep(max(0.0, start + n * INTERVAL - time.monotonic()))
+        c0 = time.process_time()
+        monitor.poll()
+        paced.append(time.process_time() - c0)
     monitor.close()
+    gc.unfreeze()
     fig = report.figures
     fig["cycle_cpu_median_s"] = statistics.median(cpu)
     fig["cycle_cpu_p99_s"] = quantile(cpu, 0.99)
     fig["cycle_wall_median_s"] = statistics.median(wall)
     fig["cycle_wall_p99_s"] = quantile(wall, 0.99)
-    fig["cycle_read_cpu_median_s"] = statistics.median(read_cpu)
-    line = (f"  poll cycle, in-process ({settings.cycles} cycles): CPU median "
+    fig["cycle_read_cpu_median_s"] = back_to_back_read
+    # Means, as the daemon's CPU per cycle is: the work done every 10 s or 60 s counts.
+    fig["paced_cpu_mean_s"] = statistics.mean(paced)
+    fig["paced_read_cpu_mean_s"] = statistics.mean(read_cpu)
+    fig["ratio_poll_to_read"] = fig["paced_cpu_mean_s"] / fig["paced_read_cpu_mean_s"]
+    fig["ratio_poll_to_read_back_to_back"] = fig["cycle_cpu_median_s"] / back_to_back_read
+    line = (f"  poll cycle, in-process ({settings.cycles} cycles back to back): CPU median "
             f"{ms(fig['cycle_cpu_median_s'])}, p99 {ms(fig['cycle_cpu_p99_s'])}; wall median "
             f"{ms(fig['cycle_wall_median_s'])}, p99 {ms(fig['cycle_wall_p99_s'])} "
-            f"(sysfs read: CPU median {ms(fig['cycle_read_cpu_median_s'])})")
-    if report.devices == TARGET_HOST:
+            f"(sysfs read: CPU median {ms(back_to_back_read)})")
+    if settings.absolute and report.devices == TARGET_HOST:
         line += " " + verdict(report, "cycle_cpu", fig["cycle_cpu_median_s"] <= TARGET_CYCLE_CPU,
                               "<= 5 ms CPU per cycle")
+    line += (f"\n  poll cycle, in-process once a second ({settings.paced} cycles): CPU mean "
+             f"{ms(fig['paced_cpu_mean_s'])} (sysfs read {ms(fig['paced_read_cpu_mean_s'])})"
+             f"\n    ratio poll / sysfs read {fig['ratio_poll_to_read']:.2f} once a second "
+             + verdict(report, "poll_to_read", fig["ratio_poll_to_read"] <= TARGET_POLL_TO_READ,
+                       f"<= {TARGET_POLL_TO_READ:g}")
+             + f"; {fig['ratio_poll_to_read_back_to_back']:.2f} back to back")
     print(line, flush=True)
 
 
@@ -237,9 +274,10 @@ def bench_cycle(root: Path, settings: Settings, report: Report) -> None:
 
 class DaemonProcess:
     """A real nichealthd on the tree, configured as deployed: 1 s polling, metrics on a free
-    port, event log on, the D-Bus service on a private system bus (when ``bus_address``), and
-    a connector target whose socket does not exist (a host without NVSentinel: "down").
-    ``repo``: the checkout it runs from (bench/daemon_ab.py runs two revisions)."""
+    port, varlink on a socket in the tree, event log on, the D-Bus service on a private
+    system bus (when ``bus_address``), and a connector target whose socket does not exist
+    (a host without NVSentinel: "down"). ``repo``: the checkout it runs from
+    (bench/daemon_ab.py runs two revisions)."""
 
     def __init__(self, root: Path, bus_address: Optional[str], repo: Path = REPO) -> None:
         self.root = root
@@ -256,6 +294,7 @@ class DaemonProcess:
              "--polling-interval", "1s", "--metrics-listen", f"127.0.0.1:{self.port}",
              "--event-log", str(self.event_log), "--log-level", "warning",
              "--dbus", "system" if bus_address else "none",
+             "--varlink-socket", str(root / "varlink.sock"),
              "--platform-connector-socket", f"unix://{root}/no-connector.sock"],
             cwd=repo, env=env, stdout=self.log, stderr=subprocess.STDOUT)
         wait_until(lambda: http_get(self.url + "/healthz").startswith("ok"), 30,
@@ -302,10 +341,23 @@ def bench_daemon(daemon: DaemonProcess, settings: Settings, report: Report) -> N
             f"peak RSS {fig['daemon_peak_rss_mib']:.1f} MiB "
             f"(now {fig['daemon_rss_mib']:.1f} MiB); {fig['daemon_series']} series")
     if report.devices == TARGET_HOST:
-        line += (" " + verdict(report, "cpu_percent",
-                               fig["daemon_cpu_percent"] <= TARGET_CPU_PERCENT, "<= 0.5 %")
-                 + " " + verdict(report, "rss", fig["daemon_peak_rss_mib"] <= TARGET_RSS_MIB,
-                                 "<= 60 MiB"))
+        if settings.absolute:
+            line += " " + verdict(report, "cpu_percent",
+                                  fig["daemon_cpu_percent"] <= TARGET_CPU_PERCENT,
+                                  f"<= {TARGET_CPU_PERCENT:g} %")
+        line += " " + verdict(report, "rss", fig["daemon_peak_rss_mib"] <= TARGET_RSS_MIB,
+                              f"<= {TARGET_RSS_MIB:g} MiB")
+    paced = fig.get("paced_cpu_mean_s")
+    if paced:
+        fig["ratio_daemon_to_poll"] = fig["daemon_cpu_per_cycle_s"] / paced
+        fig["ratio_daemon_to_poll_back_to_back"] = (fig["daemon_cpu_per_cycle_s"]
+                                                    / fig["cycle_cpu_median_s"])
+        line += (f"\n    ratio daemon per cycle / in-process poll once a second "
+                 f"{fig['ratio_daemon_to_poll']:.2f} "
+                 + verdict(report, "daemon_to_poll",
+                           fig["ratio_daemon_to_poll"] <= TARGET_DAEMON_TO_POLL,
+                           f"<= {TARGET_DAEMON_TO_POLL:g}")
+                 + f"; {fig['ratio_daemon_to_poll_back_to_back']:.2f} to the back-to-back poll")
     print(line, flush=True)
 
 
@@ -409,7 +461,8 @@ def bench_node_exporter(root: Path, settings: Settings, report: Report) -> None:
         fig["ratio_inprocess"] = fig["cycle_cpu_median_s"] / per_scrape
         line += (f"\n    nichealthd CPU per cycle {ms(ours)} (whole daemon, 1 s polling) -> ratio "
                  f"{fig['ratio_daemon']:.2f} to the scrape once a second "
-                 + verdict(report, "ratio", fig["ratio_daemon"] <= TARGET_RATIO, "<= 1.0")
+                 + verdict(report, "ratio", fig["ratio_daemon"] <= TARGET_RATIO,
+                           f"<= {TARGET_RATIO:g}")
                  + f"; {fig['ratio_daemon_back_to_back']:.2f} to the back-to-back scrape; "
                  f"in-process cycle to back-to-back scrape {fig['ratio_inprocess']:.2f}")
     print(line, flush=True)
@@ -537,6 +590,10 @@ def parse_args(argv: Optional[list[str]]) -> tuple[Settings, argparse.Namespace]
     parser.add_argument("--strace-window", type=float, help="seconds traced (default 65, so "
                         "one 60 s re-discovery falls inside)")
     parser.add_argument("--cycles", type=int, help="in-process poll cycles (default 300)")
+    parser.add_argument("--paced", type=int, help="in-process poll cycles once a second "
+                        "(default 60: the daemon window, its 10 s and 60 s work included)")
+    parser.add_argument("--absolute", action="store_true", help="also judge the absolute "
+                        "targets (only meaningful on a quiet machine: the GPU VM)")
     parser.add_argument("--scrapes", type=int, help="node_exporter scrapes (default 200)")
     parser.add_argument("--faults", type=int, help="faults for the latency figure (default 20; "
                         "each gives two events)")
@@ -552,6 +609,8 @@ def parse_args(argv: Optional[list[str]]) -> tuple[Settings, argparse.Namespace]
     settings = Settings(
         sizes=sizes,
         cycles=args.cycles or (30 if quick else 300),
+        paced=args.paced or (3 if quick else 60),
+        absolute=args.absolute,
         warmup=2.0 if quick else 5.0,
         duration=args.duration or (3.0 if quick else 60.0),
         strace_window=args.strace_window or (3.0 if quick else 65.0),
@@ -567,10 +626,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     settings, args = parse_args(argv)
     logging.disable(logging.CRITICAL)  # the in-process monitor's start-up notes
     print(f"nichealthd benchmark, {time.strftime('%Y-%m-%d %H:%M %Z')}; {machine()}")
-    print(f"targets for the {TARGET_HOST}-device host: <= 5 ms CPU per cycle, <= 0.5 % of one "
-          f"core, peak RSS <= 60 MiB; every host: <= 1.5 syscalls per counter value, CPU per "
-          f"cycle <= node_exporter's per scrape (both once a second), event latency <= "
-          f"interval + 50 ms")
+    print(f"targets, ratios of figures measured side by side in this run (every host): whole "
+          f"daemon CPU per cycle <= {TARGET_DAEMON_TO_POLL:g} x its in-process poll and <= "
+          f"{TARGET_RATIO:g} x node_exporter's scrape (all once a second); in-process poll <= "
+          f"{TARGET_POLL_TO_READ:g} x its sysfs read; <= {TARGET_SYSCALLS:g} syscalls per "
+          f"counter value; event latency <= interval + {LATENCY_SLACK * 1e3:.0f} ms; peak RSS "
+          f"<= {TARGET_RSS_MIB:g} MiB at {TARGET_HOST} devices"
+          + (f"; absolute ({TARGET_HOST} devices): <= 5 ms CPU per cycle, <= "
+             f"{TARGET_CPU_PERCENT:g} % of one core" if settings.absolute else
+             "; absolute figures are reported, judged only with --absolute"))
     bus = start_bus() if shutil.which("dbus-daemon") else None
     settings.bus_address = bus.address if bus else None
     print("the daemon runs as deployed: metrics, event log, connector target (absent: down), "

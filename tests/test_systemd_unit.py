@@ -151,6 +151,8 @@ def test_unit_contract():
     assert one(s, "ProtectProc") == "invisible"
     # ProcSubset=pid would hide /proc/sys/kernel/random/boot_id, which the daemon reads.
     assert one(s, "ProcSubset") == "all"
+    # AF_NETLINK: ethtool's generic netlink (the PHY sources) and the rtnetlink link
+    # notifications (runtime/linkwake.py, linkEvents).
     assert one(s, "RestrictAddressFamilies") == "AF_UNIX AF_INET AF_INET6 AF_NETLINK"
     assert d[(s, "SystemCallFilter")][0] == "@system-service"
     assert one(s, "SystemCallArchitectures") == "native"

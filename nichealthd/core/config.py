@@ -61,6 +61,7 @@ ALL_CHECKS = (IB_STATE_CHECK, IB_DEGRADATION_CHECK, ETH_STATE_CHECK, ETH_DEGRADA
 
 PROCESSING_STRATEGIES = ("EXECUTE_REMEDIATION", "STORE_ONLY", "STORE_AND_ANALYSE")
 DBUS_MODES = ("system", "session", "none")
+LINK_EVENTS = ("auto", "on", "off")
 # Where the GPU<->NIC topology comes from (DESIGN §2.3, §2.10).
 TOPOLOGY_SOURCES = ("auto", "metadata", "sysfs")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -406,6 +407,10 @@ class Config:
         "EXECUTE_REMEDIATION, STORE_ONLY or STORE_AND_ANALYSE.")
     polling_interval: float = setting("pollingInterval", 1.0, Duration(0.1, 3600.0),
                                       "Poll period of port state and counters")
+    # rtnetlink link notifications wake an early poll (runtime/linkwake.py); "auto" is on
+    # only where sysfs is the kernel's (a simulated tree has no kernel netdevs).
+    link_events: str = setting("linkEvents", "auto", Choice(LINK_EVENTS),
+                               "A link change of a monitored port's netdev")
     checks: tuple[str, ...] = setting("checks", ALL_CHECKS, _checks, "The checks to run")
     metrics_listen: str = setting("metricsListen", ":2112", _listen,
                                   "Address of the Prometheus /metrics and /healthz endpoint")

@@ -60,7 +60,12 @@ def bind_tcp(port):
 
 
 def netlink():
-    socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0).close()
+    socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0).close()  # NETLINK_ROUTE
+    return True
+
+
+def packet():
+    socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0).close()
     return True
 
 
@@ -81,6 +86,7 @@ attempt("home_list", lambda: os.listdir("/root"))
 attempt("connector_socket", lambda: connect_unix("/run/nvsentinel/nvsentinel.sock"))
 attempt("metrics_bind", lambda: bind_tcp(2112))
 attempt("netlink_socket", netlink)
+attempt("packet_socket", packet)
 attempt("other_pids_visible", lambda: sorted(p for p in os.listdir("/proc") if p.isdigit()))
 attempt("dev_list", lambda: sorted(os.listdir("/dev")))
 

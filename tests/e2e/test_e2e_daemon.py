@@ -76,7 +76,8 @@ def test_daemon_under_real_systemd(boot):
     c = boot("deps")
     install_from_source(c)
     root = sim_host(c)
-    point_config_at(c, root)
+    # linkEvents on: the shipped sandbox must let the daemon listen on rtnetlink.
+    point_config_at(c, root, linkEvents="on")
 
     # 1. start: Type=notify returns after READY=1, which comes after the first commit.
     t0 = time.monotonic()
@@ -90,6 +91,7 @@ def test_daemon_under_real_systemd(boot):
     status_out = c.run(["systemctl", "status", "--no-pager", UNIT], check=False).stdout
     assert "active (running)" in status_out and "Status:" in status_out
     assert c.show(UNIT, "User") == "nichealthd"
+    assert "cannot listen for link changes" not in c.journal(UNIT), diagnose(c)
     print(f"start to READY: {time.monotonic() - t0:.1f}s; STATUS={status}")
     pid = c.show(UNIT, "MainPID")
 
