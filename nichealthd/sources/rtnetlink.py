@@ -19,6 +19,8 @@ import socket
 import struct
 from typing import NamedTuple, Optional
 
+from .genetlink import attr_map, get_str, messages
+
 NETLINK_ROUTE = 0
 RTMGRP_LINK = 0x1
 # nlmsghdr types (netlink.h, rtnetlink.h)
@@ -33,10 +35,7 @@ IFF_RUNNING = 1 << 6
 IFF_LOWER_UP = 1 << 16
 LINK_FLAGS = IFF_UP | IFF_RUNNING | IFF_LOWER_UP
 
-_NLMSGHDR = struct.Struct("=IHHII")  # 16 bytes
 _IFINFOMSG = struct.Struct("=BxHiII")  # 16 bytes
-_RTATTR = struct.Struct("=HH")  # 4 bytes
-_ALIGN = 4
 RECV_BYTES = 65536
 
 
@@ -55,42 +54,21 @@ class LinkMessage(NamedTuple):
         return self.flags & LINK_FLAGS, self.operstate
 
 
-def _align(length: int) -> int:
-    return (length + _ALIGN - 1) & ~(_ALIGN - 1)
-
-
 def parse(data: bytes) -> list[LinkMessage]:
     """The link messages of one datagram, in order; other message types are skipped and a
-    truncated or malformed message ends the parse (what came before it is kept)."""
-    messages: list[LinkMessage] = []
-    offset = 0
-    while offset + _NLMSGHDR.size <= len(data):
-        length, kind, _flags, _seq, _pid = _NLMSGHDR.unpack_from(data, offset)
-        if length < _NLMSGHDR.size or offset + length > len(data):
-            break
-        body = offset + _NLMSGHDR.size
-        if kind in (RTM_NEWLINK, RTM_DELLINK) and length >= _NLMSGHDR.size + _IFINFOMSG.size:
-            messages.append(_link(data, body, offset + length, kind == RTM_DELLINK))
-        offset += _align(length)
-    return messages
+    truncated or malformed message ends the parse (what came before it is kept). The framing
+    and the attributes (``struct rtattr`` is laid out as ``struct nlattr``) are netlink's,
+    read by :mod:`.genetlink`."""
+    return [_link(m.payload, m.type == RTM_DELLINK) for m in messages(data)
+            if m.type in (RTM_NEWLINK, RTM_DELLINK) and len(m.payload) >= _IFINFOMSG.size]
 
 
-def _link(data: bytes, start: int, end: int, deleted: bool) -> LinkMessage:
-    _family, _type, index, flags, _change = _IFINFOMSG.unpack_from(data, start)
-    name: Optional[str] = None
-    operstate: Optional[int] = None
-    offset = start + _IFINFOMSG.size
-    while offset + _RTATTR.size <= end:
-        length, kind = _RTATTR.unpack_from(data, offset)
-        if length < _RTATTR.size or offset + length > end:
-            break
-        value = data[offset + _RTATTR.size:offset + length]
-        if kind == IFLA_IFNAME:
-            name = value.split(b"\0", 1)[0].decode(errors="replace")
-        elif kind == IFLA_OPERSTATE and value:
-            operstate = value[0]
-        offset += _align(length)
-    return LinkMessage(deleted, index, name, flags, operstate)
+def _link(payload: bytes, deleted: bool) -> LinkMessage:
+    _family, _type, index, flags, _change = _IFINFOMSG.unpack_from(payload)
+    found = attr_map(payload[_IFINFOMSG.size:])
+    operstate = found.get(IFLA_OPERSTATE)
+    return LinkMessage(deleted, index, get_str(found.get(IFLA_IFNAME)), flags,
+                       operstate[0] if operstate else None)
 
 
 def open_link_socket() -> socket.socket:
