@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Mapping
 
 import pytest
 
 from .. import simtrees
+from ..harness import Lines
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -65,3 +67,25 @@ def sim_host() -> Callable[..., SimHost]:
         root = simtrees.take(profile, **kwargs)
         return SimHost(root, simtrees.manifest_of(root))
     return make
+
+
+@contextlib.contextmanager
+def running_daemon(config: Path, env: Mapping[str, str], *args: str, cwd: Path = REPO
+                   ) -> Iterator[tuple[subprocess.Popen[str], Lines]]:
+    """The real daemon on ``config`` polling every 200 ms with ``args`` (its surfaces), run
+    from ``cwd`` (a copy of the package, for the tests that extend it); its stderr followed
+    line by line. Stopped at the end, and it must have exited cleanly."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nichealthd.runtime.daemon", "--config", str(config),
+         "--polling-interval", "200ms", *args],
+        cwd=cwd, env=dict(env), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    lines = Lines(proc.stderr)
+    try:
+        yield proc, lines
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        lines.join()
+        proc.stderr.close()
+    assert proc.returncode == 0, lines.tail(20)

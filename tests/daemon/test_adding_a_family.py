@@ -20,9 +20,9 @@ from typing import Callable, Iterator
 
 import pytest
 
-from ..harness import Lines, NotifySocket, wait_until
+from ..harness import NotifySocket, wait_until
 from ..metrics.conftest import free_port, get, parse
-from .conftest import REPO, SimHost
+from .conftest import REPO, SimHost, running_daemon
 from .test_service import events, notify  # noqa: F401 (fixture)
 
 EXAMPLE = REPO / "tests/data/adding_a_family"
@@ -70,14 +70,8 @@ def test_a_family_with_a_new_fact_is_two_new_modules(
     (host.root / device["ports"]["1"]["netdev_path"] / "mtu").write_text("1500\n")
     socket_path, metrics = tmp_path / "varlink.sock", f"127.0.0.1:{free_port()}"
     env = dict(os.environ, NOTIFY_SOCKET=str(notify.path), PYTHONPATH=str(extended))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "nichealthd.runtime.daemon", "--config", str(host.config),
-         "--polling-interval", "200ms", "--varlink-socket", str(socket_path),
-         "--metrics-listen", metrics],
-        cwd=extended, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    assert proc.stderr is not None
-    lines = Lines(proc.stderr)
-    try:
+    with running_daemon(host.config, env, "--varlink-socket", str(socket_path),
+                        "--metrics-listen", metrics, cwd=extended) as (proc, lines):
         def reported(healthy: bool) -> bool:
             return any(e["errorCode"] == ["roce_mtu"] and e["isHealthy"] is healthy
                        for e in events(host))
@@ -99,9 +93,3 @@ def test_a_family_with_a_new_fact_is_two_new_modules(
         assert samples[("nichealthd_roce_mtu_bytes", frozenset(
             {("device", roce["name"]), ("port", "1"), ("netdev", roce["netdev"])}))] == 1500
         assert samples[("nichealthd_family_up", frozenset({("family", "roce_mtu")}))] == 1
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-        lines.join()
-        proc.stderr.close()
-    assert proc.returncode == 0, lines.tail(20)

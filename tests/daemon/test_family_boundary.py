@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Callable
 
-from ..harness import Lines, NotifySocket, wait_until
+from ..harness import NotifySocket, wait_until
 from ..metrics.conftest import free_port, get, parse
-from .conftest import REPO, SimHost
+from .conftest import REPO, SimHost, running_daemon
 from .test_adding_a_family import EXAMPLE
 from .test_driver_reload import sim
 from .test_service import events, notify  # noqa: F401 (fixture)
@@ -60,13 +58,8 @@ def test_a_source_that_raises_costs_only_the_families_that_need_it(
     base = f"http://127.0.0.1:{free_port()}"
     env = dict(os.environ, NOTIFY_SOCKET=str(notify.path), PYTHONPATH=str(top),
                NICHEALTHD_TEST_FAULT=str(fault))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "nichealthd.runtime.daemon", "--config", str(host.config),
-         "--polling-interval", "200ms", "--metrics-listen", base[len("http://"):]],
-        cwd=top, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    assert proc.stderr is not None
-    lines = Lines(proc.stderr)
-    try:
+    with running_daemon(host.config, env, "--metrics-listen", base[len("http://"):],
+                        cwd=top) as (proc, lines):
         wait_until(lambda: family_up(base).get("roce_mtu") == 0,
                    "nichealthd_family_up{family=roce_mtu} 0", proc=proc, detail=lines.tail)
         up = family_up(base)
@@ -89,9 +82,3 @@ def test_a_source_that_raises_costs_only_the_families_that_need_it(
         wait_until(lambda: any("check family roce_mtu judges again" in line
                                for line in lines.lines), "the recovery logged", proc=proc,
                    detail=lines.tail)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-        lines.join()
-        proc.stderr.close()
-    assert proc.returncode == 0, lines.tail(20)

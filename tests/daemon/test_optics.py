@@ -16,9 +16,9 @@ from typing import Any, Callable
 
 import pytest
 
-from ..harness import Lines, NotifySocket, wait_until
+from ..harness import NotifySocket, wait_until
 from ..metrics.conftest import free_port, get, parse
-from .conftest import REPO, SimHost
+from .conftest import REPO, SimHost, running_daemon
 from .test_service import events, notify  # noqa: F401 (fixture)
 
 
@@ -92,14 +92,8 @@ def test_show_optics_and_the_module_series_from_a_running_daemon(
     sim("set-optics", str(host.root), "mlx5_1", "1", "--rx-power", "-11")
     socket_path, metrics = tmp_path / "varlink.sock", f"127.0.0.1:{free_port()}"
     env = dict(os.environ, NOTIFY_SOCKET=str(notify.path))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "nichealthd.runtime.daemon", "--config", str(host.config),
-         "--polling-interval", "200ms", "--varlink-socket", str(socket_path),
-         "--metrics-listen", metrics],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    assert proc.stderr is not None
-    lines = Lines(proc.stderr)
-    try:
+    with running_daemon(host.config, env, "--varlink-socket", str(socket_path),
+                        "--metrics-listen", metrics) as (proc, lines):
         wait_until(lambda: bool(optics(events(host))), "the optics event", proc=proc,
                    detail=lines.tail)
 
@@ -130,9 +124,3 @@ def test_show_optics_and_the_module_series_from_a_running_daemon(
             {("device", "mlx5_1"), ("port", "1"), ("netdev", netdev), ("lane", "1")}))] == \
             pytest.approx(-11.0, abs=0.01)
         assert samples[("nichealthd_family_up", frozenset({("family", "optics")}))] == 1
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-        lines.join()
-        proc.stderr.close()
-    assert proc.returncode == 0, lines.tail(20)
