@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import shutil
 import signal
@@ -34,6 +35,14 @@ CHECK_EVERY = 0.02  # between two checks of the condition (not a synchronisation
 POLL_STARTED = "poll started at monotonic"  # one debug line per poll (nichealthd.runtime.service)
 STOP_WAIT = 15.0  # seconds a daemon gets to exit after SIGTERM before it is killed
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]  # argv prefix: as nobody
+
+
+@functools.cache
+def nobody_can_run(executable: str = sys.executable) -> bool:
+    """Whether ``executable`` starts as nobody: a pyenv interpreter under /root (CI's Python
+    3.9 stage) cannot load its own libpython there."""
+    return subprocess.run([*NOBODY, executable, "-c", "pass"], capture_output=True,
+                          timeout=60).returncode == 0
 
 
 def wait_until(predicate: Callable[[], bool], what: str, timeout: float = DEADLINE,

@@ -19,7 +19,7 @@ from dataclasses import replace
 import pytest
 
 from nichealthd.sources.optics import OPTICS_DROPIN, KernelPages, Optics, read_port
-from tests.harness import NOBODY
+from tests.harness import NOBODY, nobody_can_run
 
 from .builders import config, device, host, port
 
@@ -74,6 +74,8 @@ def test_the_source_reads_a_veth_port_as_not_available_once(
 def test_without_cap_net_admin_the_kernel_refuses_and_the_reason_names_the_dropin(
         veth: str) -> None:
     """As nobody: every port refused, one warning for the host naming the drop-in."""
+    if not nobody_can_run():
+        pytest.skip(f"{sys.executable} cannot run as nobody")
     code = f"""
 import logging, sys
 from dataclasses import replace
