@@ -3,12 +3,11 @@ nothing else, and the unit with it stays within the exposure score of 2.0."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from nichealthd.sources.optics import OPTICS_DROPIN, OPTICS_DROPIN_TARGET
 
-from .test_systemd_unit import REPO, UNIT, directives, needs_analyze, security_score
+from .test_systemd_unit import REPO, directives, dropin_scores, needs_analyze
 
 OPTICS_CONF = REPO / "systemd/examples/optics.conf"
 
@@ -27,12 +26,5 @@ def test_optics_dropin_grants_cap_net_admin_and_nothing_else() -> None:
 
 @needs_analyze
 def test_optics_dropin_keeps_the_unit_within_the_score(tmp_path: Path) -> None:
-    units = tmp_path / "root/etc/systemd/system"
-    units.mkdir(parents=True)
-    shutil.copy(UNIT, units / "nichealthd.service")
-    default = security_score(tmp_path / "root")
-    (units / "nichealthd.service.d").mkdir()
-    shutil.copy(OPTICS_CONF, units / "nichealthd.service.d/optics.conf")
-    with_dropin = security_score(tmp_path / "root")
-    print(f"systemd-analyze security: unit {default}, unit + optics drop-in {with_dropin}")
+    default, with_dropin = dropin_scores(tmp_path, OPTICS_CONF)
     assert default < with_dropin <= 2.0

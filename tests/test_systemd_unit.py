@@ -257,18 +257,25 @@ def security_score(unit_root: Path) -> float:
     return float(m.group(1))
 
 
-@needs_analyze
-def test_kmsg_dropin_score_and_the_default_unit_unchanged(tmp_path):
-    """The drop-in costs some hardening (CAP_SYSLOG, no private user namespace) but keeps the
-    unit within the 2.0 of the issue; the default unit is scored as it was (no drop-in)."""
+def dropin_scores(tmp_path: Path, dropin: Path) -> tuple[float, float]:
+    """The exposure score of the shipped unit, then of the unit with ``dropin`` installed
+    under ``/etc/systemd/system/nichealthd.service.d/`` (an offline root in ``tmp_path``)."""
     units = tmp_path / "root/etc/systemd/system"
     units.mkdir(parents=True)
     shutil.copy(UNIT, units / "nichealthd.service")
     default = security_score(tmp_path / "root")
     (units / "nichealthd.service.d").mkdir()
-    shutil.copy(KMSG_DROPIN, units / "nichealthd.service.d/kmsg.conf")
+    shutil.copy(dropin, units / "nichealthd.service.d" / dropin.name)
     with_dropin = security_score(tmp_path / "root")
-    print(f"systemd-analyze security: unit {default}, unit + kmsg drop-in {with_dropin}")
+    print(f"systemd-analyze security: unit {default}, unit + {dropin.name} {with_dropin}")
+    return default, with_dropin
+
+
+@needs_analyze
+def test_kmsg_dropin_score_and_the_default_unit_unchanged(tmp_path):
+    """The drop-in costs some hardening (CAP_SYSLOG, no private user namespace) but keeps the
+    unit within the 2.0 of the issue; the default unit is scored as it was (no drop-in)."""
+    default, with_dropin = dropin_scores(tmp_path, KMSG_DROPIN)
     plain = subprocess.run([ANALYZE, "security", "--offline=true", "--no-pager", str(UNIT)],
                            capture_output=True, text=True).stdout
     assert f"nichealthd.service: {default}" in plain  # the same scoring as the test above

@@ -4,10 +4,9 @@ tests/test_systemd_unit.py); the drop-in changes the uid only and stays within 2
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
-from ..test_systemd_unit import UNIT, directives, needs_analyze, security_score
+from ..test_systemd_unit import directives, dropin_scores, needs_analyze
 
 REPO = Path(__file__).resolve().parents[2]
 SLURM_DROPIN = REPO / "systemd/examples/slurm.conf"
@@ -24,10 +23,5 @@ def test_slurm_dropin_changes_the_user_and_nothing_else() -> None:
 
 @needs_analyze
 def test_slurm_dropin_keeps_the_score_within_2(tmp_path: Path) -> None:
-    units = tmp_path / "root/etc/systemd/system"
-    (units / "nichealthd.service.d").mkdir(parents=True)
-    shutil.copy(UNIT, units / "nichealthd.service")
-    shutil.copy(SLURM_DROPIN, units / "nichealthd.service.d/slurm.conf")
-    score = security_score(tmp_path / "root")
-    print(f"systemd-analyze security: unit + slurm drop-in {score}")
+    _, score = dropin_scores(tmp_path, SLURM_DROPIN)
     assert score <= 2.0
