@@ -504,6 +504,12 @@ class Config:
             self.proc_root, "sys/kernel/random/boot_id")
 
     @property
+    def host_sysfs(self) -> bool:
+        """Whether ``sysfsRoot`` is the kernel's own /sys, not a simulated tree: only then are
+        the kernel's netdevs, ethtool answers and kernel log this host's."""
+        return os.path.abspath(self.sysfs_root) == "/sys"
+
+    @property
     def sys_class_infiniband(self) -> str:
         return self.sys_class_infiniband_setting or os.path.join(
             self.sysfs_root, "class/infiniband")

@@ -58,7 +58,7 @@ class EarlyPolls:
 def enabled(config: Config) -> bool:
     """``linkEvents``: on, off, or auto (on when sysfs is the kernel's)."""
     if config.link_events == "auto":
-        return config.sysfs_root.rstrip("/") == "/sys"
+        return config.host_sysfs
     return config.link_events == "on"
 
 

@@ -448,7 +448,7 @@ def open_kernel_log(config: Config) -> Optional[KernelLogSource]:
     if mode == "off":
         log.info("kernel log: off (kernelLog = \"off\")")
         return None
-    if not path and os.path.abspath(config.sysfs_root) != "/sys":
+    if not path and not config.host_sysfs:
         log.info("kernel log: not read (sysfsRoot is not /sys: a simulated host; set "
                  "kernelLogPath to read its journal)")
         return None

@@ -176,7 +176,7 @@ class Optics(Source):
     def _reader(self) -> Optional[PageReader]:
         if self.config.ethtool_path:
             return FilePages(self.config.ethtool_path)
-        if os.path.normpath(self.config.sysfs_root) != "/sys":
+        if not self.config.host_sysfs:
             return None  # a simulated host without ethtoolPath: the kernel has no such netdevs
         if self._kernel is None:
             self._kernel = KernelPages()

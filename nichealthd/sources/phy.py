@@ -47,6 +47,7 @@ from ..core.model import HostSnapshot
 from ..core.numbers import counter, value
 from ..core.phy import FACT, FecStats, PhyReading, wanted
 from .ethtool_kernel import EthtoolKernel
+from .problems import ProblemLog
 from .seam import Source
 
 log = logging.getLogger(__name__)
@@ -128,7 +129,7 @@ class Phy(Source):
     def __init__(self, config: Config) -> None:
         super().__init__(config)
         self._kernel: Optional[EthtoolKernel] = None
-        self._unavailable: set[tuple[str, str]] = set()  # (netdev, what) told
+        self._unavailable = ProblemLog(log)  # (netdev, what) told once
 
     def close(self) -> None:
         if self._kernel is not None:
@@ -137,12 +138,12 @@ class Phy(Source):
 
     def reconfigure(self, config: Config) -> None:
         super().reconfigure(config)
-        self._unavailable.clear()
+        self._unavailable = ProblemLog(log)
 
     def read(self, snapshot: HostSnapshot, devices: Sequence[str]) -> dict[str, PhyReading]:
         """Port key -> the reading of its netdev; ports without any fact are left out."""
         files = self.config.ethtool_path
-        if not files and os.path.normpath(self.config.sysfs_root) != "/sys":
+        if not files and not self.config.host_sysfs:
             return {}
         wanted_devices = set(devices)
         out: dict[str, PhyReading] = {}
@@ -198,13 +199,11 @@ class Phy(Source):
 
     def _not_available(self, netdev: str, what: str, exc: OSError) -> None:
         """Once per netdev and fact while this process runs (a reload tells again)."""
-        if (netdev, what) in self._unavailable:
-            return
-        self._unavailable.add((netdev, what))
         known = exc.errno in NOT_AVAILABLE
-        log.log(logging.INFO if known else logging.WARNING,
-                "%s: %s not available from the kernel (%s); asked again each read, told "
-                "once", netdev, what, exc.strerror or exc)
+        self._unavailable.report(
+            f"{netdev}: {what}", f"{netdev}: {what} not available from the kernel "
+            f"({exc.strerror or exc}); asked again each read, told once",
+            logging.INFO if known else logging.WARNING)
 
 
 SOURCE = Phy
