@@ -27,7 +27,6 @@ pytestmark = [pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
                                  reason="creates a veth pair (ip link): needs root")]
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture
@@ -76,25 +75,29 @@ def test_without_cap_net_admin_the_kernel_refuses_and_the_reason_names_the_dropi
     """As nobody: every port refused, one warning for the host naming the drop-in."""
     if not nobody_can_run():
         pytest.skip(f"{sys.executable} cannot run as nobody")
+    # Only the installed package: nobody may not read the checkout (a clone in a mktemp -d).
     code = f"""
 import logging, sys
-from dataclasses import replace
+from datetime import datetime, timezone
+from nichealthd.core.config import build_config
+from nichealthd.core.model import DeviceSnapshot, HostSnapshot, PortSnapshot
 from nichealthd.sources.optics import Optics
-from tests.core.builders import config, device, host, port
 logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(levelname)s %(message)s")
-ports = tuple(replace(port("mlx5_0", n, layer="Ethernet"), netdev=name)
+ports = tuple(PortSnapshot(device="mlx5_0", port=n, link_layer="Ethernet", state="4: ACTIVE",
+                           phys_state="5: LinkUp", netdev=name)
               for n, name in ((1, {veth!r}), (2, {veth + "p"!r})))
-snapshot = host(device("mlx5_0", ports=ports))
-source = Optics(config(sysfsRoot="/sys"))
+device = DeviceSnapshot(name="mlx5_0", pci_address="0000:47:00.0", numa_node=0,
+                        driver="mlx5_core", vendor="0x15b3", hca_type="MT4129", ports=ports)
+snapshot = HostSnapshot(datetime.now(timezone.utc), "boot-1", (device,))
+source = Optics(build_config({{"sysfsRoot": "/sys"}}, "test.toml", {{}}))
 for _ in range(3):
     facts = source.read(snapshot, ["mlx5_0"])
 source.close()
 for key, fact in sorted(facts.items()):
     print(key, fact.diagnostics, fact.reason)
 """
-    proc = subprocess.run([*NOBODY, sys.executable, "-c", code], cwd=REPO,
-                          capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PYTHONPATH": REPO})
+    proc = subprocess.run([*NOBODY, sys.executable, "-c", code], cwd="/",
+                          capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert [line.split(" None ")[0] for line in lines] == ["mlx5_0_1", "mlx5_0_2"]
