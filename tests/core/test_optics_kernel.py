@@ -28,7 +28,6 @@ pytestmark = [pytest.mark.root,
                                  reason="creates a veth pair (ip link): needs root")]
 
 
-
 @pytest.fixture
 def veth() -> Iterator[str]:
     name = f"nhdo{uuid.uuid4().hex[:8]}"
