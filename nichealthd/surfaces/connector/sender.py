@@ -13,6 +13,7 @@ watchdog on the event loop. ``deliver_pending_once`` reuses it for ``nichealthd 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
@@ -22,18 +23,31 @@ import threading
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
-from typing import Any, Callable, Optional
-
-import grpc
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from ...core.config import Config
-from ...core.events import format_timestamp
+from ...core.events import HealthEvent, format_timestamp
 from ...storage.appendfile import append as append_file
 from ...storage.store import Journal, JournalEntry
-from . import health_event_pb2_grpc as pb_grpc
-from .convert import to_batch
 from .outbox import CONSUMER, trim_outbox
 from .status import ConnectorStatus
+
+if TYPE_CHECKING:
+    from .wire import Channel
+
+
+def _require(*modules: str) -> None:
+    """Raise the ImportError that importing a missing one of ``modules`` would, without
+    importing them (their packages are found, not loaded)."""
+    for name in modules:
+        if importlib.util.find_spec(name) is None:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+
+# gRPC is loaded at the first connect (``wire.py``); a host without it is told so at start,
+# and keeps its events in the outbox (runtime/libraries.py, ``held.py``), as if imported here.
+_require("grpc", "google.protobuf")
 
 log = logging.getLogger("nichealthd.connector")
 
@@ -53,14 +67,8 @@ PROBE_TIMEOUT = 2.0
 # RESOURCE_EXHAUSTED / ABORTED are what a server returns when its own backend (the Kubernetes
 # API) fails — dead-lettering those would lose events during a control-plane outage.
 PERMANENT_CODES = frozenset({
-    grpc.StatusCode.INVALID_ARGUMENT,
-    grpc.StatusCode.PERMISSION_DENIED,
-    grpc.StatusCode.UNAUTHENTICATED,
-    grpc.StatusCode.UNIMPLEMENTED,
-    grpc.StatusCode.FAILED_PRECONDITION,
-    grpc.StatusCode.OUT_OF_RANGE,
-    grpc.StatusCode.NOT_FOUND,
-    grpc.StatusCode.ALREADY_EXISTS,
+    "INVALID_ARGUMENT", "PERMISSION_DENIED", "UNAUTHENTICATED", "UNIMPLEMENTED",
+    "FAILED_PRECONDITION", "OUT_OF_RANGE", "NOT_FOUND", "ALREADY_EXISTS",
 })
 
 
@@ -137,6 +145,13 @@ def read_token(path: str, warned: set[tuple[str, int]]) -> str:
                         transient=True) from None
 
 
+def _wire() -> ModuleType:
+    """The gRPC side (``wire.py``), imported at the first connect: a host whose connector
+    socket never exists never loads gRPC."""
+    from . import wire
+    return wire
+
+
 class Link:
     """One gRPC channel to the connector, made lazily and dropped after a transport failure
     (a fresh channel next time, so gRPC's own reconnect backoff never stacks on ours)."""
@@ -147,8 +162,7 @@ class Link:
         self.path = socket_path(target)
         self.connects = 0  # channels made: lets tests prove a missing socket costs none
         self._warned_modes: set[tuple[str, int]] = set()  # (path, mode) already warned about
-        self._channel: Optional[grpc.Channel] = None
-        self._stub: Optional[pb_grpc.PlatformConnectorStub] = None
+        self._channel: Optional[Channel] = None
 
     def unavailable(self) -> Optional[str]:
         """Why the connector is certainly down without trying to connect, or None."""
@@ -156,12 +170,14 @@ class Link:
             return f"socket {self.path} does not exist (connector not running)"
         return None
 
-    def _connect(self) -> pb_grpc.PlatformConnectorStub:
-        if self._stub is None:
-            self._channel = grpc.insecure_channel(self.target)
-            self._stub = pb_grpc.PlatformConnectorStub(self._channel)  # type: ignore[no-untyped-call]
+    def _connect(self) -> Channel:
+        if self._channel is None:
+            try:
+                self._channel = _wire().Channel(self.target)
+            except ImportError as exc:  # installed at start (runtime/libraries.py), gone now
+                raise SendError("LIBRARY", f"cannot load gRPC: {exc}", transient=True) from None
             self.connects += 1
-        return self._stub
+        return self._channel
 
     def _metadata(self) -> list[tuple[str, str]]:
         if not self.token_path:
@@ -171,36 +187,31 @@ class Link:
             raise SendError("TOKEN", f"token file {self.token_path} is empty", transient=True)
         return [("authorization", f"Bearer {token}")]
 
-    def send(self, request: Any, timeout: float) -> None:
-        """One ``HealthEventOccurredV1`` call; raises :class:`SendError`."""
+    def send(self, events: Sequence[HealthEvent], timeout: float) -> None:
+        """One ``HealthEventOccurredV1`` call carrying ``events``; raises :class:`SendError`."""
         metadata = self._metadata()  # re-read for every call (rotated tokens)
-        stub = self._connect()
+        channel = self._connect()
+        wire = _wire()
         try:
-            stub.HealthEventOccurredV1(request, timeout=timeout, metadata=metadata)
-        except grpc.RpcError as exc:
-            code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
-            detail = exc.details() if hasattr(exc, "details") else str(exc)
+            channel.call(events, timeout, metadata)
+        except wire.RpcError as exc:
+            code, detail = wire.status_of(exc)
             permanent = code in PERMANENT_CODES
             if not permanent:
                 self.close()
-            raise SendError(code.name, detail or "", transient=not permanent) from None
+            raise SendError(code, detail, transient=not permanent) from None
 
     def probe(self, timeout: float) -> None:
         """Connect without a call (to tell connected from down when nothing is pending)."""
-        self._connect()
-        assert self._channel is not None
-        try:
-            grpc.channel_ready_future(self._channel).result(timeout=timeout)
-        except grpc.FutureTimeoutError:
+        if not self._connect().ready(timeout):
             self.close()
             raise SendError("UNAVAILABLE", f"cannot connect to {self.target}",
-                            transient=True) from None
+                            transient=True)
 
     def close(self) -> None:
         if self._channel is not None:
             self._channel.close()
         self._channel = None
-        self._stub = None
 
 
 def cut_batch(entries: list[JournalEntry]) -> list[JournalEntry]:
@@ -383,7 +394,7 @@ class Sender:
         and the result is how many events the connector accepted (0: dead-lettered)."""
         self.calls += 1
         try:
-            self.link.send(to_batch(e.event for e in batch), timeout)
+            self.link.send([e.event for e in batch], timeout)
         except SendError as exc:
             self.update(errors=self.status.errors + 1)
             if exc.transient:
