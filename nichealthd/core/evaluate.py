@@ -22,14 +22,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Mapping, Optional
 
-from .checks import families
+from .checks import families, supplying
 from .checks.counters import CounterObservation
 from .checks.identity import detect_renames, rename_notes
 from .checks.link_section import DeviceIdentity
 from .config import Config
 from .events import BACKDATE, HealthEvent
 from .failure import describe_exception
-from .family import EVERY_POLL, Cycle, Family, Verdict, supplies
+from .family import EVERY_POLL, Cycle, Family, Verdict
 from .model import HostSnapshot
 from .state import MonitorState
 from .topology import Role, Topology, classify_all
@@ -74,7 +74,7 @@ class CycleResult:
     def observations(self) -> Mapping[str, CounterObservation]:
         """What the poll computed of each counter, of every family that counts
         (:meth:`CheckFamily.observations`; their keys are distinct)."""
-        found = [seen for family in families() if supplies(family, "observations")
+        found = [seen for family in supplying("observations")
                  for seen in (family.observations(self.pictures.get(family.id)),) if seen]
         if len(found) == 1:
             return found[0]
@@ -166,7 +166,7 @@ def _judge(family: Family, previous: MonitorState, cycle: Cycle,
 def _identities(state: MonitorState) -> tuple[Mapping[str, DeviceIdentity], list[str]]:
     """The recorded hardware identities and known names of every device, of every family
     that keeps them (:meth:`CheckFamily.identities`; an earlier family's record wins)."""
-    kept = [known for family in families() if supplies(family, "identities")
+    kept = [known for family in supplying("identities")
             for known in (family.identities(state.section(family)),) if known is not None]
     if len(kept) == 1:
         return kept[0][0], list(kept[0][1])

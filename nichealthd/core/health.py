@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional
 
-from .checks import families
-from .family import Condition, PortBase, PortId, supplies
+from .checks import families, supplying
+from .family import Condition, PortBase, PortId
 from .model import HostSnapshot
 from .state import DEGRADED, FATAL, HEALTHY, RANK, UNCABLED, UNKNOWN, MonitorState
 from .topology import Role
@@ -105,12 +105,10 @@ def assess(state: MonitorState, snapshot: HostSnapshot, roles: Mapping[str, Role
     pictures = pictures or {}
     bases: dict[PortId, PortBase] = {}
     uncabled: set[PortId] = set()
-    for family in families():
-        section = state.section(family)
-        if supplies(family, "port_bases"):
-            bases.update(family.port_bases(section, snapshot, roles))
-        if supplies(family, "uncabled"):
-            uncabled |= family.uncabled(section)
+    for family in supplying("port_bases"):
+        bases.update(family.port_bases(state.section(family), snapshot, roles))
+    for family in supplying("uncabled"):
+        uncabled |= family.uncabled(state.section(family))
     for key in uncabled & bases.keys():
         if bases[key].present:
             bases[key] = PortBase(UNCABLED)
@@ -132,9 +130,8 @@ def assess(state: MonitorState, snapshot: HostSnapshot, roles: Mapping[str, Role
 
     for family in families():
         apply(family.conditions(state.section(family), pictures.get(family.id)))
-    for family in families():
-        if supplies(family, "base_conditions"):
-            apply(family.base_conditions(state.section(family), snapshot, bases))
+    for family in supplying("base_conditions"):
+        apply(family.base_conditions(state.section(family), snapshot, bases))
     if snapshot.blind:  # nothing could be looked at: never healthy (no host-wide unknown)
         other.append((DEGRADED, snapshot.blind))
     if failed:

@@ -11,12 +11,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Mapping, Optional
 
-from .checks import families
+from .checks import supplying
 from .checks.ports import is_active, split_state
 from .config import Config
 from .evaluate import CycleResult
 from .events import format_timestamp, local_clock
-from .family import Family, supplies
+from .family import Family
 from .health import UNCABLED, UNKNOWN, HostHealth, PortHealth, assess
 from .jsontypes import JsonObject
 from .model import DeviceSnapshot, HostSnapshot, PortSnapshot
@@ -62,8 +62,7 @@ def port_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorStat
 def _supplying(hook: str, result: CycleResult, state: MonitorState
                ) -> list[tuple[Family, Any, Any]]:
     """The families that supply ``hook``, with their committed section and poll picture."""
-    return [(f, state.section(f), result.pictures.get(f.id)) for f in families()
-            if supplies(f, hook)]
+    return [(f, state.section(f), result.pictures.get(f.id)) for f in supplying(hook)]
 
 
 def _present_port(device: DeviceSnapshot, port: PortSnapshot, role: Optional[Role],
@@ -168,9 +167,7 @@ def device_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorSt
         for family, section, picture in fielded:
             records[-1].update(family.device_fields(section, picture, device.name, True))
     present = frozenset(d.name for d in snapshot.devices)
-    for family in families():
-        if not supplies(family, "device_rows"):
-            continue
+    for family in supplying("device_rows"):
         for row in family.device_rows(state.section(family), result.pictures.get(family.id),
                                       present):
             if not row.get("lost"):  # an RDMA device (a lost NIC never registered one)
@@ -227,7 +224,7 @@ def reloading_devices(state: MonitorState) -> tuple[tuple[str, ...], Optional[da
     """The devices a driver event holds (gone while their PCI functions stay: no verdict on
     them while it lasts; ``show devices`` says RELOADING) and since when, of every family that
     holds some (:meth:`CheckFamily.held_devices`); ``((), None)`` when none is in progress."""
-    events = [held for family in families() if supplies(family, "held_devices")
+    events = [held for family in supplying("held_devices")
               for held in (family.held_devices(state.section(family)),) if held is not None]
     if not events:
         return (), None

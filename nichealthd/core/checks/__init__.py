@@ -12,7 +12,7 @@ import importlib
 import pkgutil
 from typing import Optional
 
-from ..family import CheckFamily, Family
+from ..family import CheckFamily, Family, supplies
 
 _found: Optional[tuple[Family, ...]] = None
 
@@ -31,6 +31,19 @@ def families() -> tuple[Family, ...]:
         _check_unique(found)
         _found = tuple(found)
     return _found
+
+
+def supplying(method: str) -> tuple[Family, ...]:
+    """The families that override ``method`` of :class:`CheckFamily` (:func:`supplies`), in
+    order: the loops run every poll over a hook few families have go over these only."""
+    found = families()
+    known = _supplying.get(method)
+    if known is None or known[0] is not found:  # worked out once per registry
+        known = _supplying[method] = (found, tuple(f for f in found if supplies(f, method)))
+    return known[1]
+
+
+_supplying: dict[str, tuple[tuple[Family, ...], tuple[Family, ...]]] = {}
 
 
 def _check_unique(found: list[Family]) -> None:

@@ -240,9 +240,11 @@ class CounterPoll:
     """One poll of a counting family, as every reading of it is judged: the last poll's
     section, the next one and the volatile memory it writes, the observations it shows.
 
-    Made once per family and poll (slotted: read for every counter of every port)."""
+    Made once per family and poll (slotted: read for every counter of every port), with the
+    tables every reading looks up taken out of the sections once here."""
 
-    __slots__ = ("previous", "next_state", "memory", "observations", "now", "baseline")
+    __slots__ = ("previous", "next_state", "memory", "observations", "now", "baseline",
+                 "snapshots", "flags", "last_values", "last_times")
 
     previous: CounterSection
     next_state: CounterSection
@@ -250,6 +252,22 @@ class CounterPoll:
     observations: MutableMapping[str, CounterObservation]
     now: datetime
     baseline: bool  # a fresh start: a counter's first reading tells it is healthy
+    snapshots: Mapping[str, CounterSnap]  # the last poll's (previous.counter_snapshots)
+    flags: dict[str, BreachFlag]  # the next state's latched breaches (written in place)
+    last_values: dict[str, int]  # memory's
+    last_times: dict[str, datetime]  # memory's
+
+    def __init__(self, previous: CounterSection, next_state: CounterSection,
+                 memory: CounterTables, observations: MutableMapping[str, CounterObservation],
+                 now: datetime, baseline: bool) -> None:
+        for name, value in (("previous", previous), ("next_state", next_state),
+                            ("memory", memory), ("observations", observations), ("now", now),
+                            ("baseline", baseline),
+                            ("snapshots", previous.counter_snapshots),
+                            ("flags", next_state.breach_flags),
+                            ("last_values", memory.last_values),
+                            ("last_times", memory.last_times)):
+            object.__setattr__(self, name, value)
 
 
 def evaluate_port_counters(
@@ -271,21 +289,22 @@ def evaluate_port_counters(
     reading starts a fresh window without being judged.
     """
     events: list[HealthEvent] = []
-    memory, observations, now = poll.memory, poll.observations, poll.now
-    last_values, last_times = memory.last_values, memory.last_times
+    observations, now = poll.observations, poll.now
+    last_values, last_times = poll.last_values, poll.last_times
     readings = port.counters
-    remembered = memory.port_entries.get((port.device, port.port))
-    known = PortEntries.of(port, specs, checks, enabled_checks, memory)
+    remembered = poll.memory.port_entries.get((port.device, port.port))
+    known = PortEntries.of(port, specs, checks, enabled_checks, poll.memory)
     for entry in known.entries:
+        key = entry[2]
         reading = readings.get(entry[0].name)
         if type(reading) is not int:  # ABSENT or Unreadable (is_value, inline: a hot loop)
-            observations[entry[2]] = _UNKNOWN
+            observations[key] = _UNKNOWN
             continue
         event = _evaluate_one(poll, known, entry, reading, rebase)
         if event is not None:
             events.append(event)
-        last_values[entry[2]] = reading
-        last_times[entry[2]] = now
+        last_values[key] = reading
+        last_times[key] = now
     next_state = poll.next_state
     if known.saturating or next_state.saturated or next_state.saturated_quiet:
         _saturation(poll, known, port, events, notes, checks.degradation,
@@ -294,6 +313,9 @@ def evaluate_port_counters(
 
 
 _UNKNOWN = CounterObservation(None, None, None)
+# A NamedTuple's constructor is a Python function; the readings of every counter of every
+# port make theirs with tuple's own (a third of the cost), in the hot branches only.
+_new = tuple.__new__
 
 
 def _evaluate_one(poll: CounterPoll, known: PortEntries, entry: CounterEntry, value: int,
@@ -305,12 +327,12 @@ def _evaluate_one(poll: CounterPoll, known: PortEntries, entry: CounterEntry, va
     and the rare cases (first reading, reset, rebase, latched, fresh window) are helpers.
     """
     spec, check, key, kind = entry
-    snap = poll.previous.counter_snapshots.get(key)
+    snap = poll.snapshots.get(key)
     if snap is None:
         return _first_reading(poll, known, spec, check, key, value)
-    memory = poll.memory
-    flag = poll.next_state.breach_flags.get(key)
-    last = memory.last_values.get(key)
+    flags = poll.flags
+    flag = flags.get(key) if flags else None
+    last = poll.last_values.get(key)
     if last is None:  # first poll after a restart: the last value persisted with a latch
         last = _persisted_last(snap, flag)
     if value < last and wrapped_delta(kind, last, value) is None:
@@ -330,21 +352,21 @@ def _evaluate_one(poll: CounterPoll, known: PortEntries, entry: CounterEntry, va
     if spec.is_velocity:
         elapsed = (now - snap.timestamp).total_seconds()
         if elapsed < spec.window_full_after:
-            poll.observations[key] = _carry(memory.closed_windows.get(key), value)
+            poll.observations[key] = _carry(poll.memory.closed_windows.get(key), value)
             return None  # window not full yet: keep the snapshot, never extrapolate
         rate = delta / elapsed * spec.window_seconds
-        poll.next_state.counter_snapshots[key] = CounterSnap(value, now)
-        poll.observations[key] = memory.closed_windows[key] = CounterObservation(value, delta,
-                                                                                 rate)
+        poll.next_state.counter_snapshots[key] = _new(CounterSnap, (value, now))
+        poll.observations[key] = poll.memory.closed_windows[key] = _new(
+            CounterObservation, (value, delta, rate))
         breached = rate > spec.threshold
     elif not delta:
         # Quiet over the poll: no rate to work out, and the snapshot stays (an idle counter
         # never forces a state write).
-        poll.observations[key] = CounterObservation(value, 0, 0.0)
+        poll.observations[key] = _new(CounterObservation, (value, 0, 0.0))
         return None  # a delta of 0 never exceeds a threshold (config: threshold >= 0)
     else:
         # Delta over one poll interval; the rate shown uses the last poll's time.
-        since = memory.last_times.get(key, snap.timestamp)
+        since = poll.last_times.get(key, snap.timestamp)
         interval = (now - since).total_seconds()
         rate = delta / interval if interval > 0 else 0.0
         poll.next_state.counter_snapshots[key] = CounterSnap(value, now)
@@ -459,9 +481,12 @@ def release_unconfigured(state: CounterSection, configured: frozenset[str],
 
 
 def _carry(previous: Optional[CounterObservation], value: int) -> CounterObservation:
-    """Keep the last full window's delta and rate while a new window fills."""
+    """Keep the last full window's delta and rate while a new window fills (the closed
+    window itself while the counter has not moved since)."""
     if previous is None:
         return CounterObservation(value, None, None)
+    if previous.value == value:
+        return previous
     return CounterObservation(value, previous.delta, previous.rate)
 
 
