@@ -157,6 +157,16 @@ def cpu_seconds(pid: int) -> float:
         return (int(fields[11]) + int(fields[12])) / TICK
 
 
+def poll_thread_seconds(pid: int) -> Optional[float]:
+    """CPU time of the daemon's poll thread (named ``poll`` in /proc: runtime/threadnames.py),
+    in seconds; None before it is named (a revision without thread names)."""
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(FileNotFoundError):
+            if Path(f"/proc/{pid}/task/{task}/comm").read_text().strip() == "poll":
+                return int(Path(f"/proc/{pid}/task/{task}/schedstat").read_text().split()[0]) / 1e9
+    return None
+
+
 def status_kib(pid: int, key: str) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(key + ":"):
@@ -323,8 +333,10 @@ def bench_daemon(daemon: DaemonProcess, settings: Settings, report: Report) -> N
     time.sleep(settings.warmup)
     polls0 = daemon.polls()
     cpu0, wall0 = cpu_seconds(daemon.pid), time.monotonic()
+    poll0 = poll_thread_seconds(daemon.pid)
     time.sleep(settings.duration)
     cpu1, wall1 = cpu_seconds(daemon.pid), time.monotonic()
+    poll1 = poll_thread_seconds(daemon.pid)
     polls1 = daemon.polls()
     fig = report.figures
     fig["daemon_window_s"] = wall1 - wall0
@@ -332,6 +344,8 @@ def bench_daemon(daemon: DaemonProcess, settings: Settings, report: Report) -> N
     fig["daemon_cpu_percent"] = 100 * (cpu1 - cpu0) / (wall1 - wall0)
     fig["daemon_polls"] = polls1 - polls0
     fig["daemon_cpu_per_cycle_s"] = (cpu1 - cpu0) / max(polls1 - polls0, 1)
+    if poll0 is not None and poll1 is not None:
+        fig["daemon_poll_thread_per_cycle_s"] = (poll1 - poll0) / max(polls1 - polls0, 1)
     fig["daemon_peak_rss_mib"] = status_kib(daemon.pid, "VmHWM") / 1024
     fig["daemon_rss_mib"] = status_kib(daemon.pid, "VmRSS") / 1024
     fig["daemon_series"] = series_count(http_get(daemon.url + "/metrics"))
@@ -340,6 +354,11 @@ def bench_daemon(daemon: DaemonProcess, settings: Settings, report: Report) -> N
             f"{ms(fig['daemon_cpu_per_cycle_s'])} per cycle over {fig['daemon_polls']:.0f} polls), "
             f"peak RSS {fig['daemon_peak_rss_mib']:.1f} MiB "
             f"(now {fig['daemon_rss_mib']:.1f} MiB); {fig['daemon_series']} series")
+    poll_thread = fig.get("daemon_poll_thread_per_cycle_s")
+    if poll_thread is not None:
+        line += (f"\n    of each cycle, the poll thread {ms(poll_thread)}, the other threads "
+                 f"(event loop, D-Bus, varlink, metrics, connector) "
+                 f"{ms(fig['daemon_cpu_per_cycle_s'] - poll_thread)}")
     if report.devices == TARGET_HOST:
         if settings.absolute:
             line += " " + verdict(report, "cpu_percent",

@@ -52,6 +52,7 @@ from .startup import (
     topology_loader,
     warn_hidden_paths,
 )
+from .threadnames import name_threads
 
 log = logging.getLogger("nichealthd")
 
@@ -231,6 +232,7 @@ class Daemon:
                     log.info("nichealthd %s ready: %s", __version__, self.status_line())
                     first = False
                     freeze_start_up_objects()
+                    name_threads()
                 else:
                     self.notifier.status(self.notify_status())
             if self._reload_requested:
@@ -364,6 +366,7 @@ class Daemon:
         warn_hidden_paths(config)
         log.info("configuration reloaded from %s (polling every %s)", self.args.config,
                  format_duration(config.polling_interval))
+        name_threads()
         self.notifier.ready(self.notify_status())
 
     async def _watchdog(self) -> None:
