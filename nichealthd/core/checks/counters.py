@@ -240,8 +240,7 @@ class CounterPoll:
     """One poll of a counting family, as every reading of it is judged: the last poll's
     section, the next one and the volatile memory it writes, the observations it shows.
 
-    Made once per family and poll (slotted: read for every counter of every port), with the
-    tables every reading looks up taken out of the sections once here."""
+    Made once per family and poll (slotted: read for every counter of every port)."""
 
     __slots__ = ("previous", "next_state", "memory", "observations", "now", "baseline",
                  "snapshots", "flags", "last_values", "last_times")
@@ -252,22 +251,21 @@ class CounterPoll:
     observations: MutableMapping[str, CounterObservation]
     now: datetime
     baseline: bool  # a fresh start: a counter's first reading tells it is healthy
-    snapshots: Mapping[str, CounterSnap]  # the last poll's (previous.counter_snapshots)
-    flags: dict[str, BreachFlag]  # the next state's latched breaches (written in place)
+    # The tables every reading looks up, taken out of the sections once (see __init__).
+    snapshots: Mapping[str, CounterSnap]  # previous.counter_snapshots
+    flags: dict[str, BreachFlag]  # next_state.breach_flags (written in place)
     last_values: dict[str, int]  # memory's
     last_times: dict[str, datetime]  # memory's
 
     def __init__(self, previous: CounterSection, next_state: CounterSection,
                  memory: CounterTables, observations: MutableMapping[str, CounterObservation],
                  now: datetime, baseline: bool) -> None:
-        for name, value in (("previous", previous), ("next_state", next_state),
-                            ("memory", memory), ("observations", observations), ("now", now),
-                            ("baseline", baseline),
-                            ("snapshots", previous.counter_snapshots),
-                            ("flags", next_state.breach_flags),
-                            ("last_values", memory.last_values),
-                            ("last_times", memory.last_times)):
-            object.__setattr__(self, name, value)
+        fields = dict(previous=previous, next_state=next_state, memory=memory,
+                      observations=observations, now=now, baseline=baseline,
+                      snapshots=previous.counter_snapshots, flags=next_state.breach_flags,
+                      last_values=memory.last_values, last_times=memory.last_times)
+        for name, value in fields.items():
+            object.__setattr__(self, name, value)  # frozen
 
 
 def evaluate_port_counters(
