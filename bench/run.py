@@ -354,11 +354,6 @@ def bench_daemon(daemon: DaemonProcess, settings: Settings, report: Report) -> N
             f"{ms(fig['daemon_cpu_per_cycle_s'])} per cycle over {fig['daemon_polls']:.0f} polls), "
             f"peak RSS {fig['daemon_peak_rss_mib']:.1f} MiB "
             f"(now {fig['daemon_rss_mib']:.1f} MiB); {fig['daemon_series']} series")
-    poll_thread = fig.get("daemon_poll_thread_per_cycle_s")
-    if poll_thread is not None:
-        line += (f"\n    of each cycle, the poll thread {ms(poll_thread)}, the other threads "
-                 f"(event loop, D-Bus, varlink, metrics, connector) "
-                 f"{ms(fig['daemon_cpu_per_cycle_s'] - poll_thread)}")
     if report.devices == TARGET_HOST:
         if settings.absolute:
             line += " " + verdict(report, "cpu_percent",
@@ -366,6 +361,11 @@ def bench_daemon(daemon: DaemonProcess, settings: Settings, report: Report) -> N
                                   f"<= {TARGET_CPU_PERCENT:g} %")
         line += " " + verdict(report, "rss", fig["daemon_peak_rss_mib"] <= TARGET_RSS_MIB,
                               f"<= {TARGET_RSS_MIB:g} MiB")
+    poll_thread = fig.get("daemon_poll_thread_per_cycle_s")
+    if poll_thread is not None:
+        line += (f"\n    of each cycle, the poll thread {ms(poll_thread)}, the other threads "
+                 f"(event loop, D-Bus, varlink, metrics, connector) "
+                 f"{ms(fig['daemon_cpu_per_cycle_s'] - poll_thread)}")
     paced = fig.get("paced_cpu_mean_s")
     if paced:
         fig["ratio_daemon_to_poll"] = fig["daemon_cpu_per_cycle_s"] / paced
