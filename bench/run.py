@@ -140,6 +140,19 @@ def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None
     raise RuntimeError(f"timed out waiting for {what}")
 
 
+def thread_cpu_ns(pid: int) -> dict[str, int]:
+    """CPU time of the live threads of ``pid`` in nanoseconds (schedstat), summed by their
+    name in /proc (``comm``: runtime/threadnames.py). A thread that exits while it is read is
+    left out; raises OSError when ``pid`` is gone."""
+    by_name: dict[str, int] = {}
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(FileNotFoundError):
+            name = Path(f"/proc/{pid}/task/{task}/comm").read_text().strip()
+            ns = int(Path(f"/proc/{pid}/task/{task}/schedstat").read_text().split()[0])
+            by_name[name] = by_name.get(name, 0) + ns
+    return by_name
+
+
 def cpu_seconds(pid: int) -> float:
     """CPU time of every live thread of ``pid``, in seconds.
 
@@ -148,24 +161,17 @@ def cpu_seconds(pid: int) -> float:
     nothing is scraped inside a measured window; /proc/PID/stat is the fallback.
     """
     try:
-        total = 0
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with contextlib.suppress(FileNotFoundError):
-                total += int(Path(f"/proc/{pid}/task/{task}/schedstat").read_text().split()[0])
-        return total / 1e9
+        return sum(thread_cpu_ns(pid).values()) / 1e9
     except (OSError, ValueError, IndexError):
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / TICK
 
 
 def poll_thread_seconds(pid: int) -> Optional[float]:
-    """CPU time of the daemon's poll thread (named ``poll`` in /proc: runtime/threadnames.py),
-    in seconds; None before it is named (a revision without thread names)."""
-    for task in os.listdir(f"/proc/{pid}/task"):
-        with contextlib.suppress(FileNotFoundError):
-            if Path(f"/proc/{pid}/task/{task}/comm").read_text().strip() == "poll":
-                return int(Path(f"/proc/{pid}/task/{task}/schedstat").read_text().split()[0]) / 1e9
-    return None
+    """CPU time of the daemon's poll thread (named ``poll`` in /proc), in seconds; None
+    before it is named (a revision without thread names)."""
+    ns = thread_cpu_ns(pid).get("poll")
+    return ns / 1e9 if ns is not None else None
 
 
 def status_kib(pid: int, key: str) -> int:
