@@ -5,7 +5,8 @@ The evaluation is a loop over the enabled check families (:mod:`nichealthd.core.
 the context they share (roles, monitored devices, the baseline flag). The only memory besides
 the persisted state is :class:`PollMemory`: each family's volatile memory (the counter
 engine's last value read of each counter, spec §6.3 ``lastPollValue``, say), when each slow
-family last ran and the picture of its last verdict, which a restart legitimately loses.
+family last ran, the picture of its last verdict and each device's role, which a restart
+legitimately loses.
 Neither input is changed: the result carries the next state and the next memory, which the
 monitor adopts only once the poll is committed.
 
@@ -42,18 +43,22 @@ __all__ = ["CycleResult", "PollMemory", "Topology", "due_reads", "evaluate", "ur
 class PollMemory:
     """What the evaluator keeps between polls that a restart may lose, by family id: each
     family's volatile memory (its ``V``: a value it never changes, it returns the next one
-    in its verdict), when each slow family last ran, and the picture of its last verdict
-    (what the views show of a slow family between its runs, and of a family that failed).
+    in its verdict), when each slow family last ran, the picture of its last verdict
+    (what the views show of a slow family between its runs, and of a family that failed),
+    and each device's role (what a device keeps while its NUMA node cannot be read:
+    :func:`~nichealthd.core.topology.classify`).
     """
 
     volatile: dict[str, object] = field(default_factory=dict)
     ran_at: dict[str, datetime] = field(default_factory=dict)
     pictures: dict[str, object] = field(default_factory=dict)
+    roles: Mapping[str, Role] = field(default_factory=dict)
 
     def copy(self) -> PollMemory:
         """A copy whose tables can change without touching this one (the values are
         never changed)."""
-        return PollMemory(dict(self.volatile), dict(self.ran_at), dict(self.pictures))
+        return PollMemory(dict(self.volatile), dict(self.ran_at), dict(self.pictures),
+                          self.roles)
 
 
 @dataclass(frozen=True)
@@ -100,7 +105,8 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
         _forget(memory, frozenset(renames) | frozenset(renames.values()))
     enabled = frozenset(config.checks)
     roles = classify_all(snapshot.devices, topology, config.nic_exclusion_regex,
-                         config.nic_inclusion_regex_override)
+                         config.nic_inclusion_regex_override, memory.roles)
+    memory.roles = roles
     monitored = tuple(d for d in snapshot.devices if roles[d.name].monitored)
     cycle = Cycle(snapshot, config, topology, now, baseline, enabled, roles, monitored,
                   previous)
@@ -196,7 +202,8 @@ def _forget(memory: PollMemory, names: frozenset[str]) -> None:
     """Drop the volatile memory of renamed devices, old and new names (a permutation may
     give a name to another device): the persisted state stands in for it, as after a
     restart (:meth:`CheckFamily.forget`: the counter engine drops those devices' counters,
-    the other families all they keep). The pictures go too: they name the old devices."""
+    the other families all they keep). The pictures go too: they name the old devices, and
+    so do the roles."""
     for family in families():
         kept = memory.volatile.get(family.id)
         if kept is None:
@@ -207,6 +214,7 @@ def _forget(memory: PollMemory, names: frozenset[str]) -> None:
         else:
             memory.volatile[family.id] = left
     memory.pictures.clear()
+    memory.roles = {name: role for name, role in memory.roles.items() if name not in names}
 
 
 def _due(family: Family, memory: PollMemory, now: datetime, config: Config

@@ -112,9 +112,9 @@ def _matches(patterns: Iterable[str], names: Iterable[str]) -> bool:
 
 
 def classify_all(devices: Iterable[DeviceSnapshot], topology: Topology,
-                 exclusion: tuple[str, ...] = (), inclusion_override: tuple[str, ...] = ()
-                 ) -> dict[str, Role]:
-    """Every device's role (:func:`classify`), by name.
+                 exclusion: tuple[str, ...] = (), inclusion_override: tuple[str, ...] = (),
+                 previous: Optional[Mapping[str, Role]] = None) -> dict[str, Role]:
+    """Every device's role (:func:`classify`), by name; ``previous``: last poll's.
 
     Asked every poll. A device the reader gives as the same (immutable) snapshot as last
     poll, under the same topology and filters, keeps its role object: its cards are then
@@ -125,13 +125,14 @@ def classify_all(devices: Iterable[DeviceSnapshot], topology: Topology,
              and last[1] == exclusion and last[2] == inclusion_override else {})
     kept: dict[int, tuple[DeviceSnapshot, Role]] = {}
     roles = {}
+    previous = previous or {}
     for device in devices:
         seen = known.get(id(device))
         if seen is not None and seen[0] is device:
             role = seen[1]
         else:
             role = classify(device, topology.gpus, topology.default_route, exclusion,
-                            inclusion_override)
+                            inclusion_override, previous.get(device.name))
         kept[id(device)] = (device, role)
         roles[device.name] = role
     _LAST_ROLES[:] = [(topology, exclusion, inclusion_override, kept)]
@@ -144,8 +145,10 @@ _LAST_ROLES: list[tuple[Topology, tuple[str, ...], tuple[str, ...],
 
 
 def classify(device: DeviceSnapshot, topology: GpuTopology, default_route: frozenset[str],
-             exclusion: tuple[str, ...] = (), inclusion_override: tuple[str, ...] = ()) -> Role:
-    """The role of one device, in the order of spec §4.2 (with VFs and filters first)."""
+             exclusion: tuple[str, ...] = (), inclusion_override: tuple[str, ...] = (),
+             previous: Optional[Role] = None) -> Role:
+    """The role of one device, in the order of spec §4.2 (with VFs and filters first);
+    ``previous``: its role last poll (:func:`_at_the_numa_gate`)."""
     if device.is_vf:
         return Role(VF, "SR-IOV virtual function")
     if inclusion_override:
@@ -156,9 +159,9 @@ def classify(device: DeviceSnapshot, topology: GpuTopology, default_route: froze
         return Role(EXCLUDED, "matched by nicExclusionRegex")
     if device.name in default_route:
         return Role(MANAGEMENT, "carries the host's default route")
-    management = _away_from_gpus(device, topology)
-    if management is not None:
-        return management
+    gated = _at_the_numa_gate(device, topology, previous)
+    if gated is not None:
+        return gated
     return _by_pcie_level(device, topology)
 
 
@@ -172,13 +175,28 @@ def _pinned(device: DeviceSnapshot, inclusion_override: tuple[str, ...]) -> Role
     return Role(layer_role, "pinned by nicInclusionRegexOverride")
 
 
-def _away_from_gpus(device: DeviceSnapshot, topology: GpuTopology) -> Optional[Role]:
-    """Management by NUMA node: none known or without a GPU; without a NUMA gate (no GPU
-    NUMA node known) only a BlueField DPU. None: the PCIe levels decide."""
+# The roles of the NUMA gate and the steps after it: a device whose NUMA node cannot be read
+# keeps one of these (the roles of earlier steps are decided again before the gate).
+_GATED_ROLES = (MANAGEMENT, COMPUTE, STORAGE)
+
+
+def _at_the_numa_gate(device: DeviceSnapshot, topology: GpuTopology,
+                      previous: Optional[Role] = None) -> Optional[Role]:
+    """Management by NUMA node: none known (-1) or without a GPU; without a NUMA gate (no GPU
+    NUMA node known) only a BlueField DPU. None: the PCIe levels decide.
+
+    A ``numa_node`` that cannot be read is not the kernel's -1: the device is leaving (a
+    driver unload, caught between listing it and reading it) or the reads failed (out of
+    file descriptors). It keeps the role it had (``previous``), which a compute NIC about
+    to be judged gone needs and a management NIC that is down needs as much; first seen,
+    the PCIe levels decide.
+    """
     if not topology.numa_gate:
         if (device.hca_type or "").upper() in BLUEFIELD_HCA_TYPES:
             return Role(MANAGEMENT, f"BlueField DPU ({device.hca_type}), no GPU NUMA node known")
-    elif device.numa_node is None or device.numa_node < 0:
+    elif device.numa_node is None:
+        return previous if previous is not None and previous.role in _GATED_ROLES else None
+    elif device.numa_node < 0:
         return Role(MANAGEMENT, "NUMA node unknown (-1)")
     elif device.numa_node not in topology.gpu_numa_nodes:
         return Role(MANAGEMENT, f"NUMA node {device.numa_node} has no GPU")

@@ -1,9 +1,11 @@
-"""A simulated host and the real ``nichealthd --once`` run against it, as a subprocess."""
+"""A simulated host and the real ``nichealthd --once`` run against it, as a subprocess; or
+the daemon's poll loop (:class:`Monitor`) in-process on one."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -11,6 +13,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 import pytest
+
+from nichealthd.runtime.monitor import Monitor
+from nichealthd.runtime.startup import load_topology
+from nichealthd.sources.config_file import load_config
 
 from .. import simtrees
 from ..harness import Lines
@@ -67,6 +73,18 @@ def sim_host() -> Callable[..., SimHost]:
         root = simtrees.take(profile, **kwargs)
         return SimHost(root, simtrees.manifest_of(root))
     return make
+
+
+@pytest.fixture
+def monitor() -> Iterator[Monitor]:
+    """The daemon's monitor, started (not yet polled), on a DGX H100 tree the test may change."""
+    root = simtrees.take("dgx-h100")
+    config = load_config(str(root / "nichealthd.toml"))
+    os.makedirs(config.state_dir, exist_ok=True)
+    made = Monitor(config, load_topology(config))
+    made.start()
+    yield made
+    made.close()
 
 
 @contextlib.contextmanager

@@ -2,30 +2,14 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 from nichealthd.core import health, views
 from nichealthd.runtime.monitor import Monitor
-from nichealthd.runtime.startup import load_topology
 from nichealthd.sim import mutate
-from nichealthd.sources.config_file import load_config
-
-from .. import simtrees
-
-
-@pytest.fixture
-def monitor() -> Iterator[Monitor]:
-    root = simtrees.take("dgx-h100")
-    config = load_config(str(root / "nichealthd.toml"))
-    os.makedirs(config.state_dir, exist_ok=True)
-    made = Monitor(config, load_topology(config))
-    made.start()
-    yield made
-    made.close()
 
 
 def status(monitor: Monitor) -> dict[str, Any]:
