@@ -147,8 +147,17 @@ _LAST_ROLES: list[tuple[Topology, tuple[str, ...], tuple[str, ...],
 def classify(device: DeviceSnapshot, topology: GpuTopology, default_route: frozenset[str],
              exclusion: tuple[str, ...] = (), inclusion_override: tuple[str, ...] = (),
              previous: Optional[Role] = None) -> Role:
-    """The role of one device, in the order of spec §4.2 (with VFs and filters first);
-    ``previous``: its role last poll (:func:`_at_the_numa_gate`)."""
+    """The role of one device, in the order of spec §4.2 (with VFs and filters first).
+
+    A device whose ``numa_node`` cannot be read keeps ``previous``, its role last poll. Every
+    PCI function has one (on a NUMA kernel; -1 where the node is unknown), so the function
+    was not readable: the device is leaving (a driver unload, caught between listing it and
+    reading it) or reads fail (out of file descriptors). What such a read gives (no
+    ``physfn``, no vendor) is the absence of the files, not facts: a VF would become a
+    compute NIC, a compute NIC about to be judged gone a management one.
+    """
+    if device.numa_node is None and previous is not None:
+        return previous
     if device.is_vf:
         return Role(VF, "SR-IOV virtual function")
     if inclusion_override:
@@ -159,9 +168,9 @@ def classify(device: DeviceSnapshot, topology: GpuTopology, default_route: froze
         return Role(EXCLUDED, "matched by nicExclusionRegex")
     if device.name in default_route:
         return Role(MANAGEMENT, "carries the host's default route")
-    gated = _at_the_numa_gate(device, topology, previous)
-    if gated is not None:
-        return gated
+    management = _away_from_gpus(device, topology)
+    if management is not None:
+        return management
     return _by_pcie_level(device, topology)
 
 
@@ -175,27 +184,16 @@ def _pinned(device: DeviceSnapshot, inclusion_override: tuple[str, ...]) -> Role
     return Role(layer_role, "pinned by nicInclusionRegexOverride")
 
 
-# The roles of the NUMA gate and the steps after it: a device whose NUMA node cannot be read
-# keeps one of these (the roles of earlier steps are decided again before the gate).
-_GATED_ROLES = (MANAGEMENT, COMPUTE, STORAGE)
-
-
-def _at_the_numa_gate(device: DeviceSnapshot, topology: GpuTopology,
-                      previous: Optional[Role] = None) -> Optional[Role]:
-    """Management by NUMA node: none known (-1) or without a GPU; without a NUMA gate (no GPU
-    NUMA node known) only a BlueField DPU. None: the PCIe levels decide.
-
-    A ``numa_node`` that cannot be read is not the kernel's -1: the device is leaving (a
-    driver unload, caught between listing it and reading it) or the reads failed (out of
-    file descriptors). It keeps the role it had (``previous``), which a compute NIC about
-    to be judged gone needs and a management NIC that is down needs as much; first seen,
-    the PCIe levels decide.
-    """
+def _away_from_gpus(device: DeviceSnapshot, topology: GpuTopology) -> Optional[Role]:
+    """Management by NUMA node: none known or without a GPU; without a NUMA gate (no GPU
+    NUMA node known) only a BlueField DPU. None: the PCIe levels decide. A device seen for
+    the first time with its NUMA node unreadable is not monitored until it can be read
+    (:func:`classify`: nothing read of it is a fact)."""
     if not topology.numa_gate:
         if (device.hca_type or "").upper() in BLUEFIELD_HCA_TYPES:
             return Role(MANAGEMENT, f"BlueField DPU ({device.hca_type}), no GPU NUMA node known")
     elif device.numa_node is None:
-        return previous if previous is not None and previous.role in _GATED_ROLES else None
+        return Role(MANAGEMENT, "NUMA node unreadable")
     elif device.numa_node < 0:
         return Role(MANAGEMENT, "NUMA node unknown (-1)")
     elif device.numa_node not in topology.gpu_numa_nodes:

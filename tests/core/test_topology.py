@@ -111,27 +111,24 @@ def test_unknown_numa_vf_and_non_mellanox() -> None:
                     exclusion=("^mlx5_2$",)).role == "excluded"
 
 
-def test_a_numa_node_that_cannot_be_read_keeps_the_role_of_last_poll() -> None:
-    """Unreadable is not the kernel's -1 (the device is leaving, or reads fail): a compute NIC
-    stays compute, to be judged when it is gone, and a management NIC stays management; seen
-    for the first time, the PCIe levels decide. A role of a step before the gate does not
-    carry over: those steps decide again."""
-    gpus = GpuTopology(frozenset({0}), (), {"mlx5_0": ("PIX",), "mlx5_1": ("SYS",)})
+def test_a_device_whose_numa_node_cannot_be_read_keeps_the_role_of_last_poll() -> None:
+    """Unreadable is not the kernel's -1: the PCI function could not be read (the device is
+    leaving, or reads fail), so what was read of it is no fact. A compute NIC stays compute,
+    to be judged when it is gone; a VF, whose ``physfn`` could not be seen, stays a VF.
+    Seen for the first time, it is not monitored until it can be read."""
+    gpus = GpuTopology(frozenset({0}), (), {"mlx5_0": ("PIX",), "mlx5_1": ("PIX",)})
     compute = classify(nic("mlx5_0", 0), gpus, frozenset())
-    management = classify(nic("mlx5_1", 1, "Ethernet"), gpus, frozenset())
-    assert (compute.role, management.role) == ("compute", "management")
-    leaving = replace(nic("mlx5_0", 0), numa_node=None)
+    vf = classify(nic("mlx5_1", 0, is_vf=True), gpus, frozenset())
+    assert (compute.role, vf.role) == ("compute", "vf")
+    leaving = replace(nic("mlx5_0", 0), numa_node=None, vendor=None, driver=None)
+    leaving_vf = replace(nic("mlx5_1", 0), numa_node=None, vendor=None, driver=None)
     assert classify(leaving, gpus, frozenset(), previous=compute) is compute
-    unread = replace(nic("mlx5_1", 1, "Ethernet"), numa_node=None)
-    assert classify(unread, gpus, frozenset(), previous=management) is management
-    assert classify(leaving, gpus, frozenset()).role == "compute"  # PIX
-    assert classify(unread, gpus, frozenset()).reason == "Ethernet, no PCIe relationship to a GPU"
-    excluded = classify(nic("mlx5_0", 0), gpus, frozenset(), exclusion=("^mlx5_0$",))
-    assert classify(leaving, gpus, frozenset(), previous=excluded).role == "compute"
+    assert classify(leaving_vf, gpus, frozenset(), previous=vf) is vf
+    first = classify(leaving_vf, gpus, frozenset())
+    assert (first.role, first.reason) == ("management", "NUMA node unreadable")
     assert classify(nic("mlx5_0", -1), gpus, frozenset(), previous=compute).role == "management"
-    topology = Topology(gpus)
-    assert classify_all([leaving, unread], topology, previous={
-        "mlx5_0": compute, "mlx5_1": management}) == {"mlx5_0": compute, "mlx5_1": management}
+    assert classify_all([leaving, leaving_vf], Topology(gpus), previous={
+        "mlx5_0": compute, "mlx5_1": vf}) == {"mlx5_0": compute, "mlx5_1": vf}
 
 
 @pytest.mark.parametrize("counts,mode", [

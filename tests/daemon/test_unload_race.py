@@ -26,17 +26,19 @@ def test_a_device_read_half_way_out_keeps_its_role_and_joins_the_driver_event(
     assert monitor.last is not None
     before = dict(monitor.last.result.roles)
     monitored = sorted(name for name, role in before.items() if role.monitored)
-    assert "mlx5_2" in monitored
-    # The unload has taken mlx5_0 (a name gone: every device's facts are read again) and
-    # mlx5_2's directory, not yet its class link: its PCI facts cannot be read.
+    assert "mlx5_2" in monitored and before["mlx5_13"].role == "vf"
+    # The unload has taken mlx5_0 (a name gone: every device's facts are read again), and
+    # the directories of mlx5_2 (storage) and mlx5_13 (a VF), not yet their class links:
+    # their PCI facts cannot be read (no numa_node, no physfn).
     mutate.take_device(top, manifest, "mlx5_0")
-    stash(top, top / tree.device(manifest, "mlx5_2")["ib_path"])
+    for name in ("mlx5_2", "mlx5_13"):
+        stash(top, top / tree.device(manifest, name)["ib_path"])
     monitor.poll()
-    assert monitor.last.snapshot.devices  # the poll saw the others
-    half = next(d for d in monitor.last.snapshot.devices if d.name == "mlx5_2")
-    assert half.numa_node is None
-    assert monitor.last.result.roles["mlx5_2"] == before["mlx5_2"]
-    stash(top, top / tree.CLASS_IB / "mlx5_2")  # its class link goes too
+    half = {d.name: d for d in monitor.last.snapshot.devices}
+    assert half["mlx5_2"].numa_node is None and not half["mlx5_13"].is_vf
+    for name in ("mlx5_2", "mlx5_13"):
+        assert monitor.last.result.roles[name] == before[name]
+        stash(top, top / tree.CLASS_IB / name)  # their class links go too
     mutate.unload_driver(top)  # and the others
     monitor.poll()
     data = persisted(monitor)
