@@ -186,9 +186,9 @@ def _pinned(device: DeviceSnapshot, inclusion_override: tuple[str, ...]) -> Role
 
 def _away_from_gpus(device: DeviceSnapshot, topology: GpuTopology) -> Optional[Role]:
     """Management by NUMA node: none known or without a GPU; without a NUMA gate (no GPU
-    NUMA node known) only a BlueField DPU. None: the PCIe levels decide. A device seen for
-    the first time with its NUMA node unreadable is not monitored until it can be read
-    (:func:`classify`: nothing read of it is a fact)."""
+    NUMA node known) only a BlueField DPU. None: the PCIe levels decide. Under the gate, a
+    device seen for the first time with its NUMA node unreadable is not monitored until it
+    can be read (:func:`classify`: nothing read of it is a fact)."""
     if not topology.numa_gate:
         if (device.hca_type or "").upper() in BLUEFIELD_HCA_TYPES:
             return Role(MANAGEMENT, f"BlueField DPU ({device.hca_type}), no GPU NUMA node known")
