@@ -218,13 +218,16 @@ class RateGate:
     """
 
     def __init__(self, clock: Callable[[], float] = boottime) -> None:
-        self._clock = clock
+        self.clock = clock
         self._last: dict[str, tuple[int, float]] = {}
 
-    def check(self, key: str, number: int, kind: Kind) -> Number:
+    def check(self, key: str, number: int, kind: Kind, now: Optional[float] = None) -> Number:
+        """``number`` or, past the kind's rate, Unreadable. ``now``: the clock's reading, for
+        a caller that checks many files read at one moment (default: read it here)."""
         if kind.max_rate is None:
             return number
-        now = self._clock()
+        if now is None:
+            now = self.clock()
         last, at = self._last.get(key, (0, 0.0))
         rise = number - last
         allowed = kind.max_rate * max(0.0, now - at)

@@ -120,6 +120,9 @@ class PciFactsReader:
         # Each AER file's last content and what it parsed to: an unchanged table (the steady
         # state) is not decoded and parsed again every pcieAerInterval.
         self._aer_last: dict[str, tuple[bytes, Number]] = {}
+        # The paths of the files read in each function's directory, joined once: a big host
+        # reads hundreds every pcieAerInterval.
+        self._files: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {}
 
     def reconfigure(self, sysfs_root: str, class_infiniband: str) -> None:
         if (sysfs_root, class_infiniband) != (self.sysfs_root, self.class_infiniband):
@@ -128,6 +131,7 @@ class PciFactsReader:
             self.hwmon.forget()
             self.aer_files.close()
             self._aer_last.clear()
+            self._files.clear()
             self.rates.retain(set())
 
     def close(self) -> None:
@@ -148,7 +152,8 @@ class PciFactsReader:
                                                for name, path in found.items()})
         if READS_AER in parts:
             rootports: dict[str, Optional[AerTable]] = {}  # read once per poll
-            snapshot = replace(snapshot, aer={name: self._aer(path, rootports)
+            now = self.rates.clock()  # the rate of every total is judged at one time
+            snapshot = replace(snapshot, aer={name: self._aer(path, rootports, now)
                                               for name, path in found.items()})
         if READS_HWMON in parts:
             snapshot = replace(snapshot, hwmon={name: self.hwmon.sensors(path.chain[-1][1])
@@ -157,8 +162,8 @@ class PciFactsReader:
 
     def _forget_gone(self, chosen: list[DeviceSnapshot]) -> None:
         """A device that went away (or moved): forget its path and close its AER files."""
-        kept = {k: v for k, v in self._paths.items()
-                if k in {(d.name, d.pci_address or "") for d in chosen}}
+        present = {(d.name, d.pci_address or "") for d in chosen}
+        kept = {k: v for k, v in self._paths.items() if k in present}
         if len(kept) == len(self._paths):
             return
         self._paths = kept
@@ -166,6 +171,7 @@ class PciFactsReader:
         self.aer_files.retain(keep)
         self._aer_last = {k: v for k, v in self._aer_last.items() if k in keep}
         self.rates.retain(keep)
+        self._files = {}
 
     def _path(self, device: DeviceSnapshot) -> Optional[FunctionPath]:
         key = (device.name, device.pci_address or "")
@@ -174,62 +180,68 @@ class PciFactsReader:
             self._paths[key] = function_path(self.sysfs_root, link)
         return self._paths[key]
 
-    def _text(self, path: str) -> Optional[str]:
+    def _paths_in(self, directory: str, names: tuple[str, ...]) -> tuple[str, ...]:
+        """``names`` joined to ``directory``, once per directory and set of names."""
+        key = (directory, names)
+        paths = self._files.get(key)
+        if paths is None:
+            paths = self._files[key] = tuple(os.path.join(directory, n) for n in names)
+        return paths
+
+    def _line(self, path: str) -> Optional[str]:
         self.reads += 1
-        return read_text(path)
+        text = read_text(path)
+        return text.split("\n", 1)[0] if text is not None else None
+
+    def _speed(self, path: str) -> Optional[float]:
+        text = self._line(path)
+        value = parse_speed(text)
+        if value is None and text is not None and text.strip() != "Unknown":
+            self.problems.report(path, f"{path}: not a PCIe link speed: {text[:40]!r}; "
+                                 "taken as unreadable")
+        elif value is not None:
+            self.problems.clear(path)
+        return value
+
+    def _width(self, path: str) -> Optional[int]:  # 0: the link is down, no width
+        return self.problems.number(path, self._line(path), PCIE_WIDTH) or None
 
     def _end(self, address: str, directory: str, current: bool) -> LinkEnd:
-        def line(name: str) -> Optional[str]:
-            text = self._text(os.path.join(directory, name))
-            return text.split("\n", 1)[0] if text is not None else None
-
-        def speed(name: str) -> Optional[float]:
-            text = line(name)
-            value = parse_speed(text)
-            path = os.path.join(directory, name)
-            if value is None and text is not None and text.strip() != "Unknown":
-                self.problems.report(path, f"{path}: not a PCIe link speed: {text[:40]!r}; "
-                                     "taken as unreadable")
-            elif value is not None:
-                self.problems.clear(path)
-            return value
-
-        def width(name: str) -> Optional[int]:  # 0: the link is down, no width
-            return self.problems.number(os.path.join(directory, name), line(name),
-                                        PCIE_WIDTH) or None
-
         if current:
-            return LinkEnd(address, speed("current_link_speed"), width("current_link_width"),
-                           speed("max_link_speed"), width("max_link_width"))
-        return LinkEnd(address, max_speed=speed("max_link_speed"),
-                       max_width=width("max_link_width"))
+            speed, width, max_speed, max_width = self._paths_in(directory, _LINK_FILES)
+            return LinkEnd(address, self._speed(speed), self._width(width),
+                           self._speed(max_speed), self._width(max_width))
+        max_speed, max_width = self._paths_in(directory, _LINK_FILES[2:])
+        return LinkEnd(address, max_speed=self._speed(max_speed),
+                       max_width=self._width(max_width))
 
     def _hops(self, path: FunctionPath) -> tuple[PcieHop, ...]:
         return tuple(PcieHop(self._end(*up, current=False), self._end(*down, current=True))
                      for up, down in path.hops())
 
-    def _aer(self, path: FunctionPath, rootports: dict[str, Optional[AerTable]]
+    def _aer(self, path: FunctionPath, rootports: dict[str, Optional[AerTable]], now: float
              ) -> tuple[AerTable, ...]:
-        tables = [self._aer_table(*path.chain[-1], upstream=False)]
+        tables = [self._aer_table(*path.chain[-1], upstream=False, now=now)]
         if len(path.chain) >= 2:
-            tables.append(self._aer_table(*path.chain[-2], upstream=True))
+            tables.append(self._aer_table(*path.chain[-2], upstream=True, now=now))
             address, directory = path.chain[0]
             if address not in rootports:
-                rootports[address] = self._rootport_table(address, directory)
+                rootports[address] = self._rootport_table(address, directory, now)
             table = rootports[address]
             if table is not None:
                 tables.append(table)
         return tuple(t for t in tables if t.totals or t.unreadable)
 
-    def _rootport_table(self, address: str, directory: str) -> Optional[AerTable]:
+    def _rootport_table(self, address: str, directory: str, now: float
+                        ) -> Optional[AerTable]:
         """The ``aer_rootport_total_err_*`` of the function at the top of the path; None
         where it has none (not a root port, no AER: a VM, a function on the root bus)."""
         totals = {}
         unreadable = []
-        for name, _ in ROOTPORT_FILES:
+        for (name, _), path in zip(ROOTPORT_FILES, self._paths_in(directory, _ROOTPORT_NAMES)):
             self.reads += 1
             try:
-                value = self._count(os.path.join(directory, name), None)
+                value = self._count(path, None, now)
             except OSError:
                 continue
             if value is None:
@@ -240,7 +252,7 @@ class PciFactsReader:
             return None
         return AerTable(address, totals, tuple(unreadable), rootport=True)
 
-    def _count(self, path: str, total: Optional[str]) -> Optional[int]:
+    def _count(self, path: str, total: Optional[str], now: float) -> Optional[int]:
         """The count of one AER file: its ``total`` line (an ``aer_dev_*`` table) or its one
         number (None: an ``aer_rootport_total_*`` file), held to the kind of an AER total;
         None when it is not one (logged once). Raises the read's OSError."""
@@ -253,20 +265,21 @@ class PciFactsReader:
             number = parse(text, AER_TOTAL) if total is None else parse_aer_total(text, total)
             self._aer_last[path] = (raw, number)
         if not isinstance(number, Unreadable):
-            number = self.rates.check(path, number, AER_TOTAL)
+            number = self.rates.check(path, number, AER_TOTAL, now)
         if isinstance(number, Unreadable):
             self.problems.report(path, f"{path}: {number.reason}; taken as unreadable")
             return None
         self.problems.clear(path)
         return number
 
-    def _aer_table(self, address: str, directory: str, upstream: bool) -> AerTable:
+    def _aer_table(self, address: str, directory: str, upstream: bool, now: float
+                   ) -> AerTable:
         totals = {}
         unreadable = []
-        for name, total in AER_FILES:
+        for (name, total), path in zip(AER_FILES, self._paths_in(directory, _AER_NAMES)):
             self.reads += 1
             try:
-                value = self._count(os.path.join(directory, name), total)
+                value = self._count(path, total, now)
             except OSError:
                 continue  # no AER capability here (a VM, a port without it)
             if value is None:
@@ -274,6 +287,11 @@ class PciFactsReader:
             else:
                 totals[name] = value
         return AerTable(address, totals, tuple(unreadable), upstream)
+
+
+_LINK_FILES = ("current_link_speed", "current_link_width", "max_link_speed", "max_link_width")
+_AER_NAMES = tuple(name for name, _ in AER_FILES)
+_ROOTPORT_NAMES = tuple(name for name, _ in ROOTPORT_FILES)
 
 
 def _aer_paths(paths: Iterable[FunctionPath]) -> Iterable[str]:
