@@ -7,6 +7,7 @@ mapping with every field present (DESIGN §2.4), so the event log, the D-Bus his
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Mapping
@@ -128,8 +129,13 @@ def device_entities(device: str) -> tuple[tuple[str, str], ...]:
     return ((ENTITY_NIC, device),)
 
 
+@functools.lru_cache(maxsize=1024)
 def format_timestamp(moment: datetime) -> str:
-    """RFC 3339 in UTC with 0, 3, 6 fractional digits, as protobuf's JSON printer does."""
+    """RFC 3339 in UTC with 0, 3, 6 fractional digits, as protobuf's JSON printer does.
+
+    Remembered: a state file holds a few hundred timestamps but only a handful of distinct
+    moments (every velocity window of a poll closes at the poll's time), and formatting was
+    two thirds of writing it."""
     moment = moment.astimezone(timezone.utc)
     base = moment.strftime("%Y-%m-%dT%H:%M:%S")
     micros = moment.microsecond

@@ -157,7 +157,19 @@ def move_aside(path: str) -> Optional[str]:
 
 
 def save_state(path: str, state: MonitorState) -> None:
-    atomic_write(path, json.dumps(state.to_json(), indent=1, sort_keys=False).encode() + b"\n")
+    atomic_write(path, state_text(state).encode())
+
+
+def state_text(state: MonitorState) -> str:
+    """The state file's text: one top-level key per line. ``json.dumps`` with ``indent``
+    takes the pure-Python encoder: 4.4 ms against 1.8 ms this way for a state of 34 devices,
+    paid once a minute and at every commit with events."""
+    items = state.to_json().items()
+    return "{\n" + ",\n".join(f" {json.dumps(key)}: {json.dumps(value, separators=_SPACED)}"
+                               for key, value in items) + "\n}\n"
+
+
+_SPACED = (", ", ": ")  # the separators of an indented file, without the line breaks
 
 
 @dataclass(frozen=True)
