@@ -42,6 +42,22 @@ def test_state_round_trip_and_corrupt_files(tmp_path: Path) -> None:
         assert loaded.fresh and "corrupt" in (loaded.problem or "")
 
 
+def test_the_state_file_has_one_top_level_key_per_line(tmp_path: Path) -> None:
+    """Written by the C encoder, key by key: the same JSON as an indented dump, still
+    readable with grep (``grep breach_flags state.json``)."""
+    path = tmp_path / "state.json"
+    state = with_fields(MonitorState(boot_id="b", event_seq=7), LINK_STATE,
+                        known_devices=["mlx5_1", "mlx5_0"])
+    save_state(str(path), state)
+    text = path.read_text()
+    lines = text.splitlines()
+    assert lines[0] == "{" and lines[-1] == "}" and text.endswith("}\n")
+    keys = [json.loads("{" + line.rstrip(",") + "}") for line in lines[1:-1]]
+    assert [next(iter(k)) for k in keys] == list(state.to_json())
+    assert json.loads(text) == state.to_json()
+    assert '"known_devices": ["mlx5_0", "mlx5_1"]' in text
+
+
 def test_journal_drops_an_unfinished_commit_and_torn_lines(tmp_path: Path) -> None:
     journal = Journal(str(tmp_path))
     journal.recover(0)
