@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Mapping, Optional
 
-from .checks import families, supplying
+from .checks import enabled_under, families, supplying
 from .checks.counters import CounterObservation
 from .checks.identity import detect_renames, rename_notes
 from .checks.link_section import DeviceIdentity
@@ -117,9 +117,7 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
     host: list[HealthEvent] = []
     pictures: dict[str, Any] = {}
     failed: dict[str, str] = {}
-    for family in families():
-        if not family.enabled(config):
-            continue
+    for family in enabled_under(config):
         if not _due(family, memory, now, config):
             # Between runs of a slow family the views show the picture of its last run.
             if family.id in memory.pictures:
@@ -158,10 +156,10 @@ def _judge(family: Family, previous: MonitorState, cycle: Cycle,
     A family changes neither its section nor its volatile memory (it returns the next of
     each), so one that raised has left both as they were.
     """
-    unread = sorted(part for part in family.reads if part in cycle.snapshot.unread)
+    missing = cycle.snapshot.unread  # empty in almost every poll
+    unread = sorted(part for part in family.reads if part in missing) if missing else ()
     if unread:
-        return None, "; ".join(f"{part} not read: {cycle.snapshot.unread[part]}"
-                               for part in unread)
+        return None, "; ".join(f"{part} not read: {missing[part]}" for part in unread)
     try:
         return family.evaluate(previous.section(family), cycle,
                                memory.volatile.get(family.id)), ""
@@ -173,7 +171,8 @@ def _identities(state: MonitorState) -> tuple[Mapping[str, DeviceIdentity], list
     """The recorded hardware identities and known names of every device, of every family
     that keeps them (:meth:`CheckFamily.identities`; an earlier family's record wins)."""
     kept = [known for family in supplying("identities")
-            for known in (family.identities(state.section(family)),) if known is not None]
+            for known in (family.identities(state.section(family)),) if known is not None
+            and (known[0] or known[1])]  # a family with none (no EFA device) adds nothing
     if len(kept) == 1:
         return kept[0][0], list(kept[0][1])
     identities: dict[str, DeviceIdentity] = {}
@@ -235,9 +234,9 @@ def due_reads(config: Config, memory: PollMemory, now: datetime) -> frozenset[st
     by the rule :func:`evaluate` applies to the same memory, so a part is read exactly in the
     polls that judge it."""
     wanted: set[str] = set()
-    for family in families():
+    for family in enabled_under(config):
         slow = family.reads - EVERY_POLL
-        if slow and family.enabled(config) and _due(family, memory, now, config):
+        if slow and _due(family, memory, now, config):
             wanted |= slow
     return frozenset(wanted)
 

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from typing import Callable, Mapping, Optional
 
 from ..core.boot import decide_start
-from ..core.checks import families
+from ..core.checks import enabled_under
 from ..core.checks.kernel_log import KERNEL_LOG, KernelLogSettings
 from ..core.config import Config
 from ..core.evaluate import (
@@ -168,7 +168,7 @@ class Monitor:
     def _uncounted(self, roles: Mapping[str, Role]) -> frozenset[str]:
         """The devices whose counters the next poll need not read: not monitored, or every
         family that reads counters switched off."""
-        counted = any(READS_COUNTERS in f.reads for f in families() if f.enabled(self.config))
+        counted = any(READS_COUNTERS in f.reads for f in enabled_under(self.config))
         return frozenset(name for name, role in roles.items()
                          if not (counted and role.monitored))
 
@@ -258,7 +258,7 @@ class Monitor:
         return dataclasses.replace(snapshot, unread=unread, facts=facts)
 
     def _enabled_families(self) -> list[str]:
-        return [f.id for f in families() if f.enabled(self.config)]
+        return [f.id for f in enabled_under(self.config)]
 
     def _read_kernel_log(self, snapshot: HostSnapshot) -> HostSnapshot:
         """The snapshot with the kernel lines after the committed cursor.

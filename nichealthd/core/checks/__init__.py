@@ -12,6 +12,7 @@ import importlib
 import pkgutil
 from typing import Optional
 
+from ..config import Config
 from ..family import CheckFamily, Family, supplies
 
 _found: Optional[tuple[Family, ...]] = None
@@ -44,6 +45,20 @@ def supplying(method: str) -> tuple[Family, ...]:
 
 
 _supplying: dict[str, tuple[tuple[Family, ...], tuple[Family, ...]]] = {}
+
+
+def enabled_under(config: Config) -> tuple[Family, ...]:
+    """The families enabled under ``config``, in order. Worked out once per config and
+    registry: a config never changes (a reload makes a new one), and every poll asks
+    several times."""
+    global _enabled
+    found, known = families(), _enabled
+    if known is None or known[0] is not found or known[1] is not config:
+        known = _enabled = (found, config, tuple(f for f in found if f.enabled(config)))
+    return known[2]
+
+
+_enabled: Optional[tuple[tuple[Family, ...], Config, tuple[Family, ...]]] = None
 
 
 def _check_unique(found: list[Family]) -> None:
