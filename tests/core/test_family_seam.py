@@ -36,6 +36,7 @@ from .builders import (
     DOWN,
     Runner,
     at,
+    config,
     counters_port,
     device,
     host,
@@ -233,6 +234,27 @@ def test_a_disabled_family_keeps_its_section(monkeypatch: pytest.MonkeyPatch) ->
     runner = Runner(state=start)
     result = runner.poll(two_ports(0))
     assert result.state.section(off) is kept and "tally" not in result.pictures
+
+
+def test_the_enabled_families_follow_the_config_and_the_registry(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``checks.enabled_under`` keeps its answer per config and registry: a reload (a new
+    config) or a family added is seen at once."""
+    class OnlyOnNodeB(Tally):
+        def enabled(self, config: Any) -> bool:
+            return bool(config.node_name == "node-b")
+
+    picky = OnlyOnNodeB()
+    monkeypatch.setattr(checks, "_found", (*families(), picky))
+    on_a, on_b = config(), config(nodeName="node-b")
+    assert picky not in checks.enabled_under(on_a)
+    assert picky in checks.enabled_under(on_b)
+    assert picky not in checks.enabled_under(on_a)
+    assert checks.enabled_under(on_b) is checks.enabled_under(on_b)
+    monkeypatch.setattr(checks, "_found", families()[:-1])
+    assert picky not in checks.enabled_under(on_b)
+    assert [f.id for f in checks.enabled_under(on_a)] == [
+        f.id for f in families() if f.enabled(on_a)]
 
 
 def test_evaluation_leaves_every_section_it_was_given_unchanged() -> None:
