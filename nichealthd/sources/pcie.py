@@ -8,7 +8,8 @@ its resolved path ``/sys/devices/pciDDDD:BB/<root port>/…/<function>`` (as
 The links are paired from the bottom: the NIC and the port above it, then the switch upstream
 port above that port and *its* parent, and so on (PCIe alternates root/downstream ports with
 upstream ports or endpoints; a switch's upstream-to-downstream step is internal, no link).
-Each file is read with open/read/close (three syscalls): a few dozen files every 10 or 60 s.
+Each link file is read with open/read/close (three syscalls) every pcieLinkInterval: a few
+hundred on a big host, their paths joined once per directory.
 The AER files (the NIC function's and the port's above it, and the root port's
 ``aer_rootport_total_err_*`` at the top of the path) stay open and are re-read with pread; a
 root port above several NICs is read once per poll.
@@ -211,7 +212,7 @@ class PciFactsReader:
             speed, width, max_speed, max_width = self._paths_in(directory, _LINK_FILES)
             return LinkEnd(address, self._speed(speed), self._width(width),
                            self._speed(max_speed), self._width(max_width))
-        max_speed, max_width = self._paths_in(directory, _LINK_FILES[2:])
+        max_speed, max_width = self._paths_in(directory, _MAX_LINK_FILES)
         return LinkEnd(address, max_speed=self._speed(max_speed),
                        max_width=self._width(max_width))
 
@@ -290,6 +291,7 @@ class PciFactsReader:
 
 
 _LINK_FILES = ("current_link_speed", "current_link_width", "max_link_speed", "max_link_width")
+_MAX_LINK_FILES = _LINK_FILES[2:]  # the upstream end of a link: its capability only
 _AER_NAMES = tuple(name for name, _ in AER_FILES)
 _ROOTPORT_NAMES = tuple(name for name, _ in ROOTPORT_FILES)
 
