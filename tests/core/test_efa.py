@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from nichealthd.core.checks.efa_counters import EFA_COUNTERS
+from nichealthd.core.checks.efa_state import EFA_STATE
 from nichealthd.core.checks.link_state import LINK_STATE
 from nichealthd.core.config import EFA_DEGRADATION_CHECK, EFA_STATE_CHECK
 from nichealthd.core.model import DeviceSnapshot, PortSnapshot
@@ -238,3 +240,20 @@ def test_efa_devices_gone_past_the_driver_timeout_are_judged_one_by_one() -> Non
     # The host event closed first, then each device judged (missed three times already).
     assert [(e.error_code[0], e.is_fatal, e.is_healthy) for e in events_of(out)] == [
         ("driver_event", False, True)] + [("device_missing", True, False)] * 4
+
+
+def test_without_efa_the_efa_families_keep_their_sections_until_a_device_appears() -> None:
+    """A host without EFA (most) leaves the EFA sections as they are, poll after poll, with
+    no EFA counter shown; an EFA device that appears later is judged as on any EFA host."""
+    runner = Runner(topology=TOPOLOGY)
+    runner.poll(host(device()))
+    before = runner.state.section(EFA_STATE), runner.state.section(EFA_COUNTERS)
+    result = runner.poll(host(device(), when=1))
+    assert runner.state.section(EFA_STATE) is before[0]
+    assert runner.state.section(EFA_COUNTERS) is before[1]
+    assert result.pictures[EFA_COUNTERS.id] == {} and events_of(result) == []
+    runner.poll(host(device(), *counted(2), when=2))
+    assert runner.state.section(EFA_STATE).known_devices == NAMES
+    (event,) = events_of(runner.poll(host(device(), *counted(3, no_completion_cmds=1), when=3)))
+    assert (event.check_name, event.is_fatal, event.error_code) == (
+        EFA_DEGRADATION_CHECK, True, ("no_completion_cmds",))

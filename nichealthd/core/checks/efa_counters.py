@@ -65,6 +65,10 @@ class EfaCounters(CheckFamily[EfaCounterSection, Observations, CounterTables]):
 
     def evaluate(self, previous: EfaCounterSection, cycle: Cycle, volatile: Optional[CounterTables]
                  ) -> Verdict[EfaCounterSection, Observations, CounterTables]:
+        if not previous.breach_flags and not any(d.is_efa for d in cycle.monitored):
+            # Nothing to count and no latch to release (a host without EFA, most): the
+            # section and the tables stay as they are, and nothing is shown.
+            return Verdict(previous, picture={})
         state, memory = previous.copy(), CounterTables.next_of(volatile)
         events: list[tuple[str, HealthEvent]] = []
         notes: list[str] = []

@@ -127,6 +127,7 @@ class EfaStateSection(Section):
 
 
 KEYS = EfaStateSection.keys()
+_NOTHING_KNOWN = EfaStateSection()
 
 
 def _describe(port: PortSnapshot) -> str:
@@ -187,6 +188,8 @@ class EfaState(CheckFamily[EfaStateSection, None, None]):
 
     def evaluate(self, previous: EfaStateSection, cycle: Cycle, volatile: None
                  ) -> Verdict[EfaStateSection, None, None]:
+        if previous == _NOTHING_KNOWN and not any(d.is_efa for d in cycle.snapshot.devices):
+            return Verdict(previous)  # a host without EFA (most): nothing to judge or forget
         state = previous.copy()
         now = cycle.now
         events: list[tuple[str, HealthEvent]] = []
