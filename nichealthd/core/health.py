@@ -113,13 +113,14 @@ def assess(state: MonitorState, snapshot: HostSnapshot, roles: Mapping[str, Role
         if bases[key].present:
             bases[key] = PortBase(UNCABLED)
     ranks = {key: RANK.get(base.health, 0) for key, base in bases.items()}
-    reasons = {key: list(base.reasons) for key, base in bases.items()}
+    added: dict[PortId, tuple[str, ...]] = {}  # the reasons conditions add to a base's
     other: list[tuple[str, str]] = []
 
     def worsen(key: PortId, health: str, reason: str) -> None:
         ranks[key] = max(ranks[key], RANK[health])
-        if reason not in reasons[key]:
-            reasons[key].append(reason)
+        more = added.get(key, ())
+        if reason not in bases[key].reasons and reason not in more:
+            added[key] = (*more, reason)
 
     def apply(conditions: Iterable[Condition]) -> None:
         for condition in conditions:
@@ -147,5 +148,24 @@ def assess(state: MonitorState, snapshot: HostSnapshot, roles: Mapping[str, Role
     for key, base in bases.items():
         rank = ranks[key]
         health = base.health if RANK.get(base.health, 0) == rank else by_rank[rank]
-        ports[key] = PortHealth(key[0], key[1], health, tuple(reasons[key]), base.present)
+        more = added.get(key)
+        ports[key] = _port_health(key, health, base.reasons + more if more else base.reasons,
+                                  base.present)
     return HostHealth(ports, tuple(other))
+
+
+_KNOWN: dict[tuple[PortId, str, tuple[str, ...], bool], PortHealth] = {}
+_KNOWN_KEPT = 1 << 14
+
+
+def _port_health(key: PortId, health: str, reasons: tuple[str, ...], present: bool
+                 ) -> PortHealth:
+    """The port's health, the same (frozen) object as at the last poll when nothing about it
+    changed: every poll assesses every port, and nearly all of them are as before."""
+    found = _KNOWN.get((key, health, reasons, present))
+    if found is None:
+        if len(_KNOWN) >= _KNOWN_KEPT:
+            _KNOWN.clear()
+        found = _KNOWN[(key, health, reasons, present)] = PortHealth(
+            key[0], key[1], health, reasons, present)
+    return found

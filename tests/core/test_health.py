@@ -131,3 +131,20 @@ def test_ports_of_devices_not_monitored_are_not_judged() -> None:
     judged = assess(state(record("mlx5_0", FATAL, DOWN, DISABLED)), host(device("mlx5_0")),
                     {"mlx5_0": Role("management", "default route")})
     assert judged.ports == {} and judged.health == HEALTHY
+
+
+def test_a_port_as_it_was_is_the_same_health_and_a_new_condition_a_new_one() -> None:
+    """Every poll assesses every port: one whose health and reasons did not change is the
+    same (frozen) object as before; a condition that opens on it makes a new one."""
+    snapshot = host(device("mlx5_0"), device("mlx5_1", "0000:48:00.0"))
+    quiet = state(record("mlx5_0", HEALTHY), record("mlx5_1", HEALTHY))
+    first = assess(quiet, snapshot, roles("mlx5_0", "mlx5_1"))
+    again = assess(quiet, snapshot, roles("mlx5_0", "mlx5_1"))
+    assert again.ports[("mlx5_0", 1)] is first.ports[("mlx5_0", 1)]
+    flags = {"mlx5_1:1:symbol_error": BreachFlag("IB", False, T0)}
+    breached = assess(state(record("mlx5_0", HEALTHY), record("mlx5_1", HEALTHY),
+                            breach_flags=flags), snapshot, roles("mlx5_0", "mlx5_1"))
+    assert breached.ports[("mlx5_0", 1)] is first.ports[("mlx5_0", 1)]
+    one = breached.ports[("mlx5_1", 1)]
+    assert (one.health, one.reasons) == (DEGRADED, ("symbol_error breached",))
+    assert first.ports[("mlx5_1", 1)].reasons == ()

@@ -24,6 +24,7 @@ from .link_section import LinkStateSection, PortRecord
 from .ports import is_active, state_name
 
 MISSES_BEFORE_GONE = 3  # checks.devices / checks.ports: gone at the third miss
+_HEALTHY = PortBase(HEALTHY)  # frozen: one for every port of the poll told healthy
 
 
 def port_bases(section: LinkStateSection, snapshot: HostSnapshot, roles: Mapping[str, Role]
@@ -40,10 +41,14 @@ def port_bases(section: LinkStateSection, snapshot: HostSnapshot, roles: Mapping
         role = roles.get(device.name)
         if not (role and role.monitored):
             continue
-        seen = set()
+        states, seen = section.port_states, set()
         for port in device.ports:
             seen.add(port.port)
-            health, why = _base(port, section.port_states.get(port.key))
+            record = states.get(port.key)
+            if record is not None and record.health == HEALTHY:  # nearly every port
+                bases[(device.name, port.port)] = _HEALTHY
+                continue
+            health, why = _base(port, record)
             bases[(device.name, port.port)] = PortBase(health, tuple(why))
         for record in recorded.get(device.name, ()):
             if record.port not in seen:

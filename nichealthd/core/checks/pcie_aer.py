@@ -203,6 +203,8 @@ class PcieAer(CheckFamily[AerSection, AerPicture, CounterTables]):
         return volatile
 
     def conditions(self, section: AerSection, picture: Optional[AerPicture]) -> Iterable[Condition]:
+        if not section.breach_flags:
+            return  # nothing open (as on most polls): no NICs below a root port to name
         below = _below(picture[0] if picture else {})
         for key, flag in sorted(section.breach_flags.items()):
             address, _, name = key.rpartition(":0:")
