@@ -95,10 +95,12 @@ class LinkCounters(CheckFamily[CounterSection, Observations, CounterTables]):
             rebase = device.name in returning
             for port in device.ports:
                 phase = _hold_phase(port, layer or "", links, cycle) if holding else None
-                events.extend((device.name, e) for e in evaluate_port_counters(
+                found = evaluate_port_counters(
                     _held(port) if phase else port, specs,
                     CHECK_NAMES_OF.get(port.link_layer or "", names),
-                    cycle.enabled, poll, notes, rebase=rebase))
+                    cycle.enabled, poll, notes, rebase=rebase)
+                if found:  # rare: no generator made per port for nothing
+                    events.extend((device.name, e) for e in found)
                 if phase == BLIP:
                     _absorb(port, state, memory, cycle.now)
         if state.breach_flags and cycle.config.counter_detection_enabled:

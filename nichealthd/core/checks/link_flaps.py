@@ -209,12 +209,12 @@ class LinkFlaps(CheckFamily[FlapSection, None, Counted]):
         events: list[tuple[str, HealthEvent]] = []
         horizon = cycle.now - timedelta(
             seconds=cycle.config.settings(LinkFlapSettings).link_flap_window)
-        used = _used_counters(cycle.config)
+        downed, carrier = _used_counters(cycle.config)
         for device in cycle.monitored:
             layer = device_layer(device, links)
             for port in device.ports:
                 key = port.key
-                now_values = tuple(_reading(port, name) for name in used)
+                now_values = (_reading(port, downed), _reading(port, carrier))
                 record = previous.link_flaps.get(key)
                 downs, carrier_down = _counter_downs(now_values, last.get(key))
                 if now_values != _NOTHING:
@@ -225,8 +225,9 @@ class LinkFlaps(CheckFamily[FlapSection, None, Counted]):
                             cycle.now, horizon, links, hold_down)
                 if new is None:
                     continue
-                new, port_events = _verdict(new, cycle)
-                events.extend((device.name, e) for e in port_events)
+                if new.told or new.cycles:  # else nothing to tell (nearly every port)
+                    new, port_events = _verdict(new, cycle)
+                    events.extend((device.name, e) for e in port_events)
                 if new is not record:
                     changed[key] = new
         if not changed:
@@ -318,10 +319,11 @@ def _link_up(port: PortSnapshot) -> Optional[bool]:
     return is_active(port.state, port.phys_state)
 
 
-def _used_counters(config: Config) -> tuple[str, ...]:
-    """The flap counters to read ("" for one switched off in the config: not read for flaps
-    either)."""
-    return tuple(n if n in config.active_names else "" for n in COUNTERS)
+def _used_counters(config: Config) -> tuple[str, str]:
+    """The flap counters to read, link_downed and carrier_changes ("" for one switched off in
+    the config: not read for flaps either)."""
+    downed, carrier = (n if n in config.active_names else "" for n in COUNTERS)
+    return downed, carrier
 
 
 def _down_by_state(port: PortSnapshot, record: Optional[FlapRecord]) -> bool:

@@ -272,23 +272,28 @@ def _judge_monitored(cycle: Cycle, previous: LinkStateSection, state: LinkStateS
     """Presence and port states of each monitored device, under its layer's state check (a
     device of no known layer is noted, not judged)."""
     now, enabled = cycle.now, cycle.enabled
+    hold_down = cycle.config.settings(LinkStateSettings).state_hold_down
     events: list[tuple[str, HealthEvent]] = []
     recorded_ports: dict[str, list[str]] = {}  # device -> its port keys in the state
     for key, record in previous.port_states.items():
         recorded_ports.setdefault(record.device, []).append(key)
     for device in cycle.monitored:
         name = device.name
-        events.extend((name, e) for e in device_present(name, state, now, STATE_CHECK_OF))
+        back = device_present(name, state, now, STATE_CHECK_OF)
+        if back:  # rare: no generator made per device for nothing
+            events.extend((name, e) for e in back)
         layer = device_layer(device, previous)
         if layer not in STATE_CHECK_OF:
             notes.append(f"{name}: link layer {layer or 'unknown'}; not evaluated")
             continue
         check = STATE_CHECK_OF[layer]
         if check in enabled:
-            events.extend((name, e) for e in _evaluate_ports(
+            judged = _evaluate_ports(
                 device, layer, check, previous, state, now, cycle.baseline, short, notes,
                 recorded_ports.get(name, ()), raised.setdefault(device.card or "", []),
-                cycle.config.settings(LinkStateSettings).state_hold_down))
+                hold_down)
+            if judged:
+                events.extend((name, e) for e in judged)
     return events
 
 

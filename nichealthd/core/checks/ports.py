@@ -217,13 +217,15 @@ def held_transition(previous: Optional[PortRecord], port: PortSnapshot, link_lay
     when the port is already back (a restart or a late poll in between) reports the outage,
     dated when it began, and its recovery: nothing proves it was short.
     """
+    if hold is None and hold_down <= 0:  # the default: no hold-down (every port, every poll)
+        return Held(*transition(previous, port, link_layer, check, now,
+                                first_sight=first_sight, evidence=evidence), None, False)
+
     def plain(record: Optional[PortRecord], reading: PortSnapshot, at: datetime
               ) -> tuple[Optional[PortRecord], list[HealthEvent]]:
         return transition(record, reading, link_layer, check, at, first_sight=first_sight,
                           evidence=evidence)
 
-    if hold is None and hold_down <= 0:  # the default: no hold-down
-        return Held(*plain(previous, port, now), None, False)
     health = port_health(port.state, port.phys_state, link_layer)
     phase = hold_phase(previous, hold, health, now, hold_down)
     if phase == HELD:
