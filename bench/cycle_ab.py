@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import statistics
 import subprocess
@@ -24,28 +25,7 @@ from typing import Iterator, Optional
 
 REPO = Path(__file__).resolve().parent.parent
 
-PROBE = r"""
-import statistics, sys, time
-from pathlib import Path
-from nichealthd.sources.config_file import load_config
-from nichealthd.runtime.monitor import Monitor
-from nichealthd.runtime.startup import load_topology, prepare_state_dir
-root, state, cycles = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
-config = load_config(str(root / "nichealthd.toml"),
-                     {"stateFile": str(state / "state.json"), "eventLog": ""})
-prepare_state_dir(config)
-monitor = Monitor(config, load_topology(config))
-monitor.start()
-for _ in range(6):
-    monitor.poll()
-cpu = []
-for _ in range(cycles):
-    started = time.process_time()
-    monitor.poll()
-    cpu.append(time.process_time() - started)
-monitor.close()
-print(statistics.median(cpu))
-"""
+PROBE = Path(__file__).resolve().parent / "probe.py"  # the in-process poll, as JSON
 
 
 def checkout(rev: Optional[str], into: Path) -> Path:
@@ -81,10 +61,24 @@ def ab_arguments(description: str) -> argparse.ArgumentParser:
 
 
 def cycle_cpu(tree: Path, host: Path, state: Path, cycles: int) -> float:
-    env = dict(os.environ, PYTHONPATH=str(tree))
-    out = subprocess.run([sys.executable, "-c", PROBE, str(host), str(state), str(cycles)],
-                         env=env, check=True, capture_output=True, text=True, cwd=tree)
-    return float(out.stdout.strip().splitlines()[-1])
+    """The median CPU per poll of ``cycles`` back to back, of the revision in ``tree``."""
+    return probe_figures(tree, host, state, "--polls", str(cycles))["cpu_median"]
+
+
+def probe_figures(tree: Path, host: Path, state: Path, *options: str) -> dict[str, float]:
+    """What bench/probe.py prints of the revision in ``tree`` on ``host``."""
+    figures: dict[str, float] = json.loads(subprocess.run(
+        probe_command(host, state, *options), env=probe_env(tree), check=True,
+        capture_output=True, text=True, cwd=tree).stdout)
+    return figures
+
+
+def probe_command(host: Path, state: Path, *options: str) -> list[str]:
+    return [sys.executable, str(PROBE), str(host), str(state), *options]
+
+
+def probe_env(tree: Path) -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=str(tree))
 
 
 def main(argv: Optional[list[str]] = None) -> int:

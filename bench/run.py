@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
 import json
 import logging
 import os
@@ -51,10 +50,9 @@ from typing import Any, Callable, Optional
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests" / "dbus")]
 
+from probe import Probe  # noqa: E402
 from testbus import start_bus  # noqa: E402
 
-from nichealthd.runtime.monitor import Monitor  # noqa: E402
-from nichealthd.runtime.startup import load_topology, prepare_state_dir  # noqa: E402
 from nichealthd.sim import mutate, tree  # noqa: E402
 from nichealthd.sources.config_file import load_config  # noqa: E402
 from nichealthd.sources.sysfs import SysfsReader  # noqa: E402
@@ -217,49 +215,19 @@ def per_poll_reads(root: Path) -> tuple[int, int]:
 # ------------------------------------------------------------ 1. poll cycle
 
 def bench_cycle(root: Path, settings: Settings, report: Report) -> None:
-    """Drive Monitor.poll() in-process: CPU (process_time) and wall time per cycle."""
+    """Drive Monitor.poll() in-process (bench/probe.py): CPU (process_time) and wall time per
+    cycle, and its sysfs read's CPU."""
     state_dir = settings.workdir / f"inprocess{report.devices}"
     shutil.rmtree(state_dir, ignore_errors=True)
-    config = load_config(str(root / "nichealthd.toml"),
-                         {"stateFile": str(state_dir / "state.json"), "eventLog": ""})
-    prepare_state_dir(config)
-    monitor = Monitor(config, load_topology(config))
-    monitor.start()
-    observe = monitor.reader.observe
-    read_cpu: list[float] = []
-
-    def timed_observe(now: Any) -> Any:
-        started = time.process_time()
-        try:
-            return observe(now)
-        finally:
-            read_cpu.append(time.process_time() - started)
-
-    monitor.reader.observe = timed_observe  # type: ignore[method-assign]
-    for _ in range(6):  # the baseline poll commits the healthy baselines; then warm caches
-        monitor.poll()
-    gc.collect()  # as the daemon does once it is ready (runtime/service.py)
-    gc.freeze()
-    read_cpu.clear()
-    cpu: list[float] = []
-    wall: list[float] = []
-    for _ in range(settings.cycles):
-        c0, w0 = time.process_time(), time.perf_counter()
-        monitor.poll()
-        wall.append(time.perf_counter() - w0)
-        cpu.append(time.process_time() - c0)
-    back_to_back_read = statistics.median(read_cpu)
-    # The same poll once a second, as the daemon runs it: cold caches after each sleep.
-    read_cpu.clear()
-    paced: list[float] = []
-    start = time.monotonic()
-    for n in range(1, settings.paced + 1):
-        time.sleep(max(0.0, start + n * INTERVAL - time.monotonic()))
-        c0 = time.process_time()
-        monitor.poll()
-        paced.append(time.process_time() - c0)
-    monitor.close()
-    gc.unfreeze()
+    probe = Probe(root, state_dir)
+    try:
+        back_to_back = probe.polls(settings.cycles)
+        # The same poll once a second, as the daemon runs it: cold caches after each sleep.
+        paced = probe.polls(settings.paced, offset=time.time() % 1)
+    finally:
+        probe.close()
+    cpu, wall = back_to_back.cpu, back_to_back.wall
+    back_to_back_read = statistics.median(back_to_back.read)
     fig = report.figures
     fig["cycle_cpu_median_s"] = statistics.median(cpu)
     fig["cycle_cpu_p99_s"] = quantile(cpu, 0.99)
@@ -267,8 +235,8 @@ def bench_cycle(root: Path, settings: Settings, report: Report) -> None:
     fig["cycle_wall_p99_s"] = quantile(wall, 0.99)
     fig["cycle_read_cpu_median_s"] = back_to_back_read
     # Means, as the daemon's CPU per cycle is: the work done every 10 s or 60 s counts.
-    fig["paced_cpu_mean_s"] = statistics.mean(paced)
-    fig["paced_read_cpu_mean_s"] = statistics.mean(read_cpu)
+    fig["paced_cpu_mean_s"] = statistics.mean(paced.cpu)
+    fig["paced_read_cpu_mean_s"] = statistics.mean(paced.read)
     fig["ratio_poll_to_read"] = fig["paced_cpu_mean_s"] / fig["paced_read_cpu_mean_s"]
     fig["ratio_poll_to_read_back_to_back"] = fig["cycle_cpu_median_s"] / back_to_back_read
     line = (f"  poll cycle, in-process ({settings.cycles} cycles back to back): CPU median "
