@@ -152,24 +152,26 @@ def thread_cpu_ns(pid: int) -> dict[str, int]:
 
 
 def cpu_seconds(pid: int) -> float:
-    """CPU time of every live thread of ``pid``, in seconds.
+    """CPU time of every live thread of ``pid``, in seconds (see :func:`thread_seconds`)."""
+    return thread_seconds(pid)[0]
+
+
+def thread_seconds(pid: int) -> tuple[float, Optional[float]]:
+    """CPU time of every live thread of ``pid`` and of its poll thread (named ``poll`` in
+    /proc; None before it is named: a revision without thread names), in seconds, from one
+    walk of /proc/PID/task: both are read at the same instant of a window's edge.
 
     /proc/PID/task/*/schedstat counts nanoseconds, where /proc/PID/stat counts 10 ms ticks
     (too coarse for a few ms per second). Threads that exit take their time with them, so
     nothing is scraped inside a measured window; /proc/PID/stat is the fallback.
     """
     try:
-        return sum(thread_cpu_ns(pid).values()) / 1e9
+        by_name = thread_cpu_ns(pid)
     except (OSError, ValueError, IndexError):
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / TICK
-
-
-def poll_thread_seconds(pid: int) -> Optional[float]:
-    """CPU time of the daemon's poll thread (named ``poll`` in /proc), in seconds; None
-    before it is named (a revision without thread names)."""
-    ns = thread_cpu_ns(pid).get("poll")
-    return ns / 1e9 if ns is not None else None
+        return (int(fields[11]) + int(fields[12])) / TICK, None
+    poll = by_name.get("poll")
+    return sum(by_name.values()) / 1e9, (poll / 1e9 if poll is not None else None)
 
 
 def status_kib(pid: int, key: str) -> int:
@@ -309,13 +311,11 @@ def bench_daemon(daemon: DaemonProcess, peer: Optional[NodeExporter], settings: 
     of the daemon), while the peer is scraped once a second beside it."""
     time.sleep(settings.warmup)
     polls0 = daemon.polls()
-    cpu0, wall0 = cpu_seconds(daemon.pid), time.monotonic()
-    poll0 = poll_thread_seconds(daemon.pid)
+    (cpu0, poll0), wall0 = thread_seconds(daemon.pid), time.monotonic()
     if peer is not None:
         peer.scrape_each_second(settings.duration - 1)
     time.sleep(settings.duration)
-    cpu1, wall1 = cpu_seconds(daemon.pid), time.monotonic()
-    poll1 = poll_thread_seconds(daemon.pid)
+    (cpu1, poll1), wall1 = thread_seconds(daemon.pid), time.monotonic()
     polls1 = daemon.polls()
     if peer is not None:
         peer.join()
