@@ -237,21 +237,10 @@ class PciFactsReader:
                         ) -> Optional[AerTable]:
         """The ``aer_rootport_total_err_*`` of the function at the top of the path; None
         where it has none (not a root port, no AER: a VM, a function on the root bus)."""
-        totals = {}
-        unreadable = []
-        for (name, _), path in zip(ROOTPORT_FILES, self._paths_in(directory, _ROOTPORT_NAMES)):
-            self.reads += 1
-            try:
-                value = self._count(path, None, now)
-            except OSError:
-                continue
-            if value is None:
-                unreadable.append(name)
-            else:
-                totals[name] = value
+        totals, unreadable = self._totals(directory, _ROOTPORT_NAMES, _ONE_NUMBER, now)
         if not totals and not unreadable:
             return None
-        return AerTable(address, totals, tuple(unreadable), rootport=True)
+        return AerTable(address, totals, unreadable, rootport=True)
 
     def _count(self, path: str, total: Optional[str], now: float) -> Optional[int]:
         """The count of one AER file: its ``total`` line (an ``aer_dev_*`` table) or its one
@@ -275,25 +264,37 @@ class PciFactsReader:
 
     def _aer_table(self, address: str, directory: str, upstream: bool, now: float
                    ) -> AerTable:
-        totals = {}
+        totals, unreadable = self._totals(directory, _AER_NAMES, _AER_TOTAL_LINES, now)
+        return AerTable(address, totals, unreadable, upstream)
+
+    def _totals(self, directory: str, names: tuple[str, ...],
+                lines: tuple[Optional[str], ...], now: float
+                ) -> tuple[dict[str, int], tuple[str, ...]]:
+        """The counts of the AER files ``names`` in ``directory`` (each read by its total
+        line in ``lines``, None: a file of one number), and the names of those that hold no
+        AER total. A file that cannot be read is neither: no AER capability here (a VM, a
+        port without it)."""
+        totals: dict[str, int] = {}
         unreadable = []
-        for (name, total), path in zip(AER_FILES, self._paths_in(directory, _AER_NAMES)):
+        for name, line, path in zip(names, lines, self._paths_in(directory, names)):
             self.reads += 1
             try:
-                value = self._count(path, total, now)
+                value = self._count(path, line, now)
             except OSError:
-                continue  # no AER capability here (a VM, a port without it)
+                continue
             if value is None:
                 unreadable.append(name)
             else:
                 totals[name] = value
-        return AerTable(address, totals, tuple(unreadable), upstream)
+        return totals, tuple(unreadable)
 
 
 _LINK_FILES = ("current_link_speed", "current_link_width", "max_link_speed", "max_link_width")
 _MAX_LINK_FILES = _LINK_FILES[2:]  # the upstream end of a link: its capability only
 _AER_NAMES = tuple(name for name, _ in AER_FILES)
+_AER_TOTAL_LINES: tuple[Optional[str], ...] = tuple(line for _, line in AER_FILES)
 _ROOTPORT_NAMES = tuple(name for name, _ in ROOTPORT_FILES)
+_ONE_NUMBER: tuple[Optional[str], ...] = (None,) * len(ROOTPORT_FILES)  # no total line
 
 
 def _aer_paths(paths: Iterable[FunctionPath]) -> Iterable[str]:
