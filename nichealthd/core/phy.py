@@ -28,8 +28,13 @@ WANTED = frozenset({RX_BITS, CORRECTED_BITS, SYMBOL_ERRORS, CRC_ERRORS, LINK_DOW
 
 def wanted(name: str) -> bool:
     """Whether a driver statistic is one of the physical-layer counters kept."""
-    return name in WANTED or (name.startswith(LANE_PREFIX) and name.endswith(LANE_SUFFIX)
-                              and name[len(LANE_PREFIX):-len(LANE_SUFFIX)].isdigit())
+    if name in WANTED:
+        return True
+    lane = name[len(LANE_PREFIX):-len(LANE_SUFFIX)]
+    # A port has at most 8 lanes (ETHTOOL_MAX_LANES): a file of a million lane names is not
+    # a million counters.
+    return (name.startswith(LANE_PREFIX) and name.endswith(LANE_SUFFIX) and lane.isascii()
+            and lane.isdigit() and len(lane) <= 2)
 
 
 @dataclass(frozen=True)
