@@ -221,6 +221,13 @@ def _delta(new: Optional[int], old: Optional[int]) -> Optional[int]:
     return new - old
 
 
+@dataclass(frozen=True)
+class Impossible(Unreadable):
+    """Inputs that cannot all be true, and which (``what``: said once per port and what)."""
+
+    what: str = ""
+
+
 Ber = Union[float, Unreadable, None]  # a window's BER; Unreadable: impossible; None: none
 
 
@@ -232,12 +239,12 @@ def _line_bps(port: PortSnapshot) -> Union[float, Unreadable, None]:
         return None
     held = measure(rate.gbps, LINE_RATE)
     if isinstance(held, Unreadable):
-        return Unreadable(f"its rate {rate.text!r} is no line rate ({held.reason})")
+        return Impossible(f"its rate {rate.text!r} is no line rate ({held.reason})", "rate")
     return held * 1e9
 
 
-def window_bits(new: Sample, old: Sample, port: PortSnapshot) -> Union[int, float,
-                                                                        Unreadable, None]:
+def window_bits(new: Sample, old: Sample, port: PortSnapshot
+                ) -> Union[int, float, Unreadable, None]:
     """The bits the window carried: Δ``rx_bits_phy`` where it is counted, else the port's
     rate × the window; None when neither is known. Unreadable when Δ``rx_bits_phy`` is more
     than any rate could carry (:data:`RATE_SLACK` × the rate, or × the fastest line rate)."""
@@ -249,8 +256,8 @@ def window_bits(new: Sample, old: Sample, port: PortSnapshot) -> Union[int, floa
             return None
         most = (bps if isinstance(bps, float) else LINE_RATE.high * 1e9) * RATE_SLACK
         if received > most * (seconds + 1):
-            return Unreadable(f"{RX_BITS} rose by {received} in {seconds:.0f} s, more bits "
-                              f"than the link can carry: unreadable")
+            return Impossible(f"{RX_BITS} rose by {received} in {seconds:.0f} s, more bits "
+                              f"than the link can carry: unreadable", RX_BITS)
         return received
     if isinstance(bps, Unreadable) or bps is None:
         return bps
@@ -263,23 +270,29 @@ def window_ber(new: Sample, old: Sample, port: PortSnapshot) -> Ber:
     Unreadable when the inputs are impossible (more bits corrected than carried, a rate that
     is no rate, the corrected bits read from another counter than at the window's start)."""
     seconds = (new.at - old.at).total_seconds()
-    corrected = _delta(new.corrected, old.corrected)
-    if corrected is None or seconds <= 0:
+    if new.corrected is None or old.corrected is None or seconds <= 0:
         return None
     if not old.source:  # a sample of an older nichealthd: its counter is not known
         return None
     if new.source != old.source:
-        return Unreadable(f"its corrected bits were read from {_SOURCE_NAMES[old.source]} "
-                          f"and now from {_SOURCE_NAMES[new.source]}: a new window starts")
+        return Impossible(f"its corrected bits were read from {_SOURCE_NAMES[old.source]} "
+                          f"and now from {_SOURCE_NAMES[new.source]}: a new window starts",
+                          f"source {new.source}")
+    corrected = _delta(new.corrected, old.corrected)
+    if corrected is None:
+        return None
     bits = window_bits(new, old, port)
-    if bits is None or isinstance(bits, Unreadable) or not bits:
-        return bits or None
+    if isinstance(bits, Unreadable):  # falsy, like None: told apart first
+        return bits
+    if not bits:
+        return None
     if corrected > bits:
         by_rate = new.received is None
-        return Unreadable(
+        return Impossible(
             f"{corrected} bits corrected in a window that carried {bits:.4g} bits "
             + (f"at its rate {port.rate!r}: a rate too small to carry them is no rate"
-               if by_rate else "(rx_bits_phy): one of the counters is wrong"))
+               if by_rate else "(rx_bits_phy): one of the counters is wrong"),
+            "rate" if by_rate else "corrected")
     return measure(corrected / bits, BIT_ERROR_RATIO)
 
 
@@ -370,12 +383,16 @@ def post_fec_errors(new: Sample, old: Sample, port: PortSnapshot
     most = ((bps if isinstance(bps, float) else LINE_RATE.high * 1e9) * RATE_SLACK
             * (max(seconds, 0.0) + 1))
     if blocks is not None and blocks * MIN_BLOCK_BITS > most:
-        return Unreadable(f"{blocks} uncorrectable FEC blocks in {seconds:.0f} s are more "
-                          f"than the link can carry: unreadable")
+        return Impossible(f"{blocks} uncorrectable FEC blocks in {seconds:.0f} s are more "
+                          f"than the link can carry: unreadable", "blocks")
     if symbols is not None and symbols > most:
-        return Unreadable(f"{symbols} PCS symbol errors in {seconds:.0f} s are more than "
-                          f"the link can carry: unreadable")
+        return Impossible(f"{symbols} PCS symbol errors in {seconds:.0f} s are more than "
+                          f"the link can carry: unreadable", "symbols")
     return blocks, symbols
+
+
+def _what(problem: Unreadable) -> str:
+    return problem.what if isinstance(problem, Impossible) else ""
 
 
 def _healed(baseline: Mapping[str, float], problems: dict[str, Problems]) -> dict[str, float]:
@@ -455,7 +472,7 @@ class LinkBer(CheckFamily[LinkBerSection, BerPicture, BerMemory]):
                 limit = fec_limit(reading.fec_mode, rate)
                 ber = window_ber(sample, old, port) if old else None
                 if isinstance(ber, Unreadable):
-                    found["window"] = f"no pre-FEC BER this window: {ber.reason}"
+                    found[f"window {_what(ber)}"] = f"no pre-FEC BER this window: {ber.reason}"
                     ber = None
                 ports[port.key] = PortBer(reading.netdev, reading.fec_mode or "",
                                           ber, limit[0] if limit else None, sample.corrected,
@@ -518,7 +535,8 @@ class LinkBer(CheckFamily[LinkBerSection, BerPicture, BerMemory]):
         key = port.key
         errors_after = post_fec_errors(sample, old, port)
         if isinstance(errors_after, Unreadable):
-            found["post-FEC"] = f"no post-FEC verdict this window: {errors_after.reason}"
+            found[f"post-FEC {_what(errors_after)}"] = (
+                f"no post-FEC verdict this window: {errors_after.reason}")
             return None
         blocks, symbols = errors_after
         if blocks is None and symbols is None:
