@@ -14,16 +14,28 @@ family takes one window per port with a netdev from the ``phy`` fact (``sources/
   (the other ports of the same role, card model, link layer, rate and FEC mode, at least
   :data:`MIN_PEERS` of them with a BER in the same run: no table, as for the link rate; it
   finds a port that was bad from its first window, which has no baseline to rise from), the
-  last two at least :data:`RISE_FLOOR`; one healthy event when none holds any more. The
+  last two only from :func:`relative_floor` (a tenth of the first one's level: a PAM4 port
+  at 1e-7 is healthy beside peers at 1e-12); one healthy event when none holds any more. The
   baseline is the average of the port's windows while it is not raised (an exponential
   average, weight :data:`BASELINE_WEIGHT`), kept in the state;
 - post-FEC errors (uncorrectable FEC blocks, ``rx_pcs_symbol_err_phy``) in a window: one
   non-fatal event (``errorCode`` ``link_fec_uncorrectable``), and one healthy event after
   :data:`CLEAN_WINDOWS` windows without any.
 
+Nothing here is fatal and nothing recommends REPLACE_VM: the family predicts; a link that has
+failed is the port-state rule's verdict (DOWN) or the counters' (``link_downed``).
+
 A counter that went backwards (a reset, a driver reload) gives no window: the next one starts
 from it. Ports without physical-layer counters, and windows without a BER, say nothing; what
-was said stands until a window says otherwise.
+was said stands until a window says otherwise. Inputs that cannot all be true give no window
+either, and are said once per port and kind while the process runs (the notes; the family's
+volatile :class:`BerMemory`): every count is held to ``core/numbers.py``'s 64-bit PHY
+counter (all ones is a failed read), a BER to a bit error ratio (more bits corrected than the
+window carried is a wrong counter, or a rate too small to be the port's: no rate), a line
+rate to ``LINE_RATE``, the errors after FEC to what the link can carry; the corrected bits
+read from another counter than at the window's start (``rx_corrected_bits_phy`` or the FEC
+statistics') start a new window; a baseline in the state that is no bit error ratio is
+corrupt: dropped, and the port's baseline starts afresh.
 
 The correction limits (:data:`KP4_LIMIT`, :data:`KR4_LIMIT`): the kernel reports one FEC mode
 "RS" for both Reed-Solomon codes, so the code is told by the lane rate: 50 Gb/s lanes and
