@@ -204,6 +204,9 @@ def test_the_relative_floor_is_a_share_of_the_fec_limit() -> None:
                                                                        ndr, "RS")
     assert relative_floor(None, settings, edr, None) == RISE_FLOOR  # NRZ: no FEC known
     assert relative_floor(None, settings, ndr, "off") == RISE_FLOOR
+    unknown = parse_rate("100 Gb/sec")  # RS of a code the rate does not tell: KR4's at least
+    assert relative_floor(None, settings, unknown, "RS") == relative_floor(KR4_LIMIT, settings,
+                                                                           edr, "RS")
 
 
 def test_ber_is_never_replace_vm() -> None:

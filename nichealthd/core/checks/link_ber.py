@@ -352,10 +352,13 @@ def relative_floor(limit: Optional[tuple[float, str]], settings: LinkBerSettings
     default, 5e-7 for KR4). Below it a port is healthy however it compares: PAM4 links run
     at 1e-8 to 1e-6 before FEC by design, and one at 1e-7 beside peers at 1e-12 is not
     failing. A PAM4 lane rate whose FEC mode is not told runs KP4 all the same (IEEE 802.3
-    makes RS(544,514) mandatory on every PAM4 PMD); without a known limit (no FEC, BASE-R,
-    NRZ with the mode unknown), :data:`RISE_FLOOR`."""
+    makes RS(544,514) mandatory on every PAM4 PMD); an RS FEC whose code the rate does not
+    tell ("100 Gb/sec" without its lanes) corrects at least what KR4 does; without a known
+    limit (no FEC, BASE-R, NRZ with the mode unknown), :data:`RISE_FLOOR`."""
     if limit is None and mode is None and rate is not None and _pam4(rate):
         limit = KP4_LIMIT
+    elif limit is None and mode == "RS":
+        limit = KR4_LIMIT
     if limit is None:
         return RISE_FLOOR
     return limit[0] * settings.link_ber_limit_percent / 100 * FLOOR_SHARE
