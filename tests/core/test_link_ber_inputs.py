@@ -223,3 +223,17 @@ def test_ber_is_never_replace_vm() -> None:
     told = port.events()
     assert {e.error_code for e in told} == {("link_ber",), ("link_fec_uncorrectable",)}
     assert all(not e.is_fatal and e.recommended_action == "NONE" for e in told)
+
+
+def test_a_sample_of_an_older_state_file_starts_a_window_quietly() -> None:
+    """Its corrected bits' counter was not recorded: no window across it, nothing said."""
+    port = Port()
+    reads = healthy(3)
+    port.read(reads[0])
+    data = port.runner.state.to_json()
+    assert data["link_ber_samples"]["mlx5_0_1"].pop("source") == "driver"
+    port.runner.state = MonitorState.from_json(data)
+    port.read(reads[1])
+    assert port.ber() is None and port.notes() == []
+    port.read(reads[2])
+    assert port.ber() is not None
