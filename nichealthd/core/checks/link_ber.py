@@ -108,9 +108,15 @@ def fec_limit(mode: Optional[str], rate: Optional[Rate]) -> Optional[tuple[float
     no limit is known (see the module's docstring for the sources)."""
     if mode != "RS" or rate is None:
         return None
-    if rate.lanes:
-        return KP4_LIMIT if rate.gbps / rate.lanes >= 50 else KR4_LIMIT
-    return KP4_LIMIT if rate.gbps >= 200 else None  # 200G and up: PAM4 lanes only
+    if _pam4(rate):
+        return KP4_LIMIT
+    return KR4_LIMIT if rate.lanes else None  # 100G without its lanes: 4x25 NRZ or 2x50 PAM4
+
+
+def _pam4(rate: Rate) -> bool:
+    """Whether the rate runs PAM4 lanes: 50 Gb/s a lane and up, or 200G and up whatever its
+    lanes (no NRZ port is that fast)."""
+    return rate.gbps / rate.lanes >= 50 if rate.lanes else rate.gbps >= 200
 
 
 @dataclass(frozen=True)
@@ -255,6 +261,14 @@ def _line_bps(port: PortSnapshot) -> Union[float, Unreadable, None]:
     return held * 1e9
 
 
+def _most_bits(bps: Union[float, Unreadable, None], seconds: float) -> float:
+    """The most bits a window can carry: :data:`RATE_SLACK` × the port's rate (the fastest
+    line rate where it has none) over the window and a second more (the reads are not at
+    the window's edges to the millisecond)."""
+    rate = bps if isinstance(bps, float) else LINE_RATE.high * 1e9
+    return rate * RATE_SLACK * (max(seconds, 0.0) + 1)
+
+
 def window_bits(new: Sample, old: Sample, port: PortSnapshot
                 ) -> Union[int, float, Unreadable, None]:
     """The bits the window carried: Δ``rx_bits_phy`` where it is counted, else the port's
@@ -266,8 +280,7 @@ def window_bits(new: Sample, old: Sample, port: PortSnapshot
         received = _delta(new.received, old.received)
         if received is None:
             return None
-        most = (bps if isinstance(bps, float) else LINE_RATE.high * 1e9) * RATE_SLACK
-        if received > most * (seconds + 1):
+        if received > _most_bits(bps, seconds):
             return Impossible(f"{RX_BITS} rose by {received} in {seconds:.0f} s, more bits "
                               f"than the link can carry: unreadable", RX_BITS)
         return received
@@ -364,10 +377,6 @@ def relative_floor(limit: Optional[tuple[float, str]], settings: LinkBerSettings
     return limit[0] * settings.link_ber_limit_percent / 100 * FLOOR_SHARE
 
 
-def _pam4(rate: Rate) -> bool:
-    return rate.gbps / rate.lanes >= 50 if rate.lanes else rate.gbps >= 200
-
-
 def _raised(ber: float, limit: Optional[tuple[float, str]], base: Optional[float],
             peers: Optional[float], floor: float, settings: LinkBerSettings) -> list[str]:
     """Why a window's BER is a predicted failure (empty: it is not)."""
@@ -394,9 +403,7 @@ def post_fec_errors(new: Sample, old: Sample, port: PortSnapshot
     seconds = (new.at - old.at).total_seconds()
     blocks = _delta(new.uncorrectable, old.uncorrectable)
     symbols = _delta(new.symbols, old.symbols)
-    bps = _line_bps(port)
-    most = ((bps if isinstance(bps, float) else LINE_RATE.high * 1e9) * RATE_SLACK
-            * (max(seconds, 0.0) + 1))
+    most = _most_bits(_line_bps(port), seconds)
     if blocks is not None and blocks * MIN_BLOCK_BITS > most:
         return Impossible(f"{blocks} uncorrectable FEC blocks in {seconds:.0f} s are more "
                           f"than the link can carry: unreadable", "blocks")
