@@ -21,6 +21,7 @@ import pytest
 from nichealthd.core.numbers import PHY_COUNTER
 from nichealthd.core.phy import FecStats, wanted
 from nichealthd.core.topology import MetadataError
+from nichealthd.sources import ethtool_kernel as ek
 from nichealthd.sources.gpu_metadata import read_gpu_metadata
 from nichealthd.sources.phy import Phy, read_fec, read_stats
 from nichealthd.sources.routes import parse_default_routes_v4, parse_default_routes_v6
@@ -202,3 +203,16 @@ def test_route_and_gpu_metadata_parsers_on_random_text(tmp_path: Path) -> None:
             read_gpu_metadata(str(path))
         except MetadataError:
             pass  # its clear answer to a bad file
+
+
+def test_the_kernels_fec_reply_parser_on_random_bytes() -> None:
+    """Not a simulator format but the kernel's (ETHTOOL_MSG_FEC_GET_REPLY attributes and
+    ETHTOOL_GSTRINGS slots): random bytes are never an exception either."""
+    rng = random.Random(SEED)
+    for n in range(ROUNDS * 5):
+        data = bytes(rng.randrange(256) for _ in range(rng.randrange(0, 80)))
+        try:
+            ek.parse_fec_reply(data)
+            ek.parse_strings(data, rng.randrange(0, 5))
+        except Exception as exc:  # noqa: BLE001 - the assertion names the replay
+            raise AssertionError(f"seed {SEED} round {n}: {exc!r}") from exc
