@@ -121,7 +121,7 @@ def test_hostile_stats_lines_are_unreadable_not_an_exception(line: str) -> None:
 def test_the_two_inputs_that_raised() -> None:
     """``+1e308/s @0`` and a 5000-digit base raised OverflowError and ValueError."""
     read = read_stats("rx_bits_phy: 100 +1e308/s @0\nrx_corrected_bits_phy: "
-                      + "7" * 5000 + "\n", NOW)
+                      + "7" * 5000 + " +2.5e9/s @1764200000\n", NOW)
     assert read.values == {}
     assert "counter rise per second" in read.unreadable["rx_bits_phy"]
     assert "5000 digits" in read.unreadable["rx_corrected_bits_phy"]
