@@ -260,3 +260,14 @@ def test_journalctl_x_explains_a_pulled_cable(tmp_path: Path, journald_socket) -
     shown = out.stdout[out.stdout.index(f"event fatal: {PULLED.message}"):]
     assert "Subject: A NIC port's link state: fatal" in shown  # @NICHEALTHD_SEVERITY@ filled
     assert "the recommended action is REPLACE_VM" in shown and "What to do:" in shown
+
+
+def test_the_man_page_names_every_field() -> None:
+    """nichealthd(8), THE JOURNAL, names the fields an event can carry, no more."""
+    text = (REPO / "man" / "nichealthd.8").read_text(encoding="utf-8")
+    section = text[text.index(".SH THE JOURNAL"):text.index(".SH SIGNALS")]
+    lost = event("nic_unregistered", (("PCI", "0000:17:00.0"),))
+    carried = {name for e in (PULLED.stamped("n", "EXECUTE_REMEDIATION", "id"), lost)
+               for name, _ in entry_fields(e, 1) if name.startswith("NICHEALTHD_")}
+    assert set(re.findall(r"NICHEALTHD_[A-Z_]+", section)) == carried
+    assert "MESSAGE_ID" in section and "/usr/lib/systemd/catalog/nichealthd.catalog" in section
