@@ -45,8 +45,9 @@ def wheel() -> Path:
 
 
 def install_from_source(c: Container) -> None:
-    """The wheel into /usr (Debian layout), plus the unit, sysusers entry and bus policy,
-    at the places the .deb puts them; the daemon's user created as the package would."""
+    """The wheel into /usr (Debian layout), plus the unit, sysusers entry, bus policy and
+    journal catalog, at the places the .deb puts them; the daemon's user created as the
+    package would."""
     subprocess.run(
         ["python3", "-m", "installer", f"--destdir={c.root}", str(wheel())],
         check=True, capture_output=True, env=dict(_env(), DEB_PYTHON_INSTALL_LAYOUT="deb_system"),
@@ -57,12 +58,14 @@ def install_from_source(c: Container) -> None:
         "etc/dbus-1/system.d/org.nichealthd.NicHealth1.conf":
             "/usr/share/dbus-1/system.d/org.nichealthd.NicHealth1.conf",
         "etc/nichealthd/config.toml": "/etc/nichealthd/config.toml",
+        "systemd/nichealthd.catalog": "/usr/lib/systemd/catalog/nichealthd.catalog",
     }  # fmt: skip
     for src, dest in copies.items():
         target = c.path(dest)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / src, target)
     c.run(["systemd-sysusers"])
+    c.run(["journalctl", "--update-catalog"])  # what systemd's package trigger does
     c.run(["systemctl", "reload", "dbus"])
     c.run(["systemctl", "daemon-reload"])
 
