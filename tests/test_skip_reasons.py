@@ -71,6 +71,8 @@ def _raw_output(node: ast.AST) -> bool:
         return isinstance(node.func, ast.Attribute) and _raw_output(node.func.value)
     if isinstance(node, ast.Attribute) and node.attr in OUTPUT:
         return True
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and "\n" in node.value:
+        return True  # one line
     return any(_raw_output(child) for child in ast.iter_child_nodes(node))
 
 
@@ -93,6 +95,7 @@ def test_no_skip_reason_carries_a_tools_output() -> None:
     ('pytest.skip(f"no veth: {made.stderr.strip()}")', True),
     ('pytest.skip("x: " + out.stdout)', True),
     ('pytest.skip(reason=f"{e.output[-200:]}")', True),
+    ('pytest.skip("two\\nlines")', True),
     ('pytest.skip("x: " + skipreasons.first_line(made.stderr))', False),
     ('pytest.skip(skipreasons.pip_reason("grpcio", install.stderr))', False),
 ])
