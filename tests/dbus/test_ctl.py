@@ -6,13 +6,14 @@ the daemon's socket); the output and exit statuses must be the same (#14.6).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import dbushelpers
 import pytest
@@ -183,14 +184,7 @@ def test_events_history_json_and_follow(daemon: Any) -> None:
 
     # -n 1 --all: the last event is printed after the subscription (ctl subscribes first), so
     # its line says the follower is listening before the port goes down.
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    follow = subprocess.Popen([sys.executable, "-m", "nichealthd.cli.ctl", *transport_args(),
-                               "events", "-n", "1", "--all", "--follow", "--json"],
-                              cwd=REPO, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert follow.stdout is not None and follow.stderr is not None
-    follower = Lines(follow.stdout)
-    try:
+    with following("-n", "1", "--all") as (follow, follower):
         wait_until(lambda: len(follower.lines) >= 1, "the follower's history line", proc=follow)
         assert json.loads(follower.lines[0])["seq"] == events[-1]["seq"]
         mutate.set_port(daemon.root, "mlx5_5", 1, state="DOWN", phys_state="Polling")
@@ -199,6 +193,19 @@ def test_events_history_json_and_follow(daemon: Any) -> None:
         event = json.loads(follower.lines[1])
         assert "mlx5_5" in event["message"] and event["isHealthy"] is False
         assert event["seq"] > events[-1]["seq"]
+
+
+@contextlib.contextmanager
+def following(*args: str) -> Iterator[tuple[subprocess.Popen[str], Lines]]:
+    """``nichealthctl events ARGS --follow --json`` running, its lines read as they come."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    follow = subprocess.Popen([sys.executable, "-m", "nichealthd.cli.ctl", *transport_args(),
+                               "events", *args, "--follow", "--json"], cwd=REPO, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert follow.stdout is not None and follow.stderr is not None
+    follower = Lines(follow.stdout)
+    try:
+        yield follow, follower
     finally:
         follow.terminate()
         follow.wait(10)
@@ -418,14 +425,7 @@ def test_events_since_and_device(daemon: Any) -> None:
     assert bad.returncode == 3 and "expected 30m, 2h, 1d" in assert_one_line_no_traceback(bad)
 
     # --follow --device: the other card's event is not printed, this card's is
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    follow = subprocess.Popen([sys.executable, "-m", "nichealthd.cli.ctl", *transport_args(),
-                               "events", "-n", "1", "--device", "mlx5_3", "--follow", "--json"],
-                              cwd=REPO, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert follow.stdout is not None and follow.stderr is not None
-    follower = Lines(follow.stdout)
-    try:
+    with following("-n", "1", "--device", "mlx5_3") as (follow, follower):
         wait_until(lambda: len(follower.lines) >= 1, "the follower's history line", proc=follow)
         mutate.set_port(daemon.root, "mlx5_5", 1, state="ACTIVE", phys_state="LinkUp")
         wait_until(lambda: "mlx5_5" in json.dumps(json.loads(ctl("events", "--json").stdout)
@@ -435,9 +435,3 @@ def test_events_since_and_device(daemon: Any) -> None:
                    detail=follower.tail)
         assert [_about([json.loads(line)]) for line in follower.lines] == \
             [{"mlx5_3/1"}, {"mlx5_3/1"}]
-    finally:
-        follow.terminate()
-        follow.wait(10)
-        follow.stderr.close()
-        follower.join()
-        follow.stdout.close()

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import json
 
-import nspawn
 import pytest
-from install import install_from_source, point_config_at, sim_host
+from install import start_on_sim_host
 
 pytestmark = pytest.mark.e2e
 
@@ -23,14 +22,7 @@ UNIT = "nichealthd.service"
 
 def test_a_pulled_cable_in_the_journal_with_fields_and_the_catalog(boot) -> None:
     c = boot("trixie")
-    c.run(["apt-get", "install", "-y", "-q", *nspawn.DAEMON_DEPS], timeout=300)
-    install_from_source(c)
-    root = sim_host(c)
-    point_config_at(c, root)
-    try:
-        c.run(["systemctl", "start", UNIT], timeout=90)
-    except AssertionError:
-        raise AssertionError(c.journal(UNIT)[-4000:]) from None
+    root = start_on_sim_host(c, UNIT)
     c.wait_for(lambda: "event" in c.journal(UNIT) or "healthy events committed"
                in c.journal(UNIT), 60, what="the first poll's events")
     c.run(["nichealthd-sim", "uncable", root, "mlx5_5", "1"])
