@@ -17,12 +17,12 @@ is optional): the protocol is a few lines, like the daemon's own sd_notify.
 
 from __future__ import annotations
 
-import errno
 import os
 import socket
 import struct
+import time
 from dataclasses import dataclass
-from typing import Iterable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 from ..core.checks.kernel_log import CHECK_NAME as DRIVER_FAULT_CHECK
 from ..core.config import CHAR_DEVICE_CHECK
@@ -32,6 +32,10 @@ JOURNAL_SOCKET = "/run/systemd/journal/socket"
 IDENTIFIER = "nichealthd"
 PRIORITY_UNHEALTHY = 4  # warning: what the daemon logged an event at before
 PRIORITY_HEALTHY = 6  # info
+# The daemon's loop sends: a journald that stops reading costs it this long once, then the
+# events are plain lines for RETRY_AFTER seconds before the socket is tried again.
+SEND_TIMEOUT = 1.0
+RETRY_AFTER = 30.0
 
 Fields = Sequence[tuple[str, str]]
 
@@ -151,20 +155,28 @@ def decode(datagram: bytes) -> list[tuple[str, str]]:
 class JournalSender:
     """Sends entries to journald's native socket; says why not once, then the caller logs."""
 
-    def __init__(self, path: str = JOURNAL_SOCKET) -> None:
+    def __init__(self, path: str = JOURNAL_SOCKET,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.path = path
+        self.clock = clock
         self._sock: Optional[socket.socket] = None
+        self._retry_at = 0.0
         self.failure = ""  # why the last send failed, "" while it works
 
     def send(self, fields: Fields) -> bool:
-        """True when journald took the entry."""
+        """True when journald took the entry; False at once while a failure is recent."""
+        if self.failure and self.clock() < self._retry_at:
+            return False
         data = encode(fields)
         try:
             if self._sock is None:
                 self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+                self._sock.settimeout(SEND_TIMEOUT)
             self._sock.sendto(data, self.path)
-        except OSError as exc:
-            self.failure = f"{self.path}: {os.strerror(exc.errno or errno.EIO)}"
+        except OSError as exc:  # no socket, a full queue past the timeout, too big
+            why = os.strerror(exc.errno) if exc.errno else "journald did not take it in time"
+            self.failure = f"{self.path}: {why}"
+            self._retry_at = self.clock() + RETRY_AFTER
             self.close()
             return False
         self.failure = ""

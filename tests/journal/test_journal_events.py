@@ -271,3 +271,23 @@ def test_the_man_page_names_every_field() -> None:
                for name, _ in entry_fields(e, 1) if name.startswith("NICHEALTHD_")}
     assert set(re.findall(r"NICHEALTHD_[A-Z_]+", section)) == carried
     assert "MESSAGE_ID" in section and "/usr/lib/systemd/catalog/nichealthd.catalog" in section
+
+
+def test_after_a_refusal_the_socket_is_tried_again_later_not_at_every_event(
+        tmp_path: Path) -> None:
+    """The daemon's loop sends: a missing or stuck journald costs one try, not one per event."""
+    now = [100.0]
+    path = str(tmp_path / "socket")
+    sender = JournalSender(path, clock=lambda: now[0])
+    assert not sender.send([("MESSAGE", "a")]) and "No such file" in sender.failure
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(path)  # journald is back, but the refusal is recent
+    try:
+        now[0] += 29
+        assert not sender.send([("MESSAGE", "b")])
+        now[0] += 2
+        assert sender.send([("MESSAGE", "c")]) and sender.failure == ""
+        assert decode(sock.recv(1024)) == [("MESSAGE", "c")]
+    finally:
+        sock.close()
+        sender.close()
