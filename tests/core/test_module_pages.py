@@ -156,7 +156,8 @@ def test_unimplemented_monitors_are_not_available() -> None:
     lower, upper = cmis(flat=True)
     assert pages_needed(lower) == (0x00,)
     flat = parse(lower, upper)
-    assert flat is not None and flat.temperature == pytest.approx(40.0) and not flat.lanes
+    # no page 01h advertises a monitor: the temperature bytes read 40 °C but are not shown
+    assert flat is not None and flat.flat and flat.temperature is None and not flat.lanes
     # thresholds all zero (not set) are no thresholds
     lower, upper = cmis()
     d = parse(lower, {**upper, 0x02: bytes(128)})
