@@ -242,9 +242,9 @@ def _sff8636(lower: bytes, upper: Mapping[int, bytes]) -> ModuleDiagnostics:
         if byte is not None:
             flags[monitor] = (_level(byte >> 4, (8, 4, 2, 1)),)
     for monitor, offset in _S_LANE_FLAGS.items():
-        pair = (_byte(lower, offset), _byte(lower, offset + 1))
-        if monitor in lanes and None not in pair:
-            nibbles = (pair[0] >> 4, pair[0], pair[1] >> 4, pair[1])  # type: ignore[operator]
+        first, second = _byte(lower, offset), _byte(lower, offset + 1)
+        if monitor in lanes and first is not None and second is not None:
+            nibbles = (first >> 4, first, second >> 4, second)
             flags[monitor] = tuple(_level(n, (8, 4, 2, 1)) for n in nibbles)
     los = _byte(lower, _S_RX_LOS)
     rx_los = tuple(bool(los >> lane & 1) for lane in range(SFF8636_LANES)) \
@@ -327,11 +327,9 @@ def _cmis(lower: bytes, upper: Mapping[int, bytes]) -> ModuleDiagnostics:
             scale = multiplier if monitor == TX_BIAS else 1
             values = _lanes(page11, offset - PAGE, range(width), monitor, scale)
             lanes[monitor] = tuple(v if i in read else None for i, v in enumerate(values))
-            bits = [_byte(page11, _C_LANE_FLAGS[monitor] - PAGE + i) for i in range(4)]
-            if None not in bits:
-                flags[monitor] = tuple(
-                    _level(sum(8 >> i for i, b in enumerate(bits) if b >> lane & 1),  # type: ignore[operator]
-                           (8, 4, 2, 1)) for lane in range(width))
+            flags_of = _lane_flags(page11, _C_LANE_FLAGS[monitor], width)
+            if flags_of is not None:
+                flags[monitor] = flags_of
     module_flags = _byte(lower, _C_MODULE_FLAGS)
     if module_flags is not None:
         flags[TEMPERATURE] = (_level(module_flags & 0x0F, (1, 2, 4, 8)),)
@@ -349,6 +347,17 @@ def _cmis(lower: bytes, upper: Mapping[int, bytes]) -> ModuleDiagnostics:
             del thresholds[monitor]
     return ModuleDiagnostics(CMIS, lower[0], temperature, voltage, lanes, thresholds, media,
                              flat, identity, flags, rx_los, paths if len(paths) > 1 else ())
+
+
+def _lane_flags(page11: bytes, offset: int, width: int) -> Optional[tuple[str, ...]]:
+    """Each lane's level from CMIS's four flag bytes of one monitor (high alarm, low alarm,
+    high warning, low warning; bit n-1 for lane n)."""
+    raw = [_byte(page11, offset - PAGE + i) for i in range(4)]
+    bytes_ = [b for b in raw if b is not None]
+    if len(bytes_) != 4:
+        return None
+    return tuple(_level(sum(8 >> i for i, b in enumerate(bytes_) if b >> lane & 1),
+                        (8, 4, 2, 1)) for lane in range(width))
 
 
 def _level(bits: int, masks: tuple[int, int, int, int]) -> str:
