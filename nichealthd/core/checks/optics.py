@@ -209,7 +209,7 @@ def _detail(monitor: str, found: str, value: float, limits: Thresholds,
     limit = {HIGH_ALARM: limits.high_alarm, LOW_ALARM: limits.low_alarm,
              HIGH_WARNING: limits.high_warning, LOW_WARNING: limits.low_warning}[found]
     side = "above" if found.startswith("high") else "below"
-    agreed = "; the module flags it too" if flagged else ""
+    agreed = ", the module flags it too" if flagged else ""
     return (f"{title} {shown(monitor, value)}{where} is {side} the module's {found} "
             f"threshold ({shown(monitor, limit)}){agreed}")
 
