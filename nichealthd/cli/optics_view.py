@@ -13,8 +13,9 @@ from typing import Mapping, Optional, Sequence
 from ..core.jsontypes import JsonRecord
 from .format import Style, items, natural_key, port_name, render_table
 
-MODULE_KEYS = ("module_netdev", "module_status", "module_spec", "module_temperature_c",
-               "module_voltage_v", "module_lanes", "optics_alerts")
+MODULE_KEYS = ("module_netdev", "module_status", "module_spec", "module_media",
+               "module_memory", "module_identity", "module_temperature_c", "module_voltage_v",
+               "module_lanes", "optics_alerts")
 
 
 def optics_records(records: Sequence[JsonRecord]) -> list[dict[str, object]]:
