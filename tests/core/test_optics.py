@@ -305,8 +305,8 @@ def test_a_twin_port_module_judges_each_lane_once_for_its_own_port() -> None:
     assert "on lane 5, 6 is below the module's low alarm threshold" in events[0].message
     picture = r.poll(snap(60, shared)).pictures[OPTICS.id]
     section = r.state.section(OPTICS)
-    first = dict(OPTICS.port_fields(section, picture, ("mlx5_0", 1)))
-    second = dict(OPTICS.port_fields(section, picture, ("mlx5_1", 1)))
+    first: dict[str, Any] = dict(OPTICS.port_fields(section, picture, ("mlx5_0", 1)))
+    second: dict[str, Any] = dict(OPTICS.port_fields(section, picture, ("mlx5_1", 1)))
     assert [lane["lane"] for lane in first["module_lanes"]] == ["1", "2", "3", "4"]
     assert [lane["lane"] for lane in second["module_lanes"]] == ["5", "6", "7", "8"]
     rx = dict(next(s for s in OPTICS.series(section, picture)
