@@ -271,6 +271,11 @@ def test_a_passive_copper_cable_is_not_judged_and_shows_no_reading(rate: str) ->
                                      ("mlx5_0", 1)))
     assert fields["module_media"] == "passive copper" and fields["module_lanes"] == []
     assert "module_temperature_c" not in fields and "module_voltage_v" not in fields
+    series = {s.name: s for s in OPTICS.series(r.state.section(OPTICS),
+                                               result.pictures[OPTICS.id])}
+    for name in ("module_temperature_celsius", "module_rx_power_dbm", "module_tx_bias_amperes",
+                 "module_alert"):  # nothing it does not measure, not even an alert of 0
+        assert not series[name].samples, name
 
 
 @pytest.mark.parametrize("kind", ["lane-count-0", "lane-count-15", "lane-count-255"])

@@ -235,8 +235,8 @@ class OpticsSettings(Settings):
         "a netdev")
     optics_rx_power_drop: int = setting(
         "opticsRxPowerDrop", 3, Integer(0, 30),
-        "Decibels an Rx lane may fall below its own baseline (the best Rx power it has read) "
-        "before it")
+        "Decibels an Rx lane may fall below its own baseline (the best Rx power it has read; a "
+        "module of another vendor, part or serial number starts a new one) before it")
 
 
 @dataclass(frozen=True)
@@ -297,7 +297,9 @@ class Optics(CheckFamily[OpticsSection, Modules, None]):
         read: Optional[Modules] = cycle.snapshot.facts.get(FACT)
         if read is None:
             return Verdict(previous)
-        order = [port.key for device in cycle.monitored for port in device.ports]
+        order = [port.key for device in sorted(cycle.monitored,
+                                               key=lambda d: (d.pci_address or "", d.name))
+                 for port in device.ports]  # PCI function order: a twin's host ports in turn
         facts = share(read, order)
         drop_db = cycle.config.settings(OpticsSettings).optics_rx_power_drop
         section = OpticsSection(dict(previous.records), dict(previous.baselines),
@@ -472,12 +474,22 @@ class Optics(CheckFamily[OpticsSection, Modules, None]):
             if fact.diagnostics is None:
                 continue
             device, _, number = key.rpartition("_")
-            for monitor in MONITORS:
+            for monitor in _monitors_of(fact.diagnostics):
                 record = section.records.get(f"{key}/{monitor}")
                 alerts.append(((device, number, monitor), 1.0 if record else 0.0))
         yield Series("module_alert", "1 while a module monitor is reported beyond its "
                      "thresholds or its baseline", "gauge", ("device", "port", "monitor"),
                      tuple(alerts))
+
+
+def _monitors_of(diagnostics: ModuleDiagnostics) -> tuple[str, ...]:
+    """The monitors a module has (a reading of it): those an alert can be about; a copper
+    cable's optical monitors have no alert series, not an alert of 0."""
+    has = {m for m in MODULE_MONITORS if diagnostics.module_value(m) is not None}
+    has |= {m for m in LANE_MONITORS if diagnostics.lanes.get(m)}
+    if RX_POWER in has:
+        has.add(RX_DROP)
+    return tuple(m for m in MONITORS if m in has)
 
 
 def lane_records(diagnostics: ModuleDiagnostics, lanes: Optional[Sequence[int]] = None
