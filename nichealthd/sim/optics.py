@@ -363,9 +363,10 @@ def set_optics(root: PathLike, dev: Dict[str, Any], port: PortId, *,
     if module is not None:
         count = 8 if module == "twin-port" else LANES
         healthy = dict(HEALTHY)
-        record = {"kind": module, "rate": record["rate"], "serial": "", "module": healthy,
+        plugged = f"SIM{zlib.crc32((record['serial'] or netdev).encode()) % 10**8:08d}"
+        record = {"kind": module, "rate": record["rate"], "serial": plugged, "module": healthy,
                   "lanes": [dict(healthy) for _ in range(count)]}
-        changed.append(f"a {module} module")
+        changed.append(f"a {module} module (serial {plugged})")
     chosen = lanes_of(lanes) if lanes else range(1, len(record["lanes"]) + 1)
     if lanes and max(chosen) > len(record["lanes"]):
         raise SimError(f"the module has {len(record['lanes'])} lanes, --lanes {lanes}")

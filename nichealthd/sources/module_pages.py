@@ -65,7 +65,9 @@ lanes in the same proportion: an 800G ZR's eight host lanes feed one media lane,
 are the host lanes); with no
 active control set, the media lane count of application 1 when it is 1..N (N: the lanes of
 the form factor, 8 for QSFP-DD and OSFP, 4 for CMIS QSFP, 2 for DSFP and SFP-DD, 1 for SFP),
-otherwise the form factor's N; a lane whose data path is deactivated is not read. A
+otherwise those of the form factor's N lanes that do not read 0 on all three lane monitors
+(a lane of a link that is up never does); a lane whose data path is deactivated is not
+read. A
 twin-port module (2x400G) has two data paths, one per host port (``ModuleDiagnostics.
 data_paths``).
 
@@ -288,9 +290,20 @@ def data_paths(lower: bytes, page11: bytes, form_lanes: int) -> tuple[tuple[int,
         return tuple(paths)
     count = _byte(lower, _C_APP1_LANES)
     media_count = count & 0x0F if count is not None else 0
-    lanes = range(media_count if 1 <= media_count <= form_lanes else form_lanes)
+    if 1 <= media_count <= form_lanes:
+        lanes: Sequence[int] = range(media_count)
+    else:  # no valid count: the form factor's lanes that show a sign of use
+        lanes = [lane for lane in range(form_lanes) if not _silent(page11, lane)]
     live = tuple(lane for lane in lanes if _dp_state(page11, lane) != _C_DP_DEACTIVATED)
     return (live,) if live else ()
+
+
+def _silent(page11: bytes, lane: int) -> bool:
+    """A lane whose Tx power, Tx bias and Rx power all read 0: no laser biased, no light, no
+    light sent; a lane of the link never reads so on a port that is up, a lane the module
+    does not use always does."""
+    return all(_u16(page11, offset - PAGE + 2 * lane) in (0, None)
+               for offset in _C_LANE.values())
 
 
 def _dp_state(page11: bytes, lane: int) -> Optional[int]:

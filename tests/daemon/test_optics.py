@@ -204,3 +204,20 @@ def test_rx_power_below_the_low_alarm_is_one_degradation_and_a_fibre_cut_one_rep
     assert [(e["errorCode"], e["entitiesImpacted"][0]["entityValue"]) for e in replace_vm] \
         == [(["port_state"], "mlx5_2")], cut.events
     assert not optics(cut.events)
+
+
+def test_a_module_swap_starts_a_new_rx_baseline(sim_host: Callable[..., SimHost]) -> None:
+    """The old module's Rx fell 4 dB (a drop); an in-spec replacement reading as low is a
+    new module: the drop closes and nothing new opens."""
+    host = sim_host("a100-roce")
+    root = str(host.root)
+    assert not optics(host.once().events)
+    sim("set-optics", root, "mlx5_1", "1", "--rx-power", "-6")
+    assert [e["errorCode"] for e in optics(host.once().events)] == [["optics_rx_power_drop"]]
+    assert "serial SIM" in sim("set-optics", root, "mlx5_1", "1", "--module", "optical")
+    sim("set-optics", root, "mlx5_1", "1", "--rx-power", "-6")
+    swapped = optics(host.once().events)
+    assert [(e["errorCode"], e["isHealthy"]) for e in swapped] == [
+        (["optics_rx_power_drop"], True)], swapped
+    assert "a different module is plugged in" in swapped[0]["message"]
+    assert not optics(host.once().events)
