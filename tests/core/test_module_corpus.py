@@ -149,3 +149,36 @@ def test_fboss_own_expectations_of_its_200g_module() -> None:
     assert diag.rx_los == (True, False, True, False)
     # the worst flag of each lane: lane 1 low alarm, 2 and 4 high alarm, 3 high warning
     assert diag.flags[RX_POWER] == ("low alarm", "high alarm", "high warning", "high alarm")
+    # Tx bias high alarm 0 1 1 0, low alarm 1 1 1 0, high warning 0 0 0 1
+    assert diag.flags[TX_BIAS] == ("low alarm", "high alarm", "high alarm", "high warning")
+    # verifyGlobalInterrupts: temperature (high alarm, low alarm, high warning, low warning)
+    # 1 1 0 1, Vcc 1 0 1 0
+    assert diag.flags[TEMPERATURE] == ("high alarm",)
+    assert diag.flags[VOLTAGE] == ("high alarm",)
+
+
+def test_fboss_own_expectations_of_its_cwdm4_module() -> None:
+    """``SffTest.cpp`` ``cwdm4TransceiverInfoTest``: 31.015625 °C, 3.2989 V, per lane values,
+    Rx LOS 1 1 0 1, the lane interrupts and the Vcc warnings (high and low warning set)."""
+    diag = parsed("fboss-SffCwdm4.txt")
+    assert diag.media == "optical" and not diag.flat
+    assert diag.temperature == pytest.approx(31.015625)
+    assert diag.voltage == pytest.approx(3.2989)
+    assert diag.lanes[TX_BIAS] == pytest.approx((10.28, 8.738, 17.476, 26.214))
+    # FBOSS shows Tx power (1.6705 ... mW) though byte 220 bit 2 says it is not measured
+    # (0x0A); SONiC and ethtool show it only when measured, and so does this parser
+    assert TX_POWER not in diag.lanes and TX_POWER not in diag.flags
+    assert diag.lanes[RX_POWER] == pytest.approx((0.4643, 0.9012, 0.4913, 0.4626))
+    assert diag.rx_los == (True, True, False, True)
+    # Rx power high alarm 1 0 1 0, low alarm 1 1 1 0, high warning 0 0 1 1
+    assert diag.flags[RX_POWER] == ("high alarm", "low alarm", "high alarm", "high warning")
+    # Tx bias high alarm 1 0 0 1, low alarm 1 1 0 1, high warning 0 0 1 0
+    assert diag.flags[TX_BIAS] == ("high alarm", "low alarm", "high warning", "high alarm")
+    assert diag.flags[TEMPERATURE] == ("ok",) and diag.flags[VOLTAGE] == ("high warning",)
+
+
+def test_fboss_dac_is_a_copper_cable_with_nothing_measured() -> None:
+    """``SffTest.cpp`` ``dacTransceiverInfoTest``: extended compliance 100G CR4."""
+    diag = parsed("fboss-SffDac.txt")
+    assert diag.media == "passive copper" and diag.temperature is None and not diag.lanes
+    assert diag.identity == ("FACETEST", "NDAQGF-F302", "2023J")
