@@ -120,19 +120,23 @@ class PortOptics:
         return tuple(lane for path in diag.paths() for lane in path)
 
 
-def share(facts: Mapping[str, PortOptics], order: Sequence[str]) -> dict[str, PortOptics]:
+def share(facts: Mapping[str, PortOptics], order: Sequence[tuple[str, str]]
+          ) -> dict[str, PortOptics]:
     """Each port's own lanes of a module that several ports read (a twin-port module: both
-    host ports' netdevs answer with the same pages): the ports reading one module (the same
-    vendor, part and serial number) take its data paths in ``order`` (the ports in PCI
-    order), one each, so every live lane is judged once, for the port it serves. Ports whose
-    module has no serial number, or whose count differs from the module's data paths, keep
-    every lane (nothing is left unjudged)."""
-    groups: dict[tuple[str, str, str], list[str]] = {}
-    for key in order:
+    host ports' netdevs answer with the same pages): the ports reading one module take its
+    data paths in ``order`` (port key and PCI slot, ``0000:47:00``, in PCI function order),
+    one each, so every live lane is judged once, for the port it serves. One module is the
+    same vendor, part and serial number; a module without a serial number is one module
+    only on the functions of one PCI slot (one card). Ports whose count differs from the
+    module's data paths keep every lane (nothing is left unjudged)."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for key, slot in order:
         fact = facts.get(key)
         diag = fact.diagnostics if fact is not None else None
-        if diag is not None and diag.identity[2].strip():
-            groups.setdefault(diag.identity, []).append(key)
+        if diag is None or len(diag.paths()) < 2 or not any(diag.identity):
+            continue
+        group = diag.identity if diag.identity[2] else (*diag.identity, slot)
+        groups.setdefault(group, []).append(key)
     out = dict(facts)
     for keys in groups.values():
         paths = facts[keys[0]].diagnostics.paths()  # type: ignore[union-attr]

@@ -347,3 +347,20 @@ def test_the_rx_baseline_follows_the_module() -> None:
     assert "a different module is plugged in (V P, serial B2)" in swapped[0].message
     assert r.state.section(OPTICS).baselines["mlx5_0_1/0"] == pytest.approx(-6.0, abs=0.01)
     assert not optics_events(r.poll(snap(180, with_serial("B2", -6.0))))
+
+
+def test_a_twin_module_without_a_serial_number_is_shared_only_within_one_card() -> None:
+    """FBOSS's twin-port fixtures have no serial number: two functions of one PCI slot
+    reading it share it; two cards reading modules alike do not (each is its own)."""
+    twin = replace(kind_module("twin-port", rx5=-20.0), identity=("FACETEST", "2X400G", ""))
+    shared = {"mlx5_0_1": PortOptics("eth0", twin), "mlx5_1_1": PortOptics("eth1", twin)}
+
+    def one_card(when: float) -> Any:
+        devices = [device(f"mlx5_{i}", pci=f"0000:47:00.{i}",
+                          ports=(port(f"mlx5_{i}", layer=ETH),)) for i in range(2)]
+        return replace(host(*devices, when=when), facts={"optics": shared})
+
+    events = optics_events(Runner(config()).poll(one_card(0)))
+    assert [dict(e.entities)["NIC"] for e in events] == ["mlx5_1"]
+    apart = optics_events(Runner(config()).poll(snap(0, shared)))  # slots 47:00 and 48:00
+    assert sorted(dict(e.entities)["NIC"] for e in apart) == ["mlx5_0", "mlx5_1"]

@@ -297,8 +297,9 @@ class Optics(CheckFamily[OpticsSection, Modules, None]):
         read: Optional[Modules] = cycle.snapshot.facts.get(FACT)
         if read is None:
             return Verdict(previous)
-        order = [port.key for device in sorted(cycle.monitored,
-                                               key=lambda d: (d.pci_address or "", d.name))
+        order = [(port.key, (device.pci_address or device.name).rpartition(".")[0])
+                 for device in sorted(cycle.monitored,
+                                      key=lambda d: (d.pci_address or "", d.name))
                  for port in device.ports]  # PCI function order: a twin's host ports in turn
         facts = share(read, order)
         drop_db = cycle.config.settings(OpticsSettings).optics_rx_power_drop
