@@ -12,20 +12,20 @@ SFF-8636 (QSFP/QSFP+/QSFP28, identifiers 0x0C, 0x0D, 0x11; ethtool cites SFF-863
 
 - lower page: identifier byte 0; revision compliance byte 1; status byte 2 bit 2 "Flat_mem"
   (set: no page 03h, ethtool's ``SFF8636_STATUS_PAGE_3_PRESENT`` is that bit); the latched
-  flags (ethtool's qsfp.h): byte 3 bits 0-3 Rx LOS of lanes 1-4, byte 4 bits 0-3 Tx fault,
-  byte 6 temperature and byte 7 Vcc (bit 7 high alarm, 6 low alarm, 5 high warning, 4 low
-  warning), bytes 9-10 Rx power, 11-12 Tx bias, 13-14 Tx power (two lanes a byte, lane 1 in
-  bits 7-4 of the first, in that order); temperature bytes 22-23 (signed, 1/256 °C);
+  flags (ethtool's qsfp.h): byte 3 bits 0-3 Rx LOS of lanes 1-4, byte 6 temperature and
+  byte 7 Vcc (bit 7 high alarm, 6 low alarm, 5 high warning, 4 low warning), bytes 9-10 Rx
+  power, 11-12 Tx bias, 13-14 Tx power (two lanes a byte, lane 1 in bits 7-4 of the first,
+  in that order); temperature bytes 22-23 (signed, 1/256 °C);
   supply voltage 26-27 (100 µV); per lane 1-4 Rx power 34/36/38/40, Tx bias 42/44/46/48,
   Tx power 50/52/54/56 (0.1 µW and 2 µA units, big-endian 16 bits);
 - upper page 00h: byte 131 the 10/40G compliance codes (bit 3 40GBASE-CR4), byte 147 bits
   7-4 the transmitter technology (0x0A-0x0F copper cable), vendor name 148-163, part number
   168-183, serial number 196-211, byte 192 the extended specification compliance code; byte
   220 (``SFF8636_DIAG_TYPE_OFFSET``): bit 5 temperature and bit 4 supply voltage monitoring
-  implemented (revision 2.8 to 2.10, byte 1 = 8; with another revision code they are assumed,
-  as SONiC's ``Sff8636Api`` does),
-  bit 3 Rx power is average power (else OMA), bit 2 Tx power is measured; ethtool treats a
-  temperature of 0x0000 or 0xFFFF as "no diagnostics at all", and so does this parser;
+  implemented (revision 2.8 to 2.10, byte 1 = 8; with another revision code they are
+  assumed, as SONiC's ``Sff8636Api`` does), bit 3 Rx power is average power (else OMA),
+  bit 2 Tx power is measured; ethtool treats a temperature of 0x0000 or 0xFFFF as "no
+  diagnostics at all", and so does this parser;
 - upper page 03h thresholds (high alarm, low alarm, high warning, low warning, 2 bytes each):
   temperature 128, voltage 144, Rx power 176, Tx bias 184, Tx power 192.
 
@@ -50,8 +50,8 @@ CMIS rev 4-5 as ethtool cites it):
 - page 02h thresholds (same order): temperature 128, voltage 136, Tx power 176, Tx bias 184,
   Rx power 192 (note: Tx power before Rx power, unlike SFF-8636);
 - page 11h, lanes 1-8 of bank 0: the data path state of each lane (bytes 128-131, a
-  nibble each, 1 = deactivated); the lane flags (bit n-1 for lane n): Tx fault 135, Tx power
-  high alarm, low alarm, high warning, low warning 139-142, Tx bias 143-146, Rx LOS 147, Rx
+  nibble each, 1 = deactivated); the lane flags (bit n-1 for lane n): Tx power high alarm,
+  low alarm, high warning, low warning 139-142, Tx bias 143-146, Rx LOS 147, Rx
   power 149-152; the lane monitors Tx power 154, Tx bias 170, Rx power 186; the active
   control set's application of each lane (bytes 206-213: bits 7-4 the application, bits 3-1
   the data path's first host lane).
@@ -62,14 +62,12 @@ one data path share its application and first lane; where the application gives 
 media lane counts that fit the module, each instance of it in the path feeds its media
 lanes in the same proportion: an 800G ZR's eight host lanes feed one media lane, four
 100G-FR1 instances of two host lanes each feed media lanes 1-4; otherwise the media lanes
-are the host lanes); with no
-active control set, the media lane count of application 1 when it is 1..N (N: the lanes of
-the form factor, 8 for QSFP-DD and OSFP, 4 for CMIS QSFP, 2 for DSFP and SFP-DD, 1 for SFP),
-otherwise those of the form factor's N lanes that do not read 0 on all three lane monitors
-(a lane of a link that is up never does); a lane whose data path is deactivated is not
-read. A
-twin-port module (2x400G) has two data paths, one per host port (``ModuleDiagnostics.
-data_paths``).
+are the host lanes); with no active control set, the media lane count of application 1
+when it is 1..N (N: the lanes of the form factor, 8 for QSFP-DD and OSFP, 4 for CMIS QSFP,
+2 for DSFP and SFP-DD, 1 for SFP), otherwise those of the form factor's N lanes that do not
+read 0 on all three lane monitors (a lane of a link that is up never does); a lane whose
+data path is deactivated is not read. A twin-port module (2x400G) has two data paths, one
+per host port (``ModuleDiagnostics.data_paths``).
 
 Copper (SFF-8636 transmitter technology 0x0A-0x0F, or the compliance codes SONiC's
 ``Sff8636Api.is_copper`` takes: byte 131 = 40GBASE-CR4, byte 192 a CR, ACC or copper code;
