@@ -31,7 +31,7 @@ UNITS = {TEMPERATURE: "°C", VOLTAGE: "V", RX_POWER: "dBm", TX_POWER: "dBm", TX_
 # technology): a copper cable has no optical monitors.
 OPTICAL, PASSIVE_COPPER, ACTIVE_COPPER, UNKNOWN_MEDIA = (
     "optical", "passive copper", "active copper", "unknown")
-COPPER = frozenset({PASSIVE_COPPER, ACTIVE_COPPER})
+COPPER = frozenset({PASSIVE_COPPER, ACTIVE_COPPER})  # no laser, no photodiode
 # The levels a reading or a module's own flag can be at (the module's flag names: SFF-8636
 # bytes 6-14, CMIS byte 9 and page 11h bytes 139-152).
 OK = "ok"

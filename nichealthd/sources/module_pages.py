@@ -83,6 +83,7 @@ from typing import Mapping, Optional, Sequence
 
 from ..core.modulefacts import (
     ACTIVE_COPPER,
+    COPPER,
     HIGH_ALARM,
     HIGH_WARNING,
     LOW_ALARM,
@@ -213,7 +214,7 @@ def _sff8636(lower: bytes, upper: Mapping[int, bytes]) -> ModuleDiagnostics:
     base = ModuleDiagnostics(SFF8636, lower[0], media=media, flat=flat,
                              identity=_identity(page00, _S_IDENTITY))
     raw_temp = _u16(lower, _S_TEMP)
-    if media in (PASSIVE_COPPER, ACTIVE_COPPER) or raw_temp in (None, 0x0000, 0xFFFF):
+    if media in COPPER or raw_temp in (None, 0x0000, 0xFFFF):
         return base  # copper: nothing measured (SONiC: N/A); ethtool: no valid temperature
     diag_type = _byte(page00, _S_DIAG_TYPE - PAGE)
     revised = _byte(lower, _S_REVISION) == _S_REV_2_8 and diag_type is not None
@@ -329,7 +330,7 @@ def _cmis(lower: bytes, upper: Mapping[int, bytes]) -> ModuleDiagnostics:
     width = (read[-1] + 1) if read else 0
     implemented = {TX_BIAS: bool(adver & _C_BIAS_MON), TX_POWER: bool(adver & _C_TX_MON),
                    RX_POWER: bool(adver & _C_RX_MON)}
-    if media in (PASSIVE_COPPER, ACTIVE_COPPER):  # no laser, no photodiode
+    if media in COPPER:  # no laser, no photodiode
         implemented = dict.fromkeys(implemented, False)
     lanes: dict[str, tuple[Optional[float], ...]] = {}
     flags: dict[str, tuple[str, ...]] = {}
