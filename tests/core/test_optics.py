@@ -14,7 +14,13 @@ import pytest
 
 from nichealthd.core.checks.optics import OPTICS, OpticsSection, judge, level
 from nichealthd.core.events import HealthEvent
-from nichealthd.core.modulefacts import RX_POWER, ModuleDiagnostics, PortOptics, Thresholds
+from nichealthd.core.modulefacts import (
+    RX_POWER,
+    TX_BIAS,
+    ModuleDiagnostics,
+    PortOptics,
+    Thresholds,
+)
 from nichealthd.sim import optics as sim_optics
 from nichealthd.sources import module_pages
 
@@ -364,3 +370,17 @@ def test_a_twin_module_without_a_serial_number_is_shared_only_within_one_card() 
     assert [dict(e.entities)["NIC"] for e in events] == ["mlx5_1"]
     apart = optics_events(Runner(config()).poll(snap(0, shared)))  # slots 47:00 and 48:00
     assert sorted(dict(e.entities)["NIC"] for e in apart) == ["mlx5_0", "mlx5_1"]
+
+
+def test_a_zero_the_module_does_not_flag_is_not_measured() -> None:
+    """Tx bias of exactly 0 on a lane (a laser switched off) with the module's own Tx bias
+    flags clear is not judged; flagged, it is (a latched flag sets again while it lasts)."""
+    diag = kind_module("lane-count-0")
+    bias = (0.0, *diag.lanes[TX_BIAS][1:])
+    off = replace(diag, lanes={**diag.lanes, TX_BIAS: bias},
+                  flags={**diag.flags, TX_BIAS: ("ok",) * 4})
+    assert "tx_bias" not in {m for m, f in judge(off, {}, 3).items() if f.level != "ok"}
+    flagged = replace(off, flags={**off.flags, TX_BIAS: ("low alarm", "ok", "ok", "ok")})
+    found = judge(flagged, {}, 3)["tx_bias"]
+    assert found.level == "low alarm" and not found.fatal
+    assert found.detail.endswith("the module flags it too")

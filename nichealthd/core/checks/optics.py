@@ -14,10 +14,11 @@ Per port and monitor (lanes together: the worst lane decides, the message names 
   not two): nothing is judged there, what was said is held;
 - only what the module says it has is judged: a copper cable's optical monitors, a flat
   module's, a monitor the module does not implement are not available
-  (sources/module_pages.py), so they are neither judged nor shown; a lane's Rx power of
-  exactly 0 while the module's own Rx loss-of-signal flag for it is readable and clear is a
-  monitor that does not measure (a lane outside the link), not darkness; where the module's
-  own latched flag agrees with a threshold, the message says so;
+  (sources/module_pages.py), so they are neither judged nor shown; a reading of exactly 0
+  the module does not flag itself (its Rx loss-of-signal flag, or its alarm and warning
+  flags of that monitor and lane, readable and clear) is a monitor that does not measure (a
+  laser switched off, a lane outside the link), not darkness (:func:`measured`); where the
+  module's own latched flag agrees with a threshold, the message says so;
 - a twin-port module (2x400G) serves two host ports: each port judges only the lanes of its
   data path (:func:`~nichealthd.core.modulefacts.share`), so every live lane is judged once;
 - Rx power ``opticsRxPowerDrop`` dB (default 3: half the light) or more below the lane's
@@ -152,16 +153,21 @@ def judge(diagnostics: ModuleDiagnostics, baseline: Mapping[int, float], drop_db
 
 def measured(diagnostics: ModuleDiagnostics, monitor: str, lanes: Optional[set[int]]
              ) -> tuple[Optional[float], ...]:
-    """One lane monitor's readings, ``None`` on a lane not judged here: another port's, or
-    Rx power of exactly 0 while the module's own Rx LOS flag for that lane is clear (a
-    monitor that does not measure that lane, not darkness)."""
+    """One lane monitor's readings, ``None`` on a lane not judged here: another port's, or a
+    reading of exactly 0 that the module itself does not flag: Rx power while its Rx LOS
+    flag for the lane is clear, any monitor while its own alarm and warning flags for the
+    lane are readable and clear. That is a monitor that does not measure the lane (a laser
+    switched off, a lane outside the link), not darkness: the flags are latched and a
+    condition that lasts sets them again as soon as they are read, so a real loss shows
+    in them."""
     los = diagnostics.rx_los
+    flags = diagnostics.flags.get(monitor, ())
     out: list[Optional[float]] = []
     for index, value in enumerate(diagnostics.lanes.get(monitor, ())):
         elsewhere = lanes is not None and index not in lanes
-        unmeasured = monitor == RX_POWER and value == 0.0 and index < len(los) \
-            and los[index] is False
-        out.append(None if elsewhere or unmeasured else value)
+        unflagged = (monitor == RX_POWER and index < len(los) and los[index] is False) \
+            or (index < len(flags) and flags[index] == OK)
+        out.append(None if elsewhere or (value == 0.0 and unflagged) else value)
     return tuple(out)
 
 
