@@ -233,15 +233,12 @@ def write_module(root: PathLike, netdev: str, rate: str,
     healthy) or per-lane ``lanes``; its record beside them."""
     values = dict(HEALTHY, **(readings or {}))
     serial = serial or f"SIM{zlib.crc32(netdev.encode()) % 10**8:08d}"
-    if kind == "optical" and not _cmis(rate) or kind == "passive-dac" and not _cmis(rate):
+    if kind in ("optical", "passive-dac") and not _cmis(rate):
         pages = sff8636_pages(values, lanes, serial, copper=kind == "passive-dac")
     else:
         pages = cmis_pages(values, lanes, serial, kind)
-    folder = module_dir(root, netdev)
-    if folder.is_dir():
-        for stale in folder.iterdir():
-            stale.unlink()
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = module_dir(root, netdev)  # pages another kind had stay: the daemon reads only
+    folder.mkdir(parents=True, exist_ok=True)  # those the new lower memory calls for
     for page, data in pages.items():
         _write(folder / page_name(page), data)
     count = 8 if kind == "twin-port" else LANES
