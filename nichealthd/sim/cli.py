@@ -321,7 +321,10 @@ def _set_optics(a: argparse.Namespace) -> None:
     twin = None
     if a.twin:
         name, _, number = a.twin.partition("/")
-        twin = (tree.device(manifest, name), _port(number or "1"))
+        try:
+            twin = (tree.device(manifest, name), _port(number or "1"))
+        except argparse.ArgumentTypeError as exc:
+            raise SimError(f"--twin {a.twin}: {exc}") from None
     changed = optics.set_optics(a.ROOT, dev, a.PORT, rx_power=a.rx_power,
                                 temperature=a.temperature, module=a.module, lanes=a.lanes,
                                 twin=twin)
