@@ -384,3 +384,21 @@ def test_a_zero_the_module_does_not_flag_is_not_measured() -> None:
     found = judge(flagged, {}, 3)["tx_bias"]
     assert found.level == "low alarm" and not found.fatal
     assert found.detail.endswith("the module flags it too")
+
+
+def test_a_fatal_record_of_the_earlier_version_is_said_again_as_a_degradation() -> None:
+    """A state file of the version that made Rx power below the low alarm fatal (and had no
+    ``optics_modules``) loads; its fatal record is closed and re-opened, non-fatal."""
+    r = Runner(config())
+    r.poll(snap(0, facts()))
+    r.poll(snap(60, facts(rx0=-20.0)))
+    data = r.state.to_json()
+    record = data["optics_open"]["mlx5_0_1/rx_power"]
+    record.update(check_name="EthernetStateCheck", is_fatal=True)
+    data.pop("optics_modules", None)
+    r.state = type(r.state).from_json(data)
+    again = optics_events(r.poll(snap(120, facts(rx0=-20.0))))
+    assert brief(again) == [
+        ("EthernetStateCheck", "optics_rx_power", False, True, "mlx5_0"),
+        ("EthernetDegradationCheck", "optics_rx_power", False, False, "mlx5_0")]
+    assert not optics_events(r.poll(snap(180, facts(rx0=-20.0))))
