@@ -225,3 +225,12 @@ def test_an_invalid_application_lane_count_reads_only_the_lanes_in_use(count_byt
     put(dark, 186 - 128 + 2 * 7, 0)
     eight = parse(cmis(app_lanes=0x88)[0], {**cmis()[1], 0x11: bytes(dark)})
     assert eight is not None and eight.lanes[RX_POWER][7] == 0.0
+
+
+def test_a_paged_cmis_module_whose_page_01h_cannot_be_read() -> None:
+    """Its temperature and voltage are measured (paged memory: SONiC shows them); no lane
+    monitor is known to be implemented, so none is read."""
+    lower, upper = cmis()
+    d = parse(lower, {p: v for p, v in upper.items() if p != 0x01})
+    assert d is not None and d.temperature == pytest.approx(40.0) and not d.lanes
+    assert TEMPERATURE in d.thresholds and RX_POWER not in d.thresholds
