@@ -24,10 +24,13 @@ What the facts can tell apart (the optics family's module readings, the port's s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Mapping, Optional, Sequence
 
+from .checks import supplying
 from .checks.optics import TITLES, level, measured, shown
+from .events import ENTITY_NIC, ENTITY_PORT, SUSPECT_EVIDENCE_KEY, SUSPECT_KEY, HealthEvent
+from .model import HostSnapshot
 from .modulefacts import (
     COPPER,
     HIGH_ALARM,
@@ -46,7 +49,6 @@ from .modulefacts import (
 NIC, MODULE, CABLE_OR_FAR_END, LINK, FABRIC, UNKNOWN = (
     "nic", "module", "cable-or-far-end", "link", "fabric", "unknown")
 PARTS = (NIC, MODULE, CABLE_OR_FAR_END, LINK, FABRIC, UNKNOWN)
-SUSPECT_KEY = "nichealthd.suspect"  # the event's metadata key, beside nichealthd.event_id
 
 # The documents the rules rest on, named in each verdict.
 IBTA = "InfiniBand Architecture Specification Vol. 1, PortInfo and PortCounters"
@@ -62,10 +64,6 @@ class Suspect:
     part: str
     evidence: str
     source: str = ""
-
-    def text(self) -> str:
-        """``module (Tx bias 0.00 mA on lane 1 below its low alarm)``: the message suffix."""
-        return f"{self.part} ({self.evidence})" if self.evidence else self.part
 
 
 @dataclass(frozen=True)
@@ -161,7 +159,7 @@ def module_view(optics: Optional[PortOptics]) -> ModuleView:
         tx: Optional[bool] = not faults
     else:
         tx = (not tx_bad) if tx_seen else None
-    return ModuleView("; ".join(faults), tx, rx_trouble)
+    return ModuleView(" and ".join(faults), tx, rx_trouble)
 
 
 # --------------------------------------------------------------------------- the rules
@@ -292,11 +290,13 @@ RULES: dict[str, Rule] = {
     **dict.fromkeys(("port_state", "netdev_down"), _port_state),
 }
 PREFIXES: tuple[tuple[str, Rule], ...] = (("aer_", _nic),)
+REPEATED = "_repeated"  # a kernel log rule repeated (core/checks/kernel_log.py)
 
 
 def decide(code: str, facts: PortFacts) -> Suspect:
     """The suspect of one condition (its ``errorCode``) on a port with these facts."""
-    rule = RULES.get(code)
+    base = code[:-len(REPEATED)] if code.endswith(REPEATED) else code
+    rule = RULES.get(base)  # a kernel log rule repeated is that rule's part
     if rule is None:
         rule = next((r for prefix, r in PREFIXES if code.startswith(prefix)), _unknown)
     return rule(code, facts)
@@ -312,3 +312,43 @@ def decide_all(codes: Sequence[str], facts: PortFacts) -> Optional[Suspect]:
     """The suspect of a port with these open conditions (None: none open)."""
     found = [decide(code, facts) for code in codes]
     return min(found, key=lambda s: _PRECEDENCE[s.part]) if found else None
+
+
+def modules_of(pictures: Mapping[str, Any]) -> dict[str, PortOptics]:
+    """The local modules as last read, by port key, of the families that read them
+    (:meth:`CheckFamily.module_facts`), from the pictures of a poll."""
+    return {key: fact for family in supplying("module_facts")
+            for key, fact in (family.module_facts(pictures.get(family.id)) or {}).items()}
+
+
+def port_facts(snapshot: HostSnapshot, modules: Mapping[str, PortOptics], device: str,
+               port: int) -> PortFacts:
+    """The facts the table reads of one port: its state in the poll, its module as last
+    read."""
+    found = next((p for d in snapshot.devices if d.name == device for p in d.ports
+                  if p.port == port), None)
+    return PortFacts(found.state if found else None, found.phys_state if found else None,
+                     modules.get(f"{device}_{port}"))
+
+
+def annotate(events: Sequence[HealthEvent], snapshot: HostSnapshot,
+             modules: Mapping[str, PortOptics]) -> tuple[HealthEvent, ...]:
+    """Each unhealthy event with its suspect: the metadata keys ``nichealthd.suspect`` (the
+    part) and ``nichealthd.suspect_evidence`` (what decided it), which the committed
+    message ends with (:meth:`HealthEvent.stamped`); a healthy event, its verdict and
+    everything else unchanged."""
+    out = []
+    for event in events:
+        if event.is_healthy:
+            out.append(event)
+            continue
+        entities = dict(event.entities)
+        number = entities.get(ENTITY_PORT, "")
+        facts = port_facts(snapshot, modules, entities.get(ENTITY_NIC, ""), int(number)) \
+            if number.isdigit() else PortFacts()
+        suspect = decide(event.error_code[0] if event.error_code else "", facts)
+        metadata = dict(event.metadata)
+        metadata[SUSPECT_KEY] = suspect.part
+        metadata[SUSPECT_EVIDENCE_KEY] = suspect.evidence
+        out.append(replace(event, metadata=metadata))
+    return tuple(out)

@@ -8,10 +8,17 @@ parsed by the real parser: the bytes the daemon reads on a simulated host.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Optional
 
 import pytest
 
+from nichealthd.core.events import (
+    SUSPECT_EVIDENCE_KEY,
+    SUSPECT_KEY,
+    make_event,
+    port_entities,
+)
 from nichealthd.core.modulefacts import PortOptics
 from nichealthd.core.suspect import (
     CABLE_OR_FAR_END,
@@ -23,11 +30,14 @@ from nichealthd.core.suspect import (
     RULES,
     UNKNOWN,
     PortFacts,
+    annotate,
     decide,
     decide_all,
 )
 from nichealthd.sim import optics as sim_optics
 from nichealthd.sources import module_pages
+
+from .builders import device, host, port
 
 ACTIVE, DOWN, INIT = "4: ACTIVE", "1: DOWN", "2: INIT"
 LINKUP, POLLING, DISABLED = "5: LinkUp", "2: Polling", "3: Disabled"
@@ -99,6 +109,7 @@ CASES: list[tuple[str, str, PortFacts, str, str]] = [
     ("lost NIC", "nic_unregistered", facts(), NIC, "adapter"),
     ("device missing", "device_missing", facts(), NIC, "adapter"),
     ("kernel: unrecoverable", "unrecoverable_err", facts(), NIC, "adapter"),
+    ("kernel: a fault repeated", "netdev_watchdog_repeated", facts(), NIC, "adapter"),
     ("card short of ports", "card_active_ports", facts(optics=HEALTHY), UNKNOWN,
      "do not decide"),
     ("congestion", "port_xmit_discards", facts(optics=HEALTHY), UNKNOWN, "do not decide"),
@@ -114,9 +125,27 @@ def test_each_rule_names_its_part_with_the_evidence(case: str, code: str, port: 
     assert suspect.part == UNKNOWN and not suspect.source or suspect.source
 
 
-def test_the_message_suffix_reads_as_the_operator_wants() -> None:
-    assert decide("optics_tx_bias", facts(optics=BIAS_DEAD)).text() == (
-        "module (Tx bias 0.00 mA on lane 1, 2, 3, 4 below its low alarm)")
+def test_an_unhealthy_event_carries_its_suspect_and_its_committed_message_ends_with_it(
+        ) -> None:
+    """The evaluation sets the metadata; the commit (``stamped``) ends the message with it;
+    a healthy event gets neither, and the verdict is untouched."""
+    dev = device("mlx5_0", ports=(port("mlx5_0", layer="Ethernet"),))
+    snapshot = host(dev)
+    bad = make_event("EthernetDegradationCheck", fatal=False, healthy=False,
+                     message="RoCE port mlx5_0 port 1: module Tx bias low",
+                     error_code="optics_tx_bias", entities=port_entities("mlx5_0", 1),
+                     at=snapshot.taken_at)
+    good = replace(bad, is_healthy=True)
+    marked, kept = annotate([bad, good], snapshot, {"mlx5_0_1": BIAS_DEAD})
+    assert kept == good
+    assert marked.metadata == {SUSPECT_KEY: "module", SUSPECT_EVIDENCE_KEY:
+                               "Tx bias 0.00 mA on lane 1, 2, 3, 4 below its low alarm"}
+    assert (marked.message, marked.recommended_action) == (bad.message, "NONE")
+    committed = marked.stamped("node", "EXECUTE_REMEDIATION", "id1")
+    assert committed.message == (
+        "RoCE port mlx5_0 port 1: module Tx bias low - suspect: module (Tx bias 0.00 mA on "
+        "lane 1, 2, 3, 4 below its low alarm)")
+    assert good.stamped("node", "EXECUTE_REMEDIATION", "id2").message == good.message
 
 
 def test_every_rule_gives_a_known_part_on_any_facts() -> None:

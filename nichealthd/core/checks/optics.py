@@ -404,11 +404,15 @@ class Optics(CheckFamily[OpticsSection, Modules, None]):
         return OpticsSection(records, {moved(k): v for k, v in section.baselines.items()},
                              {moved(f"{k}/m")[:-2]: v for k, v in section.modules.items()})
 
+    def module_facts(self, cycle_picture: Optional[Modules]) -> Optional[Modules]:
+        return cycle_picture
+
     def conditions(self, section: OpticsSection, picture: Optional[Modules]) -> Iterable[Condition]:
         for key, record in sorted(section.records.items()):
             reason = f"module {record.detail}"
             yield Condition(FATAL if record.fatal else DEGRADED, reason,
-                            (record.device, record.port), alone=f"{_split(key)[0]} {reason}")
+                            (record.device, record.port), alone=f"{_split(key)[0]} {reason}",
+                            code=code_of(_split(key)[1]))
 
     def port_fields(self, section: OpticsSection, picture: Optional[Modules], port: PortId
                     ) -> Mapping[str, Json]:
