@@ -231,18 +231,24 @@ def ports_table(records: Sequence[JsonRecord], style: Style, width: int = 80) ->
     """Every port with its health and its reasons (the daemon's one health model); why
     a port is not monitored below the table. FLAPS counts down/up cycles in the flap window,
     BLIPS the unhealthy states that recovered within the hold-down; a rate below the port's
-    peers is marked ``!``. When the table is wider than ``width``, NETDEV is left out, then
-    BLIPS and FLAPS when they have nothing to show or do not fit beside 16 characters of
+    peers is marked ``!``. SUSPECT names the part to look at first of an unhealthy port
+    (left out when no port has one). When the table is wider than ``width``, NETDEV is left
+    out, then BLIPS and FLAPS when they have nothing to show or do not fit beside 16 characters of
     REASON (``--wide``/``--json`` show them all), then cells are cut."""
     headers = ["PORT", "LINK", "ROLE", "STATE", "PHYS", "RATE", "FLAPS", "BLIPS", "NETDEV",
-               "HEALTH", "REASON"]
+               "HEALTH", "SUSPECT", "REASON"]
     records = sorted(records, key=natural_key)
     # LINK: EFA for an EFA port (its link layer reads "Unknown").
     rows = [[port_name(r), "EFA" if r.get("adapter") == "efa" else short_link(
                  text(r, "link_layer", "")), text(r, "role"),
              text(r, "state", "?"), text(r, "phys_state", "?"), rate_cell(r),
              count_cell(r, "flaps"), count_cell(r, "blips"),
-             text(r, "netdev"), health_column(r), port_reason(r)] for r in records]
+             text(r, "netdev"), health_column(r), text(r, "suspect"), port_reason(r)]
+            for r in records]
+    if all(row[-2] == "-" for row in rows):  # nothing unhealthy: no column of dashes
+        del headers[-2]
+        for row in rows:
+            del row[-2]
 
     def wider(reason: int) -> bool:  # than ``width`` with REASON cut to ``reason``
         cut = [[*row[:-1], "x" * min(len(row[-1]), reason)] for row in rows]
