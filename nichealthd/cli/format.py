@@ -273,7 +273,9 @@ def ports_table(records: Sequence[JsonRecord], style: Style, width: int = 80) ->
         return padded
 
     reason = len(headers) - 1
-    lines = render_table(headers, rows, width, shrink=((reason, 16), 2, 4, 5, reason, 3, 1, 0),
+    suspect = headers.index("SUSPECT") if "SUSPECT" in headers else reason
+    lines = render_table(headers, rows, width,  # SUSPECT cut to "cable-or-…" at most
+                         shrink=((reason, 16), 2, 4, (suspect, 10), 5, reason, 3, 1, 0),
                          colour=colour)
     excluded = [r for r in records if not r.get("monitored")]
     if excluded:
