@@ -19,6 +19,7 @@ EVENT_ID_KEY = "nichealthd.event_id"
 # evaluation; the committed message ends with them (:meth:`HealthEvent.stamped`).
 SUSPECT_KEY = "nichealthd.suspect"
 SUSPECT_EVIDENCE_KEY = "nichealthd.suspect_evidence"
+SUSPECT_SUFFIX = " - suspect: "  # how the committed message says it
 
 ENTITY_NIC = "NIC"
 ENTITY_PORT = "NICPort"
@@ -71,7 +72,7 @@ class HealthEvent:
         if part:
             evidence = metadata.get(SUSPECT_EVIDENCE_KEY, "")
             told = f"{part} ({evidence})" if evidence else part
-            message = f"{message} - suspect: {told}".replace(";", ",")
+            message = f"{message}{SUSPECT_SUFFIX}{told}".replace(";", ",")
         return replace(self, node_name=node_name, processing_strategy=processing_strategy,
                        metadata=metadata, message=message)
 
