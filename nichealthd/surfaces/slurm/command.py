@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
+from ...sources import trust
+
 STDERR_MAX = 300  # characters of a failing command's message kept for the status
 # Bytes kept of each of a command's outputs: a reason, or ``scontrol show node``'s few lines
 # around it, is far less; more is read and dropped (a broken or hostile command's flood).
@@ -48,10 +50,18 @@ def fill(template: Sequence[str], node: str, reason: str = "") -> tuple[str, ...
 
 
 def run(argv: tuple[str, ...], timeout: float) -> Outcome:
-    """Run ``argv`` (stdin closed, output captured) within ``timeout`` seconds."""
+    """Run ``argv`` (stdin closed, output captured) within ``timeout`` seconds.
+
+    The program is found in the trusted directories, not the inherited ``PATH``, and checked
+    again right before it runs (:mod:`...sources.trust`): what the config check passed at
+    start may have been moved or made writable since."""
+    program = trust.resolve(argv[0])
+    refused = trust.command_problem(program, trust.owners())
+    if refused:
+        return Outcome(argv, error=f"refused to run {argv[0]}: {refused}", retry=False)
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE)
+        proc = subprocess.Popen(argv, executable=program, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except FileNotFoundError:
         return Outcome(argv, error=f"{argv[0]} not found: install Slurm's client commands "
                        f"(Debian: slurm-client; RHEL: slurm) or set the slurm*Command keys",
