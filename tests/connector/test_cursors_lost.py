@@ -24,7 +24,7 @@ import pytest
 
 from nichealthd.sim import mutate
 from nichealthd.storage.store import Journal
-from nichealthd.surfaces.connector.sender import CONSUMER
+from nichealthd.surfaces.connector.outbox import CONSUMER
 
 from .. import simtrees
 from ..harness import DEADLINE

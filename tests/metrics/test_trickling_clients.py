@@ -172,7 +172,8 @@ def test_a_request_must_be_whole_within_the_deadline(monkeypatch: Any) -> None:
     thread.start()
     trickling_for = 30.0
     try:
-        with socket.create_connection(server.server_address[:2], timeout=DEADLINE) as sock:
+        port = int(server.server_address[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=DEADLINE) as sock:
             began = time.monotonic()
             sock.sendall(b"GET / HTTP/1.1\r\n")
             closed_after: Optional[float] = None
