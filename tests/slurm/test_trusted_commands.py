@@ -5,7 +5,9 @@ the file and the fix, at start, at a reload (tests/daemon/test_trusted_config.py
 
 from __future__ import annotations
 
+import grp
 import os
+import pwd
 import stat
 import subprocess
 import sys
@@ -139,3 +141,16 @@ def test_config_check_says_the_same(tmp_path: Path) -> None:
                            str(path)], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "slurmResumeCommand: refused: " in done.stderr
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
+
+
+def test_writable_by_the_owners_private_group_is_accepted(tmp_path: Path) -> None:
+    """``umask 002`` with a group of one's own (Debian's OpenSSH rule): nobody else is in
+    the group, so nobody else can write the file."""
+    if os.geteuid() != 0:
+        pytest.skip("giving a file to root's group needs root")
+    others = [u.pw_name for u in pwd.getpwall() if u.pw_gid == 0 and u.pw_uid != 0]
+    if others or grp.getgrgid(0).gr_mem not in ([], ["root"]):
+        pytest.skip("root's group has other members on this host")
+    path = config(tmp_path, mode=0o664)
+    os.chown(path, 0, 0)
+    assert load_config(str(path)).slurm_drain
