@@ -43,10 +43,13 @@ def run_once(root: Path, target: str) -> subprocess.CompletedProcess[str]:
 
 
 def outbox_ids(root: Path) -> set[str]:
-    """The events the connector's cursor has not passed: what the next run delivers."""
+    """What the next run delivers, read as it reads it (nothing written): the events the
+    connector's cursor has not passed, or every event while the cursors cannot be read
+    (still a directory, say: then the next run restarts from the oldest entry too)."""
     journal = Journal(str(root / "var/lib/nichealthd"))
     journal.recover(None)
-    return {entry.event.event_id for entry in journal.pending(CONSUMER)}
+    entries = journal.history(10**9) if journal._cursors_lost else journal.pending(CONSUMER)
+    return {entry.event.event_id for entry in entries}
 
 
 def event_log_ids(root: Path) -> list[str]:

@@ -13,6 +13,7 @@ from typing import Callable, Iterator
 import pytest
 
 from ..harness import NotifySocket
+from ..slurm.test_trusted_commands import open_dir_program
 from .conftest import REPO, SimHost
 from .test_service import Daemon
 
@@ -42,12 +43,7 @@ def test_a_reload_of_an_untrusted_config_or_command_is_rejected(
         sim_host: Callable[..., SimHost], notify: NotifySocket, tmp_path: Path) -> None:
     host = sim_host()
     original = host.config.read_text()
-    directory = tmp_path / "open"
-    directory.mkdir()
-    directory.chmod(0o777)
-    program = directory / "scontrol"
-    program.write_text("#!/bin/sh\nexit 0\n")
-    program.chmod(0o755)
+    program = open_dir_program(tmp_path)
     daemon = Daemon(host, notify)
     try:
         notify.wait_for("READY=1")

@@ -21,6 +21,7 @@ from nichealthd.surfaces.metrics_http import make_http_server
 
 from ..harness import DEADLINE, wait_until
 from .conftest import RunningDaemon
+from .test_http_clients import _closed_by_peer
 
 Start = Callable[[Path], RunningDaemon]
 TRICKLERS = 80
@@ -139,21 +140,15 @@ def test_one_address_cannot_hold_every_slot_against_another(monkeypatch: Any) ->
         opened.append(sock)
         return sock
 
-    def closed(sock: socket.socket) -> bool:
-        sock.settimeout(0.0)
-        try:
-            return sock.recv(1) == b""
-        except BlockingIOError:
-            return False
-
     try:
         other = connect("127.0.0.1")
         wait_until(lambda: server.clients == 1, "the first connection held")
         greedy = [connect("127.0.0.2") for _ in range(3)]
         wait_until(lambda: server.clients == 4, "the cap reached")
         newcomer = connect("127.0.0.3")
-        wait_until(lambda: closed(greedy[0]), "the greedy address's oldest closed")
-        assert not closed(other) and not any(closed(s) for s in greedy[1:])
+        wait_until(lambda: _closed_by_peer(greedy[0]), "the greedy address's oldest closed")
+        assert not _closed_by_peer(other)
+        assert not any(_closed_by_peer(s) for s in greedy[1:])
         newcomer.sendall(b"GET / HTTP/1.0\r\n\r\n")
         assert newcomer.makefile("rb").readline().startswith(b"HTTP/1.0 200")
     finally:
