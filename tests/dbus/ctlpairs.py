@@ -1,12 +1,12 @@
-"""Run as a script: nichealthctl's answers over D-Bus and over varlink, each pair from one
+"""Run as a script: nichealthctl's answers over D-Bus and over varlink, compared within one
 poll of the daemon (tests/dbus/test_ctl_transports.py).
 
 Reads ``{"varlink": SOCKET, "commands": [[ARG, ...], ...], "deadline": SECONDS}`` on
-stdin and prints, per command, ``{"command", "poll", "dbus": [CODE, OUT, ERR], "varlink":
-[...]}``. Both answers and the daemon's poll count before and after them come from
-nichealthctl's own ``main`` in this one process, so a pair takes milliseconds, not two
-interpreter starts; a pair that spans a poll is asked again (until ``deadline``), so what
-is compared never differs only because the host was polled in between.
+stdin and prints, per command, ``{"command", "same", "one_poll", "dbus": [CODE, OUT, ERR],
+"varlink": [...]}``. Both answers and the daemon's poll count before and after them come
+from nichealthctl's own ``main`` in this one process. Answers that differ only count when no
+poll fell between them (a poll may change a device line, which says nothing about the
+transports): such a pair is asked again, until ``deadline``.
 """
 
 from __future__ import annotations
@@ -37,9 +37,10 @@ def pair(varlink: str, command: list[str], end: float) -> dict[str, Any]:
         before = polls(varlink)
         over_dbus = answer(*command)
         over_varlink = answer(varlink, *command)
-        if polls(varlink) == before or time.monotonic() >= end:
-            return {"command": command, "poll": before, "dbus": over_dbus,
-                    "varlink": over_varlink, "one_poll": polls(varlink) == before}
+        one_poll = polls(varlink) == before
+        if over_dbus == over_varlink or one_poll or time.monotonic() >= end:
+            return {"command": command, "same": over_dbus == over_varlink,
+                    "one_poll": one_poll, "dbus": over_dbus, "varlink": over_varlink}
 
 
 def run() -> None:
