@@ -116,6 +116,17 @@ def test_a_bare_name_is_found_in_the_trusted_directories_never_in_path(
     assert load_config(str(path)).slurm_resume_command == ("sh", "-c", "true")
 
 
+def test_a_bare_name_in_no_trusted_directory_is_missing_even_if_path_has_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    decoy = tmp_path / "nichealthd-no-such-scontrol"
+    decoy.write_text("#!/bin/sh\necho decoy\n")
+    decoy.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ.get('PATH', '')}")
+    outcome = command.run((decoy.name, "update"), 30.0)
+    assert outcome.error.startswith(f"{decoy.name} not found: install Slurm's client commands")
+    assert outcome.output == "" and not outcome.retry
+
+
 def test_a_missing_program_in_a_trusted_place_is_not_refused(tmp_path: Path) -> None:
     """A host without Slurm's client commands yet: the consumer says what to install."""
     path = config(tmp_path, 'slurmReasonCommand = "/nonexistent/sinfo -n {node}"\n')

@@ -59,13 +59,16 @@ def run(argv: tuple[str, ...], timeout: float) -> Outcome:
     refused = trust.command_problem(program, trust.owners())
     if refused:
         return Outcome(argv, error=f"refused to run {argv[0]}: {refused}", retry=False)
+    missing = Outcome(argv, error=f"{argv[0]} not found: install Slurm's client commands "
+                      f"(Debian: slurm-client; RHEL: slurm) or set the slurm*Command keys",
+                      retry=False)
+    if "/" not in program:  # in none of the trusted directories: never looked up in PATH
+        return missing
     try:
         proc = subprocess.Popen(argv, executable=program, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except FileNotFoundError:
-        return Outcome(argv, error=f"{argv[0]} not found: install Slurm's client commands "
-                       f"(Debian: slurm-client; RHEL: slurm) or set the slurm*Command keys",
-                       retry=False)
+        return missing
     except OSError as exc:
         return Outcome(argv, error=f"cannot run {argv[0]}: {exc.strerror}", retry=False)
     with proc:
