@@ -77,7 +77,7 @@ def run(argv: tuple[str, ...], timeout: float) -> Outcome:
             proc.kill()
             proc.wait()
             return Outcome(argv, error=f"{argv[0]} did not finish within {timeout:g} s")
-    stdout, stderr = (data.decode(errors="replace") for data in captured)
+    stdout, stderr = (_text(data) for data in captured)
     if proc.returncode != 0:
         said = " ".join((stderr.strip() or stdout.strip()).split())[:STDERR_MAX]
         if any(text in said for text in NOT_ADMIN):
@@ -85,6 +85,11 @@ def run(argv: tuple[str, ...], timeout: float) -> Outcome:
         return Outcome(argv, stdout, f"{argv[0]} exited with status {proc.returncode}"
                        + (f": {said}" if said else ""))
     return Outcome(argv, stdout)
+
+
+def _text(data: bytes) -> str:
+    """Decoded as ``text=True`` does: bad bytes replaced, any line ending read as ``\\n``."""
+    return data.decode(errors="replace").replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _bounded_output(proc: subprocess.Popen[bytes], timeout: float
