@@ -103,12 +103,18 @@ def test_a_relative_command_is_refused(tmp_path: Path) -> None:
     assert "bin/sinfo is not an absolute path" in str(refusal(path))
 
 
-def test_a_bare_name_is_found_in_the_trusted_directories_never_in_path(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    decoy = tmp_path / "sh"
+def decoy_in_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> Path:
+    """An executable ``name`` in a directory put first in PATH."""
+    decoy = tmp_path / name
     decoy.write_text("#!/bin/sh\necho decoy\n")
     decoy.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ.get('PATH', '')}")
+    return decoy
+
+
+def test_a_bare_name_is_found_in_the_trusted_directories_never_in_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    decoy_in_path(tmp_path, monkeypatch, "sh")
     found = trust.resolve("sh")
     assert os.path.dirname(found) in trust.TRUSTED_PATH
     assert command.run(("sh", "-c", "echo real"), 30.0).output == "real\n"
@@ -118,10 +124,7 @@ def test_a_bare_name_is_found_in_the_trusted_directories_never_in_path(
 
 def test_a_bare_name_in_no_trusted_directory_is_missing_even_if_path_has_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    decoy = tmp_path / "nichealthd-no-such-scontrol"
-    decoy.write_text("#!/bin/sh\necho decoy\n")
-    decoy.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ.get('PATH', '')}")
+    decoy = decoy_in_path(tmp_path, monkeypatch, "nichealthd-no-such-scontrol")
     outcome = command.run((decoy.name, "update"), 30.0)
     assert outcome.error.startswith(f"{decoy.name} not found: install Slurm's client commands")
     assert outcome.output == "" and not outcome.retry
