@@ -17,7 +17,7 @@ import pytest
 from nichealthd.core.checks.link_state import LINK_STATE
 from nichealthd.core.evaluate import CycleResult
 
-from .builders import ACTIVE, DOWN, LINKUP, POLLING, Runner, host
+from .builders import DOWN, LINKUP, POLLING, Runner, host
 from .test_fabric import INIT, card
 
 HOLD = 240  # the default cardVerdictHoldTime

@@ -9,7 +9,8 @@ there: without this view each card would be "short" of its port after
 A port's fabric is the subnet it was last seen ACTIVE on (:attr:`PortSnapshot.fabric`, GID
 prefix and SM LID), remembered in the state, since a port waiting for the SM may read SM LID
 0. A fabric none of whose ports on this host is ACTIVE, with one or more of them waiting
-for the SM (INIT/ARMED with LinkUp), is *out*: one non-fatal host-level event names it (``errorCode`` ``fabric_event``, the NICs on it as entities), no card verdict rests on its
+for the SM (INIT/ARMED with LinkUp), is *out*: one non-fatal host-level event names it
+(``errorCode`` ``fabric_event``, the NICs on it as entities), no card verdict rests on its
 waiting ports while it lasts, and a healthy event closes it when one of its ports is ACTIVE
 again; the per-port rules then judge the ports still waiting (a port stuck in INIT or ARMED
 among ACTIVE peers is its own fault, after ``cardVerdictHoldTime``). Ports DOWN or Disabled

@@ -29,7 +29,7 @@ from ..family import (
     Verdict,
 )
 from ..jsontypes import Json, JsonObject
-from ..model import DeviceSnapshot, HostSnapshot
+from ..model import DeviceSnapshot, HostSnapshot, PortSnapshot
 from ..state import SUPPRESSED
 from ..topology import CardCount, Role, anomalous_cards
 from .cards import (
@@ -181,6 +181,10 @@ class LinkState(CheckFamily[LinkStateSection, Cards, None]):
 
     def baseline_checks(self, snapshot: HostSnapshot) -> frozenset[str]:
         return frozenset({IB_STATE_CHECK, ETH_STATE_CHECK})
+
+    def judges(self, device: DeviceSnapshot, port: PortSnapshot) -> bool:
+        """Every port but an EFA's (:func:`without_efa`)."""
+        return not device.is_efa
 
     def port_bases(self, section: LinkStateSection, snapshot: HostSnapshot,
                    roles: Mapping[str, Role]) -> Mapping[PortId, PortBase]:
