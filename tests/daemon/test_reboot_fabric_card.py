@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
 from nichealthd.core.events import format_timestamp, parse_timestamp
@@ -37,6 +37,17 @@ def age(host: SimHost, seconds: float) -> None:
         return value
 
     host.state_file.write_text(json.dumps(shift(state(host))))
+
+
+def elapsed(stamp: str) -> float:
+    """Seconds from a state file's timestamp to now."""
+    return (datetime.now(timezone.utc) - parse_timestamp(stamp)).total_seconds()
+
+
+def age_to(host: SimHost, stamp: Callable[[dict[str, Any]], str], seconds: float) -> None:
+    """Move the state's clocks back so that the clock ``stamp`` picks is ``seconds`` old
+    (the runs themselves take seconds on a loaded machine: counted, not guessed)."""
+    age(host, seconds - elapsed(stamp(state(host))))
 
 
 def once(host: SimHost) -> Run:
@@ -106,9 +117,13 @@ def test_once_a_port_the_sm_never_activates_is_one_card_replace_vm_after_the_hol
     for name in names[:7]:
         sim(host, "sm", "activate", name)
     assert replace_vm(once(host).events) == []
-    age(host, 230)
+
+    def pending(data: dict[str, Any]) -> str:
+        return str(next(iter(data["card_pending"].values())))
+
+    age_to(host, pending, 225)
     assert replace_vm(once(host).events) == []
-    age(host, 15)
+    age_to(host, pending, 245)
     verdict = replace_vm(once(host).events)
     assert [(e["errorCode"], e["entitiesImpacted"][0]["entityValue"]) for e in verdict] == [
         (["card_active_ports"], names[7])]
@@ -199,10 +214,15 @@ def test_once_one_card_unbound_for_good_is_replace_vm_within_three_minutes(
     once(host)
     sim(host, "unbind", "mlx5_2")
     runs = [once(host) for _ in range(3)]  # the spec's three polls: held, not judged
-    age(host, 140)
+
+    def left(data: dict[str, Any]) -> str:
+        event = data["driver_event"]
+        return str(event.get("left", {}).get("mlx5_2", event["since"]))
+
+    age_to(host, left, 135)
     runs.append(once(host))
     assert replace_vm([e for r in runs for e in r.events]) == []
-    age(host, 15)  # 155 s since it left: past cardResetTimeout (150 s), within 3 minutes
+    age_to(host, left, 155)  # past cardResetTimeout (150 s), within 3 minutes
     verdict = once(host)
     assert [(e["errorCode"], e["entitiesImpacted"][0]["entityValue"])
             for e in replace_vm(verdict.events)] == [(["device_missing"], "mlx5_2")]
@@ -217,7 +237,7 @@ def test_once_a_90_second_firmware_reset_of_one_card_is_no_event(
     once(host)
     sim(host, "unbind", "mlx5_3")
     runs = [once(host) for _ in range(3)]
-    age(host, 85)
+    age_to(host, lambda data: str(data["driver_event"]["since"]), 88)
     runs.append(once(host))
     sim(host, "bind", "mlx5_3")
     runs.append(once(host))
