@@ -225,3 +225,28 @@ def test_a_port_dying_during_a_one_port_fabric_outage_is_fatal_at_once() -> None
     died = poll(runner, 60, {7: DOWN}, fabrics=alone, phys=POLLING)
     assert replace_vm([died]) == [
         "Port mlx5_7 port 1: state DOWN, phys_state Polling - no connectivity"]
+
+
+def test_after_an_sm_failover_a_port_that_retrained_stays_with_its_peers() -> None:
+    """The standby SM (LID 0x2) took over: the ports that stayed ACTIVE still read 0x1, the
+    one that flapped reads 0x2 when back. Stuck ARMED later, it is its card's fault after the
+    hold, not a one-port fabric of its own."""
+    runner = started()
+    flapped = {3: OTHER}
+    poll(runner, 1, {3: DOWN}, phys=POLLING)
+    poll(runner, 2, {}, fabrics=flapped)
+    assert runner.state.section(LINK_STATE).port_fabrics["mlx5_3_1"] == FABRIC
+    results = [poll(runner, s, {3: ARMED}, fabrics=flapped) for s in range(3, 3 + 4 * MINUTES + 2)]
+    assert replace_vm(results) == ["Card 0000:13:00 (compute) has 0 active ports, expected 1"]
+    assert coded(results, "fabric_event") == []
+
+
+def test_an_sm_failover_through_init_is_one_fabric_event() -> None:
+    """The master SM died, every port went to INIT, the standby (0x2) activated them."""
+    runner = started()
+    everyone = {i: INIT for i in range(8)}
+    outage = [poll(runner, s, everyone) for s in range(1, 20)]
+    standby = {i: OTHER for i in range(8)}
+    back = [poll(runner, s, {}, fabrics=standby) for s in range(20, 25)]
+    assert replace_vm(outage + back) == []
+    assert [h for h, _ in coded(outage + back, "fabric_event")] == [False, True]

@@ -59,11 +59,26 @@ def waits_for_sm(state: Optional[str], phys_state: Optional[str]) -> bool:
 
 
 def remember_fabrics(devices: Iterable[DeviceSnapshot], state: LinkStateSection) -> None:
-    """Record the fabric of every InfiniBand port that reads ACTIVE with a fabric now."""
+    """Record the fabric of every InfiniBand port that reads ACTIVE with a fabric now.
+
+    A port back on the subnet prefix it was remembered on, under another SM LID, keeps its
+    fabric: that subnet's SM failed over (the standby took the master's place), and its peers
+    that stayed ACTIVE still read the old SM LID (read once per stretch of ACTIVE). Taking
+    the new one would make the ports that retrained since a fabric of their own beside their
+    ACTIVE peers, and one of them stuck in INIT would pass for a one-port fabric's outage
+    instead of its card's fault.
+    """
     for device in devices:
         for port in device.ports:
-            if port.fabric and state.port_fabrics.get(port.key) != port.fabric:
+            old = state.port_fabrics.get(port.key)
+            if port.fabric and old != port.fabric and not (
+                    old is not None and _prefix(old) == _prefix(port.fabric)):
                 state.port_fabrics[port.key] = port.fabric
+
+
+def _prefix(fabric: str) -> str:
+    """The subnet prefix of ``fe80:0000:0000:0000/0x1``."""
+    return fabric.partition("/")[0]
 
 
 def judge_fabrics(previous: LinkStateSection, state: LinkStateSection,
