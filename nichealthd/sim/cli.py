@@ -128,7 +128,11 @@ def _build_parser() -> argparse.ArgumentParser:
     p = cmd("reset-counters", "zero all counters (of one device / port)", "ROOT")
     p.add_argument("DEV", nargs="?")
     p.add_argument("PORT", nargs="?", type=_port)
-    cmd("reboot", "new boot_id, counters zeroed, ports back to the profile's state", "ROOT")
+    p = cmd("reboot", "new boot_id, counters zeroed, ports back to the profile's state",
+            "ROOT")
+    p.add_argument("--sm-pending", action="store_true",
+                   help="the InfiniBand ports come up waiting for the subnet manager (INIT, "
+                        "link up, LIDs 0) until sm start or sm activate")
     p = cmd("set-optics", "rewrite a port's module diagnostics (every lane): Rx power in dBm, "
             "temperature in °C; or plug another kind of module", "ROOT", "DEV", "PORT")
     p.add_argument("--rx-power", type=float, metavar="DBM", help="-40 to 8")
@@ -178,9 +182,18 @@ def _build_parser() -> argparse.ArgumentParser:
         "functions vanish (until pci-rescan)", "ROOT", "DEV")
     cmd("pci-rescan", "DEV's card is found on the PCI bus again (undo pci-remove); its "
         "devices return with their counters at zero", "ROOT", "DEV")
-    p = cmd("sm", "stop or start the InfiniBand subnet manager: stop takes every ACTIVE "
-            "InfiniBand port to INIT/LinkUp without its LIDs, start brings them back", "ROOT")
-    p.add_argument("ACTION", choices=("stop", "start"))
+    p = cmd("sm", "the InfiniBand subnet manager: stop takes every ACTIVE InfiniBand port "
+            "(of one SM with --sm-lid) to INIT/LinkUp without its LIDs, start brings them "
+            "back, activate one port of DEV (a slow sweep), move puts DEV's port on another "
+            "subnet (--sm-lid, --prefix)", "ROOT")
+    p.add_argument("ACTION", choices=("stop", "start", "activate", "move"))
+    p.add_argument("DEV", nargs="?", help="activate, move: the device")
+    p.add_argument("--port", type=_port, metavar="N", help="activate, move: its port "
+                   "(activate: default its first held; move: default 1)")
+    p.add_argument("--sm-lid", metavar="LID", help="stop, start: that SM's ports only; "
+                   "move: the new SM's LID (required)")
+    p.add_argument("--prefix", metavar="GID_PREFIX",
+                   help="move: the new subnet prefix, e.g. fe80:0000:0000:0001")
     # PCI side of a NIC
     p = cmd("pcie-degrade", "train a PCIe hop of DEV down (or back with --restore)", "ROOT",
             "DEV")
@@ -312,7 +325,27 @@ def _reset(a: argparse.Namespace) -> None:
 
 
 def _reboot(a: argparse.Namespace) -> None:
-    print(f"boot_id {mutate.reboot(a.ROOT)}")
+    if a.sm_pending:
+        boot_id, held = subnet.hold(a.ROOT)
+        print(f"boot_id {boot_id}; waiting for the SM: " + " ".join(f"{d}/{p}" for d, p in held))
+    else:
+        print(f"boot_id {mutate.reboot(a.ROOT)}")
+
+
+def _sm(a: argparse.Namespace) -> None:
+    """``sm ROOT stop|start|activate|move``: prints the ports (move: the new subnet)."""
+    if a.ACTION in ("activate", "move") and not a.DEV:
+        raise SimError(f"sm {a.ACTION}: give the device (DEV)")
+    if a.ACTION == "move":
+        if not a.sm_lid:
+            raise SimError("sm move: give the new SM's LID (--sm-lid)")
+        print(subnet.move(a.ROOT, a.DEV, a.port or 1, a.sm_lid, a.prefix))
+        return
+    if a.ACTION == "activate":
+        ports = subnet.activate(a.ROOT, a.DEV, a.port)
+    else:
+        ports = (subnet.stop if a.ACTION == "stop" else subnet.start)(a.ROOT, a.sm_lid)
+    print(" ".join(f"{d}/{p}" for d, p in ports))
 
 
 def _set_optics(a: argparse.Namespace) -> None:
@@ -408,8 +441,7 @@ HANDLERS: Dict[str, Callable[[argparse.Namespace], None]] = {
     "fw-reset": lambda a: print(" ".join(pcibus.firmware_reset(a.ROOT, a.DEV, a.down))),
     "pci-remove": lambda a: print(" ".join(pcibus.pci_remove(a.ROOT, a.DEV))),
     "pci-rescan": lambda a: print(" ".join(pcibus.pci_rescan(a.ROOT, a.DEV))),
-    "sm": lambda a: print(" ".join(f"{d}/{p}" for d, p in (
-        subnet.stop(a.ROOT) if a.ACTION == "stop" else subnet.start(a.ROOT)))),
+    "sm": _sm,
     "driver-load": lambda a: _renamed(mutate.load_driver(a.ROOT, a.rename, a.swap)),
     "pcie-degrade": lambda a: print(pcifiles.pcie_degrade(
         _function(a), a.hop, a.width, a.speed, a.upstream_max_speed, a.restore)),

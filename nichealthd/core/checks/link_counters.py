@@ -139,6 +139,10 @@ class LinkCounters(CheckFamily[CounterSection, Observations, CounterTables]):
         return counter_rows(section, self.observations(picture), device, port,
                             config.active_counters)
 
+    def judges(self, device: DeviceSnapshot, port: PortSnapshot) -> bool:
+        """Every port but an EFA's (the EFA counter family's)."""
+        return not device.is_efa
+
     def conditions(self, section: CounterSection,
                    picture: Optional[Observations]) -> Iterable[Condition]:
         """Each latched breach (fatal or not) and each saturation reported as an event."""

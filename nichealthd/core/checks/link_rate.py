@@ -32,6 +32,7 @@ from ..family import (
     Verdict,
 )
 from ..jsontypes import Json
+from ..model import DeviceSnapshot, PortSnapshot
 from ..state import DEGRADED
 from .ports import is_active, port_label
 
@@ -132,6 +133,10 @@ class LinkRate(CheckFamily[RateSection, None, None]):
         out.update((f"{renames[r.device]}_{r.port}", replace(r, device=renames[r.device]))
                    for r in table.values() if r.device in renames)
         return RateSection(out)
+
+    def judges(self, device: DeviceSnapshot, port: PortSnapshot) -> bool:
+        """The InfiniBand and RoCE ports (compared with their peers)."""
+        return (port.link_layer or "") in CHECK_OF
 
     def conditions(self, section: RateSection, picture: None) -> Iterable[Condition]:
         for key, record in sorted(section.rate_degraded.items()):
