@@ -110,6 +110,21 @@ def uncable(root: PathLike, dev: str, port: PortId) -> None:
     )
 
 
+def recable(root: PathLike, dev: str, port: PortId) -> None:
+    """The cable plugged back (undo :func:`uncable`): ACTIVE / LinkUp, netdev operstate up;
+    on EFA the interface's operstate up and carrier back (counters untouched, as there)."""
+    top = Path(root)
+    device = _device(top, dev)
+    if device.get("adapter") == "efa":
+        set_port(top, dev, port, operstate="up")
+        carrier(top, dev, port, 1)
+        return
+    has_netdev = _netdev_dir(top, device, port) is not None
+    set_port(
+        top, dev, port, state="ACTIVE", phys_state="LinkUp", operstate="up" if has_netdev else None
+    )
+
+
 def counter_path(root: PathLike, dev: str, port: PortId, name: str) -> Path:
     """Where counter NAME lives: counters/, hw_counters/, then the netdev (carrier_changes,
     statistics/<name>)."""
