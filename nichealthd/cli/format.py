@@ -580,18 +580,26 @@ def _daemon_rows(status: JsonRecord, ago: Optional[float]) -> list[Row]:
 
 
 def _slurm_rows(status: JsonRecord) -> list[Row]:
-    """Slurm draining, where it is on: what it did last, its last error, what it holds."""
+    """Slurm draining, where it is on: a drain or resume that cannot be done (first: the node
+    is then not drained for what the events call for), what it holds, what it did last and
+    its last error."""
     mode = status.get("slurm_mode")
     if not mode or mode == "off":
         return []
     drained = [str(c) for c in items(status.get("slurm_drained_for"))]
-    rows: list[Row] = [("slurm", f"{mode}; " + (f"drained for {len(drained)}: "
-                                                 f"{', '.join(drained)}" if drained
-                                                 else "no fatal condition open"),
-                        "red" if drained else None)]
+    failing = str(status.get("slurm_failing") or "")
+    if status.get("slurm_drain_held", bool(drained)):
+        held = (f"drained for {len(drained)}: {', '.join(drained)}" if drained
+                else "drained, every condition recovered")
+    else:
+        held = (f"not drained by nichealthd, {len(drained)} fatal open: {', '.join(drained)}"
+                if drained else "no drain held")
+    rows: list[Row] = [("slurm", f"failing ({failing})", "red")] if failing else []
+    rows.append(("" if failing else "slurm", f"{mode}; {held}",
+                 "red" if drained else None))
     if status.get("slurm_last_action"):
         rows.append(("", f"last action: {status['slurm_last_action']}", None))
-    if status.get("slurm_last_error"):
+    if status.get("slurm_last_error") and not failing:  # the failing row says it
         rows.append(("", f"last error: {status['slurm_last_error']}", "yellow"))
     return rows
 

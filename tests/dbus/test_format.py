@@ -291,3 +291,30 @@ def test_status_names_a_driver_reload_and_a_blind_sysfs_root() -> None:
     quiet = {"health": "healthy", "ports_total": 0, "devices_found": False, "problems": []}
     assert "no InfiniBand/RoCE devices found" in "\n".join(
         status_lines(quiet, {}, Style(False), None))
+
+
+def test_status_says_slurm_is_failing_while_a_drain_cannot_be_done() -> None:
+    """A port fatal and the drain refused: "slurm failing (why)", in red, never "no fatal
+    condition open"; what nichealthd holds follows on its own line."""
+    base = {"health": "fatal", "ports_total": 12, "ports_healthy": 11, "ports_fatal": 1,
+            "fatal_ports": ["mlx5_0/1"], "problems": ["mlx5_0/1 DOWN/Polling"],
+            "devices_found": True, "slurm_mode": "on", "slurm_drained_for": [],
+            "slurm_drain_held": False,
+            "slurm_last_error": "2026-12-02T00:00:00Z: scontrol exited with status 1",
+            "slurm_failing": "drain of node n1: scontrol exited with status 1: Invalid user "
+                             "id"}
+    lines = status_lines(base, {}, Style(False), None, 10_000)
+    text = "\n".join(lines)
+    assert "  slurm      failing (drain of node n1: scontrol exited with status 1: Invalid " \
+           "user id)" in lines, lines
+    assert "no fatal condition open" not in text and "on; no drain held" in text
+    assert "last error" not in text  # the failing line says it
+    assert "\x1b[1;31mfailing (" in "\n".join(status_lines(base, {}, Style(True), None, 10_000))
+    drained = {**base, "slurm_failing": "", "slurm_drain_held": True,
+               "slurm_drained_for": ["InfiniBandStateCheck mlx5_0/1 port_state"]}
+    text = "\n".join(status_lines(drained, {}, Style(False), None, 10_000))
+    assert "slurm      on; drained for 1: InfiniBandStateCheck mlx5_0/1 port_state" in text
+    assert "failing" not in text
+    skipped = {**drained, "slurm_drain_held": False}  # an administrator's reason holds it
+    assert "on; not drained by nichealthd, 1 fatal open: InfiniBandStateCheck" in "\n".join(
+        status_lines(skipped, {}, Style(False), None, 10_000))
