@@ -33,6 +33,7 @@ DAEMON_FLAGS = {
     "--metadata-path", "--topology-source", "--node-name", "--platform-connector-socket",
     "--platform-connector-token-path", "--processing-strategy", "--polling-interval",
     "--checks", "--metrics-listen", "--dbus", "--varlink-socket", "--event-log", "--once",
+    "--check-config",
     "--log-level", "--version", "--help",
 }  # fmt: skip
 # Every top-level key: the daemon's own and each family's, with the man page section of each.
