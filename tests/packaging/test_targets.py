@@ -86,6 +86,11 @@ def test_declared_dependencies() -> None:
     assert deps["ubuntu2204"] == (
         ["python3 (>= 3.10)", "python3 (<< 3.11)", "python3-protobuf",
          "python3-prometheus-client", "python3-tomli"], [])
+    # Recommended where the archive has pystemd 0.11 or later: Ubuntu 24.04's universe too.
+    assert deps["ubuntu2404"] == (
+        ["python3 (>= 3.12)", "python3 (<< 3.13)", "python3-dbus-fast | python3-dbus-next",
+         "python3-protobuf", "python3-prometheus-client"],
+        ["python3-systemd", "python3-pystemd"])
     assert deps["el9"] == (["python3-protobuf"], ["python3-systemd"])
     assert deps["el10"] == ([], ["python3-systemd"])
     assert deps["fedora42"] == (
