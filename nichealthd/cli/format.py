@@ -462,7 +462,9 @@ def is_check_clear(event: JsonRecord) -> bool:
 class BaselineFilter:
     """Tells the boot baselines apart, event by event (also while following): the
     check-scoped clears, the healthy events of the same first poll (stamped just after
-    them), and every "healthy after reboot".
+    them), and every "healthy after reboot". On a host where nichealthd never ran the first
+    poll sends no clear (nothing earlier to clear): there the first event the host ever
+    committed (``seq`` 1) opens that poll instead.
 
     Recoveries and every unhealthy event are kept: a first poll cannot recover anything,
     so its healthy events only restate the baseline.
@@ -479,7 +481,7 @@ class BaselineFilter:
                 str(event.get("generatedTimestamp", "")))
         except ValueError:
             moment = None
-        if is_check_clear(event):
+        if is_check_clear(event) or as_int(event.get("seq", 0)) == 1:
             if moment is not None:
                 self.starts.append(moment)
             return True

@@ -205,6 +205,20 @@ def test_baseline_filter_hides_the_first_poll_of_a_boot_and_keeps_recoveries() -
         [False, True, True, False]
 
 
+
+def test_baseline_filter_hides_the_first_poll_of_a_new_host_which_sends_no_clear() -> None:
+    """A host where nichealthd never ran: its first poll has no check-scoped clear; the first
+    event it ever committed (seq 1) opens that poll."""
+    first = event("Port mlx5_0 port 1: healthy (ACTIVE, LinkUp)", "2026-01-01T00:00:00.000Z",
+                  seq=1)
+    second = event("Port mlx5_1 port 1: healthy (ACTIVE, LinkUp)", "2026-01-01T00:00:00.000Z",
+                   seq=2)
+    down = event("Port mlx5_0 port 1: state DOWN", "2026-01-01T00:01:00Z", healthy=False, seq=3)
+    back = event("Port mlx5_0 port 1: healthy (ACTIVE, LinkUp)", "2026-01-01T00:02:00Z", seq=4)
+    assert baseline_filter([first, second, down, back]) == [down, back]
+    assert baseline_filter([second, down, back]) == [second, down, back]  # seq 1 not listed
+
+
 def test_events_status_and_devices_fit_80_columns_unless_wide() -> None:
     long = event("Port mlx5_0 port 1: " + "x" * 200, "2026-01-01T00:00:00Z", healthy=False)
     lines = event_line(long, Style(False)).splitlines()
