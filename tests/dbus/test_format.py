@@ -89,6 +89,21 @@ def test_ports_table_shows_flaps_blips_and_a_degraded_rate() -> None:
     assert "\033[33m200G!" in "\n".join(coloured)
 
 
+def test_ports_table_keeps_its_columns_when_a_fault_gives_a_port_a_reason() -> None:
+    """The demo's two tables: the same host before and after a cable is pulled has the same
+    columns at 80 characters (BLIPS used to vanish from the second)."""
+    def host(fault: bool) -> list[dict[str, Any]]:
+        ports = [dict(port(f"mlx5_{n}"), state="ACTIVE", phys_state="LinkUp",
+                      netdev=f"enp{n}s0f0np0", rate="400 Gb/sec (4X NDR)") for n in range(12)]
+        if fault:
+            ports[3] = dict(ports[3], health="fatal", state="DOWN", phys_state="Polling",
+                            reasons=["DOWN/Polling"])
+        return ports
+    before, after = (ports_table(host(fault), Style(False)) for fault in (False, True))
+    assert before[0].split() == after[0].split(), (before[0], after[0])
+    assert all(len(line) <= 80 for line in before + after)
+
+
 def test_style_for_stream_respects_tty_and_no_color(monkeypatch: pytest.MonkeyPatch) -> None:
     class Tty(io.StringIO):
         def isatty(self) -> bool:
