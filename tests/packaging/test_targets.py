@@ -144,3 +144,25 @@ def test_unpacking_keeps_the_package_and_drops_the_installers_record(tmp_path: P
     tm.unpack(wheel, vendor)
     assert sorted(str(p.relative_to(vendor)) for p in vendor.rglob("*") if p.is_file()) == [
         "extra.py", "lib-1.0.dist-info/METADATA", "lib/__init__.py"]
+
+
+def test_what_a_target_needs_beyond_the_debian_12_tools_is_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a library built from its sdist needs more than .ci/system-deps.sh installs (the
+    target's CPython); the build scripts stop with this line and the package tests skip with
+    it (tests/packaging/builds.py). A wheel already built into the cache is enough."""
+    if Path("/usr/bin/python3.10").exists():
+        pytest.skip("this machine has /usr/bin/python3.10")
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path / "pyenv"))  # no pyenv interpreter either
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    assert {t: tm.unmet(table(), t, cache) for t in table()["targets"]
+            if tm.unmet(table(), t, cache)} == {"ubuntu2204": (
+                "ubuntu2204 builds systemd-python 235 from its sdist for CPython 3.10, and "
+                "there is no python3.10 here: install it (pyenv install 3.10; with gcc, "
+                "pkg-config and libsystemd-dev of .ci/system-deps.sh) or build on Ubuntu "
+                "22.04 LTS (jammy)")}
+    (cache / "systemd_python-235-cp310-cp310-linux_x86_64.whl").write_bytes(b"")
+    assert tm.unmet(table(), "ubuntu2204", cache) == ""
+    # An rpm target builds without its CPython: without bytecode (test_packages.py).
+    assert "unmet=''\n" in tm.shell(table(), "el9")
