@@ -47,6 +47,10 @@ EXPECTED = {
     # package data the daemon reads: the D-Bus introspection and the varlink interface
     "<sitelib>/nichealthd/surfaces/org.nichealthd.NicHealth1.xml",
     "<sitelib>/nichealthd/surfaces/io.nichealthd.Monitor.varlink",
+    # journalctl -x's explanations of the events, nichealthctl's shell completions
+    "/usr/lib/systemd/catalog/nichealthd.catalog",
+    "/usr/share/bash-completion/completions/nichealthctl",
+    "<zsh-completions>/_nichealthctl",
 }
 NAMES = {"deb": r"nichealthd_0\.1\.0\+(deb1[23]|ubuntu2[24]\.04)_(all|amd64)\.deb",
          "rpm": r"nichealthd-0\.1\.0-1\.(el9|el10|fc42)\.(noarch|x86_64)\.rpm"}
@@ -74,6 +78,10 @@ def normalise(path: str) -> str | None:
     if path.startswith("/lib/"):
         path = "/usr" + path
     path = re.sub(r"^/usr/lib/python3(\.\d+)?/(dist|site)-packages", "<sitelib>", path)
+    # zsh's completion directory: vendor-completions on Debian and Ubuntu, site-functions on
+    # Fedora and RHEL (each is in its zsh's fpath)
+    path = re.sub(r"^/usr/share/zsh/(vendor-completions|site-functions)/", "<zsh-completions>/",
+                  path)
     if path.startswith(("/usr/share/doc/", VENDOR, "/usr/share/lintian/overrides/",
                         "/usr/share/python3/runtime.d/")) or "/__pycache__/" in path:
         return None
