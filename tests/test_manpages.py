@@ -354,7 +354,7 @@ def test_sim_page_lists_every_command():
 
 
 @needs("nichealthd.cli.ctl")
-def test_ctl_help_names_every_show_command() -> None:
+def test_ctl_help_names_every_show_command():
     """``nichealthctl --help`` lists what ``show`` shows: each of its commands, by name."""
     top = run_help("nichealthd.cli.ctl", "main", ["nichealthctl", "--help"])
     line = re.search(r"^ +show +(.+)$", top, re.M)
