@@ -174,13 +174,18 @@ def unmet(table: dict[str, Any], name: str, cache: Optional[Path] = None) -> str
     python = spec["python"]
     configured = cache or (Path(os.environ["NICHEALTHD_WHEEL_CACHE"])
                            if os.environ.get("NICHEALTHD_WHEEL_CACHE") else None)
-    missing = [f"{lib} {spec['carry'][lib]}" for lib in spec.get("sdist", ())
-               if not (configured and cached_wheel(configured, lib, spec["carry"][lib], python))]
-    if not missing or interpreter(python):
+    built = [lib for lib in spec.get("sdist", ())
+             if not (configured and cached_wheel(configured, lib, spec["carry"][lib], python))]
+    needs = [table["libraries"][lib].get("sdist_needs", {}) for lib in built]
+    tools = " ".join(n["debian"] for n in needs if n and subprocess.run(
+        n["check"], shell=True, capture_output=True).returncode != 0)
+    missing = ([f"python{python} (pyenv install {python})"] if built and not interpreter(python)
+               else []) + ([f"{tools} (apt-get install {tools})"] if tools else [])
+    if not missing:
         return ""
-    return (f"{target} builds {', '.join(missing)} from its sdist for CPython {python}, and "
-            f"there is no python{python} here: install it (pyenv install {python}; with gcc, "
-            f"pkg-config and libsystemd-dev of .ci/system-deps.sh) or build on {spec['name']}")
+    pins = ", ".join(f"{lib} {spec['carry'][lib]}" for lib in built)
+    return (f"{target} builds {pins} from its sdist for CPython {python}, which needs "
+            f"{' and '.join(missing)} here, or build on {spec['name']}")
 
 
 def shell(table: dict[str, Any], name: str) -> str:
