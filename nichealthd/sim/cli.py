@@ -132,9 +132,13 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("PORT", nargs="?", type=_port)
     cmd("reboot", "new boot_id, counters zeroed, ports back to the profile's state", "ROOT")
     p = cmd("set-optics", "rewrite a port's module diagnostics (every lane): Rx power in dBm, "
-            "temperature in °C", "ROOT", "DEV", "PORT")
+            "temperature in °C; or plug another kind of module", "ROOT", "DEV", "PORT")
     p.add_argument("--rx-power", type=float, metavar="DBM", help="-40 to 8")
     p.add_argument("--temperature", type=float, metavar="C", help="-40 to 125")
+    p.add_argument("--module", choices=optics.KINDS, help="plug a module of this kind")
+    p.add_argument("--lanes", metavar="LIST", help="--rx-power on these lanes only (5-8, 1,3)")
+    p.add_argument("--twin", metavar="DEV[/PORT]",
+                   help="with --module twin-port: the other host port the module serves")
     cmd("remove-device", "an IB device leaves the class directory (dir + class link); its "
         "PCI function stays on the bus (pci-remove takes the card off it)", "ROOT", "DEV")
     cmd("restore-device", "bring a removed IB device back", "ROOT", "DEV")
@@ -314,9 +318,18 @@ def _reboot(a: argparse.Namespace) -> None:
 
 
 def _set_optics(a: argparse.Namespace) -> None:
-    dev = tree.device(tree.load(Path(a.ROOT)), a.DEV)
+    manifest = tree.load(Path(a.ROOT))
+    dev = tree.device(manifest, a.DEV)
+    twin = None
+    if a.twin:
+        name, _, number = a.twin.partition("/")
+        try:
+            twin = (tree.device(manifest, name), _port(number or "1"))
+        except argparse.ArgumentTypeError as exc:
+            raise SimError(f"--twin {a.twin}: {exc}") from None
     changed = optics.set_optics(a.ROOT, dev, a.PORT, rx_power=a.rx_power,
-                                temperature=a.temperature)
+                                temperature=a.temperature, module=a.module, lanes=a.lanes,
+                                twin=twin)
     print(f"{a.DEV} port {a.PORT} module: {', '.join(changed)}")
 
 
