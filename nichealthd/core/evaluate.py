@@ -88,8 +88,9 @@ class CycleResult:
 
 def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
              topology: Topology, memory: PollMemory, now: datetime, *,
-             baseline: bool) -> CycleResult:
-    """Evaluate one poll. ``baseline``: first poll after a reboot or with no usable state.
+             baseline: bool, earlier: bool = True) -> CycleResult:
+    """Evaluate one poll. ``baseline``: first poll after a reboot or with no usable state;
+    ``earlier``: False on a host where nichealthd never ran (:attr:`Cycle.earlier`).
 
     Every enabled family that is due runs on the previous state; one that is not due (its
     cadence) or is disabled keeps its section. A device's events stay together, family after
@@ -109,7 +110,7 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
     memory.roles = roles
     monitored = tuple(d for d in snapshot.devices if roles[d.name].monitored)
     cycle = Cycle(snapshot, config, topology, now, baseline, enabled, roles, monitored,
-                  previous)
+                  previous, earlier)
     next_state = previous.copy()
     if snapshot.boot_id:
         next_state.boot_id = snapshot.boot_id
@@ -141,7 +142,8 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
         notes.extend(verdict.notes)
         for device, event in verdict.events:
             by_device.get(device, host).append(event)
-    events = _check_scoped_clears(_cleared(enabled, snapshot), now) if baseline else []
+    events = (_check_scoped_clears(_cleared(enabled, snapshot), now) if baseline and earlier
+              else [])
     for device_events in by_device.values():
         events.extend(device_events)
     events.extend(host)

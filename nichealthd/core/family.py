@@ -85,6 +85,10 @@ class Cycle:
     roles: Mapping[str, Role]
     monitored: tuple[DeviceSnapshot, ...]
     previous: MonitorState
+    # Whether anything may have been reported before this process: False only on a host where
+    # nichealthd never ran (no state file, an empty event journal), which has no conditions
+    # of earlier boots to clear, so no check-wide clear is sent there.
+    earlier: bool = True
 
 
 @dataclass(frozen=True)

@@ -93,6 +93,8 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--operstate", help="up|down|lowerlayerdown|dormant|unknown|...")
     cmd("uncable", "pull the cable: DOWN/Polling, operstate down", "ROOT", "DEV", "PORT")
+    cmd("recable", "plug the cable back (undo uncable): ACTIVE/LinkUp, operstate up", "ROOT",
+        "DEV", "PORT")
     p = cmd("flap", "take a port down and up N times in the foreground (link_downed and "
             "carrier_changes +1 per down), as a flapping link does", "ROOT", "DEV", "PORT")
     p.add_argument("--cycles", type=int, default=3, metavar="N", help="default: 3")
@@ -416,6 +418,7 @@ HANDLERS: Dict[str, Callable[[argparse.Namespace], None]] = {
     "show": lambda a: print(tree.show(a.ROOT), end=""),
     "port": _port_cmd,
     "uncable": lambda a: mutate.uncable(a.ROOT, a.DEV, a.PORT),
+    "recable": lambda a: mutate.recable(a.ROOT, a.DEV, a.PORT),
     "carrier": _carrier,
     "counter": _counter,
     "flap": _flap,
