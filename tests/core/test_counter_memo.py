@@ -2,7 +2,7 @@
 
 Two runners take the same polls: one as shipped, one whose counting families judge every
 counter of every port every poll (``CounterPoll(remember=False)``, the engine before the
-memo). Their events, persisted states, the counters shown and the engine's tables must be
+memo) and whose link-rate family judges every poll (no ``link_rate.Unchanged``). Their events, persisted states, the counters shown and the engine's tables must be
 identical after every poll. The traces are the seam-equivalence hosts (counters that rise,
 breach, latch, saturate, wrap and reset; ports that go down and come back; devices that
 vanish; restarts and failed commits) polled as the daemon polls: once a second with a few
@@ -20,7 +20,7 @@ from unittest import mock
 
 import pytest
 
-from nichealthd.core.checks import counters
+from nichealthd.core.checks import counters, link_rate
 from nichealthd.core.checks.counters import CounterTables
 from nichealthd.core.checks.link_counters import LINK_COUNTERS
 from nichealthd.core.config import Config
@@ -79,7 +79,8 @@ def _side_by_side(cfg: Config, seed: int, length: int = 300) -> int:
         with mock.patch.object(counters, "_unchanged", wraps=counters._unchanged) as whole:
             mine = memo.evaluate(snapshot)
         skipped += whole.call_count > 0
-        with mock.patch.object(counters.CounterPoll, "__init__", _full_path):
+        with mock.patch.object(counters.CounterPoll, "__init__", _full_path), \
+                mock.patch.object(link_rate, "_same", return_value=False):
             theirs = full.evaluate(snapshot)
         assert _outcome(mine) == _outcome(theirs), f"poll {index} differs"
         if not fails:
