@@ -2,8 +2,9 @@
 
 Two runners take the same polls: one as shipped, one whose counting families judge every
 counter of every port every poll (``CounterPoll(remember=False)``, the engine before the
-memo) and whose link-rate family judges every poll (no ``link_rate.Unchanged``). Their events, persisted states, the counters shown and the engine's tables must be
-identical after every poll. The traces are the seam-equivalence hosts (counters that rise,
+memo) and whose link-rate family judges every poll (no ``link_rate.Unchanged``). Their
+events, persisted states, the counters shown and the engine's tables must be identical
+after every poll. The traces are the seam-equivalence hosts (counters that rise,
 breach, latch, saturate, wrap and reset; ports that go down and come back; devices that
 vanish; restarts and failed commits) polled as the daemon polls: once a second with a few
 milliseconds of jitter either way, some polls early (a reload), some late, and the clock
