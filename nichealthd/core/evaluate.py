@@ -104,7 +104,7 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
         notes.extend(rename_notes(renames, identities, now))
         previous = _renamed(previous, renames, now)
         _forget(memory, frozenset(renames) | frozenset(renames.values()))
-    enabled = frozenset(config.checks)
+    enabled = _checks_of(config)
     roles = classify_all(snapshot.devices, topology, config.nic_exclusion_regex,
                          config.nic_inclusion_regex_override, memory.roles)
     memory.roles = roles
@@ -149,6 +149,19 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
     events.extend(host)
     return CycleResult(tuple(events), next_state, memory, roles, pictures, tuple(notes),
                        failed)
+
+
+def _checks_of(config: Config) -> frozenset[str]:
+    """The enabled check names, one set per config: the counter engine compares a port's
+    entries with the set of each poll, which is then the same object (a config never
+    changes; a reload makes a new one)."""
+    global _checks
+    if _checks is None or _checks[0] is not config:
+        _checks = (config, frozenset(config.checks))
+    return _checks[1]
+
+
+_checks: Optional[tuple[Config, frozenset[str]]] = None
 
 
 def _judge(family: Family, previous: MonitorState, cycle: Cycle,

@@ -73,6 +73,8 @@ def _build_parser() -> argparse.ArgumentParser:
     p = cmd("create", "build a fake host under ROOT", "ROOT")
     p.add_argument("--profile", default="dgx-h100", metavar="NAME", help="default: dgx-h100")
     p.add_argument("--devices", type=int, metavar="N", help="device count (synthetic only)")
+    p.add_argument("--vfs", type=int, default=0, metavar="N",
+                   help="SR-IOV VFs of each PF (synthetic only, up to 127)")
     p.add_argument(
         "--no-new-hw-counters",
         action="store_true",
@@ -262,6 +264,7 @@ def _create(a: argparse.Namespace) -> None:
         a.ROOT,
         a.profile,
         devices=a.devices,
+        vfs=a.vfs,
         new_hw_counters=not a.no_new_hw_counters,
         force=a.force,
         metadata=not a.no_metadata,

@@ -180,6 +180,7 @@ def _absorb(port: PortSnapshot, state: CounterSection, memory: CounterTables,
             now: datetime) -> None:
     """A blip ended: its link-down counters start again from their value now (unless a
     breach is latched on them: the engine judges those as ever)."""
+    memory.memos.pop((port.device, port.port), None)  # judged afresh next poll
     for name in LINK_DOWN_COUNTERS:
         value = port.counters.get(name)
         key = counter_key(port.device, port.port, name)
