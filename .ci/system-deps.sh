@@ -19,6 +19,7 @@ if [ "$(id -u)" != 0 ]; then
     exit 0
 fi
 
+# tests/test_completions.py: zsh loads nichealthctl's zsh completion.
 # tests/packaging: python3-pip fetches the wheels a package carries (gcc and libsystemd-dev
 # build systemd-python's from its sdist), binutils strips them, cpio unpacks the rpms.
 packages="
@@ -28,6 +29,7 @@ packages="
     rpm rpmlint protobuf-compiler protobuf-compiler-grpc
     python3-pip cpio binutils
     systemd-journal-remote python3-systemd libsystemd-dev pkg-config gcc python3-dev
+    zsh
 "
 missing=""
 for p in $packages; do

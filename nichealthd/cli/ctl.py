@@ -37,6 +37,7 @@ from ..core.config import DEFAULT_CONFIG_PATH, ConfigError
 from ..core.duration import parse_duration
 from ..core.jsontypes import JsonRecord
 from ..sources.config_file import load_config
+from .event_filter import SINCE_FORMS, EventFilter, parse_since
 from .format import (
     NO_DEVICES,
     BaselineFilter,
@@ -271,16 +272,30 @@ def _event_json(record: JsonRecord) -> dict[str, object]:
     return dict(record)
 
 
+def _event_filter(args: argparse.Namespace) -> EventFilter:
+    """--since and --device, read before anything is asked of the daemon."""
+    since = None
+    if args.since is not None:
+        try:
+            since = parse_since(args.since, datetime.now(timezone.utc))
+        except ValueError as exc:
+            raise CtlError(str(exc), EXIT_USAGE) from None
+    device, port = parse_target(args.device)
+    return EventFilter(since, device, port)
+
+
 async def cmd_events(args: argparse.Namespace) -> int:
     if args.lines < 0:
         raise CtlError("-n must be 0 or more", EXIT_USAGE)
+    chosen = _event_filter(args)
     style = _style()
     width = _width(args)
     async with session(args) as client:
         baselines = BaselineFilter()
-        # Boot baselines are hidden unless --all: ask for the whole history, drop them, keep
-        # the last N (184 "healthy after reboot" lines must not push the rest out).
-        history = (args.lines if args.all else 0) if args.lines else None
+        # Boot baselines are hidden unless --all, and --since/--device keep only some: ask
+        # for the whole history, drop them, keep the last N (184 "healthy after reboot" lines
+        # must not push the rest out).
+        history = (args.lines if args.all and not chosen else 0) if args.lines else None
         if args.follow:
             events, notes = await client.follow(history)
         else:
@@ -290,6 +305,8 @@ async def cmd_events(args: argparse.Namespace) -> int:
         if not args.all:
             kept = [e for e in events if not baselines.is_baseline(e)]
             hidden, events = len(events) - len(kept), kept
+        if chosen:  # after the baselines: their filter must see every event, in order
+            events = [e for e in events if chosen.keeps(e)]
         events = events[-args.lines:] if args.lines else []
         if not args.follow:
             if args.json:
@@ -297,15 +314,26 @@ async def cmd_events(args: argparse.Namespace) -> int:
             elif events:
                 print_lines([event_line(e, style, width) for e in events])
             elif args.lines:  # a quiet host: say so rather than print nothing
-                print(no_events_line(hidden))
+                print(_none_line(hidden, chosen))
             return EXIT_OK
         for event in events:
             _print_event(event, args.json, style, width)
         if not events and args.lines and not args.json:  # beside the stream, not in it
-            print(f"nichealthctl: {no_events_line(hidden)}; waiting for new ones (Ctrl-C to "
-                  f"stop)", file=sys.stderr, flush=True)
+            print(f"nichealthctl: {_none_line(hidden, chosen)}; waiting for new ones (Ctrl-C "
+                  f"to stop)", file=sys.stderr, flush=True)
         shown = None if args.all else baselines
-        return await _follow(client, notes, last_seq, args.json, style, width, shown)
+        return await _follow(client, notes, last_seq, args.json, style, width, shown, chosen)
+
+
+def _none_line(hidden: int, chosen: EventFilter) -> str:
+    """"no events", and what --since/--device asked for when they were given."""
+    if not chosen:
+        return no_events_line(hidden)
+    asked = [f"since {chosen.since.astimezone().isoformat(timespec='seconds')}"
+             if chosen.since is not None else "",
+             f"about {chosen.device}{f'/{chosen.port}' if chosen.port else ''}"
+             if chosen.device else ""]
+    return "no events " + " ".join(a for a in asked if a)
 
 
 def _print_event(event: JsonRecord, as_json: bool, style: Style, width: int) -> None:
@@ -316,7 +344,8 @@ def _print_event(event: JsonRecord, as_json: bool, style: Style, width: int) -> 
 
 
 async def _follow(client: Transport, notes: AsyncIterator[Note], last_seq: int, as_json: bool,
-                  style: Style, width: int, baselines: Optional[BaselineFilter]) -> int:
+                  style: Style, width: int, baselines: Optional[BaselineFilter],
+                  chosen: EventFilter) -> int:
     """Print each new event (the boot baselines of a restart too only with --all)."""
     async for kind, value in notes:
         if kind in ("left", "back"):
@@ -333,6 +362,8 @@ async def _follow(client: Transport, notes: AsyncIterator[Note], last_seq: int, 
             continue
         last_seq = max(last_seq, seq)
         if baselines is not None and baselines.is_baseline(value):
+            continue
+        if chosen and not chosen.keeps(value):
             continue
         _print_event(value, as_json, style, width)
     return EXIT_OK
@@ -525,7 +556,7 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     add("status", cmd_status, "daemon status, overall health and the systemd unit's state")
-    show = sub.add_parser("show", help="ports, devices or counters")
+    show = sub.add_parser("show", help="ports, devices, pcie, optics or counters")
     show_sub = show.add_subparsers(dest="what", metavar="WHAT")
     show.set_defaults(func=None, show_parser=show)
     add("ports", cmd_show_ports, "every port: link state, role, health", show_sub)
@@ -549,6 +580,12 @@ def build_parser() -> argparse.ArgumentParser:
     events.add_argument("-a", "--all", action="store_true",
                         help="include the boot baselines (\"healthy after reboot\" and the "
                              "clears of a first poll), hidden by default")
+    events.add_argument("--since", metavar="TIME",
+                        help=f"only events from TIME on: {SINCE_FORMS}; local time unless "
+                             f"it says its zone")
+    events.add_argument("--device", metavar="DEV[/PORT]",
+                        help="only events about this NIC (or one port of it, or the PCI "
+                             "address of a lost NIC)")
     add("check", cmd_check, "monitoring-plugin check: exit 0 healthy, 1 degraded (or devices "
         "present but none monitored), 2 fatal, 3 unreachable")
     add("reload", cmd_reload, "re-read the daemon's config file (root only; D-Bus Reload)")

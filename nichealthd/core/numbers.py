@@ -34,6 +34,23 @@ The kinds and where their bounds come from:
   ``1 << NODES_SHIFT``, at most 10 bits on x86-64 and arm64).
 - port numbers, port states, LIDs, PCI IDs, flags, the kmsg sequence: their fields'
   widths.
+- the physical layer's counters (:data:`PHY_COUNTER`): 64-bit (mlx5's PPCNT counters are
+  ``be64``; the ethtool ``u64`` statistics and FEC counters), and never all ones: a register
+  read that failed (a PCIe read of a function that is gone returns all ones), not a count;
+  one such read taken as a count is a BER of 4.9e+07 or 1.8e19 FEC blocks in two seconds.
+
+Some physical quantities are not integers: :class:`Measure` is their kind (a finite range),
+:func:`measure` holds a computed value to it and :func:`parse_measure` reads one from text
+(a decimal or an exponent, at most :data:`MEASURE_CHARS` characters), neither ever raising:
+
+- a bit error ratio (:data:`BIT_ERROR_RATIO`) is a share of the bits: 0 to 1. A "BER" above
+  1 (more bits corrected than the link carried) is not a ratio but a wrong count or rate;
+- a port's line rate (:data:`LINE_RATE`, Gb/s): from 1 (below the slowest InfiniBand lane,
+  SDR 2.5 Gb/s, and the slowest Ethernet that has FEC, 10 Gb/s) to 3200 (twice the fastest
+  port there is, 1.6 Tb/s); a rate outside it carries no window's bits: no rate;
+- a counter's rise per second (:data:`COUNTER_RATE`): at most 1e13, beyond any link's bits
+  per second (1.6e12), the fastest any physical-layer counter can rise;
+- a moment in Unix time (:data:`UNIX_TIME`): 0 to the end of year 9999.
 
 PCIe link *speeds* are decimals (``"16.0 GT/s PCIe"``) and are held to the PCIe set by
 :func:`nichealthd.core.pcifacts.parse_speed`.
@@ -42,6 +59,7 @@ PCIe link *speeds* are decimals (``"16.0 GT/s PCIe"``) and are held to the PCIe 
 from __future__ import annotations
 
 import functools
+import math
 import time
 from dataclasses import dataclass, field
 from typing import AbstractSet, Callable, Optional, Union
@@ -199,6 +217,56 @@ PCI_VENDOR = Kind("PCI vendor ID", 0, 0xFFFF, base=16)  # "0x%04x"
 PCI_CLASS = Kind("PCI class code", 0, 0xFFFFFF, base=16)  # "0x%06x"
 KMSG_SEQUENCE = Kind("kmsg sequence number", 0, U64)  # u64 (printk_ringbuffer)
 KMSG_USEC = Kind("kmsg timestamp in µs", 0, U64)
+PHY_COUNTER = Kind("64-bit PHY counter (all ones is a failed read)", 0, U64 - 1)
+
+
+@dataclass(frozen=True)
+class Measure:
+    """What a non-integer quantity is: its finite, plausible range (both ends included)."""
+
+    name: str  # for the log line: "bit error ratio"
+    low: float
+    high: float
+
+    def holds(self, value: float) -> bool:
+        return math.isfinite(value) and self.low <= value <= self.high
+
+    def describe(self) -> str:
+        return f"{self.name} ({self.low:g} to {self.high:g})"
+
+
+Quantity = Union[float, Unreadable]
+MEASURE_CHARS = 40  # "1.7642000000000000e+09" and more: a longer text is not a measure
+_MEASURE_CHARS = frozenset("0123456789.eE+-")
+
+
+def measure(value: float, kind: Measure) -> Quantity:
+    """``value`` when it is finite and within ``kind``, else :class:`Unreadable` saying why."""
+    if kind.holds(value):
+        return value
+    return Unreadable(f"out of range for {_article(kind.name)} {kind.describe()}: {value!r}")
+
+
+def parse_measure(text: str, kind: Measure) -> Quantity:
+    """A decimal or exponent in ``text`` as a quantity of ``kind``; never raises (``float()``
+    alone takes ``inf``, ``nan``, underscores and non-ASCII digits, and overflows to inf)."""
+    body = text.strip()
+    if not body:
+        return Unreadable("empty")
+    if len(body) > MEASURE_CHARS or not body.isascii() \
+            or any(c not in _MEASURE_CHARS for c in body):
+        return Unreadable(f"not {_article(kind.name)} {kind.name}: {_short(body)}")
+    try:
+        value = float(body)
+    except ValueError:
+        return Unreadable(f"not {_article(kind.name)} {kind.name}: {_short(body)}")
+    return measure(value, kind)
+
+
+BIT_ERROR_RATIO = Measure("bit error ratio", 0.0, 1.0)
+LINE_RATE = Measure("line rate in Gb/s", 1.0, 3200.0)
+COUNTER_RATE = Measure("counter rise per second", 0.0, 1e13)
+UNIX_TIME = Measure("moment in Unix time", 0.0, 253402300799.0)  # 9999-12-31T23:59:59Z
 
 
 def boottime() -> float:

@@ -17,7 +17,10 @@ FACT = "phy"  # the fact type: port key -> PhyReading
 # mlx5 (drivers/net/ethernet/mellanox/mlx5/core/en_stats.c, pport_phy_statistical_stats_desc,
 # pport_phy_statistical_err_lanes_stats_desc, and "link_down_events_phy"), and the RFC 2819
 # group's CRC errors. Lanes: rx_err_lane_<N>_phy.
-RX_BITS = "rx_bits_phy"  # bits received at the PHY: the denominator of a BER
+# rx_bits_phy: bits received at the PHY, the denominator of a BER; mlx5 documents it but
+# prints it only from 2026 ("net/mlx5e: Expose physical received bits counters to ethtool"),
+# ionic has it: without it the denominator is the port's rate times the window.
+RX_BITS = "rx_bits_phy"
 CORRECTED_BITS = "rx_corrected_bits_phy"  # bits FEC corrected: the numerator of pre-FEC BER
 SYMBOL_ERRORS = "rx_pcs_symbol_err_phy"  # errors FEC could not correct (or with FEC off)
 CRC_ERRORS = "rx_crc_errors_phy"
@@ -28,8 +31,13 @@ WANTED = frozenset({RX_BITS, CORRECTED_BITS, SYMBOL_ERRORS, CRC_ERRORS, LINK_DOW
 
 def wanted(name: str) -> bool:
     """Whether a driver statistic is one of the physical-layer counters kept."""
-    return name in WANTED or (name.startswith(LANE_PREFIX) and name.endswith(LANE_SUFFIX)
-                              and name[len(LANE_PREFIX):-len(LANE_SUFFIX)].isdigit())
+    if name in WANTED:
+        return True
+    lane = name[len(LANE_PREFIX):-len(LANE_SUFFIX)]
+    # A port has at most 8 lanes (ETHTOOL_MAX_LANES): a file of a million lane names is not
+    # a million counters.
+    return (name.startswith(LANE_PREFIX) and name.endswith(LANE_SUFFIX) and lane.isascii()
+            and lane.isdigit() and len(lane) <= 2)
 
 
 @dataclass(frozen=True)

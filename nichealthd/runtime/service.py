@@ -36,6 +36,7 @@ from ..surfaces.connector.status import ConnectorStatus
 from ..surfaces.context import PollOutcome, PollStats, ServiceContext
 from ..surfaces.eventlog import EventLog
 from ..surfaces.slurm.status import SlurmStatus
+from .event_journal import EventJournal
 from .libraries import service_factories
 from .linkwake import EarlyPolls, LinkWake, watched_netdevs
 from .linkwake import enabled as link_events_enabled
@@ -58,7 +59,6 @@ log = logging.getLogger("nichealthd")
 
 STOP_DELIVERY_SECONDS = 5.0
 STOP_POLL_GRACE = 10.0
-HEALTHY_EVENTS_LOGGED = 10
 
 
 class Service(Protocol):
@@ -85,6 +85,7 @@ class Daemon:
         self.overrides = startup.overrides
         self.monitor = startup.monitor
         self.event_log = startup.event_log
+        self.event_journal = EventJournal()
         self.fd_plan = startup.fd_plan
         self.notifier = notifier or Notifier.from_environment()
         self.version = __version__
@@ -161,7 +162,7 @@ class Daemon:
         summary = picture.summary if picture is not None else \
             status_summary(self.health_status())
         return StatusLine(summary, self._connector_summary(), self.reload_error,
-                          self.monitor.guard.reason())
+                          self.monitor.guard.reason(), self.slurm.failing)
 
     def _connector_summary(self) -> str:
         """``connector down since <time> (<error>), 12 queued, 2 dead letters``."""
@@ -305,14 +306,7 @@ class Daemon:
         self.last_poll_wall = outcome.snapshot.taken_at
         if self.event_log is not None:
             self.event_log.publish(outcome.committed)
-        healthy = [e.event for e in outcome.committed if e.event.is_healthy]
-        for entry in outcome.committed:
-            if not entry.event.is_healthy:
-                log.warning("event %s: %s", entry.event.severity, entry.event.message)
-            elif len(healthy) <= HEALTHY_EVENTS_LOGGED:
-                log.info("event healthy: %s", entry.event.message)
-        if len(healthy) > HEALTHY_EVENTS_LOGGED:  # baselines after a reboot: one line
-            log.info("%d healthy events committed (baselines and recoveries)", len(healthy))
+        self.event_journal.log(outcome.committed)
         self._tell_services("on_poll", outcome)
         if self.link_wake.listening:
             self.link_wake.watch(watched_netdevs(outcome))
@@ -402,6 +396,7 @@ class Daemon:
         if not self.poll_abandoned:
             await self._worker.run(self.monitor.close)
         self._worker.shutdown()
+        self.event_journal.close()
         self.notifier.close()
 
     def _make_services(self) -> list[Service]:

@@ -70,26 +70,39 @@ def write_healthy(root: Path, netdev: str, rate: str, now: Optional[float] = Non
 
 
 def read_stats(path: Path) -> Dict[str, Tuple[int, float, float]]:
-    """The lines of a stats file: name -> (base, rate per second, epoch)."""
+    """The lines of a stats file: name -> (base, rate per second, epoch). A line the
+    simulator could not have written (a base beyond 64 bits, a rate or an epoch that is no
+    finite number) is a SimError naming it, never a traceback."""
     try:
-        text = path.read_text()
+        text = path.read_text(errors="replace")
     except OSError as exc:
         raise SimError(f"{path}: {exc.strerror}") from None
     out: Dict[str, Tuple[int, float, float]] = {}
-    for line in text.splitlines():
+    for number, line in enumerate(text.splitlines(), 1):
         match = _LINE.fullmatch(line)
         if match is None:
             continue
-        rate = float(match.group(3)) if match.group(3) else 0.0
-        epoch = float(match.group(4)) if match.group(4) else 0.0
-        out[match.group(1)] = (int(match.group(2)), rate, epoch)
+        base, rate, epoch = match.group(2), match.group(3) or "0", match.group(4) or "0"
+        try:
+            if len(base) > 20 or int(base) >= 2**64:
+                raise ValueError("a base beyond 64 bits")
+            values = (int(base), float(rate), float(epoch))
+            if not all(math.isfinite(v) and v >= 0 for v in values[1:]):
+                raise ValueError("a rate or an epoch that is no finite, non-negative number")
+        except ValueError as exc:
+            raise SimError(f"{path}, line {number}: not 'name: BASE +RATE/s @EPOCH' of "
+                           f"nichealthd-sim ({exc})") from None
+        out[match.group(1)] = values
     return out
 
 
 def now_value(entry: Tuple[int, float, float], now: float) -> int:
-    """A line's value at ``now`` (the reader's formula)."""
+    """A line's value at ``now`` (the reader's formula); a SimError past 64 bits."""
     base, rate, epoch = entry
-    return base + math.floor(rate * max(0.0, now - epoch)) if rate else base
+    rise = rate * max(0.0, now - epoch) if rate else 0.0
+    if not rise < 2**64 - base:
+        raise SimError(f"a counter at {base} +{rate:g}/s @{epoch:.0f} is beyond 64 bits now")
+    return base + math.floor(rise)
 
 
 def set_ber(root: Path, netdev: str, ber: float) -> None:

@@ -27,8 +27,11 @@ Where they come from:
 - neither with another ``sysfsRoot`` and no ``ethtoolPath`` (a simulated host read without
   its files): the host's own netdevs are not this tree's.
 
-Every number goes through ``core/numbers.py`` as a 64-bit counter (a value out of range is not
-available, like a missing one).
+Every number goes through ``core/numbers.py``: a count as a 64-bit PHY counter (never all
+ones, the kernel's ``ETHTOOL_STAT_NOT_SET`` and what a failed register read returns), a rate
+per second and an epoch as measures of their kinds. A value that is none of these (garbage,
+5000 digits, ``+1e308/s``, JSON nested deeper than the parser follows) is not available, like
+a missing one, and logged once while it lasts: no reader here raises on a file's content.
 """
 
 from __future__ import annotations
@@ -40,11 +43,19 @@ import math
 import os
 import re
 import time
-from typing import Any, Optional, Sequence
+from typing import Mapping, NamedTuple, Optional, Sequence, Union
 
 from ..core.config import Config
 from ..core.model import HostSnapshot
-from ..core.numbers import counter, value
+from ..core.numbers import (
+    COUNTER_RATE,
+    PHY_COUNTER,
+    UNIX_TIME,
+    Number,
+    Unreadable,
+    parse,
+    parse_measure,
+)
 from ..core.phy import FACT, FecStats, PhyReading, wanted
 from .ethtool_kernel import EthtoolKernel
 from .problems import ProblemLog
@@ -52,72 +63,131 @@ from .seam import Source
 
 log = logging.getLogger(__name__)
 
-COUNTER = counter(64)
 STATS_FILE = "stats"
 FEC_FILE = "fec"
 _MAX_FILE = 1 << 20
 # "name: 123" or "name: 100 +2.5e9/s @1764200000.25"
 _LINE = re.compile(r"\s*([A-Za-z0-9_.\-]+):?\s+([0-9]+)"
                    r"(?:\s+\+([0-9.eE+\-]+)/s\s+@([0-9.eE+\-]+))?\s*")
+# The kernel's names (sources/ethtool_kernel.py, FEC_MODES) and "mode N" for a newer one.
+_FEC_MODE = re.compile(r"off|RS|BASER|LLRS|mode [0-9]{1,3}")
 # What makes a kernel fact "not available" rather than a failure of the read.
 NOT_AVAILABLE = frozenset({errno.EOPNOTSUPP, errno.EPERM, errno.EACCES, errno.ENODEV,
                            errno.ENOENT, errno.EINVAL, errno.EAFNOSUPPORT,
                            errno.EPROTONOSUPPORT, errno.ENOTSUP})
 
 
-def linear(base: int, rate: float, epoch: float, now: float) -> int:
-    """A counter advancing at ``rate`` per second from ``base`` at ``epoch``, at ``now``."""
-    return base + math.floor(rate * max(0.0, now - epoch))
+class StatsFile(NamedTuple):
+    """A ``stats`` file read at one moment: the wanted counters, and why each wanted one that
+    could not be used was not (its name -> the reason)."""
+
+    values: dict[str, int]
+    unreadable: dict[str, str]
 
 
-def parse_stats(text: str, now: float) -> dict[str, int]:
-    """The wanted counters of a ``stats`` file's text, evaluated at ``now``."""
-    out: dict[str, int] = {}
+def linear(base: int, rate: float, epoch: float, now: float) -> Number:
+    """A counter advancing at ``rate`` per second from ``base`` at ``epoch``, at ``now``;
+    Unreadable when that is no 64-bit count (``+1e308/s`` a century after its epoch)."""
+    rise = rate * max(0.0, now - epoch)
+    if not rise <= PHY_COUNTER.high - base:  # inf and nan fail too
+        return Unreadable(f"{base} +{rate:g}/s @{epoch:.0f} is beyond a 64-bit counter at "
+                          f"{now:.0f}")
+    return base + math.floor(rise)
+
+
+def _line_value(match: re.Match[str], now: float) -> Number:
+    """The value of one ``name: VALUE`` or ``name: BASE +RATE/s @EPOCH`` line at ``now``."""
+    base = parse(match.group(2), PHY_COUNTER)
+    if isinstance(base, Unreadable) or match.group(3) is None:
+        return base
+    rate = parse_measure(match.group(3), COUNTER_RATE)
+    if isinstance(rate, Unreadable):
+        return rate
+    epoch = parse_measure(match.group(4), UNIX_TIME)
+    if isinstance(epoch, Unreadable):
+        return epoch
+    return linear(base, rate, epoch, now)
+
+
+def read_stats(text: str, now: float) -> StatsFile:
+    """The wanted counters of a ``stats`` file's text, evaluated at ``now``. Never raises:
+    a value that is no 64-bit count (garbage, 5000 digits, all ones, a rate that overflows)
+    is unreadable, like a missing one, and said why."""
+    values: dict[str, int] = {}
+    unreadable: dict[str, str] = {}
     for line in text.splitlines():
         match = _LINE.fullmatch(line)
         if match is None or not wanted(match.group(1)):
             continue
-        raw = match.group(2)
-        if match.group(3) is not None:
-            try:
-                rate, epoch = float(match.group(3)), float(match.group(4))
-            except ValueError:
-                continue
-            if not (math.isfinite(rate) and math.isfinite(epoch)) or rate < 0:
-                continue
-            raw = str(linear(int(raw), rate, epoch, now))
-        number = value(raw, COUNTER)
-        if number is not None:
-            out[match.group(1)] = number
-    return out
+        number = _line_value(match, now)
+        if isinstance(number, Unreadable):
+            unreadable[match.group(1)] = number.reason
+        else:
+            values[match.group(1)] = number
+    return StatsFile(values, unreadable)
 
 
-def _lanes(data: Any) -> tuple[int, ...]:
+def parse_stats(text: str, now: float) -> dict[str, int]:
+    """The wanted counters of a ``stats`` file's text at ``now`` (:func:`read_stats`)."""
+    return read_stats(text, now).values
+
+
+class FecFile(NamedTuple):
+    """A ``fec`` file: the active mode, the statistics, and what could not be used."""
+
+    mode: Optional[str]
+    stats: Optional[FecStats]
+    unreadable: dict[str, str]
+
+
+def _lanes(data: object) -> Union[tuple[int, ...], Unreadable]:
+    """A list of counts (total, then each lane); one that is not a 64-bit count spoils it."""
     if not isinstance(data, list):
-        return ()
+        return Unreadable(f"not a list of counts: {type(data).__name__}")
     out = []
     for item in data:
-        number = value(str(item), COUNTER) if isinstance(item, int) else None
-        if number is None:
-            return ()
+        if type(item) is not int:
+            return Unreadable(f"not a count: {type(item).__name__}")
+        number = parse(str(item), PHY_COUNTER) if item >= 0 else Unreadable("negative")
+        if isinstance(number, Unreadable):
+            return number
         out.append(number)
     return tuple(out)
 
 
-def parse_fec(text: str) -> tuple[Optional[str], Optional[FecStats]]:
-    """(active mode, statistics) of a ``fec`` file's JSON; (None, None) when not JSON."""
+def read_fec(text: str) -> FecFile:
+    """The ``fec`` file's JSON. Never raises: text that is not JSON (or nests deeper than the
+    parser can follow), a mode that is not one of the kernel's names, a count that is not a
+    64-bit count: not available, and said why."""
     try:
         data = json.loads(text)
-    except ValueError:
-        return None, None
+    except (ValueError, RecursionError) as exc:
+        return FecFile(None, None, {FEC_FILE: f"not JSON ({type(exc).__name__})"})
     if not isinstance(data, dict):
-        return None, None
+        return FecFile(None, None, {FEC_FILE: "not a JSON object"})
+    unreadable: dict[str, str] = {}
     mode = data.get("active")
+    if mode is not None and not (isinstance(mode, str) and _FEC_MODE.fullmatch(mode)):
+        unreadable["active"] = f"not a FEC mode: {str(mode)[:40]!r}"
+        mode = None
     keys = ("corrected_blocks", "uncorrectable_blocks", "corrected_bits")
     stats = None
     if any(data.get(key) is not None for key in keys):
-        stats = FecStats(*(_lanes(data.get(key)) for key in keys))
-    return (mode if isinstance(mode, str) and mode else None), stats
+        lanes = []
+        for key in keys:
+            got = _lanes(data[key]) if data.get(key) is not None else ()
+            if isinstance(got, Unreadable):
+                unreadable[key] = got.reason
+                got = ()
+            lanes.append(got)
+        stats = FecStats(*lanes)
+    return FecFile(mode or None, stats, unreadable)
+
+
+def parse_fec(text: str) -> tuple[Optional[str], Optional[FecStats]]:
+    """(active mode, statistics) of a ``fec`` file's JSON; (None, None) when not JSON."""
+    read = read_fec(text)
+    return read.mode, read.stats
 
 
 class Phy(Source):
@@ -130,6 +200,8 @@ class Phy(Source):
         super().__init__(config)
         self._kernel: Optional[EthtoolKernel] = None
         self._unavailable = ProblemLog(log)  # (netdev, what) told once
+        self._unreadable = ProblemLog(log)  # (file, value) told once while it lasts
+        self._told_names: dict[str, frozenset[str]] = {}  # file -> its values told
 
     def close(self) -> None:
         if self._kernel is not None:
@@ -139,6 +211,8 @@ class Phy(Source):
     def reconfigure(self, config: Config) -> None:
         super().reconfigure(config)
         self._unavailable = ProblemLog(log)
+        self._unreadable = ProblemLog(log)
+        self._told_names = {}
 
     def read(self, snapshot: HostSnapshot, devices: Sequence[str]) -> dict[str, PhyReading]:
         """Port key -> the reading of its netdev; ports without any fact are left out."""
@@ -171,9 +245,31 @@ class Phy(Source):
     def _from_files(self, top: str, netdev: str, now: float) -> PhyReading:
         stats = self._text(os.path.join(top, netdev, STATS_FILE))
         fec = self._text(os.path.join(top, netdev, FEC_FILE))
-        mode, fec_stats = parse_fec(fec) if fec is not None else (None, None)
-        return PhyReading(netdev, parse_stats(stats, now) if stats is not None else {},
-                          mode, fec_stats)
+        counters: dict[str, int] = {}
+        if stats is not None:
+            read = read_stats(stats, now)
+            counters = read.values
+            self._told(os.path.join(top, netdev, STATS_FILE), read.unreadable)
+        mode: Optional[str] = None
+        fec_stats: Optional[FecStats] = None
+        if fec is not None:
+            fec_read = read_fec(fec)
+            mode, fec_stats = fec_read.mode, fec_read.stats
+            self._told(os.path.join(top, netdev, FEC_FILE), fec_read.unreadable)
+        return PhyReading(netdev, counters, mode, fec_stats)
+
+    def _told(self, where: str, unreadable: Mapping[str, str]) -> None:
+        """Each value of ``where`` that could not be used, once while it lasts (and its
+        recovery): such a value is not available, never a fault (``ProblemLog``)."""
+        for name, why in unreadable.items():
+            self._unreadable.report(f"{where}: {name}", f"{where}: {name}: {why}; taken as "
+                                    f"unreadable: no window of it is judged")
+        for name in self._told_names.get(where, frozenset()) - unreadable.keys():
+            self._unreadable.clear(f"{where}: {name}")
+        if unreadable:
+            self._told_names[where] = frozenset(unreadable)
+        else:
+            self._told_names.pop(where, None)
 
     def _from_kernel(self, netdev: str) -> PhyReading:
         if self._kernel is None:
@@ -184,11 +280,15 @@ class Phy(Source):
         except OSError as exc:
             self._not_available(netdev, "driver statistics", exc)
         else:
+            unreadable = {}
             for name, number in every.items():
                 if wanted(name):
-                    parsed = value(str(number), COUNTER)
-                    if parsed is not None:
+                    parsed = parse(str(number), PHY_COUNTER)
+                    if isinstance(parsed, Unreadable):
+                        unreadable[name] = parsed.reason
+                    else:
                         counters[name] = parsed
+            self._told(f"{netdev} driver statistics", unreadable)
         mode: Optional[str] = None
         fec: Optional[FecStats] = None
         try:

@@ -362,7 +362,11 @@ def _slurm_families(slurm: SlurmStatus) -> list[Metric]:
         actions.add_metric([action, result], n)
     drained = GaugeMetricFamily(PREFIX + "slurm_drained", "1 while nichealthd holds a Slurm "
                                 "drain of this node, else 0", value=1 if slurm.holds_drain else 0)
-    return [actions, drained]
+    failing = GaugeMetricFamily(PREFIX + "slurm_failing", "1 while a drain or resume the "
+                                "events call for cannot be done (Slurm refuses or cannot be "
+                                "reached; retried; nichealthctl status says why), else 0",
+                                value=1 if slurm.failing else 0)
+    return [actions, drained, failing]
 
 
 def _host_families(picture: PollPicture) -> list[Metric]:

@@ -20,6 +20,7 @@ from nichealthd.core.events import HealthEvent, make_event
 from nichealthd.surfaces.connector import convert
 from nichealthd.surfaces.connector import health_event_pb2 as pb
 from nichealthd.surfaces.connector import health_event_pb2_grpc as pb_grpc
+from tests import skipreasons
 
 from .connector_fixtures import T0, degraded, fatal, healthy
 
@@ -162,12 +163,10 @@ def test_regenerate_reproduces_the_committed_stubs(tmp_path: Path) -> None:
     result = subprocess.run(["sh", str(work / "regenerate.sh"), sys.executable],
                             capture_output=True, text=True, timeout=600,
                             env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
-    pip_failed = ("No matching distribution", "Could not find a version", "Could not fetch")
+    pip_failed = (*skipreasons.NO_WHEEL, *skipreasons.NO_REGISTRY)
     if result.returncode != 0 and any(text in result.stderr for text in pip_failed):
-        version = "{}.{}".format(*sys.version_info[:2])
-        pytest.skip(f"cannot install grpcio-tools 1.51.3 for Python {version} here (its wheels "
-                    f"are for 3.7 to 3.11; CI runs this on Debian 12's 3.11): "
-                    f"{result.stderr.strip()[-200:]}")
+        pytest.skip(skipreasons.pip_reason("grpcio-tools==1.51.3", result.stderr,
+                                           wheels_for="CPython 3.7 to 3.11"))
     assert result.returncode == 0, result.stderr
     for name in ("health_event_pb2.py", "health_event_pb2.pyi", "health_event_pb2_grpc.py"):
         assert (work / name).read_text() == (CONNECTOR_DIR / name).read_text(), name
@@ -216,7 +215,7 @@ def test_stubs_import_on_newest_pypi_runtime(tmp_path: Path) -> None:
                              capture_output=True, text=True,
                              timeout=300, env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
     if install.returncode != 0:
-        pytest.skip(f"cannot install from PyPI here: {install.stderr.strip()[-200:]}")
+        pytest.skip(skipreasons.pip_reason("the newest grpcio and protobuf", install.stderr))
     versions = _import_with(python)
     grpc_version, protobuf_version = versions.split()
     print(f"newest PyPI runtime: grpcio {grpc_version}, protobuf {protobuf_version}")

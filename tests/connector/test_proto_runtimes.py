@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import skipreasons
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # Serializes a fixed batch touching every field kind (scalars, enums, repeated, a one-entry map,
@@ -115,8 +117,7 @@ def _venv(python: str, where: Path, *requirements: str) -> str:
                              capture_output=True, text=True, timeout=600,
                              env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
     if install.returncode != 0:
-        pytest.skip(f"pip cannot install {' '.join(requirements)} here: "
-                    f"{install.stderr.strip()[-300:]}")
+        pytest.skip(skipreasons.pip_reason(" ".join(requirements), install.stderr))
     return bin_python
 
 

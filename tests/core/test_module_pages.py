@@ -156,7 +156,8 @@ def test_unimplemented_monitors_are_not_available() -> None:
     lower, upper = cmis(flat=True)
     assert pages_needed(lower) == (0x00,)
     flat = parse(lower, upper)
-    assert flat is not None and flat.temperature == pytest.approx(40.0) and not flat.lanes
+    # no page 01h advertises a monitor: the temperature bytes read 40 °C but are not shown
+    assert flat is not None and flat.flat and flat.temperature is None and not flat.lanes
     # thresholds all zero (not set) are no thresholds
     lower, upper = cmis()
     d = parse(lower, {**upper, 0x02: bytes(128)})
@@ -206,3 +207,30 @@ def test_the_simulators_pages_parse_to_its_healthy_module(rate: str, tmp_path: o
     assert d.thresholds[RX_POWER].low_warning == pytest.approx(0.1)  # -10 dBm
     assert dbm(d.thresholds[RX_POWER].low_alarm) == pytest.approx(-13.0, abs=0.01)
     assert d.thresholds[TEMPERATURE] == Thresholds(75.0, -5.0, 70.0, 0.0)
+
+
+@pytest.mark.parametrize("count_byte", [0x40, 0x4F, 0xFF, 0x00, 0x0F])
+def test_an_invalid_application_lane_count_reads_only_the_lanes_in_use(count_byte: int) -> None:
+    """A 4-lane module in an 8-lane form factor whose application 1 lane count (byte 88 bits
+    3-0) reads 0 or 0xF, with no active control set, no data path states and no Rx LOS
+    flag advertised: lanes 5-8 read 0 on every monitor, so they are not read."""
+    lower, upper = cmis(lanes=4, app_lanes=count_byte)
+    d = parse(lower, upper)
+    assert d is not None and len(d.lanes[RX_POWER]) == 4
+    assert d.paths() == ((0, 1, 2, 3),)
+    valid = parse(*cmis(lanes=4, app_lanes=0x44))
+    assert valid is not None and len(valid.lanes[RX_POWER]) == 4
+    # an 8-lane module with a valid count of 8 reads all eight, even a dark one
+    dark = bytearray(upper[0x11])
+    put(dark, 186 - 128 + 2 * 7, 0)
+    eight = parse(cmis(app_lanes=0x88)[0], {**cmis()[1], 0x11: bytes(dark)})
+    assert eight is not None and eight.lanes[RX_POWER][7] == 0.0
+
+
+def test_a_paged_cmis_module_whose_page_01h_cannot_be_read() -> None:
+    """Its temperature and voltage are measured (paged memory: SONiC shows them); no lane
+    monitor is known to be implemented, so none is read."""
+    lower, upper = cmis()
+    d = parse(lower, {p: v for p, v in upper.items() if p != 0x01})
+    assert d is not None and d.temperature == pytest.approx(40.0) and not d.lanes
+    assert TEMPERATURE in d.thresholds and RX_POWER not in d.thresholds

@@ -27,6 +27,7 @@ from nichealthd.sources.ethtool_kernel import (
     fec_request,
 )
 from nichealthd.sources.phy import Phy
+from tests import skipreasons
 
 from .builders import config, device, host, port
 
@@ -41,7 +42,8 @@ def veth() -> Iterator[tuple[str, str]]:
     made = subprocess.run(["ip", "link", "add", a, "type", "veth", "peer", "name", b],
                           capture_output=True, text=True)
     if made.returncode:
-        pytest.skip(f"no veth here: {made.stderr.strip()}")
+        pytest.skip("cannot make a veth pair here (root and the veth module): "
+                    + skipreasons.first_line(made.stderr))
     try:
         yield a, b
     finally:

@@ -102,7 +102,9 @@ def test_full_disk_rolls_the_commit_back_and_retries(fs: FakeFilesystem) -> None
     fs.create_dir(root / "sys/class/infiniband")
     cfg = config(sysfsRoot=str(root / "sys"), procRoot=str(root / "proc"),
                  stateFile="/var/lib/nichealthd/state.json")
-    fs.create_dir("/var/lib/nichealthd")
+    # An unusable state file: the baseline's check-wide clears are events to commit (a host
+    # where nichealthd never ran would have none, and nothing to write at once).
+    fs.create_file("/var/lib/nichealthd/state.json", contents="{")
     monitor = Monitor(cfg, gpus())
     monitor.start()
     fs.set_disk_usage(2000, "/")  # the next commit does not fit

@@ -124,3 +124,100 @@ def test_show_optics_and_the_module_series_from_a_running_daemon(
             {("device", "mlx5_1"), ("port", "1"), ("netdev", netdev), ("lane", "1")}))] == \
             pytest.approx(-11.0, abs=0.01)
         assert samples[("nichealthd_family_up", frozenset({("family", "optics")}))] == 1
+
+
+def test_copper_bad_lane_counts_twin_ports_and_flat_memory_are_judged_as_they_are(
+        sim_host: Callable[..., SimHost], notify: NotifySocket,  # noqa: F811
+        tmp_path: Path) -> None:
+    """A RoCE host carrying a passive DAC, a module whose application lane count reads
+    0xFF, a twin-port module shared by two ports and a flat-memory module: no event at all,
+    every live lane shown once for its own port, nothing shown that the module does not
+    measure; then a dead laser on the twin's lanes 5-8 is one degradation, of the second
+    port."""
+    host = sim_host("a100-roce")
+    root = str(host.root)
+    sim("set-optics", root, "mlx5_1", "1", "--module", "passive-dac")
+    sim("set-optics", root, "mlx5_2", "1", "--module", "lane-count-255")
+    sim("set-optics", root, "mlx5_3", "1", "--module", "flat")
+    sim("set-optics", root, "mlx5_4", "1", "--module", "twin-port", "--twin", "mlx5_5")
+    first = host.once()
+    assert first.returncode == 0, first.stderr
+    assert not optics(first.events) and not first.fatal(), first.events
+    socket_path, metrics = tmp_path / "varlink.sock", f"127.0.0.1:{free_port()}"
+    env = dict(os.environ, NOTIFY_SOCKET=str(notify.path))
+    with running_daemon(host.config, env, "--varlink-socket", str(socket_path),
+                        "--metrics-listen", metrics) as (proc, lines):
+        def shown() -> dict[tuple[str, int], dict[str, Any]]:
+            out = subprocess.run(
+                [sys.executable, "-m", "nichealthd.cli.ctl", f"--varlink={socket_path}",
+                 "show", "optics", "--json"], cwd=REPO, env=env, capture_output=True,
+                text=True, timeout=60)
+            if out.returncode != 0:
+                return {}
+            return {(r["device"], r["port"]): r for r in json.loads(out.stdout)}
+
+        wait_until(lambda: ("mlx5_4", 1) in shown() and "module_lanes" in
+                   shown()[("mlx5_4", 1)], "the optics records", proc=proc, detail=lines.tail)
+        records = shown()
+        dac, bad, flat = records[("mlx5_1", 1)], records[("mlx5_2", 1)], records[("mlx5_3", 1)]
+        assert dac["module_media"] == "passive copper" and dac["module_lanes"] == []
+        assert "module_temperature_c" not in dac and "module_temperature_c" not in flat
+        assert flat["module_memory"] == "flat" and flat["module_lanes"] == []
+        assert [lane["lane"] for lane in bad["module_lanes"]] == ["1", "2", "3", "4"]
+        assert [lane["lane"] for lane in records[("mlx5_4", 1)]["module_lanes"]] == \
+            ["1", "2", "3", "4"]
+        assert [lane["lane"] for lane in records[("mlx5_5", 1)]["module_lanes"]] == \
+            ["5", "6", "7", "8"]
+        status, text = get(f"http://{metrics}/metrics")
+        assert status == 200
+        samples = parse(text)
+        temps = {dict(labels)["device"] for name, labels in samples
+                 if name == "nichealthd_module_temperature_celsius"}
+        assert not {"mlx5_1", "mlx5_3"} & temps and "mlx5_2" in temps
+        rx = [dict(labels) for name, labels in samples if name == "nichealthd_module_rx_power_dbm"]
+        for device in ("mlx5_1", "mlx5_3"):
+            assert not [r for r in rx if r["device"] == device]
+        twin = sorted((r["device"], r["lane"]) for r in rx if r["device"] in ("mlx5_4", "mlx5_5"))
+        assert twin == [("mlx5_4", str(n)) for n in range(1, 5)] + \
+            [("mlx5_5", str(n)) for n in range(5, 9)]  # every live lane once
+    assert not optics(events(host))
+    sim("set-optics", root, "mlx5_4", "1", "--rx-power", "-20", "--lanes", "5-8")
+    run = host.once()
+    found = optics(run.events)
+    assert [(e["entitiesImpacted"][0]["entityValue"], e["isFatal"], e["recommendedAction"])
+            for e in found] == [("mlx5_5", False, "NONE")], run.events
+    assert "on lane 5, 6, 7, 8" in found[0]["message"]
+
+
+def test_rx_power_below_the_low_alarm_is_one_degradation_and_a_fibre_cut_one_replace_vm(
+        sim_host: Callable[..., SimHost]) -> None:
+    host = sim_host("a100-roce")
+    assert host.once().returncode == 0
+    sim("set-optics", str(host.root), "mlx5_1", "1", "--rx-power", "-20")
+    run = host.once()
+    assert [(e["errorCode"], e["isFatal"], e["recommendedAction"]) for e in run.events
+            if not e["isHealthy"]] == [(["optics_rx_power"], False, "NONE")], run.events
+    sim("set-optics", str(host.root), "mlx5_2", "1", "--rx-power", "-40")  # the cut fibre
+    sim("port", str(host.root), "mlx5_2", "1", "--state", "DOWN", "--phys-state", "Polling")
+    cut = host.once()
+    replace_vm = [e for e in cut.events if e["recommendedAction"] == "REPLACE_VM"]
+    assert [(e["errorCode"], e["entitiesImpacted"][0]["entityValue"]) for e in replace_vm] \
+        == [(["port_state"], "mlx5_2")], cut.events
+    assert not optics(cut.events)
+
+
+def test_a_module_swap_starts_a_new_rx_baseline(sim_host: Callable[..., SimHost]) -> None:
+    """The old module's Rx fell 4 dB (a drop); an in-spec replacement reading as low is a
+    new module: the drop closes and nothing new opens."""
+    host = sim_host("a100-roce")
+    root = str(host.root)
+    assert not optics(host.once().events)
+    sim("set-optics", root, "mlx5_1", "1", "--rx-power", "-6")
+    assert [e["errorCode"] for e in optics(host.once().events)] == [["optics_rx_power_drop"]]
+    assert "serial SIM" in sim("set-optics", root, "mlx5_1", "1", "--module", "optical")
+    sim("set-optics", root, "mlx5_1", "1", "--rx-power", "-6")
+    swapped = optics(host.once().events)
+    assert [(e["errorCode"], e["isHealthy"]) for e in swapped] == [
+        (["optics_rx_power_drop"], True)], swapped
+    assert "a different module is plugged in" in swapped[0]["message"]
+    assert not optics(host.once().events)

@@ -6,13 +6,14 @@ the daemon's socket); the output and exit statuses must be the same (#14.6).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import dbushelpers
 import pytest
@@ -183,14 +184,7 @@ def test_events_history_json_and_follow(daemon: Any) -> None:
 
     # -n 1 --all: the last event is printed after the subscription (ctl subscribes first), so
     # its line says the follower is listening before the port goes down.
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    follow = subprocess.Popen([sys.executable, "-m", "nichealthd.cli.ctl", *transport_args(),
-                               "events", "-n", "1", "--all", "--follow", "--json"],
-                              cwd=REPO, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert follow.stdout is not None and follow.stderr is not None
-    follower = Lines(follow.stdout)
-    try:
+    with following("-n", "1", "--all") as (follow, follower):
         wait_until(lambda: len(follower.lines) >= 1, "the follower's history line", proc=follow)
         assert json.loads(follower.lines[0])["seq"] == events[-1]["seq"]
         mutate.set_port(daemon.root, "mlx5_5", 1, state="DOWN", phys_state="Polling")
@@ -199,6 +193,19 @@ def test_events_history_json_and_follow(daemon: Any) -> None:
         event = json.loads(follower.lines[1])
         assert "mlx5_5" in event["message"] and event["isHealthy"] is False
         assert event["seq"] > events[-1]["seq"]
+
+
+@contextlib.contextmanager
+def following(*args: str) -> Iterator[tuple[subprocess.Popen[str], Lines]]:
+    """``nichealthctl events ARGS --follow --json`` running, its lines read as they come."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    follow = subprocess.Popen([sys.executable, "-m", "nichealthd.cli.ctl", *transport_args(),
+                               "events", *args, "--follow", "--json"], cwd=REPO, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert follow.stdout is not None and follow.stderr is not None
+    follower = Lines(follow.stdout)
+    try:
+        yield follow, follower
     finally:
         follow.terminate()
         follow.wait(10)
@@ -310,7 +317,8 @@ def test_config_check(tmp_path: Path) -> None:
 def test_events_hide_the_boot_baselines_unless_all(daemon: Any) -> None:
     everything = json.loads(ctl("events", "-n", "1000", "--all", "--json").stdout)
     assert any("healthy after reboot" in e["message"] for e in everything)
-    assert any(not e["entitiesImpacted"] for e in everything)  # the check-scoped clears
+    # A new host (no state, nothing sent before): no check-scoped clear, nothing to clear.
+    assert not any(not e["entitiesImpacted"] for e in everything)
     assert json.loads(ctl("events", "--json").stdout) == []  # a fresh boot: only baselines
     quiet = ctl("events").stdout  # says so, rather than nothing at all
     assert quiet.startswith("no events besides the boot baselines (") and "--all" in quiet
@@ -379,3 +387,52 @@ def test_reload_is_for_root_and_says_what_happened(daemon: Any) -> None:
         pytest.skip("user nobody cannot import the D-Bus library on this machine")
     assert nobody.returncode == 1
     assert "root only" in assert_one_line_no_traceback(nobody)
+
+
+def _about(events: list[dict[str, Any]]) -> set[str]:
+    """DEV/PORT (or DEV) of each event."""
+    names = []
+    for e in events:
+        ents = {x["entityType"]: x["entityValue"] for x in e["entitiesImpacted"]}
+        names.append(f"{ents.get('NIC')}/{ents['NICPort']}" if "NICPort" in ents
+                     else str(ents.get("NIC")))
+    return set(names)
+
+
+def test_events_since_and_device(daemon: Any) -> None:
+    mutate.set_port(daemon.root, "mlx5_3", 1, state="DOWN", phys_state="Disabled")
+    mutate.set_port(daemon.root, "mlx5_5", 1, state="DOWN", phys_state="Disabled")
+    wait_until(lambda: len(json.loads(ctl("events", "--json").stdout)) >= 2, "two DOWN events")
+    assert _about(json.loads(ctl("events", "--device", "mlx5_3", "--json").stdout)) == \
+        {"mlx5_3/1"}
+    assert _about(json.loads(ctl("events", "--device", "mlx5_5/1", "--json").stdout)) == \
+        {"mlx5_5/1"}
+    assert json.loads(ctl("events", "--device", "mlx5_5/2", "--json").stdout) == []
+    # --all --device: the card's baselines too, and nothing of another card
+    assert {a.split("/")[0] for a in _about(json.loads(
+        ctl("events", "-n", "1000", "--all", "--device", "mlx5_3", "--json").stdout))} == \
+        {"mlx5_3"}
+
+    recent = json.loads(ctl("events", "--since", "1h", "--json").stdout)
+    assert recent == json.loads(ctl("events", "--json").stdout) and len(recent) == 2
+    last = recent[-1]["generatedTimestamp"]
+    assert json.loads(ctl("events", "--since", last, "--json").stdout)[-1] == recent[-1]
+    later = "2999-01-01T00:00:00Z"
+    assert json.loads(ctl("events", "--since", later, "--json").stdout) == []
+    quiet = ctl("events", "--since", later, "--device", "mlx5_3").stdout.strip()
+    assert quiet.startswith("no events since 2999-01-01") and quiet.endswith("about mlx5_3")
+
+    bad = ctl("events", "--since", "last tuesday")
+    assert bad.returncode == 3 and "expected 30m, 2h, 1d" in assert_one_line_no_traceback(bad)
+
+    # --follow --device: the other card's event is not printed, this card's is
+    with following("-n", "1", "--device", "mlx5_3") as (follow, follower):
+        wait_until(lambda: len(follower.lines) >= 1, "the follower's history line", proc=follow)
+        mutate.set_port(daemon.root, "mlx5_5", 1, state="ACTIVE", phys_state="LinkUp")
+        wait_until(lambda: "mlx5_5" in json.dumps(json.loads(ctl("events", "--json").stdout)
+                                                  [-1]), "mlx5_5's recovery")
+        mutate.set_port(daemon.root, "mlx5_3", 1, state="ACTIVE", phys_state="LinkUp")
+        wait_until(lambda: len(follower.lines) >= 2, "mlx5_3's recovery", proc=follow,
+                   detail=follower.tail)
+        assert [_about([json.loads(line)]) for line in follower.lines] == \
+            [{"mlx5_3/1"}, {"mlx5_3/1"}]

@@ -53,3 +53,15 @@ def test_nothing_to_show_is_one_line() -> None:
     assert optics_table([NO_MODULE], Style(False)) == [
         "no module diagnostics known (no port with a netdev, or the optics check is off or "
         "has not run yet)"]
+
+
+def test_a_copper_cable_and_a_flat_module_say_why_they_show_no_readings() -> None:
+    dac = record("mlx5_3", module_netdev="enp45s0f0np0", module_status="ok",
+                 module_spec="SFF-8636", module_media="passive copper", module_lanes=[],
+                 optics_alerts=[])
+    flat = record("mlx5_4", module_netdev="enp45s0f1np1", module_status="ok",
+                  module_spec="CMIS", module_media="optical", module_memory="flat",
+                  module_lanes=[], optics_alerts=[])
+    rows = optics_table([dac, flat], Style(False))[1:]
+    assert rows[0].split()[2:7] == ["-"] * 5 and rows[0].endswith("ok (passive copper)")
+    assert rows[1].split()[2:7] == ["-"] * 5 and rows[1].endswith("ok (flat memory)")

@@ -10,7 +10,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from nspawn import SYS_PATH, Container
+from nspawn import DAEMON_DEPS, SYS_PATH, Container
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,8 +45,9 @@ def wheel() -> Path:
 
 
 def install_from_source(c: Container) -> None:
-    """The wheel into /usr (Debian layout), plus the unit, sysusers entry and bus policy,
-    at the places the .deb puts them; the daemon's user created as the package would."""
+    """The wheel into /usr (Debian layout), plus the unit, sysusers entry, bus policy and
+    journal catalog, at the places the .deb puts them; the daemon's user created as the
+    package would."""
     subprocess.run(
         ["python3", "-m", "installer", f"--destdir={c.root}", str(wheel())],
         check=True, capture_output=True, env=dict(_env(), DEB_PYTHON_INSTALL_LAYOUT="deb_system"),
@@ -57,12 +58,14 @@ def install_from_source(c: Container) -> None:
         "etc/dbus-1/system.d/org.nichealthd.NicHealth1.conf":
             "/usr/share/dbus-1/system.d/org.nichealthd.NicHealth1.conf",
         "etc/nichealthd/config.toml": "/etc/nichealthd/config.toml",
+        "systemd/nichealthd.catalog": "/usr/lib/systemd/catalog/nichealthd.catalog",
     }  # fmt: skip
     for src, dest in copies.items():
         target = c.path(dest)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / src, target)
     c.run(["systemd-sysusers"])
+    c.run(["journalctl", "--update-catalog"])  # what systemd's package trigger does
     c.run(["systemctl", "reload", "dbus"])
     c.run(["systemctl", "daemon-reload"])
 
@@ -71,6 +74,21 @@ def sim_host(c: Container, root: str = "/srv/simhost", profile: str = "dgx-h100"
     """Build a nichealthd-sim host inside the container (readable by the daemon's user:
     not under /tmp, which PrivateTmp hides, nor under /root, which ProtectHome hides)."""
     c.run(["nichealthd-sim", "create", root, "--profile", profile], timeout=120)
+    return root
+
+
+def start_on_sim_host(c: Container, unit: str = "nichealthd.service") -> str:
+    """The daemon's Debian dependencies from apt's pre-fetched cache, the source install, a
+    sim DGX-H100 host and the unit started on it; the host's root. A failed start raises
+    with the unit's journal."""
+    c.run(["apt-get", "install", "-y", "-q", *DAEMON_DEPS], timeout=300)
+    install_from_source(c)
+    root = sim_host(c)
+    point_config_at(c, root)
+    try:
+        c.run(["systemctl", "start", unit], timeout=90)
+    except AssertionError:
+        raise AssertionError(c.journal(unit)[-4000:]) from None
     return root
 
 

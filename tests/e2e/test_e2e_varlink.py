@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import json
 
-import nspawn
 import pytest
-from install import install_from_source, point_config_at, sim_host
+from install import start_on_sim_host
 
 from tests.harness import NOBODY
 
@@ -44,14 +43,7 @@ def seq_records(text: str) -> list:
 
 def test_varlinkctl_against_the_installed_daemon(boot):
     c = boot("trixie")
-    c.run(["apt-get", "install", "-y", "-q", *nspawn.DAEMON_DEPS], timeout=300)
-    install_from_source(c)
-    root = sim_host(c)
-    point_config_at(c, root)
-    try:
-        c.run(["systemctl", "start", UNIT], timeout=90)
-    except AssertionError:
-        raise AssertionError(c.journal(UNIT)[-4000:]) from None
+    root = start_on_sim_host(c, UNIT)
     assert c.show(UNIT, "ActiveState") == "active"
     assert "varlink API serving io.nichealthd.Monitor on " + SOCKET in c.journal(UNIT)
     modes = c.run(["stat", "-c", "%a %F", SOCKET, "/run/nichealthd"]).stdout.splitlines()

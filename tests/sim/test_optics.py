@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 
@@ -44,12 +44,17 @@ def test_set_optics_rewrites_one_port_and_is_read_back(build: Callable[..., Path
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({}, "give --rx-power and/or --temperature"),
+    ({}, "give --rx-power, --temperature and/or --module"),
     ({"rx_power": -41.0}, "--rx-power must be between -40 and 8 dBm"),
     ({"temperature": 130.0}, "--temperature must be between -40 and 125"),
+    ({"module": "fibre"}, "--module must be one of optical, passive-dac"),
+    ({"module": "twin-port"}, "--module twin-port needs --twin"),
+    ({"rx_power": -3.0, "lanes": "9"}, "--lanes must name lanes 1 to 8"),
+    ({"rx_power": -3.0, "lanes": "5-8"}, "the module has 4 lanes"),
+    ({"rx_power": -3.0, "lanes": "x"}, "is not like 5-8 or 1,3"),
 ])
 def test_set_optics_refuses_bad_arguments(build: Callable[..., Path],
-                                          kwargs: dict[str, float], message: str) -> None:
+                                          kwargs: dict[str, Any], message: str) -> None:
     root = build("a100-roce")
     with pytest.raises(SimError, match=message):
         sim_optics.set_optics(root, tree.device(tree.load(root), "mlx5_1"), 1, **kwargs)

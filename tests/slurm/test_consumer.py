@@ -16,6 +16,7 @@ import pytest
 from nichealthd.core.config import Config, build_config
 from nichealthd.core.events import HealthEvent
 from nichealthd.storage.store import Journal
+from nichealthd.surfaces.metrics import _slurm_families
 from nichealthd.surfaces.slurm import command
 from nichealthd.surfaces.slurm.command import Outcome
 from nichealthd.surfaces.slurm.consumer import CONSUMER, SlurmConsumer
@@ -169,6 +170,49 @@ def test_attempts_are_bounded_with_backoff_and_the_event_stays_pending(
     consumer.step()
     assert host.slurm.reason == REASON and host.pending == 0
     assert host.statuses[-1].last_error == ""
+
+
+def test_a_refused_drain_is_failing_on_every_surface_until_one_succeeds(tmp_path: Path
+                                                                         ) -> None:
+    """slurmctld refuses the daemon's user: the drain is not done, and the status says so
+    (``failing``, the metric) instead of holding no condition as if none were open."""
+    host = Host(tmp_path, slurmRetries=1)
+    consumer = host.consumer()
+    refused = "scontrol exited with status 1: slurm_update error: Invalid user id"
+    answer = host.slurm.__call__
+
+    def refusing(argv: tuple[str, ...], timeout: float) -> Outcome:
+        if argv[0] == "scontrol":
+            host.slurm.calls.append(argv)
+            return Outcome(argv, error=refused)
+        return answer(argv, timeout)
+
+    consumer.runner = refusing
+    host.commit(down())
+    assert consumer.step() == consumer.pause and host.pending == 1
+    status = host.statuses[-1]
+    assert status.failing == f"drain of node node-a: {refused}"
+    assert status.status_keys()["slurm_failing"] == status.failing
+    assert not status.holds_drain and status.status_keys()["slurm_drain_held"] is False
+    assert host.slurm.reason is None
+    values = {m.name: m.samples[0].value for m in _slurm_families(status)
+              if m.name != "nichealthd_slurm_actions"}
+    assert values == {"nichealthd_slurm_drained": 0, "nichealthd_slurm_failing": 1}
+    consumer.runner = host.slurm  # Admin granted: the retry drains, failing is over
+    consumer._retry_at = 0.0
+    consumer.step()
+    status = host.statuses[-1]
+    assert (status.failing, status.holds_drain) == ("", True)
+    assert str(host.slurm.reason) == REASON  # (narrowed to None above for mypy)
+    values = {m.name: m.samples[0].value for m in _slurm_families(status)
+              if m.name != "nichealthd_slurm_actions"}
+    assert values == {"nichealthd_slurm_drained": 1, "nichealthd_slurm_failing": 0}
+    host.commit(down("mlx5_3"))
+    consumer.runner = refusing
+    host.config = replace(host.config, slurm_drain=False)  # switched off by a reload
+    consumer.reconfigure(host.config)
+    consumer.step()
+    assert host.statuses[-1].failing == ""
 
 
 def test_the_record_and_cursor_survive_a_restart(tmp_path: Path) -> None:

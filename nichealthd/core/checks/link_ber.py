@@ -14,16 +14,28 @@ family takes one window per port with a netdev from the ``phy`` fact (``sources/
   (the other ports of the same role, card model, link layer, rate and FEC mode, at least
   :data:`MIN_PEERS` of them with a BER in the same run: no table, as for the link rate; it
   finds a port that was bad from its first window, which has no baseline to rise from), the
-  last two at least :data:`RISE_FLOOR`; one healthy event when none holds any more. The
+  last two only from :func:`relative_floor` (a tenth of the first one's level: a PAM4 port
+  at 1e-7 is healthy beside peers at 1e-12); one healthy event when none holds any more. The
   baseline is the average of the port's windows while it is not raised (an exponential
   average, weight :data:`BASELINE_WEIGHT`), kept in the state;
 - post-FEC errors (uncorrectable FEC blocks, ``rx_pcs_symbol_err_phy``) in a window: one
   non-fatal event (``errorCode`` ``link_fec_uncorrectable``), and one healthy event after
   :data:`CLEAN_WINDOWS` windows without any.
 
+Nothing here is fatal and nothing recommends REPLACE_VM: the family predicts; a link that has
+failed is the port-state rule's verdict (DOWN) or the counters' (``link_downed``).
+
 A counter that went backwards (a reset, a driver reload) gives no window: the next one starts
 from it. Ports without physical-layer counters, and windows without a BER, say nothing; what
-was said stands until a window says otherwise.
+was said stands until a window says otherwise. Inputs that cannot all be true give no window
+either, and are said once per port and kind while the process runs (the notes; the family's
+volatile :class:`BerMemory`): every count is held to ``core/numbers.py``'s 64-bit PHY
+counter (all ones is a failed read), a BER to a bit error ratio (more bits corrected than the
+window carried is a wrong counter, or a rate too small to be the port's: no rate), a line
+rate to ``LINE_RATE``, the errors after FEC to what the link can carry; the corrected bits
+read from another counter than at the window's start (``rx_corrected_bits_phy`` or the FEC
+statistics') start a new window; a baseline in the state that is no bit error ratio is
+corrupt: dropped, and the port's baseline starts afresh.
 
 The correction limits (:data:`KP4_LIMIT`, :data:`KR4_LIMIT`): the kernel reports one FEC mode
 "RS" for both Reed-Solomon codes, so the code is told by the lane rate: 50 Gb/s lanes and
@@ -39,14 +51,15 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Iterable, Mapping, NamedTuple, Optional, Sequence
+from typing import Iterable, Mapping, NamedTuple, Optional, Sequence, Union
 
 from ..codec import Section, stored
 from ..config import Config
 from ..events import HealthEvent, make_event, port_entities
 from ..family import READS_PORTS, CheckFamily, Condition, Cycle, PortId, Series, Verdict
 from ..jsontypes import Json
-from ..model import PortSnapshot
+from ..model import DeviceSnapshot, PortSnapshot
+from ..numbers import BIT_ERROR_RATIO, LINE_RATE, PHY_COUNTER, Unreadable, measure
 from ..phy import CORRECTED_BITS, FACT, RX_BITS, SYMBOL_ERRORS, PhyReading
 from ..settings import Duration, Integer, Settings, setting
 from ..state import DEGRADED
@@ -57,7 +70,11 @@ CODE_BER = "link_ber"
 CODE_POST_FEC = "link_fec_uncorrectable"
 KP4_LIMIT = (2.4e-4, "RS(544,514) KP4")
 KR4_LIMIT = (5e-5, "RS(528,514) KR4")
-RISE_FLOOR = 1e-9  # below it a rise over the baseline is noise, however many times
+RISE_FLOOR = 1e-9  # without a known FEC limit: below it a rise is noise, however many times
+FLOOR_SHARE = 0.1  # of the limit rule's level: where the relative rules start to judge
+MIN_BLOCK_BITS = 2112  # the shortest FEC codeword (Clause 74 BASE-R FEC); RS ones are longer
+RATE_SLACK = 2.0  # a window's bits may exceed rate x seconds this much (clocks, line coding)
+DRIVER, FEC_STATS = "driver", "fec"  # where a sample's corrected bits came from
 BASELINE_WEIGHT = 0.1
 CLEAN_WINDOWS = 10
 MIN_PEERS = 3  # peers with a BER in the same run, besides the port, for a median to judge by
@@ -91,9 +108,15 @@ def fec_limit(mode: Optional[str], rate: Optional[Rate]) -> Optional[tuple[float
     no limit is known (see the module's docstring for the sources)."""
     if mode != "RS" or rate is None:
         return None
-    if rate.lanes:
-        return KP4_LIMIT if rate.gbps / rate.lanes >= 50 else KR4_LIMIT
-    return KP4_LIMIT if rate.gbps >= 200 else None  # 200G and up: PAM4 lanes only
+    if _pam4(rate):
+        return KP4_LIMIT
+    return KR4_LIMIT if rate.lanes else None  # 100G without its lanes: 4x25 NRZ or 2x50 PAM4
+
+
+def _pam4(rate: Rate) -> bool:
+    """Whether the rate runs PAM4 lanes: 50 Gb/s a lane and up, or 200G and up whatever its
+    lanes (no NRZ port is that fast)."""
+    return rate.gbps / rate.lanes >= 50 if rate.lanes else rate.gbps >= 200
 
 
 @dataclass(frozen=True)
@@ -107,6 +130,10 @@ class Sample:
     received: Optional[int]
     uncorrectable: Optional[int]
     symbols: Optional[int]
+    # The counter ``corrected`` was read from: :data:`DRIVER` (``rx_corrected_bits_phy``) or
+    # :data:`FEC_STATS` (the FEC statistics' corrected bits); "" in a file of an older
+    # nichealthd, which did not record it: a window across it starts anew.
+    source: str = field(default="", metadata=stored(legacy=""))
 
 
 @dataclass(frozen=True)
@@ -127,6 +154,14 @@ class BerPicture:
     """The family's picture (kept in its volatile slot between runs): what the last run saw."""
 
     ports: Mapping[str, PortBer] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BerMemory:
+    """The family's volatile memory: the inputs it has said it could not use (port key and
+    what), so that each is logged once while this process runs."""
+
+    noted: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -157,14 +192,44 @@ class LinkBerSection(Section):
                                        metadata=stored(key="link_ber_samples"))
 
 
-def _sample(reading: PhyReading, at: datetime) -> Sample:
+Problems = dict[str, str]  # what of a port's window could not be used -> why (its note)
+
+
+def _count(value: Optional[int], name: str, problems: Problems) -> Optional[int]:
+    """A counter's value held to its kind (``core/numbers.py``, PHY_COUNTER): an all-ones
+    read (or anything else no 64-bit count can be) is unreadable, never a count."""
+    if value is None or PHY_COUNTER.holds(value):
+        return value
+    problems[f"counter {name}"] = (f"{name} read {value}, which no 64-bit counter holds "
+                                   f"(all ones is a failed read): unreadable")
+    return None
+
+
+def _sample(reading: PhyReading, at: datetime, problems: Problems) -> Sample:
+    """The counters of one read; one that is not a count is None (not available)."""
     fec = reading.fec
-    corrected = reading.counters.get(CORRECTED_BITS)
-    if corrected is None and fec is not None and fec.corrected_bits:
-        corrected = fec.corrected_bits[0]
-    return Sample(at, corrected, reading.counters.get(RX_BITS),
-                  fec.uncorrectable_blocks[0] if fec and fec.uncorrectable_blocks else None,
-                  reading.counters.get(SYMBOL_ERRORS))
+    corrected = _count(reading.counters.get(CORRECTED_BITS), CORRECTED_BITS, problems)
+    source = DRIVER if corrected is not None else ""
+    if corrected is None and CORRECTED_BITS not in reading.counters and fec is not None \
+            and fec.corrected_bits:
+        corrected = _count(fec.corrected_bits[0], "FEC corrected bits", problems)
+        source = FEC_STATS if corrected is not None else ""
+    uncorrectable = (_count(fec.uncorrectable_blocks[0], "FEC uncorrectable blocks", problems)
+                     if fec and fec.uncorrectable_blocks else None)
+    return Sample(at, corrected, _count(reading.counters.get(RX_BITS), RX_BITS, problems),
+                  uncorrectable,
+                  _count(reading.counters.get(SYMBOL_ERRORS), SYMBOL_ERRORS, problems),
+                  source)
+
+
+def _held(sample: Sample, problems: Problems) -> Sample:
+    """A sample from the state held to the same kinds (a state file is input too)."""
+    values = [_count(getattr(sample, name), f"stored {name}", problems)
+              for name in ("corrected", "received", "uncorrectable", "symbols")]
+    if values == [sample.corrected, sample.received, sample.uncorrectable, sample.symbols]:
+        return sample
+    return replace(sample, corrected=values[0], received=values[1], uncorrectable=values[2],
+                   symbols=values[3])
 
 
 def _delta(new: Optional[int], old: Optional[int]) -> Optional[int]:
@@ -174,19 +239,89 @@ def _delta(new: Optional[int], old: Optional[int]) -> Optional[int]:
     return new - old
 
 
-def window_ber(new: Sample, old: Sample, port: PortSnapshot) -> Optional[float]:
-    """The pre-FEC BER between two samples; None when it cannot be told."""
-    seconds = (new.at - old.at).total_seconds()
-    corrected = _delta(new.corrected, old.corrected)
-    if corrected is None or seconds <= 0:
-        return None
-    if new.received is not None:
-        received = _delta(new.received, old.received)
-        return corrected / received if received else None
+@dataclass(frozen=True)
+class Impossible(Unreadable):
+    """Inputs that cannot all be true, and which (``what``: said once per port and what)."""
+
+    what: str = ""
+
+
+Ber = Union[float, Unreadable, None]  # a window's BER; Unreadable: impossible; None: none
+
+
+def _line_bps(port: PortSnapshot) -> Union[float, Unreadable, None]:
+    """The port's line rate in bits per second while it is ACTIVE; None when it has none
+    (not read, not up); Unreadable when its rate is no line rate (``LINE_RATE``)."""
     rate = parse_rate(port.rate)
-    if rate is None or not rate.gbps or not is_active(port.state, port.phys_state):
+    if rate is None or not is_active(port.state, port.phys_state):
         return None
-    return corrected / (rate.gbps * 1e9 * seconds)
+    held = measure(rate.gbps, LINE_RATE)
+    if isinstance(held, Unreadable):
+        return Impossible(f"its rate {rate.text!r} is no line rate ({held.reason})", "rate")
+    return held * 1e9
+
+
+def _most_bits(bps: Union[float, Unreadable, None], seconds: float) -> float:
+    """The most bits a window can carry: :data:`RATE_SLACK` × the port's rate (the fastest
+    line rate where it has none) over the window and a second more (the reads are not at
+    the window's edges to the millisecond)."""
+    rate = bps if isinstance(bps, float) else LINE_RATE.high * 1e9
+    return rate * RATE_SLACK * (max(seconds, 0.0) + 1)
+
+
+def window_bits(new: Sample, old: Sample, port: PortSnapshot
+                ) -> Union[int, float, Unreadable, None]:
+    """The bits the window carried: Δ``rx_bits_phy`` where it is counted, else the port's
+    rate × the window; None when neither is known. Unreadable when Δ``rx_bits_phy`` is more
+    than any rate could carry (:data:`RATE_SLACK` × the rate, or × the fastest line rate)."""
+    seconds = (new.at - old.at).total_seconds()
+    bps = _line_bps(port)
+    if new.received is not None or old.received is not None:
+        received = _delta(new.received, old.received)
+        if received is None:
+            return None
+        if received > _most_bits(bps, seconds):
+            return Impossible(f"{RX_BITS} rose by {received} in {seconds:.0f} s, more bits "
+                              f"than the link can carry: unreadable", RX_BITS)
+        return received
+    if isinstance(bps, Unreadable) or bps is None:
+        return bps
+    return bps * seconds
+
+
+def window_ber(new: Sample, old: Sample, port: PortSnapshot) -> Ber:
+    """The pre-FEC BER between two samples: Δcorrected ÷ the window's bits (a
+    :data:`~nichealthd.core.numbers.BIT_ERROR_RATIO`); None when it cannot be told;
+    Unreadable when the inputs are impossible (more bits corrected than carried, a rate that
+    is no rate, the corrected bits read from another counter than at the window's start)."""
+    seconds = (new.at - old.at).total_seconds()
+    if new.corrected is None or old.corrected is None or seconds <= 0:
+        return None
+    if not old.source:  # a sample of an older nichealthd: its counter is not known
+        return None
+    if new.source != old.source:
+        return Impossible(f"its corrected bits were read from {_SOURCE_NAMES[old.source]} "
+                          f"and now from {_SOURCE_NAMES[new.source]}: a new window starts",
+                          f"source {new.source}")
+    corrected = _delta(new.corrected, old.corrected)
+    if corrected is None:
+        return None
+    bits = window_bits(new, old, port)
+    if isinstance(bits, Unreadable):  # falsy, like None: told apart first
+        return bits
+    if not bits:
+        return None
+    if corrected > bits:
+        by_rate = new.received is None
+        return Impossible(
+            f"{corrected} bits corrected in a window that carried {bits:.4g} bits "
+            + (f"at its rate {port.rate!r}: a rate too small to carry them is no rate"
+               if by_rate else "(rx_bits_phy): one of the counters is wrong"),
+            "rate" if by_rate else "corrected")
+    return measure(corrected / bits, BIT_ERROR_RATIO)
+
+
+_SOURCE_NAMES = {DRIVER: CORRECTED_BITS, FEC_STATS: "the FEC statistics' corrected bits"}
 
 
 def _significant(value: float) -> float:
@@ -203,6 +338,7 @@ class Window(NamedTuple):
     old: Optional[Sample]
     ber: Optional[float]
     limit: Optional[tuple[float, str]]
+    floor: float  # the least BER the relative rules judge (relative_floor)
 
 
 def peer_medians(windows: Sequence[Window]) -> dict[str, float]:
@@ -222,24 +358,95 @@ def peer_medians(windows: Sequence[Window]) -> dict[str, float]:
     return out
 
 
+def relative_floor(limit: Optional[tuple[float, str]], settings: LinkBerSettings,
+                   rate: Optional[Rate], mode: Optional[str]) -> float:
+    """The least BER the relative rules (the baseline's rise, the peers) judge: a tenth of
+    the limit rule's level (``linkBerLimitPercent`` of the FEC's limit: 2.4e-6 for KP4 by
+    default, 5e-7 for KR4). Below it a port is healthy however it compares: PAM4 links run
+    at 1e-8 to 1e-6 before FEC by design, and one at 1e-7 beside peers at 1e-12 is not
+    failing. A PAM4 lane rate whose FEC mode is not told runs KP4 all the same (IEEE 802.3
+    makes RS(544,514) mandatory on every PAM4 PMD); an RS FEC whose code the rate does not
+    tell ("100 Gb/sec" without its lanes) corrects at least what KR4 does; without a known
+    limit (no FEC, BASE-R, NRZ with the mode unknown), :data:`RISE_FLOOR`."""
+    if limit is None and mode is None and rate is not None and _pam4(rate):
+        limit = KP4_LIMIT
+    elif limit is None and mode == "RS":
+        limit = KR4_LIMIT
+    if limit is None:
+        return RISE_FLOOR
+    return limit[0] * settings.link_ber_limit_percent / 100 * FLOOR_SHARE
+
+
 def _raised(ber: float, limit: Optional[tuple[float, str]], base: Optional[float],
-            peers: Optional[float], settings: LinkBerSettings) -> list[str]:
+            peers: Optional[float], floor: float, settings: LinkBerSettings) -> list[str]:
     """Why a window's BER is a predicted failure (empty: it is not)."""
     why = []
     if limit is not None and ber >= limit[0] * settings.link_ber_limit_percent / 100:
         why.append(f"at {settings.link_ber_limit_percent}% or more of the {limit[1]} FEC's "
                    f"correction limit {limit[0]:.1e}")
     rise, peer = settings.link_ber_rise_factor, settings.link_ber_peer_factor
-    if rise and base is not None and ber >= RISE_FLOOR and ber >= base * rise:
+    if rise and base is not None and ber >= floor and ber >= base * rise:
         times = f"{ber / base:.0f} times" if base else "above"
         why.append(f"{times} its baseline {base:.1e} (linkBerRiseFactor {rise})")
-    if peer and peers is not None and ber >= RISE_FLOOR and ber >= peers * peer:
+    if peer and peers is not None and ber >= floor and ber >= peers * peer:
         times = f"{ber / peers:.0f} times" if peers else "above"
         why.append(f"{times} its peers' median {peers:.1e} (linkBerPeerFactor {peer})")
     return why
 
 
-class LinkBer(CheckFamily[LinkBerSection, BerPicture, None]):
+def post_fec_errors(new: Sample, old: Sample, port: PortSnapshot
+                    ) -> Union[tuple[Optional[int], Optional[int]], Unreadable]:
+    """(uncorrectable FEC blocks, PCS symbol errors) of the window, each None when not
+    available or reset; Unreadable when either is more than the link could carry: a block
+    holds at least :data:`MIN_BLOCK_BITS` bits and a symbol error is at least one bit, of
+    at most :data:`RATE_SLACK` × the port's rate (or the fastest line rate) a second."""
+    seconds = (new.at - old.at).total_seconds()
+    blocks = _delta(new.uncorrectable, old.uncorrectable)
+    symbols = _delta(new.symbols, old.symbols)
+    most = _most_bits(_line_bps(port), seconds)
+    if blocks is not None and blocks * MIN_BLOCK_BITS > most:
+        return Impossible(f"{blocks} uncorrectable FEC blocks in {seconds:.0f} s are more "
+                          f"than the link can carry: unreadable", "blocks")
+    if symbols is not None and symbols > most:
+        return Impossible(f"{symbols} PCS symbol errors in {seconds:.0f} s are more than "
+                          f"the link can carry: unreadable", "symbols")
+    return blocks, symbols
+
+
+def _what(problem: Unreadable) -> str:
+    return problem.what if isinstance(problem, Impossible) else ""
+
+
+def _healed(baseline: Mapping[str, float], problems: dict[str, Problems]) -> dict[str, float]:
+    """The baselines that are bit error ratios; any other (a negative one would raise every
+    port with it) is a corrupt state: dropped, said once, and the port's baseline starts
+    afresh."""
+    kept = {}
+    for key, base in baseline.items():
+        if BIT_ERROR_RATIO.holds(base):
+            kept[key] = base
+        else:
+            problems.setdefault(key, {})["baseline"] = (
+                f"the state's link_ber_baseline {base!r} is no bit error ratio (0 to 1): "
+                f"corrupt, dropped; its baseline starts afresh")
+    return kept
+
+
+def _notes(problems: Mapping[str, Problems], noted: frozenset[str]
+           ) -> tuple[tuple[str, ...], frozenset[str]]:
+    """A log line for each input not used that was not said before in this process, and
+    what has been said now."""
+    lines = []
+    said = set(noted)
+    for key, found in sorted(problems.items()):
+        for what, why in sorted(found.items()):
+            if f"{key}: {what}" not in said:
+                said.add(f"{key}: {what}")
+                lines.append(f"link BER: port {key}: {why} (said once)")
+    return tuple(lines), frozenset(said) if len(said) != len(noted) else noted
+
+
+class LinkBer(CheckFamily[LinkBerSection, BerPicture, BerMemory]):
     """Each port's pre-FEC BER and post-FEC errors, window by window."""
 
     id = "link_ber"
@@ -261,13 +468,14 @@ class LinkBer(CheckFamily[LinkBerSection, BerPicture, None]):
         was told is written at once."""
         return old.predicted != new.predicted or old.post_fec != new.post_fec
 
-    def evaluate(self, previous: LinkBerSection, cycle: Cycle, volatile: None
-                 ) -> Verdict[LinkBerSection, BerPicture, None]:
+    def evaluate(self, previous: LinkBerSection, cycle: Cycle, volatile: Optional[BerMemory]
+                 ) -> Verdict[LinkBerSection, BerPicture, BerMemory]:
         readings: Mapping[str, PhyReading] = cycle.snapshot.facts.get(FACT) or {}
         settings = cycle.config.settings(LinkBerSettings)
         old_samples = previous.samples
+        problems: dict[str, Problems] = {}  # port key -> what could not be used -> why
         section = LinkBerSection(dict(previous.predicted), dict(previous.post_fec),
-                                 dict(previous.baseline))
+                                 _healed(previous.baseline, problems))
         samples = section.samples
         ports: dict[str, PortBer] = {}
         windows: list[Window] = []
@@ -277,16 +485,24 @@ class LinkBer(CheckFamily[LinkBerSection, BerPicture, None]):
                 layer = port.link_layer or ""
                 if reading is None or layer not in CHECK_OF:
                     continue
-                sample = samples[port.key] = _sample(reading, cycle.now)
+                found = problems.setdefault(port.key, {})
+                sample = samples[port.key] = _sample(reading, cycle.now, found)
                 old = old_samples.get(port.key)
-                limit = fec_limit(reading.fec_mode, parse_rate(port.rate))
+                if old is not None:
+                    old = _held(old, found)
+                rate = parse_rate(port.rate)
+                limit = fec_limit(reading.fec_mode, rate)
                 ber = window_ber(sample, old, port) if old else None
+                if isinstance(ber, Unreadable):
+                    found[f"window {_what(ber)}"] = f"no pre-FEC BER this window: {ber.reason}"
+                    ber = None
                 ports[port.key] = PortBer(reading.netdev, reading.fec_mode or "",
                                           ber, limit[0] if limit else None, sample.corrected,
                                           sample.uncorrectable, sample.symbols)
                 group = (cycle.roles[device.name].role, device.hca_type or "",
                          device.board_id or "", layer, port.rate or "", reading.fec_mode or "")
-                windows.append(Window(port, layer, group, sample, old, ber, limit))
+                floor = relative_floor(limit, settings, rate, reading.fec_mode)
+                windows.append(Window(port, layer, group, sample, old, ber, limit, floor))
         peers = peer_medians(windows)
         events: list[tuple[str, HealthEvent]] = []
         for w in windows:
@@ -294,11 +510,13 @@ class LinkBer(CheckFamily[LinkBerSection, BerPicture, None]):
             if w.ber is not None:
                 said.append(self._judge_ber(section, w, peers.get(w.port.key), settings, cycle))
             if w.old is not None:
-                said.append(self._judge_post_fec(section, w.port, w.layer, w.sample, w.old,
-                                                 cycle))
+                said.append(self._judge_post_fec(section, w, problems[w.port.key], cycle))
             events.extend((w.port.device, event) for event in said
                           if event is not None and event.check_name in cycle.enabled)
-        return Verdict(section, tuple(events), BerPicture(ports))
+        noted = volatile.noted if volatile is not None else frozenset()
+        notes, noted = _notes(problems, noted)
+        return Verdict(section, tuple(events), BerPicture(ports), notes=notes,
+                       volatile=BerMemory(noted))
 
     @staticmethod
     def _judge_ber(section: LinkBerSection, w: Window, peers: Optional[float],
@@ -307,7 +525,7 @@ class LinkBer(CheckFamily[LinkBerSection, BerPicture, None]):
         assert ber is not None
         key = port.key
         base = section.baseline.get(key)
-        why = _raised(ber, limit, base, peers, settings)
+        why = _raised(ber, limit, base, peers, w.floor, settings)
         told = key in section.predicted
         label = port_label(port.device, port.port, layer)
         limit_text = (f"the {limit[1]} FEC's correction limit {limit[0]:.1e}" if limit
@@ -332,11 +550,17 @@ class LinkBer(CheckFamily[LinkBerSection, BerPicture, None]):
         return None
 
     @staticmethod
-    def _judge_post_fec(section: LinkBerSection, port: PortSnapshot, layer: str,
-                        sample: Sample, old: Sample, cycle: Cycle) -> Optional[HealthEvent]:
+    def _judge_post_fec(section: LinkBerSection, w: Window, found: Problems, cycle: Cycle
+                        ) -> Optional[HealthEvent]:
+        port, layer, sample, old = w.port, w.layer, w.sample, w.old
+        assert old is not None
         key = port.key
-        blocks = _delta(sample.uncorrectable, old.uncorrectable)
-        symbols = _delta(sample.symbols, old.symbols)
+        errors_after = post_fec_errors(sample, old, port)
+        if isinstance(errors_after, Unreadable):
+            found[f"post-FEC {_what(errors_after)}"] = (
+                f"no post-FEC verdict this window: {errors_after.reason}")
+            return None
+        blocks, symbols = errors_after
         if blocks is None and symbols is None:
             return None  # not available, or reset: no verdict either way
         errors = (blocks or 0) + (symbols or 0)
@@ -379,6 +603,10 @@ class LinkBer(CheckFamily[LinkBerSection, BerPicture, None]):
                               {moved(k): v for k, v in section.baseline.items()},
                               {moved(k): v for k, v in section.samples.items()})
 
+    def judges(self, device: DeviceSnapshot, port: PortSnapshot) -> bool:
+        """The InfiniBand and RoCE ports with a netdev (their PHY counters are read by it)."""
+        return bool(port.netdev) and (port.link_layer or "") in CHECK_OF
+
     def conditions(self, section: LinkBerSection,
                    picture: Optional[BerPicture]) -> Iterable[Condition]:
         for key, record in sorted(section.predicted.items()):
@@ -403,7 +631,7 @@ class LinkBer(CheckFamily[LinkBerSection, BerPicture, None]):
                 fields["phy_pre_fec_ber"] = seen.ber
             if seen.limit is not None:
                 fields["phy_ber_limit"] = seen.limit
-        if key in section.baseline:
+        if key in section.baseline and BIT_ERROR_RATIO.holds(section.baseline[key]):
             fields["phy_ber_baseline"] = section.baseline[key]
         return fields
 

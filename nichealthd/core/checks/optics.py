@@ -5,28 +5,35 @@ temperature, supply voltage and per-lane Rx power, Tx power and Tx bias, with th
 alarm and warning thresholds the module publishes (SFF-8636 upper page 03h, CMIS page 02h).
 Per port and monitor (lanes together: the worst lane decides, the message names the lanes):
 
-- beyond a warning threshold: a non-fatal event under the layer's degradation check;
-- beyond an alarm threshold: a non-fatal event under the degradation check too, except Rx
-  power below its low alarm, which is fatal under the layer's state check: the low-alarm
-  threshold is the module's own floor of usable receive power (the alarm levels of SFF-8636
-  upper page 03h and CMIS page 02h are the limits of operation the vendor sets; a receiver
-  that far below its sensitivity declares loss of signal, the Rx LOS flag of SFF-8636 byte 3
-  / CMIS page 11h byte 147), so the link cannot carry traffic. A high temperature, voltage,
-  bias or Tx power alarm says the module runs outside its rating and will fail or shut
-  itself down, but the link still carries traffic until it does: a degradation, to be
-  replaced at the next window;
+- beyond a warning or an alarm threshold: a non-fatal event under the layer's degradation
+  check. Optics predict, they never give REPLACE_VM: a link that has failed is the
+  port-state rule's verdict (DOWN, core/checks/ports.py) or the counters' (link_downed), so
+  Rx power below its low alarm on an ACTIVE port is a degradation (the link still carries
+  traffic: the module sees light, only less than its vendor wants), and on a port that is
+  not ACTIVE the optics add nothing to the port-state event (a fibre cut is one REPLACE_VM,
+  not two): nothing is judged there, what was said is held;
+- only what the module says it has is judged: a copper cable's optical monitors, a flat
+  module's, a monitor the module does not implement are not available
+  (sources/module_pages.py), so they are neither judged nor shown; a reading of exactly 0
+  the module does not flag itself (its Rx loss-of-signal flag, or its alarm and warning
+  flags of that monitor and lane, readable and clear) is a monitor that does not measure (a
+  laser switched off, a lane outside the link), not darkness (:func:`measured`); where the
+  module's own latched flag agrees with a threshold, the message says so;
+- a twin-port module (2x400G) serves two host ports: each port judges only the lanes of its
+  data path (:func:`~nichealthd.core.modulefacts.share`), so every live lane is judged once;
 - Rx power ``opticsRxPowerDrop`` dB (default 3: half the light) or more below the lane's
-  own baseline (the best it has read since the state began) is a non-fatal event (a dirty
-  or bent fibre, a failing far-end laser), well before any threshold; while Rx power is
-  beyond one of the module's thresholds, that report says it and the drop is not judged
-  (what was said of it is held).
+  own baseline (the best it has read since the module was plugged in) is a non-fatal event
+  (a dirty or bent fibre, a failing far-end laser), well before any threshold; while Rx
+  power is beyond one of the module's thresholds, that report says it and the drop is not
+  judged (what was said of it is held). The baseline follows the module: a module of
+  another vendor, part or serial number starts a new one (and closes a drop report of the
+  old module).
 
 ``errorCode`` is ``optics_<monitor>`` (``optics_rx_power``, ``optics_rx_power_drop``, ...); a
 port's monitor moves between levels with one healthy event closing the level it leaves and
 one event opening the level it enters, and one recovery when it is back within its limits
 (the identity of the event it closes). A port without a module, without diagnostics or
-without thresholds for a monitor stays quiet (what was said is held). Rx power is not judged
-on a port the link-state family treats as uncabled (no light is expected there). Slow
+without thresholds for a monitor stays quiet (what was said is held). Slow
 cadence (``opticsInterval``, default 60 s): each page read is an I2C transfer to the module.
 """
 
@@ -41,9 +48,16 @@ from ..config import Config
 from ..events import HealthEvent, make_event, port_entities
 from ..family import CheckFamily, Condition, Cycle, PortId, Series, Verdict
 from ..jsontypes import Json
+from ..model import DeviceSnapshot, PortSnapshot
 from ..modulefacts import (
+    HIGH_ALARM,
+    HIGH_WARNING,
     LANE_MONITORS,
+    LOW_ALARM,
+    LOW_WARNING,
     MODULE_MONITORS,
+    OK,
+    RANK,
     RX_POWER,
     TEMPERATURE,
     TX_BIAS,
@@ -53,24 +67,21 @@ from ..modulefacts import (
     PortOptics,
     Thresholds,
     dbm,
+    share,
 )
 from ..settings import Duration, Integer, Settings, setting
-from ..state import DEGRADED, FATAL, SUPPRESSED
+from ..state import DEGRADED, FATAL
 from .counters import CheckNames
-from .link_state import LINK_STATE
 from .pci_open import LAYER_CHECKS
-from .ports import port_label
+from .ports import is_active, port_label
 
 FACT = "optics"  # what the optics source provides
 RX_DROP = "rx_power_drop"
 MONITORS = (*MODULE_MONITORS, *LANE_MONITORS, RX_DROP)
 TITLES = {TEMPERATURE: "temperature", VOLTAGE: "supply voltage", RX_POWER: "Rx power",
           TX_POWER: "Tx power", TX_BIAS: "Tx bias", RX_DROP: "Rx power"}
-HIGH_ALARM, LOW_ALARM = "high alarm", "low alarm"
-HIGH_WARNING, LOW_WARNING = "high warning", "low warning"
 DROP = "drop"
-OK = "ok"
-_RANK = {OK: 0, LOW_WARNING: 1, HIGH_WARNING: 1, DROP: 1, LOW_ALARM: 2, HIGH_ALARM: 2}
+_RANK = {**RANK, DROP: 1}
 
 
 def code_of(monitor: str) -> str:
@@ -111,35 +122,60 @@ class Finding(NamedTuple):
 
 
 def judge(diagnostics: ModuleDiagnostics, baseline: Mapping[int, float], drop_db: int,
-          rx_judged: bool = True) -> dict[str, Finding]:
+          lanes: Optional[Sequence[int]] = None) -> dict[str, Finding]:
     """Every monitor of a module that can be judged (a reading and the module's limits for
-    it; the drop: a reading and a baseline), by monitor; pure. ``baseline`` maps a lane
-    (0-based) to its best Rx power in dBm."""
+    it; the drop: a reading and a baseline), by monitor; pure. ``lanes``: the lanes
+    (0-based) this port judges (default: every lane read); ``baseline`` maps a lane to its
+    best Rx power in dBm. Nothing is ever fatal (the module docstring)."""
     out: dict[str, Finding] = {}
     for monitor in MODULE_MONITORS:
         value = diagnostics.module_value(monitor)
         limits = diagnostics.thresholds.get(monitor)
         if value is not None and limits is not None:
             found = level(value, limits)
-            out[monitor] = Finding(found, False, _detail(monitor, found, value, limits, ()))
+            flagged = diagnostics.flags.get(monitor, ())
+            out[monitor] = Finding(found, False, _detail(monitor, found, value, limits, (),
+                                                         found in flagged))
+    judged = set(lanes) if lanes is not None else None
     for monitor in LANE_MONITORS:
         limits = diagnostics.thresholds.get(monitor)
-        if limits is not None and (monitor != RX_POWER or rx_judged):
-            finding = _worst_lanes(monitor, diagnostics.lanes.get(monitor, ()), limits)
+        if limits is not None:
+            readings = measured(diagnostics, monitor, judged)
+            finding = _worst_lanes(monitor, readings, limits, diagnostics.flags.get(monitor, ()))
             if finding is not None:
                 out[monitor] = finding
     rx_level = out[RX_POWER].level if RX_POWER in out else OK
-    if drop_db > 0 and rx_judged and rx_level == OK:  # beyond a threshold: that says it
-        drop = _rx_drop(diagnostics.lanes.get(RX_POWER, ()), baseline, drop_db)
+    if drop_db > 0 and rx_level == OK:  # beyond a threshold: that says it
+        drop = _rx_drop(measured(diagnostics, RX_POWER, judged), baseline, drop_db)
         if drop is not None:
             out[RX_DROP] = drop
     return out
 
 
-def _worst_lanes(monitor: str, readings: Sequence[Optional[float]], limits: Thresholds
-                 ) -> Optional[Finding]:
+def measured(diagnostics: ModuleDiagnostics, monitor: str, lanes: Optional[set[int]]
+             ) -> tuple[Optional[float], ...]:
+    """One lane monitor's readings, ``None`` on a lane not judged here: another port's, or a
+    reading of exactly 0 that the module itself does not flag: Rx power while its Rx LOS
+    flag for the lane is clear, any monitor while its own alarm and warning flags for the
+    lane are readable and clear. That is a monitor that does not measure the lane (a laser
+    switched off, a lane outside the link), not darkness: the flags are latched and a
+    condition that lasts sets them again as soon as they are read, so a real loss shows
+    in them."""
+    los = diagnostics.rx_los
+    flags = diagnostics.flags.get(monitor, ())
+    out: list[Optional[float]] = []
+    for index, value in enumerate(diagnostics.lanes.get(monitor, ())):
+        elsewhere = lanes is not None and index not in lanes
+        unflagged = (monitor == RX_POWER and index < len(los) and los[index] is False) \
+            or (index < len(flags) and flags[index] == OK)
+        out.append(None if elsewhere or (value == 0.0 and unflagged) else value)
+    return tuple(out)
+
+
+def _worst_lanes(monitor: str, readings: Sequence[Optional[float]], limits: Thresholds,
+                 flags: Sequence[str] = ()) -> Optional[Finding]:
     """The lanes at the worst level of one lane monitor, named together (None: no reading);
-    Rx power below its low alarm is the module's loss of signal: fatal."""
+    never fatal."""
     judged = [(index, v, level(v, limits)) for index, v in enumerate(readings)
               if v is not None]
     if not judged:
@@ -148,8 +184,8 @@ def _worst_lanes(monitor: str, readings: Sequence[Optional[float]], limits: Thre
     hit = [(i, v, found) for i, v, found in judged if _RANK[found] == worst]
     found, value = hit[0][2], hit[0][1]
     lanes = tuple(i for i, _, f in hit if f == found)
-    fatal = monitor == RX_POWER and found == LOW_ALARM
-    return Finding(found, fatal, _detail(monitor, found, value, limits, lanes))
+    agreed = found != OK and all(i < len(flags) and flags[i] == found for i in lanes)
+    return Finding(found, False, _detail(monitor, found, value, limits, lanes, agreed))
 
 
 def _rx_drop(readings: Sequence[Optional[float]], baseline: Mapping[int, float],
@@ -172,7 +208,7 @@ def _rx_drop(readings: Sequence[Optional[float]], baseline: Mapping[int, float],
 
 
 def _detail(monitor: str, found: str, value: float, limits: Thresholds,
-            lanes: tuple[int, ...]) -> str:
+            lanes: tuple[int, ...], flagged: bool = False) -> str:
     title = TITLES[monitor]
     where = f" on lane {', '.join(str(i + 1) for i in lanes)}" if lanes else ""
     if found == OK:
@@ -180,16 +216,17 @@ def _detail(monitor: str, found: str, value: float, limits: Thresholds,
     limit = {HIGH_ALARM: limits.high_alarm, LOW_ALARM: limits.low_alarm,
              HIGH_WARNING: limits.high_warning, LOW_WARNING: limits.low_warning}[found]
     side = "above" if found.startswith("high") else "below"
+    agreed = ", the module flags it too" if flagged else ""
     return (f"{title} {shown(monitor, value)}{where} is {side} the module's {found} "
-            f"threshold ({shown(monitor, limit)})")
+            f"threshold ({shown(monitor, limit)}){agreed}")
 
 
-def rebased(baseline: Mapping[int, float], diagnostics: ModuleDiagnostics
+def rebased(baseline: Mapping[int, float], readings: Sequence[Optional[float]]
             ) -> dict[int, float]:
     """Each lane's baseline raised to its reading when the reading is better (the best Rx
     power the lane has had: a cleaned fibre raises it, a falling one never lowers it)."""
     out = dict(baseline)
-    for index, value in enumerate(diagnostics.lanes.get(RX_POWER, ())):
+    for index, value in enumerate(readings):
         if value is not None and value > 0:
             out[index] = max(out.get(index, dbm(value)), round(dbm(value), 2))
     return out
@@ -205,8 +242,8 @@ class OpticsSettings(Settings):
         "a netdev")
     optics_rx_power_drop: int = setting(
         "opticsRxPowerDrop", 3, Integer(0, 30),
-        "Decibels an Rx lane may fall below its own baseline (the best Rx power it has read) "
-        "before it")
+        "Decibels an Rx lane may fall below its own baseline (the best Rx power it has read; a "
+        "module of another vendor, part or serial number starts a new one) before it")
 
 
 @dataclass(frozen=True)
@@ -224,13 +261,16 @@ class OpticsRecord:
 
 @dataclass
 class OpticsSection(Section):
-    """The open reports (``<port key>/<monitor>`` -> record) and each Rx lane's baseline
-    (``<port key>/<lane>`` -> dBm)."""
+    """The open reports (``<port key>/<monitor>`` -> record), each Rx lane's baseline
+    (``<port key>/<lane>`` -> dBm) and the module each port's baselines belong to (``<port
+    key>`` -> vendor/part/serial: a state file without it is read as no module known)."""
 
     records: dict[str, OpticsRecord] = field(default_factory=dict,
                                              metadata=stored(key="optics_open"))
     baselines: dict[str, float] = field(default_factory=dict,
                                         metadata=stored(key="optics_rx_baselines"))
+    modules: dict[str, str] = field(default_factory=dict,
+                                    metadata=stored(key="optics_modules", legacy={}))
 
 
 def _split(key: str) -> tuple[str, str]:
@@ -261,16 +301,17 @@ class Optics(CheckFamily[OpticsSection, Modules, None]):
 
     def evaluate(self, previous: OpticsSection, cycle: Cycle, volatile: None
                  ) -> Verdict[OpticsSection, Modules, None]:
-        facts: Optional[Modules] = cycle.snapshot.facts.get(FACT)
-        if facts is None:
+        read: Optional[Modules] = cycle.snapshot.facts.get(FACT)
+        if read is None:
             return Verdict(previous)
+        order = [(port.key, (device.pci_address or device.name).rpartition(".")[0])
+                 for device in sorted(cycle.monitored,
+                                      key=lambda d: (d.pci_address or "", d.name))
+                 for port in device.ports]  # PCI function order: a twin's host ports in turn
+        facts = share(read, order)
         drop_db = cycle.config.settings(OpticsSettings).optics_rx_power_drop
-        links = cycle.previous.section(LINK_STATE)
-        section = OpticsSection(dict(previous.records), dict(previous.baselines))
-        baselines: dict[str, dict[int, float]] = {}  # port key -> lane -> dBm
-        for key, value in previous.baselines.items():
-            port_key, index = _split(key)
-            baselines.setdefault(port_key, {})[int(index)] = value
+        section = OpticsSection(dict(previous.records), dict(previous.baselines),
+                                dict(previous.modules))
         events: list[tuple[str, HealthEvent]] = []
         for device in cycle.monitored:
             if device.is_vf:
@@ -278,21 +319,43 @@ class Optics(CheckFamily[OpticsSection, Modules, None]):
             for port in device.ports:
                 fact = facts.get(port.key)
                 checks = LAYER_CHECKS.get(port.link_layer or "")
-                if fact is None or fact.diagnostics is None or checks is None:
-                    continue
-                told = links.port_states.get(port.key)
-                rx_judged = told is None or told.health != SUPPRESSED
-                baseline = baselines.get(port.key, {})
-                findings = judge(fact.diagnostics, baseline, drop_db, rx_judged)
-                if rx_judged:
-                    for lane, value in rebased(baseline, fact.diagnostics).items():
-                        section.baselines[f"{port.key}/{lane}"] = value
+                if fact is None or fact.diagnostics is None or checks is None \
+                        or not is_active(port.state, port.phys_state):
+                    continue  # not ACTIVE: the port-state rule says it; what was said is held
                 label = f"{port_label(device.name, port.port, port.link_layer or '')} " \
                         f"({fact.netdev})"
+                findings = self._judge_port(section, port.key, fact, drop_db)
                 for monitor, finding in findings.items():
                     events.extend(self._step(section, cycle, device.name, port.port, label,
                                              monitor, finding, checks))
         return Verdict(section, tuple(events), facts)
+
+    @staticmethod
+    def _judge_port(section: OpticsSection, key: str, fact: PortOptics, drop_db: int
+                    ) -> dict[str, Finding]:
+        """One port's findings against its baseline, which it then advances; a different
+        module (vendor, part or serial) first drops the old module's baseline and closes a
+        drop report made of it."""
+        diag = fact.diagnostics
+        assert diag is not None
+        lanes = fact.lanes_served()
+        module = "/".join(diag.identity)
+        changed = bool(diag.identity[2]) and section.modules.get(key, module) != module
+        if diag.identity[2]:
+            section.modules[key] = module
+        if changed:
+            for name in [k for k in section.baselines if _split(k)[0] == key]:
+                del section.baselines[name]
+        baseline = {int(_split(k)[1]): v for k, v in section.baselines.items()
+                    if _split(k)[0] == key}
+        findings = judge(diag, baseline, drop_db, lanes)
+        if changed and f"{key}/{RX_DROP}" in section.records:
+            findings[RX_DROP] = Finding(OK, False, (
+                f"Rx power baseline starts anew: a different module is plugged in "
+                f"({diag.identity[0]} {diag.identity[1]}, serial {diag.identity[2]})"))
+        for lane, value in rebased(baseline, measured(diag, RX_POWER, set(lanes))).items():
+            section.baselines[f"{key}/{lane}"] = value
+        return findings
 
     @staticmethod
     def _step(section: OpticsSection, cycle: Cycle, device: str, port: int, label: str,
@@ -303,8 +366,8 @@ class Optics(CheckFamily[OpticsSection, Modules, None]):
         key = f"{device}_{port}/{monitor}"
         record = section.records.get(key)
         was = record.level if record else OK
-        if finding.level == was:
-            return []
+        if finding.level == was and (record is None or not record.fatal):
+            return []  # (a fatal record of an older version is closed and said again)
         out: list[tuple[str, HealthEvent]] = []
         now = cycle.now
         entities = port_entities(device, port)
@@ -318,7 +381,7 @@ class Optics(CheckFamily[OpticsSection, Modules, None]):
                                            at=now)))
         if finding.level == OK:
             return out
-        check = checks.state if finding.fatal else checks.degradation
+        check = checks.degradation
         if check not in cycle.enabled:
             return out
         section.records[key] = OpticsRecord(device, port, check, finding.fatal, finding.level,
@@ -339,7 +402,12 @@ class Optics(CheckFamily[OpticsSection, Modules, None]):
 
         records = {moved(k): replace(r, device=renames.get(r.device, r.device))
                    for k, r in section.records.items()}
-        return OpticsSection(records, {moved(k): v for k, v in section.baselines.items()})
+        return OpticsSection(records, {moved(k): v for k, v in section.baselines.items()},
+                             {moved(f"{k}/m")[:-2]: v for k, v in section.modules.items()})
+
+    def judges(self, device: DeviceSnapshot, port: PortSnapshot) -> bool:
+        """The InfiniBand and RoCE ports with a netdev (their modules are read by it)."""
+        return bool(port.netdev) and (port.link_layer or "") in LAYER_CHECKS
 
     def conditions(self, section: OpticsSection, picture: Optional[Modules]) -> Iterable[Condition]:
         for key, record in sorted(section.records.items()):
@@ -362,9 +430,16 @@ class Optics(CheckFamily[OpticsSection, Modules, None]):
             return out
         out["module_status"] = "ok"
         out["module_spec"] = diag.spec
-        out["module_temperature_c"] = _rounded(diag.temperature, 2)
-        out["module_voltage_v"] = _rounded(diag.voltage, 4)
-        out["module_lanes"] = lane_records(diag)
+        out["module_media"] = diag.media
+        if diag.flat:
+            out["module_memory"] = "flat"
+        for name, value, digits in (("module_temperature_c", diag.temperature, 2),
+                                    ("module_voltage_v", diag.voltage, 4)):
+            if value is not None:  # not measured: left out, never 0
+                out[name] = round(value, digits)
+        if any(diag.identity):
+            out["module_identity"] = " ".join(part for part in diag.identity if part)
+        out["module_lanes"] = lane_records(diag, fact.lanes_served())
         out["optics_alerts"] = [f"{_split(k)[1]}: {r.level}"
                                 for k, r in sorted(section.records.items())
                                 if _split(k)[0] == key]
@@ -387,9 +462,10 @@ class Optics(CheckFamily[OpticsSection, Modules, None]):
                 temp.append((labels, diag.temperature))
             if diag.voltage is not None:
                 volt.append((labels, diag.voltage))
+            served = set(fact.lanes_served())
             for monitor, into, convert in ((RX_POWER, rx, True), (TX_POWER, tx, True),
                                            (TX_BIAS, bias, False)):
-                for lane, value in enumerate(diag.lanes.get(monitor, ())):
+                for lane, value in enumerate(measured(diag, monitor, served)):
                     if value is not None:  # bias in amperes: Prometheus' base unit
                         into.append(((*labels, str(lane + 1)),
                                      dbm(value) if convert else value / 1000))
@@ -410,7 +486,7 @@ class Optics(CheckFamily[OpticsSection, Modules, None]):
             if fact.diagnostics is None:
                 continue
             device, _, number = key.rpartition("_")
-            for monitor in MONITORS:
+            for monitor in _monitors_of(fact.diagnostics):
                 record = section.records.get(f"{key}/{monitor}")
                 alerts.append(((device, number, monitor), 1.0 if record else 0.0))
         yield Series("module_alert", "1 while a module monitor is reported beyond its "
@@ -418,27 +494,39 @@ class Optics(CheckFamily[OpticsSection, Modules, None]):
                      tuple(alerts))
 
 
-def lane_records(diagnostics: ModuleDiagnostics) -> list[Json]:
-    """``module_lanes`` of a port record: per lane its Rx and Tx power (dBm) and bias (mA),
-    as text like every nested record (``pcie_hops``: D-Bus ``aa{ss}``), so that D-Bus and
-    varlink say the same; a reading the module does not give is left out (no nulls: D-Bus
-    has none)."""
+def _monitors_of(diagnostics: ModuleDiagnostics) -> tuple[str, ...]:
+    """The monitors a module has (a reading of it): those an alert can be about; a copper
+    cable's optical monitors have no alert series, not an alert of 0."""
+    has = {m for m in MODULE_MONITORS if diagnostics.module_value(m) is not None}
+    has |= {m for m in LANE_MONITORS if diagnostics.lanes.get(m)}
+    if RX_POWER in has:
+        has.add(RX_DROP)
+    return tuple(m for m in MONITORS if m in has)
+
+
+def lane_records(diagnostics: ModuleDiagnostics, lanes: Optional[Sequence[int]] = None
+                 ) -> list[Json]:
+    """``module_lanes`` of a port record: per lane this port judges (``lanes``, default
+    every lane read; numbered as the module numbers them) its Rx and Tx power (dBm) and bias
+    (mA), as text like every nested record (``pcie_hops``: D-Bus ``aa{ss}``), so that D-Bus
+    and varlink say the same; a reading the module does not give is left out (no nulls:
+    D-Bus has none)."""
+    served = set(lanes) if lanes is not None else None
+    columns = [(name, measured(diagnostics, monitor, served), monitor != TX_BIAS)
+               for monitor, name in ((RX_POWER, "rx_power_dbm"), (TX_POWER, "tx_power_dbm"),
+                                     (TX_BIAS, "tx_bias_ma"))]
     count = max((len(v) for v in diagnostics.lanes.values()), default=0)
     out: list[Json] = []
     for index in range(count):
+        if served is not None and index not in served:
+            continue
         lane: dict[str, Json] = {"lane": str(index + 1)}
-        for monitor, name in ((RX_POWER, "rx_power_dbm"), (TX_POWER, "tx_power_dbm"),
-                              (TX_BIAS, "tx_bias_ma")):
-            values = diagnostics.lanes.get(monitor, ())
+        for name, values, power in columns:
             value = values[index] if index < len(values) else None
             if value is not None:
-                lane[name] = str(round(dbm(value) if monitor != TX_BIAS else value, 2))
+                lane[name] = str(round(dbm(value) if power else value, 2))
         out.append(lane)
     return out
-
-
-def _rounded(value: Optional[float], digits: int) -> Optional[float]:
-    return None if value is None else round(value, digits)
 
 
 FAMILY = OPTICS = Optics()

@@ -101,7 +101,7 @@ class SlurmConsumer:
             self.node = node
             self.record = load_record(self.path, node)
         self._retry_at = 0.0
-        self._publish(mode=mode_of(config))
+        self._publish(mode=mode_of(config), failing="")  # the next step says it again
 
     # ------------------------------------------------------------------ the backlog
 
@@ -152,6 +152,8 @@ class SlurmConsumer:
         if failed:
             self._retry_at = self.clock() + self.pause
             return self.pause
+        if self.status.failing:  # nothing pending failed this time
+            self._publish(failing="")
         return 0.0 if len(entries) == BATCH else IDLE
 
     # ------------------------------------------------------------------ the actions
@@ -235,7 +237,7 @@ class SlurmConsumer:
             log.info("Slurm commands work again")
         self._told = ""
         self._publish(last_action=f"{action} {result} at {format_timestamp(self.wall())}: "
-                                  f"{text}", last_error="")
+                                  f"{text}", last_error="", failing="")
 
     def _failed(self, error: str, action: str = "") -> None:
         if error != self._told:
@@ -244,7 +246,9 @@ class SlurmConsumer:
             self._told = error
         if action:
             self._count(action, "failed")
-        self._publish(last_error=f"{format_timestamp(self.wall())}: {error}")
+        what = f"{action} of node {self.node}" if action else "drain record"
+        self._publish(last_error=f"{format_timestamp(self.wall())}: {error}",
+                      failing=f"{what}: {error}")
 
     def _count(self, action: str, result: str) -> None:
         actions = dict(self.status.actions)
