@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Iterator
@@ -41,6 +40,7 @@ from install import REPO, built_deb
 from tests.harness import NOBODY, wait_until
 from tests.packaging.builds import table
 from tests.readme import SIM_HOST, recipe
+from tests.release import unpack_release
 
 pytestmark = pytest.mark.e2e
 
@@ -241,12 +241,7 @@ def test_apt_purge_removes_state_without_warnings(box):
 
 def release_tarball(dest: Path) -> None:
     """The tree as `git archive` ships it (no .git): a release tarball, unpacked."""
-    tree = subprocess.run(["git", "stash", "create"], cwd=REPO, capture_output=True,
-                          text=True, check=True).stdout.strip() or "HEAD"  # fmt: skip
-    archive = subprocess.run(["git", "archive", "--format=tar", tree], cwd=REPO,
-                             capture_output=True, check=True).stdout  # fmt: skip
-    dest.mkdir(parents=True)
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    unpack_release(dest)
 
 
 def test_debian13_builds_it_lintian_clean_and_the_same(e2e_ready):

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from ..release import unpack_release
 from .builds import REPO, TARGETS, built, family, path_printed, run_build, table
 
 pytestmark = pytest.mark.packaging
@@ -401,13 +402,8 @@ def test_builds_from_release_tarball(tmp_path: Path) -> None:
     without bytecode (rpm 4.18 refused the empty interpreter macro it was given)."""
     if not (REPO / ".git").exists():
         pytest.skip("this checkout is itself a release tarball")
-    tree = subprocess.run(["git", "stash", "create"], cwd=REPO, capture_output=True,
-                          text=True, check=True).stdout.strip() or "HEAD"  # fmt: skip
     src = tmp_path / "nichealthd-release"
-    src.mkdir()
-    archive = subprocess.run(["git", "archive", "--format=tar", tree], cwd=REPO,
-                             capture_output=True, check=True).stdout  # fmt: skip
-    subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+    unpack_release(src)
     assert not (src / ".git").exists()
     no_cpython = {"PYENV_ROOT": str(tmp_path / "no-pyenv")}  # interpreter() finds none
     for target in ("debian12", "el9"):

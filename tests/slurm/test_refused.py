@@ -5,7 +5,8 @@ AdminLevel): a fatal port, a drain that cannot be done, and every surface saying
 
 from __future__ import annotations
 
-import stat
+import json
+import shlex
 
 from nichealthd.cli.format import Style, status_lines
 
@@ -19,14 +20,15 @@ REFUSED = "slurm_update error: Invalid user id"
 def test_a_refused_drain_is_slurm_failing_with_why() -> None:
     sim_root = simtrees.take()
     sock = sim_root.parent / "nh.sock"
-    scontrol = sim_root.parent / "scontrol"
-    scontrol.write_text(f"#!/bin/sh\necho '{REFUSED}' >&2\nexit 1\n")
-    scontrol.chmod(scontrol.stat().st_mode | stat.S_IXUSR)
+    # The stand-in is a script given to the system's sh: a program in a directory others
+    # may write (a temp directory) is refused (tests/slurm/test_trusted_commands.py).
+    scontrol = "sh"
+    drain = shlex.join([scontrol, "-c", f"echo '{REFUSED}' >&2; exit 1", "scontrol", "update"])
     config = sim_root / "nichealthd.toml"
     text = config.read_text().replace('varlinkSocket = ""', f'varlinkSocket = "{sock}"')
     config.write_text(text + 'slurmDrain = true\nslurmRetries = 1\n'
                       'slurmReasonCommand = "echo none"\n'
-                      f'slurmDrainCommand = "{scontrol} update NodeName={{node}} State=DRAIN"\n')
+                      f'slurmDrainCommand = {json.dumps(drain + " NodeName={node} State=DRAIN")}\n')
     running = RunningDaemon(sim_root)
     try:
         running.wait_for(lambda: status(sock)["slurm_mode"] == "on", what="slurm on")
