@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional, Sequence
 
 import pytest
 
@@ -62,6 +62,31 @@ def test_the_counters_read_are_the_names_mlx5_prints() -> None:
     assert RX_BITS not in names  # hence the rate x window denominator on mlx5
 
 
+def _through_the_family(tmp_path: Path, reads: Sequence[tuple[float, dict[str, int]]]
+                        ) -> tuple[Optional[float], list[str]]:
+    """Each read printed as ``ethtool -S`` prints it (its names in order) at its time, read
+    by the ``phy`` source (every counter as printed) and polled by the link-BER family: the
+    BER of the last window and the family's events."""
+    (tmp_path / "eth0").mkdir()
+    source = Phy(config(ethtoolPath=str(tmp_path)))
+    runner = Runner(config(linkBerInterval="60s"))
+    try:
+        for at, values in reads:
+            lines = ["NIC statistics:"] + [f"     {key}: {n}" for key, n in values.items()]
+            (tmp_path / "eth0" / "stats").write_text("\n".join(lines) + "\n")
+            snap = _roce(at)
+            facts = source.read(snap, ["mlx5_0"])
+            assert dict(facts["mlx5_0_1"].counters) == values
+            result = runner.poll(replace(snap, facts={FACT: facts}))
+    finally:
+        source.close()
+    picture = result.pictures[LINK_BER.id]
+    assert isinstance(picture, BerPicture)
+    ber = picture.ports["mlx5_0_1"].ber
+    assert ber is None or isinstance(ber, float)
+    return ber, [e.message for e in result.events if "LinkBer" in e.message]
+
+
 def test_ber_arithmetic_through_the_driver_format(tmp_path: Path) -> None:
     """Two reads of mlx5's physical-layer group, printed as ``ethtool -S`` prints it (its
     names and order), a minute apart on a 400G port without ``rx_bits_phy``: the BER is
@@ -69,25 +94,11 @@ def test_ber_arithmetic_through_the_driver_format(tmp_path: Path) -> None:
     names = (DATA / "mlx5-phy-statistics.names").read_text().split()
     reads = [{"rx_corrected_bits_phy": 17_750_739, "rx_pcs_symbol_err_phy": 386},
              {"rx_corrected_bits_phy": 17_750_739 + 2_880_000, "rx_pcs_symbol_err_phy": 386}]
-    (tmp_path / "eth0").mkdir()
-    source = Phy(config(ethtoolPath=str(tmp_path)))
-    runner = Runner(config(linkBerInterval="60s"))
-    try:
-        for n, values in enumerate(reads):
-            lines = ["NIC statistics:"] + [f"     {name}: {values.get(name, 0)}"
-                                           for name in names]
-            (tmp_path / "eth0" / "stats").write_text("\n".join(lines) + "\n")
-            snap = _roce(n * 60.0)
-            facts = source.read(snap, ["mlx5_0"])
-            assert facts["mlx5_0_1"].counters[CORRECTED_BITS] == values[CORRECTED_BITS]
-            result = runner.poll(replace(snap, facts={FACT: facts}))
-    finally:
-        source.close()
-    picture = result.pictures[LINK_BER.id]
-    assert isinstance(picture, BerPicture)
-    ber = picture.ports["mlx5_0_1"].ber
+    ber, events = _through_the_family(
+        tmp_path, [(n * 60.0, {name: values.get(name, 0) for name in names})
+                   for n, values in enumerate(reads)])
     assert ber is not None and f"{ber:.4g}" == f"{2_880_000 / (400e9 * 60):.4g}" == "1.2e-07"
-    assert [e for e in result.events if "LinkBer" in e.message] == []  # 1.2e-7 is healthy
+    assert events == []  # 1.2e-7 is healthy
 
 
 # Two reads of one ConnectX-7 400G port by ``mlxlink --json`` (tests/data/phy/README.md: origin
@@ -171,24 +182,10 @@ def test_mlxlink_capture_through_the_phy_source_and_the_family(
     last: dict[str, int] = {f"rx_err_lane_{n}_phy": v for n, v in enumerate(lanes)}
     last.update({CORRECTED_BITS: sum(lanes), SYMBOL_ERRORS: int(info["Effective Physical Errors"]),
                  LINK_DOWN_EVENTS: int(info["Link Down Counter"])})
-    (tmp_path / "eth0").mkdir()
-    source = Phy(config(ethtoolPath=str(tmp_path)))
-    runner = Runner(config(linkBerInterval="60s"))
-    try:
-        for at, values in ((0.0, dict.fromkeys(last, 0)), (seconds, last)):
-            lines = ["NIC statistics:"] + [f"     {key}: {n}" for key, n in values.items()]
-            (tmp_path / "eth0" / "stats").write_text("\n".join(lines) + "\n")
-            snap = _roce(at)
-            facts = source.read(snap, ["mlx5_0"])
-            assert dict(facts["mlx5_0_1"].counters) == values
-            result = runner.poll(replace(snap, facts={FACT: facts}))
-    finally:
-        source.close()
-    picture = result.pictures[LINK_BER.id]
-    assert isinstance(picture, BerPicture)
-    computed = picture.ports["mlx5_0_1"].ber
+    computed, events = _through_the_family(
+        tmp_path, [(0.0, dict.fromkeys(last, 0)), (seconds, last)])
     assert computed is not None
     assert f"{computed:.4g}" == f"{sum(lanes) / (400e9 * seconds):.4g}" == ber
     # its coefficient, truncated as mlxlink prints it, is the capture's
     assert int(computed * 1e10) == int(info["Raw Physical BER"].split("E-")[0]) == 5
-    assert [e for e in result.events if "LinkBer" in e.message] == []
+    assert events == []
