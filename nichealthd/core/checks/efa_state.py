@@ -152,6 +152,7 @@ class EfaState(CheckFamily[EfaStateSection, None, None]):
     keys = KEYS
     section_type = EfaStateSection
     reads = frozenset({READS_DEVICES, READS_PORTS})
+    device_field_types = {"missing_polls": "?int"}
 
     def enabled(self, config: Config) -> bool:
         return EFA_STATE_CHECK in config.checks

@@ -454,6 +454,10 @@ class LinkBer(CheckFamily[LinkBerSection, BerPicture, BerMemory]):
     keys = LinkBerSection.keys()
     section_type = LinkBerSection
     reads = frozenset({READS_PORTS, FACT})
+    port_field_types = {
+        "phy_predicted_failure": "?bool", "phy_post_fec_errors": "?bool", "phy_fec": "?string",
+        "phy_pre_fec_ber": "?float", "phy_ber_limit": "?float", "phy_ber_baseline": "?float",
+    }
     cadence = 60.0
     settings = LinkBerSettings
 
