@@ -2,9 +2,11 @@
 module (ARCHITECTURE.md, "Adding a check family"; DESIGN §1, the seams).
 
 The package is copied as it is; the two modules of tests/data/adding_a_family are added to
-the copy and nothing else in it changes (checked file by file). The real daemon runs from the
-copy on a simulated host, and the new family's setting, event, device field and metric
-series all arrive: nothing outside the two modules had to name it.
+the copy, and the family's declared device field to the copy's varlink interface: nothing else
+in it changes (checked file by file). Until that line is there the interface check fails,
+naming the field and where it is declared. The real daemon runs from the copy on a simulated
+host, and the new family's setting, event, device field (in a varlink reply checked against
+the copy's interface, and refused by the shipped one) and metric series all arrive.
 """
 
 from __future__ import annotations
@@ -27,6 +29,28 @@ from .test_service import events, notify  # noqa: F401 (fixture)
 
 EXAMPLE = REPO / "tests/data/adding_a_family"
 ADDED = {"core/checks/roce_mtu.py": "roce_mtu.py", "sources/netdev_mtu.py": "netdev_mtu.py"}
+INTERFACE = "surfaces/io.nichealthd.Monitor.varlink"
+CHECK = REPO / "tests/varlink/interface_check.py"  # run as a script in the copy
+# The family's device field in type Device of the interface, and its line in the comment.
+FIELD = "  lost_since: ?string\n"
+DOC = "# A lost NIC is a Mellanox physical function"
+
+
+def declare_in_interface(package: Path) -> None:
+    """The one edit outside the two modules: ``roce_mtu`` in type Device."""
+    path = package / INTERFACE
+    text = path.read_text()
+    assert FIELD in text and DOC in text
+    text = text.replace(FIELD, FIELD.rstrip("\n") + ",\n  roce_mtu: ?[]string\n")
+    path.write_text(text.replace(DOC, '#   roce_mtu: the netdevs of its RoCE ports with their '
+                                      'MTUs, "<netdev>=<MTU>".\n' + DOC))
+
+
+def interface_check(top: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """tests/varlink/interface_check.py on the package under ``top``."""
+    return subprocess.run([sys.executable, str(CHECK), *args], cwd=top,
+                          env=dict(os.environ, PYTHONPATH=f"{top}{os.pathsep}{REPO}"),
+                          capture_output=True, text=True, timeout=60)
 
 
 def differing(left: Path, right: Path) -> list[str]:
@@ -56,7 +80,16 @@ def extended(tmp_path: Path) -> Iterator[Path]:
 def test_a_family_with_a_new_fact_is_two_new_modules(
         extended: Path, sim_host: Callable[..., SimHost], notify: NotifySocket,  # noqa: F811
         tmp_path: Path) -> None:
-    assert differing(REPO / "nichealthd", extended / "nichealthd") == sorted(ADDED)
+    undeclared = interface_check(extended)
+    assert undeclared.returncode == 1, undeclared.stderr
+    assert undeclared.stdout.startswith(
+        "Device.roce_mtu: family roce_mtu (nichealthd/core/checks/roce_mtu.py, "
+        "device_field_types) declares it ?[]string; type Device of "
+        "io.nichealthd.Monitor.varlink lacks it"), undeclared.stdout
+    declare_in_interface(extended / "nichealthd")
+    declared = interface_check(extended)
+    assert declared.returncode == 0, declared.stdout + declared.stderr
+    assert differing(REPO / "nichealthd", extended / "nichealthd") == sorted([*ADDED, INTERFACE])
     host = sim_host()
     with host.config.open("a") as config:
         config.write("roceMtuMinimum = 9000\n")  # the new family's setting
@@ -87,6 +120,15 @@ def test_a_family_with_a_new_fact_is_two_new_modules(
         assert shown.returncode == 0, shown.stderr
         record = next(r for r in json.loads(shown.stdout) if r["device"] == roce["name"])
         assert f"{roce['netdev']}=1500" in record["roce_mtu"]
+        checked = interface_check(extended, "--call", str(socket_path), "ListDevices")
+        assert checked.returncode == 0, checked.stderr  # the copy's interface declares it
+        record = next(r for r in json.loads(checked.stdout)["devices"]
+                      if r["device"] == roce["name"])
+        assert record["roce_mtu"] == [f"{roce['netdev']}=1500"]
+        shipped_check = interface_check(REPO, "--call", str(socket_path), "ListDevices")
+        assert shipped_check.returncode != 0  # the shipped interface does not
+        assert "ListDevices.devices[" in shipped_check.stderr
+        assert "].roce_mtu: not declared in io.nichealthd.Monitor" in shipped_check.stderr
         status, text = get(f"http://{metrics}/metrics")
         assert status == 200
         samples = parse(text)
