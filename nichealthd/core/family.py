@@ -1,6 +1,6 @@
 """The seam a check family plugs into: what it reads, its slice of state, its pure evaluation.
 
-A check family is one unit (DESIGN §1): it declares which parts of the snapshot it
+A check family is one unit (ARCHITECTURE.md): it declares which parts of the snapshot it
 reads and how often it runs, evaluates as a pure function ``(its previous section, the shared
 cycle, its volatile memory) -> Verdict(events, its next section, picture)``, owns its top-level
 keys of the state file (with a schema version of its own: a missing section is a fresh start

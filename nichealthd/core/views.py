@@ -1,6 +1,6 @@
 """Read-only views of the daemon's live picture: ports, devices, counters, overall health.
 
-Plain dicts with the keys of DESIGN §2.7, built from the last poll and the committed state.
+Plain dicts with the keys of nichealthctl(1), built from the last poll and the committed state.
 The D-Bus API, ``nichealthctl --json``, the STATUS= line and the metrics all read them
 through one :class:`~nichealthd.core.picture.PollPicture` per poll, so every surface tells
 the same story.

@@ -1,4 +1,4 @@
-"""The failure boundary of one source (DESIGN §1): a read that raises costs only its part.
+"""The failure boundary of one source (ARCHITECTURE.md): a read that raises costs only its part.
 
 Sources never raise on bad content, but a bug, an unexpected kernel interface or a library
 that breaks does. Around each source the reader or the monitor asks :class:`SourceBoundary`

@@ -1,5 +1,5 @@
 """The exported D-Bus interface ``org.nichealthd.NicHealth1``: its methods, signals and
-properties as the bus sees them (DESIGN §2.6, the interface XML beside this module).
+properties as the bus sees them (the interface XML beside this module).
 
 The D-Bus libraries read member signatures from annotations (``-> "aa{sv}"``); those are not
 Python types, so :func:`dbus_signature` sets them explicitly and the real annotations stay

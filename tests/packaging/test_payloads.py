@@ -1,5 +1,5 @@
 """Every target's package, unpacked, runs with its target's CPython and the distribution's
-versions of what it does not carry, and serves the whole API (DESIGN §2.11).
+versions of what it does not carry, and serves the whole API (packaging/README.md).
 
 For each target of packaging/targets.toml: the package is built (tests/packaging/builds.py),
 its payload unpacked, and its own /usr/bin/nichealthd started under the target's CPython
