@@ -163,7 +163,7 @@ def _judge(family: Family, previous: MonitorState, cycle: Cycle,
     try:
         return family.evaluate(previous.section(family), cycle,
                                memory.volatile.get(family.id)), ""
-    except Exception as exc:  # noqa: BLE001 - the boundary: contained, reported, retried
+    except Exception as exc:  # the boundary: contained, reported, retried
         return None, describe_exception(exc)
 
 

@@ -31,7 +31,7 @@ class SourceBoundary:
         """``reader()``, or (None, why) when it raised."""
         try:
             value = reader()
-        except Exception as exc:  # noqa: BLE001 - the boundary: contained, reported, retried
+        except Exception as exc:  # the boundary: contained, reported, retried
             problem = describe_exception(exc)
             if problem != self.problem:
                 self.log.warning("cannot read %s (%s): %s; the checks that need it are not "

@@ -296,7 +296,7 @@ class _QuietHandler(WSGIRequestHandler):
         self.server.request_started(self.connection)  # type: ignore[attr-defined]
         return bool(super().parse_request())
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:  # the stdlib's signature
         log.debug("%s %s", self.address_string(), format % args)
 
 
