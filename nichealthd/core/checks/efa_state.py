@@ -61,11 +61,15 @@ from .identity import (
     renamed_names,
     renamed_port_key,
 )
-from .link_section import DeviceIdentity, missing_device_row, rename_fields
+from .link_section import (
+    MISSES_BEFORE_GONE,
+    DeviceIdentity,
+    missing_device_row,
+    rename_fields,
+)
 from .link_settings import LinkStateSettings
 
 CODE_DRIVER_EVENT = "driver_event"
-MISSES_BEFORE_GONE = 3
 __all__ = ["EFA_STATE", "EfaPort", "EfaStateSection", "netdev_down"]
 
 

@@ -19,6 +19,9 @@ from ..events import format_timestamp
 from ..state import HEALTHY
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)  # the time of a port record that had none
+# Complete enumerations without a known device or port before it is gone (the link-state
+# and EFA families count them the same way).
+MISSES_BEFORE_GONE = 3
 
 
 @dataclass(frozen=True)
