@@ -14,6 +14,7 @@ import pytest
 
 from nichealthd.sim.journal import remote_binary
 from tests import simtrees
+from tests.declared_records import hold_families
 
 # A test may leave this many fds open over the whole session without failing: libraries that
 # open one on first use and keep it (grpc's epoll, an import's cache) are not leaks. Anything
@@ -24,6 +25,9 @@ LAZY_FDS = 8
 SHM_BYTES = 2 << 30
 SHM_INODES = 300_000
 _FD_KEY = pytest.StashKey[List[Tuple[str, List[str]]]]()
+
+# Every record key a family gives in this process is one it declares, of its declared type.
+hold_families()
 
 
 def open_fds() -> Dict[int, str]:

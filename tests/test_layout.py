@@ -113,7 +113,7 @@ def test_every_citation_names_a_file_of_the_repository() -> None:
     repo = PACKAGE.parent
     listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=repo,
                             capture_output=True, text=True, check=True).stdout.split()
-    citing = []
+    citing: list[str] = []
     for name in listed:
         path = repo / name
         if not path.is_file() or name.startswith("tests/data/"):

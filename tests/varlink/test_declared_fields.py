@@ -104,3 +104,22 @@ def test_a_reply_the_interface_does_not_describe_fails(change: dict[str, Any], w
     with pytest.raises(ReplyMismatch) as refused:
         _replies().check(M + "ListPorts", None, {"ports": [port]})
     assert str(refused.value).startswith(M + why), str(refused.value)
+
+
+def test_a_family_giving_a_field_it_does_not_declare_fails_where_it_gives_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every record the in-process tests build is checked (tests/declared_records.py)."""
+    from nichealthd.core.checks.link_flaps import LINK_FLAPS
+    from tests.declared_records import UndeclaredField
+
+    monkeypatch.setattr(LinkFlaps, "port_field_types", {"flaps": "?int"})
+    with pytest.raises(UndeclaredField) as refused:
+        LINK_FLAPS.port_fields(LINK_FLAPS.fresh(), None, ("mlx5_0", 1))
+    assert str(refused.value) == (
+        "family link_flaps gives the port field 'flapping' (False) and does not declare it: "
+        "add it with its type to port_field_types of LinkFlaps "
+        "(nichealthd/core/checks/link_flaps.py) and to type Port of "
+        "io.nichealthd.Monitor.varlink")
+    monkeypatch.setattr(LinkFlaps, "port_field_types", {"flaps": "?string", "flapping": "?bool"})
+    with pytest.raises(UndeclaredField, match="'flaps' 0, declared [?]string"):
+        LINK_FLAPS.port_fields(LINK_FLAPS.fresh(), None, ("mlx5_0", 1))
