@@ -24,8 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from nichealthd.sim import mutate, pcibus
 from nichealthd.surfaces.dbus_common import from_variants
 from tests.harness import NotifySocket, wait_until
-
-from ..netports import free_port
+from tests.netports import free_port
 
 METRIC_VALUE = {"healthy": 0, "uncabled": 0, "degraded": 1, "fatal": 2}
 CHECK_EXIT = {"healthy": 0, "degraded": 1, "fatal": 2}
