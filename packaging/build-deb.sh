@@ -39,6 +39,10 @@ done
 # target family distname python suite version_suffix carries depends recommends ...
 described=$(python3 "$repo/packaging/targets.py" shell "$target") || exit 2
 eval "$described"
+if [ -n "$unmet" ]; then  # one line: what to install (the Debian 12 tools are not enough)
+    echo "build-deb: $unmet" >&2
+    exit 2
+fi
 if [ "$family" != deb ]; then
     echo "build-deb: $target is an rpm target (packaging/build-rpm.sh --target $target)" >&2
     exit 2

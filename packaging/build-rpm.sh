@@ -38,8 +38,13 @@ while [ $# -gt 0 ]; do
     shift
 done
 # target family distname python dist carries depends recommends bundled licence interpreter
+# unmet
 described=$(python3 "$repo/packaging/targets.py" shell "$target") || exit 2
 eval "$described"
+if [ -n "$unmet" ]; then  # one line: what to install (the Debian 12 tools are not enough)
+    echo "build-rpm: $unmet" >&2
+    exit 2
+fi
 if [ "$family" != rpm ]; then
     echo "build-rpm: $target is a deb target (packaging/build-deb.sh --target $target)" >&2
     exit 2
@@ -83,9 +88,10 @@ if [ -f /etc/debian_version ]; then
     # Debian's rpm has no Python or dist macros: the target's are defined here.
     set -- "$@" --nodeps --define "python3_version $python" \
         --define "python3_sitelib $sitelib" \
-        --define "dist $dist" --define "$distmacro" --define "__python3 /usr/bin/python3" \
-        --define "nichealthd_pycompile $pycompile"
+        --define "dist $dist" --define "$distmacro" --define "__python3 /usr/bin/python3"
 fi
+# Only when there is one: rpm 4.18 rejects a macro defined empty (the spec's default is %nil).
+[ -z "$pycompile" ] || set -- "$@" --define "nichealthd_pycompile $pycompile"
 rpmbuild -bb "$@" --define "_topdir $work" --define "_build_id_links none" \
     "$spec" >"$work/build.log" 2>&1 || {
     tail -n 60 "$work/build.log" >&2

@@ -2,7 +2,8 @@
 
     python3 packaging/targets.py shell TARGET
         shell assignments for the build scripts (target family python dist ... depends
-        recommends bundled licence interpreter); an unknown target exits 2
+        recommends bundled licence interpreter unmet: what this machine must install to
+        build it, in one line); an unknown target exits 2
     python3 packaging/targets.py carry TARGET DESTDIR --sitelib DIR [--cache DIR]
         the libraries TARGET carries, from pinned wheels for its CPython minor, unpacked into
         DESTDIR/usr/lib/nichealthd/vendor; DESTDIR/usr/share/doc/nichealthd/BUNDLED (name,
@@ -163,6 +164,30 @@ def interpreter(python: str) -> str:
     return found[-1] if found else ""
 
 
+def unmet(table: dict[str, Any], name: str, cache: Optional[Path] = None) -> str:
+    """What this machine must install to build the target, in one line; "" when nothing.
+    Only a library built from its sdist needs more than .ci/system-deps.sh installs: the
+    target's own CPython minor (the wheel's ABI is that minor's), unless the wheel cache
+    (``cache``, else $NICHEALTHD_WHEEL_CACHE) already holds its build."""
+    target = canonical(name, table)
+    spec = table["targets"][target]
+    python = spec["python"]
+    configured = cache or (Path(os.environ["NICHEALTHD_WHEEL_CACHE"])
+                           if os.environ.get("NICHEALTHD_WHEEL_CACHE") else None)
+    built = [lib for lib in spec.get("sdist", ())
+             if not (configured and cached_wheel(configured, lib, spec["carry"][lib], python))]
+    needs = [table["libraries"][lib].get("sdist_needs", {}) for lib in built]
+    tools = " ".join(n["debian"] for n in needs if n and subprocess.run(
+        n["check"], shell=True, capture_output=True).returncode != 0)
+    missing = ([f"python{python} (pyenv install {python})"] if built and not interpreter(python)
+               else []) + ([f"{tools} (apt-get install {tools})"] if tools else [])
+    if not missing:
+        return ""
+    pins = ", ".join(f"{lib} {spec['carry'][lib]}" for lib in built)
+    return (f"{target} builds {pins} from its sdist for CPython {python}, which needs "
+            f"{' and '.join(missing)} here, or build on {spec['name']}")
+
+
 def shell(table: dict[str, Any], name: str) -> str:
     """Shell assignments describing the target, for the build scripts."""
     target = canonical(name, table)
@@ -182,6 +207,7 @@ def shell(table: dict[str, Any], name: str) -> str:
         "bundled": bundled_provides(table, target),
         "licence": licence(table, target),
         "interpreter": interpreter(spec["python"]),
+        "unmet": unmet(table, target),
     }
     return "".join(f"{k}={shlex.quote(v)}\n" for k, v in values.items())
 

@@ -15,6 +15,11 @@ import pytest
 from nichealthd.sim.journal import remote_binary
 from tests import simtrees
 from tests.declared_records import hold_families
+from tests.harness import clean_environment
+
+# Before any test starts a daemon: nothing inherited from the shell, systemd unit or
+# container that runs the suite (its NOTIFY_SOCKET, LISTEN_FDS, DBUS_* ...) reaches one.
+clean_environment()
 
 # A test may leave this many fds open over the whole session without failing: libraries that
 # open one on first use and keep it (grpc's epoll, an import's cache) are not leaks. Anything

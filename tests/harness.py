@@ -5,6 +5,12 @@ flake) or too long (a slow suite). Tests wait for what they need instead: a poll
 daemon logs one line per poll started at ``--log-level debug``), a log line, an event, an HTTP
 answer. The deadline is generous because it is only reached when something is wrong.
 
+The environment: whatever starts the suite (systemd, a container, a desktop session) may
+set variables the daemon acts on: ``NOTIFY_SOCKET`` (it would notify the container's
+manager), ``LISTEN_FDS``, ``WATCHDOG_USEC``, ``DBUS_*``. :func:`clean_environment` removes
+them from this process once, at the start of the session (``tests/conftest.py``), so that
+every daemon and client a test starts, by whatever helper, sees only what the test sets.
+
 Starting and stopping: :class:`SimDaemon` is ``python -m nichealthd.runtime.daemon`` on a
 ``nichealthd-sim`` tree from :func:`world_readable_sim` (its directory is world-readable so
 that a client run as :data:`NOBODY` reaches the daemon's sockets); the D-Bus and varlink
@@ -25,7 +31,17 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO, Any, Awaitable, Callable, Mapping, Optional, Sequence, Union
+from typing import (
+    IO,
+    Any,
+    Awaitable,
+    Callable,
+    Mapping,
+    MutableMapping,
+    Optional,
+    Sequence,
+    Union,
+)
 
 from . import simtrees
 
@@ -35,6 +51,20 @@ CHECK_EVERY = 0.02  # between two checks of the condition (not a synchronisation
 POLL_STARTED = "poll started at monotonic"  # one debug line per poll (nichealthd.runtime.service)
 STOP_WAIT = 15.0  # seconds a daemon gets to exit after SIGTERM before it is killed
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]  # argv prefix: as nobody
+
+
+# Variables of the environment the suite runs in that the daemon or nichealthctl act on.
+INHERITED = ("NOTIFY_SOCKET", "MAINPID", "INVOCATION_ID", "JOURNAL_STREAM", "NODE_NAME")
+INHERITED_PREFIXES = ("LISTEN_", "WATCHDOG_", "DBUS_", "NICHEALTHCTL_")
+
+
+def clean_environment(environ: MutableMapping[str, str] = os.environ) -> list[str]:
+    """Remove the :data:`INHERITED` variables from ``environ``; the names removed."""
+    removed = [name for name in environ
+               if name in INHERITED or name.startswith(INHERITED_PREFIXES)]
+    for name in removed:
+        del environ[name]
+    return removed
 
 
 @functools.cache

@@ -33,6 +33,7 @@ DAEMON_FLAGS = {
     "--metadata-path", "--topology-source", "--node-name", "--platform-connector-socket",
     "--platform-connector-token-path", "--processing-strategy", "--polling-interval",
     "--checks", "--metrics-listen", "--dbus", "--varlink-socket", "--event-log", "--once",
+    "--check-config",
     "--log-level", "--version", "--help",
 }  # fmt: skip
 # Every top-level key: the daemon's own and each family's, with the man page section of each.
@@ -350,3 +351,15 @@ def test_sim_page_lists_every_command():
         re.findall(r"^\.TP\n\.B ([a-z-]+)$", section("nichealthd-sim.1", "COMMANDS"), re.M)
     )
     assert commands == documented
+
+
+@needs("nichealthd.cli.ctl")
+def test_ctl_help_names_every_show_command():
+    """``nichealthctl --help`` lists what ``show`` shows: each of its commands, by name."""
+    top = run_help("nichealthd.cli.ctl", "main", ["nichealthctl", "--help"])
+    line = re.search(r"^ +show +(.+)$", top, re.M)
+    assert line, top
+    show = run_help("nichealthd.cli.ctl", "main", ["nichealthctl", "show", "--help"])
+    whats = set(re.findall(r"^    (\w+) ", show, re.M))
+    assert {"ports", "devices", "counters", "pcie", "optics"} <= whats, show
+    assert whats <= set(re.findall(r"\w+", line.group(1))), line.group(1)

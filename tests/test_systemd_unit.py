@@ -52,8 +52,9 @@ def man_tree(tmp_path: Path) -> Path:
 def test_systemd_analyze_verify_prints_nothing(tmp_path, dropin):
     """`systemd-analyze verify` exits 0 on warnings, so any output at all is a failure.
 
-    verify checks that ExecStart's binary exists: when nichealthd is not installed at
-    /usr/bin on this host, the unit is verified with only that path pointed at a stub (the
+    verify checks that ExecStart's and ExecReload's binary exists: when nichealthd is not
+    installed at /usr/bin on this host, the unit is verified with that path pointed at a
+    stub (the
     rest of the file is byte-identical), and the man pages of Documentation= are looked up
     in the repository's man/ directory.
     """
@@ -66,9 +67,9 @@ def test_systemd_analyze_verify_prints_nothing(tmp_path, dropin):
         stub.write_text("#!/bin/sh\nexit 0\n")
         stub.chmod(0o755)
         text, n = re.subn(
-            r"^ExecStart=/usr/bin/nichealthd\b", f"ExecStart={stub}", text, flags=re.M
+            r"^(ExecStart|ExecReload)=/usr/bin/nichealthd\b", rf"\1={stub}", text, flags=re.M
         )
-        assert n == 1
+        assert n == 2
     (unit_dir / "nichealthd.service").write_text(text)
     if dropin:  # verify loads the drop-ins of the unit's directory
         (unit_dir / "nichealthd.service.d").mkdir()
@@ -115,7 +116,9 @@ def test_unit_contract():
     assert one(s, "Type") == "notify"
     assert one(s, "NotifyAccess") == "main"
     assert one(s, "ExecStart") == "/usr/bin/nichealthd"
-    assert one(s, "ExecReload") == "/bin/kill -HUP $MAINPID"
+    # A reload validates first: the check fails it before the signal is sent.
+    assert d[(s, "ExecReload")] == ["/usr/bin/nichealthd --check-config",
+                                    "/bin/kill -HUP $MAINPID"]
     assert one(s, "WatchdogSec") == "30s"
     assert one(s, "Restart") == "on-failure"
     assert one(s, "RestartSec")

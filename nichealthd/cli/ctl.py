@@ -556,7 +556,7 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     add("status", cmd_status, "daemon status, overall health and the systemd unit's state")
-    show = sub.add_parser("show", help="ports, devices or counters")
+    show = sub.add_parser("show", help="ports, devices, pcie, optics or counters")
     show_sub = show.add_subparsers(dest="what", metavar="WHAT")
     show.set_defaults(func=None, show_parser=show)
     add("ports", cmd_show_ports, "every port: link state, role, health", show_sub)

@@ -227,13 +227,21 @@ def rate_cell(record: JsonRecord) -> str:
     return short_rate(text(record, "rate", "")) + ("!" if record.get("rate_degraded") else "")
 
 
+REASON_ROOM = 16  # characters of REASON the ports table keeps before it leaves columns out
+# The room a fault may need in the ports table ("Disabled", "degraded", a reason): which
+# columns are left out is decided with it, whatever the ports hold now.
+FAULT_ROOM = {"PHYS": len("Disabled"), "HEALTH": len("degraded"), "REASON": REASON_ROOM}
+
+
 def ports_table(records: Sequence[JsonRecord], style: Style, width: int = 80) -> list[str]:
     """Every port with its health and its reasons (the daemon's one health model); why
     a port is not monitored below the table. FLAPS counts down/up cycles in the flap window,
     BLIPS the unhealthy states that recovered within the hold-down; a rate below the port's
     peers is marked ``!``. When the table is wider than ``width``, NETDEV is left out, then
-    BLIPS and FLAPS when they have nothing to show or do not fit beside 16 characters of
-    REASON (``--wide``/``--json`` show them all), then cells are cut."""
+    BLIPS and FLAPS (first those with nothing to show; ``--wide``/``--json`` show them all),
+    then cells are cut. REASON, PHYS and HEALTH count with the room a fault needs
+    (FAULT_ROOM) whatever they hold, so the columns do not change when a port goes down: the
+    tables before and after it (the demo's) have the same ones."""
     headers = ["PORT", "LINK", "ROLE", "STATE", "PHYS", "RATE", "FLAPS", "BLIPS", "NETDEV",
                "HEALTH", "REASON"]
     records = sorted(records, key=natural_key)
@@ -244,15 +252,19 @@ def ports_table(records: Sequence[JsonRecord], style: Style, width: int = 80) ->
              count_cell(r, "flaps"), count_cell(r, "blips"),
              text(r, "netdev"), health_column(r), port_reason(r)] for r in records]
 
-    def wider(reason: int) -> bool:  # than ``width`` with REASON cut to ``reason``
-        cut = [[*row[:-1], "x" * min(len(row[-1]), reason)] for row in rows]
-        return max(len(line) for line in render_table(headers, cut, 10**6)) > width
+    def wider() -> bool:  # than ``width`` with the room of FAULT_ROOM in its columns
+        room = [[cell.ljust(FAULT_ROOM.get(name, 0), "x")[:FAULT_ROOM.get(name, len(cell))]
+                 for name, cell in zip(headers, row)] for row in rows]
+        return max(len(line) for line in render_table(headers, room, 10**6)) > width
 
-    for optional in ("NETDEV", "BLIPS", "FLAPS"):
+    def empty(name: str) -> bool:
+        return all(row[headers.index(name)] == "-" for row in rows)
+
+    counts = sorted(("BLIPS", "FLAPS"), key=lambda name: not empty(name))  # empty first
+    for optional in ("NETDEV", *counts):
+        if not wider():
+            break
         col = headers.index(optional)
-        empty = all(row[col] == "-" for row in rows)
-        if not wider(10**6) or (optional != "NETDEV" and not empty and not wider(16)):
-            continue
         del headers[col]
         for row in rows:
             del row[col]
@@ -267,7 +279,8 @@ def ports_table(records: Sequence[JsonRecord], style: Style, width: int = 80) ->
         return padded
 
     reason = len(headers) - 1
-    lines = render_table(headers, rows, width, shrink=((reason, 16), 2, 4, 5, reason, 3, 1, 0),
+    lines = render_table(headers, rows, width,
+                         shrink=((reason, REASON_ROOM), 2, 4, 5, reason, 3, 1, 0),
                          colour=colour)
     excluded = [r for r in records if not r.get("monitored")]
     if excluded:
@@ -462,7 +475,9 @@ def is_check_clear(event: JsonRecord) -> bool:
 class BaselineFilter:
     """Tells the boot baselines apart, event by event (also while following): the
     check-scoped clears, the healthy events of the same first poll (stamped just after
-    them), and every "healthy after reboot".
+    them), and every "healthy after reboot". On a host where nichealthd never ran the first
+    poll sends no clear (nothing earlier to clear): there the first event the host ever
+    committed (``seq`` 1) opens that poll instead.
 
     Recoveries and every unhealthy event are kept: a first poll cannot recover anything,
     so its healthy events only restate the baseline.
@@ -479,7 +494,7 @@ class BaselineFilter:
                 str(event.get("generatedTimestamp", "")))
         except ValueError:
             moment = None
-        if is_check_clear(event):
+        if is_check_clear(event) or as_int(event.get("seq", 0)) == 1:
             if moment is not None:
                 self.starts.append(moment)
             return True
@@ -580,18 +595,26 @@ def _daemon_rows(status: JsonRecord, ago: Optional[float]) -> list[Row]:
 
 
 def _slurm_rows(status: JsonRecord) -> list[Row]:
-    """Slurm draining, where it is on: what it did last, its last error, what it holds."""
+    """Slurm draining, where it is on: a drain or resume that cannot be done (first: the node
+    is then not drained for what the events call for), what it holds, what it did last and
+    its last error."""
     mode = status.get("slurm_mode")
     if not mode or mode == "off":
         return []
     drained = [str(c) for c in items(status.get("slurm_drained_for"))]
-    rows: list[Row] = [("slurm", f"{mode}; " + (f"drained for {len(drained)}: "
-                                                 f"{', '.join(drained)}" if drained
-                                                 else "no fatal condition open"),
-                        "red" if drained else None)]
+    failing = str(status.get("slurm_failing") or "")
+    if status.get("slurm_drain_held", bool(drained)):
+        held = (f"drained for {len(drained)}: {', '.join(drained)}" if drained
+                else "drained, every condition recovered")
+    else:
+        held = (f"not drained by nichealthd, {len(drained)} fatal open: {', '.join(drained)}"
+                if drained else "no drain held")
+    rows: list[Row] = [("slurm", f"failing ({failing})", "red")] if failing else []
+    rows.append(("" if failing else "slurm", f"{mode}; {held}",
+                 "red" if drained else None))
     if status.get("slurm_last_action"):
         rows.append(("", f"last action: {status['slurm_last_action']}", None))
-    if status.get("slurm_last_error"):
+    if status.get("slurm_last_error") and not failing:  # the failing row says it
         rows.append(("", f"last error: {status['slurm_last_error']}", "yellow"))
     return rows
 

@@ -88,8 +88,9 @@ class CycleResult:
 
 def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
              topology: Topology, memory: PollMemory, now: datetime, *,
-             baseline: bool) -> CycleResult:
-    """Evaluate one poll. ``baseline``: first poll after a reboot or with no usable state.
+             baseline: bool, earlier: bool = True) -> CycleResult:
+    """Evaluate one poll. ``baseline``: first poll after a reboot or with no usable state;
+    ``earlier``: False on a host where nichealthd never ran (:attr:`Cycle.earlier`).
 
     Every enabled family that is due runs on the previous state; one that is not due (its
     cadence) or is disabled keeps its section. A device's events stay together, family after
@@ -103,13 +104,13 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
         notes.extend(rename_notes(renames, identities, now))
         previous = _renamed(previous, renames, now)
         _forget(memory, frozenset(renames) | frozenset(renames.values()))
-    enabled = frozenset(config.checks)
+    enabled = _checks_of(config)
     roles = classify_all(snapshot.devices, topology, config.nic_exclusion_regex,
                          config.nic_inclusion_regex_override, memory.roles)
     memory.roles = roles
     monitored = tuple(d for d in snapshot.devices if roles[d.name].monitored)
     cycle = Cycle(snapshot, config, topology, now, baseline, enabled, roles, monitored,
-                  previous)
+                  previous, earlier)
     next_state = previous.copy()
     if snapshot.boot_id:
         next_state.boot_id = snapshot.boot_id
@@ -141,12 +142,26 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
         notes.extend(verdict.notes)
         for device, event in verdict.events:
             by_device.get(device, host).append(event)
-    events = _check_scoped_clears(_cleared(enabled, snapshot), now) if baseline else []
+    events = (_check_scoped_clears(_cleared(enabled, snapshot), now) if baseline and earlier
+              else [])
     for device_events in by_device.values():
         events.extend(device_events)
     events.extend(host)
     return CycleResult(tuple(events), next_state, memory, roles, pictures, tuple(notes),
                        failed)
+
+
+def _checks_of(config: Config) -> frozenset[str]:
+    """The enabled check names, one set per config: the counter engine compares a port's
+    entries with the set of each poll, which is then the same object (a config never
+    changes; a reload makes a new one)."""
+    global _checks
+    if _checks is None or _checks[0] is not config:
+        _checks = (config, frozenset(config.checks))
+    return _checks[1]
+
+
+_checks: Optional[tuple[Config, frozenset[str]]] = None
 
 
 def _judge(family: Family, previous: MonitorState, cycle: Cycle,

@@ -31,7 +31,7 @@ from typing import (
 from .config import Config
 from .events import HealthEvent
 from .jsontypes import Json, JsonObject
-from .model import DeviceSnapshot, HostSnapshot
+from .model import DeviceSnapshot, HostSnapshot, PortSnapshot
 from .settings import Settings
 from .topology import Role, Topology
 
@@ -89,6 +89,10 @@ class Cycle:
     roles: Mapping[str, Role]
     monitored: tuple[DeviceSnapshot, ...]
     previous: MonitorState
+    # Whether anything may have been reported before this process: False only on a host where
+    # nichealthd never ran (no state file, an empty event journal), which has no conditions
+    # of earlier boots to clear, so no check-wide clear is sent there.
+    earlier: bool = True
 
 
 @dataclass(frozen=True)
@@ -272,6 +276,13 @@ class CheckFamily(abc.ABC, Generic[S, P, V]):
     def uncabled(self, section: S) -> frozenset[PortId]:
         """Ports down since first sight without evidence: "uncabled", whatever the base."""
         return frozenset()
+
+    def judges(self, device: DeviceSnapshot, port: PortSnapshot) -> bool:
+        """Whether it judges this monitored port of ``device``: while the family cannot
+        judge (:attr:`~nichealthd.core.evaluate.CycleResult.failed`), the ports it judges
+        are unknown and only those (core/health.py): one broken family must not take the
+        ports it never looks at with it. Default: every port (a family that cannot tell)."""
+        return True
 
     def port_fields(self, section: S, cycle_picture: Optional[P], port: PortId) -> Mapping[str,
                     Json]:

@@ -16,7 +16,7 @@ family's are in :mod:`nichealthd.core.checks.link_health`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional
 
 from .checks import families, supplying
 from .family import Condition, PortBase, PortId
@@ -98,9 +98,10 @@ def assess(state: MonitorState, snapshot: HostSnapshot, roles: Mapping[str, Role
     host. ``pictures``: the families' pictures of the poll, for conditions that depend on it.
 
     ``failed``: the families that could not judge this poll (:attr:`CycleResult.failed`).
-    What they hold from earlier polls still counts; a port they would have judged that is
-    otherwise healthy is unknown, never healthy, and the host is degraded with the reason
-    (as a blind host is: the monitor cannot vouch for what it did not judge).
+    What they hold from earlier polls still counts; a port one of them judges
+    (:meth:`CheckFamily.judges`) that is otherwise healthy is unknown, never healthy, and the
+    host is degraded with the reason (as a blind host is: the monitor cannot vouch for what
+    it did not judge). A port none of them judges keeps its health.
     """
     pictures = pictures or {}
     bases: dict[PortId, PortBase] = {}
@@ -136,10 +137,7 @@ def assess(state: MonitorState, snapshot: HostSnapshot, roles: Mapping[str, Role
     if snapshot.blind:  # nothing could be looked at: never healthy (no host-wide unknown)
         other.append((DEGRADED, snapshot.blind))
     if failed:
-        not_judged = f"not judged by {', '.join(sorted(failed))}"
-        for key, base in bases.items():
-            if base.present and base.health == HEALTHY and ranks[key] == RANK[HEALTHY]:
-                worsen(key, UNKNOWN, not_judged)
+        _not_judged(snapshot, bases, ranks, failed, worsen)
         other.extend((DEGRADED, f"check family {family} cannot judge: {why}")
                      for family, why in sorted(failed.items()))
 
@@ -152,6 +150,23 @@ def assess(state: MonitorState, snapshot: HostSnapshot, roles: Mapping[str, Role
         ports[key] = _port_health(key, health, base.reasons + more if more else base.reasons,
                                   base.present)
     return HostHealth(ports, tuple(other))
+
+
+def _not_judged(snapshot: HostSnapshot, bases: Mapping[PortId, PortBase],
+                ranks: Mapping[PortId, int], failed: Mapping[str, str],
+                worsen: Callable[[PortId, str, str], None]) -> None:
+    """Make unknown each healthy port of the poll that a failed family judges."""
+    judging = [family for family in families() if family.id in failed]
+    for device in snapshot.devices:
+        for port in device.ports:
+            key = (device.name, port.port)
+            base = bases.get(key)
+            if base is None or not base.present or base.health != HEALTHY \
+                    or ranks[key] != RANK[HEALTHY]:
+                continue
+            names = [family.id for family in judging if family.judges(device, port)]
+            if names:
+                worsen(key, UNKNOWN, f"not judged by {', '.join(sorted(names))}")
 
 
 _KNOWN: dict[tuple[PortId, str, tuple[str, ...], bool], PortHealth] = {}

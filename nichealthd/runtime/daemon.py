@@ -134,6 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="append every committed event as one JSON line ('-' = stdout)")
     add("--once", action="store_true",
         help="run exactly one poll cycle, commit, deliver what it can, and exit")
+    add("--check-config", action="store_true",
+        help="validate the config file with these flags as a reload would apply them, say "
+             "why not, and exit: 0 valid, 2 invalid, 1 unusable (the unit's ExecReload= runs "
+             "it before the reload signal)")
     add("--log-level", metavar="LEVEL", choices=LOG_LEVELS, type=str.lower,
         help="debug, info, warning or error (default info)")
     add("--version", action="version", version=f"nichealthd {__version__}")
@@ -198,8 +202,35 @@ def deliver_once(config: Config, monitor: Monitor) -> None:
         deliver(config, monitor.journal)
 
 
+def check_config(args: argparse.Namespace) -> int:
+    """What a reload would apply (the file with the flags, and the topology it chooses:
+    ``Daemon._reload``), validated without a running daemon, so that ``systemctl reload``
+    fails, with the reason in the journal, before the signal: the daemon would keep its
+    running configuration anyway, but the reload would have exited 0 and said nothing."""
+    try:
+        config = load_config(args.config, flag_overrides(args))
+        choose_topology(config)
+    except ConfigError as exc:
+        for message in exc.messages:
+            log_start_failure(f"invalid configuration: {message}")
+        log_start_failure(f"{args.config} is not valid: a reload keeps the running "
+                          f"configuration")
+        return EXIT_USAGE
+    except StartupError as exc:
+        log_start_failure(f"configuration not usable: {exc}; a reload keeps the running "
+                          f"configuration")
+        return EXIT_STARTUP
+    setup_logging(config.log_level)
+    for notice in config.notices:
+        log.warning("%s", notice)
+    print(f"{args.config}: OK")
+    return EXIT_OK
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.check_config:
+        return check_config(args)
     hint = UNDER_SYSTEMD_HINT if os.environ.get("INVOCATION_ID") and not args.once else ""
     try:
         startup = start(args)

@@ -116,6 +116,7 @@ class Monitor:
         self.state = MonitorState()
         self.memory = PollMemory()
         self.baseline = False
+        self.earlier = True  # see start(): False until the first commit on a new host
         self.polls = 0
         self.guard = PollGuard(monotonic)
         self.last: Optional[PollOutcome] = None
@@ -162,6 +163,10 @@ class Monitor:
         elif decision.baseline and not loaded.fresh:
             log.info("%s", decision.reason)
         self.state, self.baseline = decision.state, decision.baseline
+        # No state file (not a corrupt one) and nothing ever committed: nichealthd never ran
+        # here, so there are no conditions of earlier boots to clear (core/family.py Cycle).
+        self.earlier = not (loaded.fresh and loaded.problem is None
+                            and self.journal.last_seq == 0)
 
     # ---------------------------------------------------------------- cycle
 
@@ -202,7 +207,7 @@ class Monitor:
                 self._counters_logged = True
                 self._log_counter_availability()
             result = evaluate(self.state, snapshot, self.config, self.topology, self.memory,
-                              now, baseline=self.baseline)
+                              now, baseline=self.baseline, earlier=self.earlier)
         except Exception as exc:
             detail = describe_exception(exc)
             raise PollFailed(self.guard.failed(
@@ -219,6 +224,7 @@ class Monitor:
         try:
             outcome.committed, wrote = self._commit(result)
             self.baseline = False
+            self.earlier = True
             if wrote:
                 self.guard.succeeded(COMMIT)
         except CommitError as exc:

@@ -37,6 +37,7 @@ class StatusLine:
     connector: str  # ``connector down since <time> (<error>), 12 queued``
     reload_error: str = ""  # why the last reload was rejected
     poll_error: str = ""  # what fails in the polls now (runtime/pollguard.py)
+    slurm_failing: str = ""  # a Slurm drain or resume that cannot be done (surfaces/slurm/)
 
     def __str__(self) -> str:
         parts = [self.health, self.connector]
@@ -44,6 +45,8 @@ class StatusLine:
             parts.append(f"reload rejected: {self.reload_error}")
         if self.poll_error:
             parts.append(self.poll_error)
+        if self.slurm_failing:
+            parts.append(f"slurm failing ({self.slurm_failing})")
         return "; ".join(parts)
 
 

@@ -162,7 +162,7 @@ class Daemon:
         summary = picture.summary if picture is not None else \
             status_summary(self.health_status())
         return StatusLine(summary, self._connector_summary(), self.reload_error,
-                          self.monitor.guard.reason())
+                          self.monitor.guard.reason(), self.slurm.failing)
 
     def _connector_summary(self) -> str:
         """``connector down since <time> (<error>), 12 queued, 2 dead letters``."""

@@ -73,6 +73,8 @@ def _build_parser() -> argparse.ArgumentParser:
     p = cmd("create", "build a fake host under ROOT", "ROOT")
     p.add_argument("--profile", default="dgx-h100", metavar="NAME", help="default: dgx-h100")
     p.add_argument("--devices", type=int, metavar="N", help="device count (synthetic only)")
+    p.add_argument("--vfs", type=int, default=0, metavar="N",
+                   help="SR-IOV VFs of each PF (synthetic only, up to 127)")
     p.add_argument(
         "--no-new-hw-counters",
         action="store_true",
@@ -93,6 +95,8 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--operstate", help="up|down|lowerlayerdown|dormant|unknown|...")
     cmd("uncable", "pull the cable: DOWN/Polling, operstate down", "ROOT", "DEV", "PORT")
+    cmd("recable", "plug the cable back (undo uncable): ACTIVE/LinkUp, operstate up", "ROOT",
+        "DEV", "PORT")
     p = cmd("flap", "take a port down and up N times in the foreground (link_downed and "
             "carrier_changes +1 per down), as a flapping link does", "ROOT", "DEV", "PORT")
     p.add_argument("--cycles", type=int, default=3, metavar="N", help="default: 3")
@@ -128,7 +132,11 @@ def _build_parser() -> argparse.ArgumentParser:
     p = cmd("reset-counters", "zero all counters (of one device / port)", "ROOT")
     p.add_argument("DEV", nargs="?")
     p.add_argument("PORT", nargs="?", type=_port)
-    cmd("reboot", "new boot_id, counters zeroed, ports back to the profile's state", "ROOT")
+    p = cmd("reboot", "new boot_id, counters zeroed, ports back to the profile's state",
+            "ROOT")
+    p.add_argument("--sm-pending", action="store_true",
+                   help="the InfiniBand ports come up waiting for the subnet manager (INIT, "
+                        "link up, LIDs 0) until sm start or sm activate")
     p = cmd("set-optics", "rewrite a port's module diagnostics (every lane): Rx power in dBm, "
             "temperature in °C; or plug another kind of module", "ROOT", "DEV", "PORT")
     p.add_argument("--rx-power", type=float, metavar="DBM", help="-40 to 8")
@@ -178,9 +186,18 @@ def _build_parser() -> argparse.ArgumentParser:
         "functions vanish (until pci-rescan)", "ROOT", "DEV")
     cmd("pci-rescan", "DEV's card is found on the PCI bus again (undo pci-remove); its "
         "devices return with their counters at zero", "ROOT", "DEV")
-    p = cmd("sm", "stop or start the InfiniBand subnet manager: stop takes every ACTIVE "
-            "InfiniBand port to INIT/LinkUp without its LIDs, start brings them back", "ROOT")
-    p.add_argument("ACTION", choices=("stop", "start"))
+    p = cmd("sm", "the InfiniBand subnet manager: stop takes every ACTIVE InfiniBand port "
+            "(of one SM with --sm-lid) to INIT/LinkUp without its LIDs, start brings them "
+            "back, activate one port of DEV (a slow sweep), move puts DEV's port on another "
+            "subnet (--sm-lid, --prefix)", "ROOT")
+    p.add_argument("ACTION", choices=("stop", "start", "activate", "move"))
+    p.add_argument("DEV", nargs="?", help="activate, move: the device")
+    p.add_argument("--port", type=_port, metavar="N", help="activate, move: its port "
+                   "(activate: default its first held; move: default 1)")
+    p.add_argument("--sm-lid", metavar="LID", help="stop, start: that SM's ports only; "
+                   "move: the new SM's LID (required)")
+    p.add_argument("--prefix", metavar="GID_PREFIX",
+                   help="move: the new subnet prefix, e.g. fe80:0000:0000:0001")
     # PCI side of a NIC
     p = cmd("pcie-degrade", "train a PCIe hop of DEV down (or back with --restore)", "ROOT",
             "DEV")
@@ -247,6 +264,7 @@ def _create(a: argparse.Namespace) -> None:
         a.ROOT,
         a.profile,
         devices=a.devices,
+        vfs=a.vfs,
         new_hw_counters=not a.no_new_hw_counters,
         force=a.force,
         metadata=not a.no_metadata,
@@ -312,7 +330,27 @@ def _reset(a: argparse.Namespace) -> None:
 
 
 def _reboot(a: argparse.Namespace) -> None:
-    print(f"boot_id {mutate.reboot(a.ROOT)}")
+    if a.sm_pending:
+        boot_id, held = subnet.hold(a.ROOT)
+        print(f"boot_id {boot_id}; waiting for the SM: " + " ".join(f"{d}/{p}" for d, p in held))
+    else:
+        print(f"boot_id {mutate.reboot(a.ROOT)}")
+
+
+def _sm(a: argparse.Namespace) -> None:
+    """``sm ROOT stop|start|activate|move``: prints the ports (move: the new subnet)."""
+    if a.ACTION in ("activate", "move") and not a.DEV:
+        raise SimError(f"sm {a.ACTION}: give the device (DEV)")
+    if a.ACTION == "move":
+        if not a.sm_lid:
+            raise SimError("sm move: give the new SM's LID (--sm-lid)")
+        print(subnet.move(a.ROOT, a.DEV, a.port or 1, a.sm_lid, a.prefix))
+        return
+    if a.ACTION == "activate":
+        ports = subnet.activate(a.ROOT, a.DEV, a.port)
+    else:
+        ports = (subnet.stop if a.ACTION == "stop" else subnet.start)(a.ROOT, a.sm_lid)
+    print(" ".join(f"{d}/{p}" for d, p in ports))
 
 
 def _set_optics(a: argparse.Namespace) -> None:
@@ -383,6 +421,7 @@ HANDLERS: Dict[str, Callable[[argparse.Namespace], None]] = {
     "show": lambda a: print(tree.show(a.ROOT), end=""),
     "port": _port_cmd,
     "uncable": lambda a: mutate.uncable(a.ROOT, a.DEV, a.PORT),
+    "recable": lambda a: mutate.recable(a.ROOT, a.DEV, a.PORT),
     "carrier": _carrier,
     "counter": _counter,
     "flap": _flap,
@@ -408,8 +447,7 @@ HANDLERS: Dict[str, Callable[[argparse.Namespace], None]] = {
     "fw-reset": lambda a: print(" ".join(pcibus.firmware_reset(a.ROOT, a.DEV, a.down))),
     "pci-remove": lambda a: print(" ".join(pcibus.pci_remove(a.ROOT, a.DEV))),
     "pci-rescan": lambda a: print(" ".join(pcibus.pci_rescan(a.ROOT, a.DEV))),
-    "sm": lambda a: print(" ".join(f"{d}/{p}" for d, p in (
-        subnet.stop(a.ROOT) if a.ACTION == "stop" else subnet.start(a.ROOT)))),
+    "sm": _sm,
     "driver-load": lambda a: _renamed(mutate.load_driver(a.ROOT, a.rename, a.swap)),
     "pcie-degrade": lambda a: print(pcifiles.pcie_degrade(
         _function(a), a.hop, a.width, a.speed, a.upstream_max_speed, a.restore)),

@@ -96,18 +96,29 @@ def carrier(root: PathLike, dev: str, port: PortId, value: int) -> None:
 
 def uncable(root: PathLike, dev: str, port: PortId) -> None:
     """A pulled cable: DOWN / Polling, netdev operstate down (counters untouched)."""
+    _cable(root, dev, port, plugged=False)
+
+
+def recable(root: PathLike, dev: str, port: PortId) -> None:
+    """The cable plugged back (undo :func:`uncable`): ACTIVE / LinkUp, netdev operstate up
+    (counters untouched, as there)."""
+    _cable(root, dev, port, plugged=True)
+
+
+def _cable(root: PathLike, dev: str, port: PortId, plugged: bool) -> None:
     top = Path(root)
     device = _device(top, dev)
+    oper = "up" if plugged else "down"
     if device.get("adapter") == "efa":
         # The efa driver reports ACTIVE/LinkUp whatever happens: only the
         # interface sees the cable.
-        set_port(top, dev, port, operstate="down")
-        carrier(top, dev, port, 0)
+        set_port(top, dev, port, operstate=oper)
+        carrier(top, dev, port, int(plugged))
         return
     has_netdev = _netdev_dir(top, device, port) is not None
-    set_port(
-        top, dev, port, state="DOWN", phys_state="Polling", operstate="down" if has_netdev else None
-    )
+    set_port(top, dev, port, state="ACTIVE" if plugged else "DOWN",
+             phys_state="LinkUp" if plugged else "Polling",
+             operstate=oper if has_netdev else None)
 
 
 def counter_path(root: PathLike, dev: str, port: PortId, name: str) -> Path:

@@ -190,6 +190,11 @@ def ena_pci(nic: NicSpec) -> str:
     return nic.ena_pci
 
 
+# The most VFs a PF has here: mlx5's own limit per PF (127, as cloud and Kubernetes hosts
+# run them), and what one bus holds beside the PF (routing ids below 256).
+MAX_VFS = 127
+
+
 def vf_pcis(profile: Profile, pf: NicSpec) -> List[str]:
     """PCI addresses of a PF's VFs: routing id = PF count of the card + fn*16 + k (unique)."""
     dom, bus, dev, fn = parse_pci(pf.pci)
@@ -474,17 +479,21 @@ def _l40_dualport_3() -> Profile:
     return _l40_dualport((("1a", 0), ("5e", 0), ("9b", 1)))
 
 
-def synthetic(devices: int) -> Profile:
-    """N single-port IB compute PFs on 2 NUMA nodes, PXB to 8 GPUs (for benchmarks)."""
+def synthetic(devices: int, vfs: int = 0) -> Profile:
+    """N single-port IB compute PFs on 2 NUMA nodes, PXB to 8 GPUs (for benchmarks); with
+    ``vfs``, each PF has that many SR-IOV VFs (a cloud or Kubernetes host: 127 per PF)."""
     if not 1 <= devices <= 4096:
         raise ValueError(f"--devices must be between 1 and 4096, got {devices}")
+    if not 0 <= vfs <= MAX_VFS:
+        raise ValueError(f"--vfs must be between 0 and {MAX_VFS}, got {vfs}")
     gpus = tuple(GpuSpec(f"0000:{0xE0 + 2 * g:02x}:00.0", 0 if g < 4 else 1) for g in range(8))
     nics = []
     for i in range(devices):
         gpu = i * 8 // devices
         dom, bus = divmod(i, 0xD0)
         nics.append(
-            NicSpec(f"{dom:04x}:{bus + 0x08:02x}:00.0", gpus[gpu].numa, IB, COMPUTE, gpus=(gpu,))
+            NicSpec(f"{dom:04x}:{bus + 0x08:02x}:00.0", gpus[gpu].numa, IB, COMPUTE, gpus=(gpu,),
+                    vfs=vfs)
         )
     return Profile(
         "synthetic",
@@ -684,12 +693,12 @@ PROFILES: Dict[str, Callable[[], Profile]] = {
 }
 
 
-def get_profile(name: str, devices: Optional[int] = None) -> Profile:
-    """Look a profile up by name; `devices` only applies to (and is required-ish by) synthetic."""
+def get_profile(name: str, devices: Optional[int] = None, vfs: int = 0) -> Profile:
+    """Look a profile up by name; `devices` and `vfs` only apply to synthetic."""
     if name not in PROFILES:
         raise ValueError(f"unknown profile {name!r} (one of: {', '.join(PROFILES)})")
-    if devices is not None:
+    if devices is not None or vfs:
         if name != "synthetic":
-            raise ValueError("--devices only applies to the synthetic profile")
-        return synthetic(devices)
+            raise ValueError("--devices and --vfs only apply to the synthetic profile")
+        return synthetic(8 if devices is None else devices, vfs)
     return PROFILES[name]()

@@ -310,7 +310,7 @@ class _Builder:
             return self.root / "sys/devices" / self.layout.path_of(nic.pci)
         assert nic.name and nic.netdev and nic.rate
         pdir = self.pci_function(nic.pci, nic.numa, nic.hca, nic.link_layer)
-        write_new(pdir / "sriov_totalvfs", f"{SRIOV_TOTALVFS}\n")
+        write_new(pdir / "sriov_totalvfs", f"{max(SRIOV_TOTALVFS, nic.vfs)}\n")
         write_new(pdir / "sriov_numvfs", f"{nic.vfs}\n")
         up = nic.state == "ACTIVE"
         ip = _pf_address(index, nic.default_route)
@@ -586,6 +586,7 @@ def create(
     profile: str = "dgx-h100",
     *,
     devices: Optional[int] = None,
+    vfs: int = 0,
     new_hw_counters: bool = True,
     force: bool = False,
     metadata: bool = True,
@@ -596,7 +597,7 @@ def create(
     then derives the topology from the PCI tree.
     """
     try:
-        prof = get_profile(profile, devices)
+        prof = get_profile(profile, devices, vfs)
     except ValueError as exc:
         raise SimError(str(exc)) from None
     top = Path(os.path.abspath(root))

@@ -4,18 +4,25 @@ Whatever is at the path (a FIFO, ``/dev/zero``, a directory, invalid UTF-8, 5000
 a 5000-digit number), the result is the parsed TOML or a :class:`ConfigError` naming the file
 and, where TOML or a simple scan gives one, the line: never another exception, never a hang
 and never an unbounded read.
+
+The config names the commands the daemon runs, so it is obeyed only when it is trusted
+(:mod:`.trust`: owned by root or the daemon's user, writable by nobody else), and so are the
+programs of those commands while ``slurmDrain`` is on; at start, at a reload and in
+``nichealthctl config check`` alike, since all three load it here.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from dataclasses import dataclass
 from typing import Dict, Mapping, Optional
 
 from ..core.config import Config, build_config
-from ..core.config_errors import ConfigError
+from ..core.config_errors import Collector, ConfigError
 from ..core.config_lines import KeyLines
+from . import trust
 from .safefile import UnusableFile, read_small_file
 
 if sys.version_info >= (3, 11):
@@ -52,9 +59,19 @@ def read_config_file(path: str) -> Optional[ConfigFile]:
 
 
 def _read_bytes(path: str) -> Optional[bytes]:
-    """Read a regular file of at most MAX_CONFIG_BYTES without blocking on a FIFO."""
+    """Read a regular file of at most MAX_CONFIG_BYTES without blocking on a FIFO, refused
+    when it is not trusted."""
+    allowed = trust.owners()
+
+    def vet(info: os.stat_result) -> Optional[str]:
+        found = trust.problem(info, allowed)
+        if found is None:
+            return None
+        return (f"refused: the file {found}; it names the commands nichealthd runs, so "
+                f"whoever can write it chooses them: {trust.fix(info, path, allowed)}")
+
     try:
-        return read_small_file(path, MAX_CONFIG_BYTES)
+        return read_small_file(path, MAX_CONFIG_BYTES, vet)
     except UnusableFile as exc:
         problem = str(exc)
         if problem.startswith("larger than"):
@@ -109,4 +126,26 @@ def load_config(path: Optional[str], overrides: Optional[Mapping[str, object]] =
             raise ConfigError.one(path, "", "file not found")
         if parsed is not None:
             data, lines = parsed.data, parsed.lines
-    return build_config(data, path, overrides or {}, lines)
+    config = build_config(data, path, overrides or {}, lines)
+    _check_commands(config, lines)
+    return config
+
+
+COMMAND_KEYS = (("slurmDrainCommand", "slurm_drain_command"),
+                ("slurmResumeCommand", "slurm_resume_command"),
+                ("slurmReasonCommand", "slurm_reason_command"))
+
+
+def _check_commands(config: Config, lines: KeyLines) -> None:
+    """Refuse commands the daemon would run from a place others can change (sudo's rule,
+    :func:`.trust.command_problem`); only while ``slurmDrain`` is on, as they run only then."""
+    if not config.slurm_drain:
+        return
+    allowed = trust.owners()
+    errors = Collector()
+    for key, attribute in COMMAND_KEYS:
+        argv: tuple[str, ...] = getattr(config, attribute)
+        found = trust.command_problem(trust.resolve(argv[0]), allowed)
+        if found:
+            errors.add(config.source, key, f"refused: {found}", lines.line("", key))
+    errors.raise_if_any()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import Optional
+from typing import Callable, Optional
 
 _FILE_TYPES = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
                (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
@@ -23,8 +23,12 @@ class UnusableFile(Exception):
     file``, ``cannot read: Permission denied``, ``larger than 1024 KiB``)."""
 
 
-def read_small_file(path: str, limit: int) -> Optional[bytes]:
-    """The file's bytes; None when it does not exist. Raises :class:`UnusableFile`."""
+def read_small_file(path: str, limit: int,
+                    vet: Callable[[os.stat_result], Optional[str]] = lambda info: None
+                    ) -> Optional[bytes]:
+    """The file's bytes; None when it does not exist. Raises :class:`UnusableFile`, also
+    when ``vet`` finds a problem with the open file's status (what it returns: its owner,
+    its mode), checked on the fd that is read, so the file cannot be swapped in between."""
     if "\0" in path:
         raise UnusableFile("the path contains a NUL byte")
     try:
@@ -41,6 +45,9 @@ def read_small_file(path: str, limit: int) -> Optional[bytes]:
         for test, what in _FILE_TYPES:
             if test(mode):
                 raise UnusableFile(f"is {what}, not a regular file")
+        refused = vet(info)
+        if refused:
+            raise UnusableFile(refused)
         chunks = []
         size = 0
         while size <= limit:

@@ -284,6 +284,11 @@ class Journal:
         except FileNotFoundError:
             if self._entries:
                 problem = "it is missing"
+        except IsADirectoryError:
+            # Moved aside, or no cursor could ever be saved again: every run of ``--once``
+            # would restart from the oldest entry and never reach the newest ones.
+            where = move_aside(self.cursors_path)
+            problem = "it is a directory" + (f"; moved aside to {where}" if where else "")
         except (OSError, ValueError, RecursionError, AttributeError, TypeError) as exc:
             problem = str(exc)
             cursors = {}

@@ -13,25 +13,20 @@ state and rate, the counters of ``ports/N/counters/``: :data:`NODE_EXPORTER_COUN
 left to it; a flag (a breach, a saturation, a degraded hop) is a series only while it is
 true, so a healthy host exports none.
 
-The HTTP server runs in daemon threads (prometheus-client's WSGI app behind a threading
-``wsgiref`` server), so neither a slow scraper nor the work of building the families can
-delay the event loop or the poller. The loop publishes the daemon's picture of each poll in
+The HTTP server runs in daemon threads (prometheus-client's WSGI app behind the threading
+server of :mod:`.metrics_http`, which no client can keep ``/healthz`` from), so neither a
+slow scraper nor the work of building the families can delay the event loop or the poller.
+The loop publishes the daemon's picture of each poll in
 :meth:`MetricsService.on_poll`; the server threads only read it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import selectors
-import socket
-import socketserver
-import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
 from prometheus_client.core import (
@@ -48,8 +43,8 @@ from ..core.config import Config
 from ..core.health import UNCABLED
 from ..core.picture import PollPicture
 from ..core.state import DEGRADED, FATAL, HEALTHY, SUPPRESSED
-from .admission import METRICS_CLIENTS
 from .context import CONNECTIONS_METRICS, PollOutcome, PollStats
+from .metrics_http import MAX_CLIENTS, Server, make_http_server
 from .slurm.status import OFF as SLURM_OFF
 from .slurm.status import SlurmStatus
 
@@ -64,18 +59,6 @@ CONNECTOR_STATES = ("connected", "down", "not installed", "disabled", "unavailab
 # Not ``nichealthd_counter_value`` / ``_counter_breached``: promtool's linter rejects a metric
 # name that contains a type name (``_counter_``), and passing promtool is part of the contract.
 STALE_INTERVALS = 3
-CLOSE_WAIT_SECONDS = 5.0  # for the HTTP thread to leave its wait when the server closes
-# A normal listen backlog (socketserver's default is 5); the kernel caps it at somaxconn.
-LISTEN_BACKLOG = max(128, socket.SOMAXCONN)
-CLIENT_TIMEOUT = 10.0  # a client that sends nothing for this long is dropped
-# HTTP connections held at once, so that the open-file plan (runtime/fdplan.py) can count
-# them: a flood of connections cannot take the descriptors polling needs. When all are taken,
-# the oldest one that has not sent its request line yet is closed for the newcomer (an idle
-# flood cannot keep a scraper out); with every one of them busy answering, a newcomer is
-# closed at once.
-MAX_CLIENTS = METRICS_CLIENTS
-EVICTING = 16  # connections closed for a newcomer whose threads have not ended yet
-CLIENT_ERROR_LOG_SECONDS = 60.0  # at most one line a minute about clients that misbehave
 # Poll cycles take about a millisecond per 8 devices; a hung sysfs read takes seconds.
 DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
                     2.5, 5.0, 10.0)
@@ -116,203 +99,8 @@ def left_to_node_exporter(path: str) -> bool:
     return parent.endswith("/counters") and name in NODE_EXPORTER_COUNTERS
 
 
-def parse_listen(listen: str) -> Optional[tuple[str, int]]:
-    """``:2112``, ``127.0.0.1:2112``, ``[::1]:2112`` -> (host, port); ``''`` -> None."""
-    text = listen.strip()
-    if not text:
-        return None
-    host, _, port = text.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return host, int(port)
-
-
 def _flag(value: bool) -> str:
     return "true" if value else "false"
-
-
-class _ClientErrors:
-    """Client errors (idle timeouts, resets) as one rate-limited line, never a traceback.
-
-    A client that connects and sends nothing is dropped after ``CLIENT_TIMEOUT``; the
-    stdlib server printed a 15-line traceback for each. The first error is
-    logged at once, later ones at most every ``CLIENT_ERROR_LOG_SECONDS`` with a count.
-    """
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._logged_at: Optional[float] = None
-        self._since = 0
-        self.total = 0
-
-    def report(self, client: str, exc: BaseException) -> None:
-        now = self._clock()
-        with self._lock:
-            self.total += 1
-            self._since += 1
-            last = self._logged_at
-            if last is not None and now - last < CLIENT_ERROR_LOG_SECONDS:
-                return
-            count, self._since, self._logged_at = self._since, 0, now
-        what = "timed out sending its request" if isinstance(exc, TimeoutError) else \
-            f"failed: {type(exc).__name__}: {exc}"
-        more = "" if last is None else \
-            f" ({count} client errors in the last {now - last:.0f} s)"
-        log.warning("metrics HTTP client %s %s; connection closed%s", client, what, more)
-
-
-class _Server(socketserver.ThreadingMixIn, WSGIServer):
-    """Threading WSGI server; each scrape in its own daemon thread."""
-
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = LISTEN_BACKLOG
-    client_errors: Optional[_ClientErrors] = None
-    max_clients = MAX_CLIENTS
-    # Set in server_bind: the connections held, those without a request yet (oldest first),
-    # and the connections closed for the limit since the last line about them.
-    _clients_lock: threading.Lock
-    _clients: int
-    _waiting: dict[Any, None]
-    _closed: dict[str, int]
-    _closed_logged_at: Optional[float]
-
-    def verify_request(self, request: Any, client_address: Any) -> bool:
-        """Hold at most ``max_clients`` connections (see MAX_CLIENTS)."""
-        victim = None
-        with self._clients_lock:
-            if self._clients >= self.max_clients:
-                victim = next(iter(self._waiting), None)
-                if victim is None or self._clients >= self.max_clients + EVICTING:
-                    self._closed_note("closed at once, every connection busy")
-                    return False
-                del self._waiting[victim]
-            self._clients += 1
-            self._waiting[request] = None
-        if victim is not None:
-            with contextlib.suppress(OSError):  # its thread reads EOF and ends
-                victim.shutdown(socket.SHUT_RDWR)
-            with self._clients_lock:
-                self._closed_note("that sent no request closed for newer ones")
-        return True
-
-    def request_started(self, request: Any) -> None:
-        """The connection sent its request line: it is served, no longer evictable."""
-        with self._clients_lock:
-            self._waiting.pop(request, None)
-
-    def _closed_note(self, what: str) -> None:
-        """One line a minute at most about connections closed for the limit (called with
-        the lock held)."""
-        self._closed[what] = self._closed.get(what, 0) + 1
-        now = time.monotonic()
-        if self._closed_logged_at is not None and \
-                now - self._closed_logged_at < CLIENT_ERROR_LOG_SECONDS:
-            return
-        closed = self._closed
-        self._closed = {}
-        self._closed_logged_at = now
-        log.warning("metrics HTTP: %s (at most %d connections at a time); polling is not "
-                    "affected", "; ".join(f"{count} connection(s) {why}"
-                                          for why, count in closed.items()),
-                    self.max_clients)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._release_client(request)
-            raise
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._release_client(request)
-
-    def _release_client(self, request: Any) -> None:
-        with self._clients_lock:
-            self._clients -= 1
-            self._waiting.pop(request, None)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client's error is the client's: one rate-limited line, no traceback."""
-        exc = sys.exc_info()[1]
-        if exc is None or not isinstance(exc, (OSError, ValueError)):
-            log.exception("metrics HTTP: unexpected error serving %s", client_address)
-            return
-        if self.client_errors is None:
-            self.client_errors = _ClientErrors()
-        host = client_address[0] if isinstance(client_address, tuple) else client_address
-        self.client_errors.report(str(host), exc)
-
-    def server_bind(self) -> None:
-        # HTTPServer.server_bind resolves the FQDN of the bind address, which can stall
-        # start-up for seconds on a host with broken reverse DNS; the name is not needed.
-        socketserver.TCPServer.server_bind(self)
-        self.server_name = "nichealthd"
-        self.server_port = self.server_address[1]
-        self.setup_environ()
-        self._clients_lock = threading.Lock()
-        self._clients = 0
-        self._waiting = {}
-        self._closed = {}
-        self._closed_logged_at = None
-        self._wake_read, self._wake_write = socket.socketpair()
-        self._stopped = threading.Event()
-
-    def serve_until_closed(self) -> None:
-        """Serve until :meth:`close`. Unlike ``serve_forever``, which wakes every 0.5 s to
-        look for a shutdown request, this sleeps until a request or the close arrives."""
-        try:
-            with selectors.DefaultSelector() as selector:
-                selector.register(self, selectors.EVENT_READ)
-                selector.register(self._wake_read, selectors.EVENT_READ)
-                while not any(key.fileobj is self._wake_read for key, _ in selector.select()):
-                    self.handle_request()  # the listening socket is readable: no blocking
-        finally:
-            self._stopped.set()
-
-    def close(self) -> None:
-        """Stop serving (from any thread, once) and close the sockets."""
-        self._wake_write.send(b"x")
-        self._stopped.wait(CLOSE_WAIT_SECONDS)
-        self.server_close()
-        self._wake_write.close()
-        self._wake_read.close()
-
-
-class _Server6(_Server):
-    address_family = socket.AF_INET6
-
-
-class _QuietHandler(WSGIRequestHandler):
-    """No access log on stderr; a stuck client is dropped after ``CLIENT_TIMEOUT``."""
-
-    timeout = CLIENT_TIMEOUT
-
-    def parse_request(self) -> bool:
-        self.server.request_started(self.connection)  # type: ignore[attr-defined]
-        return bool(super().parse_request())
-
-    def log_message(self, format: str, *args: Any) -> None:  # the stdlib's signature
-        log.debug("%s %s", self.address_string(), format % args)
-
-
-def make_http_server(listen: str, app: Callable[..., Iterable[bytes]]) -> _Server:
-    """Bind ``[HOST]:PORT``; an empty host means every address (IPv6 and IPv4 when possible)."""
-    parsed = parse_listen(listen)
-    if parsed is None:
-        raise ValueError("metrics listen address is empty")
-    host, port = parsed
-    if not host:
-        try:
-            return make_server("::", port, app, _Server6, _QuietHandler)  # type: ignore[return-value]
-        except OSError:
-            host = "0.0.0.0"
-    server_class = _Server6 if ":" in host else _Server
-    return make_server(host, port, app, server_class, _QuietHandler)  # type: ignore[return-value]
 
 
 class _Collector:
@@ -343,7 +131,7 @@ class MetricsService:
         # every Prometheus client exports it; the fleet dashboard shows it.
         ProcessCollector(registry=self.registry)
         self._metrics_app = make_wsgi_app(self.registry)
-        self._server: Optional[_Server] = None
+        self._server: Optional[Server] = None
         self._thread: Optional[threading.Thread] = None
         self._lock = threading.Lock()
         self._picture: Optional[PollPicture] = None
@@ -574,7 +362,11 @@ def _slurm_families(slurm: SlurmStatus) -> list[Metric]:
         actions.add_metric([action, result], n)
     drained = GaugeMetricFamily(PREFIX + "slurm_drained", "1 while nichealthd holds a Slurm "
                                 "drain of this node, else 0", value=1 if slurm.holds_drain else 0)
-    return [actions, drained]
+    failing = GaugeMetricFamily(PREFIX + "slurm_failing", "1 while a drain or resume the "
+                                "events call for cannot be done (Slurm refuses or cannot be "
+                                "reached; retried; nichealthctl status says why), else 0",
+                                value=1 if slurm.failing else 0)
+    return [actions, drained, failing]
 
 
 def _host_families(picture: PollPicture) -> list[Metric]:
@@ -644,5 +436,5 @@ def _family_series(picture: PollPicture) -> list[Metric]:
     return out
 
 
-def _close(server: _Server) -> None:
+def _close(server: Server) -> None:
     server.close()

@@ -1,8 +1,15 @@
-"""Issue 12 class 1: a lost or corrupt ``cursors.json`` never skips a pending event.
+"""A lost or corrupt ``cursors.json`` never skips a pending event.
 
 A real daemon (``--once``) commits events while the platform connector (a real gRPC server on
 a unix socket) is down; the cursors file is then deleted or damaged and the daemon run again
-with the connector up: every pending event arrives (some may arrive twice, none is lost)."""
+with the connector up: every pending event arrives (some may arrive twice, none is lost).
+
+``--once`` delivers what it can within ``connectorTimeout`` (500 ms here) and leaves the rest
+in the outbox for the next run; on a loaded machine one run may not deliver them all (at a
+load of 20, 3 of 175 were still pending). So after each run every pending event must be
+either delivered or still in the outbox (read from the journal and its cursors, as the next
+run reads them): one that is neither is lost. The daemon runs again until all arrived, and
+the test prints what each run delivered."""
 
 from __future__ import annotations
 
@@ -10,13 +17,17 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from nichealthd.sim import mutate
+from nichealthd.storage.store import Journal
+from nichealthd.surfaces.connector.outbox import CONSUMER
 
 from .. import simtrees
+from ..harness import DEADLINE
 from .connector_fixtures import FakeConnector
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,6 +40,16 @@ def run_once(root: Path, target: str) -> subprocess.CompletedProcess[str]:
          "--platform-connector-socket", target, "--once"],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
         env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def outbox_ids(root: Path) -> set[str]:
+    """What the next run delivers, read as it reads it (nothing written): the events the
+    connector's cursor has not passed, or every event while the cursors cannot be read
+    (still a directory, say: then the next run restarts from the oldest entry too)."""
+    journal = Journal(str(root / "var/lib/nichealthd"))
+    journal.recover(None)
+    entries = journal.history(10**9) if journal._cursors_lost else journal.pending(CONSUMER)
+    return {entry.event.event_id for entry in entries}
 
 
 def event_log_ids(root: Path) -> list[str]:
@@ -67,10 +88,27 @@ def test_lost_cursors_redeliver_every_pending_event(
         cursors.unlink()
         cursors.mkdir()
     connector.start()
-    result = run_once(root, connector.target)
-    assert result.returncode == 0, result.stderr
-    assert "Traceback" not in result.stderr
-    delivered = set(connector.event_ids())
-    missing = [i for i in pending if i not in delivered]
-    assert not missing, f"{len(missing)} of {len(pending)} pending events were skipped"
-    assert "consumers restart from the oldest journal entry" in result.stderr
+    arrived: list[int] = []  # of the pending events, delivered after each run
+    end = time.monotonic() + 4 * DEADLINE  # reached only if runs stop making progress
+    while True:
+        result = run_once(root, connector.target)
+        assert result.returncode == 0, result.stderr
+        assert "Traceback" not in result.stderr
+        if not arrived:
+            assert "consumers restart from the oldest journal entry" in result.stderr
+            # A directory is moved aside: else no cursor could be saved, and every run
+            # restarted from the oldest entry and never reached the newest (seen at load 18:
+            # 172 of 175 after each of six runs).
+            assert cursors.is_file()
+        delivered = set(connector.event_ids())
+        outbox = outbox_ids(root)
+        lost = [i for i in pending if i not in delivered and i not in outbox]
+        assert not lost, (f"{len(lost)} of {len(pending)} pending events neither delivered "
+                          f"nor in the outbox after run {len(arrived) + 1}")
+        arrived.append(sum(i in delivered for i in pending))
+        if arrived[-1] == len(pending):
+            break
+        assert time.monotonic() < end, f"delivered after each run: {arrived}"
+    received = connector.event_ids()
+    print(f"{damage}: of {len(pending)} pending events, delivered after each run {arrived}; "
+          f"{len(received) - len(set(received))} delivered twice")

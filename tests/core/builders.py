@@ -81,12 +81,14 @@ class Runner:
     """Drives the pure evaluator poll after poll, like the monitor does, minus the I/O."""
 
     def __init__(self, cfg: Optional[Config] = None, topology: Optional[Topology] = None,
-                 state: Optional[MonitorState] = None, baseline: bool = True) -> None:
+                 state: Optional[MonitorState] = None, baseline: bool = True,
+                 earlier: bool = True) -> None:
         self.config = cfg or config()
         self.topology = topology or gpus()
         self.state = state or MonitorState(boot_id="boot-1")
         self.memory = PollMemory()
         self.baseline = baseline
+        self.earlier = earlier  # False: a host where nichealthd never ran
         self.last: Optional[CycleResult] = None
 
     def poll(self, snapshot: HostSnapshot) -> CycleResult:
@@ -97,12 +99,13 @@ class Runner:
     def evaluate(self, snapshot: HostSnapshot) -> CycleResult:
         """One poll's evaluation, not adopted: as the monitor does when the commit fails."""
         return evaluate(self.state, snapshot, self.config, self.topology, self.memory,
-                        snapshot.taken_at, baseline=self.baseline)
+                        snapshot.taken_at, baseline=self.baseline, earlier=self.earlier)
 
     def adopt(self, result: CycleResult) -> None:
         """What the monitor does after a successful commit."""
         self.state, self.memory, self.baseline, self.last = (result.state, result.memory,
                                                              False, result)
+        self.earlier = True
 
     def restart(self) -> None:
         """A process restart: persisted state survives (through JSON), memory does not."""

@@ -23,6 +23,15 @@ the new rule, its migration and what NVSentinel sees). Under the new rule these 
 from main's exactly there: fatal counter events (breaches, recoveries, baselines) carry the
 degradation check's name, and the saturation of a counter whose fatal breach is reported or
 latched shares that identity, so it rides on the breach's event instead of being a second one.
+
+A third (:func:`main_waiting`): main left a port out of its card's shortfall when it was
+suppressed at first sight, even when it then waited for the subnet manager (INIT/ARMED with
+the link up), so its card was reported at once; today such a card is held
+``cardVerdictHoldTime`` like any card short of a transient port, at the first poll after a
+boot too (``core/checks/cards.py``; ``tests/core/test_reboot_sm.py`` tests the new rule).
+Under the new rule seed 2 differs from main's stream exactly there
+(:data:`WAITING_DIFFERENCE`): card 0000:13:00, whose mlx5_6 read garbage since the boot and
+then ARMED, is reported at poll 311 (the hold over) instead of 309.
 """
 
 from __future__ import annotations
@@ -36,11 +45,13 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 from unittest import mock
 
+from nichealthd.core.checks import cards, link_state
 from nichealthd.core.checks.counters import CheckNames
+from nichealthd.core.checks.link_section import PortRecord
 from nichealthd.core.config import Config, CounterSpec
 from nichealthd.core.evaluate import Topology
 from nichealthd.core.model import HostSnapshot, PortSnapshot, Unreadable
-from nichealthd.core.state import MonitorState
+from nichealthd.core.state import FATAL, SUPPRESSED, MonitorState
 from nichealthd.sources.sysfs import PMA_WIDTHS
 
 from .builders import ACTIVE, DISABLED, DOWN, LINKUP, POLLING, Runner, config, device, gpus, host
@@ -196,12 +207,31 @@ def main_naming() -> Iterator[None]:
         yield
 
 
+def _main_told_apart(record: Optional[PortRecord], reading: Any) -> bool:
+    """Main's rule: a port suppressed at first sight is never part of its card's shortfall."""
+    return record is not None and record.health in (SUPPRESSED, FATAL)
+
+
+@contextlib.contextmanager
+def main_waiting() -> Iterator[None]:
+    """Main's card rule for a port waiting for the subnet manager (module doc)."""
+    with mock.patch.object(cards, "_told_apart", _main_told_apart), \
+            mock.patch.object(link_state, "baseline_verdicts", lambda verdicts, *_: verdicts):
+        yield
+
+
+# Seed 2 under today's card rule: (poll, the card verdict's message) that moved.
+WAITING_DIFFERENCE = (309, 311, "Card 0000:13:00 (compute) has 0 active ports, expected 1")
+
+
 def replay(seed: int, length: int = POLLS, start: int = 0,
-           state: Optional[MonitorState] = None) -> list[dict[str, Any]]:
+           state: Optional[MonitorState] = None, today: bool = False
+           ) -> list[dict[str, Any]]:
     """Each committed poll's events and persisted state (its digest), as the monitor would
     commit them; from poll ``start`` on, resuming from ``state`` as a restarted process.
-    Under main's naming of fatal counters (:func:`main_naming`)."""
-    with main_naming():
+    Under main's naming of fatal counters (:func:`main_naming`) and, unless ``today``, main's
+    card rule for ports waiting for the subnet manager (:func:`main_waiting`)."""
+    with main_naming(), (contextlib.nullcontext() if today else main_waiting()):
         return _replay(seed, length, start, state)
 
 

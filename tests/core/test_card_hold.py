@@ -162,8 +162,11 @@ def test_unparseable_state_at_the_baseline_is_no_evidence(layout: str, name: str
     assert fatal(result) == []
 
 
+WAITING = ("INIT", "ARMED")  # the link up, waiting for the subnet manager
+
+
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
-@pytest.mark.parametrize("name", sorted(TRANSIENTS))
+@pytest.mark.parametrize("name", sorted(set(TRANSIENTS) - set(WAITING)))
 def test_baseline_verdict_is_immediate_as_spec_7_2(layout: str, name: str) -> None:
     build, mode = LAYOUTS[layout]
     result = Runner().poll(host(*build(TRANSIENTS[name]), when=0))
@@ -172,6 +175,26 @@ def test_baseline_verdict_is_immediate_as_spec_7_2(layout: str, name: str) -> No
     port_events = [e for e in result.events if e.error_code == ("port_state",)
                    and not e.is_healthy]
     assert [e.entities[0][1] for e in port_events] == ["mlx5_0"]  # non-fatal, as §3.2
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("name", WAITING)
+def test_a_port_waiting_for_the_sm_at_the_baseline_is_held_from_the_first_poll(
+        layout: str, name: str) -> None:
+    """A reboot meets the ports in INIT/ARMED: a card short only of such a port is held
+    ``cardVerdictHoldTime`` from the first poll, then fatal if still short."""
+    build, mode = LAYOUTS[layout]
+    runner = Runner()
+    stuck = build(TRANSIENTS[name])
+    first = runner.poll(host(*stuck, when=0))
+    assert fatal(first) == []
+    assert [e.entities[0][1] for e in first.events if e.error_code == ("port_state",)
+            and not e.is_healthy] == ["mlx5_0"]  # non-fatal, as §3.2
+    assert all(fatal(runner.poll(host(*stuck, when=s))) == [] for s in (1, 120, HOLD - 1))
+    verdict = runner.poll(host(*stuck, when=HOLD))
+    assert [e.message for e in fatal(verdict)] == [
+        f"Card {'0000:10:00' if mode == 1 else '0000:20:00'} (compute) has {mode - 1} active "
+        f"ports, expected {mode}"]
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))

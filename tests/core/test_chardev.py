@@ -44,6 +44,23 @@ def test_all_present_gives_no_event_and_one_scoped_clear_at_a_fresh_start() -> N
                     if e.check_name == CHAR_DEVICE_CHECK]
 
 
+def test_a_host_where_nichealthd_never_ran_gets_no_check_wide_clear() -> None:
+    """Nothing was reported before the first start on a new host: no clear of this check or
+    any other (evaluate's ``earlier``), while the ports' own baselines still come."""
+    runner = Runner(earlier=False)
+    first = runner.poll(snap(0, facts()))
+    assert not [e for e in first.events if not e.entities], first.events
+    assert [e.message for e in first.events] == [
+        f"Port {name} port 1: healthy (ACTIVE, LinkUp)" for name in DEVICES]
+    assert runner.state.section(CHAR_DEVICES).cleared  # and none later either
+    runner.restart()
+    assert not [e for e in runner.poll(snap(1, facts())).events if not e.entities]
+    rebooted = Runner(state=MonitorState(boot_id="boot-2"))  # its state lost or a reboot
+    assert sorted(e.check_name for e in rebooted.poll(snap(2, facts())).events
+                  if not e.entities) == sorted(  # the EFA checks only where EFA is
+        set(config().checks) - {"EFAStateCheck", "EFADegradationCheck"})
+
+
 def test_umad_missing_three_reads_is_one_fatal_event_latched_until_seen_again() -> None:
     runner = Runner()
     runner.poll(snap(0, facts()))

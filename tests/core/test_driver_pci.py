@@ -212,3 +212,87 @@ def test_a_state_file_of_before_holds_every_device_since_the_start() -> None:
     assert not runner.poll(seen(fleet(()), 12, bus=range(2))).events
     back = runner.poll(seen(fleet(range(2)), 13))
     assert [(e.is_healthy, len(e.entities)) for e in back.events] == [(True, 2)]
+
+
+# ------------------------------------------------- one card gone while its peers stay
+
+CARD_RESET = 150  # the default cardResetTimeout
+
+
+def test_one_card_unbound_for_good_while_its_peers_stay_is_replace_vm_within_3_minutes() -> None:
+    runner = started(8)
+    others = [i for i in range(8) if i != 3]
+    polls = [runner.poll(seen(fleet(others), s, bus=range(8))) for s in range(1, 1 + CARD_RESET)]
+    assert not any(fatal(r) for r in polls)
+    judged = runner.poll(seen(fleet(others), 1 + CARD_RESET, bus=range(8)))
+    assert fatal(judged) == [f"NIC mlx5_3 {GONE}"]
+    assert judged.events[-1].recommended_action == "REPLACE_VM"
+    assert runner.state.section(LINK_STATE).driver_event is None
+
+
+def test_a_90_second_firmware_reset_of_one_card_is_not_fatal() -> None:
+    runner = started(8)
+    others = [i for i in range(8) if i != 6]
+    polls = [runner.poll(seen(fleet(others), s, bus=range(8))) for s in range(1, 91)]
+    polls.append(runner.poll(seen(fleet(range(8)), 91)))
+    assert not any(r.events for r in polls)
+    assert runner.state.section(LINK_STATE).driver_event is None
+
+
+def test_every_device_gone_together_keeps_the_driver_timeout_however_slow_the_return() -> None:
+    """A driver reload whose probes bring one device back every 40 s: the ones still gone
+    are the driver's, not single cards, even once peers are back."""
+    runner = started(8)
+    polls = [runner.poll(seen(fleet(()), s, bus=range(8))) for s in range(1, 60)]
+    for second in range(60, 400):
+        polls.append(runner.poll(seen(fleet(range(min(8, (second - 60) // 40 + 1))), second,
+                                      bus=range(8))))
+    assert not any(fatal(r) for r in polls)
+    assert runner.state.section(LINK_STATE).driver_event is None
+
+
+def test_an_unload_that_starts_with_one_card_is_the_drivers() -> None:
+    """The first device leaves alone; the rest follow seconds later: the whole driver's,
+    and the long timeout for every device, the first one included."""
+    runner = started(4)
+    runner.poll(seen(fleet(range(1, 4)), 1, bus=range(4)))
+    event = runner.state.section(LINK_STATE).driver_event
+    assert event is not None and event.alone == ("mlx5_0",)
+    runner.poll(seen(fleet(()), 3, bus=range(4)))
+    event = runner.state.section(LINK_STATE).driver_event
+    assert event is not None and event.alone == ()
+    polls = [runner.poll(seen(fleet(()), s, bus=range(4))) for s in range(4, 600)]
+    assert not any(fatal(r) for r in polls)
+    # Then the others return and mlx5_0 does not: still the driver's timeout (15 min).
+    polls = [runner.poll(seen(fleet(range(1, 4)), s, bus=range(4))) for s in range(600, 900)]
+    assert not any(fatal(r) for r in polls)
+    assert fatal(runner.poll(seen(fleet(range(1, 4)), 901, bus=range(4)))) == [
+        f"NIC mlx5_0 {GONE}"]
+
+
+def test_two_cards_reset_one_after_the_other_each_get_their_own_clock() -> None:
+    runner = started(8)
+    runner.poll(seen(fleet([i for i in range(8) if i != 1]), 1, bus=range(8)))
+    rest = [i for i in range(8) if i not in (1, 2)]
+    polls = [runner.poll(seen(fleet(rest), s, bus=range(8))) for s in range(60, 1 + CARD_RESET)]
+    assert not any(fatal(r) for r in polls)
+    first = runner.poll(seen(fleet(rest), 1 + CARD_RESET, bus=range(8)))
+    assert fatal(first) == [f"NIC mlx5_1 {GONE}"]
+    assert not any(fatal(runner.poll(seen(fleet(rest), s, bus=range(8))))
+                   for s in range(2 + CARD_RESET, 60 + CARD_RESET))
+    assert fatal(runner.poll(seen(fleet(rest), 60 + CARD_RESET, bus=range(8)))) == [
+        f"NIC mlx5_2 {GONE}"]
+
+
+def test_the_card_timeout_survives_a_restart_and_is_capped_by_the_driver_timeout() -> None:
+    runner = started(4, driverReloadGrace="10s", driverReloadTimeout="60s")
+    runner.poll(seen(fleet(range(3)), 1, bus=range(4)))
+    runner.restart()
+    event = runner.state.section(LINK_STATE).driver_event
+    assert event is not None and event.alone == ("mlx5_3",)
+    assert not fatal(runner.poll(seen(fleet(range(3)), 60, bus=range(4))))
+    assert fatal(runner.poll(seen(fleet(range(3)), 61, bus=range(4)))) == [f"NIC mlx5_3 {GONE}"]
+    shorter = started(4, cardResetTimeout="30s")
+    assert not any(fatal(shorter.poll(seen(fleet(range(3)), s, bus=range(4))))
+                   for s in range(1, 31))
+    assert fatal(shorter.poll(seen(fleet(range(3)), 31, bus=range(4)))) == [f"NIC mlx5_3 {GONE}"]

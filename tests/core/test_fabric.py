@@ -186,3 +186,67 @@ def test_the_real_faults_stay_replace_vm() -> None:
         result = counted.poll(host(*devices, when=hour * 60 * MINUTES))
     assert [e.error_code for e in result.events if e.recommended_action == "REPLACE_VM"] == [
         ("link_downed",)]
+
+
+def test_a_fabric_with_one_port_of_this_host_is_a_fabric_event_not_a_card_verdict() -> None:
+    """Seven cards on the compute fabric, card 7 alone on a storage fabric of the same role
+    (one port per fabric): its SM down 10 minutes is one non-fatal fabric event and its
+    recovery, never a card REPLACE_VM."""
+    alone = {7: OTHER}
+    runner = started(fabrics=alone)
+    outage = [poll(runner, s, {7: INIT}, fabrics=alone) for s in range(1, 10 * MINUTES + 1)]
+    back = [poll(runner, s, {}, fabrics=alone) for s in range(10 * MINUTES + 1, 10 * MINUTES + 3)]
+    assert replace_vm(outage + back) == []
+    fabric = coded(outage + back, "fabric_event")
+    assert [healthy for healthy, _ in fabric] == [False, True]
+    assert fabric[0][1].startswith(
+        "InfiniBand fabric fe80:0000:0000:0000 (SM LID 0x2): the one port of this host on it "
+        "left ACTIVE, INIT with the link up (mlx5_7)")
+    assert fabric[1][1] == ("InfiniBand fabric fe80:0000:0000:0000 (SM LID 0x2) is back: "
+                            "1 of 1 ports of this host on it ACTIVE again")
+    assert not runner.state.section(LINK_STATE).card_anomalies
+
+
+def test_one_port_per_fabric_each_outage_is_its_own_fabric_event() -> None:
+    """Eight rails, each its own subnet: two SMs down are two fabric events, no verdict."""
+    rails = {i: f"fe80:0000:0000:000{i}/0x1" for i in range(8)}
+    runner = started(fabrics=rails)
+    outage = [poll(runner, s, {2: ARMED, 5: INIT}, fabrics=rails)
+              for s in range(1, 10 * MINUTES)]
+    assert replace_vm(outage) == []
+    assert [h for h, _ in coded(outage, "fabric_event")] == [False, False]
+
+
+def test_a_port_dying_during_a_one_port_fabric_outage_is_fatal_at_once() -> None:
+    alone = {7: OTHER}
+    runner = started(fabrics=alone)
+    for second in range(1, 60):
+        poll(runner, second, {7: INIT}, fabrics=alone)
+    died = poll(runner, 60, {7: DOWN}, fabrics=alone, phys=POLLING)
+    assert replace_vm([died]) == [
+        "Port mlx5_7 port 1: state DOWN, phys_state Polling - no connectivity"]
+
+
+def test_after_an_sm_failover_a_port_that_retrained_stays_with_its_peers() -> None:
+    """The standby SM (LID 0x2) took over: the ports that stayed ACTIVE still read 0x1, the
+    one that flapped reads 0x2 when back. Stuck ARMED later, it is its card's fault after the
+    hold, not a one-port fabric of its own."""
+    runner = started()
+    flapped = {3: OTHER}
+    poll(runner, 1, {3: DOWN}, phys=POLLING)
+    poll(runner, 2, {}, fabrics=flapped)
+    assert runner.state.section(LINK_STATE).port_fabrics["mlx5_3_1"] == FABRIC
+    results = [poll(runner, s, {3: ARMED}, fabrics=flapped) for s in range(3, 3 + 4 * MINUTES + 2)]
+    assert replace_vm(results) == ["Card 0000:13:00 (compute) has 0 active ports, expected 1"]
+    assert coded(results, "fabric_event") == []
+
+
+def test_an_sm_failover_through_init_is_one_fabric_event() -> None:
+    """The master SM died, every port went to INIT, the standby (0x2) activated them."""
+    runner = started()
+    everyone = {i: INIT for i in range(8)}
+    outage = [poll(runner, s, everyone) for s in range(1, 20)]
+    standby = {i: OTHER for i in range(8)}
+    back = [poll(runner, s, {}, fabrics=standby) for s in range(20, 25)]
+    assert replace_vm(outage + back) == []
+    assert [h for h, _ in coded(outage + back, "fabric_event")] == [False, True]

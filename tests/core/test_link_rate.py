@@ -92,3 +92,23 @@ def test_a_disabled_degradation_check_sends_nothing_but_the_port_is_still_shown(
     result = runner.poll(host(nic(0, NDR), nic(1, NDR), nic(2, HDR), when=0))
     assert rated(result) == []
     assert "mlx5_2_1" in runner.state.section(LINK_RATE).rate_degraded
+
+
+def test_a_poll_with_the_same_devices_as_one_that_changed_nothing_judges_nothing() -> None:
+    from unittest import mock
+
+    from nichealthd.core.checks import link_rate
+
+    runner = Runner()
+    fleet = [nic(i, NDR) for i in range(3)] + [nic(3, HDR)]
+    runner.poll(host(*fleet, when=0))  # told: mlx5_3 is slow
+    runner.poll(host(*fleet, when=1))  # nothing changed: its inputs are remembered
+    with mock.patch.object(link_rate, "_groups", wraps=link_rate._groups) as grouped:
+        same = runner.poll(host(*fleet, when=2))
+        assert grouped.call_count == 0 and rated(same) == []
+        # Another device object (its files read other bytes): judged again, and told.
+        back = runner.poll(host(*fleet[:3], nic(3, NDR), when=3))
+        assert grouped.call_count == 1
+    assert rated(back) == [("mlx5_3", True, "Port mlx5_3 port 1: LinkRate healthy - runs at "
+                            "400 Gb/sec (4X NDR) like its peers")]
+    assert runner.state.section(LINK_RATE).rate_degraded == {}

@@ -102,7 +102,9 @@ def test_full_disk_rolls_the_commit_back_and_retries(fs: FakeFilesystem) -> None
     fs.create_dir(root / "sys/class/infiniband")
     cfg = config(sysfsRoot=str(root / "sys"), procRoot=str(root / "proc"),
                  stateFile="/var/lib/nichealthd/state.json")
-    fs.create_dir("/var/lib/nichealthd")
+    # An unusable state file: the baseline's check-wide clears are events to commit (a host
+    # where nichealthd never ran would have none, and nothing to write at once).
+    fs.create_file("/var/lib/nichealthd/state.json", contents="{")
     monitor = Monitor(cfg, gpus())
     monitor.start()
     fs.set_disk_usage(2000, "/")  # the next commit does not fit
@@ -147,6 +149,24 @@ def test_unreadable_cursors_file_is_not_fatal(tmp_path: Path, text: str) -> None
     journal.recover(0)
     journal.register(["log"])
     assert journal.cursor("log") == 0
+
+
+def test_a_directory_in_place_of_the_cursors_file_is_moved_aside(tmp_path: Path) -> None:
+    """Else no cursor could ever be saved: each ``--once`` run would restart from the
+    oldest entry and, with a short connectorTimeout, never reach the newest."""
+    journal = Journal(str(tmp_path))
+    journal.recover(None)
+    journal.append(journal.stamp([event(n) for n in range(3)], 1, "n", "EXECUTE_REMEDIATION"))
+    journal.committed()
+    (tmp_path / "cursors.json").mkdir()
+    again = Journal(str(tmp_path))
+    again.recover(None)
+    again.register(["connector"])
+    assert len(again.pending("connector")) == 3  # lost: from the oldest entry
+    again.advance("connector", 2)
+    assert json.loads((tmp_path / "cursors.json").read_text()) == {"connector": 2}
+    assert [p.name.startswith("cursors.json.corrupt-") for p in tmp_path.iterdir()
+            if p.is_dir()] == [True]
 
 
 def test_a_deferred_write_that_fails_counts_as_a_failing_commit() -> None:

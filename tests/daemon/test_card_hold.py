@@ -88,9 +88,19 @@ def test_once_garbage_state_is_never_a_card_verdict(sim_host: Callable[..., SimH
 
 def test_once_baseline_verdict_is_immediate(sim_host: Callable[..., SimHost]) -> None:
     host = with_hold(sim_host())
-    sim_port(host, "mlx5_0", "--state", "INIT", "--phys-state", "LinkUp")
+    sim_port(host, "mlx5_0", "--state", "INIT", "--phys-state", "Polling")
     first = host.once()
     assert [e["errorCode"] for e in first.fatal()] == [["card_active_ports"]]
+
+
+def test_once_baseline_port_waiting_for_the_sm_is_held(sim_host: Callable[..., SimHost]) -> None:
+    """INIT with the link up at the first poll (a reboot, the SM not there yet): the card is
+    held from that poll, and fatal once the hold is over."""
+    host = with_hold(sim_host())
+    sim_port(host, "mlx5_0", "--state", "INIT", "--phys-state", "LinkUp")
+    assert host.once().fatal() == []
+    time.sleep(HOLD + 0.2)  # after the run that started the hold clock
+    assert [e["errorCode"] for e in host.once().fatal()] == [["card_active_ports"]]
 
 
 @pytest.mark.parametrize("profile", LAYOUTS)

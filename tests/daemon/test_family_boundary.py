@@ -47,6 +47,14 @@ def family_up(base: str) -> dict[str, float]:
             if name == "nichealthd_family_up"}
 
 
+def port_health(base: str) -> dict[tuple[str, str], float]:
+    """``nichealthd_port_health`` by (device, port): an unknown port has no sample."""
+    status, text = get(base + "/metrics")
+    assert status == 200, text
+    return {(dict(labels)["device"], dict(labels)["port"]): value
+            for (name, labels), value in parse(text).items() if name == "nichealthd_port_health"}
+
+
 def test_a_source_that_raises_costs_only_the_families_that_need_it(
         sim_host: Callable[..., SimHost], notify: NotifySocket,  # noqa: F811
         tmp_path: Path) -> None:
@@ -65,10 +73,14 @@ def test_a_source_that_raises_costs_only_the_families_that_need_it(
                    "nichealthd_family_up{family=roce_mtu} 0", proc=proc, detail=lines.tail)
         up = family_up(base)
         assert up["link_state"] == up["link_counters"] == 1, up
-        wait_until(lambda: any(CANNOT in s and "12 ports: 0 healthy, 0 degraded, 0 fatal, "
-                               "12 unknown" in s for s in notify.statuses),
+        # Only the ports it judges (the 4 RoCE ports) are unknown; the 8 InfiniBand ports
+        # keep their health (CheckFamily.judges).
+        wait_until(lambda: any(CANNOT in s and "12 ports: 8 healthy, 0 degraded, 0 fatal, "
+                               "4 unknown" in s for s in notify.statuses),
                    "STATUS= naming the family and the unknown ports", proc=proc,
                    detail=lambda: "\n".join(notify.statuses[-3:]))
+        health = port_health(base)
+        assert health[("mlx5_0", "1")] == 0 and len(health) == 8, health  # no RoCE sample
         sim(host, "uncable", "mlx5_0", "1")  # the other families judge and commit as usual
         wait_until(lambda: any(e["errorCode"] == ["port_state"] and e["isFatal"]
                                for e in events(host)), "the port's fatal event", proc=proc,

@@ -125,3 +125,20 @@ def test_reboot_reports_healthy_ports_and_only_proven_anomalies(
     fatal = sorted(e["message"] for e in run.fatal())
     assert "Port mlx5_5 port 1: state DOWN, phys_state Disabled - no connectivity" in fatal
     assert all("mlx5_5" in m or "Card" in m for m in fatal)
+
+
+def test_a_first_start_clears_nothing_of_earlier_boots_a_lost_state_does(
+        sim_host: Callable[..., SimHost]) -> None:
+    """A host where nichealthd never ran (no state file, an empty event journal) has no
+    conditions of earlier boots: the first start sends the ports' baselines and no check-wide
+    clear. A state file lost later, with the journal saying events were sent, clears them."""
+    host = sim_host()
+    first = host.once()
+    assert first.returncode == 0, first.stderr
+    assert [e["message"] for e in first.events if not e["entitiesImpacted"]] == []
+    assert any("healthy (ACTIVE, LinkUp)" in e["message"] for e in first.events)
+    host.state_file.unlink()
+    again = host.once()
+    clears = [e for e in again.events if not e["entitiesImpacted"]]
+    assert clears and all("clearing conditions of earlier boots" in e["message"]
+                          for e in clears), clears

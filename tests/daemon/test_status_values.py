@@ -34,6 +34,8 @@ def test_the_line_is_written_from_its_values() -> None:
     assert str(line) == "12 ports: 12 healthy; connector connected"
     assert str(StatusLine("h", "c", reload_error="bad key", poll_error="read failing")) == \
         "h; c; reload rejected: bad key; read failing"
+    assert str(StatusLine("h", "c", slurm_failing="drain of node n1: Invalid user id")) == \
+        "h; c; slurm failing (drain of node n1: Invalid user id)"
 
 
 def test_status_is_sent_when_a_value_changes(receiver: socket.socket) -> None:

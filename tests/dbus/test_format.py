@@ -89,6 +89,21 @@ def test_ports_table_shows_flaps_blips_and_a_degraded_rate() -> None:
     assert "\033[33m200G!" in "\n".join(coloured)
 
 
+def test_ports_table_keeps_its_columns_when_a_fault_gives_a_port_a_reason() -> None:
+    """The demo's two tables: the same host before and after a cable is pulled has the same
+    columns at 80 characters (BLIPS used to vanish from the second)."""
+    def host(fault: bool) -> list[dict[str, Any]]:
+        ports = [dict(port(f"mlx5_{n}"), state="ACTIVE", phys_state="LinkUp",
+                      netdev=f"enp{n}s0f0np0", rate="400 Gb/sec (4X NDR)") for n in range(12)]
+        if fault:
+            ports[3] = dict(ports[3], health="fatal", state="DOWN", phys_state="Polling",
+                            reasons=["DOWN/Polling"])
+        return ports
+    before, after = (ports_table(host(fault), Style(False)) for fault in (False, True))
+    assert before[0].split() == after[0].split(), (before[0], after[0])
+    assert all(len(line) <= 80 for line in before + after)
+
+
 def test_style_for_stream_respects_tty_and_no_color(monkeypatch: pytest.MonkeyPatch) -> None:
     class Tty(io.StringIO):
         def isatty(self) -> bool:
@@ -205,6 +220,20 @@ def test_baseline_filter_hides_the_first_poll_of_a_boot_and_keeps_recoveries() -
         [False, True, True, False]
 
 
+
+def test_baseline_filter_hides_the_first_poll_of_a_new_host_which_sends_no_clear() -> None:
+    """A host where nichealthd never ran: its first poll has no check-scoped clear; the first
+    event it ever committed (seq 1) opens that poll."""
+    first = event("Port mlx5_0 port 1: healthy (ACTIVE, LinkUp)", "2026-01-01T00:00:00.000Z",
+                  seq=1)
+    second = event("Port mlx5_1 port 1: healthy (ACTIVE, LinkUp)", "2026-01-01T00:00:00.000Z",
+                   seq=2)
+    down = event("Port mlx5_0 port 1: state DOWN", "2026-01-01T00:01:00Z", healthy=False, seq=3)
+    back = event("Port mlx5_0 port 1: healthy (ACTIVE, LinkUp)", "2026-01-01T00:02:00Z", seq=4)
+    assert baseline_filter([first, second, down, back]) == [down, back]
+    assert baseline_filter([second, down, back]) == [second, down, back]  # seq 1 not listed
+
+
 def test_events_status_and_devices_fit_80_columns_unless_wide() -> None:
     long = event("Port mlx5_0 port 1: " + "x" * 200, "2026-01-01T00:00:00Z", healthy=False)
     lines = event_line(long, Style(False)).splitlines()
@@ -291,3 +320,30 @@ def test_status_names_a_driver_reload_and_a_blind_sysfs_root() -> None:
     quiet = {"health": "healthy", "ports_total": 0, "devices_found": False, "problems": []}
     assert "no InfiniBand/RoCE devices found" in "\n".join(
         status_lines(quiet, {}, Style(False), None))
+
+
+def test_status_says_slurm_is_failing_while_a_drain_cannot_be_done() -> None:
+    """A port fatal and the drain refused: "slurm failing (why)", in red, never "no fatal
+    condition open"; what nichealthd holds follows on its own line."""
+    base = {"health": "fatal", "ports_total": 12, "ports_healthy": 11, "ports_fatal": 1,
+            "fatal_ports": ["mlx5_0/1"], "problems": ["mlx5_0/1 DOWN/Polling"],
+            "devices_found": True, "slurm_mode": "on", "slurm_drained_for": [],
+            "slurm_drain_held": False,
+            "slurm_last_error": "2026-12-02T00:00:00Z: scontrol exited with status 1",
+            "slurm_failing": "drain of node n1: scontrol exited with status 1: Invalid user "
+                             "id"}
+    lines = status_lines(base, {}, Style(False), None, 10_000)
+    text = "\n".join(lines)
+    assert "  slurm      failing (drain of node n1: scontrol exited with status 1: Invalid " \
+           "user id)" in lines, lines
+    assert "no fatal condition open" not in text and "on; no drain held" in text
+    assert "last error" not in text  # the failing line says it
+    assert "\x1b[1;31mfailing (" in "\n".join(status_lines(base, {}, Style(True), None, 10_000))
+    drained = {**base, "slurm_failing": "", "slurm_drain_held": True,
+               "slurm_drained_for": ["InfiniBandStateCheck mlx5_0/1 port_state"]}
+    text = "\n".join(status_lines(drained, {}, Style(False), None, 10_000))
+    assert "slurm      on; drained for 1: InfiniBandStateCheck mlx5_0/1 port_state" in text
+    assert "failing" not in text
+    skipped = {**drained, "slurm_drain_held": False}  # an administrator's reason holds it
+    assert "on; not drained by nichealthd, 1 fatal open: InfiniBandStateCheck" in "\n".join(
+        status_lines(skipped, {}, Style(False), None, 10_000))

@@ -7,8 +7,9 @@ points at a nichealthd-sim DGX-H100 tree inside the container. Then, in one boot
 1. ``systemctl start`` returns only after READY=1 (the first cycle is committed: the state
    file exists) and the unit is active (running) with a STATUS= summary;
 2. a port set DOWN with nichealthd-sim shows up in the event log within two poll intervals;
-3. ``systemctl reload`` with a broken config leaves it running on the old config (same PID,
-   the rejection in the journal and in STATUS=), and a fixed config is applied;
+3. ``systemctl reload`` with a broken config fails (non-zero, the reason in the journal at
+   error priority and in ``systemctl status``) and leaves it running on the old config (same
+   PID); the bare signal is rejected by the daemon (STATUS=); a fixed config is applied;
 4. the process frozen with SIGSTOP is killed by systemd's watchdog and restarted
    (NRestarts=1), and it resumes from its persisted state (no duplicate DOWN event);
 5. ``systemctl stop`` ends it with exit status 0 and the state file saved.
@@ -107,15 +108,28 @@ def test_daemon_under_real_systemd(boot):
     print(f"DOWN event after {latency:.2f}s")
     assert len(down_events(c, "mlx5_0", "1")) == 1
 
-    # 3. reload with a broken config: rejected, still running on the old config.
+    # 3. reload with a broken config: the reload fails and says why (ExecReload='s check,
+    # before the signal), and the daemon runs on with the old config.
     good = c.path("/etc/nichealthd/config.toml").read_text()
     c.path("/etc/nichealthd/config.toml").write_text(good + 'pollingInterval = "soon"\n')
-    c.run(["systemctl", "reload", UNIT], check=False, timeout=30)
+    res = c.run(["systemctl", "reload", UNIT], check=False, timeout=60)
+    assert res.returncode != 0, res.stdout + res.stderr + diagnose(c)
+    assert "Job for nichealthd.service failed" in res.stderr, res.stderr
+    why = "invalid configuration: /etc/nichealthd/config.toml:"
+    c.wait_for(lambda: why in c.journal(UNIT), 10, what="the reason in the journal")
+    errors = c.run(["journalctl", "--no-pager", "-u", UNIT, "-p", "err"]).stdout
+    assert why in errors, errors
+    status_out = c.run(["systemctl", "status", "--no-pager", "-l", "-n", "10", UNIT],
+                       check=False).stdout
+    assert why in status_out and "active (running)" in status_out, status_out
+    assert c.show(UNIT, "MainPID") == pid
+    assert "reload rejected" not in c.show(UNIT, "StatusText")  # never signalled
+    # The signal alone (kill -HUP, bypassing the check) is still rejected by the daemon.
+    c.run(["kill", "-HUP", pid])
     c.wait_for(lambda: "reload rejected" in c.show(UNIT, "StatusText"), 10,
                what="reload rejection in STATUS=")  # fmt: skip
     assert c.show(UNIT, "ActiveState") == "active"
     assert c.show(UNIT, "MainPID") == pid
-    assert "config.toml" in c.journal(UNIT)
     polls_before = json.loads(c.path(STATE).read_text())
     wait_polls(c, 2, "two polls on the old config after the rejected reload")
     assert c.show(UNIT, "SubState") == "running"

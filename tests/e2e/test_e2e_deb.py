@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Iterator
@@ -40,6 +39,8 @@ from install import REPO, built_deb
 
 from tests.harness import NOBODY, wait_until
 from tests.packaging.builds import table
+from tests.readme import SIM_HOST, recipe
+from tests.release import unpack_release
 
 pytestmark = pytest.mark.e2e
 
@@ -47,12 +48,11 @@ UNIT = "nichealthd.service"
 NO_DEVICES = "no InfiniBand/RoCE devices found"
 CTL_MISSING = find_spec("nichealthd.cli.ctl") is None
 SIM = "/srv/simhost"
-# The README's recipe (Install: "Trying the installed service on a simulated host"), as written.
-SIM_CONFIG = (
-    f"nichealthd-sim create {SIM} --profile dgx-h100 --no-metadata && "
-    f"grep -E '^(sysfsRoot|procRoot|metadataPath|nodeName) ' {SIM}/nichealthd.toml "
-    "> /etc/nichealthd/config.toml"
-)
+# The README's recipe (Install: "Trying the installed service on a simulated host"), read
+# from README.md and run as written: build the host, copy its keys into the config, check and
+# restart, pull a cable, plug it back.
+RECIPE = recipe(SIM_HOST)
+SIM_CONFIG = " && ".join(RECIPE[:2])
 
 
 FLAVOURS = {"debian12": "base", "debian13": "trixie"}
@@ -148,12 +148,14 @@ def test_nichealthctl_on_a_host_without_rdma_devices(box):
 
 def test_point_it_at_a_host_without_metadata_then_plain_restart(box):
     c = box
+    assert RECIPE[2] == ("nichealthctl config check /etc/nichealthd/config.toml && "
+                         "systemctl restart nichealthd")
     c.sh(SIM_CONFIG, timeout=120)
     assert not c.path(f"{SIM}/gpu_metadata.json").exists()
-    assert "stateFile" not in c.path("/etc/nichealthd/config.toml").read_text()
-    c.run(["nichealthctl", "config", "check", "/etc/nichealthd/config.toml"])
-    res = c.run(["systemctl", "restart", UNIT], check=False)  # no reset-failed before it
-    assert res.returncode == 0, res.stderr + c.journal(UNIT)
+    config = c.path("/etc/nichealthd/config.toml").read_text()
+    assert "stateFile" not in config and f'ethtoolPath = "{SIM}/ethtool"' in config, config
+    res = c.sh(RECIPE[2], check=False)  # no reset-failed before the restart
+    assert res.returncode == 0, res.stdout + res.stderr + c.journal(UNIT)
     c.wait_for(lambda: c.show(UNIT, "SubState") == "running", 30, what="unit running")
     assert " ports: " in c.show(UNIT, "StatusText")
     assert c.path("/var/lib/nichealthd/state.json").exists()
@@ -186,6 +188,9 @@ def test_nichealthctl_show_ports_lists_the_sim_host(box):
     metrics = c.run(["python3", "-c", "import urllib.request; print(urllib.request.urlopen("
                      "'http://127.0.0.1:2112/metrics', timeout=20).read().decode())"]).stdout
     assert 'nichealthd_port_health{' in metrics
+    # The simulated modules, through the recipe's ethtoolPath: values, not "n/a".
+    modules = json.loads(c.run(["nichealthctl", "--json", "show", "optics"]).stdout)
+    assert any(m.get("module_status") == "ok" for m in modules), modules
 
 
 def test_an_event_reaches_a_real_platform_connector(box):
@@ -194,13 +199,23 @@ def test_an_event_reaches_a_real_platform_connector(box):
     c = box
     fake = c.connector.start()
     try:
-        c.sh(f"nichealthd-sim uncable {SIM} mlx5_0 1")
+        pulled = c.sh(RECIPE[3], timeout=60)  # the README's: uncable, then the last events
+        assert "mlx5_0" in pulled.stdout, pulled.stdout
         wait_until(lambda: fatal_port_events(fake, "mlx5_0"), "the port event at the "
                    "connector", 60, detail=lambda: c.journal(UNIT)[-2000:])
         c.wait_for(lambda: "connector connected" in c.show(UNIT, "StatusText"), 30,
                    what="STATUS= naming the connector connected")
+        c.sh(RECIPE[4], timeout=60)  # and recable: the port's recovery follows
+        c.wait_for(lambda: '"mlx5_0"' in c.run(["nichealthctl", "--json", "show", "ports"]
+                                               ).stdout and not fatal_ports(c), 30,
+                   what="mlx5_0 port 1 healthy again after recable")
     finally:
         c.connector.stop()
+
+
+def fatal_ports(c) -> list:
+    ports = json.loads(c.run(["nichealthctl", "--json", "show", "ports"]).stdout)
+    return [p for p in ports if p["fatal"]]
 
 
 def test_apt_remove_stops_and_keeps_state(box):
@@ -226,12 +241,7 @@ def test_apt_purge_removes_state_without_warnings(box):
 
 def release_tarball(dest: Path) -> None:
     """The tree as `git archive` ships it (no .git): a release tarball, unpacked."""
-    tree = subprocess.run(["git", "stash", "create"], cwd=REPO, capture_output=True,
-                          text=True, check=True).stdout.strip() or "HEAD"  # fmt: skip
-    archive = subprocess.run(["git", "archive", "--format=tar", tree], cwd=REPO,
-                             capture_output=True, check=True).stdout  # fmt: skip
-    dest.mkdir(parents=True)
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    unpack_release(dest)
 
 
 def test_debian13_builds_it_lintian_clean_and_the_same(e2e_ready):

@@ -16,8 +16,8 @@ from typing import Any, Callable
 
 import pytest
 
-from nichealthd.surfaces import metrics
-from nichealthd.surfaces.metrics import _ClientErrors, make_http_server
+from nichealthd.surfaces import metrics_http
+from nichealthd.surfaces.metrics_http import ClientErrors, make_http_server
 
 from ..harness import DEADLINE, wait_until
 from .conftest import RunningDaemon, get
@@ -54,15 +54,15 @@ def test_idle_connections_are_dropped_without_tracebacks(sim: Callable[..., Path
     running = daemon(sim("synthetic", devices=2))
     idle = _connect_idle(running.port, IDLE)
     try:
-        # While they wait, scrapes and health checks are answered. Right after the flood a
-        # newcomer may be refused while the threads of the connections closed for it end
-        # (at most MAX_CLIENTS + EVICTING held, surfaces/metrics.py): the next try is let in,
-        # as Prometheus's next scrape would be.
+        # While they wait, scrapes and health checks are answered: a newcomer waits in the
+        # listen backlog until a waiting connection has waited EVICT_AFTER and is closed
+        # for it (surfaces/metrics_http.py).
         wait_until(lambda: "nichealthd_polls_total" in running.text(),
                    "a scrape answered while idle connections wait", DEADLINE)
         assert get(running.base + "/healthz")[0] == 200
         wait_until(lambda: all(_closed_by_peer(s) for s in idle),
-                   "idle connections closed by the server", metrics.CLIENT_TIMEOUT + DEADLINE)
+                   "idle connections closed by the server",
+                   metrics_http.REQUEST_DEADLINE + DEADLINE)
     finally:
         for sock in idle:
             sock.close()
@@ -71,7 +71,7 @@ def test_idle_connections_are_dropped_without_tracebacks(sim: Callable[..., Path
     assert "Traceback" not in log, log[-3000:]
     lines = [line for line in log.splitlines() if "metrics HTTP client" in line]
     assert 1 <= len(lines) <= 2, lines  # the first error; any more within a minute are counted
-    assert "timed out" in lines[0]
+    assert "sent no whole request within 5 s" in lines[0]
     assert running.proc.poll() is None
 
 
@@ -92,23 +92,26 @@ def test_listen_backlog_is_normal() -> None:
 
 def test_client_errors_are_one_line_per_minute(caplog: pytest.LogCaptureFixture) -> None:
     now = [100.0]
-    errors = _ClientErrors(clock=lambda: now[0])
+    errors = ClientErrors(clock=lambda: now[0])
     with caplog.at_level(logging.WARNING, logger="nichealthd.surfaces.metrics"):
         for _ in range(351):
             errors.report("127.0.0.1", TimeoutError("timed out"))
-        now[0] += metrics.CLIENT_ERROR_LOG_SECONDS + 1
+        now[0] += metrics_http.CLIENT_ERROR_LOG_SECONDS + 1
         errors.report("127.0.0.1", ConnectionResetError(104, "Connection reset by peer"))
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 2, lines
-    assert "127.0.0.1 timed out sending its request" in lines[0]
+    assert "127.0.0.1 timed out; connection closed" in lines[0]
     assert "ConnectionResetError" in lines[1] and "351 client errors" in lines[1]
     assert errors.total == 352
 
 
-def test_connections_are_capped_an_idle_one_gives_way_a_busy_one_does_not() -> None:
+def test_connections_are_capped_an_idle_one_gives_way_a_busy_one_does_not(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """The open-file plan counts MAX_CLIENTS connections: at the cap, the oldest connection
-    that sent no request is closed for a newcomer (an idle flood cannot keep a scraper out);
-    with every connection busy, a newcomer is closed at once."""
+    still waiting for its request is closed for a newcomer (an idle flood cannot keep a
+    scraper out); with every connection busy, a newcomer waits in the listen backlog and is
+    answered once one ends."""
+    monkeypatch.setattr(metrics_http, "REQUEST_DEADLINE", 600.0)  # eviction alone here
     gate = threading.Event()
 
     def app(environ: dict[str, Any], start: Callable[..., Any]) -> list[bytes]:
@@ -127,19 +130,23 @@ def test_connections_are_capped_an_idle_one_gives_way_a_busy_one_does_not() -> N
     busy: list[threading.Thread] = []
     try:
         idle = _connect_idle(port, 3)
-        wait_until(lambda: server._clients == 3, "three connections held")
-        assert get(base + "/")[0] == 200  # a scraper: the oldest idle one made room
+        wait_until(lambda: server.clients == 3, "three connections held")
+        assert get(base + "/", timeout=DEADLINE)[0] == 200  # the oldest idle one made room
         wait_until(lambda: _closed_by_peer(idle[0]), "the oldest idle connection closed")
         assert not any(_closed_by_peer(s) for s in idle[1:])
         for sock in idle:
             sock.close()
-        wait_until(lambda: server._clients == 0, "the idle connections gone")
-        busy = [threading.Thread(target=get, args=(base + "/slow",)) for _ in range(3)]
+        wait_until(lambda: server.clients == 0, "the idle connections gone")
+        busy = [threading.Thread(target=get, args=(base + "/slow",),
+                                 kwargs={"timeout": DEADLINE}) for _ in range(3)]
         for worker in busy:
             worker.start()
-        wait_until(lambda: server._clients == 3 and not server._waiting, "three busy clients")
-        with socket.create_connection(("127.0.0.1", port), timeout=5) as extra:
-            wait_until(lambda: _closed_by_peer(extra), "a newcomer closed at once")
+        wait_until(lambda: server.clients == 3 and not server.waiting, "three busy clients")
+        with socket.create_connection(("127.0.0.1", port), timeout=DEADLINE) as extra:
+            extra.sendall(b"GET / HTTP/1.0\r\n\r\n")
+            assert server.clients == 3  # not let in while every connection is busy
+            gate.set()
+            assert extra.makefile("rb").readline().startswith(b"HTTP/1.0 200")
     finally:
         gate.set()
         for worker in busy:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nichealthd.surfaces.metrics import parse_listen
+from nichealthd.surfaces.metrics_http import parse_listen
 
 
 @pytest.mark.parametrize(("text", "expected"), [

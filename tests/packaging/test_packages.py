@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from ..release import unpack_release
 from .builds import REPO, TARGETS, built, family, path_printed, run_build, table
 
 pytestmark = pytest.mark.packaging
@@ -100,6 +101,10 @@ def files(package: Path) -> list[str]:
         line.split(" ", 1) for line in run(
             "rpm", "-qp", "--qf", "[%{FILEMODES:perms} %{FILENAMES}\n]", str(package)
         ).splitlines()) if perms.startswith("-")]
+
+
+def without_bytecode(names: list[str]) -> list[str]:
+    return [n for n in names if "/__pycache__/" not in n]
 
 
 def own_files(package: Path) -> set[str]:
@@ -392,19 +397,55 @@ def test_every_package_ships_the_fleet_rules_and_dashboard_as_in_the_source(
 
 
 def test_builds_from_release_tarball(tmp_path: Path) -> None:
-    """`git archive` output (no .git) builds the same packages as the clone (issue 22)."""
+    """`git archive` output (no .git) builds the same packages as the clone (issue 22); the
+    rpm on a machine without its target's CPython too (no pyenv, no /usr/bin/python3.9):
+    without bytecode (rpm 4.18 refused the empty interpreter macro it was given)."""
     if not (REPO / ".git").exists():
         pytest.skip("this checkout is itself a release tarball")
-    tree = subprocess.run(["git", "stash", "create"], cwd=REPO, capture_output=True,
-                          text=True, check=True).stdout.strip() or "HEAD"  # fmt: skip
     src = tmp_path / "nichealthd-release"
-    src.mkdir()
-    archive = subprocess.run(["git", "archive", "--format=tar", tree], cwd=REPO,
-                             capture_output=True, check=True).stdout  # fmt: skip
-    subprocess.run(["tar", "-x", "-C", str(src)], input=archive, check=True)
+    unpack_release(src)
     assert not (src / ".git").exists()
+    no_cpython = {"PYENV_ROOT": str(tmp_path / "no-pyenv")}  # interpreter() finds none
     for target in ("debian12", "el9"):
         package = path_printed(run_build(target, "--no-lintian" if family(target) == "deb"
-                                         else "--no-rpmlint", repo=src))
+                                         else "--no-rpmlint", repo=src,
+                                         env=no_cpython if target == "el9" else None))
         assert package.parent == src / "packaging/out"
-        assert sorted(files(package)) == sorted(files(built(target))), target
+        assert sorted(without_bytecode(files(package))) == sorted(
+            without_bytecode(files(built(target)))), target
+    if not Path("/usr/bin/python3.9").exists():
+        assert not [n for n in rpm_query(package, "-l") if n.endswith(".pyc")]
+
+
+# ------------------------------------------------------------------------ packaging/README.md
+
+SIZE = re.compile(r"`(nichealthd[^`]+)` \(([\d.]+) (KiB|MiB)(?:, ([\d.]+) MiB(?: installed)?)?\)")
+UNITS = {"KiB": 1024, "MiB": 1024 * 1024}
+
+
+def installed_size(package: Path) -> int:
+    if package.suffix == ".deb":
+        return int(run("dpkg-deb", "-f", str(package), "Installed-Size")) * 1024
+    return int(run("rpm", "-qp", "--qf", "%{SIZE}", str(package)))
+
+
+def close(stated: float, real: int) -> bool:
+    """Within 5 %, or the rounding of the stated figure's last digit."""
+    return abs(stated - real) <= max(0.05 * real, 0.06 * UNITS["MiB"] if real > 2**20 else 0)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_sizes_in_packaging_readme_are_the_built_packages(target: str) -> None:
+    """The support matrix states each package's size (and, where it carries libraries, its
+    installed size): they are the built package's, within 5 %."""
+    package = built(target)
+    rows = {m.group(1): m for m in SIZE.finditer((REPO / "packaging/README.md").read_text())}
+    assert package.name in rows, f"packaging/README.md states no size of {package.name}"
+    found = rows[package.name]
+    size = float(found.group(2)) * UNITS[found.group(3)]
+    real = package.stat().st_size
+    assert close(size, real), (package.name, found.group(0), f"{real / 2**20:.2f} MiB")
+    if found.group(4):
+        real_installed = installed_size(package)
+        assert close(float(found.group(4)) * UNITS["MiB"], real_installed), (
+            package.name, found.group(0), f"{real_installed / 2**20:.1f} MiB installed")

@@ -4,6 +4,7 @@ EPEL) or carried, the dependencies the builds declare, and the checks of carried
 
 from __future__ import annotations
 
+import copy
 import zipfile
 from pathlib import Path
 
@@ -86,6 +87,11 @@ def test_declared_dependencies() -> None:
     assert deps["ubuntu2204"] == (
         ["python3 (>= 3.10)", "python3 (<< 3.11)", "python3-protobuf",
          "python3-prometheus-client", "python3-tomli"], [])
+    # Recommended where the archive has pystemd 0.11 or later: Ubuntu 24.04's universe too.
+    assert deps["ubuntu2404"] == (
+        ["python3 (>= 3.12)", "python3 (<< 3.13)", "python3-dbus-fast | python3-dbus-next",
+         "python3-protobuf", "python3-prometheus-client"],
+        ["python3-systemd", "python3-pystemd"])
     assert deps["el9"] == (["python3-protobuf"], ["python3-systemd"])
     assert deps["el10"] == ([], ["python3-systemd"])
     assert deps["fedora42"] == (
@@ -139,3 +145,31 @@ def test_unpacking_keeps_the_package_and_drops_the_installers_record(tmp_path: P
     tm.unpack(wheel, vendor)
     assert sorted(str(p.relative_to(vendor)) for p in vendor.rglob("*") if p.is_file()) == [
         "extra.py", "lib-1.0.dist-info/METADATA", "lib/__init__.py"]
+
+
+def test_what_a_target_needs_beyond_the_debian_12_tools_is_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a library built from its sdist needs more than .ci/system-deps.sh installs (the
+    target's CPython); the build scripts stop with this line and the package tests skip with
+    it (tests/packaging/builds.py). A wheel already built into the cache is enough."""
+    if Path("/usr/bin/python3.10").exists():
+        pytest.skip("this machine has /usr/bin/python3.10")
+    monkeypatch.setenv("PYENV_ROOT", str(tmp_path / "pyenv"))  # no pyenv interpreter either
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    tools = copy.deepcopy(table())  # and the C tools of the build: here, as CI has them
+    tools["libraries"]["systemd-python"]["sdist_needs"]["check"] = "true"
+    assert {t: tm.unmet(tools, t, cache) for t in tools["targets"]
+            if tm.unmet(tools, t, cache)} == {"ubuntu2204": (
+                "ubuntu2204 builds systemd-python 235 from its sdist for CPython 3.10, which "
+                "needs python3.10 (pyenv install 3.10) here, or build on Ubuntu 22.04 LTS "
+                "(jammy)")}
+    tools["libraries"]["systemd-python"]["sdist_needs"]["check"] = "false"  # none of them
+    assert tm.unmet(tools, "ubuntu2204", cache).endswith(
+        "which needs python3.10 (pyenv install 3.10) and gcc pkg-config libsystemd-dev "
+        "(apt-get install gcc pkg-config libsystemd-dev) here, or build on Ubuntu 22.04 LTS "
+        "(jammy)")
+    (cache / "systemd_python-235-cp310-cp310-linux_x86_64.whl").write_bytes(b"")
+    assert tm.unmet(tools, "ubuntu2204", cache) == ""
+    # An rpm target builds without its CPython: without bytecode (test_packages.py).
+    assert "unmet=''\n" in tm.shell(table(), "el9")

@@ -93,6 +93,7 @@ def test_every_mutation_subcommand(root: str, capsys: pytest.CaptureFixture[str]
             "down",
         ),
         ("uncable", root, "mlx5_3", "1"),
+        ("recable", root, "mlx5_3", "1"),
         ("counter", root, "mlx5_0", "1", "link_downed", "--add", "300", "--hardware-semantics"),
         ("counter", root, "mlx5_0", "1", "carrier_changes", "--set", "4"),
         ("reset-counters", root, "mlx5_0", "1"),

@@ -166,3 +166,17 @@ def test_mutations_carrier_and_device_counters(built: Build) -> None:
     mutate.reboot(p5)
     assert read(p5 / netdev / "carrier") == "1\n"
     assert read(p5 / "sys/class/infiniband" / dev / "hw_counters/no_completion_cmds") == "0\n"
+
+
+def test_uncable_and_recable_an_efa_port(built: Build) -> None:
+    """The efa driver says ACTIVE/LinkUp whatever the cable does: only the interface's
+    operstate and carrier move, down and back."""
+    p5 = built("p5")
+    dev = "rdmap79s0"
+    netdev = tree.device(tree.load(p5), dev)["ports"]["1"]["netdev_path"]
+    port = p5 / "sys/class/infiniband" / dev / "ports/1"
+    mutate.uncable(p5, dev, 1)
+    assert (read(p5 / netdev / "operstate"), read(p5 / netdev / "carrier")) == ("down\n", "0\n")
+    mutate.recable(p5, dev, 1)
+    assert (read(p5 / netdev / "operstate"), read(p5 / netdev / "carrier")) == ("up\n", "1\n")
+    assert read(port / "state") == "4: ACTIVE\n"

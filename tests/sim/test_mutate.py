@@ -80,6 +80,22 @@ def test_uncable(root: Path) -> None:
     mutate.uncable(root, "mlx5_13", 1)  # a VF has no netdev: still works
 
 
+def test_recable_plugs_the_cable_back(root: Path) -> None:
+    before = {name: (root / PORT / "counters" / name).read_text()
+              for name in ("link_downed", "symbol_error")}
+    mutate.uncable(root, "mlx5_0", 1)
+    state = Watch(root / PORT / "state")
+    mutate.recable(root, "mlx5_0", 1)
+    assert state.after() == "4: ACTIVE\n"
+    assert (root / PORT / "phys_state").read_text() == "5: LinkUp\n"
+    assert (root / "sys/class/net/ibp24s0/operstate").read_text() == "up\n"
+    assert before == {name: (root / PORT / "counters" / name).read_text() for name in before}
+    mutate.uncable(root, "mlx5_13", 1)
+    mutate.recable(root, "mlx5_13", 1)  # a VF has no netdev: still works
+    assert (root / IB0.replace("mlx5_0", "mlx5_13") / "ports/1/state").read_text() \
+        == "4: ACTIVE\n"
+
+
 def test_counter_add_set_in_place_and_lookup_order(root: Path) -> None:
     w = Watch(root / PORT / "counters/link_downed")
     assert mutate.counter(root, "mlx5_0", 1, "link_downed", add=3) == 3

@@ -398,6 +398,19 @@ def test_synthetic_sizes(build, n: int) -> None:
     assert len(os.listdir(root / "sys/class/infiniband")) == n
 
 
+def test_synthetic_with_vfs_as_cloud_hosts_run_sr_iov(tmp_path: Path) -> None:
+    root = tmp_path / "h"
+    m = tree.create(root, "synthetic", devices=2, vfs=127)  # mlx5's most per PF
+    roles = Counter(m["roles"].values())
+    assert (roles["vf"], len(m["devices"])) == (254, 256)
+    pf = root / "sys/class/infiniband/mlx5_0/device"
+    assert (read(pf / "sriov_numvfs"), read(pf / "sriov_totalvfs")) == ("127\n", "127\n")
+    vfs = {os.path.realpath(pf / f"virtfn{k}") for k in range(127)}
+    assert len(vfs) == 127  # each its own PCI function
+    with pytest.raises(SimError):
+        tree.create(tmp_path / "more", "synthetic", devices=1, vfs=128)
+
+
 def test_old_kernel_lacks_new_hw_counters(build) -> None:
     root = build("dgx-h100", new_hw_counters=False)
     hw = os.listdir(root / "sys/class/infiniband/mlx5_0/ports/1/hw_counters")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import logging
-import stat
 from dataclasses import replace
 from pathlib import Path
 from typing import Optional
@@ -17,6 +16,7 @@ import pytest
 from nichealthd.core.config import Config, build_config
 from nichealthd.core.events import HealthEvent
 from nichealthd.storage.store import Journal
+from nichealthd.surfaces.metrics import _slurm_families
 from nichealthd.surfaces.slurm import command
 from nichealthd.surfaces.slurm.command import Outcome
 from nichealthd.surfaces.slurm.consumer import CONSUMER, SlurmConsumer
@@ -172,6 +172,49 @@ def test_attempts_are_bounded_with_backoff_and_the_event_stays_pending(
     assert host.statuses[-1].last_error == ""
 
 
+def test_a_refused_drain_is_failing_on_every_surface_until_one_succeeds(tmp_path: Path
+                                                                         ) -> None:
+    """slurmctld refuses the daemon's user: the drain is not done, and the status says so
+    (``failing``, the metric) instead of holding no condition as if none were open."""
+    host = Host(tmp_path, slurmRetries=1)
+    consumer = host.consumer()
+    refused = "scontrol exited with status 1: slurm_update error: Invalid user id"
+    answer = host.slurm.__call__
+
+    def refusing(argv: tuple[str, ...], timeout: float) -> Outcome:
+        if argv[0] == "scontrol":
+            host.slurm.calls.append(argv)
+            return Outcome(argv, error=refused)
+        return answer(argv, timeout)
+
+    consumer.runner = refusing
+    host.commit(down())
+    assert consumer.step() == consumer.pause and host.pending == 1
+    status = host.statuses[-1]
+    assert status.failing == f"drain of node node-a: {refused}"
+    assert status.status_keys()["slurm_failing"] == status.failing
+    assert not status.holds_drain and status.status_keys()["slurm_drain_held"] is False
+    assert host.slurm.reason is None
+    values = {m.name: m.samples[0].value for m in _slurm_families(status)
+              if m.name != "nichealthd_slurm_actions"}
+    assert values == {"nichealthd_slurm_drained": 0, "nichealthd_slurm_failing": 1}
+    consumer.runner = host.slurm  # Admin granted: the retry drains, failing is over
+    consumer._retry_at = 0.0
+    consumer.step()
+    status = host.statuses[-1]
+    assert (status.failing, status.holds_drain) == ("", True)
+    assert str(host.slurm.reason) == REASON  # (narrowed to None above for mypy)
+    values = {m.name: m.samples[0].value for m in _slurm_families(status)
+              if m.name != "nichealthd_slurm_actions"}
+    assert values == {"nichealthd_slurm_drained": 1, "nichealthd_slurm_failing": 0}
+    host.commit(down("mlx5_3"))
+    consumer.runner = refusing
+    host.config = replace(host.config, slurm_drain=False)  # switched off by a reload
+    consumer.reconfigure(host.config)
+    consumer.step()
+    assert host.statuses[-1].failing == ""
+
+
 def test_the_record_and_cursor_survive_a_restart(tmp_path: Path) -> None:
     host = Host(tmp_path)
     host.commit(down())
@@ -237,28 +280,32 @@ def test_a_missing_scontrol_is_a_status_error_not_a_crash(tmp_path: Path) -> Non
     assert host.pending == 1
 
 
-def test_commands_run_without_a_shell_with_a_deadline(tmp_path: Path) -> None:
-    script = tmp_path / "fake-scontrol"
-    script.write_text("#!/bin/sh\nprintf '%s\\n' \"$@\"\n[ \"$1\" = sleep ] && exec sleep 5\n"
-                      "[ \"$1\" = fail ] && { echo 'Invalid node name specified' >&2; "
-                      "exit 1; }\n[ \"$1\" = user ] && { echo 'slurm_update error: Invalid "
-                      "user id' >&2; exit 1; }\nexit 0\n")
-    script.chmod(script.stat().st_mode | stat.S_IXUSR)
-    argv = command.fill((str(script), "update", "NodeName={node}", "Reason={reason}"),
+FAKE_SCONTROL = ("printf '%s\\n' \"$@\"\n[ \"$1\" = sleep ] && exec sleep 5\n"
+                 "[ \"$1\" = fail ] && { echo 'Invalid node name specified' >&2; exit 1; }\n"
+                 "[ \"$1\" = user ] && { echo 'slurm_update error: Invalid user id' >&2; "
+                 "exit 1; }\nexit 0\n")
+
+
+def test_commands_run_without_a_shell_with_a_deadline() -> None:
+    """The stand-in is a script given to the system's sh (a program only root can change:
+    one in a temp directory is refused, tests/slurm/test_trusted_commands.py); the reason
+    reaches it as one argument, never as shell text."""
+    fake = ("sh", "-c", FAKE_SCONTROL, "fake-scontrol")
+    argv = command.fill((*fake, "update", "NodeName={node}", "Reason={reason}"),
                         "node-a", "nichealthd: a b; $(reboot) \"x\"")
     outcome = command.run(argv, 5.0)
     assert outcome.ok and outcome.output.splitlines() == \
         ["update", "NodeName=node-a", "Reason=nichealthd: a b; $(reboot) \"x\""]
-    failed = command.run((str(script), "fail"), 5.0)
-    assert failed.error == f"{script} exited with status 1: Invalid node name specified"
+    failed = command.run((*fake, "fail"), 5.0)
+    assert failed.error == "sh exited with status 1: Invalid node name specified"
     assert failed.retry
-    denied = command.run((str(script), "user"), 5.0)
+    denied = command.run((*fake, "user"), 5.0)
     assert denied.error.endswith("Invalid user id (the daemon's user is not a Slurm "
                                  "administrator: grant it AdminLevel=Admin (sacctmgr) or "
                                  "install the drop-in /usr/share/doc/nichealthd/examples/"
                                  "slurm.conf)")
-    slow = command.run((str(script), "sleep"), 0.5)
-    assert slow.error == f"{script} did not finish within 0.5 s" and slow.retry
+    slow = command.run((*fake, "sleep"), 0.5)
+    assert slow.error == "sh did not finish within 0.5 s" and slow.retry
 
 
 def test_the_command_keys_are_validated() -> None:
@@ -270,3 +317,87 @@ def test_the_command_keys_are_validated() -> None:
                                                 "State=DRAIN 'Reason={reason}'"}, None, {})
     assert config.slurm_drain_command == ("scontrol", "update", "NodeName={node}",
                                           "State=DRAIN", "Reason={reason}")
+
+
+ADMIN = "nichealthd: held by admin bob for cable check INC-4711"
+
+
+def test_an_administrators_reason_that_starts_like_ours_is_not_ours(tmp_path: Path) -> None:
+    """nichealthd knows its drains by the exact reasons its record holds, never by the
+    prefix: an administrator's ``nichealthd: ...`` survives a fatal event and its recovery,
+    before and after a restart."""
+    host = Host(tmp_path)
+    host.slurm.reason = ADMIN
+    consumer = host.consumer()
+    host.commit(down())
+    consumer.step()
+    assert host.slurm.reason == ADMIN and host.slurm.changes() == []
+    assert consumer.record.reason == "" and host.statuses[-1].actions == \
+        {("drain", "skipped"): 1}
+    host.commit(up())
+    consumer.step()
+    assert host.slurm.reason == ADMIN and host.slurm.changes() == []
+    restarted = host.consumer()  # a new process reads the record from slurm.json
+    assert not restarted.record.set_by_us(ADMIN)
+    host.commit(down())
+    restarted.step()
+    host.commit(up())
+    restarted.step()
+    assert host.slurm.reason == ADMIN and host.slurm.changes() == [] and host.pending == 0
+
+
+def test_an_administrators_reason_over_ours_is_left_when_it_starts_like_ours(
+        tmp_path: Path) -> None:
+    host = Host(tmp_path)
+    consumer = host.consumer()
+    host.commit(down())
+    consumer.step()
+    host.slurm.reason = ADMIN  # the administrator takes the drain over
+    host.commit(down("mlx5_3"))  # a second fault: not drained over the administrator's
+    consumer.step()
+    assert host.slurm.reason == ADMIN and consumer.record.reason == ""
+    host.commit(up(), up("mlx5_3"))
+    consumer.step()
+    assert host.slurm.reason == ADMIN and host.slurm.changes() == ["State=DRAIN"]
+
+
+class Killed(BaseException):
+    """The process dying (SIGKILL) right after slurmctld took the drain."""
+
+
+def test_our_drain_is_known_after_a_kill_between_the_command_and_the_record(
+        tmp_path: Path) -> None:
+    host = Host(tmp_path)
+    consumer = host.consumer()
+    host.commit(down())
+
+    def dies_after_the_drain(argv: tuple[str, ...], timeout: float) -> Outcome:
+        outcome = host.slurm(argv, timeout)
+        if "State=DRAIN" in argv:
+            raise Killed
+        return outcome
+
+    consumer.runner = dies_after_the_drain
+    with pytest.raises(Killed):
+        consumer.step()
+    record = json.loads((tmp_path / "slurm.json").read_text())
+    assert record["reason"] == "" and record["draining"] == REASON
+    restarted = Journal(host.config.state_dir)
+    restarted.recover(None)
+    restarted.register([CONSUMER])
+    assert restarted.depth(CONSUMER) == 1
+    host.journal = restarted
+    consumer = host.consumer()
+    consumer.step()  # the replayed fatal event: the node holds the reason being set
+    assert host.slurm.changes() == ["State=DRAIN"] and consumer.record.reason == REASON
+    assert consumer.record.draining == "" and host.statuses[-1].actions == {("drain", "held"): 1}
+    host.commit(up())
+    consumer.step()
+    assert host.slurm.reason is None and host.slurm.changes() == ["State=DRAIN", "State=RESUME"]
+
+
+def test_a_record_of_an_earlier_version_without_draining_is_read(tmp_path: Path) -> None:
+    (tmp_path / "slurm.json").write_text(json.dumps(
+        {"version": 1, "node": "node-a", "reason": REASON, "conditions": []}))
+    consumer = Host(tmp_path).consumer()
+    assert consumer.record.reason == REASON and consumer.record.draining == ""

@@ -92,8 +92,7 @@ def pull_and_drain(daemon: SimDaemon, root: Path, cluster: SlurmCluster) -> floa
 
 
 def recable(root: Path) -> None:
-    sim("port", str(root), "mlx5_0", "1", "--state", "ACTIVE", "--phys-state", "LinkUp",
-        "--operstate", "up")
+    sim("recable", str(root), "mlx5_0", "1")
 
 
 def test_fatal_drains_within_5s_and_recovery_resumes(host: Path, cluster: SlurmCluster) -> None:

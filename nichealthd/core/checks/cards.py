@@ -16,6 +16,7 @@ from ..events import CODE_PORT_STATE, HealthEvent, make_event, port_entities
 from ..model import DeviceSnapshot, HostSnapshot, PortSnapshot
 from ..state import FATAL, HEALTHY, SUPPRESSED
 from ..topology import MANAGEMENT, CardCount, CardVerdict, Role
+from .fabric import waits_for_sm
 from .link_section import LinkStateSection, PortRecord
 from .link_settings import LinkStateSettings
 from .ports import is_active, is_known, known_reading, port_health, port_label
@@ -24,7 +25,7 @@ from .ports import is_active, is_known, known_reading, port_health, port_label
 def runtime_verdicts(verdicts: dict[str, CardVerdict], snapshot: HostSnapshot,
                      state: LinkStateSection, config: Config, now: datetime,
                      waiting: frozenset[str] = frozenset()) -> dict[str, CardVerdict]:
-    """The verdicts to report after the first poll.
+    """The verdicts to report after the first poll (the first: :func:`baseline_verdicts`).
 
     A card short only of ports in a non-fatal state (INIT, ARMED, ACTIVE_DEFER, Polling,
     LinkErrorRecovery...) is held until it has been short for ``cardVerdictHoldTime``; the
@@ -66,6 +67,30 @@ def runtime_verdicts(verdicts: dict[str, CardVerdict], snapshot: HostSnapshot,
     return kept
 
 
+def baseline_verdicts(verdicts: dict[str, CardVerdict], snapshot: HostSnapshot,
+                      state: LinkStateSection, short: set[str], now: datetime
+                      ) -> dict[str, CardVerdict]:
+    """The verdicts of the first poll after a reboot (or without usable state).
+
+    Every verdict is reported at once (spec §7.2 case 3: a port dead at boot), except that
+    of a card whose ``short`` ports (:func:`short_ports`: inactive where its peers are
+    active) all wait for the subnet manager, INIT or ARMED with the link up: a reboot meets
+    every port there and the SM activates them over seconds to minutes, sweep after sweep.
+    Such a card is held from this poll on, as after it (:func:`runtime_verdicts`), whether
+    or not its ports were ever ACTIVE.
+    """
+    kept = {}
+    for card, verdict in verdicts.items():
+        readings = [known_reading(port, record)
+                    for port, record in _card_ports(verdict.count.devices, snapshot, state)
+                    if port.key in short]
+        if readings and all(waits_for_sm(*reading) for reading in readings):
+            state.card_pending.setdefault(card, now)
+            continue
+        kept[card] = verdict
+    return kept
+
+
 def _ports(snapshot: HostSnapshot, name: str) -> tuple[PortSnapshot, ...]:
     device = snapshot.device(name)
     return device.ports if device else ()
@@ -76,14 +101,13 @@ def _short_classes(devices: tuple[str, ...], snapshot: HostSnapshot,
     """Health classes of the card's inactive ports not yet told as fatal on their own.
 
     Ports uncabled at first sight (suppressed) and ports with their own fatal event are left
-    out: what remains is what a card verdict would add to the port events.
+    out: what remains is what a card verdict would add to the port events. A port waiting
+    for the subnet manager is cabled whatever its first sight was (:func:`_told_apart`).
     """
     classes = set()
     for port, record in _card_ports(devices, snapshot, state):
-        if record is not None and record.health in (SUPPRESSED, FATAL):
-            continue
         reading = known_reading(port, record)
-        if reading == (None, None):
+        if reading == (None, None) or _told_apart(record, reading):
             continue
         if not is_active(*reading):
             classes.add(port_health(reading[0], reading[1], port.link_layer
@@ -96,9 +120,23 @@ def _rests_on(devices: tuple[str, ...], snapshot: HostSnapshot, state: LinkState
     """Whether every inactive port of the card not told fatal on its own (nor uncabled at
     first sight) is among ``keys``: the card's shortfall is theirs alone."""
     short = [port.key for port, record in _card_ports(devices, snapshot, state)
-             if not (record is not None and record.health in (SUPPRESSED, FATAL))
-             and not is_active(*known_reading(port, record))]
+             for reading in (known_reading(port, record),)
+             if not _told_apart(record, reading) and not is_active(*reading)]
     return bool(short) and all(key in keys for key in short)
+
+
+def _told_apart(record: Optional[PortRecord], reading: tuple[Optional[str], Optional[str]]
+                ) -> bool:
+    """Whether a port is left out of its card's shortfall: told fatal on its own, or
+    uncabled since first sight (suppressed) and not waiting for the subnet manager now.
+
+    A port in INIT or ARMED with the link up is cabled and trained: at first sight after a
+    reboot it is merely not yet activated by the SM, so its card is held like any other
+    card short of a transient port (``cardVerdictHoldTime``), never reported at once."""
+    if record is None:
+        return False
+    return record.health == FATAL or (record.health == SUPPRESSED
+                                      and not waits_for_sm(*reading))
 
 
 def _card_ports(devices: tuple[str, ...], snapshot: HostSnapshot, state: LinkStateSection

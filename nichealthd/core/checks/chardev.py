@@ -140,7 +140,8 @@ class CharDeviceFamily(CheckFamily[CharDeviceSection, CharDevices, None]):
         host: list[HealthEvent] = []
         if not state.cleared:
             state.cleared = True
-            host.append(scoped_clear(CHAR_DEVICE_CHECK, now, "no state of this check"))
+            if cycle.earlier:  # a host where nichealthd never ran has nothing to clear
+                host.append(scoped_clear(CHAR_DEVICE_CHECK, now, "no state of this check"))
         hold = held(cycle)
         codes = _port_codes(cycle)
         expected = _expected(cycle, codes)

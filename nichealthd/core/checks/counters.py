@@ -37,12 +37,12 @@ this module never looks at a file's path. Rules beyond the spec (REFERENCE §3):
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Collection, Mapping, MutableMapping, NamedTuple, Optional, TypeVar
 
 from ..config import CounterSpec
 from ..events import HealthEvent, make_event, port_entities
-from ..model import CounterKind, PortSnapshot
+from ..model import CounterKind, CounterReading, PortSnapshot
 from ..state import counter_key
 from .counter_section import BreachFlag, CounterSection, CounterSnap
 
@@ -95,6 +95,10 @@ class CounterTables:
     # out again which counters a port has, under which check and state key. A cache of
     # what config and files determine, not state: copies share it.
     port_entries: dict[tuple[str, int], PortEntries] = field(default_factory=dict)
+    # What the last judgement of each port's counters left steady (:class:`PortMemo`): the
+    # counters a poll with the same readings need not judge again. Values of one poll, like
+    # the tables above (a memo is never changed, a poll makes a new one).
+    memos: dict[tuple[str, int], PortMemo] = field(default_factory=dict)
 
     @staticmethod
     def next_of(volatile: Optional[CounterTables]) -> CounterTables:
@@ -105,7 +109,7 @@ class CounterTables:
     def copy(self) -> CounterTables:
         """A copy whose values can change without touching this one (the cache is shared)."""
         return CounterTables(dict(self.last_values), dict(self.last_times),
-                             dict(self.closed_windows), self.port_entries)
+                             dict(self.closed_windows), self.port_entries, dict(self.memos))
 
     def without(self, names: Collection[str]) -> CounterTables:
         """A copy without the counters of the devices ``names`` (renamed: the persisted
@@ -114,7 +118,8 @@ class CounterTables:
             return {k: v for k, v in table.items() if k.partition(":")[0] not in names}
         return CounterTables(kept(self.last_values), kept(self.last_times),
                              kept(self.closed_windows),
-                             {k: v for k, v in self.port_entries.items() if k[0] not in names})
+                             {k: v for k, v in self.port_entries.items() if k[0] not in names},
+                             {k: v for k, v in self.memos.items() if k[0] not in names})
 
 
 class SaturatingFile(NamedTuple):
@@ -154,14 +159,19 @@ class PortEntries:
            enabled: frozenset[str], memory: CounterTables) -> PortEntries:
         """The port's entries, remembered in ``memory`` while config and files stay the same."""
         known = memory.port_entries.get((port.device, port.port))
-        kinds = port.counter_kinds
-        if (known is not None and known.specs is specs and known.checks is checks
-                and known.enabled == enabled
-                and (known.kinds is kinds or known.kinds == kinds)):
+        if known is not None and known.fits(port, specs, checks, enabled):
             return known
         made = cls._made(port, specs, checks, enabled)
         memory.port_entries[(port.device, port.port)] = made
         return made
+
+    def fits(self, port: PortSnapshot, specs: tuple[CounterSpec, ...], checks: CheckNames,
+             enabled: frozenset[str]) -> bool:
+        """Whether these are the entries of ``port`` under this config (its files' kinds)."""
+        kinds = port.counter_kinds
+        return (self.specs is specs and self.checks is checks
+                and (self.enabled is enabled or self.enabled == enabled)
+                and (self.kinds is kinds or self.kinds == kinds))
 
     @classmethod
     def _made(cls, port: PortSnapshot, specs: tuple[CounterSpec, ...], checks: CheckNames,
@@ -235,15 +245,65 @@ def wrapped_delta(kind: CounterKind, old: int, new: int) -> Optional[int]:
     return None
 
 
+class Steady(NamedTuple):
+    """A counter that a poll reading the same ``value`` need not judge again: what the full
+    path would show of it then (``observation``), and for how long that holds.
+
+    ``window`` (a velocity window's ``window_full_after``): a window with nothing in it,
+    closed at the memo's poll. Judged again with the same reading it closes again, empty, as
+    soon as ``window`` seconds have passed (its snapshot moves to that poll and nothing else
+    changes), and stays open until then. ``due``: a velocity window still filling, judged
+    again from then on. Neither: a quiet delta counter or a latched breach, never due.
+    """
+
+    value: int
+    observation: CounterObservation
+    window: float = 0.0
+    due: Optional[datetime] = None
+
+
+class PortMemo(NamedTuple):
+    """What judging one port's counters at ``at`` left steady (:class:`Steady`, by key), so
+    that the next poll judges only the counters that moved or are due.
+
+    ``whole``: every entry was steady or not read; a poll whose readings are those of
+    ``counters`` then skips the port at once: it shows ``observations`` again, closes the
+    empty windows of ``closing`` (their snapshots move to the poll, one shared snapshot per
+    value) and, if no window is due (``due``, ``window``), judges nothing. Valid only while
+    the port's entries are ``entries`` (the same config and files) and the clock does not go
+    back before ``at``.
+    """
+
+    entries: PortEntries
+    counters: Mapping[str, CounterReading]
+    at: datetime
+    steady: Mapping[str, Steady]
+    whole: bool = False
+    observations: Mapping[str, CounterObservation] = {}
+    read: tuple[str, ...] = ()  # the keys read as values (their last time moves to the poll)
+    closing: tuple[tuple[int, tuple[str, ...]], ...] = ()  # empty windows by value
+    window: float = 0.0  # the longest of those windows
+    due: Optional[datetime] = None  # the earliest window still filling is due
+
+
+# A window still filling is judged again a millisecond before it is full by the clock, so
+# that the float comparison of the full path (elapsed < window_full_after) decides.
+_MARGIN = timedelta(milliseconds=1)
+_NOTHING_STEADY: Mapping[str, Steady] = {}
+
+
 @dataclass(frozen=True)
 class CounterPoll:
     """One poll of a counting family, as every reading of it is judged: the last poll's
     section, the next one and the volatile memory it writes, the observations it shows.
 
-    Made once per family and poll (slotted: read for every counter of every port)."""
+    Made once per family and poll (slotted: read for every counter of every port).
+    ``remember``: keep a :class:`PortMemo` of each port, so that an unchanged counter is not
+    judged again. A family whose section something besides the engine changes between polls
+    (the AER family drops the records of root ports) does not."""
 
     __slots__ = ("previous", "next_state", "memory", "observations", "now", "baseline",
-                 "snapshots", "flags", "last_values", "last_times")
+                 "snapshots", "flags", "last_values", "last_times", "steady", "memos")
 
     previous: CounterSection
     next_state: CounterSection
@@ -256,14 +316,19 @@ class CounterPoll:
     flags: dict[str, BreachFlag]  # next_state.breach_flags (written in place)
     last_values: dict[str, int]  # memory's
     last_times: dict[str, datetime]  # memory's
+    # Where the full path says a counter it judged is steady (key -> Steady), for the memo.
+    steady: Optional[dict[str, Steady]]
+    memos: Optional[dict[tuple[str, int], PortMemo]]  # memory's, if remembered
 
     def __init__(self, previous: CounterSection, next_state: CounterSection,
                  memory: CounterTables, observations: MutableMapping[str, CounterObservation],
-                 now: datetime, baseline: bool) -> None:
+                 now: datetime, baseline: bool, *, remember: bool = True) -> None:
         fields = dict(previous=previous, next_state=next_state, memory=memory,
                       observations=observations, now=now, baseline=baseline,
                       snapshots=previous.counter_snapshots, flags=next_state.breach_flags,
-                      last_values=memory.last_values, last_times=memory.last_times)
+                      last_values=memory.last_values, last_times=memory.last_times,
+                      steady={} if remember else None,
+                      memos=memory.memos if remember else None)
         for name, value in fields.items():
             object.__setattr__(self, name, value)  # frozen
 
@@ -280,34 +345,116 @@ def evaluate_port_counters(
 ) -> list[HealthEvent]:
     """Evaluate every configured counter of one port; returns the events in order.
 
-    Every reading takes the one path of :func:`_evaluate_one` (the quiet-counter
-    shortcut that re-implemented four of its branches is gone). ``notes`` receives the log
+    Only what changed is judged. A counter whose reading is the one a steady judgement of it
+    saw (the port's :class:`PortMemo`) is shown as then, at the cost of a comparison; a port
+    whose readings are all as then is skipped whole. Every other reading takes the one path
+    of :func:`_evaluate_one`, and the outcome is the one that path gives in every case
+    (tests/core/test_counter_memo.py replays both side by side). ``notes`` receives the log
     lines of saturation that is not an event (traffic counters). ``rebase``: the port's
-    device is back from a driver event: a decrease is a reset as always, any other
-    reading starts a fresh window without being judged.
+    device is back from a driver event: a decrease is a reset as always, any other reading
+    starts a fresh window without being judged (nothing is skipped).
     """
-    events: list[HealthEvent] = []
-    observations, now = poll.observations, poll.now
-    last_values, last_times = poll.last_values, poll.last_times
+    now, memos = poll.now, poll.memos
+    where = (port.device, port.port)
+    remembered = poll.memory.port_entries.get(where)
     readings = port.counters
-    remembered = poll.memory.port_entries.get((port.device, port.port))
-    known = PortEntries.of(port, specs, checks, enabled_checks, poll.memory)
+    memo = memos.get(where) if memos is not None and not rebase else None
+    if memo is not None and (memo.entries is not remembered or now < memo.at
+                             or not memo.entries.fits(port, specs, checks, enabled_checks)):
+        memo = None  # another config or other files; or the clock went back
+    if memo is not None:
+        gap = (now - memo.at).total_seconds()
+        if (memo.whole and gap >= memo.window and (memo.due is None or now < memo.due)
+                and (memo.counters is readings or memo.counters == readings)):
+            _unchanged(poll, memo, where)
+            return []
+        known = memo.entries
+    else:
+        gap = 0.0
+        known = PortEntries.of(port, specs, checks, enabled_checks, poll.memory)
+    events: list[HealthEvent] = []
+    observations = poll.observations
+    last_values, last_times = poll.last_values, poll.last_times
+    old = memo.steady if memo is not None else _NOTHING_STEADY
+    scratch = poll.steady
+    steady: dict[str, Steady] = {}
+    whole = True
     for entry in known.entries:
         key = entry[2]
         reading = readings.get(entry[0].name)
         if type(reading) is not int:  # ABSENT or Unreadable (is_value, inline: a hot loop)
             observations[key] = _UNKNOWN
             continue
+        was = old.get(key)
+        if was is not None and was.value == reading:
+            if was.window:  # an empty window: closed again, or open until full
+                if gap >= was.window:
+                    poll.next_state.counter_snapshots[key] = _new(CounterSnap, (reading, now))
+                else:
+                    assert memo is not None
+                    was = _new(Steady, (reading, was.observation, 0.0,
+                                        memo.at + timedelta(seconds=was.window) - _MARGIN))
+            elif was.due is not None and now >= was.due:
+                was = None
+            if was is not None:
+                steady[key] = was
+                observations[key] = was.observation
+                last_times[key] = now
+                continue
         event = _evaluate_one(poll, known, entry, reading, rebase)
         if event is not None:
             events.append(event)
         last_values[key] = reading
         last_times[key] = now
+        if scratch is not None:
+            said = scratch.pop(key, None)
+            if said is None:
+                whole = False
+            else:
+                steady[key] = said
     next_state = poll.next_state
     if known.saturating or next_state.saturated or next_state.saturated_quiet:
         _saturation(poll, known, port, events, notes, checks.degradation,
                     rebuilt=known is not remembered)
+    if memos is not None:
+        memos[where] = _memo(known, readings, now, steady, whole and not events, observations)
     return events
+
+
+def _memo(known: PortEntries, readings: Mapping[str, CounterReading], now: datetime,
+          steady: dict[str, Steady], whole: bool,
+          observations: Mapping[str, CounterObservation]) -> PortMemo:
+    """The port's memo after a poll that judged it (:class:`PortMemo`)."""
+    if not whole:
+        return PortMemo(known, readings, now, steady)
+    closing: dict[int, list[str]] = {}
+    window = 0.0
+    due: Optional[datetime] = None
+    for key, said in steady.items():
+        if said.window:
+            closing.setdefault(said.value, []).append(key)
+            window = max(window, said.window)
+        elif said.due is not None and (due is None or said.due < due):
+            due = said.due
+    return PortMemo(known, readings, now, steady, True,
+                    {entry[2]: observations[entry[2]] for entry in known.entries},
+                    tuple(steady), tuple((value, tuple(keys)) for value, keys in closing.items()),
+                    window, due)
+
+
+def _unchanged(poll: CounterPoll, memo: PortMemo, where: tuple[str, int]) -> None:
+    """A port whose readings are all as its memo saw them, with no window due: shown as
+    then; its empty windows close (each a snapshot at this poll); nothing else changes."""
+    now = poll.now
+    poll.observations.update(memo.observations)
+    if memo.closing:
+        snapshots = poll.next_state.counter_snapshots
+        for value, keys in memo.closing:
+            snapshots.update(dict.fromkeys(keys, _new(CounterSnap, (value, now))))
+        # The memo of this poll: the windows closed now (tuple's constructor, as below).
+        assert poll.memos is not None
+        poll.memos[where] = _new(PortMemo, (memo[0], memo[1], now) + memo[3:])
+    poll.last_times.update(dict.fromkeys(memo.read, now))
 
 
 _UNKNOWN = CounterObservation(None, None, None)
@@ -350,17 +497,26 @@ def _evaluate_one(poll: CounterPoll, known: PortEntries, entry: CounterEntry, va
     if spec.is_velocity:
         elapsed = (now - snap.timestamp).total_seconds()
         if elapsed < spec.window_full_after:
-            poll.observations[key] = _carry(poll.memory.closed_windows.get(key), value)
+            seen = poll.observations[key] = _carry(poll.memory.closed_windows.get(key), value)
+            if poll.steady is not None:  # shown the same until the window is full
+                poll.steady[key] = _new(Steady, (value, seen, 0.0, snap.timestamp + timedelta(
+                    seconds=spec.window_full_after) - _MARGIN))
             return None  # window not full yet: keep the snapshot, never extrapolate
         rate = delta / elapsed * spec.window_seconds
         poll.next_state.counter_snapshots[key] = _new(CounterSnap, (value, now))
-        poll.observations[key] = poll.memory.closed_windows[key] = _new(
+        seen = poll.observations[key] = poll.memory.closed_windows[key] = _new(
             CounterObservation, (value, delta, rate))
+        if not delta:  # an empty window (a rate of 0 never exceeds a threshold: >= 0)
+            if poll.steady is not None:
+                poll.steady[key] = _new(Steady, (value, seen, spec.window_full_after, None))
+            return None
         breached = rate > spec.threshold
     elif not delta:
         # Quiet over the poll: no rate to work out, and the snapshot stays (an idle counter
         # never forces a state write).
-        poll.observations[key] = _new(CounterObservation, (value, 0, 0.0))
+        seen = poll.observations[key] = _new(CounterObservation, (value, 0, 0.0))
+        if poll.steady is not None:
+            poll.steady[key] = _new(Steady, (value, seen, 0.0, None))
         return None  # a delta of 0 never exceeds a threshold (config: threshold >= 0)
     else:
         # Delta over one poll interval; the rate shown uses the last poll's time.
@@ -429,7 +585,9 @@ def _latched(poll: CounterPoll, key: str, kind: CounterKind, snap: CounterSnap, 
     if delta is None or poll.now < snap.timestamp:
         _fresh_window(poll, key, value)
     else:
-        poll.observations[key] = CounterObservation(value, delta, None)
+        seen = poll.observations[key] = CounterObservation(value, delta, None)
+        if poll.steady is not None:  # nothing changes until a reset or a reboot
+            poll.steady[key] = Steady(value, seen)
 
 
 def _fresh_window(poll: CounterPoll, key: str, value: int) -> None:

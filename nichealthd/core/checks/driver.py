@@ -24,9 +24,23 @@ own grace is over. A held device leaves the event when
 - it is back (its misses are forgotten by :func:`.devices.device_present`);
 - its function is seen off the bus: judged by the spec's three-poll rule from that poll on;
 - it has been gone ``driverReloadTimeout``: judged at once (its misses are long past three,
-  so it is fatal: a function unbound for good, a probe that never succeeded);
+  so it is fatal: a function unbound for good, a probe that never succeeded); or
+  ``cardResetTimeout`` (2.5 minutes by default, at most ``driverReloadTimeout``) when it left
+  while another known device stayed present (:attr:`DriverEvent.alone`);
 - without the bus evidence, another held device is back: the driver is back without it, and
   the three-poll rule applies from then (spec §7).
+
+The two timeouts (beside the specification, which makes every disappearance fatal after
+three polls): a driver unload, reload or upgrade takes every device of the driver, and a
+slow one (probes seconds to minutes apart, a package's post-install) gets the long timeout,
+as do the devices still gone after the others are back. One card gone while its peers stay
+is not the driver: a firmware reset of that card (``mlxfwreset``, a firmware activation,
+mlx5 health recovery) is over in under 2 minutes, so a card still gone after
+``cardResetTimeout`` is a NIC that failed to come back, REPLACE_VM within 3 minutes of its
+leaving, not 15, while a training job on every GPU of the cluster waits on it. A device
+that left alone but whose peers leave too before it is judged (an unload that takes them a
+few at a time) is the driver's after all: :attr:`DriverEvent.alone` is emptied in a poll
+that sees every known device gone.
 
 When the last device has left, a reported event is closed by one healthy event per check it
 was sent under (before any per-device verdict of the same poll: the evaluator puts this
@@ -88,9 +102,13 @@ def judge_driver_event(previous: LinkStateSection, state: LinkStateSection,
         event = _leave(event, previous, state, snapshot, config, present, now, notes)
     held_before = set(previous.driver_event.devices if previous.driver_event else ())
     joining = _joining(event, previous, snapshot, present, held_before)
+    peers = any(n in present for n in previous.known_devices
+                if n not in previous.missing_devices)
     if joining:
-        notes.append(_join_note(joining, event, snapshot, known, config))
-        event = _joined(event, joining, now)
+        notes.append(_join_note(joining, event, snapshot, known, config, peers))
+        event = _joined(event, joining, now, peers)
+    elif event is not None and event.alone and not peers:
+        event = replace(event, alone=())  # every known device gone: the driver's
     events: list[HealthEvent] = []
     if event is not None and event.devices:
         event, events = _report(event, enabled, layer_of, check_of, known, config, now)
@@ -108,31 +126,41 @@ def _leave(event: DriverEvent, previous: LinkStateSection, state: LinkStateSecti
     """The event less the devices that leave it this poll (back, off the bus, timed out, or
     left behind by the driver's return), with a log line for each reason."""
     back = [n for n in event.devices if n in present]
-    timeout = config.settings(LinkStateSettings).driver_reload_timeout
+    timeout, card = timeouts(config)
     off_bus, timed_out, behind = [], [], []
     for name in event.devices:
         if name in present:
             continue
         bus = on_bus(name, previous, snapshot)
+        limit = card if name in event.alone else timeout
         if bus is False:
             off_bus.append(name)
-        elif (now - event.left_at(name)).total_seconds() >= timeout:
+        elif (now - event.left_at(name)).total_seconds() >= limit:
             timed_out.append(name)
         elif back and bus is None:
             behind.append(name)
     for name in off_bus + behind:
         state.device_misses.pop(name, None)  # the three-poll rule starts now
-    notes.extend(_leave_notes(event, back, off_bus, timed_out, behind, timeout, now))
+    notes.extend(_leave_notes(event, back, off_bus, timed_out, behind, (timeout, card), now))
     leaving = {*back, *off_bus, *timed_out, *behind}
     if not leaving:
         return event
     return replace(event, devices=tuple(n for n in event.devices if n not in leaving),
-                   left={n: t for n, t in event.left.items() if n not in leaving})
+                   left={n: t for n, t in event.left.items() if n not in leaving},
+                   alone=tuple(n for n in event.alone if n not in leaving))
+
+
+def timeouts(config: Config) -> tuple[float, float]:
+    """``driverReloadTimeout``, and ``cardResetTimeout`` capped by it: how long a held
+    device may stay gone, as part of the whole driver's event or alone."""
+    timings = config.settings(LinkStateSettings)
+    return (timings.driver_reload_timeout,
+            min(timings.card_reset_timeout, timings.driver_reload_timeout))
 
 
 def _leave_notes(event: DriverEvent, back: list[str], off_bus: list[str],
-                 timed_out: list[str], behind: list[str], timeout: float, now: datetime
-                 ) -> list[str]:
+                 timed_out: list[str], behind: list[str], limits: tuple[float, float],
+                 now: datetime) -> list[str]:
     """A log line for each reason devices leave the event this poll."""
     notes = []
     if back:
@@ -142,23 +170,33 @@ def _leave_notes(event: DriverEvent, back: list[str], off_bus: list[str],
     if off_bus:
         notes.append(f"the PCI function of {_names(tuple(off_bus))} left the bus too: judged "
                      f"one by one (fatal after three polls without them)")
-    if timed_out:
-        notes.append(f"{_names(tuple(timed_out))} gone longer than driverReloadTimeout "
-                     f"({_duration(timeout)}) with the PCI function on "
+    alone = tuple(n for n in timed_out if n in event.alone)
+    driver = tuple(n for n in timed_out if n not in event.alone)
+    if driver:
+        notes.append(f"{_names(driver)} gone longer than driverReloadTimeout "
+                     f"({_duration(limits[0])}) with the PCI function on "
                      f"the bus: judged one by one")
+    if alone:
+        notes.append(f"{_names(alone)} gone longer than cardResetTimeout "
+                     f"({_duration(limits[1])}) while other RDMA devices stay, with the PCI "
+                     f"function on the bus: not a reset, a NIC that did not come back; judged "
+                     f"one by one")
     if behind:
         notes.append(f"still gone after the others came back: {_names(tuple(behind))} "
                      f"(judged one by one: fatal after three polls without them)")
     return notes
 
 
-def _joined(event: Optional[DriverEvent], joining: tuple[str, ...], now: datetime
-            ) -> DriverEvent:
-    """The event with the devices that join it this poll (started by them if none)."""
+def _joined(event: Optional[DriverEvent], joining: tuple[str, ...], now: datetime,
+            peers: bool) -> DriverEvent:
+    """The event with the devices that join it this poll (started by them if none);
+    ``peers``: a known device is present this poll (they left alone, else no one is)."""
+    alone = joining if peers else ()
     if event is None:
-        return DriverEvent(now, joining)
+        return DriverEvent(now, joining, alone=alone)
     return replace(event, devices=tuple(sorted({*event.devices, *joining})),
-                   left={**event.left, **{n: now for n in joining}})
+                   left={**event.left, **{n: now for n in joining}},
+                   alone=tuple(sorted({*event.alone, *alone})) if peers else ())
 
 
 def _joining(event: Optional[DriverEvent], previous: LinkStateSection,
@@ -191,7 +229,7 @@ def _whole_driver(event: Optional[DriverEvent], previous: LinkStateSection,
 
 
 def _join_note(joining: tuple[str, ...], event: Optional[DriverEvent], snapshot: HostSnapshot,
-               known: int, config: Config) -> str:
+               known: int, config: Config, peers: bool) -> str:
     if event is None and len(joining) == known and not snapshot.devices:
         functions = snapshot.pci_functions
         why = (f"{functions} Mellanox PCI functions are still on the bus" if functions
@@ -203,9 +241,13 @@ def _join_note(joining: tuple[str, ...], event: Optional[DriverEvent], snapshot:
                  else f" (joins the driver event of {_names(event.devices)})")
         head = (f"{_names(joining)} gone with the PCI function on the bus: driver unbound or "
                 f"unloaded, or firmware reset in progress{joins}")
-    timings = config.settings(LinkStateSettings)
-    return (f"{head}; no per-device verdict for {_duration(timings.driver_reload_grace)} "
-            f"(driverReloadGrace), per-device after {_duration(timings.driver_reload_timeout)} "
+    grace = config.settings(LinkStateSettings).driver_reload_grace
+    timeout, card = timeouts(config)
+    if peers:
+        return (f"{head}; other RDMA devices stay: judged per device after "
+                f"{_duration(card)} (cardResetTimeout) unless every device leaves too")
+    return (f"{head}; no per-device verdict for {_duration(grace)} "
+            f"(driverReloadGrace), per-device after {_duration(timeout)} "
             f"(driverReloadTimeout)")
 
 

@@ -23,7 +23,7 @@ from ..config import EFA_DEGRADATION_CHECK, EFA_STATE_CHECK, Config
 from ..events import HealthEvent
 from ..family import READS_COUNTERS, READS_PORTS, CheckFamily, Condition, Cycle, Verdict
 from ..jsontypes import JsonObject
-from ..model import DeviceSnapshot, HostSnapshot
+from ..model import DeviceSnapshot, HostSnapshot, PortSnapshot
 from .counter_rows import counter_rows
 from .counter_section import CounterSection
 from .counters import (
@@ -113,6 +113,10 @@ class EfaCounters(CheckFamily[EfaCounterSection, Observations, CounterTables]):
             return ()
         return counter_rows(section, self.observations(picture), device, port,
                             config.active_efa_counters)
+
+    def judges(self, device: DeviceSnapshot, port: PortSnapshot) -> bool:
+        """The EFA ports only."""
+        return device.is_efa
 
     def conditions(self, section: EfaCounterSection,
                    picture: Optional[Observations]) -> Iterable[Condition]:

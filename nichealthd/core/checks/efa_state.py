@@ -357,6 +357,10 @@ class EfaState(CheckFamily[EfaStateSection, None, None]):
                                      section.device_misses.get(name, 0), name in held,
                                      adapter="efa")
 
+    def judges(self, device: DeviceSnapshot, port: PortSnapshot) -> bool:
+        """The EFA ports only."""
+        return device.is_efa
+
     def uncabled(self, section: EfaStateSection) -> frozenset[PortId]:
         return self.suppressed(section)
 

@@ -8,14 +8,19 @@ there: without this view each card would be "short" of its port after
 
 A port's fabric is the subnet it was last seen ACTIVE on (:attr:`PortSnapshot.fabric`, GID
 prefix and SM LID), remembered in the state, since a port waiting for the SM may read SM LID
-0. A fabric of two or more of the host's ports none of which is ACTIVE, two or more of them
-waiting for the SM (INIT/ARMED with LinkUp), is *out*: one non-fatal host-level event names
-it (``errorCode`` ``fabric_event``, the NICs on it as entities), no card verdict rests on its
+0. A fabric none of whose ports on this host is ACTIVE, with one or more of them waiting
+for the SM (INIT/ARMED with LinkUp), is *out*: one non-fatal host-level event names it
+(``errorCode`` ``fabric_event``, the NICs on it as entities), no card verdict rests on its
 waiting ports while it lasts, and a healthy event closes it when one of its ports is ACTIVE
 again; the per-port rules then judge the ports still waiting (a port stuck in INIT or ARMED
 among ACTIVE peers is its own fault, after ``cardVerdictHoldTime``). Ports DOWN or Disabled
 are physical faults and judged as ever; the port-state events of the waiting ports (non-fatal
 degradations on InfiniBand) are sent as ever.
+
+A fabric with one port of this host (a storage fabric, one port per rail) is a fabric like
+any other: its port waiting for the SM has no ACTIVE peer to show that the NIC is at fault,
+and a card verdict against it would send REPLACE_VM for an SM outage. A port stuck in INIT or
+ARMED is a NIC fault only beside an ACTIVE port of its own fabric.
 
 Limit: two fabrics with the same subnet prefix (the default ``fe80::``) whose SMs have the same
 LID look like one; give each fabric its own subnet prefix (the SM's ``subnet_prefix``).
@@ -34,7 +39,6 @@ from .link_section import FabricEvent, LinkStateSection
 from .ports import is_active, known_reading, split_state, state_name
 
 CODE_FABRIC_EVENT = "fabric_event"
-MIN_PORTS = 2  # "together": one port alone leaving ACTIVE says nothing about its fabric
 
 _INIT, _ARMED, _LINKUP = 2, 3, 5
 
@@ -55,11 +59,26 @@ def waits_for_sm(state: Optional[str], phys_state: Optional[str]) -> bool:
 
 
 def remember_fabrics(devices: Iterable[DeviceSnapshot], state: LinkStateSection) -> None:
-    """Record the fabric of every InfiniBand port that reads ACTIVE with a fabric now."""
+    """Record the fabric of every InfiniBand port that reads ACTIVE with a fabric now.
+
+    A port back on the subnet prefix it was remembered on, under another SM LID, keeps its
+    fabric: that subnet's SM failed over (the standby took the master's place), and its peers
+    that stayed ACTIVE still read the old SM LID (read once per stretch of ACTIVE). Taking
+    the new one would make the ports that retrained since a fabric of their own beside their
+    ACTIVE peers, and one of them stuck in INIT would pass for a one-port fabric's outage
+    instead of its card's fault.
+    """
     for device in devices:
         for port in device.ports:
-            if port.fabric and state.port_fabrics.get(port.key) != port.fabric:
+            old = state.port_fabrics.get(port.key)
+            if port.fabric and old != port.fabric and not (
+                    old is not None and _prefix(old) == _prefix(port.fabric)):
                 state.port_fabrics[port.key] = port.fabric
+
+
+def _prefix(fabric: str) -> str:
+    """The subnet prefix of ``fe80:0000:0000:0000/0x1``."""
+    return fabric.partition("/")[0]
 
 
 def judge_fabrics(previous: LinkStateSection, state: LinkStateSection,
@@ -76,8 +95,7 @@ def judge_fabrics(previous: LinkStateSection, state: LinkStateSection,
     notes: list[str] = []
     for fabric, ports in sorted(members.items()):
         held = [p for p, r in ports if waits_for_sm(*r)]
-        out = (len(ports) >= MIN_PORTS and len(held) >= MIN_PORTS
-               and not any(is_active(*r) for _, r in ports))
+        out = bool(held) and not any(is_active(*r) for _, r in ports)
         event = previous.fabric_events.get(fabric)
         if out:
             waiting.update(p.key for p in held)
@@ -140,8 +158,9 @@ def _name(fabric: str) -> str:
 def _message(fabric: str, event: FabricEvent,
              ports: Members) -> str:
     states = sorted({state_name(r[0]) for _, r in ports if waits_for_sm(*r)})
-    return (f"InfiniBand fabric {_name(fabric)}: all {len(ports)} ports of this host on it "
-            f"left ACTIVE together, {'/'.join(states)} with the link up "
+    left = (f"all {len(ports)} ports of this host on it left ACTIVE together" if len(ports) > 1
+            else "the one port of this host on it left ACTIVE")
+    return (f"InfiniBand fabric {_name(fabric)}: {left}, {'/'.join(states)} with the link up "
             f"({', '.join(event.devices)}): the subnet manager is down, unreachable or has not "
             f"configured them - a fabric event, not a NIC fault (no card verdict while it lasts)")
 

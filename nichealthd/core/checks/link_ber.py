@@ -58,7 +58,7 @@ from ..config import Config
 from ..events import HealthEvent, make_event, port_entities
 from ..family import READS_PORTS, CheckFamily, Condition, Cycle, PortId, Series, Verdict
 from ..jsontypes import Json
-from ..model import PortSnapshot
+from ..model import DeviceSnapshot, PortSnapshot
 from ..numbers import BIT_ERROR_RATIO, LINE_RATE, PHY_COUNTER, Unreadable, measure
 from ..phy import CORRECTED_BITS, FACT, RX_BITS, SYMBOL_ERRORS, PhyReading
 from ..settings import Duration, Integer, Settings, setting
@@ -606,6 +606,10 @@ class LinkBer(CheckFamily[LinkBerSection, BerPicture, BerMemory]):
         return LinkBerSection(records(section.predicted), records(section.post_fec),
                               {moved(k): v for k, v in section.baseline.items()},
                               {moved(k): v for k, v in section.samples.items()})
+
+    def judges(self, device: DeviceSnapshot, port: PortSnapshot) -> bool:
+        """The InfiniBand and RoCE ports with a netdev (their PHY counters are read by it)."""
+        return bool(port.netdev) and (port.link_layer or "") in CHECK_OF
 
     def conditions(self, section: LinkBerSection,
                    picture: Optional[BerPicture]) -> Iterable[Condition]:

@@ -139,6 +139,10 @@ class LinkCounters(CheckFamily[CounterSection, Observations, CounterTables]):
         return counter_rows(section, self.observations(picture), device, port,
                             config.active_counters)
 
+    def judges(self, device: DeviceSnapshot, port: PortSnapshot) -> bool:
+        """Every port but an EFA's (the EFA counter family's)."""
+        return not device.is_efa
+
     def conditions(self, section: CounterSection,
                    picture: Optional[Observations]) -> Iterable[Condition]:
         """Each latched breach (fatal or not) and each saturation reported as an event."""
@@ -176,6 +180,7 @@ def _absorb(port: PortSnapshot, state: CounterSection, memory: CounterTables,
             now: datetime) -> None:
     """A blip ended: its link-down counters start again from their value now (unless a
     breach is latched on them: the engine judges those as ever)."""
+    memory.memos.pop((port.device, port.port), None)  # judged afresh next poll
     for name in LINK_DOWN_COUNTERS:
         value = port.counters.get(name)
         key = counter_key(port.device, port.port, name)

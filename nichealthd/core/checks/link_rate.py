@@ -32,7 +32,9 @@ from ..family import (
     Verdict,
 )
 from ..jsontypes import Json
+from ..model import DeviceSnapshot, PortSnapshot
 from ..state import DEGRADED
+from ..topology import Role
 from .ports import is_active, port_label
 
 CODE_LINK_RATE = "link_rate"
@@ -79,7 +81,18 @@ class RateSection(Section):
     rate_degraded: dict[str, RateRecord] = field(default_factory=dict)
 
 
-class LinkRate(CheckFamily[RateSection, None, None]):
+class Unchanged(NamedTuple):
+    """The inputs of a poll whose verdict changed nothing: the monitored devices and their
+    roles (the same objects while their files read the same bytes) and the section. A poll
+    with these inputs again groups the same ports with the same rates, so it changes nothing
+    either (only what changed is judged)."""
+
+    devices: tuple[DeviceSnapshot, ...]
+    roles: tuple[Role, ...]
+    section: RateSection
+
+
+class LinkRate(CheckFamily[RateSection, None, Unchanged]):
     """Rate and width below the mode of same-role, same-card-model peers."""
 
     id = "link_rate"
@@ -89,9 +102,15 @@ class LinkRate(CheckFamily[RateSection, None, None]):
     reads = frozenset({READS_DEVICES, READS_PORTS})
     port_field_types = {"rate_degraded": "?bool", "peer_rate": "?string"}
 
-    def evaluate(self, previous: RateSection, cycle: Cycle, volatile: None
-                 ) -> Verdict[RateSection, None, None]:
-        """Group the ACTIVE ports, find each group's mode, judge every port of a group."""
+    def evaluate(self, previous: RateSection, cycle: Cycle, volatile: Optional[Unchanged]
+                 ) -> Verdict[RateSection, None, Unchanged]:
+        """Group the ACTIVE ports, find each group's mode, judge every port of a group;
+        nothing if its inputs are those of a poll that changed nothing."""
+        devices = cycle.monitored
+        roles = tuple(cycle.roles[device.name] for device in devices)
+        if (volatile is not None and volatile.section is previous
+                and _same(volatile.devices, devices) and _same(volatile.roles, roles)):
+            return Verdict(previous)
         told = previous.rate_degraded
         changed: dict[str, Optional[RateRecord]] = {}
         events: list[tuple[str, HealthEvent]] = []
@@ -120,7 +139,7 @@ class LinkRate(CheckFamily[RateSection, None, None]):
                         error_code=CODE_LINK_RATE, entities=port_entities(name, number),
                         at=cycle.now)))
         if not changed:
-            return Verdict(previous)
+            return Verdict(previous, volatile=Unchanged(devices, roles, previous))
         return Verdict(_changed(told, changed), tuple(events))
 
     def rename(self, section: RateSection, renames: Mapping[str, str], now: datetime
@@ -133,6 +152,10 @@ class LinkRate(CheckFamily[RateSection, None, None]):
         out.update((f"{renames[r.device]}_{r.port}", replace(r, device=renames[r.device]))
                    for r in table.values() if r.device in renames)
         return RateSection(out)
+
+    def judges(self, device: DeviceSnapshot, port: PortSnapshot) -> bool:
+        """The InfiniBand and RoCE ports (compared with their peers)."""
+        return (port.link_layer or "") in CHECK_OF
 
     def conditions(self, section: RateSection, picture: None) -> Iterable[Condition]:
         for key, record in sorted(section.rate_degraded.items()):
@@ -183,6 +206,11 @@ def _groups(cycle: Cycle) -> dict[tuple[str, ...], list[Member]]:
             group = (role, device.hca_type or "", device.board_id or "", layer)
             groups.setdefault(group, []).append((device.name, port.port, layer, rate))
     return groups
+
+
+def _same(these: tuple[object, ...], those: tuple[object, ...]) -> bool:
+    """The same objects, in the same order."""
+    return len(these) == len(those) and all(a is b for a, b in zip(these, those))
 
 
 def _changed(told: Mapping[str, RateRecord], changed: Mapping[str, Optional[RateRecord]]

@@ -137,6 +137,11 @@ class DriverEvent:
     checks: tuple[str, ...] = field(default=(), metadata=stored(legacy=()))
     left: Mapping[str, datetime] = field(default_factory=dict, metadata=stored(legacy={}))
     told: tuple[str, ...] = field(default=(), metadata=stored(legacy_from=_told_before))
+    # The devices that left while another known device stayed present (one card's reset,
+    # not the driver's): judged after ``cardResetTimeout``. Emptied in a poll that sees
+    # every known device gone (a driver unload that took them a few at a time).
+    alone: tuple[str, ...] = field(default=(), metadata=stored(
+        legacy=(), omit=lambda event: not event.alone))
 
     def left_at(self, name: str) -> datetime:
         """When ``name`` left (the event's start for a device without its own time)."""
@@ -149,7 +154,8 @@ class DriverEvent:
 
         return replace(self, devices=tuple(sorted(new(n) for n in self.devices)),
                        left={new(n): t for n, t in self.left.items()},
-                       told=tuple(sorted(new(n) for n in self.told)))
+                       told=tuple(sorted(new(n) for n in self.told)),
+                       alone=tuple(sorted(new(n) for n in self.alone)))
 
 
 @dataclass(frozen=True)

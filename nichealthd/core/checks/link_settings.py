@@ -41,6 +41,16 @@ class LinkStateSettings(Settings):
         "How long a device may stay gone in a driver event, counted from when it left, "
         "before it is judged")
 
+    # ... except the devices of one card (or a few) gone while the other RDMA devices stay:
+    # not a driver reload but a firmware reset of that card (under 2 minutes: the mlx5 reset
+    # itself, then the firmware's initialisation), a probe that failed, or a function unbound
+    # for good; judged after this long (capped by driverReloadTimeout), so that a training
+    # job does not hang on a dead NIC for the whole-driver timeout.
+    card_reset_timeout: float = setting(
+        "cardResetTimeout", 150.0, Duration(1.0, 86400.0),
+        "How long one card's RDMA devices may stay gone while other known RDMA devices stay "
+        "present")
+
     def validate(self, config: Config, report: Report) -> None:
         """driverReloadTimeout must exceed driverReloadGrace: the host event comes first."""
         grace, timeout = self.driver_reload_grace, self.driver_reload_timeout

@@ -29,10 +29,11 @@ from ..family import (
     Verdict,
 )
 from ..jsontypes import Json, JsonObject
-from ..model import DeviceSnapshot, HostSnapshot
+from ..model import DeviceSnapshot, HostSnapshot, PortSnapshot
 from ..state import SUPPRESSED
 from ..topology import CardCount, Role, anomalous_cards
 from .cards import (
+    baseline_verdicts,
     card_counts,
     forget_pending,
     release_raised_ports,
@@ -130,7 +131,8 @@ class LinkState(CheckFamily[LinkStateSection, Cards, None]):
         """Ports and presence of each monitored device, then gone devices and card verdicts.
 
         Card homogeneity (spec §4.3) is judged every poll. At the baseline poll an anomalous
-        card is always reported (spec §7.2 case 3), and only the ports it is short of (those
+        card is reported (spec §7.2 case 3) unless it is short only of ports waiting for the
+        subnet manager (then held as later: a reboot), and only the ports it is short of (those
         its peers have active) count as failed. Later a verdict is held while the ports it
         rests on are in a non-fatal state for less than ``cardVerdictHoldTime`` (spec §3.2:
         INIT, ARMED, Polling, LinkErrorRecovery are transients; only a port that stays there
@@ -159,7 +161,9 @@ class LinkState(CheckFamily[LinkStateSection, Cards, None]):
         forget_pending(cards, verdicts, state)
         if fabrics.waiting:
             restart_pending(cards, snapshot, state, fabrics.waiting)
-        if not cycle.baseline:
+        if cycle.baseline:
+            verdicts = baseline_verdicts(verdicts, snapshot, state, short, now)
+        else:
             verdicts = runtime_verdicts(verdicts, snapshot, state, cycle.config, now,
                                         fabrics.waiting)
         events.extend((HOST, e) for e in card_events(cards, verdicts, state, STATE_CHECK_OF,
@@ -179,6 +183,10 @@ class LinkState(CheckFamily[LinkStateSection, Cards, None]):
 
     def baseline_checks(self, snapshot: HostSnapshot) -> frozenset[str]:
         return frozenset({IB_STATE_CHECK, ETH_STATE_CHECK})
+
+    def judges(self, device: DeviceSnapshot, port: PortSnapshot) -> bool:
+        """Every port but an EFA's (:func:`without_efa`)."""
+        return not device.is_efa
 
     def port_bases(self, section: LinkStateSection, snapshot: HostSnapshot,
                    roles: Mapping[str, Role]) -> Mapping[PortId, PortBase]:

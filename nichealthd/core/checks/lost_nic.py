@@ -61,7 +61,7 @@ from ..family import (
     Verdict,
 )
 from ..jsontypes import JsonObject
-from ..model import DeviceSnapshot
+from ..model import DeviceSnapshot, PortSnapshot
 from ..state import FATAL, MonitorState
 from ..topology import COMPUTE, EXCLUDED, MANAGEMENT, STORAGE, Role, Topology, classify
 from .adapter_section import ENTITY_PCI, Latched, LatchSection, held
@@ -246,6 +246,10 @@ class LostNics(CheckFamily[LostNicSection, Nics, LastRead]):
         state.since.pop(key, None)
         state.latched[key] = Latched(now, _why(nic))
         return lost_event(nic, now, elapsed)
+
+    def judges(self, device: DeviceSnapshot, port: PortSnapshot) -> bool:
+        """No port: what it judges has no RDMA device (the host is degraded while it fails)."""
+        return False
 
     def conditions(self, section: LostNicSection, picture: Optional[Nics]) -> Iterable[Condition]:
         for key in sorted(section.latched):

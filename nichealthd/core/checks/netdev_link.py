@@ -21,7 +21,7 @@ from ..codec import Layout
 from ..config import ETH_DEGRADATION_CHECK, IB_DEGRADATION_CHECK
 from ..events import HealthEvent, make_event, port_entities
 from ..family import READS_ADAPTER, READS_PORTS, CheckFamily, Condition, Cycle, Verdict
-from ..model import PortSnapshot
+from ..model import DeviceSnapshot, PortSnapshot
 from ..state import DEGRADED
 from .adapter_section import LatchSection, held
 
@@ -86,6 +86,10 @@ class NetdevLinkFamily(CheckFamily[NetdevLinkSection, Netdevs, None]):
     def rename(self, section: NetdevLinkSection, renames: Mapping[str, str], now: datetime
                ) -> NetdevLinkSection:
         return section.renamed(renames)
+
+    def judges(self, device: DeviceSnapshot, port: PortSnapshot) -> bool:
+        """The InfiniBand and RoCE ports (their netdevs)."""
+        return (port.link_layer or "") in DEGRADATION_OF
 
     def conditions(self, section: NetdevLinkSection,
                    picture: Optional[Netdevs]) -> Iterable[Condition]:

@@ -48,6 +48,7 @@ from ..config import Config
 from ..events import HealthEvent, make_event, port_entities
 from ..family import CheckFamily, Condition, Cycle, PortId, Series, Verdict
 from ..jsontypes import Json
+from ..model import DeviceSnapshot, PortSnapshot
 from ..modulefacts import (
     HIGH_ALARM,
     HIGH_WARNING,
@@ -409,6 +410,10 @@ class Optics(CheckFamily[OpticsSection, Modules, None]):
                    for k, r in section.records.items()}
         return OpticsSection(records, {moved(k): v for k, v in section.baselines.items()},
                              {moved(f"{k}/m")[:-2]: v for k, v in section.modules.items()})
+
+    def judges(self, device: DeviceSnapshot, port: PortSnapshot) -> bool:
+        """The InfiniBand and RoCE ports with a netdev (their modules are read by it)."""
+        return bool(port.netdev) and (port.link_layer or "") in LAYER_CHECKS
 
     def conditions(self, section: OpticsSection, picture: Optional[Modules]) -> Iterable[Condition]:
         for key, record in sorted(section.records.items()):

@@ -181,7 +181,10 @@ class PcieAer(CheckFamily[AerSection, AerPicture, CounterTables]):
         events: list[tuple[str, HealthEvent]] = []
         notes: list[str] = []
         observations: dict[str, CounterObservation] = {}
-        poll = CounterPoll(previous, state, memory, observations, cycle.now, False)
+        # No memo of what is steady (CounterPoll): root port records are dropped outside
+        # the engine (_close_roots), and the family runs every pcieAerInterval only.
+        poll = CounterPoll(previous, state, memory, observations, cycle.now, False,
+                           remember=False)
         roots = _root_ports(facts, cycle, links)
         for device in cycle.monitored:
             checks = layer_checks(device, links)

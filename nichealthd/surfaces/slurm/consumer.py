@@ -4,10 +4,12 @@
 At-least-once, like the connector (:mod:`..connector.sender`): the cursor passes an event only
 once what it called for has been done (or found needless: the node already drained by
 nichealthd, or holding another reason, which nichealthd never overrides nor lifts) and the
-drain record saved. An action is tried ``slurmRetries`` times with exponential backoff; when
-every attempt failed (slurmctld down, scontrol missing) the event stays pending and the whole
-action is tried again after :data:`PAUSE`, or after a restart. Synchronous: it runs in the
-service's own thread (:mod:`.service`), so a hung slurmctld never delays a poll.
+drain record saved. Which reasons are nichealthd's the record says (:class:`DrainRecord`:
+the exact reasons it set on this node), never a reason's prefix. An action is tried
+``slurmRetries`` times with exponential backoff; when every attempt failed (slurmctld down,
+scontrol missing) the event stays pending and the whole action is tried again after
+:data:`PAUSE`, or after a restart. Synchronous: it runs in the service's own thread
+(:mod:`.service`), so a hung slurmctld never delays a poll.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ from . import command
 from .command import Outcome
 from .decide import (
     DRAIN,
-    REASON_PREFIX,
     RESUME,
     Decision,
     DrainRecord,
@@ -100,7 +101,7 @@ class SlurmConsumer:
             self.node = node
             self.record = load_record(self.path, node)
         self._retry_at = 0.0
-        self._publish(mode=mode_of(config))
+        self._publish(mode=mode_of(config), failing="")  # the next step says it again
 
     # ------------------------------------------------------------------ the backlog
 
@@ -151,6 +152,8 @@ class SlurmConsumer:
         if failed:
             self._retry_at = self.clock() + self.pause
             return self.pause
+        if self.status.failing:  # nothing pending failed this time
+            self._publish(failing="")
         return 0.0 if len(entries) == BATCH else IDLE
 
     # ------------------------------------------------------------------ the actions
@@ -170,24 +173,39 @@ class SlurmConsumer:
             return None
         held = current_reason(query.output)
         if action == DRAIN and held is not None:
-            if held.startswith(REASON_PREFIX):  # set by nichealthd, perhaps before a restart
+            if self.record.set_by_us(held):  # perhaps before a restart: the record says so
                 self._done(action, "held", f"node {self.node} already drained by nichealthd "
                            f"({held})", level=logging.INFO)
-                return replace(record, reason=held)
+                return replace(record, reason=held, draining="")
             self._done(action, "skipped", f"node {self.node} has another reason ({held}): "
                        f"not drained over it and never resumed by nichealthd")
-            return replace(record, reason="")
+            return replace(record, reason="", draining="")
         if action != DRAIN and held != decision.reason:
             self._done(action, "skipped", f"node {self.node}'s reason is now "
                        f"{held or 'none'}, not nichealthd's: left as it is")
             return record
+        if action == DRAIN and not self._intend(decision.reason):
+            return None
         outcome = self._attempts(argv)
         if not outcome.ok:
             self._failed(outcome.error, action)
             return None
         self._done(action, "ok", f"{' '.join(argv[:1])} {action} {self.node}"
                    + (f" ({decision.reason})" if action == DRAIN else ""))
-        return replace(record, reason=decision.reason if action == DRAIN else "")
+        return replace(record, reason=decision.reason if action == DRAIN else "", draining="")
+
+    def _intend(self, reason: str) -> bool:
+        """Record the drain about to be run before running it (see :class:`DrainRecord`);
+        False when that could not be saved (then nothing is run)."""
+        if self.record.draining == reason:
+            return True
+        intent = replace(self.record, draining=reason)
+        error = save_record(self.path, intent)
+        if error is not None:
+            self._failed(error, DRAIN)
+            return False
+        self.record = intent
+        return True
 
     def _recovered(self, record: DrainRecord) -> None:
         """Every condition recovered and no resume to run: say why."""
@@ -219,7 +237,7 @@ class SlurmConsumer:
             log.info("Slurm commands work again")
         self._told = ""
         self._publish(last_action=f"{action} {result} at {format_timestamp(self.wall())}: "
-                                  f"{text}", last_error="")
+                                  f"{text}", last_error="", failing="")
 
     def _failed(self, error: str, action: str = "") -> None:
         if error != self._told:
@@ -228,7 +246,9 @@ class SlurmConsumer:
             self._told = error
         if action:
             self._count(action, "failed")
-        self._publish(last_error=f"{format_timestamp(self.wall())}: {error}")
+        what = f"{action} of node {self.node}" if action else "drain record"
+        self._publish(last_error=f"{format_timestamp(self.wall())}: {error}",
+                      failing=f"{what}: {error}")
 
     def _count(self, action: str, result: str) -> None:
         actions = dict(self.status.actions)

@@ -67,11 +67,20 @@ class Condition:
 @dataclass(frozen=True)
 class DrainRecord:
     """What the node is drained for (persisted: :mod:`.record`). ``reason`` is the drain
-    reason nichealthd set and still holds, ``""`` while it holds no drain."""
+    reason nichealthd set and still holds, ``""`` while it holds no drain; ``draining`` the
+    reason of a drain command it is about to run or ran without seeing it end (written
+    before the command, so a crash in between cannot make its own drain look like an
+    administrator's). nichealthd knows its drains by these exact texts and the node, never
+    by their prefix: an administrator may write any reason, ``nichealthd: ...`` included."""
 
     node: str = ""
     reason: str = ""
     conditions: tuple[Condition, ...] = ()
+    draining: str = ""
+
+    def set_by_us(self, held: str) -> bool:
+        """Whether the node's current reason ``held`` is one nichealthd set on this node."""
+        return bool(held) and held in (self.reason, self.draining)
 
 
 @dataclass(frozen=True)

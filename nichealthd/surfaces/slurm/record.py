@@ -6,7 +6,9 @@ state file is the poller's, committed once per poll with the events, while the S
 runs in its own thread at the pace of slurmctld; sharing the file would make one wait for the
 other. The record is written (atomically) before the consumer's journal cursor passes the
 event that changed it, so a crash in between replays that event against the newer record, and
-every decision is idempotent (a drain already held, a resume already done are no-ops).
+every decision is idempotent (a drain already held, a resume already done are no-ops). A
+drain's reason is written (``draining``) before its command runs, so a crash between the
+command and the record still knows the node's reason as nichealthd's own.
 """
 
 from __future__ import annotations
@@ -48,12 +50,13 @@ def load_record(path: str, node: str) -> DrainRecord:
         log.warning("Slurm drain record %s is of node %s, not %s; starting with none",
                     path, record.node, node)
         return DrainRecord(node)
-    return DrainRecord(node, record.reason, record.conditions)
+    return DrainRecord(node, record.reason, record.conditions, record.draining)
 
 
 def save_record(path: str, record: DrainRecord) -> Optional[str]:
     """Write the record; the error text when that failed (the caller retries)."""
     data = {"version": VERSION, "node": record.node, "reason": record.reason,
+            "draining": record.draining,
             "conditions": [c.to_json() for c in record.conditions]}
     try:
         atomic_write(path, json.dumps(data, indent=1).encode() + b"\n")
@@ -66,7 +69,9 @@ def _parse(data: object) -> DrainRecord:
     if not isinstance(data, dict) or data.get("version") != VERSION:
         raise ValueError("not a version 1 record")
     node, reason, conditions = data.get("node"), data.get("reason"), data.get("conditions")
+    draining = data.get("draining", "")  # absent in records of earlier versions
     if not isinstance(node, str) or not isinstance(reason, str) \
-            or not isinstance(conditions, list):
+            or not isinstance(conditions, list) or not isinstance(draining, str):
         raise ValueError("malformed record")
-    return DrainRecord(node, reason, tuple(Condition.from_json(c) for c in conditions))
+    return DrainRecord(node, reason, tuple(Condition.from_json(c) for c in conditions),
+                       draining)

@@ -17,9 +17,12 @@ DRY_RUN = "dry-run"
 class SlurmStatus:
     """``mode`` is off, on or dry-run; ``last_action`` says what was run last and how it
     ended, ``last_error`` the last failure ("" once an action succeeds again);
-    ``drained_for`` the open fatal conditions the node is drained for; ``actions`` counts
-    each (action, result): action drain or resume, result ok, failed, skipped (the node
-    has another reason: an administrator's) or dry_run."""
+    ``drained_for`` the open fatal conditions the node is drained for; ``failing`` why the
+    drain or resume that the events call for cannot be done now ("" while none is
+    pending): the event stays pending and is retried, and while it is, the node is not
+    drained for it, which every surface must say rather than "no fatal condition open";
+    ``actions`` counts each (action, result): action drain or resume, result ok, failed,
+    skipped (the node has another reason: an administrator's) or dry_run."""
 
     mode: str = OFF
     last_action: str = ""
@@ -27,9 +30,11 @@ class SlurmStatus:
     drained_for: tuple[str, ...] = ()
     holds_drain: bool = False
     actions: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    failing: str = ""
 
     def status_keys(self) -> dict[str, object]:
         """The keys of ``nichealthctl status`` (D-Bus GetStatus, varlink Status)."""
         return {"slurm_mode": self.mode, "slurm_last_action": self.last_action,
                 "slurm_last_error": self.last_error,
-                "slurm_drained_for": list(self.drained_for)}
+                "slurm_drained_for": list(self.drained_for),
+                "slurm_drain_held": self.holds_drain, "slurm_failing": self.failing}

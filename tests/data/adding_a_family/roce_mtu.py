@@ -20,6 +20,7 @@ from nichealthd.core.config import ETH_DEGRADATION_CHECK, Config
 from nichealthd.core.events import HealthEvent, make_event, port_entities
 from nichealthd.core.family import READS_PORTS, CheckFamily, Condition, Cycle, Series, Verdict
 from nichealthd.core.jsontypes import Json
+from nichealthd.core.model import DeviceSnapshot, PortSnapshot
 from nichealthd.core.settings import Integer, Settings, setting
 from nichealthd.core.state import DEGRADED
 
@@ -66,6 +67,10 @@ class RoceMtu(CheckFamily[RoceMtuSection, Mtus, None]):
 
     def enabled(self, config: Config) -> bool:
         return config.settings(RoceMtuSettings).roce_mtu_minimum > 0
+
+    def judges(self, device: DeviceSnapshot, port: PortSnapshot) -> bool:
+        """The RoCE ports: while it cannot judge, only they are unknown."""
+        return port.link_layer == "Ethernet"
 
     def evaluate(self, previous: RoceMtuSection, cycle: Cycle, volatile: None
                  ) -> Verdict[RoceMtuSection, Mtus, None]:
