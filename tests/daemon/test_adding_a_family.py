@@ -1,5 +1,5 @@
-"""Adding a check family that needs a new kind of fact is one family module and one source
-module (ARCHITECTURE.md, "Adding a check family").
+"""Adding a check family that needs a new kind of fact is one family module, one source module
+and its device field's line in the varlink interface (ARCHITECTURE.md, "Adding a check family").
 
 The package is copied as it is; the two modules of tests/data/adding_a_family are added to
 the copy, and the family's declared device field to the copy's varlink interface: nothing else
