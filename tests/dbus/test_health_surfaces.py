@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import socket
 import urllib.request
 from pathlib import Path
 from typing import Any, Iterator
@@ -25,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from nichealthd.sim import mutate, pcibus
 from nichealthd.surfaces.dbus_common import from_variants
 from tests.harness import NotifySocket, wait_until
+from tests.netports import free_port
 
 METRIC_VALUE = {"healthy": 0, "uncabled": 0, "degraded": 1, "fatal": 2}
 CHECK_EXIT = {"healthy": 0, "degraded": 1, "fatal": 2}
@@ -37,11 +37,6 @@ def notify(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[NotifySo
     yield sock
     sock.close()
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def _list_ports() -> list[dict[str, Any]]:
