@@ -138,9 +138,11 @@ def assert_surfaces_agree(daemon: DaemonProcess, metrics_port: int, notify: Noti
 def test_every_surface_shows_the_same_health_for_each_kind_of_condition(
         system_bus: Any, notify: NotifySocket) -> None:
     root = make_sim()
-    # A card short at the first poll: mlx5_4's only port is INIT (degraded by itself); its
-    # card has 0 active ports where every compute card has 1, so the port is fatal.
-    mutate.set_port(root, "mlx5_4", 1, state="INIT", phys_state="LinkUp")
+    # A card short at the first poll: mlx5_4's only port is INIT with its link still
+    # training (degraded by itself); its card has 0 active ports where every compute card
+    # has 1, so the port is fatal at once. (INIT with the link up, waiting for the subnet
+    # manager, would be held cardVerdictHoldTime: nichealthd(8).)
+    mutate.set_port(root, "mlx5_4", 1, state="INIT", phys_state="Polling")
     metrics_port = free_port()
     daemon = DaemonProcess(root, system_bus.address,
                            extra=["--metrics-listen", f"127.0.0.1:{metrics_port}"])
@@ -148,7 +150,7 @@ def test_every_surface_shows_the_same_health_for_each_kind_of_condition(
         daemon.wait_for_name()
         assert_surfaces_agree(daemon, metrics_port, notify, "mlx5_4/1", "fatal",
                               "card 0000:4f:00 has 0 of 1 ports active")
-        assert "INIT/LinkUp" in dbus_ports()["mlx5_4/1"]["reasons"]
+        assert "INIT/Polling" in dbus_ports()["mlx5_4/1"]["reasons"]
         mutate.set_port(root, "mlx5_4", 1, state="ACTIVE", phys_state="LinkUp")
         wait_until(lambda: dbus_ports()["mlx5_4/1"]["health"] == "healthy", "card released")
 
