@@ -2,6 +2,6 @@
 
 from .carried import use_carried_libraries
 
-use_carried_libraries()  # before any entry point imports a library (DESIGN §2.11)
+use_carried_libraries()  # before any entry point imports a library (packaging/README.md)
 
 __version__ = "0.1.0"

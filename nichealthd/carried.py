@@ -1,4 +1,4 @@
-"""Puts the libraries a distribution package carries first on the import path (DESIGN §2.11).
+"""Puts the libraries a distribution package carries first on the import path (packaging/README.md).
 
 A package built for a target whose archive lacks a library, or ships one too old, carries it
 in a private directory (/usr/lib/nichealthd/vendor, listed in

@@ -14,6 +14,7 @@ import pytest
 
 from nichealthd.sim.journal import remote_binary
 from tests import simtrees
+from tests.declared_records import hold_families
 from tests.harness import clean_environment
 
 # Before any test starts a daemon: nothing inherited from the shell, systemd unit or
@@ -29,6 +30,9 @@ LAZY_FDS = 8
 SHM_BYTES = 2 << 30
 SHM_INODES = 300_000
 _FD_KEY = pytest.StashKey[List[Tuple[str, List[str]]]]()
+
+# Every record key a family gives in this process is one it declares, of its declared type.
+hold_families()
 
 
 def open_fds() -> Dict[int, str]:

@@ -1,4 +1,4 @@
-"""The package layout is the architecture (DESIGN §1): the pure core depends on nothing else.
+"""The package layout is the architecture (ARCHITECTURE.md): the pure core depends on nothing else.
 
 ``nichealthd.core`` imports only itself and the standard library; the layers above it import
 downwards only (sources and storage never import runtime, surfaces or the client); every
@@ -8,6 +8,8 @@ module says its one job in its first docstring line.
 from __future__ import annotations
 
 import ast
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -94,7 +96,29 @@ FAMILY_MODULES = {f"core.checks.{p.stem}" for p in (PACKAGE / "core/checks").glo
 
 @pytest.mark.parametrize("name", ["core/evaluate.py", "core/health.py", "core/views.py"])
 def test_the_evaluator_names_no_family_but_through_the_registry(name: str) -> None:
-    """DESIGN §1: no module outside core/checks/ names a family except through the registry
+    """ARCHITECTURE.md: no module outside core/checks/ names a family except through the registry
     (``families()``); the seams of core/family.py carry what it needs of them."""
     named = imported(PACKAGE / name) & FAMILY_MODULES
     assert not named, f"{name} imports the family modules {sorted(named)}"
+
+
+# A citation of the project's brief, which is not in the repository (spelt so that this file
+# does not match itself).
+BRIEF = re.compile("DESI" + r"GN(\.md| ?§| \\\(sc| \d| section)")
+
+
+def test_every_citation_names_a_file_of_the_repository() -> None:
+    """Docstrings, comments, man pages and docs cite the repository's own files (README,
+    ARCHITECTURE.md, a man page, the module) or an external spec, never the brief."""
+    repo = PACKAGE.parent
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=repo,
+                            capture_output=True, text=True, check=True).stdout.split()
+    citing: list[str] = []
+    for name in listed:
+        path = repo / name
+        if not path.is_file() or name.startswith("tests/data/"):
+            continue  # captures of other projects say what they say
+        text = path.read_bytes().decode("utf-8", "replace")
+        citing.extend(f"{name}:{n}" for n, line in enumerate(text.splitlines(), 1)
+                      if BRIEF.search(line))
+    assert citing == []

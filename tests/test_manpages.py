@@ -2,7 +2,7 @@
 
 The --help comparisons run the real programs; they are skipped (with the reason) only while
 ``nichealthd.runtime.daemon`` / ``nichealthd.cli.ctl`` cannot be imported. The other checks
-compare the pages with the external contract (DESIGN.md section 2.3), the shipped config
+compare the pages with the external contract (the options of nichealthd(8)), the shipped config
 file and the config keys as the daemon and each check family declare them
 (``nichealthd.core.config.declarations``).
 """
@@ -27,7 +27,7 @@ MAN = REPO / "man"
 PAGES = ["nichealthd.8", "nichealthctl.1", "nichealthd.toml.5", "nichealthd-sim.1"]
 LONG_OPT = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
 
-# DESIGN.md section 2.3, plus the argparse standard --help.
+# The documented options, plus the argparse standard --help.
 DAEMON_FLAGS = {
     "--config", "--sysfs-root", "--proc-root", "--boot-id-path", "--state-file",
     "--metadata-path", "--topology-source", "--node-name", "--platform-connector-socket",

@@ -1,4 +1,4 @@
-"""``nichealthctl``: the operator's client of nichealthd's D-Bus and varlink APIs (DESIGN §2.7).
+"""``nichealthctl``: the operator's client of nichealthd's D-Bus and varlink APIs (nichealthctl(1)).
 
 Every command is one or two calls through a :class:`~nichealthd.cli.transport.Transport`
 (``org.nichealthd.NicHealth1`` on D-Bus, or ``io.nichealthd.Monitor`` over varlink with
@@ -110,7 +110,7 @@ def _width(args: argparse.Namespace) -> int:
 
 
 def counter_json(record: JsonRecord) -> dict[str, object]:
-    """Absent values are null in JSON (``value`` is int or null, DESIGN §2.7), after the
+    """Absent values are null in JSON (``value`` is int or null, nichealthctl(1)), after the
     others (D-Bus cannot carry null: it leaves them out; varlink sends them in place)."""
     out = {key: value for key, value in record.items() if value is not None}
     for key in ("value", "delta", "rate"):

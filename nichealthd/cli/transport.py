@@ -3,7 +3,7 @@
 Both give the same records (those of :mod:`nichealthd.core.views`), so every command has one
 body and one set of formatting code, whichever API it used. D-Bus is the default; without
 ``--varlink`` a client whose system bus cannot be reached (a minimal host, a container)
-tries the varlink socket before giving up (DESIGN §2.9). Every failure is a
+tries the varlink socket before giving up (nichealthctl(1)). Every failure is a
 :class:`CtlError`: one line and an exit status.
 """
 

@@ -1,6 +1,6 @@
 """The one codec of the state file's sections: their JSON is read off the dataclass declarations.
 
-A family's section (DESIGN §1, :mod:`nichealthd.core.family`) is a dataclass that derives from
+A family's section (ARCHITECTURE.md, :mod:`nichealthd.core.family`) is a dataclass that derives from
 :class:`Section` and gives every field a default; its records are (frozen) dataclasses or
 NamedTuples. Each field is written under its name (or the key of its :func:`stored` metadata)
 as its type hint says:

@@ -62,7 +62,7 @@ ALL_CHECKS = (IB_STATE_CHECK, IB_DEGRADATION_CHECK, ETH_STATE_CHECK, ETH_DEGRADA
 PROCESSING_STRATEGIES = ("EXECUTE_REMEDIATION", "STORE_ONLY", "STORE_AND_ANALYSE")
 DBUS_MODES = ("system", "session", "none")
 LINK_EVENTS = ("auto", "on", "off")
-# Where the GPU<->NIC topology comes from (DESIGN §2.3, §2.10).
+# Where the GPU<->NIC topology comes from (nichealthd.toml(5)).
 TOPOLOGY_SOURCES = ("auto", "metadata", "sysfs")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 VELOCITY_UNITS = {"second": 1.0, "minute": 60.0, "hour": 3600.0}
@@ -392,7 +392,7 @@ class Config:
     metadata_path: str = setting(
         "metadataPath", "/var/lib/nvsentinel/gpu_metadata.json", string,
         "GPU metadata written by NVSentinel's metadata collector.")
-    # Where the GPU<->NIC topology comes from (DESIGN §2.3, §2.10).
+    # Where the GPU<->NIC topology comes from (nichealthd.toml(5)).
     topology_source: str = setting("topologySource", "auto", Choice(TOPOLOGY_SOURCES),
                                    "Where the GPU–NIC topology comes from")
     node_name: str = setting("nodeName", "", string, "Node name stamped on every event")

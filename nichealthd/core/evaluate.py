@@ -10,7 +10,7 @@ legitimately loses.
 Neither input is changed: the result carries the next state and the next memory, which the
 monitor adopts only once the poll is committed.
 
-Each family runs inside its own failure boundary (DESIGN §1): one that raises, or that needs
+Each family runs inside its own failure boundary (ARCHITECTURE.md): one that raises, or that needs
 a part of the snapshot whose source failed (``HostSnapshot.unread``), keeps its previous
 section and volatile memory and emits nothing; the others judge as usual. The result names
 it in :attr:`CycleResult.failed`, and the surfaces show what it judges as unknown.
@@ -179,7 +179,7 @@ def _judge(family: Family, previous: MonitorState, cycle: Cycle,
     try:
         return family.evaluate(previous.section(family), cycle,
                                memory.volatile.get(family.id)), ""
-    except Exception as exc:  # noqa: BLE001 - the boundary: contained, reported, retried
+    except Exception as exc:  # the boundary: contained, reported, retried
         return None, describe_exception(exc)
 
 

@@ -1,7 +1,7 @@
 """The health event model: NVSentinel's ``datamodels.HealthEvent`` as an immutable value.
 
 Events are built by the pure checks and serialised here in one place, in the protobuf JSON
-mapping with every field present (DESIGN §2.4), so the event log, the D-Bus history,
+mapping with every field present (health_event.proto), so the event log, the D-Bus history,
 ``nichealthctl --json`` and the gRPC sender all agree on what an event is.
 """
 

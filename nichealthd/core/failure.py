@@ -1,5 +1,5 @@
 """One line that says what failed and where: for the failure boundaries of polls, sources and
-families (DESIGN §1), which log it once and show it on the surfaces."""
+families (ARCHITECTURE.md), which log it once and show it on the surfaces."""
 
 from __future__ import annotations
 

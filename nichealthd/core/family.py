@@ -1,6 +1,6 @@
 """The seam a check family plugs into: what it reads, its slice of state, its pure evaluation.
 
-A check family is one unit (DESIGN §1): it declares which parts of the snapshot it
+A check family is one unit (ARCHITECTURE.md): it declares which parts of the snapshot it
 reads and how often it runs, evaluates as a pure function ``(its previous section, the shared
 cycle, its volatile memory) -> Verdict(events, its next section, picture)``, owns its top-level
 keys of the state file (with a schema version of its own: a missing section is a fresh start
@@ -65,6 +65,10 @@ EVERY_POLL = frozenset({READS_DEVICES, READS_PORTS, READS_COUNTERS, READS_ADAPTE
 # Any other name in ``reads`` is a fact type of the slow PCI parts above or of a source on the
 # Source seam (nichealthd.sources.seam): read only in a poll in which a family needing it is
 # due (HostSnapshot.facts).
+
+# A record's declared keys: name -> its varlink type (the interface file's spelling: ``int``,
+# ``?float``, ``?[]string``, ``?[]PcieHop``; ``?`` optional: absent from some records).
+FieldTypes = Mapping[str, str]
 
 HOST = ""  # the "device" of an event that belongs to no device of this poll (see Verdict)
 
@@ -168,6 +172,13 @@ class CheckFamily(abc.ABC, Generic[S, P, V]):
     cadence: ClassVar[float] = 0.0  # seconds between runs; 0 is every poll
     # Its config keys (a frozen Settings dataclass; read as ``config.settings(that class)``).
     settings: ClassVar[Optional[type[Settings]]] = None
+    # The keys it adds to the port and device records (:meth:`port_fields`,
+    # :meth:`absent_port_fields`, :meth:`device_fields`, :meth:`device_rows`), each with its
+    # type as the varlink interface writes it (:data:`FieldTypes`); a key of the daemon's own
+    # record that it replaces (``since``, ``fw_ver``) keeps the type the daemon declares
+    # (core/views.py). tests/varlink/test_declared_fields.py holds the interface files to them.
+    port_field_types: ClassVar[FieldTypes] = {}
+    device_field_types: ClassVar[FieldTypes] = {}
 
     # A section class (a dataclass deriving from :class:`nichealthd.core.codec.Section`, every
     # field with a default) gives fresh/load/dump for free; a family without one overrides them.

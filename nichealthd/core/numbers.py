@@ -1,6 +1,6 @@
 """Plausibility as data: every number read from the host has a kind, and one parser reads them.
 
-DESIGN §1 (Source): a reader turns every integer it reads from sysfs (and the kernel's other
+ARCHITECTURE.md (sources): a reader turns every integer it reads from sysfs (and the kernel's other
 text files) into a value through :func:`parse` with the :class:`Kind` of that number. A kind is
 the range the kernel can really print for it, narrowed to what is physically plausible; a value
 outside its kind is :class:`Unreadable`, exactly like a missing or garbled file: the readers log

@@ -93,7 +93,7 @@ def derive(gpus: Sequence[PciFunction], nics: Mapping[str, PciFunction]) -> GpuT
     """The matrix of spec §12.2 (one row per NIC, one cell per GPU in ``gpus`` order).
 
     The NUMA gate (spec §4.1) runs only when at least one GPU has a known NUMA node; with
-    none (a VM, or no GPU at all) it is skipped (DESIGN §2.10). Each row is keyed by the
+    none (a VM, or no GPU at all) it is skipped (nichealthd(8)). Each row is keyed by the
     NIC's name at the walk and carries its function's address, so a reload that permutes
     the names without a new walk leaves each row with its function
     (:meth:`GpuTopology.levels_of`).

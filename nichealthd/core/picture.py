@@ -2,7 +2,7 @@
 
 The daemon makes one :class:`PollPicture` per completed poll (the snapshot, the evaluation,
 the state that poll committed and the config it ran under) and hands that same object to
-D-Bus, varlink, the metrics and STATUS= (DESIGN §1, "Surfaces"). What they show of it —
+D-Bus, varlink, the metrics and STATUS= (ARCHITECTURE.md, "Surfaces"). What they show of it —
 the health assessment (:func:`nichealthd.core.health.assess`), the status keys, the port,
 device and counter records of :mod:`nichealthd.core.views` — is worked out here, lazily and
 at most once per picture, so no surface keeps its own copy and none can tell a different

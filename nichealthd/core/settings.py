@@ -3,7 +3,7 @@
 The daemon (:class:`nichealthd.core.config.Config`) and each check family (a frozen subclass
 of :class:`Settings`, named by ``CheckFamily.settings``) declare their top-level keys as
 dataclass fields made by :func:`setting`: the TOML key (the file format is the external
-contract: DESIGN §2, nichealthd.toml(5)), the default, the parser with its bounds and the one
+contract: nichealthd.toml(5)), the default, the parser with its bounds and the one
 line the man page's paragraph of the key carries. :class:`Reader` turns the keys of a file
 (and the command line's) into the values of their owners, and :class:`Report` gives a
 family's cross-key rule (:meth:`Settings.validate`) the same file, line and key in its

@@ -39,13 +39,13 @@ class GpuTopology:
     ``sysfs``, ``none``).
 
     ``numa_gate``: whether the NUMA gate of spec §4.1 applies. It does not when no GPU has a
-    known NUMA node (all ``-1``, as on VMs, or no GPU at all): DESIGN §2.10 skips the gate
+    known NUMA node (all ``-1``, as on VMs, or no GPU at all): nichealthd skips the gate
     there instead of refusing to start, and management NICs are then the default route's and
     the BlueField DPUs.
 
     ``nic_addresses``: the PCI function each row's name named when the matrix was made (name
     -> address; a name absent here was not resolved). The matrix is keyed by kernel name,
-    which a driver reload may permute; the function is the device's identity (DESIGN §2.10),
+    which a driver reload may permute; the function is the device's identity (checks/identity.py),
     so a row follows its function: :meth:`levels_of`.
     """
 

@@ -1,6 +1,6 @@
 """Read-only views of the daemon's live picture: ports, devices, counters, overall health.
 
-Plain dicts with the keys of DESIGN §2.7, built from the last poll and the committed state.
+Plain dicts with the keys of nichealthctl(1), built from the last poll and the committed state.
 The D-Bus API, ``nichealthctl --json``, the STATUS= line and the metrics all read them
 through one :class:`~nichealthd.core.picture.PollPicture` per poll, so every surface tells
 the same story.
@@ -11,12 +11,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Mapping, Optional
 
-from .checks import supplying
+from .checks import families, supplying
 from .checks.ports import is_active, split_state
 from .config import Config
 from .evaluate import CycleResult
 from .events import format_timestamp, local_clock
-from .family import Family
+from .family import Family, FieldTypes
 from .health import UNCABLED, UNKNOWN, HostHealth, PortHealth, assess
 from .jsontypes import JsonObject
 from .model import DeviceSnapshot, HostSnapshot, PortSnapshot
@@ -26,6 +26,37 @@ from .topology import Role
 
 HEALTH_ORDER = (HEALTHY, DEGRADED, FATAL)
 NO_DEVICES = "no InfiniBand/RoCE devices found"
+
+# The keys of the daemon's own port and device records (the families add theirs:
+# CheckFamily.port_field_types, device_field_types), typed as the varlink interface writes them.
+PORT_FIELD_TYPES: FieldTypes = {
+    "device": "string", "port": "int", "link_layer": "string", "adapter": "?string",
+    "state": "string", "phys_state": "string", "rate": "string", "operstate": "string",
+    "netdev": "string", "role": "string", "monitored": "bool", "excluded": "string",
+    "healthy": "bool", "fatal": "bool", "health": "string", "reasons": "[]string",
+    "since": "string", "pci_address": "string", "gid_count": "int", "present": "bool",
+}
+DEVICE_FIELD_TYPES: FieldTypes = {
+    "device": "string", "hca_type": "string", "fw_ver": "string", "board_id": "string",
+    "node_guid": "string", "pci_address": "string", "card": "string", "numa_node": "int",
+    "driver": "string", "adapter": "?string", "netdevs": "[]string", "is_vf": "bool",
+    "role": "string", "role_reason": "string", "monitored": "bool", "link_layer": "string",
+    "ports": "int", "present": "bool", "driver_event": "?bool", "renamed_from": "?string",
+    "renamed_at": "?string",
+}
+DAEMON = "the daemon"  # who declares the daemon's own keys (:func:`declared_fields`)
+
+
+def declared_fields(record: str) -> list[tuple[str, str, str]]:
+    """(declarer, key, type) of every key declared for ``record`` (``port`` or ``device``):
+    the daemon's own (:data:`DAEMON`) first, then each family's by its id, in order. The
+    interface files are checked against them (tests/varlink/test_declared_fields.py)."""
+    own = {"port": PORT_FIELD_TYPES, "device": DEVICE_FIELD_TYPES}[record]
+    out = [(DAEMON, key, kind) for key, kind in own.items()]
+    for family in families():
+        extra = family.port_field_types if record == "port" else family.device_field_types
+        out.extend((family.id, key, kind) for key, kind in extra.items())
+    return out
 
 
 def port_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorState,

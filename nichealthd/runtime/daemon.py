@@ -55,7 +55,7 @@ __all__ = ["EXIT_CRASH", "EXIT_OK", "EXIT_STARTUP", "EXIT_USAGE", "build_parser"
 log = logging.getLogger("nichealthd")
 
 # An unexpected exception in the running daemon (a bug): systemd restarts the unit after it.
-# Not 1, which RestartPreventExitStatus= reserves for start-up failures (DESIGN §2.3).
+# Not 1, which RestartPreventExitStatus= reserves for start-up failures (nichealthd(8)).
 EXIT_CRASH = 70  # EX_SOFTWARE
 # Under systemd (INVOCATION_ID set) statuses 1 and 2 are not restarted, so they keep the
 # start budget for the operator's retry; the message says how.
@@ -242,7 +242,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except StartupError as exc:
         log_start_failure(f"cannot start: {exc}{hint}")
         return EXIT_STARTUP
-    except Exception:  # a bug; DESIGN §2.3 makes every start failure status 1
+    except Exception:  # a bug; nichealthd(8) makes every start failure status 1
         if not logging.getLogger().handlers:
             setup_logging("info")
         log.critical("nichealthd failed to start on an unexpected error (a bug: please report "

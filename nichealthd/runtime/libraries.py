@@ -1,6 +1,6 @@
 """The surfaces whose Python library a host may lack, imported only when the daemon starts them.
 
-A library missing at run time never stops the daemon (DESIGN §2.11): RHEL 9 ships no D-Bus
+A library missing at run time never stops the daemon (packaging/README.md): RHEL 9 ships no D-Bus
 library for Python, and grpcio and prometheus-client only in EPEL. Each surface below names
 the top-level modules it needs; when importing it fails for one of them, the surface is left
 out, the daemon says once at error priority what is missing, how to install it and what the

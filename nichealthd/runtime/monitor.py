@@ -445,5 +445,5 @@ def _assess_now(snapshot: HostSnapshot, result: CycleResult, state: MonitorState
     compute it again and log it."""
     try:
         health_status(snapshot, result, state)
-    except Exception:  # noqa: BLE001 - reported by the surfaces, see above
+    except Exception:  # reported by the surfaces, see above
         pass

@@ -59,7 +59,7 @@ class TopologyChoice:
 
 
 def choose_gpu_topology(config: Config) -> tuple[GpuTopology, str]:
-    """The GPU topology by ``topologySource`` (DESIGN §2.3): ``metadata`` is the spec's hard
+    """The GPU topology by ``topologySource`` (nichealthd.toml(5)): ``metadata`` is the spec's hard
     dependency (StartupError when the file is unusable), ``sysfs`` always derives it from the
     PCI tree, ``auto`` takes the metadata file when it exists and is valid, else sysfs."""
     gpus, reason, _ = _choose_gpu_topology(config)

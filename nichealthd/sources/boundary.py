@@ -1,4 +1,4 @@
-"""The failure boundary of one source (DESIGN §1): a read that raises costs only its part.
+"""The failure boundary of one source (ARCHITECTURE.md): a read that raises costs only its part.
 
 Sources never raise on bad content, but a bug, an unexpected kernel interface or a library
 that breaks does. Around each source the reader or the monitor asks :class:`SourceBoundary`
@@ -31,7 +31,7 @@ class SourceBoundary:
         """``reader()``, or (None, why) when it raised."""
         try:
             value = reader()
-        except Exception as exc:  # noqa: BLE001 - the boundary: contained, reported, retried
+        except Exception as exc:  # the boundary: contained, reported, retried
             problem = describe_exception(exc)
             if problem != self.problem:
                 self.log.warning("cannot read %s (%s): %s; the checks that need it are not "

@@ -47,7 +47,7 @@ def read_gpu_metadata(path: str) -> tuple[GpuTopology, str]:
         raise MetadataError(f"GPU metadata file {path}: top level is not an object")
     numa, addresses = _gpus(path, data.get("gpus"), hint)
     matrix = _nic_topology(path, data.get("nic_topology"), hint)
-    # Every GPU at numa_node -1 (a VM): the NUMA gate is skipped (DESIGN §2.10), not a refusal.
+    # Every GPU at numa_node -1 (a VM): the NUMA gate is skipped (README), not a refusal.
     return (GpuTopology(frozenset(numa), tuple(addresses), matrix, source="metadata",
                         numa_gate=bool(numa)), hashlib.sha256(raw).hexdigest())
 

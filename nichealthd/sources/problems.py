@@ -3,7 +3,7 @@
 Every reader of the host reports an unreadable or implausible value here instead of raising:
 the first occurrence is logged, repeats are not, and the file's recovery is logged once.
 :meth:`ProblemLog.number` is how a reader turns a file's content into a number of its
-:class:`~nichealthd.core.numbers.Kind` (DESIGN §1, Source).
+:class:`~nichealthd.core.numbers.Kind` (ARCHITECTURE.md, the source seam).
 """
 
 from __future__ import annotations

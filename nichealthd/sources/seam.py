@@ -1,4 +1,4 @@
-"""The seam a source plugs into: one reader of one kind of fact (DESIGN §1, Source).
+"""The seam a source plugs into: one reader of one kind of fact (ARCHITECTURE.md).
 
 A check family names the facts it needs in :attr:`CheckFamily.reads`. The facts read every
 poll (devices, ports, counters, adapter facts, kernel log) and the PCI side (PCIe links, AER,

@@ -1,6 +1,6 @@
 """Durable storage: the state file and the event journal, committed together.
 
-A poll's events and the state advance that produced them are one commit (DESIGN §1):
+A poll's events and the state advance that produced them are one commit (ARCHITECTURE.md):
 
 1. the events are appended to the journal (``outbox.jsonl``) with consecutive sequence
    numbers and fsynced;

@@ -2,7 +2,7 @@
 
 The records, the status and why a ``ListCounters`` for one device or port has nothing to
 list come from the daemon's :class:`~nichealthd.core.picture.PollPicture`; this module adds
-an event as the APIs send it (DESIGN §2.4 plus ``seq`` and ``severity``) and the callers of
+an event as the APIs send it (the event log's JSON plus ``seq`` and ``severity``) and the callers of
 ``Reload`` waiting for its outcome.
 """
 
@@ -15,7 +15,7 @@ from ..storage.store import JournalEntry
 
 
 def event_record(entry: JournalEntry) -> Dict[str, object]:
-    """An event as the APIs send it: DESIGN §2.4 JSON plus ``seq`` and ``severity``."""
+    """An event as the APIs send it: the event log's JSON plus ``seq`` and ``severity``."""
     record: Dict[str, object] = {"seq": entry.seq, "severity": entry.event.severity}
     record.update(entry.event.to_json())
     return record

@@ -1,4 +1,4 @@
-"""The D-Bus API service: the daemon's live view on the system bus (DESIGN §2.6).
+"""The D-Bus API service: the daemon's live view on the system bus (org.nichealthd.NicHealth1.xml).
 
 This module keeps the connection (connect, own the name, reconnect with backoff) and ties the
 parts together, each in its own module:

@@ -1,6 +1,6 @@
 """Names, the D-Bus library import and record <-> variant mapping shared by daemon and client.
 
-Records on the bus are ``a{sv}`` so fields can be added without breaking clients (DESIGN §2.6).
+Records on the bus are ``a{sv}`` so fields can be added without breaking clients.
 The mapping from the plain dicts of :mod:`nichealthd.core.views` is fixed here, once:
 
 ==========================  =========  ==========================================
@@ -17,7 +17,7 @@ Python value                signature  note
 ``list[dict[str, str]]``    ``aa{ss}`` event ``entitiesImpacted``
 ==========================  =========  ==========================================
 
-Event records are the DESIGN §2.4 JSON object flattened this way (``entitiesImpacted`` as
+Event records are event JSON object (health_event.proto) flattened this way (``entitiesImpacted`` as
 ``aa{ss}`` of ``entityType``/``entityValue``, ``metadata`` as ``a{ss}``), plus ``seq`` (the
 journal sequence number, ``x``) and ``severity`` (healthy|degraded|fatal), so
 ``nichealthctl events --json`` can print exactly the event-log JSON.

@@ -1,5 +1,5 @@
 """The exported D-Bus interface ``org.nichealthd.NicHealth1``: its methods, signals and
-properties as the bus sees them (DESIGN §2.6, the interface XML beside this module).
+properties as the bus sees them (the interface XML beside this module).
 
 The D-Bus libraries read member signatures from annotations (``-> "aa{sv}"``); those are not
 Python types, so :func:`dbus_signature` sets them explicitly and the real annotations stay
@@ -128,32 +128,32 @@ class NicHealthInterface(ServiceInterface):
 
     @method()
     @dbus_signature("aa{sv}")
-    def ListPorts(self) -> List[VariantRecord]:  # noqa: N802
+    def ListPorts(self) -> List[VariantRecord]:
         return self._service.list_ports()
 
     @method()
     @dbus_signature("aa{sv}")
-    def ListDevices(self) -> List[VariantRecord]:  # noqa: N802
+    def ListDevices(self) -> List[VariantRecord]:
         return self._service.list_devices()
 
     @method()
     @dbus_signature("aa{sv}", device="s", port="u")
-    def ListCounters(self, device: str, port: int) -> List[VariantRecord]:  # noqa: N802
+    def ListCounters(self, device: str, port: int) -> List[VariantRecord]:
         return self._service.list_counters(device, port)
 
     @method()
     @dbus_signature("aa{sv}", limit="u")
-    def ListEvents(self, limit: int) -> List[VariantRecord]:  # noqa: N802
+    def ListEvents(self, limit: int) -> List[VariantRecord]:
         return self._service.list_events(limit)
 
     @method()
     @dbus_signature("a{sv}")
-    def GetStatus(self) -> VariantRecord:  # noqa: N802
+    def GetStatus(self) -> VariantRecord:
         return self._service.get_status()
 
     @method()
     @dbus_signature("bs")
-    async def Reload(self) -> List[Union[bool, str]]:  # noqa: N802
+    async def Reload(self) -> List[Union[bool, str]]:
         accepted, message = await self._service.reload()
         return [accepted, message]
 
@@ -161,73 +161,73 @@ class NicHealthInterface(ServiceInterface):
 
     @signal()
     @dbus_signature("susbs")
-    def PortHealthChanged(self, device: str, port: int, health: str, fatal: bool,  # noqa: N802
+    def PortHealthChanged(self, device: str, port: int, health: str, fatal: bool,
                           message: str) -> List[Union[str, int, bool]]:
         return [device, port, health, fatal, message]
 
     @signal()
     @dbus_signature("a{sv}")
-    def EventEmitted(self, event: VariantRecord) -> VariantRecord:  # noqa: N802
+    def EventEmitted(self, event: VariantRecord) -> VariantRecord:
         return event
 
     # ---------------------------------------------------------- properties
 
     @dbus_property(access=PropertyAccess.READ)
     @dbus_signature("s")
-    def Version(self) -> str:  # noqa: N802
+    def Version(self) -> str:
         return str(self._service.prop("Version"))
 
     @dbus_property(access=PropertyAccess.READ)
     @dbus_signature("s")
-    def NodeName(self) -> str:  # noqa: N802
+    def NodeName(self) -> str:
         return str(self._service.prop("NodeName"))
 
     @dbus_property(access=PropertyAccess.READ)
     @dbus_signature("s")
-    def BootId(self) -> str:  # noqa: N802
+    def BootId(self) -> str:
         return str(self._service.prop("BootId"))
 
     @dbus_property(access=PropertyAccess.READ)
     @dbus_signature("s")
-    def LastPoll(self) -> str:  # noqa: N802
+    def LastPoll(self) -> str:
         return str(self._service.prop("LastPoll"))
 
     @dbus_property(access=PropertyAccess.READ)
     @dbus_signature("t")
-    def PollCount(self) -> int:  # noqa: N802
+    def PollCount(self) -> int:
         return int(self._service.prop("PollCount"))
 
     @dbus_property(access=PropertyAccess.READ)
     @dbus_signature("d")
-    def PollingInterval(self) -> float:  # noqa: N802
+    def PollingInterval(self) -> float:
         return float(self._service.prop("PollingInterval"))
 
     @dbus_property(access=PropertyAccess.READ)
     @dbus_signature("s")
-    def ConnectorState(self) -> str:  # noqa: N802
+    def ConnectorState(self) -> str:
         return str(self._service.prop("ConnectorState"))
 
     @dbus_property(access=PropertyAccess.READ)
     @dbus_signature("u")
-    def OutboxDepth(self) -> int:  # noqa: N802
+    def OutboxDepth(self) -> int:
         return int(self._service.prop("OutboxDepth"))
 
     @dbus_property(access=PropertyAccess.READ)
     @dbus_signature("u")
-    def DeadLetters(self) -> int:  # noqa: N802
+    def DeadLetters(self) -> int:
         return int(self._service.prop("DeadLetters"))
 
     @dbus_property(access=PropertyAccess.READ)
     @dbus_signature("s")
-    def Health(self) -> str:  # noqa: N802
+    def Health(self) -> str:
         return str(self._service.prop("Health"))
 
     @dbus_property(access=PropertyAccess.READ)
     @dbus_signature("s")
-    def TopologySource(self) -> str:  # noqa: N802
+    def TopologySource(self) -> str:
         return str(self._service.prop("TopologySource"))
 
     @dbus_property(access=PropertyAccess.READ)
     @dbus_signature("s")
-    def Topology(self) -> str:  # noqa: N802
+    def Topology(self) -> str:
         return str(self._service.prop("Topology"))

@@ -1,5 +1,5 @@
 """What the D-Bus API signals after a poll: the properties that changed and the ports whose
-health changed (DESIGN §2.6: "a signal when a port's health or a counter's breach state
+health changed (nichealthd(8): "a signal when a port's health or a counter's breach state
 changes").
 
 Pure bookkeeping between two polls, no bus: :class:`Signals` keeps the last values sent and

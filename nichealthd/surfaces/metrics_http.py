@@ -322,7 +322,7 @@ class _QuietHandler(WSGIRequestHandler):
         whole = bool(super().parse_request())  # the request line was read; now the headers
         return self.server.request_read(self.connection) and whole  # type: ignore[attr-defined,no-any-return]
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:  # the stdlib's signature
         log.debug("%s %s", self.address_string(), format % args)
 
 

@@ -1,4 +1,4 @@
-"""The varlink API: interface ``io.nichealthd.Monitor`` on a unix socket (DESIGN §2.9).
+"""The varlink API: interface ``io.nichealthd.Monitor`` on a unix socket (nichealthd(8)).
 
 The same live view as the D-Bus API, for hosts and containers without a system bus and for
 ``varlinkctl``. The interface file ``io.nichealthd.Monitor.varlink`` beside this module is

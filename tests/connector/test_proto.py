@@ -121,7 +121,7 @@ def test_raw_wire_bytes_use_reference_field_numbers() -> None:
     "EthernetStateCheck", fatal=False, healthy=True, message="clear all", error_code="x",
     entities=(), at=datetime(2026, 5, 6, 7, 8, 9, tzinfo=timezone.utc))])
 def test_to_json_is_the_proto_json_mapping(event: HealthEvent) -> None:
-    """DESIGN §2.4: the event JSON is protobuf's own JSON mapping, defaults included."""
+    """health_event.proto: the event JSON is protobuf's own JSON mapping, defaults included."""
     event = event.stamped("node-b", "STORE_AND_ANALYSE", "abc")
     message = convert.to_proto(event)
     try:  # protobuf < 5.26

@@ -1,4 +1,4 @@
-"""The family failure boundary of the evaluator (DESIGN §1, core/evaluate.py): a family that
+"""The family failure boundary of the evaluator (ARCHITECTURE.md, core/evaluate.py): a family that
 raises, or needs a part whose source failed, costs only itself.
 
 The fault is injected at the one place that cannot fail on demand otherwise: a family's

@@ -5,7 +5,7 @@ Files that a reader turns into numbers or states get what a broken or hostile sy
 reads through an injectable seam: the kept-open attribute files, the AER tables, hwmon) or
 EISDIR (the file made a directory, for those read once with open/read/close), and the kernel
 log gets garbage records. No poll may raise, fail or fail to commit, and no unhealthy event
-may come out of it: a value that is not one is unreadable, never a fault (DESIGN §1).
+may come out of it: a value that is not one is unreadable, never a fault (ARCHITECTURE.md).
 """
 
 from __future__ import annotations

@@ -83,7 +83,7 @@ def test_derive_skips_the_numa_gate_without_gpu_numa() -> None:
     vm = derive([fn("pci0000:00/0000:00:06.0", -1)], {"mlx5_0": fn("pci0000:00/0000:00:07.0", -1)})
     assert not vm.numa_gate and vm.nic_topology == {"mlx5_0": ("PHB",)}
     assert "unknown NUMA node" in summary(vm)
-    # DESIGN §2.10: the -1 NIC is not management when the gate is skipped; IB -> compute.
+    # README: the -1 NIC is not management when the gate is skipped; IB -> compute.
     assert classify(nic_device("mlx5_0", -1), vm, frozenset()).role == "compute"
     assert classify(nic_device("dpu", -1, "Ethernet", "MT41692"), vm, frozenset()).role \
         == "management"

@@ -145,7 +145,7 @@ def test_random_stats_and_fec_files_never_raise() -> None:
             held(read_stats(text, NOW).values)
             fec = random_fec(rng)
             held_fec(read_fec(fec).stats)
-        except Exception as exc:  # noqa: BLE001 - the assertion names the replay
+        except Exception as exc:  # the assertion names the replay
             raise AssertionError(f"seed {SEED} round {n}: {exc!r}") from exc
     assert time.monotonic() - started < 60  # no line costs more than a linear scan
 
@@ -214,5 +214,5 @@ def test_the_kernels_fec_reply_parser_on_random_bytes() -> None:
         try:
             ek.parse_fec_reply(data)
             ek.parse_strings(data, rng.randrange(0, 5))
-        except Exception as exc:  # noqa: BLE001 - the assertion names the replay
+        except Exception as exc:  # the assertion names the replay
             raise AssertionError(f"seed {SEED} round {n}: {exc!r}") from exc

@@ -1,4 +1,4 @@
-"""Roles follow the PCI function across renames (DESIGN §2.10): the GPU↔NIC matrix is keyed by
+"""Roles follow the PCI function across renames (core/pcitopo.py): the GPU↔NIC matrix is keyed by
 kernel name, and a driver reload may permute the names (mlx5_0 <-> mlx5_1) while NVSentinel's
 metadata file keeps the old ones.
 

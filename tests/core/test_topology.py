@@ -162,7 +162,7 @@ def write(path: Path, data: object) -> str:
 def test_metadata_is_a_hard_dependency(tmp_path: Path) -> None:
     with pytest.raises(MetadataError, match="does not exist"):
         load_gpu_topology(str(tmp_path / "missing.json"))
-    # DESIGN §2.10: every GPU at -1 (a VM) skips the NUMA gate instead of refusing to start.
+    # README: every GPU at -1 (a VM) skips the NUMA gate instead of refusing to start.
     vm = load_gpu_topology(write(tmp_path / "a.json", {"gpus": [{"numa_node": -1}],
                                                        "nic_topology": {"x": []}}))
     assert not vm.numa_gate and vm.gpu_numa_nodes == frozenset()

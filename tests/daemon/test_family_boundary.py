@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Callable
 
 from ..harness import NotifySocket, wait_until
-from ..metrics.conftest import free_port, get, parse
+from ..metrics.conftest import get, parse
+from ..netports import free_port
 from .conftest import REPO, SimHost, running_daemon
 from .test_adding_a_family import EXAMPLE
 from .test_driver_reload import sim

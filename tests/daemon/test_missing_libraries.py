@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..harness import NotifySocket
+from ..netports import free_port
 from ..without import command
 from .conftest import REPO, SimHost
 from .test_service import Daemon, notify  # noqa: F401 (fixture)
@@ -31,11 +32,6 @@ def ctl(without: str, *args: str, varlink: str = "") -> subprocess.CompletedProc
     return subprocess.run(command(without, "nichealthd.cli.ctl", *args), cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=60)
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_without_a_dbus_library_the_daemon_serves_varlink_and_ctl_uses_it(

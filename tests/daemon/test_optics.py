@@ -17,7 +17,8 @@ from typing import Any, Callable
 import pytest
 
 from ..harness import NotifySocket, wait_until
-from ..metrics.conftest import free_port, get, parse
+from ..metrics.conftest import get, parse
+from ..netports import free_port
 from .conftest import REPO, SimHost, running_daemon
 from .test_service import events, notify  # noqa: F401 (fixture)
 

@@ -30,7 +30,8 @@ from nichealthd.sources.config_file import load_config
 from nichealthd.sources.sysfs import SysfsReader
 
 from ..harness import NotifySocket, wait_until
-from ..metrics.conftest import free_port, get, parse
+from ..metrics.conftest import get, parse
+from ..netports import free_port
 from .conftest import SimHost
 from .test_service import Daemon, notify  # noqa: F401 (fixture)
 

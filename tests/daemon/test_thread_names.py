@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..harness import NotifySocket, wait_until
-from ..metrics.conftest import free_port
+from ..netports import free_port
 from .conftest import SimHost, running_daemon
 from .test_service import notify  # noqa: F401 (fixture)
 

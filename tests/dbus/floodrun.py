@@ -31,7 +31,7 @@ _POLLS = re.compile(r"^nichealthd_polls_total (\S+)$", re.MULTILINE)
 
 def get(url: str, timeout: float = 5.0) -> tuple[int, str]:
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310
+        with urllib.request.urlopen(url, timeout=timeout) as response:
             return int(response.status), response.read().decode()
     except urllib.error.HTTPError as exc:
         body = exc.read().decode(errors="replace")

@@ -1,5 +1,5 @@
 """nichealthctl over D-Bus and over varlink says the same, and falls back to varlink when
-the system bus cannot be reached (#14.6, DESIGN §2.9)."""
+the system bus cannot be reached (nichealthctl(1))."""
 
 from __future__ import annotations
 

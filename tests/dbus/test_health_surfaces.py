@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import socket
 import urllib.request
 from pathlib import Path
 from typing import Any, Iterator
@@ -25,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from nichealthd.sim import mutate, pcibus
 from nichealthd.surfaces.dbus_common import from_variants
 from tests.harness import NotifySocket, wait_until
+from tests.netports import free_port
 
 METRIC_VALUE = {"healthy": 0, "uncabled": 0, "degraded": 1, "fatal": 2}
 CHECK_EXIT = {"healthy": 0, "degraded": 1, "fatal": 2}
@@ -37,11 +37,6 @@ def notify(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[NotifySo
     yield sock
     sock.close()
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def _list_ports() -> list[dict[str, Any]]:
@@ -147,9 +142,11 @@ def assert_surfaces_agree(daemon: DaemonProcess, metrics_port: int, notify: Noti
 def test_every_surface_shows_the_same_health_for_each_kind_of_condition(
         system_bus: Any, notify: NotifySocket) -> None:
     root = make_sim()
-    # A card short at the first poll: mlx5_4's only port is INIT (degraded by itself); its
-    # card has 0 active ports where every compute card has 1, so the port is fatal.
-    mutate.set_port(root, "mlx5_4", 1, state="INIT", phys_state="LinkUp")
+    # A card short at the first poll: mlx5_4's only port is INIT with its link still
+    # training (degraded by itself); its card has 0 active ports where every compute card
+    # has 1, so the port is fatal at once. (INIT with the link up, waiting for the subnet
+    # manager, would be held cardVerdictHoldTime: nichealthd(8).)
+    mutate.set_port(root, "mlx5_4", 1, state="INIT", phys_state="Polling")
     metrics_port = free_port()
     daemon = DaemonProcess(root, system_bus.address,
                            extra=["--metrics-listen", f"127.0.0.1:{metrics_port}"])
@@ -157,7 +154,7 @@ def test_every_surface_shows_the_same_health_for_each_kind_of_condition(
         daemon.wait_for_name()
         assert_surfaces_agree(daemon, metrics_port, notify, "mlx5_4/1", "fatal",
                               "card 0000:4f:00 has 0 of 1 ports active")
-        assert "INIT/LinkUp" in dbus_ports()["mlx5_4/1"]["reasons"]
+        assert "INIT/Polling" in dbus_ports()["mlx5_4/1"]["reasons"]
         mutate.set_port(root, "mlx5_4", 1, state="ACTIVE", phys_state="LinkUp")
         wait_until(lambda: dbus_ports()["mlx5_4/1"]["health"] == "healthy", "card released")
 

@@ -24,7 +24,7 @@ def attempt(name, fn):
         results[name] = {"ok": True, "value": value}
     except OSError as exc:
         results[name] = {"ok": False, "errno": errno.errorcode.get(exc.errno or 0, str(exc.errno))}
-    except Exception as exc:  # noqa: BLE001 - record anything
+    except Exception as exc:  # record anything
         results[name] = {"ok": False, "error": repr(exc)}
 
 
@@ -125,7 +125,7 @@ async def serve():
 async def main():
     try:
         bus = await serve()
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         results["dbus_request_name"] = {"ok": False, "error": repr(exc)}
         bus = None
     tmp = "/var/lib/nichealthd/probe.json.tmp"

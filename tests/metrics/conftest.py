@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import urllib.error
@@ -21,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from .. import simtrees
 from ..harness import DEADLINE, stop_process, wait_until
+from ..netports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 INTERVAL = 0.2
@@ -31,11 +31,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "promtool: runs promtool check metrics (skipped without "
                             "promtool unless NICHEALTHD_REQUIRE_PROMTOOL is set)")
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def get(url: str, timeout: float = 5.0) -> tuple[int, str]:

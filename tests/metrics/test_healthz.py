@@ -18,8 +18,9 @@ from nichealthd.surfaces.connector.status import ConnectorStatus
 from nichealthd.surfaces.context import PollStats, ServiceContext
 from nichealthd.surfaces.metrics import MetricsService
 
+from ..netports import free_port
 from ..threadstop import ThreadStopper
-from .conftest import INTERVAL, RunningDaemon, free_port, get
+from .conftest import INTERVAL, RunningDaemon, get
 
 Start = Callable[[Path], RunningDaemon]
 

@@ -34,7 +34,8 @@ import pytest
 from nichealthd.sim import mutate
 
 from ..harness import stop_process, wait_until
-from .conftest import REPO, RunningDaemon, free_port, get, node_exporter, node_exporter_binary
+from ..netports import free_port
+from .conftest import REPO, RunningDaemon, get, node_exporter, node_exporter_binary
 from .test_promtool import promtool
 
 pytestmark = pytest.mark.promtool

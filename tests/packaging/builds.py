@@ -2,7 +2,7 @@
 
 ``built(target)`` runs packaging/build-deb.sh or packaging/build-rpm.sh with the target and
 its linter, as a release would, and returns the path the script printed as the last line of
-its standard output (DESIGN §2.11). The wheels the packages carry are fetched once per
+its standard output (packaging/README.md). The wheels the packages carry are fetched once per
 session: into $NICHEALTHD_WHEEL_CACHE when set (CI sets it inside its own temporary
 directory), else into a temporary directory removed at exit.
 """

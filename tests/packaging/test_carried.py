@@ -1,5 +1,5 @@
 """nichealthd.carried: the marker a package writes puts its carried libraries first on the
-import path of this CPython only (DESIGN §2.11); without it nothing changes."""
+import path of this CPython only (packaging/README.md); without it nothing changes."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Every target's package builds with the distribution's tools, lints clean, prints its path,
-and depends only on what its target's own archive holds (DESIGN §2.11).
+and depends only on what its target's own archive holds (packaging/README.md).
 
 The dependency check reads the built package (dpkg-deb -f, rpm -qp --requires/--recommends)
 and resolves every name against packaging/targets.toml, the table of what each archive holds

@@ -1,5 +1,5 @@
 """Every target's package, unpacked, runs with its target's CPython and the distribution's
-versions of what it does not carry, and serves the whole API (DESIGN §2.11).
+versions of what it does not carry, and serves the whole API (packaging/README.md).
 
 For each target of packaging/targets.toml: the package is built (tests/packaging/builds.py),
 its payload unpacked, and its own /usr/bin/nichealthd started under the target's CPython
@@ -22,7 +22,6 @@ and keep its events; Debian 13's own package is exercised in the trixie containe
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import tempfile
 import urllib.request
@@ -36,6 +35,7 @@ from tests.connector.connector_fixtures import FakeConnector
 from tests.dbus.testbus import start_bus
 from tests.harness import stop_process, wait_until
 
+from ..netports import free_port
 from .builds import TARGETS, built, table
 from .payload import MODULES, Payload, distro_site, interpreter_or_skip, unpack
 
@@ -56,11 +56,6 @@ def payload(request: pytest.FixtureRequest) -> Iterator[Payload]:
         site = distro_site(target, Path(tmp) / "distro")
         yield Payload(target, root, python, site)
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def events(root: Path) -> list[dict[str, Any]]:

@@ -1,5 +1,5 @@
 """packaging/targets.toml and packaging/targets.py, without building anything: the seven
-targets of DESIGN §2.11, each library either taken from the target's own archive (never
+targets of packaging/targets.toml, each library either taken from the target's own archive (never
 EPEL) or carried, the dependencies the builds declare, and the checks of carried wheels."""
 
 from __future__ import annotations

@@ -100,7 +100,7 @@ def physical_netdevs(root: Path, iface: str) -> List[str]:
 
 def classify(root: Path) -> Dict[str, str]:
     """The spec's §4.2 classification, computed only from the files a daemon would read
-    (with DESIGN §2.10: no GPU with a known NUMA node skips the NUMA gate)."""
+    (with README, "Where nichealthd differs": no GPU with a known NUMA node skips the NUMA gate)."""
     meta = json.loads(read(root / "gpu_metadata.json"))
     gpu_numas = {g["numa_node"] for g in meta["gpus"] if g["numa_node"] != -1}
     if not (root / "sys/class/infiniband").exists():  # a host without RDMA devices

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 from pathlib import Path
 from typing import Any, Optional
@@ -20,6 +19,7 @@ from typing import Any, Optional
 import pytest
 
 from ..harness import stop_process, wait_until
+from ..netports import free_port
 
 PROGRAMS = ("munged", "slurmctld", "slurmd", "scontrol", "sinfo")
 START_DEADLINE = 60.0  # slurmctld and slurmd take about 1 s here; only reached when broken
@@ -44,11 +44,6 @@ def require() -> None:
         pytest.fail(f"{why}, and NICHEALTHD_REQUIRE_SLURM is set")
     pytest.skip(why)
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class SlurmCluster:

@@ -66,7 +66,7 @@ def _ulimit_1024() -> None:
 
 def _healthz(port: int) -> int:
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz",  # noqa: S310
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz",
                                     timeout=10) as answer:
             return int(answer.status)
     except OSError:

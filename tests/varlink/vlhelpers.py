@@ -3,7 +3,8 @@
 The daemon is a real subprocess (``python -m nichealthd.runtime.daemon --dbus none
 --varlink-socket DIR/io.nichealthd.Monitor``) polling a ``nichealthd-sim`` DGX-H100 tree; the
 clients are the stock PyPI ``varlink`` package and :class:`Raw`, plain socket bytes (what a
-bad client sends). The temp directory is world-readable so that a test can connect as nobody.
+bad client sends), which holds every reply to the interface file (:mod:`idl_values`). The temp
+directory is world-readable so that a test can connect as nobody.
 """
 
 from __future__ import annotations
@@ -20,23 +21,53 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from nichealthd.surfaces.varlink_protocol import encode_call, parse_reply
+from idl_values import Replies
+
+from nichealthd.surfaces.varlink import DESCRIPTION_FILE
+from nichealthd.surfaces.varlink_protocol import NotACall, encode_call, parse_call, parse_reply
 from tests.harness import SimDaemon, world_readable_sim
 
 SOCKET_NAME = "io.nichealthd.Monitor"
+_SHIPPED: list[Replies] = []  # the interface file's checker, parsed once
+
+
+def shipped_replies() -> Replies:
+    """The checker of the interface file the package ships."""
+    if not _SHIPPED:
+        with open(DESCRIPTION_FILE, encoding="utf-8") as handle:
+            _SHIPPED.append(Replies(handle.read()))
+    return _SHIPPED[0]
 
 
 class Raw:
-    """A varlink connection at the byte level: send anything, read NUL-framed replies."""
+    """A varlink connection at the byte level: send anything, read NUL-framed replies.
 
-    def __init__(self, path: str, timeout: float = 10.0) -> None:
+    Every reply to a call it sent is checked against the interface (``replies``: the shipped
+    file's unless given): a field the interface lacks, a wrong type or a missing field fails
+    the test there. Bytes that are not a call get no check of what follows them."""
+
+    def __init__(self, path: str, timeout: float = 10.0,
+                 replies: Optional[Replies] = None) -> None:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.connect(path)  # blocking: waits while the listen backlog is full
         self.sock.settimeout(timeout)
         self.buffer = b""
+        self.replies = replies or shipped_replies()
+        self.sent = b""  # the part of a call sent so far
+        self.pending: list[Optional[str]] = []  # the methods awaiting replies (None: unknown)
 
     def send(self, data: bytes) -> None:
         self.sock.sendall(data)
+        self.sent += data
+        while b"\0" in self.sent:
+            frame, _, self.sent = self.sent.partition(b"\0")
+            try:
+                call = parse_call(frame)
+            except NotACall:
+                self.pending.append(None)
+                continue
+            if not call.oneway:
+                self.pending.append(call.method)
 
     def call(self, method: str, parameters: Optional[dict[str, Any]] = None,
              more: bool = False, oneway: bool = False) -> None:
@@ -51,6 +82,11 @@ class Raw:
             self.buffer += chunk
         data, _, self.buffer = self.buffer.partition(b"\0")
         error, parameters, continues = parse_reply(data)
+        method = self.pending[0] if self.pending else None
+        if self.pending and not continues:
+            self.pending.pop(0)
+        if method is not None:
+            self.replies.check(method, error, parameters)
         return {"error": error, "parameters": parameters, "continues": continues}
 
     def ask(self, method: str, parameters: Optional[dict[str, Any]] = None) -> dict[str, Any]:

@@ -122,6 +122,7 @@ class CharDeviceFamily(CheckFamily[CharDeviceSection, CharDevices, None]):
     keys = CharDeviceSection.keys()
     section_type = CharDeviceSection
     reads = frozenset({READS_DEVICES, READS_PORTS, READS_ADAPTER})
+    device_field_types = {"char_devices_missing": "?[]string"}
     settings = CharDeviceSettings
 
     def enabled(self, config: Config) -> bool:

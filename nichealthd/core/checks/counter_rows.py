@@ -3,7 +3,7 @@ what the last poll read and computed of it and what the counter family holds of 
 
 Shared by the counter engine's families (ConnectX and EFA), each for the devices whose
 counters it judges (:meth:`~nichealthd.core.family.CheckFamily.counter_rows`); the keys are
-DESIGN §2.7's.
+nichealthctl(1)'s.
 """
 
 from __future__ import annotations

@@ -19,9 +19,7 @@ from ..events import (
     make_event,
 )
 from ..topology import CardCount, CardVerdict
-from .link_section import CardAnomaly, LinkStateSection, MissingDevice
-
-MISSES_BEFORE_GONE = 3
+from .link_section import MISSES_BEFORE_GONE, CardAnomaly, LinkStateSection, MissingDevice
 
 
 def device_missing(name: str, link_layer: str, check: str, next_state: LinkStateSection,

@@ -3,7 +3,7 @@
 ``rmmod mlx5_ib``/``mlx5_core``, ``devlink dev reload``, a driver unbind, ``mlxfwreset`` or a
 firmware activation of one card, a PCI remove/rescan and a driver upgrade unregister RDMA
 devices while their PCI functions stay on the bus (or come straight back); a NIC that falls
-off the bus takes its function with it (DESIGN §2.10: a device is its PCI function). So a
+off the bus takes its function with it (core/checks/identity.py: a device is its PCI function). So a
 known device gone from the class directory in a complete enumeration is *held* — counted,
 not judged — when
 

@@ -61,11 +61,15 @@ from .identity import (
     renamed_names,
     renamed_port_key,
 )
-from .link_section import DeviceIdentity, missing_device_row, rename_fields
+from .link_section import (
+    MISSES_BEFORE_GONE,
+    DeviceIdentity,
+    missing_device_row,
+    rename_fields,
+)
 from .link_settings import LinkStateSettings
 
 CODE_DRIVER_EVENT = "driver_event"
-MISSES_BEFORE_GONE = 3
 __all__ = ["EFA_STATE", "EfaPort", "EfaStateSection", "netdev_down"]
 
 
@@ -152,6 +156,7 @@ class EfaState(CheckFamily[EfaStateSection, None, None]):
     keys = KEYS
     section_type = EfaStateSection
     reads = frozenset({READS_DEVICES, READS_PORTS})
+    device_field_types = {"missing_polls": "?int"}
 
     def enabled(self, config: Config) -> bool:
         return EFA_STATE_CHECK in config.checks

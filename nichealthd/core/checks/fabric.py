@@ -185,6 +185,6 @@ def _recovery(fabric: str, event: FabricEvent,
 
 def renamed_fabric_events(events: Mapping[str, FabricEvent], renames: Mapping[str, str]
                           ) -> dict[str, FabricEvent]:
-    """The events with their devices under new names (a rename, DESIGN §2.10)."""
+    """The events with their devices under new names (a rename, core/checks/identity.py)."""
     return {f: replace(e, devices=tuple(sorted(renames.get(d, d) for d in e.devices)))
             for f, e in events.items()}

@@ -78,6 +78,7 @@ class Firmware(CheckFamily[FirmwareSection, Versions, None]):
     keys = FirmwareSection.keys()
     section_type = FirmwareSection
     reads = frozenset({READS_DEVICES, READS_ADAPTER})
+    device_field_types = {"firmware_drift": "?string"}
 
     def evaluate(self, previous: FirmwareSection, cycle: Cycle, volatile: None
                  ) -> Verdict[FirmwareSection, Versions, None]:

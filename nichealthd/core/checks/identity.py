@@ -1,4 +1,4 @@
-"""Device identity by hardware (DESIGN §2.10): renames found by PCI function and GUID.
+"""Device identity by hardware (nichealthd(8)): renames found by PCI function and GUID.
 
 The kernel name of an RDMA device (``mlx5_3``) is an attribute, not an identity: a driver
 reload (``rmmod``/``modprobe``, ``devlink dev reload``, a firmware reset) registers the devices
@@ -10,7 +10,7 @@ and every family carries its records over (:meth:`CheckFamily.rename`).
 
 A rename is believed only when it is unambiguous: exactly one known name at that PCI address and
 exactly one present device there, and the node GUIDs equal where both are known (another card in
-the same slot is another device). State keys stay the *current* name (DESIGN §2.5: counter keys
+the same slot is another device). State keys stay the *current* name (spec §6.6: counter keys
 are ``<device>:<port>:<counter>``; events name the device as the kernel calls it now).
 
 A known device that is gone while its name is taken by another device (the reload that shifted
@@ -176,7 +176,7 @@ def renamed_port_key(key: str, renames: Mapping[str, str]) -> str:
 
 
 def renamed_counter_key(key: str, renames: Mapping[str, str]) -> str:
-    """``mlx5_3:1:symbol_error`` -> ``mlx5_20:1:symbol_error`` (DESIGN §2.5 keys)."""
+    """``mlx5_3:1:symbol_error`` -> ``mlx5_20:1:symbol_error`` (spec §6.6 keys)."""
     device, sep, rest = key.partition(":")
     new = renames.get(device)
     return f"{new}{sep}{rest}" if new is not None and sep else key

@@ -229,6 +229,7 @@ class KernelLog(CheckFamily[KernelLogSection, None, None]):
     keys = (KEY,)
     section_type = KernelLogSection
     reads = frozenset({READS_DEVICES, READS_KERNEL_LOG})
+    device_field_types = {"driver_fault": "?string"}
     settings = KernelLogSettings
 
     def enabled(self, config: Config) -> bool:

@@ -123,7 +123,7 @@ def _pam4(rate: Rate) -> bool:
 class Sample:
     """The counters of one read of a port (None: not available), kept in the state so that a
     restart (or ``--once``) measures the window from the last read, like the counter
-    snapshots of DESIGN §2.5 (the persisted timestamp is authoritative)."""
+    snapshots of spec §6.6 (the persisted timestamp is authoritative)."""
 
     at: datetime
     corrected: Optional[int]
@@ -454,6 +454,10 @@ class LinkBer(CheckFamily[LinkBerSection, BerPicture, BerMemory]):
     keys = LinkBerSection.keys()
     section_type = LinkBerSection
     reads = frozenset({READS_PORTS, FACT})
+    port_field_types = {
+        "phy_predicted_failure": "?bool", "phy_post_fec_errors": "?bool", "phy_fec": "?string",
+        "phy_pre_fec_ber": "?float", "phy_ber_limit": "?float", "phy_ber_baseline": "?float",
+    }
     cadence = 60.0
     settings = LinkBerSettings
 

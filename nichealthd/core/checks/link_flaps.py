@@ -189,6 +189,7 @@ class LinkFlaps(CheckFamily[FlapSection, None, Counted]):
     keys = ("link_flaps",)
     section_type = FlapSection
     reads = frozenset({READS_PORTS, READS_COUNTERS})
+    port_field_types = {"flaps": "?int", "flapping": "?bool"}
     settings = LinkFlapSettings
 
     def evaluate(self, previous: FlapSection, cycle: Cycle, volatile: Optional[Counted]

@@ -21,10 +21,9 @@ from ..family import Condition, PortBase, PortId
 from ..model import HostSnapshot, PortSnapshot
 from ..state import DEGRADED, FATAL, HEALTHY, SUPPRESSED, UNCABLED, UNKNOWN
 from ..topology import Role
-from .link_section import LinkStateSection, PortRecord
+from .link_section import MISSES_BEFORE_GONE, LinkStateSection, PortRecord
 from .ports import is_active, state_name
 
-MISSES_BEFORE_GONE = 3  # checks.devices / checks.ports: gone at the third miss
 _HEALTHY = PortBase(HEALTHY)  # frozen: one for every port of the poll told healthy
 
 

@@ -100,6 +100,7 @@ class LinkRate(CheckFamily[RateSection, None, Unchanged]):
     keys = ("rate_degraded",)
     section_type = RateSection
     reads = frozenset({READS_DEVICES, READS_PORTS})
+    port_field_types = {"rate_degraded": "?bool", "peer_rate": "?string"}
 
     def evaluate(self, previous: RateSection, cycle: Cycle, volatile: Optional[Unchanged]
                  ) -> Verdict[RateSection, None, Unchanged]:

@@ -19,6 +19,9 @@ from ..events import format_timestamp
 from ..state import HEALTHY
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)  # the time of a port record that had none
+# Complete enumerations without a known device or port before it is gone (the link-state
+# and EFA families count them the same way).
+MISSES_BEFORE_GONE = 3
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,7 @@ def _not_renamed(identity: DeviceIdentity) -> bool:
 
 @dataclass(frozen=True)
 class DeviceIdentity:
-    """What a device is, whatever the kernel calls it (DESIGN §2.10): its PCI function,
+    """What a device is, whatever the kernel calls it (nichealthd(8)): its PCI function,
     with the node GUID as a cross-check where it was readable ("" when not). The name it had
     before its last rename and when, written only together."""
 
@@ -145,7 +148,7 @@ class DriverEvent:
         return self.left.get(name, self.since)
 
     def renamed(self, renames: Mapping[str, str]) -> DriverEvent:
-        """The event with every device under its new name (a rename, DESIGN §2.10)."""
+        """The event with every device under its new name (a rename, core/checks/identity.py)."""
         def new(name: str) -> str:
             return renames.get(name, name)
 

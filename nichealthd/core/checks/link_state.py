@@ -91,6 +91,8 @@ class LinkState(CheckFamily[LinkStateSection, Cards, None]):
     keys = KEYS
     section_type = LinkStateSection
     reads = frozenset({READS_DEVICES, READS_PORTS})
+    port_field_types = {"blips": "?int", "held": "?bool"}
+    device_field_types = {"missing_polls": "?int"}
     settings = LinkStateSettings
 
     def rename(self, section: LinkStateSection, renames: Mapping[str, str], now: datetime

@@ -152,6 +152,9 @@ class LostNics(CheckFamily[LostNicSection, Nics, LastRead]):
     keys = LostNicSection.keys()
     section_type = LostNicSection
     reads = frozenset({READS_DEVICES, READS_ADAPTER})
+    device_field_types = {
+        "lost": "?bool", "lost_reason": "?string", "lost_since": "?string",
+    }
 
     def evaluate(self, previous: LostNicSection, cycle: Cycle, last: Optional[LastRead]
                  ) -> Verdict[LostNicSection, Nics, LastRead]:

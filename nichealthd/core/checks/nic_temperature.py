@@ -77,6 +77,7 @@ class NicTemperature(CheckFamily[TemperatureSection, Sensors, None]):
     keys = TemperatureSection.keys()
     section_type = TemperatureSection
     reads = frozenset({READS_HWMON})
+    device_field_types = {"temperature_c": "?float", "temperature_crit_c": "?float"}
     cadence = 60.0
     settings = NicTemperatureSettings
 

@@ -290,6 +290,12 @@ class Optics(CheckFamily[OpticsSection, Modules, None]):
     keys = OpticsSection.keys()
     section_type = OpticsSection
     reads = frozenset({FACT})
+    port_field_types = {
+        "module_netdev": "?string", "module_status": "?string", "module_spec": "?string",
+        "module_media": "?string", "module_memory": "?string", "module_identity": "?string",
+        "module_temperature_c": "?float", "module_voltage_v": "?float",
+        "module_lanes": "?[]ModuleLane", "optics_alerts": "?[]string",
+    }
     cadence = 60.0
     settings = OpticsSettings
 

@@ -155,6 +155,11 @@ class PcieAer(CheckFamily[AerSection, AerPicture, CounterTables]):
     keys = KEYS
     section_type = AerSection
     reads = frozenset({READS_AER})
+    device_field_types = {
+        "aer_dev_fatal": "?int", "aer_dev_nonfatal": "?int", "aer_dev_correctable": "?int",
+        "aer_root_port": "?string", "aer_rootport_total_err_fatal": "?int",
+        "aer_rootport_total_err_nonfatal": "?int", "aer_rootport_total_err_cor": "?int",
+    }
     cadence = 10.0
     settings = PcieAerSettings
 

@@ -65,6 +65,7 @@ class PcieLink(CheckFamily[PcieLinkSection, Hops, None]):
     keys = PcieLinkSection.keys()
     section_type = PcieLinkSection
     reads = frozenset({READS_PCIE})
+    device_field_types = {"pcie_link": "?string", "pcie_hops": "?[]PcieHop"}
     cadence = 60.0
     settings = PcieLinkSettings
 

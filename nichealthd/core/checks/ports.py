@@ -17,10 +17,9 @@ from typing import NamedTuple, Optional
 from ..events import CODE_PORT_MISSING, CODE_PORT_STATE, HealthEvent, make_event, port_entities
 from ..model import PortSnapshot
 from ..state import DEGRADED, FATAL, HEALTHY, SUPPRESSED
-from .link_section import PortHold, PortRecord
+from .link_section import MISSES_BEFORE_GONE, PortHold, PortRecord
 
 QUIET = "quiet"  # a state that is not reported (Ethernet INIT/ARMED): hold the last health
-MISSES_BEFORE_GONE = 3
 
 _STATE_DOWN, _STATE_INIT, _STATE_ARMED, _STATE_ACTIVE = 1, 2, 3, 4
 _PHYS_DISABLED, _PHYS_LINKUP = 3, 5

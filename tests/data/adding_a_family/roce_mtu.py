@@ -3,7 +3,8 @@
 The worked example of ARCHITECTURE.md, "Adding a check family": copied into
 ``nichealthd/core/checks/`` it is found by the registry (it defines ``FAMILY``) with its
 setting (the config file accepts ``roceMtuMinimum``), its state section, its events, its
-device field (``roce_mtu``) and its metric series (``nichealthd_roce_mtu_bytes``); its fact
+device field (``roce_mtu``, declared with its type; its line in the varlink interface is the
+one edit outside the two modules) and its metric series (``nichealthd_roce_mtu_bytes``); its fact
 comes from the ``netdev_mtu`` source. A RoCE port below the minimum is a non-fatal event under
 the Ethernet degradation check (a mis-set MTU halves RDMA throughput, it breaks no hardware),
 recovered when the MTU is raised; 0 switches the family off.
@@ -59,6 +60,10 @@ class RoceMtu(CheckFamily[RoceMtuSection, Mtus, None]):
     reads = frozenset({READS_PORTS, FACT})
     cadence = 60.0
     settings = RoceMtuSettings
+    # Its key of the device records, with its varlink type: the same line goes in type
+    # Device of io.nichealthd.Monitor.varlink (tests/varlink/interface_check.py holds the two
+    # together; a key given and not declared fails the tests that read it).
+    device_field_types = {"roce_mtu": "?[]string"}
 
     def enabled(self, config: Config) -> bool:
         return config.settings(RoceMtuSettings).roce_mtu_minimum > 0
