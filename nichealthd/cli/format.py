@@ -230,27 +230,30 @@ def rate_cell(record: JsonRecord) -> str:
 REASON_ROOM = 16  # characters of REASON the ports table keeps before it leaves columns out
 # The room a fault may need in the ports table ("Disabled", "degraded", a reason): which
 # columns are left out is decided with it, whatever the ports hold now.
-FAULT_ROOM = {"PHYS": len("Disabled"), "HEALTH": len("degraded"), "REASON": REASON_ROOM}
+FAULT_ROOM = {"PHYS": len("Disabled"), "HEALTH": len("degraded"), "SUSPECT": len("unknown"),
+              "REASON": REASON_ROOM}
 
 
 def ports_table(records: Sequence[JsonRecord], style: Style, width: int = 80) -> list[str]:
     """Every port with its health and its reasons (the daemon's one health model); why
     a port is not monitored below the table. FLAPS counts down/up cycles in the flap window,
     BLIPS the unhealthy states that recovered within the hold-down; a rate below the port's
-    peers is marked ``!``. When the table is wider than ``width``, NETDEV is left out, then
+    peers is marked ``!``. SUSPECT names the part to look at first of an unhealthy port
+    (``-`` on a healthy one). When the table is wider than ``width``, NETDEV is left out, then
     BLIPS and FLAPS (first those with nothing to show; ``--wide``/``--json`` show them all),
     then cells are cut. REASON, PHYS and HEALTH count with the room a fault needs
     (FAULT_ROOM) whatever they hold, so the columns do not change when a port goes down: the
     tables before and after it (the demo's) have the same ones."""
     headers = ["PORT", "LINK", "ROLE", "STATE", "PHYS", "RATE", "FLAPS", "BLIPS", "NETDEV",
-               "HEALTH", "REASON"]
+               "HEALTH", "SUSPECT", "REASON"]
     records = sorted(records, key=natural_key)
     # LINK: EFA for an EFA port (its link layer reads "Unknown").
     rows = [[port_name(r), "EFA" if r.get("adapter") == "efa" else short_link(
                  text(r, "link_layer", "")), text(r, "role"),
              text(r, "state", "?"), text(r, "phys_state", "?"), rate_cell(r),
              count_cell(r, "flaps"), count_cell(r, "blips"),
-             text(r, "netdev"), health_column(r), port_reason(r)] for r in records]
+             text(r, "netdev"), health_column(r), text(r, "suspect"), port_reason(r)]
+            for r in records]
 
     def wider() -> bool:  # than ``width`` with the room of FAULT_ROOM in its columns
         room = [[cell.ljust(FAULT_ROOM.get(name, 0), "x")[:FAULT_ROOM.get(name, len(cell))]
@@ -279,8 +282,10 @@ def ports_table(records: Sequence[JsonRecord], style: Style, width: int = 80) ->
         return padded
 
     reason = len(headers) - 1
-    lines = render_table(headers, rows, width,
-                         shrink=((reason, REASON_ROOM), 2, 4, 5, reason, 3, 1, 0),
+    suspect = headers.index("SUSPECT")
+    lines = render_table(headers, rows, width,  # SUSPECT cut to "cable-or-…" at most
+                         shrink=((reason, REASON_ROOM), 2, 4, (suspect, 10), 5, reason, 3, 1,
+                                 0),
                          colour=colour)
     excluded = [r for r in records if not r.get("monitored")]
     if excluded:

@@ -33,6 +33,7 @@ from .failure import describe_exception
 from .family import EVERY_POLL, Cycle, Family, Verdict
 from .model import HostSnapshot
 from .state import MonitorState
+from .suspect import annotate, modules_of
 from .topology import Role, Topology, classify_all
 
 __all__ = ["CycleResult", "PollMemory", "Topology", "due_reads", "evaluate", "urgent_change",
@@ -147,8 +148,8 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
     for device_events in by_device.values():
         events.extend(device_events)
     events.extend(host)
-    return CycleResult(tuple(events), next_state, memory, roles, pictures, tuple(notes),
-                       failed)
+    return CycleResult(annotate(events, snapshot, modules_of(pictures)), next_state, memory, roles,
+                       pictures, tuple(notes), failed)
 
 
 def _checks_of(config: Config) -> frozenset[str]:

@@ -15,6 +15,11 @@ from typing import Any, Mapping
 AGENT = "nic-health-monitor"
 COMPONENT_CLASS = "NIC"
 EVENT_ID_KEY = "nichealthd.event_id"
+# The suspect part of an unhealthy event and what decided it (core/suspect.py), set by the
+# evaluation; the committed message ends with them (:meth:`HealthEvent.stamped`).
+SUSPECT_KEY = "nichealthd.suspect"
+SUSPECT_EVIDENCE_KEY = "nichealthd.suspect_evidence"
+SUSPECT_SUFFIX = " - suspect: "  # how the committed message says it
 
 ENTITY_NIC = "NIC"
 ENTITY_PORT = "NICPort"
@@ -58,11 +63,18 @@ class HealthEvent:
         return self.metadata.get(EVENT_ID_KEY, "")
 
     def stamped(self, node_name: str, processing_strategy: str, event_id: str) -> HealthEvent:
-        """The event as committed: node, strategy and its stable id (set at commit time)."""
+        """The event as committed: node, strategy and its stable id (set at commit time),
+        its message ending with its suspect part (``- suspect: module (Tx bias ...)``)."""
         metadata = dict(self.metadata)
         metadata[EVENT_ID_KEY] = event_id
+        message = self.message
+        part = metadata.get(SUSPECT_KEY)
+        if part:
+            evidence = metadata.get(SUSPECT_EVIDENCE_KEY, "")
+            told = f"{part} ({evidence})" if evidence else part
+            message = f"{message}{SUSPECT_SUFFIX}{told}".replace(";", ",")
         return replace(self, node_name=node_name, processing_strategy=processing_strategy,
-                       metadata=metadata)
+                       metadata=metadata, message=message)
 
     def to_json(self) -> dict[str, Any]:
         """Protobuf JSON mapping, proto field names, defaults included."""

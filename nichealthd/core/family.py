@@ -32,6 +32,7 @@ from .config import Config
 from .events import HealthEvent
 from .jsontypes import Json, JsonObject
 from .model import DeviceSnapshot, HostSnapshot, PortSnapshot
+from .modulefacts import PortOptics
 from .settings import Settings
 from .topology import Role, Topology
 
@@ -126,6 +127,7 @@ class PortBase:
     health: str
     reasons: tuple[str, ...] = ()
     present: bool = True
+    code: str = ""  # the errorCode of its unhealthy condition (core/suspect.py reads it)
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,7 @@ class Condition:
     reason: str
     port: Optional[PortId] = None
     alone: str = ""  # the reason on the host (default: ``reason``)
+    code: str = ""  # the errorCode of the event that opened it (core/suspect.py reads it)
 
 
 @dataclass(frozen=True)
@@ -243,6 +246,11 @@ class CheckFamily(abc.ABC, Generic[S, P, V]):
         """What the poll computed of each counter it judges (``device:port:counter``), for
         ``show counters`` and the metrics: the counter engine's families."""
         return {}
+
+    def module_facts(self, cycle_picture: Optional[P]) -> Optional[Mapping[str, PortOptics]]:
+        """The local modules' diagnostics by port key (``mlx5_0_1``) as last read, for the
+        suspect of a condition (core/suspect.py): the optics family's picture."""
+        return None
 
     def interval(self, config: Config) -> float:
         """Seconds between runs under ``config`` (a configurable cadence); default

@@ -36,6 +36,7 @@ class PortHealth:
     health: str
     reasons: tuple[str, ...] = ()
     present: bool = True  # False: the port (or its device) is not in this poll
+    codes: tuple[str, ...] = ()  # the errorCodes of its open conditions (core/suspect.py)
 
     @property
     def fatal(self) -> bool:
@@ -115,6 +116,8 @@ def assess(state: MonitorState, snapshot: HostSnapshot, roles: Mapping[str, Role
             bases[key] = PortBase(UNCABLED)
     ranks = {key: RANK.get(base.health, 0) for key, base in bases.items()}
     added: dict[PortId, tuple[str, ...]] = {}  # the reasons conditions add to a base's
+    codes: dict[PortId, tuple[str, ...]] = {key: (base.code,) for key, base in bases.items()
+                                            if base.code}
     other: list[tuple[str, str]] = []
 
     def worsen(key: PortId, health: str, reason: str) -> None:
@@ -127,6 +130,8 @@ def assess(state: MonitorState, snapshot: HostSnapshot, roles: Mapping[str, Role
         for condition in conditions:
             if condition.port is not None and condition.port in ranks:
                 worsen(condition.port, condition.health, condition.reason)
+                if condition.code and condition.code not in codes.get(condition.port, ()):
+                    codes[condition.port] = (*codes.get(condition.port, ()), condition.code)
             else:
                 other.append((condition.health, condition.alone or condition.reason))
 
@@ -148,7 +153,7 @@ def assess(state: MonitorState, snapshot: HostSnapshot, roles: Mapping[str, Role
         health = base.health if RANK.get(base.health, 0) == rank else by_rank[rank]
         more = added.get(key)
         ports[key] = _port_health(key, health, base.reasons + more if more else base.reasons,
-                                  base.present)
+                                  base.present, codes.get(key, ()))
     return HostHealth(ports, tuple(other))
 
 
@@ -169,18 +174,18 @@ def _not_judged(snapshot: HostSnapshot, bases: Mapping[PortId, PortBase],
                 worsen(key, UNKNOWN, f"not judged by {', '.join(sorted(names))}")
 
 
-_KNOWN: dict[tuple[PortId, str, tuple[str, ...], bool], PortHealth] = {}
+_KNOWN: dict[tuple[PortId, str, tuple[str, ...], bool, tuple[str, ...]], PortHealth] = {}
 _KNOWN_KEPT = 1 << 14
 
 
-def _port_health(key: PortId, health: str, reasons: tuple[str, ...], present: bool
-                 ) -> PortHealth:
+def _port_health(key: PortId, health: str, reasons: tuple[str, ...], present: bool,
+                 codes: tuple[str, ...] = ()) -> PortHealth:
     """The port's health, the same (frozen) object as at the last poll when nothing about it
     changed: every poll assesses every port, and nearly all of them are as before."""
-    found = _KNOWN.get((key, health, reasons, present))
+    found = _KNOWN.get((key, health, reasons, present, codes))
     if found is None:
         if len(_KNOWN) >= _KNOWN_KEPT:
             _KNOWN.clear()
-        found = _KNOWN[(key, health, reasons, present)] = PortHealth(
-            key[0], key[1], health, reasons, present)
+        found = _KNOWN[(key, health, reasons, present, codes)] = PortHealth(
+            key[0], key[1], health, reasons, present, codes)
     return found

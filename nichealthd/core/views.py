@@ -21,6 +21,7 @@ from .health import UNCABLED, UNKNOWN, HostHealth, PortHealth, assess
 from .jsontypes import JsonObject
 from .model import DeviceSnapshot, HostSnapshot, PortSnapshot
 from .state import DEGRADED, FATAL, HEALTHY, MonitorState
+from .suspect import PortFacts, decide_all, modules_of
 from .topology import Role
 
 HEALTH_ORDER = (HEALTHY, DEGRADED, FATAL)
@@ -71,11 +72,15 @@ def port_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorStat
     """
     host = host if host is not None else assess_host(snapshot, result, state)
     extra = _supplying("port_fields", result, state)
+    modules = modules_of(result.pictures)
     records = []
     for device in snapshot.devices:
         role = result.roles.get(device.name)
         for port in device.ports:
             record = _present_port(device, port, role, host)
+            record.update(_suspect_keys(host.ports.get((device.name, port.port)),
+                                        PortFacts(port.state, port.phys_state,
+                                                  modules.get(port.key))))
             for family, section, picture in extra:
                 record.update(family.port_fields(section, picture, (device.name, port.port)))
             records.append(record)
@@ -84,6 +89,7 @@ def port_records(snapshot: HostSnapshot, result: CycleResult, state: MonitorStat
     for key, judged in sorted(host.ports.items()):
         if not judged.present:
             record = _absent_port(key, judged, roles.get(key[0]))
+            record.update(_suspect_keys(judged, PortFacts()))
             for family, section, _ in gone:
                 record.update(family.absent_port_fields(section, key))
             records.append(record)
@@ -142,6 +148,14 @@ def _health_keys(judged: Optional[PortHealth], state: Optional[str], phys: Optio
                 "health": "" if readable else UNKNOWN, "reasons": []}
     return {"healthy": judged.health == HEALTHY, "fatal": judged.fatal,
             "health": judged.health, "reasons": list(judged.reasons)}
+
+
+def _suspect_keys(judged: Optional[PortHealth], facts: PortFacts) -> JsonObject:
+    """``suspect``, ``suspect_evidence``: the part to look at first of an unhealthy port
+    (core/suspect.py), "" for a port with no open condition or not monitored."""
+    found = decide_all(judged.codes, facts) if judged is not None else None
+    return {"suspect": found.part if found else "",
+            "suspect_evidence": found.evidence if found else ""}
 
 
 _LAST: list[tuple[HostSnapshot, CycleResult, MonitorState, HostHealth]] = []

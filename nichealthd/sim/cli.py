@@ -141,8 +141,12 @@ def _build_parser() -> argparse.ArgumentParser:
             "temperature in °C; or plug another kind of module", "ROOT", "DEV", "PORT")
     p.add_argument("--rx-power", type=float, metavar="DBM", help="-40 to 8")
     p.add_argument("--temperature", type=float, metavar="C", help="-40 to 125")
+    p.add_argument("--tx-bias", type=float, metavar="MA",
+                   help="0 to 131 (0: the local laser died)")
+    p.add_argument("--tx-power", type=float, metavar="DBM", help="-40 to 8")
     p.add_argument("--module", choices=optics.KINDS, help="plug a module of this kind")
-    p.add_argument("--lanes", metavar="LIST", help="--rx-power on these lanes only (5-8, 1,3)")
+    p.add_argument("--lanes", metavar="LIST",
+                   help="--rx-power, --tx-bias, --tx-power on these lanes only (5-8, 1,3)")
     p.add_argument("--twin", metavar="DEV[/PORT]",
                    help="with --module twin-port: the other host port the module serves")
     cmd("remove-device", "an IB device leaves the class directory (dir + class link); its "
@@ -364,7 +368,8 @@ def _set_optics(a: argparse.Namespace) -> None:
         except argparse.ArgumentTypeError as exc:
             raise SimError(f"--twin {a.twin}: {exc}") from None
     changed = optics.set_optics(a.ROOT, dev, a.PORT, rx_power=a.rx_power,
-                                temperature=a.temperature, module=a.module, lanes=a.lanes,
+                                temperature=a.temperature, tx_bias=a.tx_bias,
+                                tx_power=a.tx_power, module=a.module, lanes=a.lanes,
                                 twin=twin)
     print(f"{a.DEV} port {a.PORT} module: {', '.join(changed)}")
 

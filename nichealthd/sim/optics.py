@@ -15,8 +15,11 @@ The healthy module is typical of a short-reach optic: 40 °C, 3.3 V, Rx -2 dBm, 
 7.5 mA bias per lane; its own thresholds are high alarm / low alarm / high warning / low
 warning: temperature 75 / -5 / 70 / 0 °C, voltage 3.63 / 2.97 / 3.465 / 3.135 V, Rx power
 +5 / -13 / +2 / -10 dBm, Tx power +5 / -10 / +3 / -8 dBm, bias 15 / 2 / 13 / 3 mA.
-``set-optics`` rewrites a port's readings (all lanes, or ``--lanes``) and can plug another
-kind of module (``--module``):
+``set-optics`` rewrites a port's readings (all lanes, or ``--lanes``: Rx power, Tx bias
+and Tx power; the module's temperature) and can plug another kind of module (``--module``).
+A Tx bias of 0 mA is a laser that died (the local module's fault: its low alarm flags
+latch), an Rx power of -40 dBm with the Tx untouched is the far end gone dark (Rx LOS):
+the faults the suspect table (core/suspect.py) tells apart. The kinds:
 
 - ``optical`` (the default above; a CMIS one says which lanes its data path uses in the
   active control set of page 11h, lanes 1-4, and has lanes 5-8 deactivated);
@@ -339,12 +342,13 @@ def _record(folder: Path) -> Dict[str, Any]:
 
 def set_optics(root: PathLike, dev: Dict[str, Any], port: PortId, *,
                rx_power: Optional[float] = None, temperature: Optional[float] = None,
+               tx_bias: Optional[float] = None, tx_power: Optional[float] = None,
                module: Optional[str] = None, lanes: Optional[str] = None,
                twin: Optional[Tuple[Dict[str, Any], PortId]] = None) -> List[str]:
     """Rewrite a port's module readings (every lane, or ``lanes``) or plug a module of
     another kind; returns what changed, for the CLI."""
-    if rx_power is None and temperature is None and module is None:
-        raise SimError("give --rx-power, --temperature and/or --module")
+    if all(v is None for v in (rx_power, temperature, tx_bias, tx_power, module)):
+        raise SimError("give --rx-power, --tx-bias, --tx-power, --temperature and/or --module")
     if module is not None and module not in KINDS:
         raise SimError(f"--module must be one of {', '.join(KINDS)}, got {module!r}")
     if (module == "twin-port") != (twin is not None):
@@ -353,6 +357,10 @@ def set_optics(root: PathLike, dev: Dict[str, Any], port: PortId, *,
     netdev, folder = _netdev_folder(root, dev, port)
     if rx_power is not None and not -40.0 <= rx_power <= 8.0:
         raise SimError(f"--rx-power must be between -40 and 8 dBm, got {rx_power}")
+    if tx_power is not None and not -40.0 <= tx_power <= 8.0:
+        raise SimError(f"--tx-power must be between -40 and 8 dBm, got {tx_power}")
+    if tx_bias is not None and not 0.0 <= tx_bias <= 131.0:
+        raise SimError(f"--tx-bias must be between 0 and 131 mA, got {tx_bias}")
     if temperature is not None and not -40.0 <= temperature <= 125.0:
         raise SimError(f"--temperature must be between -40 and 125 °C, got {temperature}")
     record = _record(folder)
@@ -372,6 +380,12 @@ def set_optics(root: PathLike, dev: Dict[str, Any], port: PortId, *,
             record["lanes"][lane - 1]["rx_power"] = rx_power
         where = f" on lane {lanes}" if lanes else ""
         changed.append(f"Rx power {rx_power:g} dBm{where}")
+    for monitor, value, unit in (("tx_bias", tx_bias, "mA"), ("tx_power", tx_power, "dBm")):
+        if value is not None:
+            for lane in chosen:
+                record["lanes"][lane - 1][monitor] = value
+            where = f" on lane {lanes}" if lanes else ""
+            changed.append(f"{monitor.replace('_', ' ').capitalize()} {value:g} {unit}{where}")
     if temperature is not None:
         record["module"]["temperature"] = temperature
         changed.append(f"temperature {temperature:g} °C")

@@ -381,10 +381,17 @@ def _host_families(picture: PollPicture) -> list[Metric]:
         PREFIX + "port_health", "Health of a monitored port, the worst of its state and "
         "every open condition on it (counter breach, saturation, short card, missing): "
         "0 healthy or uncabled, 1 degraded, 2 fatal", labels=_PORT)
+    suspect = GaugeMetricFamily(
+        PREFIX + "port_suspect", "1 on an unhealthy port, labelled with the part to look at "
+        "first (nic, module, cable-or-far-end, link, fabric, unknown) and its health (no "
+        "series on a healthy port)", labels=[*_PORT, "suspect", "health"])
     for record in picture.ports:
         if record["monitored"] and record["health"] in HEALTH_VALUE:
             health.add_metric([record["device"], str(record["port"])],
                               HEALTH_VALUE[record["health"]])
+        if record["monitored"] and record["suspect"]:
+            suspect.add_metric([record["device"], str(record["port"]), record["suspect"],
+                                record["health"]], 1)
 
     value = GaugeMetricFamily(
         PREFIX + "port_value", "Raw value of a configured counter that node_exporter's "
@@ -418,7 +425,8 @@ def _host_families(picture: PollPicture) -> list[Metric]:
                              record["board_id"], record["role"], record["pci_address"],
                              str(record["numa_node"]), ",".join(record["netdevs"]),
                              record["adapter"]], 1)
-    return [overall, health, value, breached, saturated, info, *_family_series(picture)]
+    return [overall, health, suspect, value, breached, saturated, info,
+            *_family_series(picture)]
 
 
 def _family_series(picture: PollPicture) -> list[Metric]:

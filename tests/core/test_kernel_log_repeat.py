@@ -55,7 +55,9 @@ def test_three_lines_within_an_hour_give_one_contact_support_event() -> None:
     assert event.message.startswith("mlx5_0: kernel driver fault netdev_watchdog (")
     assert "repeated - 3 lines within 1h (threshold 3)" in event.message
     assert event.metadata == {"kernel_log_rule": "netdev_watchdog", "kernel_log_repeats": "3",
-                              "kernel_log_repeat_window": "1h"}
+                              "kernel_log_repeat_window": "1h", "nichealthd.suspect": "nic",
+                              "nichealthd.suspect_evidence":
+                                  "netdev_watchdog_repeated is the adapter's own condition"}
     assert ";" not in event.message
     # a fourth line: still one report; the condition is a degradation of the host
     assert repeats(r.poll(snap(WATCHDOG, when=190))) == []

@@ -55,5 +55,6 @@ def test_one_port_stuck_armed_among_active_peers_is_one_card_replace_vm(
         daemon.wait_polls(15)
         after = events(host)[before:]
         assert [(e["errorCode"], e["message"]) for e in replace_vm(after)] == [
-            (["card_active_ports"], "Card 0000:9a:00 (compute) has 0 active ports, expected 1")]
+            (["card_active_ports"], "Card 0000:9a:00 (compute) has 0 active ports, expected 1"
+             " - suspect: unknown (card_active_ports: the facts do not decide)")]
         assert coded(after, "fabric_event") == []

@@ -62,7 +62,8 @@ def test_uncabled_second_ports_then_a_card_drop(sim_host: Callable[..., SimHost]
     run = host.once()
     cards = run.by_code("card_active_ports")
     assert len(cards) == 1 and cards[0]["isFatal"]
-    assert re.fullmatch(r"Card \S+ \(compute\) has 0 active ports, expected 1",
+    assert re.fullmatch(r"Card \S+ \(compute\) has 0 active ports, expected 1 - suspect: "
+                        r"unknown \(card_active_ports: the facts do not decide\)",
                         cards[0]["message"])
 
 
@@ -75,7 +76,8 @@ def test_runtime_down_recovery_and_intermediate_states(
     fatal_ib = [e for e in down.events
                 if e["isFatal"] and e["checkName"] == "InfiniBandStateCheck"]
     assert [e["message"] for e in fatal_ib] == [
-        "Port mlx5_0 port 1: state DOWN, phys_state Disabled - no connectivity"]
+        "Port mlx5_0 port 1: state DOWN, phys_state Disabled - no connectivity"
+        " - suspect: unknown (port disabled)"]
     mutate.set_port(host.root, "mlx5_0", 1, state="DOWN", phys_state="Polling")
     assert host.once().events == []
     mutate.set_port(host.root, "mlx5_0", 1, state="ACTIVE", phys_state="LinkUp")
@@ -93,7 +95,8 @@ def test_device_off_the_bus_is_fatal_on_the_third_poll(sim_host: Callable[..., S
     assert host.once().by_code("device_missing") == []
     gone = host.once().by_code("device_missing")
     assert [(e["isFatal"], e["message"]) for e in gone] == [
-        (True, "NIC mlx5_3 disappeared from /sys/class/infiniband/ - hardware failure")]
+        (True, "NIC mlx5_3 disappeared from /sys/class/infiniband/ - hardware failure - "
+               "suspect: nic (device_missing is the adapter's own condition)")]
     pcibus.pci_rescan(host.root, "mlx5_3")
     back = host.once().by_code("device_missing")
     assert [e["isHealthy"] for e in back] == [True]
@@ -123,7 +126,8 @@ def test_reboot_reports_healthy_ports_and_only_proven_anomalies(
     healthy_ports = [e for e in run.by_code("port_state") if e["isHealthy"]]
     assert len(healthy_ports) == 11  # 12 monitored ports, one of them down
     fatal = sorted(e["message"] for e in run.fatal())
-    assert "Port mlx5_5 port 1: state DOWN, phys_state Disabled - no connectivity" in fatal
+    assert ("Port mlx5_5 port 1: state DOWN, phys_state Disabled - no connectivity"
+            " - suspect: unknown (port disabled)") in fatal
     assert all("mlx5_5" in m or "Card" in m for m in fatal)
 
 

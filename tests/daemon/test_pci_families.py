@@ -39,7 +39,8 @@ def test_a_hop_trained_to_x8_is_one_event_naming_it_and_retraining_recovers(
     event = events[0]
     assert event["checkName"] == "InfiniBandDegradationCheck" and not event["isFatal"]
     assert event["message"] == (f"PCIe link {up.name} → {down.name} of mlx5_0 runs x8 at "
-                                f"32.0 GT/s, both ends support x16 at 32.0 GT/s")
+                                f"32.0 GT/s, both ends support x16 at 32.0 GT/s - suspect: "
+                                f"nic (pcie_link is the adapter's own condition)")
     assert {"entityType": "PCI", "entityValue": down.name} in event["entitiesImpacted"]
     assert not pci_events(host.once().events, "pcie_link")  # said once
     pcifiles.pcie_degrade(nic, 0, None, None, restore=True)

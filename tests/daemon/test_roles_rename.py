@@ -80,7 +80,8 @@ def test_a_reload_that_swaps_a_compute_and_a_storage_name_keeps_each_role(
         assert [(e["checkName"], e["recommendedAction"], e["message"])
                 for e in fatal(events(host)[before:])] == [
             ("EthernetStateCheck", "REPLACE_VM",
-             "Card 0000:29:00 (storage) has 1 active ports, expected 2")]
+             "Card 0000:29:00 (storage) has 1 active ports, expected 2"
+             " - suspect: unknown (card_active_ports: the facts do not decide)")]
     finally:
         code, err = daemon.stop()
     assert code == 0, err

@@ -75,7 +75,7 @@ def test_ready_after_first_commit_status_and_clean_stop(
     mutate.set_port(host.root, "mlx5_0", 1, state="DOWN", phys_state="Disabled")
     notify.wait_for("1 fatal")
     assert any(e["message"] == ("Port mlx5_0 port 1: state DOWN, phys_state Disabled"
-                                " - no connectivity")
+                                " - no connectivity - suspect: unknown (port disabled)")
                for e in events(host))
     code, err = daemon.stop()
     assert code == 0, err

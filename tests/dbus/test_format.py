@@ -78,7 +78,7 @@ def test_ports_table_shows_flaps_blips_and_a_degraded_rate() -> None:
     quiet = dict(port("mlx5_2"), state="ACTIVE", phys_state="LinkUp", netdev="ibp79s0")
     wide = ports_table([flapping, slow, quiet], Style(False), 10_000)
     assert wide[0].split() == ["PORT", "LINK", "ROLE", "STATE", "PHYS", "RATE", "FLAPS",
-                               "BLIPS", "NETDEV", "HEALTH", "REASON"]
+                               "BLIPS", "NETDEV", "HEALTH", "SUSPECT", "REASON"]
     assert wide[1].split()[5:9] == ["400G", "3", "2", "ibp24s0"]
     assert wide[2].split()[5:9] == ["200G!", "-", "-", "ibp64s0"]
     assert wide[3].split()[5:8] == ["400G", "-", "-"]

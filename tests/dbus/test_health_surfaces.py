@@ -63,17 +63,19 @@ def metric_health(port: int) -> tuple[dict[str, float], float]:
 
 
 def table_health(text: str) -> dict[str, tuple[str, str]]:
-    """PORT -> (HEALTH, REASON) of the human ``show ports`` table (--wide: nothing cut)."""
+    """PORT -> (HEALTH, REASON) of the human ``show ports`` table (--wide: nothing cut);
+    SUSPECT, between them, is there when a port has one."""
     lines = text.splitlines()
     header = lines[0]
     health_at, reason_at = header.index("HEALTH"), header.index("REASON")
+    health_end = header.find("SUSPECT") if "SUSPECT" in header else reason_at
     out = {}
     for line in lines[1:]:
         if not line.strip() or line.startswith(("Not monitored", " ")):
             if line.startswith("Not monitored"):
                 break
             continue
-        out[line.split()[0]] = (line[health_at:reason_at].strip(), line[reason_at:].strip())
+        out[line.split()[0]] = (line[health_at:health_end].strip(), line[reason_at:].strip())
     return out
 
 
@@ -103,6 +105,8 @@ def assert_surfaces_agree(daemon: DaemonProcess, metrics_port: int, notify: Noti
     wide = table_health(ctl("show", "ports", "--wide").stdout)
     assert {n: h for n, (h, _) in wide.items() if h != "-"} == expected
     assert reason in wide[port][1]
+    assert as_json[port]["suspect"] in ("nic", "module", "cable-or-far-end", "link", "fabric",
+                                        "unknown")  # every unhealthy port names one
 
     overall = "fatal" if fatal else "degraded" if degraded else "healthy"
     metrics, host_metric = metric_health(metrics_port)

@@ -120,8 +120,11 @@ def test_a_breach_adds_only_its_flag(
     samples = steady.scrape()
     assert series(samples, "nichealthd_threshold_breached") == [
         {"device": "mlx5_7", "port": "1", "counter": "link_downed", "fatal": "true"}]
-    # The flag is the one new series beside the events' counter of the new event.
-    assert sum(by_name(samples).values()) - before <= 2
+    # The flag and the port's suspect are the new series beside the events' counter of the
+    # new event.
+    assert series(samples, "nichealthd_port_suspect") == [
+        {"device": "mlx5_7", "port": "1", "suspect": "unknown", "health": "fatal"}]
+    assert sum(by_name(samples).values()) - before <= 3
 
 
 def test_node_exporter_counts_the_same_host_and_has_the_counters_left_to_it(

@@ -61,8 +61,9 @@ def test_three_cycles_give_exactly_one_flap_event(sim_root: Path, daemon: Start)
     flap = flaps[0]
     assert (flap["checkName"], flap["isFatal"], flap["isHealthy"], flap["recommendedAction"]) \
         == ("InfiniBandDegradationCheck", False, False, "CONTACT_SUPPORT")
-    assert flap["message"] == ("Port mlx5_0 port 1: LinkFlap - 3 down/up cycles within 15s "
-                               "(threshold 3) - unstable link")
+    assert flap["message"].startswith(
+        "Port mlx5_0 port 1: LinkFlap - 3 down/up cycles within 15s (threshold 3) - unstable "
+        "link - suspect: unknown (")  # an InfiniBand port: no module read
     states = of_port(found, "port_state")
     assert [(e["isFatal"], e["isHealthy"]) for e in states] == [(True, False), (False, True)] * 3
     # nothing else but the link_downed breach of the counter family (latched: one event)
@@ -103,8 +104,8 @@ def test_a_port_at_half_its_peers_rate_is_degraded_until_restored(
     event = of_port(events(sim_root), "link_rate")[0]
     assert (event["checkName"], event["isFatal"], event["isHealthy"]) == (
         "InfiniBandDegradationCheck", False, False)
-    assert event["message"] == ("Port mlx5_0 port 1: LinkRate degraded - runs at "
-                                f"200 Gb/sec (4X HDR), its peers at {full}")
+    assert event["message"].startswith("Port mlx5_0 port 1: LinkRate degraded - runs at "
+                                       f"200 Gb/sec (4X HDR), its peers at {full} - suspect: ")
     samples = running.next_polls()
     assert value(samples, "nichealthd_port_rate_degraded", device="mlx5_0", port="1",
                  rate="200 Gb/sec (4X HDR)", peer_rate=full) == 1

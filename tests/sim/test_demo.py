@@ -22,7 +22,7 @@ def test_demo_shows_ports_and_the_pulled_cable(tmp_path: Path) -> None:
     # The tables before and after the pulled cable have the same columns.
     headers = [line for line in proc.stdout.splitlines() if line.startswith("PORT ")]
     assert len(headers) == 2 and headers[0].split() == headers[1].split(), headers
-    assert "mlx5_3/1   IB    compute     DOWN    Polling" in proc.stdout
+    assert "mlx5_3/1   IB    compute   DOWN    Polling" in proc.stdout
     assert "Port mlx5_3 port 1: state DOWN, phys_state Polling" in proc.stdout
     assert "NICHEALTH CRITICAL" in proc.stdout
 

@@ -44,7 +44,7 @@ def test_set_optics_rewrites_one_port_and_is_read_back(build: Callable[..., Path
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({}, "give --rx-power, --temperature and/or --module"),
+    ({}, "give --rx-power, --tx-bias, --tx-power, --temperature and/or --module"),
     ({"rx_power": -41.0}, "--rx-power must be between -40 and 8 dBm"),
     ({"temperature": 130.0}, "--temperature must be between -40 and 125"),
     ({"module": "fibre"}, "--module must be one of optical, passive-dac"),

@@ -180,7 +180,8 @@ class CharDeviceFamily(CheckFamily[CharDeviceSection, CharDevices, None]):
             if port is None:
                 yield Condition(FATAL, f"{device}: {reason}")
             else:
-                yield Condition(FATAL, reason, (device, port), alone=f"{key} missing")
+                yield Condition(FATAL, reason, (device, port), alone=f"{key} missing",
+                                code=code)
 
     def device_fields(self, section: CharDeviceSection, picture: Optional[CharDevices], device: str,
                       present: bool) -> Mapping[str, Json]:

@@ -616,10 +616,11 @@ class LinkBer(CheckFamily[LinkBerSection, BerPicture, BerMemory]):
         for key, record in sorted(section.predicted.items()):
             yield Condition(DEGRADED, f"pre-FEC BER {record.ber:.1e}: predicted failure",
                             (record.device, record.port),
-                            alone=f"{key} pre-FEC BER {record.ber:.1e}: predicted failure")
+                            alone=f"{key} pre-FEC BER {record.ber:.1e}: predicted failure",
+                            code=CODE_BER)
         for key, record in sorted(section.post_fec.items()):
             yield Condition(DEGRADED, "errors after FEC", (record.device, record.port),
-                            alone=f"{key} errors after FEC")
+                            alone=f"{key} errors after FEC", code=CODE_POST_FEC)
 
     def port_fields(self, section: LinkBerSection, picture: Optional[BerPicture], port: PortId
                     ) -> Mapping[str, Json]:

@@ -195,7 +195,8 @@ def _condition(key: str, health: str, kind: str) -> Condition:
     parsed = _split_key(key)
     if parsed is None:
         return Condition(health, f"{key} {kind}")
-    return Condition(health, f"{parsed[1]} {kind}", parsed[0], alone=f"{key} {kind}")
+    return Condition(health, f"{parsed[1]} {kind}", parsed[0], alone=f"{key} {kind}",
+                     code=parsed[1])
 
 
 def _split_key(key: str) -> Optional[tuple[PortId, str]]:

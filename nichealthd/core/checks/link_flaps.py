@@ -254,7 +254,7 @@ class LinkFlaps(CheckFamily[FlapSection, None, Counted]):
                 health = FATAL if names and names.state in record.told else DEGRADED
                 reason = f"{record.count} link flaps"
                 yield Condition(health, reason, (record.device, record.port),
-                                alone=f"{key}: {reason}")
+                                alone=f"{key}: {reason}", code=CODE_LINK_FLAP)
 
     def port_fields(self, section: FlapSection, picture: None, port: PortId
                     ) -> Mapping[str, Json]:

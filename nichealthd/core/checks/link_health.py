@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping, Optional
 
+from ..events import CODE_CARD_PORTS, CODE_DEVICE_MISSING, CODE_PORT_MISSING, CODE_PORT_STATE
 from ..family import Condition, PortBase, PortId
 from ..model import HostSnapshot, PortSnapshot
 from ..state import DEGRADED, FATAL, HEALTHY, SUPPRESSED, UNCABLED, UNKNOWN
@@ -48,24 +49,34 @@ def port_bases(section: LinkStateSection, snapshot: HostSnapshot, roles: Mapping
                 bases[(device.name, port.port)] = _HEALTHY
                 continue
             health, why = _base(port, record)
-            bases[(device.name, port.port)] = PortBase(health, tuple(why))
+            bases[(device.name, port.port)] = PortBase(health, tuple(why),
+                                                       code=_code(health, CODE_PORT_STATE))
         for record in recorded.get(device.name, ()):
             if record.port not in seen:
                 health, why = _base(None, record)
+                code = CODE_PORT_STATE
                 if record.misses >= MISSES_BEFORE_GONE:
-                    health, why = FATAL, [*why, "port missing"]
-                bases[(record.device, record.port)] = PortBase(health, tuple(why), False)
+                    health, why, code = FATAL, [*why, "port missing"], CODE_PORT_MISSING
+                bases[(record.device, record.port)] = PortBase(health, tuple(why), False,
+                                                               _code(health, code))
     absent = set(section.known_devices) - present_devices
     for record in (r for name in sorted(absent) for r in recorded.get(name, ())):
         health, why = _base(None, record)
+        code = CODE_PORT_STATE
         if record.device in section.missing_devices:
-            health, why = FATAL, [f"{record.device} missing"]
+            health, why, code = FATAL, [f"{record.device} missing"], CODE_DEVICE_MISSING
         else:
             misses = section.device_misses.get(record.device, 0)
             if misses:
                 why = [*why, f"{record.device} not seen ({misses} polls)"]
-        bases[(record.device, record.port)] = PortBase(health, tuple(why), False)
+        bases[(record.device, record.port)] = PortBase(health, tuple(why), False,
+                                                       _code(health, code))
     return bases
+
+
+def _code(health: str, code: str) -> str:
+    """The errorCode of an unhealthy base ("" for a healthy, uncabled or unknown one)."""
+    return code if health in (DEGRADED, FATAL) else ""
 
 
 def _base(port: Optional[PortSnapshot], record: Optional[PortRecord]) -> tuple[str, list[str]]:
@@ -94,7 +105,7 @@ def base_conditions(section: LinkStateSection, snapshot: HostSnapshot,
         short = [key for key, base in bases.items() if card_of.get(key[0]) == card
                  and (f"{key[0]}_{key[1]}" in anomaly.ports or base.health in (DEGRADED, FATAL))]
         for key in short:
-            yield Condition(FATAL, reason, key)
+            yield Condition(FATAL, reason, key, code=CODE_CARD_PORTS)
         if not short:
             yield Condition(FATAL, reason)
     attributed = {key[0] for key, base in bases.items() if not base.present}

@@ -161,7 +161,8 @@ class LinkRate(CheckFamily[RateSection, None, Unchanged]):
         for key, record in sorted(section.rate_degraded.items()):
             yield Condition(DEGRADED, f"rate {record.rate} below peers' {record.peers}",
                             (record.device, record.port),
-                            alone=f"{key} rate {record.rate} below peers' {record.peers}")
+                            alone=f"{key} rate {record.rate} below peers' {record.peers}",
+                            code=CODE_LINK_RATE)
 
     def port_fields(self, section: RateSection, picture: None, port: PortId
                     ) -> Mapping[str, Json]:

@@ -96,7 +96,8 @@ class NetdevLinkFamily(CheckFamily[NetdevLinkSection, Netdevs, None]):
         for key in sorted(section.latched):
             device, number, _ = key.split(":")
             yield Condition(DEGRADED, f"netdev {section.latched[key].detail}",
-                            (device, int(number)), alone=f"{device} port {number} netdev down")
+                            (device, int(number)), alone=f"{device} port {number} netdev down",
+                            code=CODE_NETDEV_DOWN)
 
 
 def _not_down(state: NetdevLinkSection, previous: NetdevLinkSection, device: str,

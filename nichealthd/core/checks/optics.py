@@ -411,6 +411,9 @@ class Optics(CheckFamily[OpticsSection, Modules, None]):
         return OpticsSection(records, {moved(k): v for k, v in section.baselines.items()},
                              {moved(f"{k}/m")[:-2]: v for k, v in section.modules.items()})
 
+    def module_facts(self, cycle_picture: Optional[Modules]) -> Optional[Modules]:
+        return cycle_picture
+
     def judges(self, device: DeviceSnapshot, port: PortSnapshot) -> bool:
         """The InfiniBand and RoCE ports with a netdev (their modules are read by it)."""
         return bool(port.netdev) and (port.link_layer or "") in LAYER_CHECKS
@@ -419,7 +422,8 @@ class Optics(CheckFamily[OpticsSection, Modules, None]):
         for key, record in sorted(section.records.items()):
             reason = f"module {record.detail}"
             yield Condition(FATAL if record.fatal else DEGRADED, reason,
-                            (record.device, record.port), alone=f"{_split(key)[0]} {reason}")
+                            (record.device, record.port), alone=f"{_split(key)[0]} {reason}",
+                            code=code_of(_split(key)[1]))
 
     def port_fields(self, section: OpticsSection, picture: Optional[Modules], port: PortId
                     ) -> Mapping[str, Json]:

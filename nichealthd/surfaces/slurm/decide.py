@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Optional
 
-from ...core.events import ENTITY_NIC, ENTITY_PORT, HealthEvent
+from ...core.events import ENTITY_NIC, ENTITY_PORT, SUSPECT_SUFFIX, HealthEvent
 
 REASON_PREFIX = "nichealthd: "
 # Slurm keeps any length, but sinfo, scontrol and the site's dashboards show reasons on one
@@ -127,10 +127,11 @@ def decide(record: DrainRecord, event: HealthEvent, resume: bool) -> Decision:
 
 def reason_for(event: HealthEvent) -> str:
     """``nichealthd: mlx5_0 1: state DOWN, phys_state Polling - no connectivity``: one line,
-    no double quotes, at most :data:`REASON_MAX` characters."""
+    no double quotes, at most :data:`REASON_MAX` characters. The committed message's suspect
+    suffix (core/suspect.py) is left out: it would push the condition past the limit."""
     device = _entity(event, ENTITY_NIC)
     port = _entity(event, ENTITY_PORT)
-    message = event.message
+    message = event.message.partition(SUSPECT_SUFFIX)[0]
     if device and port and message.startswith(f"Port {device} port {port}: "):
         message = message[len(f"Port {device} port {port}: "):]
     elif device and message.startswith(f"{device}: "):
