@@ -35,6 +35,7 @@ PORT_FIELD_TYPES: FieldTypes = {
     "netdev": "string", "role": "string", "monitored": "bool", "excluded": "string",
     "healthy": "bool", "fatal": "bool", "health": "string", "reasons": "[]string",
     "since": "string", "pci_address": "string", "gid_count": "int", "present": "bool",
+    "suspect": "string", "suspect_evidence": "string",
 }
 DEVICE_FIELD_TYPES: FieldTypes = {
     "device": "string", "hca_type": "string", "fw_ver": "string", "board_id": "string",

@@ -71,7 +71,8 @@ PORT: dict[str, Any] = {
     "phys_state": "LinkUp", "rate": "400 Gb/sec (4X NDR)", "operstate": "", "netdev": "",
     "role": "compute", "monitored": True, "excluded": "", "healthy": True, "fatal": False,
     "health": "healthy", "reasons": [], "since": "", "pci_address": "0000:0c:00.0",
-    "gid_count": 2, "present": True, "flaps": 0, "module_lanes": [LANE],
+    "gid_count": 2, "present": True, "suspect": "", "suspect_evidence": "", "flaps": 0,
+    "module_lanes": [LANE],
     "phy_pre_fec_ber": 1,  # an int is a float too
 }
 
