@@ -329,9 +329,11 @@ def test_rpm_layout_of_its_target(target: str) -> None:
     listing = rpm_query(rpm, "-l")
     assert sitelib + "nichealthd/runtime/daemon.py" in listing
     allowed = ("/etc/nichealthd", "/usr/bin/", sitelib, "/usr/lib/systemd/system/",
-               "/usr/lib/sysusers.d/", "/usr/share/dbus-1/", "/usr/share/man/",
-               "/usr/share/doc/nichealthd", "/usr/lib/nichealthd",
-               "/usr/share/nichealthd")  # fmt: skip
+               "/usr/lib/systemd/catalog/nichealthd.catalog", "/usr/lib/sysusers.d/",
+               "/usr/share/dbus-1/", "/usr/share/man/", "/usr/share/doc/nichealthd",
+               "/usr/lib/nichealthd", "/usr/share/nichealthd",
+               "/usr/share/bash-completion/completions/nichealthctl",
+               "/usr/share/zsh/site-functions/_nichealthctl")  # fmt: skip
     for name in listing:
         assert name.startswith(allowed), name  # never dist-packages, /lib, /usr/local
         if name.endswith(".pyc"):
