@@ -148,8 +148,9 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
     for device_events in by_device.values():
         events.extend(device_events)
     events.extend(host)
-    return CycleResult(annotate(events, snapshot, modules_of(pictures)), next_state, memory, roles,
-                       pictures, tuple(notes), failed)
+    if any(not event.is_healthy for event in events):  # the modules only where one is told
+        events = list(annotate(events, snapshot, modules_of(pictures)))
+    return CycleResult(tuple(events), next_state, memory, roles, pictures, tuple(notes), failed)
 
 
 def _checks_of(config: Config) -> frozenset[str]:
