@@ -42,7 +42,7 @@ from .cards import (
     short_ports,
 )
 from .devices import card_events, device_missing, device_present
-from .driver import judge_driver_event
+from .driver import DriverPoll, judge_driver_event
 from .fabric import judge_fabrics, remember_fabrics, renamed_fabric_events
 from .identity import (
     recorded_identities,
@@ -317,7 +317,8 @@ def _judge_gone(cycle: Cycle, previous: LinkStateSection, state: LinkStateSectio
               for name in {*gone, *(previous.driver_event.devices
                                     if previous.driver_event else ())}}
     driver = judge_driver_event(
-        previous, state, snapshot, cycle.config, enabled, layers, STATE_CHECK_OF, now)
+        DriverPoll(previous, snapshot, cycle.config, now, enabled, layers, STATE_CHECK_OF),
+        state)
     events = [(HOST, e) for e in driver.events]
     notes.extend(driver.notes)
     if not snapshot.complete:
