@@ -41,7 +41,7 @@ from .cards import (
     runtime_verdicts,
     short_ports,
 )
-from .devices import card_events, device_missing, device_present
+from .devices import STATE_CHECK_OF, card_events, device_missing, device_present
 from .driver import DriverPoll, judge_driver_event
 from .fabric import judge_fabrics, remember_fabrics, renamed_fabric_events
 from .identity import (
@@ -64,7 +64,6 @@ from .link_settings import LinkStateSettings
 from .ports import Judging, held_transition, missing_port, returned_port, split_state
 
 V = TypeVar("V")
-STATE_CHECK_OF = {"InfiniBand": IB_STATE_CHECK, "Ethernet": ETH_STATE_CHECK}
 
 
 def recorded_layer(section: LinkStateSection, device: str) -> Optional[str]:
@@ -164,10 +163,9 @@ class LinkState(CheckFamily[LinkStateSection, Cards, None]):
         if cycle.baseline:
             verdicts = baseline_verdicts(verdicts, snapshot, state, short, now)
         else:
-            verdicts = runtime_verdicts(verdicts, snapshot, state, cycle.config, now,
-                                        fabrics.waiting)
-        events.extend((HOST, e) for e in card_events(cards, verdicts, state, STATE_CHECK_OF,
-                                                     enabled, now, ports.raised))
+            verdicts = runtime_verdicts(verdicts, cycle, state, fabrics.waiting)
+        events.extend((HOST, e) for e in card_events(cards, verdicts, state, cycle,
+                                                     ports.raised))
         events.extend((HOST, e) for e in release_raised_ports(previous, state, now))
         # The picture: each card's active ports (CycleResult.cards).
         return Verdict(state, tuple(events), cards, notes=tuple(notes))
@@ -301,7 +299,7 @@ def _judge_monitored(cycle: Cycle, poll: _PortPoll) -> list[tuple[str, HealthEve
         recorded_ports.setdefault(record.device, []).append(key)
     for device in cycle.monitored:
         name = device.name
-        back = device_present(name, state, now, STATE_CHECK_OF)
+        back = device_present(name, state, now)
         if back:  # rare: no generator made per device for nothing
             events.extend((name, e) for e in back)
         layer = device_layer(device, previous)
@@ -338,7 +336,7 @@ def _judge_gone(cycle: Cycle, previous: LinkStateSection, state: LinkStateSectio
         check = STATE_CHECK_OF.get(layer, IB_STATE_CHECK)
         if check in enabled:
             events.extend((HOST, e) for e in device_missing(
-                name, layer, check, state, now, held=name in driver.held))
+                name, layer, state, now, held=name in driver.held))
     return events
 
 
