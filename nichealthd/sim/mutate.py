@@ -7,7 +7,6 @@ mutations rename, since a vanishing file or directory is exactly what they simul
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -389,7 +388,7 @@ def remove_device(root: PathLike, dev: str) -> None:
     top = Path(root)
     manifest = tree.load(top)
     take_device(top, manifest, dev)
-    save_manifest(top, manifest)
+    tree.save_manifest(top, manifest)
 
 
 def take_device(top: Path, manifest: tree.Manifest, dev: str) -> None:
@@ -407,7 +406,7 @@ def restore_device(root: PathLike, dev: str) -> None:
     top = Path(root)
     manifest = tree.load(top)
     give_back_device(top, manifest, dev)
-    save_manifest(top, manifest)
+    tree.save_manifest(top, manifest)
 
 
 def give_back_device(top: Path, manifest: tree.Manifest, dev: str, listed: bool = True
@@ -515,14 +514,6 @@ def unhide_class(root: PathLike) -> None:
 UNLOADED = "driver_unloaded"  # manifest key: the devices a driver-unload took away
 
 
-def save_manifest(root: Path, manifest: tree.Manifest) -> None:
-    """Write sim.json atomically (a reader never sees half of it)."""
-    path = root / tree.MANIFEST
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=2) + "\n")
-    os.replace(tmp, path)
-
-
 def _check_name(name: str) -> None:
     if not name or "/" in name or name in (".", "..") or not name.isprintable():
         raise SimError(f"a device name must be a plain file name, got {name!r}")
@@ -572,7 +563,7 @@ def rename_device(root: PathLike, dev: str, new: str) -> None:
     os.unlink(link)
     _move_device(top, idir, new)
     adapter.retitle_chardevs(top, tree.device(manifest, new))
-    save_manifest(top, manifest)
+    tree.save_manifest(top, manifest)
 
 
 def unload_driver(root: PathLike, stagger: float = 0.0,
@@ -600,7 +591,7 @@ def unload_driver(root: PathLike, stagger: float = 0.0,
             take_device(top, manifest, name)
             gone.append(name)
         manifest[UNLOADED] = gone
-        save_manifest(top, manifest)
+        tree.save_manifest(top, manifest)
     return gone
 
 
@@ -657,7 +648,7 @@ def load_driver(root: PathLike, rename: bool = False, swap: Sequence[str] = ()
             _move_device(top, dirs[name], names[name])
             adapter.retitle_chardevs(top, record)
     manifest.pop(UNLOADED, None)
-    save_manifest(top, manifest)
+    tree.save_manifest(top, manifest)
     return names
 
 
