@@ -29,6 +29,7 @@ from .fsio import (
     unstash,
     write_in_place,
 )
+from .tree import save_manifest
 
 HIDDEN_CLASS = ".hidden/class-infiniband"
 
@@ -388,7 +389,7 @@ def remove_device(root: PathLike, dev: str) -> None:
     top = Path(root)
     manifest = tree.load(top)
     take_device(top, manifest, dev)
-    tree.save_manifest(top, manifest)
+    save_manifest(top, manifest)
 
 
 def take_device(top: Path, manifest: tree.Manifest, dev: str) -> None:
@@ -406,7 +407,7 @@ def restore_device(root: PathLike, dev: str) -> None:
     top = Path(root)
     manifest = tree.load(top)
     give_back_device(top, manifest, dev)
-    tree.save_manifest(top, manifest)
+    save_manifest(top, manifest)
 
 
 def give_back_device(top: Path, manifest: tree.Manifest, dev: str, listed: bool = True
@@ -563,7 +564,7 @@ def rename_device(root: PathLike, dev: str, new: str) -> None:
     os.unlink(link)
     _move_device(top, idir, new)
     adapter.retitle_chardevs(top, tree.device(manifest, new))
-    tree.save_manifest(top, manifest)
+    save_manifest(top, manifest)
 
 
 def unload_driver(root: PathLike, stagger: float = 0.0,
@@ -591,7 +592,7 @@ def unload_driver(root: PathLike, stagger: float = 0.0,
             take_device(top, manifest, name)
             gone.append(name)
         manifest[UNLOADED] = gone
-        tree.save_manifest(top, manifest)
+        save_manifest(top, manifest)
     return gone
 
 
@@ -648,7 +649,7 @@ def load_driver(root: PathLike, rename: bool = False, swap: Sequence[str] = ()
             _move_device(top, dirs[name], names[name])
             adapter.retitle_chardevs(top, record)
     manifest.pop(UNLOADED, None)
-    tree.save_manifest(top, manifest)
+    save_manifest(top, manifest)
     return names
 
 

@@ -21,6 +21,7 @@ from typing import Any, Callable, List, Optional, Tuple
 from . import kernel, tree
 from .fsio import PathLike, PortId, SimError, write_in_place
 from .mutate import reboot
+from .tree import save_manifest
 
 STOPPED = "subnet_manager_stopped"  # manifest key: [device, port, lid, sm_lid] it holds
 
@@ -41,7 +42,7 @@ def stop(root: PathLike, sm_lid: Optional[str] = None) -> List[Tuple[str, str]]:
         raise SimError("no ACTIVE InfiniBand port: nothing for the subnet manager to lose"
                        if sm_lid is None else f"no ACTIVE InfiniBand port of SM LID {sm_lid}")
     manifest[STOPPED] = [*manifest.get(STOPPED, []), *taken]
-    tree.save_manifest(top, manifest)
+    save_manifest(top, manifest)
     return [(name, number) for name, number, _, _ in taken]
 
 
@@ -83,7 +84,7 @@ def hold(root: PathLike) -> Tuple[str, List[Tuple[str, str]]]:
     manifest = tree.load(top)
     taken = _take(top, manifest, lambda pdir: True)
     manifest[STOPPED] = taken
-    tree.save_manifest(top, manifest)
+    save_manifest(top, manifest)
     return boot_id, [(name, number) for name, number, _, _ in taken]
 
 
@@ -112,7 +113,7 @@ def move(root: PathLike, dev: str, port: PortId, sm_lid: str,
     for entry in taken:  # a port the SM holds gets the new SM LID when activated
         if entry[0] == dev and str(entry[1]) == str(port):
             entry[3] = f"0x{lid:x}"
-    tree.save_manifest(top, manifest)
+    save_manifest(top, manifest)
     return f"{':'.join(gid[:4])}/0x{lid:x}"
 
 
@@ -162,7 +163,7 @@ def _give_back(root: PathLike, which: Callable[[Taken], bool], none: str
         write_in_place(pdir / "sm_lid", sm_lid + "\n")
         write_in_place(pdir / "state", kernel.port_state_line("ACTIVE"))
         back.append((name, number))
-    tree.save_manifest(top, manifest)
+    save_manifest(top, manifest)
     return back
 
 
