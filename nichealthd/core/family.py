@@ -28,11 +28,11 @@ from typing import (
     cast,
 )
 
+from ..sources.optics_facts import PortOptics
 from .config import Config
 from .events import HealthEvent
 from .jsontypes import Json, JsonObject
 from .model import DeviceSnapshot, HostSnapshot, PortSnapshot
-from .modulefacts import PortOptics
 from .settings import Settings
 from .topology import Role, Topology
 

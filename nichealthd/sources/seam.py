@@ -19,7 +19,7 @@ import pkgutil
 from typing import Any, ClassVar, Optional, Sequence
 
 from ..core.config import Config
-from ..core.model import HostSnapshot
+from ..core.model import Fact, HostSnapshot
 
 
 class Source(abc.ABC):
@@ -28,7 +28,7 @@ class Source(abc.ABC):
     (a bug, an interface that changed) is contained by the monitor and costs only the
     families that need the fact."""
 
-    fact: ClassVar[str]  # the fact type it provides: the name families put in ``reads``
+    fact: ClassVar[Fact[Any]]  # the key of the fact it provides (its own ``*_facts`` module)
     description: ClassVar[str]  # what it reads, for the log ("the NIC optics")
 
     def __init__(self, config: Config) -> None:
