@@ -1,8 +1,9 @@
 """The package layout is the architecture (ARCHITECTURE.md): the pure core depends on nothing else.
 
-``nichealthd.core`` imports only itself and the standard library; the layers above it import
-downwards only (sources and storage never import runtime, surfaces or the client); every
-module says its one job in its first docstring line.
+``nichealthd.core`` imports only itself, the standard library and the sources' fact modules
+(each a pure module of a source's fact key and types); the layers above it import downwards
+only (sources and storage never import runtime, surfaces or the client); every module says its
+one job in its first docstring line.
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ ALLOWED = {
     "cli": {"core", "sources", "surfaces.dbus_common", "surfaces.varlink_protocol"},
     "sim": set(),
 }
+# A source's fact module (``sources/<name>_facts.py``): the key and the types of the fact it
+# reads, which the families of the core import (ARCHITECTURE.md, the source seam). Pure like
+# the core: it imports only the core's model and numbers and other fact modules.
+FACT_MODULES = frozenset(f"sources.{p.stem}" for p in (PACKAGE / "sources").glob("*_facts.py"))
+FACT_MODULE_IMPORTS = FACT_MODULES | {"core.model", "core.numbers"}
 
 
 def modules() -> list[Path]:
@@ -63,6 +69,10 @@ def test_each_layer_imports_only_downwards(path: Path) -> None:
     if layer not in ALLOWED:
         return  # the package root: __init__ only
     allowed = ALLOWED[layer] | {layer}
+    if layer == "core":
+        allowed |= FACT_MODULES
+    if module_name(path) in FACT_MODULES:
+        allowed = set(FACT_MODULE_IMPORTS)
     for name in imported(path):
         if name == "__version__":
             continue
@@ -167,9 +177,46 @@ def test_the_circle_finder_sees_every_kind_of_import(
 CONFIG_MODULES = ("config.py", "config_build.py")  # the node name's default: the host name
 
 
+def module_name(path: Path) -> str:
+    """``sources/phy_facts.py`` -> ``sources.phy_facts``."""
+    return ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
+
+
+def module_path(name: str) -> Path:
+    """The file of an imported name (a module, or a package's ``__init__``); a name imported
+    from a module (``core.numbers.parse``) is its module's."""
+    parts = name.split(".")
+    while parts:
+        base = PACKAGE.joinpath(*parts)
+        for path in (base.with_suffix(".py"), base / "__init__.py"):
+            if path.is_file():
+                return path
+        parts.pop()
+    raise AssertionError(f"no module for nichealthd.{name}")
+
+
+def test_the_fact_modules_import_nothing_that_imports_the_config() -> None:
+    """What a fact module imports, all the way down, is pure: never the config, the family
+    seam or a family (which import the fact modules: that would be an import circle)."""
+    assert FACT_MODULES, "no fact module found"
+    seen: set[Path] = set()
+    todo = [PACKAGE / (name.replace(".", "/") + ".py") for name in FACT_MODULES]
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        todo.extend(module_path(name) for name in imported(path))
+    reached = {module_name(p) for p in seen}
+    assert not {n for n in reached if n in ("core.config", "core.family")
+                or n.startswith("core.checks")}, sorted(reached)
+
+
 def test_the_core_does_no_io_per_poll() -> None:
-    """Only the config modules of the core may touch files; the checks and evaluation never."""
-    for path in (PACKAGE / "core").rglob("*.py"):
+    """Only the config modules of the core may touch files; the checks and evaluation never
+    (nor the fact modules the core imports)."""
+    facts = [PACKAGE / (name.replace(".", "/") + ".py") for name in sorted(FACT_MODULES)]
+    for path in [*(PACKAGE / "core").rglob("*.py"), *facts]:
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):

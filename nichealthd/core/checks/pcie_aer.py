@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Iterable, Mapping, Optional
 
+from ...sources.pci_facts import ROOTPORT_FILES, AerTable
 from ..codec import Layout
 from ..config import Config, CounterSpec
 from ..events import ENTITY_NIC, ENTITY_PCI, HealthEvent, make_event
@@ -41,7 +42,6 @@ from ..family import HOST, READS_AER, CheckFamily, Condition, Cycle, Series, Ver
 from ..jsontypes import Json
 from ..model import PortSnapshot
 from ..observed import CounterObservation
-from ..pcifacts import ROOTPORT_FILES, AerTable
 from ..settings import Duration, Integer, Settings, boolean, setting
 from ..state import DEGRADED, FATAL
 from .counter_section import CounterSection
