@@ -560,11 +560,23 @@ def _defaults(kind: Type[S]) -> S:
 
 # ------------------------------------------------------------- the declarations
 
+_PLUGGED: List[Type[Settings]] = []
+
+
+def plug_settings(kind: Type[Settings]) -> None:
+    """Declare the keys of ``kind``, a settings class of a layer above the core (a surface:
+    ``surfaces/seam.py`` plugs each one it finds), for every config read from now on."""
+    if kind not in _PLUGGED:
+        _PLUGGED.append(kind)
+        _reader.cache_clear()
+
+
 def family_settings() -> tuple[Type[Settings], ...]:
-    """The settings classes of the check families, in family order."""
+    """The settings classes of the check families, in family order, then the plugged ones."""
     from .checks import families  # the registry imports every family, and they import this
 
-    return tuple(dict.fromkeys(f.settings for f in families() if f.settings is not None))
+    return tuple(dict.fromkeys([*(f.settings for f in families() if f.settings is not None),
+                                *_PLUGGED]))
 
 
 def declarations() -> tuple[Declared, ...]:
@@ -768,5 +780,5 @@ def _counter_problems(spec: CounterSpec, efa: bool = False) -> List[Tuple[str, s
 
 
 __all__ = ["Config", "ConfigError", "CounterSpec", "Problem", "build_config", "declarations",
-           "family_settings", "merge_counters", "value_of", "DEFAULT_COUNTERS",
+           "plug_settings", "family_settings", "merge_counters", "value_of", "DEFAULT_COUNTERS",
            "DEFAULT_CONFIG_PATH"]

@@ -19,7 +19,7 @@ from nichealthd.storage.store import Journal
 from nichealthd.surfaces.metrics import _slurm_families
 from nichealthd.surfaces.slurm import command
 from nichealthd.surfaces.slurm.command import Outcome
-from nichealthd.surfaces.slurm.consumer import CONSUMER, SlurmConsumer
+from nichealthd.surfaces.slurm.consumer import CONSUMER, PACE, SlurmConsumer
 from nichealthd.surfaces.slurm.status import SlurmStatus
 
 from .test_decide import down, event, up
@@ -76,7 +76,7 @@ class Host:
 
     def consumer(self) -> SlurmConsumer:
         return SlurmConsumer(self.config, self.journal, runner=self.slurm,
-                             sleep=self.sleep,
+                             pace=replace(PACE, sleep=self.sleep),
                              on_status=self.statuses.append)
 
     def sleep(self, seconds: float) -> bool:
@@ -271,7 +271,7 @@ def test_off_consumes_nothing(tmp_path: Path) -> None:
 
 def test_a_missing_scontrol_is_a_status_error_not_a_crash(tmp_path: Path) -> None:
     host = Host(tmp_path, slurmReasonCommand="/nonexistent/sinfo -n {node}")
-    consumer = SlurmConsumer(host.config, host.journal, sleep=lambda s: True,
+    consumer = SlurmConsumer(host.config, host.journal, pace=replace(PACE, sleep=lambda s: True),
                              on_status=host.statuses.append)
     host.commit(down())
     assert consumer.step() == consumer.pause
