@@ -29,7 +29,7 @@ from ..core.config import (
 from ..sources.config_file import load_config
 from ..surfaces.eventlog import EventLog
 from .fdplan import log_plan, plan_fds
-from .libraries import CONNECTOR, load
+from .libraries import load, surface
 from .logsetup import log_start_failure, setup_logging
 from .monitor import Monitor
 from .pollguard import PollFailed
@@ -196,8 +196,9 @@ def run_once(startup: Startup) -> int:
 def deliver_once(config: Config, monitor: Monitor) -> None:
     """Forward pending events when a connector is configured and its socket exists (and the
     gRPC library is there: without it they stay in the outbox, runtime/libraries.py)."""
-    deliver = (load(CONNECTOR, config, "nichealthd.surfaces.connector.sender",
-                    "deliver_pending_once") if config.platform_connector_socket else None)
+    sender = "nichealthd.surfaces.connector.sender"
+    deliver = (load(surface(sender), config, sender, "deliver_pending_once")
+               if config.platform_connector_socket else None)
     if deliver is not None:
         deliver(config, monitor.journal)
 
