@@ -325,7 +325,7 @@ def test_documented_defaults_are_the_daemons(tmp_path):
             prop = {"boot_id_path_setting": "boot_id_path"}.get(field, field[: -len("_setting")])
             same = getattr(loaded, prop) == getattr(defaults, prop)
         assert same, field
-    for kind in cfg.family_settings():  # each family's keys, at their defaults
+    for kind in cfg.settings_classes():  # each family's and surface's keys, at their defaults
         assert loaded.settings(kind) == defaults.settings(kind) == kind(), kind
 
     units = {"second": "second", "minute": "minute", "hour": "hour"}

@@ -572,16 +572,20 @@ def plug_settings(kind: Type[Settings]) -> None:
 
 
 def family_settings() -> tuple[Type[Settings], ...]:
-    """The settings classes of the check families, in family order, then the plugged ones."""
+    """The settings classes of the check families, in family order."""
     from .checks import families  # the registry imports every family, and they import this
 
-    return tuple(dict.fromkeys([*(f.settings for f in families() if f.settings is not None),
-                                *_PLUGGED]))
+    return tuple(dict.fromkeys(f.settings for f in families() if f.settings is not None))
+
+
+def settings_classes() -> tuple[Type[Settings], ...]:
+    """Every settings class besides the Config's own: the families', then the plugged."""
+    return tuple(dict.fromkeys([*family_settings(), *_PLUGGED]))
 
 
 def declarations() -> tuple[Declared, ...]:
     """Every top-level key: the daemon's own, then each family's (nichealthd.toml(5))."""
-    owners: tuple[type, ...] = (Config, *family_settings())
+    owners: tuple[type, ...] = (Config, *settings_classes())
     return tuple(item for owner in owners for item in declared(owner))
 
 
@@ -593,7 +597,7 @@ def value_of(config: Config, item: Declared) -> Any:
 
 @functools.lru_cache(maxsize=1)
 def _reader() -> Reader:
-    return Reader((Config, *family_settings()), others=(DETECTION,))
+    return Reader((Config, *settings_classes()), others=(DETECTION,))
 
 
 # ------------------------------------------------------------------ loading
@@ -614,7 +618,7 @@ def build_config(data: Mapping[str, object], source: Optional[str],
     detection = _counter_detection(data.get(DETECTION, {}), source, lines, errors, notices)
     config = _assemble(values, source)
     report = Report(source, lines, errors, data, overrides, notices)
-    for settings in (config.settings(kind) for kind in family_settings()):
+    for settings in (config.settings(kind) for kind in settings_classes()):
         settings.validate(config, report)
     tables = reader.tables(data, source, lines, errors)
     errors.raise_if_any()
@@ -630,7 +634,8 @@ def _assemble(values: Mapping[type, Mapping[str, Any]], source: Optional[str]) -
     """The Config of the values read, by owner; each family's settings only where they
     differ from its defaults."""
     families: tuple[Settings, ...] = tuple(
-        replace(cast(Any, _defaults(kind)), **values.get(kind, {})) for kind in family_settings())
+        replace(cast(Any, _defaults(kind)), **values.get(kind, {}))
+        for kind in settings_classes())
     return replace(Config(), **values.get(Config, {}), source=source,
                    family_settings=tuple(s for s in families if s != _defaults(type(s))))
 
@@ -780,5 +785,5 @@ def _counter_problems(spec: CounterSpec, efa: bool = False) -> List[Tuple[str, s
 
 
 __all__ = ["Config", "ConfigError", "CounterSpec", "Problem", "build_config", "declarations",
-           "plug_settings", "family_settings", "merge_counters", "value_of", "DEFAULT_COUNTERS",
-           "DEFAULT_CONFIG_PATH"]
+           "plug_settings", "family_settings", "settings_classes", "merge_counters", "value_of",
+           "DEFAULT_COUNTERS", "DEFAULT_CONFIG_PATH"]
