@@ -33,6 +33,7 @@ from .decide import (
     decide,
 )
 from .record import load_record, record_path, save_record
+from .settings import SlurmSettings
 from .status import DRY_RUN, OFF, ON, SlurmStatus
 
 log = logging.getLogger("nichealthd.slurm")
@@ -43,10 +44,20 @@ PACE = Pace(backoff_base=1.0, backoff_cap=30.0, pause=60.0)  # pause: after ever
 Runner = Callable[[tuple[str, ...], float], Outcome]
 
 
+def settings_of(config: Config) -> SlurmSettings:
+    return config.settings(SlurmSettings)
+
+
+def node_of(config: Config) -> str:
+    """The node's name in Slurm."""
+    return settings_of(config).node_name or config.node_name
+
+
 def mode_of(config: Config) -> str:
-    if not config.slurm_drain:
+    settings = settings_of(config)
+    if not settings.drain:
         return OFF
-    return DRY_RUN if config.slurm_dry_run else ON
+    return DRY_RUN if settings.dry_run else ON
 
 
 class SlurmConsumer(JournalConsumer):
@@ -64,7 +75,7 @@ class SlurmConsumer(JournalConsumer):
         super().__init__(config, journal, pace)
         self.runner = runner
         self.on_status = on_status
-        self.node = config.slurm_node_name or config.node_name
+        self.node = node_of(config)
         self.path = record_path(config.state_dir)
         self.record = load_record(self.path, self.node)
         self.status = SlurmStatus(mode=mode_of(config))
@@ -72,7 +83,7 @@ class SlurmConsumer(JournalConsumer):
         self._told = ""  # the error last logged (each new one is logged once)
 
     def apply(self, config: Config) -> None:
-        node = config.slurm_node_name or config.node_name
+        node = node_of(config)
         super().apply(config)
         if node != self.node:
             self.node = node
@@ -81,8 +92,12 @@ class SlurmConsumer(JournalConsumer):
 
     # ------------------------------------------------------------------ the backlog
 
+    @property
+    def settings(self) -> SlurmSettings:
+        return settings_of(self.config)
+
     def active(self) -> bool:
-        return self.config.slurm_drain
+        return self.settings.drain
 
     def bound(self) -> None:
         self.journal.trim_backlog(CONSUMER, self.config.outbox_max_events,
@@ -95,7 +110,7 @@ class SlurmConsumer(JournalConsumer):
     def act(self, entry: JournalEntry, following: Sequence[JournalEntry]) -> bool:
         """Judge one event and do what it calls for; False when that failed (the event
         stays pending)."""
-        decision = decide(self.record, entry.event, self.config.slurm_resume)
+        decision = decide(self.record, entry.event, self.settings.resume)
         deferred = decision.action == RESUME and any(
             e.event.is_fatal and not e.event.is_healthy for e in following)
         if deferred:
@@ -125,13 +140,13 @@ class SlurmConsumer(JournalConsumer):
     def _act(self, decision: Decision) -> Optional[DrainRecord]:
         """Carry out a drain or a resume; the record after it, None when it failed."""
         action, record = decision.action, decision.record
-        argv = command.fill(self.config.slurm_drain_command if action == DRAIN
-                            else self.config.slurm_resume_command, self.node, decision.reason)
-        if self.config.slurm_dry_run:
+        argv = command.fill(self.settings.drain_command if action == DRAIN
+                            else self.settings.resume_command, self.node, decision.reason)
+        if self.settings.dry_run:
             log.info("Slurm dry run: would run %s", " ".join(argv))
             self._done(action, "dry_run", f"would run: {' '.join(argv)}")
             return replace(record, reason=decision.reason if action == DRAIN else "")
-        query = self._attempts(command.fill(self.config.slurm_reason_command, self.node))
+        query = self._attempts(command.fill(self.settings.reason_command, self.node))
         if not query.ok:
             self._failed(f"cannot read node {self.node}'s drain reason: {query.error}", action)
             return None
@@ -183,16 +198,16 @@ class SlurmConsumer(JournalConsumer):
 
         def attempt() -> Outcome:
             tried[0] += 1
-            return self.runner(argv, self.config.slurm_command_timeout)
+            return self.runner(argv, self.settings.command_timeout)
 
         def again(outcome: Outcome) -> bool:
             if outcome.ok or not outcome.retry:
                 return False
             log.debug("Slurm: %s failed (attempt %d of %d): %s", " ".join(argv), tried[0],
-                      self.config.slurm_retries, outcome.error)
+                      self.settings.retries, outcome.error)
             return True
 
-        return self.attempts(attempt, again, self.config.slurm_retries)
+        return self.attempts(attempt, again, self.settings.retries)
 
     # ------------------------------------------------------------------ status
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from ...core.config import Config
 from ..seam import STOP_SECONDS, ConsumerService
-from .consumer import SlurmConsumer
+from .consumer import SlurmConsumer, node_of, settings_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..context import ServiceContext
@@ -31,11 +31,12 @@ class SlurmService(ConsumerService):
                                        on_status=context.publish_slurm))
 
     def wanted(self, config: Config) -> bool:
-        return config.slurm_drain
+        return settings_of(config).drain
 
     def starting(self, config: Config) -> None:
-        log.info("Slurm drain on for node %s%s", config.slurm_node_name or config.node_name,
-                 " (dry run: commands are logged, not run)" if config.slurm_dry_run else "")
+        log.info("Slurm drain on for node %s%s", node_of(config),
+                 " (dry run: commands are logged, not run)" if settings_of(config).dry_run
+                 else "")
 
     def late(self) -> None:
         log.warning("Slurm consumer did not finish its command within %.0f s; the event "
