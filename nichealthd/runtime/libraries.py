@@ -1,8 +1,9 @@
 """The surfaces whose Python library a host may lack, imported only when the daemon starts them.
 
 A library missing at run time never stops the daemon (packaging/README.md): RHEL 9 ships no D-Bus
-library for Python, and grpcio and prometheus-client only in EPEL. Each surface below names
-the top-level modules it needs; when importing it fails for one of them, the surface is left
+library for Python, and grpcio and prometheus-client only in EPEL. Each surface (those below,
+and those found by ``surfaces/seam.py``: the connector's, Slurm's) names the top-level modules
+it needs; when importing it fails for one of them, the surface is left
 out, the daemon says once at error priority what is missing, how to install it and what the
 host gets meanwhile, and everything else runs as usual. Any other import error is a bug and
 is raised. Nothing is said of a surface the configuration switches off.
