@@ -38,6 +38,7 @@ from ..core.duration import parse_duration
 from ..core.jsontypes import JsonRecord
 from ..sources.config_file import load_config
 from ..surfaces.seam import surfaces
+from .connect import connect
 from .event_filter import SINCE_FORMS, EventFilter, parse_since
 from .format import (
     NO_DEVICES,
@@ -62,7 +63,6 @@ from .transport import (
     CtlError,
     Note,
     Transport,
-    connect,
 )
 
 EXIT_OK, EXIT_DEGRADED, EXIT_FATAL = 0, 1, 2

@@ -16,13 +16,13 @@ import abc
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import (
-    TYPE_CHECKING,
     Any,
     ClassVar,
     Generic,
     Iterable,
     Mapping,
     Optional,
+    Protocol,
     Sequence,
     TypeVar,
     cast,
@@ -33,13 +33,9 @@ from .events import HealthEvent
 from .jsontypes import Json, JsonObject
 from .model import DeviceSnapshot, HostSnapshot, PortSnapshot
 from .modulefacts import PortOptics
+from .observed import CounterObservation, DeviceIdentity
 from .settings import Settings
 from .topology import Role, Topology
-
-if TYPE_CHECKING:  # pragma: no cover - the state holds sections, sections do not hold it
-    from .checks.counters import CounterObservation
-    from .checks.link_section import DeviceIdentity
-    from .state import MonitorState
 
 S = TypeVar("S")
 P = TypeVar("P")  # a family's picture: what the views show of its last verdict
@@ -73,6 +69,15 @@ FieldTypes = Mapping[str, str]
 HOST = ""  # the "device" of an event that belongs to no device of this poll (see Verdict)
 
 
+class Committed(Protocol):
+    """What a family reads of the committed state: any family's section.
+    :class:`nichealthd.core.state.MonitorState` is one; declared here because the state holds
+    every family's section (it finds them through the registry), so the seam cannot import it."""
+
+    def section(self, family: CheckFamily[S, Any, Any]) -> S:
+        """The section of ``family``."""
+
+
 @dataclass(frozen=True)
 class Cycle:
     """What every family shares in one poll; computed once by the evaluator.
@@ -89,7 +94,7 @@ class Cycle:
     enabled: frozenset[str]  # the enabled check names
     roles: Mapping[str, Role]
     monitored: tuple[DeviceSnapshot, ...]
-    previous: MonitorState
+    previous: Committed
     # Whether anything may have been reported before this process: False only on a host where
     # nichealthd never ran (no state file, an empty event journal), which has no conditions
     # of earlier boots to clear, so no check-wide clear is sent there.

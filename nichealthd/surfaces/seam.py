@@ -33,7 +33,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, ClassVar, Optional, Protocol, Sequence, TypeVar
 
-from ..core.config import Config, plug_settings
+from ..core.config import Config
+from ..core.config_build import plug_settings
 from ..storage.store import Journal, JournalEntry
 
 if TYPE_CHECKING:  # pragma: no cover

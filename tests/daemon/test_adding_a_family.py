@@ -24,7 +24,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from ..harness import NotifySocket, wait_until
+from ..harness import NotifySocket, ctl_output, wait_until
 from ..metrics.conftest import get, parse
 from ..netports import free_port
 from .conftest import REPO, SimHost, running_daemon
@@ -146,12 +146,8 @@ def test_a_family_with_a_new_fact_is_two_new_modules(
         assert (event["checkName"], event["isFatal"]) == ("EthernetDegradationCheck", False)
         assert f"netdev {roce['netdev']} MTU 1500 is below roceMtuMinimum (9000)" in \
             event["message"]
-        shown = subprocess.run(
-            [sys.executable, "-m", "nichealthd.cli.ctl", f"--varlink={socket_path}", "show",
-             "devices", "--json"], cwd=extended, env=env, capture_output=True, text=True,
-            timeout=60)
-        assert shown.returncode == 0, shown.stderr
-        record = next(r for r in json.loads(shown.stdout) if r["device"] == roce["name"])
+        shown = ctl_output(socket_path, "show", "devices", "--json", env=env, cwd=extended)
+        record = next(r for r in json.loads(shown) if r["device"] == roce["name"])
         assert f"{roce['netdev']}=1500" in record["roce_mtu"]
         checked = interface_check(extended, "--call", str(socket_path), "ListDevices")
         assert checked.returncode == 0, checked.stderr  # the copy's interface declares it

@@ -40,13 +40,13 @@ from ..events import ENTITY_NIC, ENTITY_PCI, HealthEvent, make_event
 from ..family import HOST, READS_AER, CheckFamily, Condition, Cycle, Series, Verdict
 from ..jsontypes import Json
 from ..model import PortSnapshot
+from ..observed import CounterObservation
 from ..pcifacts import ROOTPORT_FILES, AerTable
 from ..settings import Duration, Integer, Settings, boolean, setting
 from ..state import DEGRADED, FATAL
 from .counter_section import CounterSection
 from .counters import (
     CheckNames,
-    CounterObservation,
     CounterPoll,
     CounterTables,
     Observations,
