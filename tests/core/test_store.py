@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from pathlib import Path
 
@@ -222,10 +223,10 @@ def test_atomic_write_leaves_the_new_file_whole_and_no_temporary(tmp_path: Path)
 def test_a_taken_temporary_name_is_not_reused(tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     names = iter([b"\x00" * 6, b"\x00" * 6, b"\x01" * 6])
-    monkeypatch.setattr(store.os, "urandom", lambda n: next(names))
+    monkeypatch.setattr(os, "urandom", lambda n: next(names))
     (tmp_path / ".tmp-000000000000").write_text("another writer's")
     fd, path = store._make_temporary(str(tmp_path))
-    store.os.close(fd)
+    os.close(fd)
     assert path == str(tmp_path / ".tmp-010101010101")
     assert (tmp_path / ".tmp-000000000000").read_text() == "another writer's"
     assert (tmp_path / ".tmp-010101010101").stat().st_mode & 0o777 == 0o600
