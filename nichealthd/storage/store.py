@@ -94,7 +94,7 @@ def remove_stray_temporaries(directory: str) -> list[str]:
     files only) and return their names.
 
     :func:`atomic_write` unlinks its temporary file on any error, but a SIGKILL or a power
-    loss between ``mkstemp`` and ``rename`` leaves it behind; nothing ever reads one. Called at
+    loss between its creation and ``rename`` leaves it behind; nothing ever reads one. Called at
     start, before anything of this process writes there (the directory is the daemon's own:
     one daemon per state directory).
     """

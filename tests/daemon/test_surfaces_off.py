@@ -1,5 +1,6 @@
 """A surface the configuration switches off costs the daemon nothing (runtime/libraries.py):
-neither its module nor its library is imported, each asked in a fresh interpreter."""
+neither its module nor its library is imported by the daemon's modules or by making its
+services, each asked in a fresh interpreter."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ SURFACE_MODULES = ("nichealthd.surfaces.dbus_api", "dbus_fast", "nichealthd.surf
                    "nichealthd.surfaces.connector.service")
 PROBE = """
 import json, sys
+import nichealthd.runtime.daemon
 from nichealthd.runtime.libraries import service_factories
 from nichealthd.sources.config_file import load_config
 config = load_config(None, json.loads(sys.argv[1]))
