@@ -14,7 +14,6 @@ bounds test all iterate over these declarations.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -135,6 +134,8 @@ class Duration:
 
 def hint(key: str, known: Iterable[str]) -> str:
     """`` (did you mean 'pollingInterval'?)`` for a near miss, else ``""``."""
+    import difflib  # only for a configuration with an unknown key
+
     by_lower = {k.lower(): k for k in known}
     close = difflib.get_close_matches(key.lower(), list(by_lower), n=1, cutoff=0.6)
     return f" (did you mean {by_lower[close[0]]!r}?)" if close else ""

@@ -68,6 +68,7 @@ class Surface:
     cursor: str = ""  # its journal consumer (cursor name) while wanted; "" reads no events
     settings: Optional[type[Settings]] = None  # the config keys it declares
     order: int = 50  # start order among the surfaces
+    always: bool = False  # made even when switched off (a reload may switch it on)
 
 
 _found: Optional[tuple[Surface, ...]] = None

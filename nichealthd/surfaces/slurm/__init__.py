@@ -12,4 +12,5 @@ from .settings import SlurmSettings
 SURFACE = Surface(
     "draining in Slurm", "nichealthd.surfaces.slurm.service", "SlurmService",
     lambda config: config.settings(SlurmSettings).drain, cursor="slurm",
-    settings=SlurmSettings, order=90)
+    settings=SlurmSettings, order=90,
+    always=True)  # a reload may switch slurmDrain on; it idles while that is off
