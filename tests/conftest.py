@@ -13,6 +13,7 @@ from typing import Dict, Iterator, List, Tuple
 import pytest
 
 from nichealthd.sim.journal import remote_binary
+from nichealthd.surfaces.seam import surfaces
 from tests import simtrees
 from tests.declared_records import hold_families
 from tests.harness import clean_environment
@@ -33,6 +34,8 @@ _FD_KEY = pytest.StashKey[List[Tuple[str, List[str]]]]()
 
 # Every record key a family gives in this process is one it declares, of its declared type.
 hold_families()
+# The surfaces' settings are keys of every configuration read here, as in the daemon.
+surfaces()
 
 
 def open_fds() -> Dict[int, str]:

@@ -305,7 +305,7 @@ def test_documented_defaults_are_the_daemons(tmp_path):
     """The shipped file, every key uncommented, loads to exactly the built-in defaults, and
     the man page's counter table is the daemon's DEFAULT_COUNTERS."""
     from nichealthd.core import config as cfg
-    from nichealthd.core.config_build import family_settings
+    from nichealthd.core.config_build import settings_classes
     from nichealthd.sources.config_file import load_config
 
     text = (REPO / "etc/nichealthd/config.toml").read_text()
@@ -326,7 +326,7 @@ def test_documented_defaults_are_the_daemons(tmp_path):
             prop = {"boot_id_path_setting": "boot_id_path"}.get(field, field[: -len("_setting")])
             same = getattr(loaded, prop) == getattr(defaults, prop)
         assert same, field
-    for kind in family_settings():  # each family's keys, at their defaults
+    for kind in settings_classes():  # each family's and surface's keys, at their defaults
         assert loaded.settings(kind) == defaults.settings(kind) == kind(), kind
 
     units = {"second": "second", "minute": "minute", "hour": "hour"}

@@ -38,6 +38,7 @@ from ..core.config import DEFAULT_CONFIG_PATH, ConfigError
 from ..core.duration import parse_duration
 from ..core.jsontypes import JsonRecord
 from ..sources.config_file import load_config
+from ..surfaces.seam import surfaces
 from .connect import connect
 from .event_filter import SINCE_FORMS, EventFilter, parse_since
 from .format import (
@@ -468,6 +469,7 @@ async def cmd_reload(args: argparse.Namespace) -> int:
 def cmd_config_check(args: argparse.Namespace) -> int:
     """Every problem of the file in one run, one line each: FILE[:LINE]: KEY: PROBLEM."""
     path = args.file or DEFAULT_CONFIG_PATH
+    surfaces()  # their settings are keys of the configuration, as in the daemon
     try:
         config = load_config(path, must_exist=True)
     except ConfigError as exc:

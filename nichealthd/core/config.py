@@ -16,7 +16,6 @@ import functools
 import math
 import os
 import re
-import shlex
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Type, TypeVar, cast
 
@@ -327,24 +326,6 @@ def _threshold_type(value: object) -> str:
     return text
 
 
-def _command(value: Any) -> Tuple[str, ...]:
-    """A command line split as a shell would (``shlex``), run without one: each word one
-    argument, ``{node}`` and ``{reason}`` filled in per argument (never re-split)."""
-    text = string(value)
-    try:
-        argv = tuple(shlex.split(text))
-    except ValueError as exc:
-        raise ValueError(f"cannot split {show(value)} into arguments: {exc}") from None
-    if not argv:
-        raise ValueError("expected a command such as 'scontrol update NodeName={node} ...'")
-    for word in argv:
-        rest = re.sub(r"{(?:node|reason)}", "", word)
-        if "{" in rest or "}" in rest:
-            raise ValueError(f"unknown placeholder or stray brace in {show(word)}; the "
-                             f"placeholders are {{node}} and {{reason}}")
-    return argv
-
-
 # Counter field -> (CounterSpec attribute, converter).
 COUNTER_FIELDS: Dict[str, Tuple[str, Callable[[object], object]]] = {
     "name": ("name", _counter_name),
@@ -418,36 +399,6 @@ class Config:
         "How long events are collected into one batch before they are sent")
     connector_timeout: float = setting("connectorTimeout", 5.0, Duration(0.1, 600.0),
                                        "Deadline of one call to the platform connector")
-    # Slurm (surfaces/slurm/): a consumer of committed events with its own journal cursor
-    # that drains this node on a fatal event and may resume it once the node has recovered.
-    slurm_drain: bool = setting(
-        "slurmDrain", False, boolean,
-        "Drain this node in Slurm on a fatal event")
-    slurm_resume: bool = setting(
-        "slurmResume", False, boolean,
-        "Resume the node once every fatal condition it was drained for has recovered")
-    slurm_dry_run: bool = setting(
-        "slurmDryRun", False, boolean,
-        "Log the Slurm commands instead of running them")
-    slurm_node_name: str = setting(
-        "slurmNodeName", "", string,
-        "The node's name in Slurm; empty means nodeName")
-    slurm_drain_command: tuple[str, ...] = setting(
-        "slurmDrainCommand", ("scontrol", "update", "NodeName={node}", "State=DRAIN",
-                              "Reason={reason}"), _command,
-        "The command that drains the node")
-    slurm_resume_command: tuple[str, ...] = setting(
-        "slurmResumeCommand", ("scontrol", "update", "NodeName={node}", "State=RESUME"),
-        _command, "The command that resumes the node")
-    slurm_reason_command: tuple[str, ...] = setting(
-        "slurmReasonCommand", ("sinfo", "-h", "-N", "-n", "{node}", "-o", "%E"), _command,
-        "The command that prints the node's current drain reason")
-    slurm_command_timeout: float = setting(
-        "slurmCommandTimeout", 10.0, Duration(1.0, 300.0),
-        "Deadline of one Slurm command")
-    slurm_retries: int = setting(
-        "slurmRetries", 5, Integer(1, 100),
-        "Attempts of one Slurm action, with backoff, before it counts as failed")
     # Adapter facts (character devices, lost NICs, firmware, netdev state) are read
     # and judged this often, not every poll: the cadence of their reader, which four families
     # share.

@@ -33,14 +33,30 @@ from .settings import Declared, Reader, Report, Settings, boolean, declared, hin
 
 # ------------------------------------------------------------- the declarations
 
+_PLUGGED: List[Type[Settings]] = []
+
+
+def plug_settings(kind: Type[Settings]) -> None:
+    """Declare the keys of ``kind``, a settings class of a layer above the core (a surface:
+    ``surfaces/seam.py`` plugs each one it finds), for every config read from now on."""
+    if kind not in _PLUGGED:
+        _PLUGGED.append(kind)
+        _reader.cache_clear()
+
+
 def family_settings() -> tuple[Type[Settings], ...]:
     """The settings classes of the check families, in family order."""
     return tuple(dict.fromkeys(f.settings for f in checks.families() if f.settings is not None))
 
 
+def settings_classes() -> tuple[Type[Settings], ...]:
+    """Every settings class besides the Config's own: the families', then the plugged."""
+    return tuple(dict.fromkeys([*family_settings(), *_PLUGGED]))
+
+
 def declarations() -> tuple[Declared, ...]:
     """Every top-level key: the daemon's own, then each family's (nichealthd.toml(5))."""
-    owners: tuple[type, ...] = (Config, *family_settings())
+    owners: tuple[type, ...] = (Config, *settings_classes())
     return tuple(item for owner in owners for item in declared(owner))
 
 
@@ -52,7 +68,7 @@ def value_of(config: Config, item: Declared) -> Any:
 
 @functools.lru_cache(maxsize=1)
 def _reader() -> Reader:
-    return Reader((Config, *family_settings()), others=(DETECTION,))
+    return Reader((Config, *settings_classes()), others=(DETECTION,))
 
 
 # ------------------------------------------------------------------ loading
@@ -73,7 +89,7 @@ def build_config(data: Mapping[str, object], source: Optional[str],
     detection = _counter_detection(data.get(DETECTION, {}), source, lines, errors, notices)
     config = _assemble(values, source)
     report = Report(source, lines, errors, data, overrides, notices)
-    for settings in (config.settings(kind) for kind in family_settings()):
+    for settings in (config.settings(kind) for kind in settings_classes()):
         settings.validate(config, report)
     tables = reader.tables(data, source, lines, errors)
     errors.raise_if_any()
@@ -90,7 +106,7 @@ def _assemble(values: Mapping[type, Mapping[str, Any]], source: Optional[str]) -
     differ from its defaults."""
     families: tuple[Settings, ...] = tuple(
         replace(cast(Any, default_settings(kind)), **values.get(kind, {}))
-        for kind in family_settings())
+        for kind in settings_classes())
     return replace(Config(), **values.get(Config, {}), source=source,
                    family_settings=tuple(s for s in families if s != default_settings(type(s))))
 

@@ -14,7 +14,8 @@ bounds test all iterate over these declarations.
 from __future__ import annotations
 
 import dataclasses
-import difflib
+import re
+import shlex
 from dataclasses import dataclass, field
 from typing import (
     Any,
@@ -62,6 +63,24 @@ def boolean(value: object) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"expected true or false, got {show(value)}")
     return value
+
+
+def command(value: object) -> Tuple[str, ...]:
+    """A command line split as a shell would (``shlex``), run without one: each word one
+    argument, ``{node}`` and ``{reason}`` filled in per argument (never re-split)."""
+    text = string(value)
+    try:
+        argv = tuple(shlex.split(text))
+    except ValueError as exc:
+        raise ValueError(f"cannot split {show(value)} into arguments: {exc}") from None
+    if not argv:
+        raise ValueError("expected a command such as 'scontrol update NodeName={node} ...'")
+    for word in argv:
+        rest = re.sub(r"{(?:node|reason)}", "", word)
+        if "{" in rest or "}" in rest:
+            raise ValueError(f"unknown placeholder or stray brace in {show(word)}; the "
+                             f"placeholders are {{node}} and {{reason}}")
+    return argv
 
 
 @dataclass(frozen=True)
@@ -115,6 +134,8 @@ class Duration:
 
 def hint(key: str, known: Iterable[str]) -> str:
     """`` (did you mean 'pollingInterval'?)`` for a near miss, else ``""``."""
+    import difflib  # only for a configuration with an unknown key
+
     by_lower = {k.lower(): k for k in known}
     close = difflib.get_close_matches(key.lower(), list(by_lower), n=1, cutoff=0.6)
     return f" (did you mean {by_lower[close[0]]!r}?)" if close else ""
@@ -199,6 +220,12 @@ class Settings:
         """The family's rules across its keys (and others' it depends on): problems and
         notices go to ``report``. ``config`` holds every value that parsed, defaults for the
         rest. The default has none."""
+
+    def commands(self) -> Tuple[Tuple[str, Tuple[str, ...]], ...]:
+        """The commands these settings have the daemon run, as (key, argv): the loader
+        refuses one run from a place others can change (``sources/config_file.py``). The
+        default runs none."""
+        return ()
 
 
 SettingsT = TypeVar("SettingsT", bound=Settings)

@@ -29,7 +29,7 @@ from ..core.config import (
 from ..sources.config_file import load_config
 from ..surfaces.eventlog import EventLog
 from .fdplan import log_plan, plan_fds
-from .libraries import CONNECTOR, load
+from .libraries import all_surfaces, load, surface
 from .logsetup import log_start_failure, setup_logging
 from .monitor import Monitor
 from .pollguard import PollFailed
@@ -196,8 +196,9 @@ def run_once(startup: Startup) -> int:
 def deliver_once(config: Config, monitor: Monitor) -> None:
     """Forward pending events when a connector is configured and its socket exists (and the
     gRPC library is there: without it they stay in the outbox, runtime/libraries.py)."""
-    deliver = (load(CONNECTOR, config, "nichealthd.surfaces.connector.sender",
-                    "deliver_pending_once") if config.platform_connector_socket else None)
+    sender = "nichealthd.surfaces.connector.sender"
+    deliver = (load(surface(sender), config, sender, "deliver_pending_once")
+               if config.platform_connector_socket else None)
     if deliver is not None:
         deliver(config, monitor.journal)
 
@@ -229,6 +230,7 @@ def check_config(args: argparse.Namespace) -> int:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    all_surfaces()  # their settings are keys of the configuration (surfaces/seam.py)
     if args.check_config:
         return check_config(args)
     hint = UNDER_SYSTEMD_HINT if os.environ.get("INVOCATION_ID") and not args.once else ""

@@ -1,65 +1,53 @@
 """The surfaces whose Python library a host may lack, imported only when the daemon starts them.
 
 A library missing at run time never stops the daemon (packaging/README.md): RHEL 9 ships no D-Bus
-library for Python, and grpcio and prometheus-client only in EPEL. Each surface below names
-the top-level modules it needs; when importing it fails for one of them, the surface is left
+library for Python, and grpcio and prometheus-client only in EPEL. Each surface (those below,
+and those found by ``surfaces/seam.py``: the connector's, Slurm's) names the top-level modules
+it needs; when importing it fails for one of them, the surface is left
 out, the daemon says once at error priority what is missing, how to install it and what the
 host gets meanwhile, and everything else runs as usual. Any other import error is a bug and
-is raised. Nothing is said of a surface the configuration switches off.
+is raised. Nothing is said of a surface the configuration switches off, and nothing of it is
+imported: its service would leave itself out (``enabled``), and its library alone is megabytes
+of the daemon's memory (dbus_fast 3 MiB, prometheus_client 3 MiB with what it imports).
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
-from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from ..core.config import Config
+from ..surfaces.seam import Surface, surfaces
 
 log = logging.getLogger("nichealthd")
 
-
-@dataclass(frozen=True)
-class Surface:
-    """One optional surface: where its service class lives and what it needs."""
-
-    what: str  # for the log line: "the D-Bus API"
-    module: str
-    factory: str  # the service class in ``module``
-    libraries: tuple[str, ...]  # module names whose absence leaves it out
-    install: str  # what to install (distribution packages, then pip)
-    without: str  # what the host gets meanwhile
-    wanted: Callable[[Config], bool]  # whether the configuration asks for it
-    fallback: Optional[str] = None  # "module:Class" to run instead, without the library
-
-
-CONNECTOR = Surface(
-    "forwarding to the platform connector", "nichealthd.surfaces.connector.service",
-    "ConnectorService", ("grpc", "google.protobuf"),
-    "python3-grpcio and python3-protobuf (pip: grpcio protobuf)",
-    "events are kept in the outbox (bounded by outboxMaxEvents/outboxMaxBytes) and sent "
-    "after a restart with the library installed",
-    lambda config: bool(config.platform_connector_socket),
-    fallback="nichealthd.surfaces.connector.held:HeldOutbox")
+# The surfaces that answer requests rather than consume the journal; those that act on
+# committed events (the connector, Slurm, ...) are found by surfaces/seam.py.
 DBUS = Surface(
-    "the D-Bus API", "nichealthd.surfaces.dbus_api", "DbusService", ("dbus_fast", "dbus_next"),
-    "python3-dbus-fast or python3-dbus-next (pip: dbus-fast)",
-    "nichealthctl reads the varlink socket instead",
-    lambda config: config.dbus != "none")
+    "the D-Bus API", "nichealthd.surfaces.dbus_api", "DbusService",
+    lambda config: config.dbus != "none", libraries=("dbus_fast", "dbus_next"),
+    install="python3-dbus-fast or python3-dbus-next (pip: dbus-fast)",
+    without="nichealthctl reads the varlink socket instead", order=20)
 METRICS = Surface(
     "the Prometheus metrics and /healthz", "nichealthd.surfaces.metrics", "MetricsService",
-    ("prometheus_client",), "python3-prometheus-client (pip: prometheus-client)",
-    "no /metrics or /healthz endpoint: use nichealthctl check",
-    lambda config: bool(config.metrics_listen.strip()))
+    lambda config: bool(config.metrics_listen.strip()), libraries=("prometheus_client",),
+    install="python3-prometheus-client (pip: prometheus-client)",
+    without="no /metrics or /healthz endpoint: use nichealthctl check", order=30)
 VARLINK = Surface(
-    "the varlink API", "nichealthd.surfaces.varlink", "VarlinkService", (), "", "",
-    lambda config: bool(config.varlink_socket))
-# Always made, so that a reload can switch slurmDrain on; it idles while that is off.
-SLURM = Surface(
-    "draining in Slurm", "nichealthd.surfaces.slurm.service", "SlurmService", (), "", "",
-    lambda config: config.slurm_drain)
-SURFACES = (CONNECTOR, DBUS, METRICS, VARLINK, SLURM)
+    "the varlink API", "nichealthd.surfaces.varlink", "VarlinkService",
+    lambda config: bool(config.varlink_socket), order=40)
+
+
+def all_surfaces() -> tuple[Surface, ...]:
+    """Every surface, the listed and the found, in start order."""
+    return tuple(sorted((DBUS, METRICS, VARLINK, *surfaces()), key=lambda s: s.order))
+
+
+def surface(module: str) -> Surface:
+    """The surface whose service (or another module) lives in ``module``'s package."""
+    return next(s for s in all_surfaces()
+                if s.module.rpartition(".")[0] == module.rpartition(".")[0])
 
 
 def missing_library(exc: ImportError, libraries: tuple[str, ...]) -> Optional[str]:
@@ -102,10 +90,14 @@ def service_factory(surface: Surface, config: Config) -> Optional[Callable[..., 
 
 
 def service_factories(config: Config) -> list[Callable[..., Any]]:
-    """The service classes to run under ``config``, in start order."""
+    """The service classes to run under ``config``, in start order: none of a surface the
+    configuration switches off (a reload cannot start one: it takes a restart), so its
+    module and library are never imported."""
     factories = []
-    for surface in SURFACES:
-        factory = service_factory(surface, config)
+    for each in all_surfaces():
+        if not (each.always or each.wanted(config)):
+            continue
+        factory = service_factory(each, config)
         if factory is not None:
             factories.append(factory)
     return factories

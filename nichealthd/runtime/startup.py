@@ -22,6 +22,7 @@ from ..sources.routes import rdma_devices_of, read_default_route_netdevs
 from ..sources.sandbox import hidden_paths, sandbox_hint
 from ..storage.metadata_names import load_names, names_path, save_names
 from ..surfaces.eventlog import EventLog
+from ..surfaces.seam import cursors
 from .fdplan import FdPlan
 from .monitor import Monitor
 
@@ -190,10 +191,6 @@ def consumers(config: Config, event_log: Optional[EventLog]) -> list[str]:
     names = []
     if event_log is not None and event_log.durable:
         names.append(event_log.name)
-    if config.platform_connector_socket:
-        names.append("connector")
-    if config.slurm_drain:
-        names.append("slurm")  # surfaces/slurm/consumer.py CONSUMER
-    return names
+    return names + cursors(config)  # the surfaces' (surfaces/seam.py)
 
 

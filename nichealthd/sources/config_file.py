@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Dict, Mapping, Optional
 
 from ..core.config import Config
-from ..core.config_build import build_config
+from ..core.config_build import build_config, settings_classes
 from ..core.config_errors import Collector, ConfigError
 from ..core.config_lines import KeyLines
 from . import trust
@@ -132,20 +132,16 @@ def load_config(path: Optional[str], overrides: Optional[Mapping[str, object]] =
     return config
 
 
-COMMAND_KEYS = (("slurmDrainCommand", "slurm_drain_command"),
-                ("slurmResumeCommand", "slurm_resume_command"),
-                ("slurmReasonCommand", "slurm_reason_command"))
-
-
 def _check_commands(config: Config, lines: KeyLines) -> None:
     """Refuse commands the daemon would run from a place others can change (sudo's rule,
-    :func:`.trust.command_problem`); only while ``slurmDrain`` is on, as they run only then."""
-    if not config.slurm_drain:
+    :func:`.trust.command_problem`): those the settings name (``Settings.commands``: Slurm's,
+    only while ``slurmDrain`` is on, as they run only then)."""
+    commands = [c for kind in settings_classes() for c in config.settings(kind).commands()]
+    if not commands:
         return
     allowed = trust.owners()
     errors = Collector()
-    for key, attribute in COMMAND_KEYS:
-        argv: tuple[str, ...] = getattr(config, attribute)
+    for key, argv in commands:
         found = trust.command_problem(trust.resolve(argv[0]), allowed)
         if found:
             errors.add(config.source, key, f"refused: {found}", lines.line("", key))

@@ -12,7 +12,6 @@ Which resolution to keep while the content is unchanged is
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Iterable, Mapping, Optional
 
@@ -47,6 +46,8 @@ def read_gpu_metadata(path: str) -> tuple[GpuTopology, str]:
         raise MetadataError(f"GPU metadata file {path}: top level is not an object")
     numa, addresses = _gpus(path, data.get("gpus"), hint)
     matrix = _nic_topology(path, data.get("nic_topology"), hint)
+    import hashlib  # only where a metadata file is read (0.6 MiB of the daemon's memory)
+
     # Every GPU at numa_node -1 (a VM): the NUMA gate is skipped (README), not a refusal.
     return (GpuTopology(frozenset(numa), tuple(addresses), matrix, source="metadata",
                         numa_gate=bool(numa)), hashlib.sha256(raw).hexdigest())

@@ -27,10 +27,8 @@ import json
 import logging
 import os
 import stat
-import tempfile
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional
 
@@ -53,7 +51,7 @@ class CommitError(Exception):
 def atomic_write(path: str, data: bytes, mode: int = 0o640) -> None:
     """Replace ``path`` with ``data`` so that readers see the old or the new file, whole."""
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=directory)
+    fd, tmp = _make_temporary(directory)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -68,12 +66,35 @@ def atomic_write(path: str, data: bytes, mode: int = 0o640) -> None:
     _fsync_dir(directory)
 
 
+def _make_temporary(directory: str) -> tuple[int, str]:
+    """A new file of mode 0600 in ``directory`` named ``TEMP_PREFIX`` and 12 random hex
+    digits, open for writing: ``tempfile.mkstemp`` without the tempfile module, whose imports
+    (shutil, bz2, lzma, random) are a megabyte of the daemon's memory."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for _ in range(100):
+        path = os.path.join(directory, TEMP_PREFIX + os.urandom(6).hex())
+        try:
+            return os.open(path, flags, 0o600), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary file name in {directory}")
+
+
+def event_id() -> str:
+    """A random (version 4) UUID in hex, as ``uuid.uuid4().hex`` gives it, without the uuid
+    module (and the platform module it imports)."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80  # the RFC 4122 variant
+    return raw.hex()
+
+
 def remove_stray_temporaries(directory: str) -> list[str]:
     """Remove the temporary files of writes that a kill interrupted (``.tmp-*``, regular
     files only) and return their names.
 
     :func:`atomic_write` unlinks its temporary file on any error, but a SIGKILL or a power
-    loss between ``mkstemp`` and ``rename`` leaves it behind; nothing ever reads one. Called at
+    loss between its creation and ``rename`` leaves it behind; nothing ever reads one. Called at
     start, before anything of this process writes there (the directory is the daemon's own:
     one daemon per state directory).
     """
@@ -305,7 +326,7 @@ class Journal:
               processing_strategy: str) -> list[JournalEntry]:
         """Give each event its sequence number and stable id (``nichealthd.event_id``)."""
         return [JournalEntry(first_seq + i,
-                             e.stamped(node_name, processing_strategy, uuid.uuid4().hex))
+                             e.stamped(node_name, processing_strategy, event_id()))
                 for i, e in enumerate(events)]
 
     def append(self, entries: list[JournalEntry]) -> int:

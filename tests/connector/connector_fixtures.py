@@ -24,7 +24,7 @@ from nichealthd.core.events import HealthEvent, make_event, port_entities
 from nichealthd.storage.store import Journal, JournalEntry
 from nichealthd.surfaces.connector import health_event_pb2 as pb
 from nichealthd.surfaces.connector.outbox import CONSUMER
-from nichealthd.surfaces.connector.sender import Sender
+from nichealthd.surfaces.connector.sender import PACE, Sender
 
 from ..harness import DEADLINE, wait_until
 
@@ -194,11 +194,10 @@ def close_senders() -> Iterator[None]:
         _senders.pop().link.close()
 
 
-def fast_sender(config: Config, journal: Journal, **kw: Any) -> Sender:
-    kw.setdefault("backoff_base", 0.02)
-    kw.setdefault("backoff_cap", 0.2)
-    kw.setdefault("probe_cap", 0.1)
-    sender = Sender(config, journal, **kw)
+def fast_sender(config: Config, journal: Journal, **pace: Any) -> Sender:
+    """A sender with fast backoff; ``pace`` replaces fields of its Pace."""
+    pace = {"backoff_base": 0.02, "backoff_cap": 0.2, "pause": 0.1, **pace}
+    sender = Sender(config, journal, pace=replace(PACE, **pace))
     _senders.append(sender)
     return sender
 

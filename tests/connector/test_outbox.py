@@ -108,7 +108,7 @@ def test_sender_applies_the_bound_and_logs_once_per_burst(
     assert sender.status.dropped == 62  # 152 -> 90
     assert sender.status.outbox_depth == 90
     connector.start()
-    assert sender.drain(sender.clock() + 5) == 90
+    assert sender.drain(sender.pace.clock() + 5) == 90
     ids = connector.event_ids()
     assert ids[0] == kept[0].event.event_id and ids[-1] == kept[1].event.event_id
 

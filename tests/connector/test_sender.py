@@ -201,9 +201,9 @@ def test_permanent_codes_never_block(tmp_path: Path, connector: FakeConnector,
     outbox = Outbox(config)
     outbox.commit([fatal(1)])
     sender = fast_sender(config, outbox.journal)
-    assert sender.drain(sender.clock() + 5) == 0
+    assert sender.drain(sender.pace.clock() + 5) == 0
     later = outbox.commit([fatal(2)])
-    assert sender.drain(sender.clock() + 5) == 1
+    assert sender.drain(sender.pace.clock() + 5) == 1
     assert connector.event_ids() == [later[0].event.event_id]
     assert sender.status.dead_letters == 1
 
@@ -246,7 +246,7 @@ def test_batches_are_bounded(tmp_path: Path, connector: FakeConnector) -> None:
     outbox = Outbox(config)
     entries = outbox.commit([fatal(i) for i in range(1200)])
     sender = fast_sender(config, outbox.journal)
-    assert sender.drain(sender.clock() + 10) == 1200
+    assert sender.drain(sender.pace.clock() + 10) == 1200
     assert [len(r.message.events) for r in connector.accepted] == [500, 500, 200]
     assert connector.event_ids() == [e.event.event_id for e in entries]
 
@@ -278,10 +278,10 @@ def test_token_is_sent_and_reread_for_every_call(tmp_path: Path,
     outbox = Outbox(config)
     sender = fast_sender(config, outbox.journal)
     outbox.commit([fatal(1)])
-    sender.drain(sender.clock() + 5)
+    sender.drain(sender.pace.clock() + 5)
     token.write_text("second-token")
     outbox.commit([fatal(2)])
-    sender.drain(sender.clock() + 5)
+    sender.drain(sender.pace.clock() + 5)
     assert [r.metadata.get("authorization") for r in connector.accepted] == [
         "Bearer first-token", "Bearer second-token"]
 
@@ -372,7 +372,7 @@ def test_throughput(tmp_path: Path, connector: FakeConnector) -> None:
         outbox.commit([degraded(chunk * 1000 + i) for i in range(1000)])
     sender = fast_sender(config, outbox.journal)
     started = time.monotonic()
-    assert sender.drain(sender.clock() + 60) == 20000
+    assert sender.drain(sender.pace.clock() + 60) == 20000
     elapsed = time.monotonic() - started
     print(f"delivered 20000 events in {elapsed:.2f} s: {20000 / elapsed:.0f} events/s")
     assert len(set(connector.event_ids())) == 20000
@@ -387,10 +387,10 @@ def test_reload_to_a_new_target(tmp_path: Path, sockdir: Path) -> None:
         outbox = Outbox(config)
         sender = fast_sender(config, outbox.journal)
         first = outbox.commit([fatal(1)])
-        sender.drain(sender.clock() + 5)
+        sender.drain(sender.pace.clock() + 5)
         sender.reconfigure(make_config(tmp_path, new.target))
         second = outbox.commit([fatal(2)])
-        sender.drain(sender.clock() + 5)
+        sender.drain(sender.pace.clock() + 5)
         assert old.event_ids() == [first[0].event.event_id]
         assert new.event_ids() == [second[0].event.event_id]
         assert sender.status.target == new.target
@@ -405,7 +405,7 @@ def test_an_absent_socket_is_looked_for_every_probe_cap_without_jitter(tmp_path:
     average); a connector that answers badly is still retried with full jitter."""
     config = make_config(tmp_path, "unix://" + str(tmp_path / "absent.sock"))
     now = [100.0]
-    sender = fast_sender(config, Outbox(config).journal, backoff_base=0.5, probe_cap=5.0,
+    sender = fast_sender(config, Outbox(config).journal, backoff_base=0.5, pause=5.0,
                          jitter=lambda: 0.25, clock=lambda: now[0])
     delays = []
     for _ in range(6):
@@ -413,4 +413,4 @@ def test_an_absent_socket_is_looked_for_every_probe_cap_without_jitter(tmp_path:
         now[0] += delays[-1]
     assert delays == [0.5, 1.0, 2.0, 4.0, 5.0, 5.0]
     assert sender.status.state == "not installed"
-    assert sender._backoff(8.0) == 8.0 * 0.25  # the other retries keep their jitter
+    assert sender.backoff(8.0) == 8.0 * 0.25  # the other retries keep their jitter

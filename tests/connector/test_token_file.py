@@ -40,7 +40,7 @@ def test_a_readable_token_warns_once_and_is_used(tmp_path: Path, connector: Fake
     with caplog.at_level(logging.WARNING, logger="nichealthd.connector"):
         for i in range(3):
             outbox.commit([fatal(i)])
-            sender.drain(sender.clock() + 5)
+            sender.drain(sender.pace.clock() + 5)
     assert [r.metadata.get("authorization") for r in connector.accepted] == \
         ["Bearer secret"] * 3
     lines = _token_lines(caplog)
@@ -59,7 +59,7 @@ def test_a_private_token_gives_no_warning(tmp_path: Path, connector: FakeConnect
     sender = fast_sender(config, outbox.journal)
     outbox.commit([fatal(1)])
     with caplog.at_level(logging.WARNING, logger="nichealthd.connector"):
-        sender.drain(sender.clock() + 5)
+        sender.drain(sender.pace.clock() + 5)
     assert len(connector.accepted) == 1
     assert _token_lines(caplog) == []
 
@@ -110,7 +110,7 @@ def test_other_non_regular_tokens_are_refused(tmp_path: Path, connector: FakeCon
         outbox = Outbox(config)
         outbox.commit([fatal(1)])
         sender = fast_sender(config, outbox.journal)
-        sender.drain(sender.clock() + 5)
+        sender.drain(sender.pace.clock() + 5)
         assert connector.received == []
         assert f"is a {kind}, not a regular file" in sender.status.last_error or \
             (kind == "socket" and "cannot read token file" in sender.status.last_error)

@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
@@ -26,7 +27,7 @@ from nichealthd.core.events import HealthEvent, make_event
 from nichealthd.sources.config_file import load_config
 from nichealthd.storage.appendfile import append
 from nichealthd.storage.store import Journal, JournalEntry
-from nichealthd.surfaces.connector.sender import Sender, SendError
+from nichealthd.surfaces.connector.sender import PACE, Sender, SendError
 from nichealthd.surfaces.eventlog import EventLog
 
 from .builders import at
@@ -98,7 +99,8 @@ def test_dead_letters_append_through_it(tmp_path: Path, dribble: list[int]) -> N
     config = load_config(str(tmp_path / "nichealthd.toml"))
     journal = Journal(config.state_dir)
     journal.recover(0)
-    sender = Sender(config, journal, wall=lambda: datetime(2026, 1, 1, tzinfo=timezone.utc))
+    sender = Sender(config, journal,
+                    pace=replace(PACE, wall=lambda: datetime(2026, 1, 1, tzinfo=timezone.utc)))
     try:
         batch = [JournalEntry(1, event(1).stamped("n", "STORE_ONLY", "id1")),
                  JournalEntry(2, event(2).stamped("n", "STORE_ONLY", "id2"))]

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from nichealthd.core.config import Config, ConfigError, CounterSpec
-from nichealthd.core.config_build import declarations, family_settings
+from nichealthd.core.config_build import declarations, settings_classes
 from nichealthd.core.duration import format_duration
 from nichealthd.core.settings import Declared, Duration
 from nichealthd.runtime.daemon import main as daemon_main
@@ -127,9 +127,10 @@ def config_file(tmp_path: Path, key: str, value: str) -> str:
 
 
 def test_every_number_is_declared_with_bounds() -> None:
-    """A numeric field of the Config or of a family's settings is a key with bounds (so it gets
-    the cases above and a documented range), and the hand-picked values name only such keys."""
-    owners: tuple[Any, ...] = (Config, *family_settings())
+    """A numeric field of the Config or of a family's or surface's settings is a key with
+    bounds (so it gets the cases above and a documented range), and the hand-picked values
+    name only such keys."""
+    owners: tuple[Any, ...] = (Config, *settings_classes())
     for owner in owners:
         numeric = {f.name for f in dataclasses.fields(owner) if f.type in ("float", "int")}
         assert numeric == {item.attr for item in BOUNDED.values() if item.owner is owner}, owner

@@ -688,3 +688,14 @@ def test_only_advanced_velocity_windows_can_wait_for_the_flush() -> None:
     assert changed(counter_snapshots={**snaps, f"mlx5_0:2:{velocity}": CounterSnap(0, at(1))})
     assert changed(breach_flags={f"mlx5_0:1:{delta}": BreachFlag("c", True, at(1))})
     assert changed(saturated={f"mlx5_0:1:{velocity}": at(1)})
+    # The keys to compare are worked out once per keys and specs: other specs, other keys.
+    advanced = {**old.counter_snapshots, f"mlx5_0:1:{velocity}": CounterSnap(6, at(1))}
+    assert not urgent_counter_change(old, replace(old, counter_snapshots=advanced), specs)
+    others = tuple(s for s in specs if s.name != velocity)
+    assert urgent_counter_change(old, replace(old, counter_snapshots=advanced), others)
+    assert not urgent_counter_change(old, replace(old, counter_snapshots=advanced), specs)
+    fewer = dict(old.counter_snapshots)
+    del fewer[f"mlx5_0:1:x:{velocity}"]
+    fewer_delta = {**fewer, f"mlx5_0:1:{delta}": CounterSnap(3, at(1))}
+    assert urgent_counter_change(replace(old, counter_snapshots=fewer),
+                                 replace(old, counter_snapshots=fewer_delta), specs)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+import statistics
 from dataclasses import replace
 from typing import Any, Optional
 
@@ -10,6 +12,7 @@ from nichealthd.core.checks.link_ber import (
     KR4_LIMIT,
     LINK_BER,
     BerPicture,
+    _median,
     fec_limit,
 )
 from nichealthd.core.checks.link_rate import parse_rate
@@ -253,3 +256,13 @@ def test_peers_judge_nothing_below_their_minimum_or_when_switched_off() -> None:
         peers = Peers(**overrides)
         for _ in range(3):
             assert ber_events(peers.window(bers)) == []
+
+
+def test_the_peers_median_is_statistics_median() -> None:
+    """link_ber's own median (it spares the daemon the statistics module) gives what
+    ``statistics.median`` gives, for odd and even counts."""
+    rng = random.Random(56)
+    for n in range(1, 40):
+        values = [rng.choice([1e-12, 3e-9, 2.5e-6]) * rng.random() for _ in range(n)]
+        assert _median(values) == statistics.median(values)
+    assert _median([4e-9, 1e-9]) == 2.5e-9

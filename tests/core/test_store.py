@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import uuid
 from pathlib import Path
 
 import pytest
@@ -207,3 +209,33 @@ def test_stray_temporary_files_go_regular_files_only(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         ".tmp-dir", ".tmp-link", "state.json", "x.tmp-1"]
     assert store.remove_stray_temporaries(str(tmp_path / "absent")) == []
+
+
+def test_atomic_write_leaves_the_new_file_whole_and_no_temporary(tmp_path: Path) -> None:
+    target = tmp_path / "state.json"
+    target.write_text("old")
+    store.atomic_write(str(target), b"new", 0o640)
+    assert target.read_bytes() == b"new"
+    assert target.stat().st_mode & 0o777 == 0o640
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
+
+
+def test_a_taken_temporary_name_is_not_reused(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    names = iter([b"\x00" * 6, b"\x00" * 6, b"\x01" * 6])
+    monkeypatch.setattr(os, "urandom", lambda n: next(names))
+    (tmp_path / ".tmp-000000000000").write_text("another writer's")
+    fd, path = store._make_temporary(str(tmp_path))
+    os.close(fd)
+    assert path == str(tmp_path / ".tmp-010101010101")
+    assert (tmp_path / ".tmp-000000000000").read_text() == "another writer's"
+    assert (tmp_path / ".tmp-010101010101").stat().st_mode & 0o777 == 0o600
+
+
+def test_event_ids_are_random_version_4_uuids() -> None:
+    ids = {store.event_id() for _ in range(200)}
+    assert len(ids) == 200
+    for text in ids:
+        parsed = uuid.UUID(hex=text)
+        assert parsed.hex == text and parsed.version == 4
+        assert parsed.variant == uuid.RFC_4122

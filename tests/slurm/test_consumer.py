@@ -20,7 +20,8 @@ from nichealthd.storage.store import Journal
 from nichealthd.surfaces.metrics import _slurm_families
 from nichealthd.surfaces.slurm import command
 from nichealthd.surfaces.slurm.command import Outcome
-from nichealthd.surfaces.slurm.consumer import CONSUMER, SlurmConsumer
+from nichealthd.surfaces.slurm.consumer import CONSUMER, PACE, SlurmConsumer
+from nichealthd.surfaces.slurm.settings import SlurmSettings
 from nichealthd.surfaces.slurm.status import SlurmStatus
 
 from .test_decide import down, event, up
@@ -55,6 +56,13 @@ class Slurmctld:
         return [a[3] for a in self.calls if a[0] == "scontrol"]
 
 
+def switched_off(config: Config) -> Config:
+    """``config`` with slurmDrain off (as a reload of a file without it)."""
+    others = tuple(s for s in config.family_settings if not isinstance(s, SlurmSettings))
+    off = replace(config.settings(SlurmSettings), drain=False)
+    return replace(config, family_settings=(*others, off))
+
+
 class Host:
     """A journal committed as the monitor commits, and consumers made on it."""
 
@@ -77,7 +85,7 @@ class Host:
 
     def consumer(self) -> SlurmConsumer:
         return SlurmConsumer(self.config, self.journal, runner=self.slurm,
-                             sleep=self.sleep,
+                             pace=replace(PACE, sleep=self.sleep),
                              on_status=self.statuses.append)
 
     def sleep(self, seconds: float) -> bool:
@@ -210,7 +218,7 @@ def test_a_refused_drain_is_failing_on_every_surface_until_one_succeeds(tmp_path
     assert values == {"nichealthd_slurm_drained": 1, "nichealthd_slurm_failing": 0}
     host.commit(down("mlx5_3"))
     consumer.runner = refusing
-    host.config = replace(host.config, slurm_drain=False)  # switched off by a reload
+    host.config = switched_off(host.config)  # by a reload
     consumer.reconfigure(host.config)
     consumer.step()
     assert host.statuses[-1].failing == ""
@@ -264,7 +272,7 @@ def test_dry_run_logs_and_runs_nothing(tmp_path: Path, caplog: pytest.LogCapture
 def test_off_consumes_nothing(tmp_path: Path) -> None:
     host = Host(tmp_path)
     consumer = host.consumer()
-    consumer.reconfigure(replace(host.config, slurm_drain=False))
+    consumer.reconfigure(switched_off(host.config))
     host.commit(down())
     consumer.step()
     assert host.slurm.calls == [] and host.pending == 1
@@ -272,7 +280,7 @@ def test_off_consumes_nothing(tmp_path: Path) -> None:
 
 def test_a_missing_scontrol_is_a_status_error_not_a_crash(tmp_path: Path) -> None:
     host = Host(tmp_path, slurmReasonCommand="/nonexistent/sinfo -n {node}")
-    consumer = SlurmConsumer(host.config, host.journal, sleep=lambda s: True,
+    consumer = SlurmConsumer(host.config, host.journal, pace=replace(PACE, sleep=lambda s: True),
                              on_status=host.statuses.append)
     host.commit(down())
     assert consumer.step() == consumer.pause
@@ -316,8 +324,8 @@ def test_the_command_keys_are_validated() -> None:
         build_config({"slurmResumeCommand": "scontrol 'update"}, None, {})
     config = build_config({"slurmDrainCommand": 'scontrol update "NodeName={node}" '
                                                 "State=DRAIN 'Reason={reason}'"}, None, {})
-    assert config.slurm_drain_command == ("scontrol", "update", "NodeName={node}",
-                                          "State=DRAIN", "Reason={reason}")
+    assert config.settings(SlurmSettings).drain_command == ("scontrol", "update", "NodeName={node}",
+                                                             "State=DRAIN", "Reason={reason}")
 
 
 ADMIN = "nichealthd: held by admin bob for cable check INC-4711"

@@ -19,6 +19,7 @@ from nichealthd.core.config_errors import ConfigError
 from nichealthd.sources import trust
 from nichealthd.sources.config_file import load_config
 from nichealthd.surfaces.slurm import command
+from nichealthd.surfaces.slurm.settings import SlurmSettings
 
 from ..harness import REPO
 
@@ -56,7 +57,7 @@ def test_a_config_writable_by_others_is_refused_with_the_fix(tmp_path: Path) -> 
                           f"names the commands nichealthd runs, so whoever can write it "
                           f"chooses them: chmod go-w {path}")
     path.chmod(0o644)
-    assert load_config(str(path)).slurm_drain
+    assert load_config(str(path)).settings(SlurmSettings).drain
 
 
 def test_a_config_writable_by_a_shared_group_is_refused(tmp_path: Path) -> None:
@@ -86,7 +87,7 @@ def test_a_command_in_a_writable_place_is_refused_naming_the_key(tmp_path: Path)
     assert "writable by others" in str(error) and "chooses what nichealthd runs" in str(error)
     # The same command with slurmDrain off is never run, so not refused.
     path.write_text(path.read_text().replace("slurmDrain = true", "slurmDrain = false"))
-    assert not load_config(str(path)).slurm_drain
+    assert not load_config(str(path)).settings(SlurmSettings).drain
 
 
 def test_a_writable_program_is_refused(tmp_path: Path) -> None:
@@ -119,7 +120,7 @@ def test_a_bare_name_is_found_in_the_trusted_directories_never_in_path(
     assert os.path.dirname(found) in trust.TRUSTED_PATH
     assert command.run(("sh", "-c", "echo real"), 30.0).output == "real\n"
     path = config(tmp_path, 'slurmResumeCommand = "sh -c true"\n')
-    assert load_config(str(path)).slurm_resume_command == ("sh", "-c", "true")
+    assert load_config(str(path)).settings(SlurmSettings).resume_command == ("sh", "-c", "true")
 
 
 def test_a_bare_name_in_no_trusted_directory_is_missing_even_if_path_has_it(
@@ -133,7 +134,7 @@ def test_a_bare_name_in_no_trusted_directory_is_missing_even_if_path_has_it(
 def test_a_missing_program_in_a_trusted_place_is_not_refused(tmp_path: Path) -> None:
     """A host without Slurm's client commands yet: the consumer says what to install."""
     path = config(tmp_path, 'slurmReasonCommand = "/nonexistent/sinfo -n {node}"\n')
-    assert load_config(str(path)).slurm_reason_command[0] == "/nonexistent/sinfo"
+    assert load_config(str(path)).settings(SlurmSettings).reason_command[0] == "/nonexistent/sinfo"
 
 
 def test_a_program_made_untrusted_after_the_check_is_refused_when_run(tmp_path: Path) -> None:
@@ -167,4 +168,4 @@ def test_writable_by_the_owners_private_group_is_accepted(tmp_path: Path) -> Non
         pytest.skip("root's group has other members on this host")
     path = config(tmp_path, mode=0o664)
     os.chown(path, 0, 0)
-    assert load_config(str(path)).slurm_drain
+    assert load_config(str(path)).settings(SlurmSettings).drain

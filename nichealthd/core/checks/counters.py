@@ -641,8 +641,9 @@ def urgent_counter_change(old: CounterSection, new: CounterSection,
     """Whether a counter section changed in more than velocity snapshots that advanced.
 
     Those are flushed within a minute (a window resumed from an older snapshot still
-    computes an honest rate); anything else is written at once. Asked at every commit: a
-    per-second window closes on every poll, so the names are looked up before comparing.
+    computes an honest rate); anything else is written at once. Asked at every commit, when
+    a per-second window closes on every poll: only the other snapshots are compared, and
+    which keys they are is worked out once per set of keys (:func:`_fixed_keys`).
     """
     if (old.breach_flags, old.saturated, old.saturated_quiet) != (
             new.breach_flags, new.saturated, new.saturated_quiet):
@@ -650,24 +651,30 @@ def urgent_counter_change(old: CounterSection, new: CounterSection,
     was_snaps, snaps = old.counter_snapshots, new.counter_snapshots
     if was_snaps.keys() != snaps.keys():
         return True
-    velocity = frozenset(spec.name for spec in specs if spec.is_velocity)
-    names = _COUNTER_NAMES
-    for key, snap in snaps.items():
-        was = was_snaps[key]
-        if was is snap:
-            continue
-        name = names.get(key)
-        if name is None:
-            if len(names) >= _COUNTER_NAMES_KEPT:
-                names.clear()
-            name = names[key] = key.split(":", 2)[-1]  # <device>:<port>:<name>, name may hold ":"
-        if name not in velocity and was != snap:
+    for key in _fixed_keys(snaps, specs):
+        snap, was = snaps[key], was_snaps[key]
+        if snap is not was and snap != was:
             return True
     return False
 
 
-_COUNTER_NAMES: dict[str, str] = {}  # state key -> counter name (a cache)
-_COUNTER_NAMES_KEPT = 1 << 16
+# The last answer of _fixed_keys: (specs, the snapshot keys, those of no velocity counter).
+_FIXED_KEYS: list[tuple[tuple[CounterSpec, ...], frozenset[str], tuple[str, ...]]] = []
+
+
+def _fixed_keys(snaps: Mapping[str, object], specs: tuple[CounterSpec, ...]
+                ) -> tuple[str, ...]:
+    """The keys of ``snaps`` (``<device>:<port>:<name>``, the name may hold ":") whose
+    counter is no velocity counter of ``specs``; the last answer while the keys and specs
+    are the same (comparing the keys is one C-level pass, naming them a Python one)."""
+    if _FIXED_KEYS:
+        known_specs, keys, fixed = _FIXED_KEYS[0]
+        if known_specs is specs and keys == snaps.keys():
+            return fixed
+    velocity = frozenset(spec.name for spec in specs if spec.is_velocity)
+    fixed = tuple(key for key in snaps if key.split(":", 2)[-1] not in velocity)
+    _FIXED_KEYS[:] = [(specs, frozenset(snaps), fixed)]
+    return fixed
 
 
 def saturation_key(device: str, port: int, kind: Optional[CounterKind]) -> Optional[str]:

@@ -48,7 +48,6 @@ here: only the baseline rule judges them.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Iterable, Mapping, NamedTuple, Optional, Sequence, Union
@@ -353,9 +352,17 @@ def peer_medians(windows: Sequence[Window]) -> dict[str, float]:
         if len(members) <= MIN_PEERS:
             continue
         for w in members:
-            out[w.port.key] = statistics.median(
+            out[w.port.key] = _median(
                 [m.ber for m in members if m is not w and m.ber is not None])
     return out
+
+
+def _median(values: list[float]) -> float:
+    """The median of a non-empty list, as ``statistics.median`` gives it (without importing
+    statistics, decimal and fractions: half a megabyte of the daemon's memory)."""
+    ordered = sorted(values)
+    half = len(ordered) // 2
+    return ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
 
 
 def relative_floor(limit: Optional[tuple[float, str]], settings: LinkBerSettings,

@@ -17,12 +17,10 @@ import importlib.util
 import json
 import logging
 import os
-import random
 import stat
 import threading
-import time
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import datetime
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
@@ -30,6 +28,7 @@ from ...core.config import Config
 from ...core.events import HealthEvent, format_timestamp
 from ...storage.appendfile import append as append_file
 from ...storage.store import Journal, JournalEntry
+from ..seam import JournalConsumer, Pace
 from .outbox import CONSUMER, trim_outbox
 from .status import ConnectorStatus
 
@@ -53,11 +52,9 @@ log = logging.getLogger("nichealthd.connector")
 
 DEADLETTER_NAME = "deadletter.jsonl"
 MAX_BATCH = 500
-BACKOFF_BASE = 0.5
-BACKOFF_CAP = 30.0
-# A missing socket file costs one stat() to re-check, so it is probed more eagerly than a
-# socket that exists but refuses or fails calls.
-PROBE_CAP = 5.0
+# A missing socket file costs one stat() to re-check, so it is probed more eagerly (within
+# ``pause``) than a socket that exists but refuses or fails calls (within ``backoff_cap``).
+PACE = Pace(backoff_base=0.5, backoff_cap=30.0, pause=5.0)
 IDLE_SECONDS = 60.0
 PROBE_TIMEOUT = 2.0
 
@@ -243,57 +240,39 @@ def cut_batch(entries: list[JournalEntry]) -> list[JournalEntry]:
     return batch
 
 
-class Sender:
+class Sender(JournalConsumer):
     """Delivers the journal's ``connector`` backlog; call :meth:`run` in a thread, or
-    :meth:`drain` for a bounded one-shot delivery."""
+    :meth:`drain` for a bounded one-shot delivery. It delivers in batches (a prefix of
+    what is pending, :func:`cut_batch`), so it has its own :meth:`step`."""
 
-    def __init__(self, config: Config, journal: Journal, *,
-                 backoff_base: float = BACKOFF_BASE, backoff_cap: float = BACKOFF_CAP,
-                 probe_cap: float = PROBE_CAP, max_batch: int = MAX_BATCH,
-                 clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
-                 jitter: Callable[[], float] = random.random,
+    cursor = CONSUMER
+    batch = MAX_BATCH
+    idle = IDLE_SECONDS
+    log = log
+
+    def __init__(self, config: Config, journal: Journal, *, pace: Pace = PACE,
                  on_status: Callable[[ConnectorStatus], None] = lambda status: None) -> None:
-        self.config = config
-        self.journal = journal
-        self.backoff_base = backoff_base
-        self.backoff_cap = backoff_cap
-        self.probe_cap = probe_cap
-        self.max_batch = max_batch
-        self.clock = clock
-        self.wall = wall
-        self.jitter = jitter
+        super().__init__(config, journal, pace)
         self.link = Link(config.platform_connector_socket, config.platform_connector_token_path)
         self.deadletter_path = os.path.join(config.state_dir, DEADLETTER_NAME)
         self.on_status = on_status
         self._status_lock = threading.Lock()  # the loop (outbox depth) and this thread update
         self.status = ConnectorStatus(
             state="down" if self.link.unavailable() is None else NOT_INSTALLED,
-            since=format_timestamp(wall()),
+            since=format_timestamp(pace.wall()),
             outbox_depth=journal.depth(CONSUMER),
             dead_letters=_count_lines(self.deadletter_path),
             target=config.platform_connector_socket)
         on_status(self.status)
         self.calls = 0
         self._verified = False  # state "connected" was confirmed by a call or a probe
-        self._attempt = 0
-        self._retry_at = 0.0
-        self._limit = max_batch
+        self._limit = self.batch
         self._logged: tuple[str, str] = ("", "")
         self._socket_seen = False  # the connector's socket existed at some time since start
         self._trim_told = False  # a trim while "not installed" was logged (later: debug)
-        self._wake = threading.Event()
-        self._stop = threading.Event()
         self._lock = threading.Lock()  # one step at a time (thread loop vs. stop's drain)
 
     # ----------------------------------------------------------------- control
-
-    def wake(self) -> None:
-        self._wake.set()
-
-    def request_stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
 
     def update(self, **changes: Any) -> None:
         """Replace the status value with one that has ``changes`` and publish it."""
@@ -302,31 +281,26 @@ class Sender:
         self.on_status(status)
 
     def reconfigure(self, config: Config) -> None:
-        """Apply a reloaded config (a new target or token path takes a fresh channel)."""
+        """Apply a reloaded config at once (a new target or token path takes a fresh
+        channel)."""
         with self._lock:
             if (config.platform_connector_socket, config.platform_connector_token_path) != (
                     self.link.target, self.link.token_path):
                 self.link.close()
                 self.link = Link(config.platform_connector_socket,
                                  config.platform_connector_token_path)
-                self._retry_at, self._attempt, self._verified = 0.0, 0, False
-                self._socket_seen = False
+                self.recovered()
+                self._verified = self._socket_seen = False
                 self.update(target=config.platform_connector_socket)
             self.config = config
         self.wake()
 
-    def run(self, stop_deadline: float = 4.0) -> None:
-        """Thread body: deliver until :meth:`request_stop`, then drain for ``stop_deadline``."""
-        while not self._stop.is_set():
-            try:
-                delay = self.step()
-            except Exception:  # a bug here must not end delivery for the daemon's lifetime
-                log.exception("connector sender step failed; retrying")
-                delay = self._backoff(self.backoff_cap)
-            if delay > 0:
-                self._wake.wait(delay)
-            self._wake.clear()
-        self.drain(self.clock() + stop_deadline)
+    def after_error(self) -> float:
+        return self.backoff(self.pace.backoff_cap)
+
+    def finish(self, stop_deadline: float) -> None:
+        """Deliver what is pending for at most ``stop_deadline`` s, then close the channel."""
+        self.drain(self.pace.clock() + stop_deadline)
         self.link.close()
 
     # -------------------------------------------------------------- one step
@@ -342,7 +316,7 @@ class Sender:
         if not self.config.platform_connector_socket:
             self._set_state("disabled", "")
             return IDLE_SECONDS
-        now = self.clock()
+        now = self.pace.clock()
         if now < self._retry_at:
             return self._retry_at - now
         reason = self.link.unavailable()
@@ -354,7 +328,7 @@ class Sender:
             # Looking for the socket file is one stat on this host, with no server to spare
             # from a herd: not jittered, so a host without NVSentinel wakes every probe_cap,
             # not twice as often (the file is still found within probe_cap of appearing).
-            return self._backoff(self.probe_cap, jittered=False)
+            return self.backoff(self.pace.pause, jittered=False)
         self._socket_seen = True
         batch, wait = self.next_batch()
         if not batch:
@@ -363,12 +337,12 @@ class Sender:
                     self.link.probe(min(PROBE_TIMEOUT, self.config.connector_timeout))
                 except SendError as exc:
                     self._set_state("down", str(exc), code=exc.code)
-                    return self._backoff(self.backoff_cap)
+                    return self.backoff(self.pace.backoff_cap)
                 self._connected()
             return wait if wait is not None else IDLE_SECONDS
         if self._deliver(batch, self.config.connector_timeout) is not None:
             return 0.0
-        return self._backoff(self.backoff_cap)
+        return self.backoff(self.pace.backoff_cap)
 
     def next_batch(self, flush: bool = False) -> tuple[list[JournalEntry], Optional[float]]:
         """The batch to send now, or ``([], seconds until the held degraded events are due)``.
@@ -383,7 +357,7 @@ class Sender:
             return [], None
         if not flush and len(pending) < self._limit and all(
                 e.event.severity == "degraded" for e in pending):
-            age = (self.wall() - pending[0].event.generated_at).total_seconds()
+            age = (self.pace.wall() - pending[0].event.generated_at).total_seconds()
             hold = self.config.connector_batch_interval - age
             if age >= 0 and hold > 0:  # a negative age is a clock step: do not hold on it
                 return [], hold
@@ -409,7 +383,7 @@ class Sender:
         else:
             accepted = len(batch)
             self.update(sent=self.status.sent + len(batch))
-            self._limit = self.max_batch
+            self._limit = self.batch
             self._connected()
         self.journal.advance(CONSUMER, batch[-1].seq)
         self.update(outbox_depth=self.journal.depth(CONSUMER))
@@ -432,7 +406,7 @@ class Sender:
                              "for the next run", reason, depth)
                 return 0
             while True:
-                remaining = deadline - self.clock()
+                remaining = deadline - self.pace.clock()
                 batch, _ = self.next_batch(flush=True)
                 if not batch or remaining <= 0:
                     break
@@ -461,7 +435,7 @@ class Sender:
 
     def _dead_letter(self, batch: list[JournalEntry], exc: SendError) -> bool:
         """Append a refused batch to ``deadletter.jsonl`` (one line per event)."""
-        now = format_timestamp(self.wall())
+        now = format_timestamp(self.pace.wall())
         lines = "".join(json.dumps({
             "deadLetteredAt": now, "code": exc.code, "error": exc.detail,
             "batch": [batch[0].seq, batch[-1].seq], "seq": e.seq, "event": e.event.to_json(),
@@ -490,17 +464,9 @@ class Sender:
 
     # ----------------------------------------------------------------- state
 
-    def _backoff(self, cap: float, jittered: bool = True) -> float:
-        """Exponential backoff with full jitter: uniform(0, min(cap, base * 2^attempt));
-        without jitter, the ceiling itself."""
-        ceiling = min(cap, self.backoff_base * 2.0 ** min(self._attempt, 30))
-        self._attempt += 1
-        delay = max(0.01, self.jitter() * ceiling if jittered else ceiling)
-        self._retry_at = self.clock() + delay
-        return delay
-
     def _connected(self, error: str = "") -> None:
-        self._attempt, self._retry_at, self._verified = 0, 0.0, True
+        self.recovered()
+        self._verified = True
         self._set_state("connected", error)
 
     def _set_state(self, state: str, error: str, code: str = "") -> None:
@@ -509,7 +475,7 @@ class Sender:
         if error:
             self.update(last_error=error)
         if state != self.status.state:
-            self.update(state=state, since=format_timestamp(self.wall()))
+            self.update(state=state, since=format_timestamp(self.pace.wall()))
         key = (state, code)
         if key == self._logged:
             return
@@ -543,6 +509,6 @@ def deliver_pending_once(config: Config, journal: Journal) -> int:
         return 0
     sender = Sender(config, journal)
     try:
-        return sender.drain(sender.clock() + config.connector_timeout)
+        return sender.drain(sender.pace.clock() + config.connector_timeout)
     finally:
         sender.link.close()

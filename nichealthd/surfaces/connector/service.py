@@ -1,4 +1,4 @@
-"""The platform connector as a daemon service: a sender thread woken by every commit.
+"""The platform connector as a daemon service: a sender thread woken by every commit (``..seam``).
 
 The sender runs in its own thread with the synchronous gRPC API rather than ``grpc.aio`` on
 the event loop: its journal I/O (cursor fsyncs, an occasional rewrite of a large outbox) and
@@ -9,14 +9,10 @@ immutable :class:`~nichealthd.surfaces.connector.status.ConnectorStatus` through
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import threading
-import time
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
-from ...core.config import Config
-from ..context import PollOutcome
+from ..seam import STOP_SECONDS, ConsumerService, Outcome
 from .outbox import CONSUMER
 from .sender import Sender
 from .status import ConnectorStatus
@@ -26,53 +22,34 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger("nichealthd.connector")
 
-STOP_DRAIN_SECONDS = 4.0  # the daemon bounds a service's stop at 5 s
 
-
-class ConnectorService:
-    """Forwards committed events to the platform connector (disabled by an empty target)."""
+class ConnectorService(ConsumerService):
+    """Forwards committed events to the platform connector (disabled by an empty target);
+    when stopped, the sender delivers what is pending for a bounded time first."""
 
     name = "platform connector"
 
     def __init__(self, context: ServiceContext) -> None:
-        self.journal = context.journal
         config = context.config()
         self.enabled = bool(config.platform_connector_socket)
-        self.sender: Optional[Sender] = None
-        self._thread: Optional[threading.Thread] = None
+        # The sender publishes every change of its status through the context's callback;
+        # a disabled one (the daemon leaves this service out) publishes nothing.
+        publish = context.publish_connector
         if not self.enabled:
-            context.publish_connector(ConnectorStatus())
-            return
-        # The sender publishes every change of its status through the context's callback.
-        self.sender = Sender(config, self.journal, on_status=context.publish_connector)
+            publish(ConnectorStatus())
+            publish = _unpublished
+        self.sender = Sender(config, context.journal, on_status=publish)
+        super().__init__(self.sender)
 
-    async def start(self) -> None:
-        if self.sender is None:
-            return
-        self._thread = threading.Thread(target=self.sender.run, args=(STOP_DRAIN_SECONDS,),
-                                        name="connector", daemon=True)
-        self._thread.start()
+    def on_poll(self, outcome: Outcome) -> None:
+        self.sender.update(outbox_depth=self.sender.journal.depth(CONSUMER))
+        super().on_poll(outcome)
 
-    def on_poll(self, outcome: PollOutcome) -> None:
-        if self.sender is None:
-            return
-        self.sender.update(outbox_depth=self.journal.depth(CONSUMER))
-        if outcome.committed:
-            self.sender.wake()
+    def late(self) -> None:
+        log.warning("platform connector did not finish within %.0f s; %d event(s) stay "
+                    "in the outbox for the next start", STOP_SECONDS,
+                    self.sender.journal.depth(CONSUMER))
 
-    def on_reload(self, config: Config) -> None:
-        if self.sender is not None:
-            self.sender.reconfigure(config)
 
-    async def stop(self) -> None:
-        """Let the sender deliver what is pending for a bounded time, then return."""
-        if self.sender is None or self._thread is None:
-            return
-        self.sender.request_stop()
-        deadline = time.monotonic() + STOP_DRAIN_SECONDS + 0.5
-        while self._thread.is_alive() and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-        if self._thread.is_alive():
-            log.warning("platform connector did not finish within %.0f s; %d event(s) stay "
-                        "in the outbox for the next start", STOP_DRAIN_SECONDS,
-                        self.journal.depth(CONSUMER))
+def _unpublished(status: ConnectorStatus) -> None:
+    """The status callback of a disabled connector."""

@@ -15,14 +15,13 @@ scontrol missing) the event stays pending and the whole action is tried again af
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import replace
-from datetime import datetime, timezone
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from ...core.config import Config
 from ...core.events import format_timestamp
-from ...storage.store import Journal
+from ...storage.store import Journal, JournalEntry
+from ..seam import JournalConsumer, Pace
 from . import command
 from .command import Outcome
 from .decide import (
@@ -34,140 +33,120 @@ from .decide import (
     decide,
 )
 from .record import load_record, record_path, save_record
+from .settings import SlurmSettings
 from .status import DRY_RUN, OFF, ON, SlurmStatus
 
 log = logging.getLogger("nichealthd.slurm")
 
 CONSUMER = "slurm"
-BATCH = 500
-BACKOFF_BASE = 1.0
-BACKOFF_CAP = 30.0
-PAUSE = 60.0  # after an action failed every attempt
-IDLE = 60.0
+PACE = Pace(backoff_base=1.0, backoff_cap=30.0, pause=60.0)  # pause: after every attempt failed
 
 Runner = Callable[[tuple[str, ...], float], Outcome]
 
 
-def _sleep(seconds: float) -> bool:
-    time.sleep(seconds)
-    return True
+def settings_of(config: Config) -> SlurmSettings:
+    return config.settings(SlurmSettings)
+
+
+def node_of(config: Config) -> str:
+    """The node's name in Slurm."""
+    return settings_of(config).node_name or config.node_name
 
 
 def mode_of(config: Config) -> str:
-    if not config.slurm_drain:
+    settings = settings_of(config)
+    if not settings.drain:
         return OFF
-    return DRY_RUN if config.slurm_dry_run else ON
+    return DRY_RUN if settings.dry_run else ON
 
 
-class SlurmConsumer:
+class SlurmConsumer(JournalConsumer):
     """Works through the ``slurm`` consumer's backlog; :meth:`step` does what is due.
 
-    ``sleep(seconds)`` waits between attempts and returns False when the service is
+    ``pace.sleep(seconds)`` waits between attempts and returns False when the service is
     stopping (the action is then left for the next start)."""
 
+    cursor = CONSUMER
+    log = log
+
     def __init__(self, config: Config, journal: Journal, *, runner: Runner = command.run,
-                 sleep: Callable[[float], bool] = _sleep,
-                 clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
-                 backoff_base: float = BACKOFF_BASE, backoff_cap: float = BACKOFF_CAP,
-                 pause: float = PAUSE,
+                 pace: Pace = PACE,
                  on_status: Callable[[SlurmStatus], None] = lambda status: None) -> None:
-        self.config = config
-        self.journal = journal
+        super().__init__(config, journal, pace)
         self.runner = runner
-        self.sleep = sleep
-        self.clock = clock
-        self.wall = wall
-        self.backoff_base, self.backoff_cap, self.pause = backoff_base, backoff_cap, pause
         self.on_status = on_status
-        self.node = config.slurm_node_name or config.node_name
+        self.node = node_of(config)
         self.path = record_path(config.state_dir)
         self.record = load_record(self.path, self.node)
         self.status = SlurmStatus(mode=mode_of(config))
         self._publish()
-        self._retry_at = 0.0
         self._told = ""  # the error last logged (each new one is logged once)
-        self._next_config: Optional[Config] = None
 
-    def reconfigure(self, config: Config) -> None:
-        """Take a reloaded config at the next step (called from another thread: a step in
-        progress may be waiting for slurmctld, and the caller must not wait for it)."""
-        self._next_config = config
-
-    def _apply(self, config: Config) -> None:
-        node = config.slurm_node_name or config.node_name
-        self.config = config
+    def apply(self, config: Config) -> None:
+        node = node_of(config)
+        super().apply(config)
         if node != self.node:
             self.node = node
             self.record = load_record(self.path, node)
-        self._retry_at = 0.0
         self._publish(mode=mode_of(config), failing="")  # the next step says it again
 
     # ------------------------------------------------------------------ the backlog
 
-    def step(self) -> float:
-        """Act on what is pending; the seconds until something may be due."""
-        config, self._next_config = self._next_config, None
-        if config is not None:
-            self._apply(config)
-        if not self.config.slurm_drain:
-            return IDLE
-        now = self.clock()
-        if now < self._retry_at:
-            return self._retry_at - now
+    @property
+    def settings(self) -> SlurmSettings:
+        return settings_of(self.config)
+
+    def active(self) -> bool:
+        return self.settings.drain
+
+    def bound(self) -> None:
         self.journal.trim_backlog(CONSUMER, self.config.outbox_max_events,
                                   self.config.outbox_max_bytes)
-        entries = self.journal.pending(CONSUMER, BATCH)
-        done: Optional[int] = None
-        failed = False
-        for index, entry in enumerate(entries):
-            decision = decide(self.record, entry.event, self.config.slurm_resume)
-            deferred = decision.action == RESUME and any(
-                e.event.is_fatal and not e.event.is_healthy for e in entries[index + 1:])
-            if deferred:
-                # A fatal event follows in the same commit (a reboot's baselines clear every
-                # condition, then the port still down is reported again): resuming now would
-                # open the node to the scheduler for the moment before the drain.
-                log.info("Slurm: resume of node %s skipped: a fatal event follows", self.node)
-                decision = Decision(replace(decision.record, reason=self.record.reason))
-            record: Optional[DrainRecord] = decision.record
-            if decision.action:
-                record = self._act(decision)
-            elif self.record.conditions and not decision.record.conditions and not deferred:
-                self._recovered(decision.record)
-            if record is None:
-                failed = True
-                break
-            if record != self.record:
-                error = save_record(self.path, record)
-                if error is not None:
-                    self._failed(error)
-                    failed = True
-                    break
-                self.record = record
-                self._publish()
-            done = entry.seq
-        if done is not None:
-            self.journal.advance(CONSUMER, done)
-        if failed:
-            self._retry_at = self.clock() + self.pause
-            return self.pause
+
+    def settled(self) -> None:
         if self.status.failing:  # nothing pending failed this time
             self._publish(failing="")
-        return 0.0 if len(entries) == BATCH else IDLE
+
+    def act(self, entry: JournalEntry, following: Sequence[JournalEntry]) -> bool:
+        """Judge one event and do what it calls for; False when that failed (the event
+        stays pending)."""
+        decision = decide(self.record, entry.event, self.settings.resume)
+        deferred = decision.action == RESUME and any(
+            e.event.is_fatal and not e.event.is_healthy for e in following)
+        if deferred:
+            # A fatal event follows in the same commit (a reboot's baselines clear every
+            # condition, then the port still down is reported again): resuming now would
+            # open the node to the scheduler for the moment before the drain.
+            log.info("Slurm: resume of node %s skipped: a fatal event follows", self.node)
+            decision = Decision(replace(decision.record, reason=self.record.reason))
+        record: Optional[DrainRecord] = decision.record
+        if decision.action:
+            record = self._act(decision)
+        elif self.record.conditions and not decision.record.conditions and not deferred:
+            self._recovered(decision.record)
+        if record is None:
+            return False
+        if record != self.record:
+            error = save_record(self.path, record)
+            if error is not None:
+                self._failed(error)
+                return False
+            self.record = record
+            self._publish()
+        return True
 
     # ------------------------------------------------------------------ the actions
 
     def _act(self, decision: Decision) -> Optional[DrainRecord]:
         """Carry out a drain or a resume; the record after it, None when it failed."""
         action, record = decision.action, decision.record
-        argv = command.fill(self.config.slurm_drain_command if action == DRAIN
-                            else self.config.slurm_resume_command, self.node, decision.reason)
-        if self.config.slurm_dry_run:
+        argv = command.fill(self.settings.drain_command if action == DRAIN
+                            else self.settings.resume_command, self.node, decision.reason)
+        if self.settings.dry_run:
             log.info("Slurm dry run: would run %s", " ".join(argv))
             self._done(action, "dry_run", f"would run: {' '.join(argv)}")
             return replace(record, reason=decision.reason if action == DRAIN else "")
-        query = self._attempts(command.fill(self.config.slurm_reason_command, self.node))
+        query = self._attempts(command.fill(self.settings.reason_command, self.node))
         if not query.ok:
             self._failed(f"cannot read node {self.node}'s drain reason: {query.error}", action)
             return None
@@ -215,18 +194,20 @@ class SlurmConsumer:
 
     def _attempts(self, argv: tuple[str, ...]) -> Outcome:
         """Run ``argv`` up to slurmRetries times, backing off between attempts."""
-        outcome = Outcome(argv, error="not run")
-        for attempt in range(self.config.slurm_retries):
-            if attempt:
-                delay = min(self.backoff_cap, self.backoff_base * 2.0 ** (attempt - 1))
-                if not self.sleep(delay):
-                    break
-            outcome = self.runner(argv, self.config.slurm_command_timeout)
+        tried = [0]
+
+        def attempt() -> Outcome:
+            tried[0] += 1
+            return self.runner(argv, self.settings.command_timeout)
+
+        def again(outcome: Outcome) -> bool:
             if outcome.ok or not outcome.retry:
-                break
-            log.debug("Slurm: %s failed (attempt %d of %d): %s", " ".join(argv),
-                      attempt + 1, self.config.slurm_retries, outcome.error)
-        return outcome
+                return False
+            log.debug("Slurm: %s failed (attempt %d of %d): %s", " ".join(argv), tried[0],
+                      self.settings.retries, outcome.error)
+            return True
+
+        return self.attempts(attempt, again, self.settings.retries)
 
     # ------------------------------------------------------------------ status
 
@@ -236,7 +217,7 @@ class SlurmConsumer:
         if self._told:
             log.info("Slurm commands work again")
         self._told = ""
-        self._publish(last_action=f"{action} {result} at {format_timestamp(self.wall())}: "
+        self._publish(last_action=f"{action} {result} at {format_timestamp(self.pace.wall())}: "
                                   f"{text}", last_error="", failing="")
 
     def _failed(self, error: str, action: str = "") -> None:
@@ -247,7 +228,7 @@ class SlurmConsumer:
         if action:
             self._count(action, "failed")
         what = f"{action} of node {self.node}" if action else "drain record"
-        self._publish(last_error=f"{format_timestamp(self.wall())}: {error}",
+        self._publish(last_error=f"{format_timestamp(self.pace.wall())}: {error}",
                       failing=f"{what}: {error}")
 
     def _count(self, action: str, result: str) -> None:
