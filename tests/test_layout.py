@@ -279,7 +279,7 @@ def test_every_citation_names_a_file_of_the_repository() -> None:
 # counted; keyword-only ones, *args and **kwargs are). Parameters that travel together are a
 # concept: a small frozen dataclass or NamedTuple names it (CONTRIBUTING.md). A ratchet: the
 # number may go down, never up.
-MAX_WIDE_FUNCTIONS = 37
+MAX_WIDE_FUNCTIONS = 35
 WIDE = 6
 
 
