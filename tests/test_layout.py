@@ -273,3 +273,34 @@ def test_every_citation_names_a_file_of_the_repository() -> None:
         citing.extend(f"{name}:{n}" for n, line in enumerate(text.splitlines(), 1)
                       if BRIEF.search(line))
     assert citing == []
+
+
+# Functions (and methods) of the package with six or more parameters (self and cls not
+# counted; keyword-only ones, *args and **kwargs are). Parameters that travel together are a
+# concept: a small frozen dataclass or NamedTuple names it (CONTRIBUTING.md). A ratchet: the
+# number may go down, never up.
+MAX_WIDE_FUNCTIONS = 35
+WIDE = 6
+
+
+def wide_functions() -> list[str]:
+    """``module:line name (count)`` of each function with :data:`WIDE` or more parameters."""
+    found = []
+    for path in modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            args = node.args
+            names = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs
+                     if a.arg not in ("self", "cls")]
+            count = len(names) + bool(args.vararg) + bool(args.kwarg)
+            if count >= WIDE:
+                found.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name} ({count})")
+    return found
+
+
+def test_few_functions_take_six_or_more_parameters() -> None:
+    wide = wide_functions()
+    assert len(wide) <= MAX_WIDE_FUNCTIONS, (
+        f"{len(wide)} functions take {WIDE} or more parameters (at most "
+        f"{MAX_WIDE_FUNCTIONS}):\n" + "\n".join(wide))

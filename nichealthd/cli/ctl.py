@@ -26,6 +26,7 @@ from typing import (
     Callable,
     Coroutine,
     List,
+    NamedTuple,
     NoReturn,
     Optional,
     Sequence,
@@ -317,13 +318,14 @@ async def cmd_events(args: argparse.Namespace) -> int:
             elif args.lines:  # a quiet host: say so rather than print nothing
                 print(_none_line(hidden, chosen))
             return EXIT_OK
+        printer = _EventPrinter(args.json, style, width)
         for event in events:
-            _print_event(event, args.json, style, width)
+            printer.print(event)
         if not events and args.lines and not args.json:  # beside the stream, not in it
             print(f"nichealthctl: {_none_line(hidden, chosen)}; waiting for new ones (Ctrl-C "
                   f"to stop)", file=sys.stderr, flush=True)
         shown = None if args.all else baselines
-        return await _follow(client, notes, last_seq, args.json, style, width, shown, chosen)
+        return await _follow(notes, last_seq, printer, shown, chosen)
 
 
 def _none_line(hidden: int, chosen: EventFilter) -> str:
@@ -337,16 +339,23 @@ def _none_line(hidden: int, chosen: EventFilter) -> str:
     return "no events " + " ".join(a for a in asked if a)
 
 
-def _print_event(event: JsonRecord, as_json: bool, style: Style, width: int) -> None:
-    if as_json:  # --follow --json: one object per line, so it can stream
-        print(json.dumps(_event_json(event)), flush=True)
-    else:
-        print(event_line(event, style, width), flush=True)
+class _EventPrinter(NamedTuple):
+    """How ``events --follow`` prints each event as it comes: one JSON object per line
+    (``--json``), else an event line in the terminal's style and width."""
+
+    as_json: bool
+    style: Style
+    width: int
+
+    def print(self, event: JsonRecord) -> None:
+        if self.as_json:  # --follow --json: one object per line, so it can stream
+            print(json.dumps(_event_json(event)), flush=True)
+        else:
+            print(event_line(event, self.style, self.width), flush=True)
 
 
-async def _follow(client: Transport, notes: AsyncIterator[Note], last_seq: int, as_json: bool,
-                  style: Style, width: int, baselines: Optional[BaselineFilter],
-                  chosen: EventFilter) -> int:
+async def _follow(notes: AsyncIterator[Note], last_seq: int, printer: _EventPrinter,
+                  baselines: Optional[BaselineFilter], chosen: EventFilter) -> int:
     """Print each new event (the boot baselines of a restart too only with --all)."""
     async for kind, value in notes:
         if kind in ("left", "back"):
@@ -366,7 +375,7 @@ async def _follow(client: Transport, notes: AsyncIterator[Note], last_seq: int, 
             continue
         if chosen and not chosen.keeps(value):
             continue
-        _print_event(value, as_json, style, width)
+        printer.print(value)
     return EXIT_OK
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import AsyncIterator, List, Optional, Sequence, Tuple
+from typing import AsyncIterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..surfaces.dbus_common import (
     BUS_NAME,
@@ -44,6 +44,19 @@ _UNREACHABLE_ERRORS = {
     "org.freedesktop.DBus.Error.Disconnected",
 }
 _TIMEOUT_ERRORS = {"org.freedesktop.DBus.Error.NoReply", "org.freedesktop.DBus.Error.Timeout"}
+
+
+class Target(NamedTuple):
+    """Whom a method call goes to: the bus name, the object path and the interface."""
+
+    destination: str
+    path: str
+    interface: str
+
+
+NICHEALTHD = Target(BUS_NAME, OBJECT_PATH, INTERFACE)
+BUS_DRIVER = Target("org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus")
+PEER = NICHEALTHD._replace(interface="org.freedesktop.DBus.Peer")  # Ping: is it there?
 
 
 class DbusTransport(Transport):
@@ -85,11 +98,11 @@ class DbusTransport(Transport):
                         f"is the daemon running? Try: systemctl status nichealthd")
 
     async def call(self, member: str, signature: str = "", body: Sequence[object] = (),
-                   interface: str = INTERFACE, destination: str = BUS_NAME,
-                   path: str = OBJECT_PATH) -> List[object]:
+                   target: Target = NICHEALTHD) -> List[object]:
         assert self.bus is not None
-        message = Message(destination=destination, path=path, interface=interface,
-                          member=member, signature=signature, body=list(body))
+        message = Message(destination=target.destination, path=target.path,
+                          interface=target.interface, member=member, signature=signature,
+                          body=list(body))
         try:
             reply = await asyncio.wait_for(self.bus.call(message), self.timeout)
         except asyncio.TimeoutError:
@@ -172,10 +185,9 @@ class DbusTransport(Transport):
 
         self.bus.add_message_handler(handler)
         for rule in rules:
-            await self.call("AddMatch", "s", [rule], interface="org.freedesktop.DBus",
-                            destination="org.freedesktop.DBus", path="/org/freedesktop/DBus")
+            await self.call("AddMatch", "s", [rule], BUS_DRIVER)
         # Fail now (exit 3), not silently wait, when the daemon is not there.
-        await self.call("Ping", interface="org.freedesktop.DBus.Peer")
+        await self.call("Ping", target=PEER)
 
     async def _notes(self, queue: asyncio.Queue[Note]) -> AsyncIterator[Note]:
         assert self.bus is not None

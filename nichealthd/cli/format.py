@@ -12,7 +12,7 @@ import re
 import shutil
 import textwrap
 from datetime import datetime, timedelta
-from typing import IO, Callable, Mapping, Optional, Sequence, Union
+from typing import IO, Callable, Mapping, NamedTuple, Optional, Sequence, Union
 
 from ..core.events import local_clock, parse_timestamp
 from ..core.jsontypes import JsonRecord
@@ -60,14 +60,29 @@ def fit(text: str, width: int) -> str:
     return text if len(text) <= width else text[:max(width - 1, 0)] + ELLIPSIS
 
 
+GAP = 2  # spaces between two columns
+
+
+class Columns(NamedTuple):
+    """How a table's columns give way and look: ``shrink``, the columns cut with an ellipsis
+    when the table is too wide (in that order; ``(col, floor)`` to stop a column at
+    ``floor`` characters), ``right``, those aligned right, and ``colour(col, cell, padded)``,
+    which may decorate a padded cell (after sizing, so escapes never count as width)."""
+
+    shrink: Sequence[Union[int, tuple[int, int]]] = ()
+    right: Sequence[int] = ()
+    colour: Optional[Callable[[int, str, str], str]] = None
+
+
+PLAIN = Columns()
+
+
 def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]], width: int = 80,
-                 shrink: Sequence[Union[int, tuple[int, int]]] = (), right: Sequence[int] = (),
-                 colour: Optional[Callable[[int, str, str], str]] = None,
-                 gap: int = 2) -> list[str]:
-    """Columns sized to their content; if the table is wider than ``width``, the columns in
-    ``shrink`` (in that order; ``(col, floor)`` to stop a column at ``floor`` characters) are
-    cut with an ellipsis. ``colour(col, cell, padded)`` may decorate a padded cell (after
-    sizing, so escapes never count as width)."""
+                 columns: Columns = PLAIN) -> list[str]:
+    """Columns sized to their content, cut as ``columns`` says when the table is wider than
+    ``width``."""
+    shrink, right, colour = columns
+    gap = GAP
     widths = [len(h) for h in headers]
     for row in rows:
         for i, cell in enumerate(row):
@@ -284,9 +299,9 @@ def ports_table(records: Sequence[JsonRecord], style: Style, width: int = 80) ->
     reason = len(headers) - 1
     suspect = headers.index("SUSPECT")
     lines = render_table(headers, rows, width,  # SUSPECT cut to "cable-or-…" at most
-                         shrink=((reason, REASON_ROOM), 2, 4, (suspect, 10), 5, reason, 3, 1,
-                                 0),
-                         colour=colour)
+                         Columns(shrink=((reason, REASON_ROOM), 2, 4, (suspect, 10), 5,
+                                         reason, 3, 1, 0),
+                                 colour=colour))
     excluded = [r for r in records if not r.get("monitored")]
     if excluded:
         lines.append("")
@@ -313,8 +328,8 @@ def devices_table(records: Sequence[JsonRecord], style: Style, width: int = 80) 
             return style.paint(padded, "yellow")
         return padded
 
-    lines = render_table(headers, rows, width, shrink=(7, 3, 2, 1, 4), right=(5,),
-                         colour=colour)
+    lines = render_table(headers, rows, width,
+                         Columns(shrink=(7, 3, 2, 1, 4), right=(5,), colour=colour))
     lines.extend(fit(note, width) for r in records for note in _device_notes(r))
     for section in _device_sections(records):
         lines.append("")
@@ -392,7 +407,7 @@ def pcie_table(records: Sequence[JsonRecord], style: Style, width: int = 80) -> 
     def colour(col: int, text: str, padded: str) -> str:
         return style.paint(padded, "yellow") if col == 5 and text == "DEGRADED" else padded
 
-    return render_table(headers, rows, width, shrink=(2, 1), colour=colour)
+    return render_table(headers, rows, width, Columns(shrink=(2, 1), colour=colour))
 
 
 def _device_state(record: JsonRecord) -> str:
@@ -431,7 +446,7 @@ def counters_table(records: Sequence[JsonRecord], style: Style, width: int = 80)
         rows = [(str(r.get("counter", "?")), "-" if r.get("value") is None else str(r["value"]),
                  counter_last(r), counter_limit(r), counter_state(r)) for r in groups[key]]
         lines.extend("  " + line for line in render_table(
-            headers, rows, width - 2, shrink=(0, 1), right=(1, 2), colour=colour))
+            headers, rows, width - 2, Columns(shrink=(0, 1), right=(1, 2), colour=colour)))
     return lines
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Mapping, Optional, Sequence
 
 from ..core.jsontypes import JsonRecord
-from .format import Style, items, natural_key, port_name, render_table
+from .format import Columns, Style, items, natural_key, port_name, render_table
 
 MODULE_KEYS = ("module_netdev", "module_status", "module_spec", "module_media",
                "module_memory", "module_identity", "module_temperature_c", "module_voltage_v",
@@ -82,5 +82,5 @@ def optics_table(records: Sequence[JsonRecord], style: Style, width: int = 80) -
             return style.paint(padded, "yellow")  # optics predict: never a fatal colour
         return padded
 
-    return render_table(headers, rows, width, shrink=((7, 22), (1, 8), (7, 12)),
-                        right=(2, 3, 4, 5, 6), colour=colour)
+    return render_table(headers, rows, width, Columns(shrink=((7, 22), (1, 8), (7, 12)),
+                                                      right=(2, 3, 4, 5, 6), colour=colour))

@@ -109,8 +109,8 @@ class CounterSpec:
 
 
 def _velocity(name: str, path: str, threshold: float, unit: str, description: str,
-              fatal: bool = False, enabled: bool = True) -> CounterSpec:
-    return CounterSpec(name, path, enabled, fatal, "velocity", threshold, unit, description)
+              fatal: bool = False) -> CounterSpec:
+    return CounterSpec(name, path, True, fatal, "velocity", threshold, unit, description)
 
 
 def _delta(name: str, path: str, threshold: float, description: str,
@@ -148,8 +148,8 @@ DEFAULT_COUNTERS: tuple[CounterSpec, ...] = (
     # per lane on Switch-IB, "may vary" by generation), so no share of time can be worked out
     # from sysfs; at 8 bytes and 4X NDR the spec's threshold is 1.6 us of waiting per second,
     # which a busy healthy port crosses (nichealthd.toml(5), "port_xmit_wait").
-    _velocity("port_xmit_wait", "counters/port_xmit_wait", 10000.0, "second",
-              "TX wait ticks - congestion backpressure", enabled=False),
+    replace(_velocity("port_xmit_wait", "counters/port_xmit_wait", 10000.0, "second",
+                      "TX wait ticks - congestion backpressure"), enabled=False),
     _velocity("roce_slow_restart", "hw_counters/roce_slow_restart", 10.0, "second",
               "Victim flow oscillation"),
     _delta("carrier_changes", REAL_CARRIER_PATH, 2,
@@ -522,9 +522,9 @@ def merge_counters(entries: object, source: Optional[str], lines: Optional[KeyLi
         errors.add(source, table, f"expected an array of tables, got {show(entries)}",
                    lines.line(DETECTION, table.rpartition(".")[2]))
         entries = []
-    seen: set[str] = set()
+    merging = _Merging(merged, set(), source, lines, errors, notices, efa)
     for index, entry in enumerate(entries):
-        spec = _counter_entry(index, entry, merged, seen, source, lines, errors, notices, efa)
+        spec = _counter_entry(index, entry, merging)
         if spec is not None:
             if spec.name not in merged:
                 order.append(spec.name)
@@ -534,11 +534,27 @@ def merge_counters(entries: object, source: Optional[str], lines: Optional[KeyLi
     return tuple(merged[n] for n in order), notices
 
 
-def _counter_entry(index: int, entry: object, merged: Mapping[str, CounterSpec], seen: set[str],
-                   source: Optional[str], lines: KeyLines, errors: Collector,
-                   notices: List[str], efa: bool = False) -> Optional[CounterSpec]:
+@dataclass(frozen=True)
+class _Merging:
+    """One merge of user counter entries over the defaults (:func:`merge_counters`): the
+    counters so far by name, the names given already, where the entries come from and their
+    lines, where problems and notices go, and whether they are the EFA table's."""
+
+    merged: Mapping[str, CounterSpec]
+    seen: set[str]
+    source: Optional[str]
+    lines: KeyLines
+    errors: Collector
+    notices: List[str]
+    efa: bool
+
+
+def _counter_entry(index: int, entry: object, merging: _Merging) -> Optional[CounterSpec]:
     """One ``[[counterDetection.counters]]`` (or ``efaCounters``) entry merged over its
     default; None if invalid."""
+    merged, seen, source, lines, errors, notices, efa = (
+        merging.merged, merging.seen, merging.source, merging.lines, merging.errors,
+        merging.notices, merging.efa)
     table = EFA_COUNTERS_TABLE if efa else COUNTERS_TABLE
 
     def line(key: str = "") -> Optional[int]:

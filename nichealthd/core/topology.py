@@ -106,6 +106,18 @@ class Role:
         return self.role in MONITORED_ROLES
 
 
+@dataclass(frozen=True)
+class NicFilters:
+    """The config's filters of RDMA devices, before the topology decides: ``exclusion``
+    (``nicExclusionRegex``) and ``inclusion_override`` (``nicInclusionRegexOverride``)."""
+
+    exclusion: tuple[str, ...] = ()
+    inclusion_override: tuple[str, ...] = ()
+
+
+NO_FILTERS = NicFilters()
+
+
 def _matches(patterns: Iterable[str], names: Iterable[str]) -> bool:
     compiled = [re.compile(p) for p in patterns]
     return any(rx.search(name) for rx in compiled for name in names)
@@ -126,13 +138,14 @@ def classify_all(devices: Iterable[DeviceSnapshot], topology: Topology,
     kept: dict[int, tuple[DeviceSnapshot, Role]] = {}
     roles = {}
     previous = previous or {}
+    filters = NicFilters(exclusion, inclusion_override)
     for device in devices:
         seen = known.get(id(device))
         if seen is not None and seen[0] is device:
             role = seen[1]
         else:
-            role = classify(device, topology.gpus, topology.default_route, exclusion,
-                            inclusion_override, previous.get(device.name))
+            role = classify(device, topology.gpus, topology.default_route, filters,
+                            previous.get(device.name))
         kept[id(device)] = (device, role)
         roles[device.name] = role
     _LAST_ROLES[:] = [(topology, exclusion, inclusion_override, kept)]
@@ -145,8 +158,7 @@ _LAST_ROLES: list[tuple[Topology, tuple[str, ...], tuple[str, ...],
 
 
 def classify(device: DeviceSnapshot, topology: GpuTopology, default_route: frozenset[str],
-             exclusion: tuple[str, ...] = (), inclusion_override: tuple[str, ...] = (),
-             previous: Optional[Role] = None) -> Role:
+             filters: NicFilters = NO_FILTERS, previous: Optional[Role] = None) -> Role:
     """The role of one device, in the order of spec §4.2 (with VFs and filters first).
 
     A device whose ``numa_node`` cannot be read keeps ``previous``, its role last poll. Every
@@ -160,6 +172,7 @@ def classify(device: DeviceSnapshot, topology: GpuTopology, default_route: froze
         return previous
     if device.is_vf:
         return Role(VF, "SR-IOV virtual function")
+    exclusion, inclusion_override = filters.exclusion, filters.inclusion_override
     if inclusion_override:
         return _pinned(device, inclusion_override)
     if not device.adapter:

@@ -17,6 +17,7 @@ from .fsio import symlink, write_new
 
 CLASS_VERBS = "sys/class/infiniband_verbs"
 CLASS_MAD = "sys/class/infiniband_mad"
+IB_MAJOR = 231  # the character major of every uverbs, umad and issm node (Linux devices.txt)
 
 
 def build(root: Path, devices: List[Dict[str, Any]]) -> None:
@@ -30,23 +31,22 @@ def build(root: Path, devices: List[Dict[str, Any]]) -> None:
     for index, dev in enumerate(devices):
         pdir = root / dev["pci_path"]
         entries = {"uverbs": f"uverbs{index}"}
-        _entry(root, pdir / "infiniband_verbs" / entries["uverbs"], verbs, dev["name"], None,
-               231, 192 + index)
+        _entry(pdir / "infiniband_verbs" / entries["uverbs"], verbs, dev["name"], None,
+               192 + index)
         for port in sorted(dev["ports"], key=int):
-            _entry(root, pdir / "infiniband_mad" / f"umad{umad}", mad, dev["name"], int(port),
-                   231, umad)
-            _entry(root, pdir / "infiniband_mad" / f"issm{umad}", mad, dev["name"], int(port),
-                   231, 64 + umad)
+            _entry(pdir / "infiniband_mad" / f"umad{umad}", mad, dev["name"], int(port), umad)
+            _entry(pdir / "infiniband_mad" / f"issm{umad}", mad, dev["name"], int(port),
+                   64 + umad)
             entries[f"umad:{port}"] = f"umad{umad}"
             entries[f"issm:{port}"] = f"issm{umad}"
             umad += 1
         dev["chardevs"] = entries
 
 
-def _entry(root: Path, edir: Path, class_dir: Path, ibdev: str, port: Optional[int],
-           major: int, minor: int) -> None:
+def _entry(edir: Path, class_dir: Path, ibdev: str, port: Optional[int], minor: int) -> None:
+    """One character device node's class entry (its ``dev`` is ``IB_MAJOR:minor``)."""
     write_new(edir / "ibdev", ibdev + "\n")
     if port is not None:
         write_new(edir / "port", f"{port}\n")
-    write_new(edir / "dev", f"{major}:{minor}\n")
+    write_new(edir / "dev", f"{IB_MAJOR}:{minor}\n")
     symlink(class_dir / edir.name, edir)

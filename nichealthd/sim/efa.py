@@ -59,17 +59,17 @@ def link_local_gid(mac: str) -> str:
                                              for i in range(0, 8, 2))
 
 
-def _function(builder: HostWriter, pci: str, numa: int, device: str, driver: str,
-              pclass: str) -> Path:
+def _function(builder: HostWriter, pci: str, numa: int, device: str, driver: str) -> Path:
+    """An Amazon network controller function (PCI class 0x020000: an EFA or an ENA)."""
     pdir: Path = builder.root / "sys/devices" / builder.layout.path_of(pci)
-    builder.plain_function(pdir, pci, AMAZON, device, pclass, numa, driver, None)
+    builder.plain_function(pdir, pci, AMAZON, device, "0x020000", numa, driver, None)
     return pdir
 
 
 def efa_pf(builder: HostWriter, nic: NicSpec, index: int, guid: str, ip: str) -> Dict[str, Any]:
     """One EFA function (and its ENA partner); returns its manifest record."""
     assert nic.name and nic.rate
-    pdir = _function(builder, nic.pci, nic.numa, HCAS[nic.hca][0], "efa", "0x020000")
+    pdir = _function(builder, nic.pci, nic.numa, HCAS[nic.hca][0], "efa")
     builder.link_files(pdir, "32.0 GT/s PCIe", 16)
     idir = pdir / "infiniband" / nic.name
     write_new(idir / "fw_ver", "0.0.0.0\n")
@@ -92,7 +92,7 @@ def efa_pf(builder: HostWriter, nic: NicSpec, index: int, guid: str, ip: str) ->
     symlink(builder.root / "sys/class/infiniband" / nic.name, idir)
     ndir: Optional[Path] = None
     if nic.netdev:
-        ena = _function(builder, ena_pci(nic), nic.numa, ENA_DEVICE_ID, "ena", "0x020000")
+        ena = _function(builder, ena_pci(nic), nic.numa, ENA_DEVICE_ID, "ena")
         ndir = builder.netdev(ena, nic.netdev, "Ethernet", guid, guid.encode()[:8], True, mac)
         write_new(ndir / "carrier", "1\n")
         builder._connected_route(nic.netdev, ip, nic.default_route)

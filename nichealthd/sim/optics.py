@@ -49,7 +49,7 @@ import os
 import struct
 import zlib
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .fsio import PathLike, PortId, SimError
 
@@ -229,11 +229,27 @@ def _cmis(rate: str) -> bool:
         return False
 
 
-def write_module(root: PathLike, netdev: str, rate: str,
-                 readings: Optional[Dict[str, float]] = None, kind: str = "optical",
-                 lanes: Optional[Lanes] = None, serial: str = "", twin: str = "") -> None:
-    """The module pages of ``netdev``: a module of ``kind`` with ``readings`` (default:
-    healthy) or per-lane ``lanes``; its record beside them."""
+class Plugged(NamedTuple):
+    """The module plugged in a port, as its record beside the pages keeps it: its readings
+    (module-wide; default healthy) or per-lane ``lanes``, its kind (:data:`KINDS`), its
+    serial (default: one derived from the netdev) and, for a twin-port module, the other
+    host port's netdev."""
+
+    readings: Optional[Dict[str, float]] = None
+    kind: str = "optical"
+    lanes: Optional[Lanes] = None
+    serial: str = ""
+    twin: str = ""
+
+
+HEALTHY_MODULE = Plugged()  # an optical module with healthy readings
+
+
+def write_module(root: PathLike, netdev: str, rate: str, plugged: Plugged = HEALTHY_MODULE
+                 ) -> None:
+    """The module pages of ``netdev`` at ``rate`` for the module ``plugged``; its record
+    beside them."""
+    readings, kind, lanes, serial, twin = plugged
     values = dict(HEALTHY, **(readings or {}))
     serial = serial or f"SIM{zlib.crc32(netdev.encode()) % 10**8:08d}"
     if kind in ("optical", "passive-dac") and not _cmis(rate):
@@ -397,9 +413,10 @@ def set_optics(root: PathLike, dev: Dict[str, Any], port: PortId, *,
     if twin is not None:
         peer, _ = _netdev_folder(root, twin[0], twin[1])
         changed.append(f"shared with {twin[0]['name']} port {twin[1]} ({peer})")
-    write_module(root, netdev, record["rate"], record["module"], record["kind"],
-                 record["lanes"], record["serial"], twin=peer)
+    write_module(root, netdev, record["rate"], Plugged(
+        record["module"], record["kind"], record["lanes"], record["serial"], twin=peer))
     if peer:  # one module answering on both host ports: the same pages, the same serial
-        write_module(root, peer, record["rate"], record["module"], record["kind"],
-                     record["lanes"], _record(folder)["serial"], twin=netdev)
+        write_module(root, peer, record["rate"], Plugged(
+            record["module"], record["kind"], record["lanes"], _record(folder)["serial"],
+            twin=netdev))
     return changed

@@ -14,7 +14,7 @@ import os
 import shutil
 import uuid
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, cast
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple, cast
 
 from . import chardev, kernel, phy
 from .fsio import PathLike, PortId, SimError, symlink, write_new
@@ -76,6 +76,39 @@ def _pf_address(index: int, default_route: bool) -> str:
 GEN5, GEN4 = "32.0 GT/s PCIe", "16.0 GT/s PCIe"
 BRIDGE_IDS = {ROOT_PORT: ("0x8086", "0x352a")}  # Intel root port; switches: Broadcom PEX
 SWITCH_IDS = ("0x1000", "0xc030")
+
+
+class _Port(NamedTuple):
+    """The one port of a simulated IB device: its layer, rate and states, and the netdev and
+    IPv4 address a RoCE port's GIDs carry (a VF has neither)."""
+
+    link_layer: str
+    rate: str
+    state: str
+    phys: str
+    netdev: Optional[str] = None
+    ip: Optional[str] = None
+
+
+class _IbDevice(NamedTuple):
+    """One simulated IB device: its name, HCA (a HCAS key), firmware, node GUID and port."""
+
+    name: str
+    hca: str
+    fw: str
+    guid: str
+    port: _Port
+
+
+class _Function(NamedTuple):
+    """The PCI function an IB device is under, as the device's manifest record names it."""
+
+    pci: str
+    kind: str  # "pf" or "vf"
+    role: str
+    numa: int
+    physfn: Optional[str]  # a VF's PF (its device name)
+    pdir: Path
 
 
 class _Builder(HostWriter):
@@ -149,18 +182,9 @@ class _Builder(HostWriter):
         (ndir / "dev_port").unlink()
         self._connected_route("eth0", "10.128.0.20", True)
 
-    def port(
-        self,
-        pdir: Path,
-        link_layer: str,
-        rate: str,
-        state: str,
-        phys: str,
-        gid_seed: str,
-        netdev: Optional[str],
-        ip: Optional[str],
-    ) -> None:
+    def port(self, pdir: Path, spec: _Port, gid_seed: str) -> None:
         """ports/1 with state, gids and every counter file."""
+        link_layer, rate, state, phys, netdev, ip = spec
         port = pdir / "ports" / "1"
         write_new(port / "state", kernel.port_state_line(state))
         write_new(port / "phys_state", kernel.phys_state_line(phys))
@@ -195,21 +219,9 @@ class _Builder(HostWriter):
         for name in hw:
             write_new(port / "hw_counters" / name, "0\n")
 
-    def ib_device(
-        self,
-        pdir: Path,
-        name: str,
-        hca: str,
-        fw: str,
-        guid: str,
-        link_layer: str,
-        rate: str,
-        state: str,
-        phys: str,
-        netdev: Optional[str],
-        ip: Optional[str],
-    ) -> Path:
+    def ib_device(self, pdir: Path, device: _IbDevice) -> Path:
         """infiniband/<name> under the function, its device link and the class link."""
+        name, hca, fw, guid, port = device
         idir = pdir / "infiniband" / name
         _, hca_type, _, board = HCAS[hca]
         write_new(idir / "hca_type", hca_type + "\n")
@@ -221,7 +233,7 @@ class _Builder(HostWriter):
         write_new(idir / "node_desc", f"{self.profile.name}-sim {name}\n")
         symlink(idir / "device", pdir)
         seed = guid if guid.strip("0:") else _guid(_digest(self.profile.name, name, "port"))
-        self.port(idir, link_layer, rate, state, phys, seed, netdev, ip)
+        self.port(idir, port, seed)
         symlink(self.root / CLASS_IB / name, idir)
         return idir
 
@@ -240,42 +252,17 @@ class _Builder(HostWriter):
         write_new(pdir / "sriov_numvfs", f"{nic.vfs}\n")
         up = nic.state == "ACTIVE"
         ip = _pf_address(index, nic.default_route)
-        idir = self.ib_device(
-            pdir,
-            nic.name,
-            nic.hca,
-            HCAS[nic.hca][2],
-            guid,
-            nic.link_layer,
-            nic.rate,
-            nic.state,
-            nic.phys_state,
-            nic.netdev,
-            ip,
-        )
+        device = _IbDevice(nic.name, nic.hca, HCAS[nic.hca][2], guid,
+                           _Port(nic.link_layer, nic.rate, nic.state, nic.phys_state,
+                                 nic.netdev, ip))
+        idir = self.ib_device(pdir, device)
         ndir = self.netdev(pdir, nic.netdev, nic.link_layer, guid, seed[8:], up)
         if nic.link_layer == "Ethernet":  # RoCE: its PHY counters at a healthy BER
             phy.write_healthy(self.root, nic.netdev, nic.rate)
         if up:
             self._connected_route(nic.netdev, ip, nic.default_route)
-        self.devices.append(
-            self._entry(
-                nic.name,
-                nic.pci,
-                "pf",
-                nic.role,
-                nic.numa,
-                nic.link_layer,
-                nic.hca,
-                None,
-                pdir,
-                idir,
-                ndir,
-                nic.state,
-                nic.phys_state,
-                nic.rate,
-            )
-        )
+        self.devices.append(self._entry(
+            device, _Function(nic.pci, "pf", nic.role, nic.numa, None, pdir), idir, ndir))
         return pdir
 
     def vf(self, pf: NicSpec, pf_dir: Path, pci: str, name: str, vf_no: int) -> None:
@@ -283,60 +270,22 @@ class _Builder(HostWriter):
         assert pf.name and pf.rate
         pdir = self.pci_function(pci, pf.numa, "vf", pf.link_layer, physfn=pf_dir)
         symlink(pf_dir / f"virtfn{vf_no}", pdir)
-        idir = self.ib_device(
-            pdir,
-            name,
-            "vf",
-            HCAS[pf.hca][2],
-            "0000:0000:0000:0000",
-            pf.link_layer,
-            pf.rate,
-            "DOWN",
-            "Disabled",
-            None,
-            None,
-        )
-        self.devices.append(
-            self._entry(
-                name,
-                pci,
-                "vf",
-                VF,
-                pf.numa,
-                pf.link_layer,
-                "vf",
-                pf.name,
-                pdir,
-                idir,
-                None,
-                "DOWN",
-                "Disabled",
-                pf.rate,
-            )
-        )
+        device = _IbDevice(name, "vf", HCAS[pf.hca][2], "0000:0000:0000:0000",
+                           _Port(pf.link_layer, pf.rate, "DOWN", "Disabled"))
+        idir = self.ib_device(pdir, device)
+        self.devices.append(self._entry(
+            device, _Function(pci, "vf", VF, pf.numa, pf.name, pdir), idir, None))
 
-    def _entry(
-        self,
-        name: str,
-        pci: str,
-        kind: str,
-        role: str,
-        numa: int,
-        link_layer: str,
-        hca: str,
-        physfn: Optional[str],
-        pdir: Path,
-        idir: Path,
-        ndir: Optional[Path],
-        state: str,
-        phys: str,
-        rate: str,
-    ) -> Dict[str, Any]:
+    def _entry(self, device: _IbDevice, function: _Function, idir: Path, ndir: Optional[Path]
+               ) -> Dict[str, Any]:
         """The manifest record of one IB device."""
+        name, hca, spec = device.name, device.hca, device.port
+        pci, kind, role, numa, physfn, pdir = function
+        link_layer, state = spec.link_layer, spec.state
         port = {
             "state": state,
-            "phys_state": phys,
-            "rate": rate,
+            "phys_state": spec.phys,
+            "rate": spec.rate,
             "netdev": ndir.name if ndir else None,
             "netdev_path": self.rel(ndir) if ndir else None,
             "operstate": ("up" if state == "ACTIVE" else "down") if ndir else None,

@@ -182,6 +182,20 @@ class _DevicePlan:
     last_snapshot: Optional[DeviceSnapshot] = None  # reused while its ports are the same
 
 
+@dataclass(frozen=True)
+class _Found:
+    """What the discovery of a device's ports needs of the device: its name, its directory
+    under class/infiniband and its PCI function's, the function's netdevs, its adapter, and
+    an EFA's own netdev (or its ENA partner's)."""
+
+    name: str
+    base: str
+    pci: str
+    netdevs: tuple[str, ...]
+    adapter: str
+    efa_netdev: Optional[str]
+
+
 class SysfsReader:
     """Discovers devices and reads one :class:`HostSnapshot` per poll."""
 
@@ -389,14 +403,14 @@ class SysfsReader:
                                   self._netdev_addresses) if facts.is_efa else None)
         port_names = None if facts.is_vf else _listdir(os.path.join(base, "ports"))
         known = {port.port: port for port in previous.ports} if previous else {}
+        found = _Found(name, base, pci, netdevs, facts.adapter, efa_netdev)
         ports = []
         for port_name in sorted(port_names or (), key=_port_sort_key):
             number = value(port_name, PORT_NUMBER)
             if number is not None:
-                ports.append(self._discover_port(name, number,
+                ports.append(self._discover_port(found, number,
                                                  os.path.join(base, "ports", port_name),
-                                                 pci, netdevs, known.get(number),
-                                                 facts.adapter, base, efa_netdev))
+                                                 known.get(number)))
         if port_names is None and not facts.is_vf:
             self.problems.report(f"{name}:ports", f"{name}: cannot list {base}/ports; its "
                                  "ports are unknown this poll (holding their last state)")
@@ -404,12 +418,11 @@ class SysfsReader:
                        ports_listed=port_names is not None or facts.is_vf)
         return _DevicePlan(info, ports)
 
-    def _discover_port(self, device: str, port: int, directory: str, pci: str,
-                       netdevs: tuple[str, ...], previous: Optional[_PortPlan] = None,
-                       adapter: str = "", device_dir: str = "",
-                       efa_netdev: Optional[str] = None) -> _PortPlan:
+    def _discover_port(self, found: _Found, port: int, directory: str,
+                       previous: Optional[_PortPlan] = None) -> _PortPlan:
+        device, adapter, device_dir = found.name, found.adapter, found.base
         efa = adapter == ADAPTER_EFA
-        netdev = efa_netdev if efa else _netdev_for_port(pci, netdevs, port)
+        netdev = found.efa_netdev if efa else _netdev_for_port(found.pci, found.netdevs, port)
         if previous is not None and previous.link_layer is not None:
             link_layer: Optional[str] = previous.link_layer
         else:

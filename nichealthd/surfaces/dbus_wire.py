@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional, Sequence
+from typing import Callable, Dict, NamedTuple, Optional, Sequence
 
 from .dbus_common import Message, MessageType, Variant
 
@@ -102,18 +102,27 @@ class _Bucket:
         return True
 
 
+class Budget(NamedTuple):
+    """A token bucket's budget: ``rate`` calls per second, in bursts of ``burst``."""
+
+    rate: float
+    burst: float
+
+
+PER_SENDER, IN_ALL = Budget(SENDER_RATE, SENDER_BURST), Budget(TOTAL_RATE, TOTAL_BURST)
+
+
 class CallLimiter:
     """Token buckets: one per sender and one shared; :meth:`allow` spends from both."""
 
-    def __init__(self, rate: float = SENDER_RATE, burst: float = SENDER_BURST,
-                 total_rate: float = TOTAL_RATE, total_burst: float = TOTAL_BURST,
+    def __init__(self, per_sender: Budget = PER_SENDER, in_all: Budget = IN_ALL,
                  max_senders: int = MAX_SENDERS,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.rate, self.burst = rate, burst
-        self.total_rate, self.total_burst = total_rate, total_burst
+        self.rate, self.burst = per_sender
+        self.total_rate, self.total_burst = in_all
         self.max_senders = max_senders
         self._clock = clock
-        self._total = _Bucket(total_burst, clock())
+        self._total = _Bucket(in_all.burst, clock())
         self._senders: Dict[str, _Bucket] = {}
 
     def allow(self, sender: Optional[str], size: int = 0, privileged: bool = False) -> bool:

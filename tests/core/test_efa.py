@@ -9,7 +9,14 @@ from nichealthd.core.checks.efa_state import EFA_STATE
 from nichealthd.core.checks.link_state import LINK_STATE
 from nichealthd.core.config import EFA_DEGRADATION_CHECK, EFA_STATE_CHECK
 from nichealthd.core.model import DeviceSnapshot, PortSnapshot
-from nichealthd.core.topology import COMPUTE, STORAGE, UNSUPPORTED, GpuTopology, classify
+from nichealthd.core.topology import (
+    COMPUTE,
+    STORAGE,
+    UNSUPPORTED,
+    GpuTopology,
+    NicFilters,
+    classify,
+)
 from nichealthd.core.views import counter_records, device_records, health_status, port_records
 
 from .builders import Runner, config, device, gpus, host, non_baseline
@@ -66,7 +73,8 @@ def test_efa_roles_come_from_the_pcie_topology() -> None:
     assert classify(efa("c"), topo, frozenset()).role == COMPUTE
     vf = DeviceSnapshot(name="v", driver="efa", vendor="0x1d0f", is_vf=True)
     assert classify(vf, topo, frozenset()).role == "vf"
-    assert classify(efa("rdmap1"), topo, frozenset(), exclusion=("^rdmap",)).role == "excluded"
+    assert classify(efa("rdmap1"), topo, frozenset(),
+                    NicFilters(exclusion=("^rdmap",))).role == "excluded"
     bnxt = DeviceSnapshot(name="bnxt_re0", driver="bnxt_en", vendor="0x14e4", numa_node=0)
     assert classify(bnxt, topo, frozenset()).role == UNSUPPORTED
 

@@ -17,6 +17,7 @@ from nichealthd.core.topology import (
     CardCount,
     GpuTopology,
     MetadataError,
+    NicFilters,
     Topology,
     anomalous_cards,
     classify,
@@ -106,9 +107,9 @@ def test_unknown_numa_vf_and_non_mellanox() -> None:
     other = DeviceSnapshot(name="rdmap0s6", numa_node=0, ports=(port("rdmap0s6"),))
     assert classify(other, gpus, frozenset()).role == "unsupported"
     assert classify(other, gpus, frozenset(),
-                    inclusion_override=("^rdmap",)).role == "compute"
+                    NicFilters(inclusion_override=("^rdmap",))).role == "compute"
     assert classify(nic("mlx5_2", 0), gpus, frozenset(),
-                    exclusion=("^mlx5_2$",)).role == "excluded"
+                    NicFilters(exclusion=("^mlx5_2$",))).role == "excluded"
 
 
 def test_a_device_whose_numa_node_cannot_be_read_keeps_the_role_of_last_poll() -> None:

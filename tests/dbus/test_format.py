@@ -17,6 +17,7 @@ from nichealthd.cli.ctl import (
 )
 from nichealthd.cli.format import (
     BaselineFilter,
+    Columns,
     Style,
     baseline_filter,
     devices_table,
@@ -45,7 +46,7 @@ def test_variant_mapping_round_trips_and_omits_none() -> None:
 
 def test_render_table_fits_the_width_by_shrinking_the_named_columns() -> None:
     rows = [("a", "x" * 70, "end")]
-    lines = render_table(("A", "LONG", "Z"), rows, width=40, shrink=(1,))
+    lines = render_table(("A", "LONG", "Z"), rows, width=40, columns=Columns(shrink=(1,)))
     assert all(len(line) <= 40 for line in lines)
     assert lines[1].endswith("end") and "…" in lines[1]
 

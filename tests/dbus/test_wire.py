@@ -9,6 +9,7 @@ from nichealthd.surfaces.dbus_wire import (
     LIMITS_EXCEEDED,
     OVER_SENDER,
     OVER_TOTAL,
+    Budget,
     CallLimiter,
     Prepared,
     PreparedReply,
@@ -46,8 +47,7 @@ def test_the_body_is_marshalled_once_and_shared() -> None:
 
 def test_a_sender_gets_its_burst_then_its_rate() -> None:
     now = [0.0]
-    limiter = CallLimiter(rate=10, burst=20, total_rate=1000, total_burst=1000,
-                          clock=lambda: now[0])
+    limiter = CallLimiter(Budget(10, 20), Budget(1000, 1000), clock=lambda: now[0])
     assert sum(limiter.allow(":1.5") for _ in range(100)) == 20
     assert limiter.allow(":1.6")  # another client is not affected
     now[0] += 1.0
@@ -56,8 +56,7 @@ def test_a_sender_gets_its_burst_then_its_rate() -> None:
 
 def test_all_senders_together_are_bounded() -> None:
     now = [0.0]
-    limiter = CallLimiter(rate=10, burst=20, total_rate=50, total_burst=100,
-                          clock=lambda: now[0])
+    limiter = CallLimiter(Budget(10, 20), Budget(50, 100), clock=lambda: now[0])
     # 1000 connections (unique names are free to make) get 100 answers in all, not 20000.
     allowed = sum(limiter.allow(f":1.{i}") for i in range(1000) for _ in range(20))
     assert allowed == 100
@@ -70,8 +69,7 @@ def test_root_spends_only_from_its_own_budget() -> None:
     """A flood empties the budget all clients share: others are refused for it (their own
     tokens given back), root is not; root's own burst still bounds root."""
     now = [0.0]
-    limiter = CallLimiter(rate=10, burst=20, total_rate=50, total_burst=100,
-                          clock=lambda: now[0])
+    limiter = CallLimiter(Budget(10, 20), Budget(50, 100), clock=lambda: now[0])
     assert sum(limiter.allow(f":1.{i}") for i in range(100) for _ in range(20)) == 100
     assert limiter.take(":1.500") == OVER_TOTAL
     assert limiter.take(":1.501", privileged=True) == ""
@@ -81,7 +79,7 @@ def test_root_spends_only_from_its_own_budget() -> None:
 
 def test_the_sender_table_is_bounded() -> None:
     now = [0.0]
-    limiter = CallLimiter(rate=10, burst=20, max_senders=64, clock=lambda: now[0])
+    limiter = CallLimiter(Budget(10, 20), max_senders=64, clock=lambda: now[0])
     for i in range(10000):
         now[0] += 0.001
         limiter.allow(f":1.{i}")
@@ -97,8 +95,7 @@ def test_refusal_is_the_standard_error() -> None:
 
 def test_big_answers_cost_more_but_always_fit() -> None:
     now = [0.0]
-    limiter = CallLimiter(rate=20, burst=60, total_rate=200, total_burst=200,
-                          clock=lambda: now[0])
+    limiter = CallLimiter(Budget(20, 60), Budget(200, 200), clock=lambda: now[0])
     mib = 1024 * 1024
     assert sum(limiter.allow(":1.5", mib) for _ in range(10)) == 3  # 17 tokens each
     now[0] += 60.0

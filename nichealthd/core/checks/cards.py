@@ -11,8 +11,8 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Iterator, Mapping, Optional
 
-from ..config import Config
 from ..events import CODE_PORT_STATE, HealthEvent, make_event, port_entities
+from ..family import Cycle
 from ..model import DeviceSnapshot, HostSnapshot, PortSnapshot
 from ..state import FATAL, HEALTHY, SUPPRESSED
 from ..topology import MANAGEMENT, CardCount, CardVerdict, Role
@@ -22,8 +22,7 @@ from .link_settings import LinkStateSettings
 from .ports import is_active, is_known, known_reading, port_health, port_label
 
 
-def runtime_verdicts(verdicts: dict[str, CardVerdict], snapshot: HostSnapshot,
-                     state: LinkStateSection, config: Config, now: datetime,
+def runtime_verdicts(verdicts: dict[str, CardVerdict], cycle: Cycle, state: LinkStateSection,
                      waiting: frozenset[str] = frozenset()) -> dict[str, CardVerdict]:
     """The verdicts to report after the first poll (the first: :func:`baseline_verdicts`).
 
@@ -44,7 +43,8 @@ def runtime_verdicts(verdicts: dict[str, CardVerdict], snapshot: HostSnapshot,
     card short only of ports ``waiting`` for the subnet manager on a fabric that is out
     (:mod:`.fabric`): its hold clock starts when the fabric is back.
     """
-    hold = timedelta(seconds=config.settings(LinkStateSettings).card_verdict_hold_time)
+    snapshot, now = cycle.snapshot, cycle.now
+    hold = timedelta(seconds=cycle.config.settings(LinkStateSettings).card_verdict_hold_time)
     kept = {}
     for card, verdict in verdicts.items():
         if card in state.card_anomalies:

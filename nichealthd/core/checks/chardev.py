@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Iterable, Mapping, Optional
+from typing import Iterable, Mapping, NamedTuple, Optional
 
 from ..adapter import CharDevices
 from ..codec import Layout
@@ -145,18 +145,18 @@ class CharDeviceFamily(CheckFamily[CharDeviceSection, CharDevices, None]):
         hold = held(cycle)
         codes = _port_codes(cycle)
         expected = _expected(cycle, codes)
-        for key, (name, number, code) in expected.items():
-            present = _present(chardevs, name, number, code)
+        for key, entry in expected.items():
+            present = _present(chardevs, *entry)
             if present is None:
                 continue  # class directory absent: uncertain, the misses are held
             if present:
-                event = _present_again(state, key, name, number, code, now)
+                event = _present_again(state, key, entry, now)
             elif hold:
                 continue
             else:
-                event = _missed(state, key, name, number, code, now)
+                event = _missed(state, key, entry, now)
             if event is not None:
-                events.append((name, event))
+                events.append((entry.device, event))
         # Misses of entries no longer expected (device gone or excluded, port no longer
         # InfiniBand) start again; a class directory that vanished holds them.
         for key in [k for k in state.misses if k not in expected]:
@@ -223,38 +223,46 @@ def _port_codes(cycle: Cycle) -> tuple[str, ...]:
         else (UMAD,)
 
 
-def _expected(cycle: Cycle, codes: tuple[str, ...]
-              ) -> dict[str, tuple[str, Optional[int], str]]:
-    """Key -> (device, port, kind) of every character device expected: each monitored
-    device's uverbs, and each of its InfiniBand ports' ``codes`` (umad, issm when opted in)."""
-    expected: dict[str, tuple[str, Optional[int], str]] = {}
+class _Entry(NamedTuple):
+    """One expected character device: a device's uverbs (no port) or a port's umad/issm."""
+
+    device: str
+    port: Optional[int]
+    code: str
+
+
+def _expected(cycle: Cycle, codes: tuple[str, ...]) -> dict[str, _Entry]:
+    """Key -> entry of every character device expected: each monitored device's uverbs, and
+    each of its InfiniBand ports' ``codes`` (umad, issm when opted in)."""
+    expected: dict[str, _Entry] = {}
     for device in cycle.monitored:
-        expected[key_of(device.name, None, UVERBS)] = (device.name, None, UVERBS)
+        expected[key_of(device.name, None, UVERBS)] = _Entry(device.name, None, UVERBS)
         for port in device.ports:
             if port.link_layer == "InfiniBand":
                 for code in codes:
-                    expected[key_of(device.name, port.port, code)] = (
+                    expected[key_of(device.name, port.port, code)] = _Entry(
                         device.name, port.port, code)
     return expected
 
 
-def _present_again(state: CharDeviceSection, key: str, name: str, number: Optional[int],
-                   code: str, now: datetime) -> Optional[HealthEvent]:
+def _present_again(state: CharDeviceSection, key: str, entry: _Entry, now: datetime
+                   ) -> Optional[HealthEvent]:
     """A present entry: its misses start again, and a latched one recovers."""
     state.misses.pop(key, None)
     if key not in state.latched:
         return None
     del state.latched[key]
-    return back_event(name, number, code, now, f"present again in {CLASS_DIR[code]}")
+    return back_event(*entry, now, f"present again in {CLASS_DIR[entry.code]}")
 
 
-def _missed(state: CharDeviceSection, key: str, name: str, number: Optional[int], code: str,
-            now: datetime) -> Optional[HealthEvent]:
+def _missed(state: CharDeviceSection, key: str, entry: _Entry, now: datetime
+            ) -> Optional[HealthEvent]:
     """A missing entry (not held): latched with one event after MISSING_READS reads."""
+    code = entry.code
     if key in state.latched or not state.miss(key, MISSING_READS, now,
                                               f"{code} missing from {CLASS_DIR[code]}"):
         return None
-    return missing_event(name, number, code, now)
+    return missing_event(*entry, now)
 
 
 def _release_issm(state: CharDeviceSection, now: datetime) -> list[tuple[str, HealthEvent]]:

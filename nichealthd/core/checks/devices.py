@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Mapping, Optional, Sequence
 
+from ..config import ETH_STATE_CHECK, IB_STATE_CHECK
 from ..events import (
     CODE_CARD_PORTS,
     CODE_DEVICE_MISSING,
@@ -18,12 +19,17 @@ from ..events import (
     device_entities,
     make_event,
 )
+from ..family import Cycle
 from ..topology import CardCount, CardVerdict
 from .link_section import MISSES_BEFORE_GONE, CardAnomaly, LinkStateSection, MissingDevice
 
+# The state check a device's presence and its card's verdicts are reported under, by layer
+# (a layer not listed: InfiniBand's).
+STATE_CHECK_OF = {"InfiniBand": IB_STATE_CHECK, "Ethernet": ETH_STATE_CHECK}
 
-def device_missing(name: str, link_layer: str, check: str, next_state: LinkStateSection,
-                   now: datetime, held: bool = False) -> list[HealthEvent]:
+
+def device_missing(name: str, link_layer: str, next_state: LinkStateSection, now: datetime,
+                   held: bool = False) -> list[HealthEvent]:
     """Count one more complete enumeration without ``name``; fatal from the third on.
 
     ``held``: part of a driver event (:mod:`.driver`): counted, not judged. When the event
@@ -35,27 +41,27 @@ def device_missing(name: str, link_layer: str, check: str, next_state: LinkState
         return []
     next_state.missing_devices[name] = MissingDevice(link_layer, now)
     return [make_event(
-        check, fatal=True, healthy=False, error_code=CODE_DEVICE_MISSING,
+        STATE_CHECK_OF.get(link_layer, IB_STATE_CHECK), fatal=True, healthy=False,
+        error_code=CODE_DEVICE_MISSING,
         entities=device_entities(name), at=now,
         message=f"NIC {name} disappeared from /sys/class/infiniband/ - hardware failure")]
 
 
-def device_present(name: str, next_state: LinkStateSection, now: datetime,
-                   check_of: Mapping[str, str]) -> list[HealthEvent]:
+def device_present(name: str, next_state: LinkStateSection, now: datetime
+                   ) -> list[HealthEvent]:
     """Forget the misses of a present device; recover it if it had been declared gone."""
     next_state.device_misses.pop(name, None)
     gone = next_state.missing_devices.pop(name, None)
     if gone is None:
         return []
-    check = check_of.get(gone.link_layer, check_of["InfiniBand"])
+    check = STATE_CHECK_OF.get(gone.link_layer, IB_STATE_CHECK)
     return [make_event(check, fatal=False, healthy=True, error_code=CODE_DEVICE_MISSING,
                        entities=device_entities(name), at=now,
                        message=f"NIC {name} is present again in /sys/class/infiniband/")]
 
 
 def card_events(cards: Mapping[str, CardCount], verdicts: Mapping[str, CardVerdict],
-                next_state: LinkStateSection, check_of: Mapping[str, str],
-                enabled: frozenset[str], now: datetime,
+                next_state: LinkStateSection, cycle: Cycle,
                 raised: Optional[Mapping[str, Sequence[str]]] = None) -> list[HealthEvent]:
     """Latch newly anomalous cards (fatal) and release recovered ones (healthy).
 
@@ -63,10 +69,11 @@ def card_events(cards: Mapping[str, CardCount], verdicts: Mapping[str, CardVerdi
     remembers them so that the card's release clears them too.
     """
     events: list[HealthEvent] = []
+    now = cycle.now
     for card_id, verdict in sorted(verdicts.items()):
         count = verdict.count
-        check = check_of.get(count.link_layer, check_of["InfiniBand"])
-        if card_id in next_state.card_anomalies or check not in enabled:
+        check = STATE_CHECK_OF.get(count.link_layer, IB_STATE_CHECK)
+        if card_id in next_state.card_anomalies or check not in cycle.enabled:
             continue
         next_state.card_anomalies[card_id] = CardAnomaly(
             count.role, count.active, verdict.expected, check, now,

@@ -49,7 +49,7 @@ family's host events in order).
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Mapping, NamedTuple, Optional
 
@@ -80,15 +80,29 @@ def on_bus(name: str, section: LinkStateSection, snapshot: HostSnapshot) -> Opti
     return identity.pci_address in snapshot.pci_bus
 
 
-def judge_driver_event(previous: LinkStateSection, state: LinkStateSection,
-                       snapshot: HostSnapshot, config: Config, enabled: frozenset[str],
-                       layer_of: Mapping[str, str], check_of: Mapping[str, str],
-                       now: datetime) -> DriverVerdict:
+@dataclass(frozen=True)
+class DriverPoll:
+    """What one poll's judgement of the driver event reads: the committed section, the
+    snapshot, the settings, the time, and how a device's events find their state check
+    (``layer_of``: each gone or held device's recorded link layer; ``check_of``: a layer's
+    state check, sent only when ``enabled``)."""
+
+    previous: LinkStateSection
+    snapshot: HostSnapshot
+    config: Config
+    now: datetime
+    enabled: frozenset[str]
+    layer_of: Mapping[str, str]
+    check_of: Mapping[str, str]
+
+
+def judge_driver_event(poll: DriverPoll, state: LinkStateSection) -> DriverVerdict:
     """Which gone devices are held this poll, with the host events and log lines.
 
     Writes ``state.driver_event`` and restarts the misses of a device that leaves the event
-    for the three-poll rule. ``layer_of`` is each gone or held device's recorded link layer.
+    for the three-poll rule.
     """
+    previous, snapshot, now = poll.previous, poll.snapshot, poll.now
     event = previous.driver_event
     if not snapshot.complete:
         # Uncertain enumeration: nothing is counted or decided (the rule of devices.py).
@@ -99,19 +113,19 @@ def judge_driver_event(previous: LinkStateSection, state: LinkStateSection,
     if event is not None:
         if now < event.since:  # the wall clock went back: the waits start again from here
             event = replace(event, since=now, left={})
-        event = _leave(event, previous, state, snapshot, config, present, now, notes)
+        event = _leave(event, poll, state, present, notes)
     held_before = set(previous.driver_event.devices if previous.driver_event else ())
     joining = _joining(event, previous, snapshot, present, held_before)
     peers = any(n in present for n in previous.known_devices
                 if n not in previous.missing_devices)
     if joining:
-        notes.append(_join_note(joining, event, snapshot, known, config, peers))
+        notes.append(_join_note(joining, event, poll, known, peers))
         event = _joined(event, joining, now, peers)
     elif event is not None and event.alone and not peers:
         event = replace(event, alone=())  # every known device gone: the driver's
     events: list[HealthEvent] = []
     if event is not None and event.devices:
-        event, events = _report(event, enabled, layer_of, check_of, known, config, now)
+        event, events = _report(event, poll, known)
     elif event is not None:
         events = _close(event, previous.driver_event, present, now)
         notes.append("the driver event is over")
@@ -120,18 +134,27 @@ def judge_driver_event(previous: LinkStateSection, state: LinkStateSection,
     return DriverVerdict(frozenset(event.devices) if event else frozenset(), events, notes)
 
 
-def _leave(event: DriverEvent, previous: LinkStateSection, state: LinkStateSection,
-           snapshot: HostSnapshot, config: Config, present: set[str], now: datetime,
+class _Leaving(NamedTuple):
+    """The devices that leave the driver event this poll, by reason."""
+
+    back: list[str]
+    off_bus: list[str]
+    timed_out: list[str]
+    behind: list[str]  # left behind by the driver's return
+
+
+def _leave(event: DriverEvent, poll: DriverPoll, state: LinkStateSection, present: set[str],
            notes: list[str]) -> DriverEvent:
     """The event less the devices that leave it this poll (back, off the bus, timed out, or
     left behind by the driver's return), with a log line for each reason."""
+    now = poll.now
     back = [n for n in event.devices if n in present]
-    timeout, card = timeouts(config)
+    timeout, card = timeouts(poll.config)
     off_bus, timed_out, behind = [], [], []
     for name in event.devices:
         if name in present:
             continue
-        bus = on_bus(name, previous, snapshot)
+        bus = on_bus(name, poll.previous, poll.snapshot)
         limit = card if name in event.alone else timeout
         if bus is False:
             off_bus.append(name)
@@ -141,7 +164,8 @@ def _leave(event: DriverEvent, previous: LinkStateSection, state: LinkStateSecti
             behind.append(name)
     for name in off_bus + behind:
         state.device_misses.pop(name, None)  # the three-poll rule starts now
-    notes.extend(_leave_notes(event, back, off_bus, timed_out, behind, (timeout, card), now))
+    notes.extend(_leave_notes(event, _Leaving(back, off_bus, timed_out, behind),
+                              (timeout, card), now))
     leaving = {*back, *off_bus, *timed_out, *behind}
     if not leaving:
         return event
@@ -158,10 +182,10 @@ def timeouts(config: Config) -> tuple[float, float]:
             min(timings.card_reset_timeout, timings.driver_reload_timeout))
 
 
-def _leave_notes(event: DriverEvent, back: list[str], off_bus: list[str],
-                 timed_out: list[str], behind: list[str], limits: tuple[float, float],
+def _leave_notes(event: DriverEvent, leaving: _Leaving, limits: tuple[float, float],
                  now: datetime) -> list[str]:
     """A log line for each reason devices leave the event this poll."""
+    back, off_bus, timed_out, behind = leaving
     notes = []
     if back:
         notes.append(f"{len(back)} of {len(event.devices)} RDMA devices are back after "
@@ -228,8 +252,9 @@ def _whole_driver(event: Optional[DriverEvent], previous: LinkStateSection,
             and all(previous.device_misses.get(n, 0) == 0 for n in candidates))
 
 
-def _join_note(joining: tuple[str, ...], event: Optional[DriverEvent], snapshot: HostSnapshot,
-               known: int, config: Config, peers: bool) -> str:
+def _join_note(joining: tuple[str, ...], event: Optional[DriverEvent], poll: DriverPoll,
+               known: int, peers: bool) -> str:
+    snapshot, config = poll.snapshot, poll.config
     if event is None and len(joining) == known and not snapshot.devices:
         functions = snapshot.pci_functions
         why = (f"{functions} Mellanox PCI functions are still on the bus" if functions
@@ -251,13 +276,13 @@ def _join_note(joining: tuple[str, ...], event: Optional[DriverEvent], snapshot:
             f"(driverReloadTimeout)")
 
 
-def _report(event: DriverEvent, enabled: frozenset[str], layer_of: Mapping[str, str],
-            check_of: Mapping[str, str], known: int, config: Config, now: datetime
+def _report(event: DriverEvent, poll: DriverPoll, known: int
             ) -> tuple[DriverEvent, list[HealthEvent]]:
     """One non-fatal event per state check once a held device has been gone
     ``driverReloadGrace``: the first names every device held then (those of a staggered
     unload together), a later one each device that joined after it, once its grace is over."""
-    grace = config.settings(LinkStateSettings).driver_reload_grace
+    now = poll.now
+    grace = poll.config.settings(LinkStateSettings).driver_reload_grace
     overdue = [n for n in event.devices if n not in event.told
                and (now - event.left_at(n)).total_seconds() >= grace]
     if not overdue:
@@ -265,7 +290,7 @@ def _report(event: DriverEvent, enabled: frozenset[str], layer_of: Mapping[str, 
     due = tuple(n for n in event.devices if n not in event.told) if not event.told \
         else tuple(overdue)
     events = []
-    checks = _checks(due, enabled, layer_of, check_of)
+    checks = _checks(due, poll)
     elapsed = _duration((now - min(event.left_at(n) for n in due)).total_seconds())
     if len(due) == known and not event.told:
         what = (f"all {known} RDMA devices gone at once: driver unloaded or firmware reset in "
@@ -283,14 +308,14 @@ def _report(event: DriverEvent, enabled: frozenset[str], layer_of: Mapping[str, 
                    checks=tuple(sorted({*event.checks, *checks}))), events
 
 
-def _checks(names: tuple[str, ...], enabled: frozenset[str], layer_of: Mapping[str, str],
-            check_of: Mapping[str, str]) -> dict[str, list[str]]:
+def _checks(names: tuple[str, ...], poll: DriverPoll) -> dict[str, list[str]]:
     """The enabled state check of each device's layer -> its devices."""
     by_check: dict[str, list[str]] = {}
+    check_of = poll.check_of
     for name in names:
-        layer = layer_of.get(name) or "InfiniBand"
+        layer = poll.layer_of.get(name) or "InfiniBand"
         check = check_of.get(layer, check_of["InfiniBand"])
-        if check in enabled:
+        if check in poll.enabled:
             by_check.setdefault(check, []).append(name)
     return by_check
 

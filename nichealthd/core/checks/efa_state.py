@@ -23,7 +23,7 @@ one it judges).
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Iterable, Mapping, Optional, Sequence
 
@@ -91,6 +91,19 @@ def _event(port: PortSnapshot, healthy: bool, now: datetime) -> HealthEvent:
                       at=now)
 
 
+@dataclass(frozen=True)
+class _PortPoll:
+    """What one poll judges the ports of the present EFA devices by, and writes to: the
+    sections before and after, the poll, the ports their short card is short of (the evidence
+    against a port down at first sight) and the notes."""
+
+    previous: EfaStateSection
+    state: EfaStateSection
+    cycle: Cycle
+    short: set[str]
+    notes: list[str]
+
+
 class EfaState(CheckFamily[EfaStateSection, None, None]):
     """The netdev state of EFA ports, and EFA device presence."""
 
@@ -144,9 +157,9 @@ class EfaState(CheckFamily[EfaStateSection, None, None]):
         notes: list[str] = []
         efa = [d for d in cycle.monitored if d.is_efa]
         cards, verdicts, short = _judge_cards(previous, state, cycle, efa)
+        poll = _PortPoll(previous, state, cycle, short, notes)
         for device in efa:
-            events.extend((device.name, e)
-                          for e in self._present(device, previous, state, cycle, short, notes))
+            events.extend((device.name, e) for e in self._present(device, poll))
         present = {d.name for d in cycle.snapshot.devices}
         efa_names = {d.name for d in efa}
         held = self._driver_event(previous, state, cycle, present, events)
@@ -163,12 +176,10 @@ class EfaState(CheckFamily[EfaStateSection, None, None]):
             cycle.config.settings(LinkStateSettings).card_verdict_hold_time, now, notes))
         return Verdict(state, tuple(events), notes=tuple(notes))
 
-    def _present(self, device: DeviceSnapshot, previous: EfaStateSection,
-                 state: EfaStateSection, cycle: Cycle, short: set[str], notes: list[str]
-                 ) -> list[HealthEvent]:
+    def _present(self, device: DeviceSnapshot, poll: _PortPoll) -> list[HealthEvent]:
         """A present EFA device: its misses start again, a missing one is back, and each
         port with a netdev is judged (an efa-only port counts for presence only)."""
-        name = device.name
+        name, state, cycle = device.name, poll.state, poll.cycle
         events: list[HealthEvent] = []
         state.device_misses.pop(name, None)
         if state.missing_devices.pop(name, None) is not None:
@@ -179,8 +190,7 @@ class EfaState(CheckFamily[EfaStateSection, None, None]):
         for port in device.ports:
             if port.netdev is None:
                 continue  # efa-only: presence only
-            event = self._port(port, previous.ports.get(port.key), state, cycle.now,
-                               cycle.baseline, port.key in short, notes)
+            event = self._port(port, poll)
             if event is not None:
                 events.append(event)
         return events
@@ -216,15 +226,14 @@ class EfaState(CheckFamily[EfaStateSection, None, None]):
         return frozenset(event.devices)
 
     @staticmethod
-    def _port(port: PortSnapshot, record: Optional[EfaPort], state: EfaStateSection,
-              now: datetime, baseline: bool, evidence: bool, notes: list[str]
-              ) -> Optional[HealthEvent]:
+    def _port(port: PortSnapshot, poll: _PortPoll) -> Optional[HealthEvent]:
         down = netdev_down(port)
         if down is None:
             return None  # unknown this poll: hold the last state, say nothing
+        record, now = poll.previous.ports.get(port.key), poll.cycle.now
         event = None
         if record is None:
-            told, event = _first_sight(port, down, now, baseline, evidence, notes)
+            told, event = _first_sight(port, down, poll)
         else:
             told = record.health
             if not down and told != HEALTHY:
@@ -237,7 +246,7 @@ class EfaState(CheckFamily[EfaStateSection, None, None]):
                       port.carrier, told,
                       record.since if record is not None and record.health == told else now)
         if new != record:
-            state.ports[port.key] = new
+            poll.state.ports[port.key] = new
         return event
 
     def conditions(self, section: EfaStateSection, picture: None) -> Iterable[Condition]:
@@ -377,15 +386,16 @@ def _end_driver_event(event: EfaDriverEvent, back: list[str], elapsed: float,
     return events
 
 
-def _first_sight(port: PortSnapshot, down: bool, now: datetime, baseline: bool, evidence: bool,
-                 notes: list[str]) -> tuple[str, Optional[HealthEvent]]:
+def _first_sight(port: PortSnapshot, down: bool, poll: _PortPoll
+                 ) -> tuple[str, Optional[HealthEvent]]:
     """A port without a record: up (told only at the baseline), down told fatal only with
     evidence against its card, else suppressed as uncabled."""
+    now = poll.cycle.now
     if not down:
-        return HEALTHY, _event(port, True, now) if baseline else None
-    if evidence:
+        return HEALTHY, _event(port, True, now) if poll.cycle.baseline else None
+    if port.key in poll.short:
         return FATAL, _event(port, False, now)
-    notes.append(f"{port.device} port {port.port}: {_describe(port)} at first "
+    poll.notes.append(f"{port.device} port {port.port}: {_describe(port)} at first "
                  f"sight and its peers are not decisively up: treated as not "
                  f"connected (uncabled), not reported")
     return SUPPRESSED, None

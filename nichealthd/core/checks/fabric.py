@@ -100,9 +100,9 @@ def judge_fabrics(previous: LinkStateSection, state: LinkStateSection,
         if out:
             waiting.update(p.key for p in held)
             if event is None:
-                events.extend(_start(fabric, ports, state, enabled, now, notes))
+                events.extend(_start(_Fabric(fabric, ports), state, enabled, now, notes))
         elif event is not None:
-            events.extend(_end(fabric, event, ports, state, now, notes))
+            events.extend(_end(_Fabric(fabric, ports), event, state, now, notes))
     for fabric in [f for f in state.fabric_events if f not in members]:
         del state.fabric_events[fabric]  # its ports are gone or unknown: nothing to hold
     return FabricVerdict(frozenset(waiting), events, notes)
@@ -126,10 +126,18 @@ def _members(previous: LinkStateSection, state: LinkStateSection,
     return members
 
 
-def _start(fabric: str, ports: Members, state: LinkStateSection, enabled: frozenset[str],
-           now: datetime, notes: list[str]) -> list[HealthEvent]:
+class _Fabric(NamedTuple):
+    """One fabric (its subnet prefix and SM LID) with this host's ports on it."""
+
+    key: str
+    ports: Members
+
+
+def _start(members: _Fabric, state: LinkStateSection, enabled: frozenset[str], now: datetime,
+           notes: list[str]) -> list[HealthEvent]:
     """A fabric just out: noted, recorded, and reported under the InfiniBand state check
     when it is on."""
+    fabric, ports = members
     event = FabricEvent(now, tuple(sorted({p.device for p, _ in ports})))
     notes.append(_message(fabric, event, ports))
     told = []
@@ -140,9 +148,10 @@ def _start(fabric: str, ports: Members, state: LinkStateSection, enabled: frozen
     return told
 
 
-def _end(fabric: str, event: FabricEvent, ports: Members, state: LinkStateSection,
-         now: datetime, notes: list[str]) -> list[HealthEvent]:
+def _end(members: _Fabric, event: FabricEvent, state: LinkStateSection, now: datetime,
+         notes: list[str]) -> list[HealthEvent]:
     """A fabric back: noted, forgotten, and its recovery sent if it was reported."""
+    fabric, ports = members
     del state.fabric_events[fabric]
     notes.append(f"InfiniBand fabric {_name(fabric)} is back: "
                  f"{sum(is_active(*r) for _, r in ports)} of {len(ports)} ports ACTIVE")

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Mapping, NamedTuple, Optional
 
 from ..codec import Layout
 from ..config import ETH_DEGRADATION_CHECK, IB_DEGRADATION_CHECK
@@ -92,10 +92,10 @@ class Firmware(CheckFamily[FirmwareSection, Versions, None]):
                              if k in set(links.known_devices)}, **versions}
         if held(cycle):
             return Verdict(state, (), versions, notes=tuple(notes))
-        drifting, judged = _judge_groups(cycle, versions)
-        fresh = _latch_new_drift(state, drifting, cycle, links)
+        groups = _judge_groups(cycle, versions)
+        fresh = _latch_new_drift(state, groups.drifting, cycle, links)
         events = [*_drift_events(fresh, cycle),
-                  *_recoveries(state, drifting, judged, versions, cycle, links)]
+                  *_recoveries(state, groups, versions, cycle, links)]
         return Verdict(state, tuple(events), versions, notes=tuple(notes))
 
     def rename(self, section: FirmwareSection, renames: Mapping[str, str], now: datetime
@@ -155,7 +155,16 @@ def _versions(previous: FirmwareSection, cycle: Cycle, firmware: Mapping[str, st
     return versions, notes
 
 
-def _judge_groups(cycle: Cycle, versions: Mapping[str, str]) -> tuple[Drifting, set[str]]:
+class _Groups(NamedTuple):
+    """The role groups' verdict of one read: the devices off their group's strict majority,
+    and every device in a group judged (a device of a group without a majority is judged,
+    and drifts from nothing)."""
+
+    drifting: Drifting
+    judged: set[str]
+
+
+def _judge_groups(cycle: Cycle, versions: Mapping[str, str]) -> _Groups:
     """The devices off their group's strict majority, and every device in a group judged
     (a device of a group without a majority is judged, and drifts from nothing)."""
     groups: dict[tuple[str, str, str], list[DeviceSnapshot]] = {}
@@ -173,7 +182,7 @@ def _judge_groups(cycle: Cycle, versions: Mapping[str, str]) -> tuple[Drifting, 
         for device in members:
             if versions[device.name] != expected:
                 drifting[device.name] = (versions[device.name], expected, device)
-    return drifting, judged
+    return _Groups(drifting, judged)
 
 
 Fresh = dict[tuple[str, str, str], list[DeviceSnapshot]]  # (its, majority, layer) -> devices
@@ -213,11 +222,11 @@ def _drift_events(fresh: Fresh, cycle: Cycle) -> list[tuple[str, HealthEvent]]:
     return events
 
 
-def _recoveries(state: FirmwareSection, drifting: Drifting, judged: set[str],
-                versions: Mapping[str, str], cycle: Cycle, links: LinkStateSection
-                ) -> list[tuple[str, HealthEvent]]:
+def _recoveries(state: FirmwareSection, groups: _Groups, versions: Mapping[str, str],
+                cycle: Cycle, links: LinkStateSection) -> list[tuple[str, HealthEvent]]:
     """Unlatch the devices judged now and no longer drifting; a healthy event for each whose
     check is on."""
+    drifting, judged = groups
     events: list[tuple[str, HealthEvent]] = []
     for key in sorted(state.latched):
         name = key.rsplit(":", 1)[0]

@@ -221,6 +221,20 @@ class _Devices:
         return (found[0], found[1]) if found else (None, None)
 
 
+@dataclass(frozen=True)
+class _Matching:
+    """One poll's matching of kernel lines: the section it counts in, the poll, where a
+    line finds its device, the devices watched, and what it adds to (the events, the
+    ``rule|device`` keys a repetition counted, with their device)."""
+
+    state: KernelLogSection
+    cycle: Cycle
+    devices: _Devices
+    monitored: frozenset[str]
+    events: list[tuple[str, HealthEvent]]
+    touched: dict[str, DeviceSnapshot]
+
+
 class KernelLog(CheckFamily[KernelLogSection, None, None]):
     """mlx5 driver faults from the kernel log, deduplicated per rule and device."""
 
@@ -259,28 +273,25 @@ class KernelLog(CheckFamily[KernelLogSection, None, None]):
         rules = _compiled(cycle.config.settings(KernelLogSettings).kernel_rules)
         stateless = [r for r in rules if r.header is None]
         stateful = [r for r in rules if r.header is not None]
-        devices = _Devices(snapshot)
-        monitored = frozenset(d.name for d in cycle.monitored)
+        matching = _Matching(state, cycle, _Devices(snapshot),
+                             frozenset(d.name for d in cycle.monitored), events, touched)
         for line in snapshot.kernel_lines:
             text = line.text[:MAX_TEXT]
             matched, completed = _advance(stateful, text, state)
             for rule, joined in completed:
-                self._match(rule, joined, line, state, devices, monitored, cycle, events,
-                            touched)
+                self._match(rule, joined, line, matching)
             if matched:
                 continue
             for compiled in stateless:
                 if compiled.pattern.search(text):
-                    self._match(compiled.rule, text, line, state, devices, monitored, cycle,
-                                events, touched)
+                    self._match(compiled.rule, text, line, matching)
                     break  # a line is one fault: the first rule that matches names it
 
     @staticmethod
-    def _match(rule: KernelRule, text: str, line: KernelLine, state: KernelLogSection,
-               devices: _Devices, monitored: frozenset[str], cycle: Cycle,
-               events: list[tuple[str, HealthEvent]],
-               touched: dict[str, DeviceSnapshot]) -> None:
-        device, port = devices.find(text)
+    def _match(rule: KernelRule, text: str, line: KernelLine, matching: _Matching) -> None:
+        state, cycle, monitored = matching.state, matching.cycle, matching.monitored
+        events, touched = matching.events, matching.touched
+        device, port = matching.devices.find(text)
         target = device.name if device is not None else HOST
         key = f"{rule.name}|{target}"
         state.counts[key] = state.counts.get(key, 0) + 1
@@ -459,8 +470,8 @@ def _repetition(state: KernelLogSection, cycle: Cycle,
         repeating = counting and len(times) >= threshold
         told = _still_told(record, cycle)
         if told is not None and not repeating:
-            events.append((target, _no_longer_repeating(told, name, target, len(times),
-                                                        counting, cycle)))
+            events.append((target, _no_longer_repeating(told, key, len(times), counting,
+                                                        cycle)))
             told = None
         elif told is None and rule is not None and repeating:
             told = _told_as(rule, devices.of(key, target), cycle)
@@ -509,9 +520,11 @@ class _RepeatDevices:
         return device
 
 
-def _no_longer_repeating(told: Told, name: str, target: str, lines: int, counting: bool,
-                         cycle: Cycle) -> HealthEvent:
-    """The recovery of a told repetition, under the identity it was told with."""
+def _no_longer_repeating(told: Told, key: str, lines: int, counting: bool, cycle: Cycle
+                         ) -> HealthEvent:
+    """The recovery of a told repetition (``key``: ``rule|device``), under the identity it
+    was told with."""
+    name, _, target = key.rpartition("|")
     kernel = cycle.config.settings(KernelLogSettings)
     threshold = kernel.kernel_log_repeat_count
     window = format_duration(kernel.kernel_log_repeat_window)

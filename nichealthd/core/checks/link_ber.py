@@ -384,9 +384,11 @@ def relative_floor(limit: Optional[tuple[float, str]], settings: LinkBerSettings
     return limit[0] * settings.link_ber_limit_percent / 100 * FLOOR_SHARE
 
 
-def _raised(ber: float, limit: Optional[tuple[float, str]], base: Optional[float],
-            peers: Optional[float], floor: float, settings: LinkBerSettings) -> list[str]:
+def _raised(w: Window, base: Optional[float], peers: Optional[float],
+            settings: LinkBerSettings) -> list[str]:
     """Why a window's BER is a predicted failure (empty: it is not)."""
+    ber, limit, floor = w.ber, w.limit, w.floor
+    assert ber is not None
     why = []
     if limit is not None and ber >= limit[0] * settings.link_ber_limit_percent / 100:
         why.append(f"at {settings.link_ber_limit_percent}% or more of the {limit[1]} FEC's "
@@ -536,7 +538,7 @@ class LinkBer(CheckFamily[LinkBerSection, BerPicture, BerMemory]):
         assert ber is not None
         key = port.key
         base = section.baseline.get(key)
-        why = _raised(ber, limit, base, peers, w.floor, settings)
+        why = _raised(w, base, peers, settings)
         told = key in section.predicted
         label = port_label(port.device, port.port, layer)
         limit_text = (f"the {limit[1]} FEC's correction limit {limit[0]:.1e}" if limit
@@ -551,13 +553,13 @@ class LinkBer(CheckFamily[LinkBerSection, BerPicture, BerMemory]):
                 why.append(f"against {limit_text}")
             message = (f"{label}: LinkBer degraded - predicted failure: pre-FEC BER {ber:.1e} "
                        f"is {', '.join(why)}")
-            return _event(port, layer, CODE_BER, False, message, cycle)
+            return _event(w, CODE_BER, False, message, cycle)
         if told and not why:
             del section.predicted[key]
             message = (f"{label}: LinkBer healthy - pre-FEC BER {ber:.1e} is back below "
                        f"{settings.link_ber_limit_percent}% of {limit_text} and near its "
                        f"baseline and its peers'")
-            return _event(port, layer, CODE_BER, True, message, cycle)
+            return _event(w, CODE_BER, True, message, cycle)
         return None
 
     @staticmethod
@@ -584,7 +586,7 @@ class LinkBer(CheckFamily[LinkBerSection, BerPicture, BerMemory]):
             message = (f"{label}: LinkBer degraded - errors after FEC: {blocks or 0} "
                        f"uncorrectable FEC blocks and {symbols or 0} PCS symbol errors in "
                        f"{seconds:.0f} s")
-            return _event(port, layer, CODE_POST_FEC, False, message, cycle)
+            return _event(w, CODE_POST_FEC, False, message, cycle)
         if record is None:
             return None
         if errors:
@@ -596,7 +598,7 @@ class LinkBer(CheckFamily[LinkBerSection, BerPicture, BerMemory]):
         del section.post_fec[key]
         message = (f"{label}: LinkBer healthy - no errors after FEC in {CLEAN_WINDOWS} "
                    f"windows")
-        return _event(port, layer, CODE_POST_FEC, True, message, cycle)
+        return _event(w, CODE_POST_FEC, True, message, cycle)
 
     def rename(self, section: LinkBerSection, renames: Mapping[str, str], now: datetime
                ) -> LinkBerSection:
@@ -673,10 +675,9 @@ class LinkBer(CheckFamily[LinkBerSection, BerPicture, BerMemory]):
                            for _, r in sorted(section.predicted.items())))
 
 
-def _event(port: PortSnapshot, layer: str, code: str, healthy: bool, message: str,
-           cycle: Cycle) -> HealthEvent:
-    return make_event(CHECK_OF[layer], fatal=False, healthy=healthy, message=message,
-                      error_code=code, entities=port_entities(port.device, port.port),
+def _event(w: Window, code: str, healthy: bool, message: str, cycle: Cycle) -> HealthEvent:
+    return make_event(CHECK_OF[w.layer], fatal=False, healthy=healthy, message=message,
+                      error_code=code, entities=port_entities(w.port.device, w.port.port),
                       at=cycle.now)
 
 

@@ -202,14 +202,15 @@ class LinkFlaps(CheckFamily[FlapSection, None, Counted]):
         if not cycle.config.settings(LinkFlapSettings).link_flap_count:
             return replace(_switched_off(previous, cycle), volatile={})
         links = cycle.previous.section(LINK_STATE)
-        hold_down = (cycle.config.settings(LinkStateSettings).state_hold_down
-                     if _escalation_count(cycle.config) else 0.0)
         last: Counted = volatile or {}
         counted: dict[str, _Counted] = {}
         changed: dict[str, FlapRecord] = {}
         events: list[tuple[str, HealthEvent]] = []
-        horizon = cycle.now - timedelta(
-            seconds=cycle.config.settings(LinkFlapSettings).link_flap_window)
+        window = _Window(
+            cycle.now, cycle.now - timedelta(
+                seconds=cycle.config.settings(LinkFlapSettings).link_flap_window),
+            links, (cycle.config.settings(LinkStateSettings).state_hold_down
+                    if _escalation_count(cycle.config) else 0.0))
         downed, carrier = _used_counters(cycle.config)
         for device in cycle.monitored:
             layer = device_layer(device, links)
@@ -222,8 +223,7 @@ class LinkFlaps(CheckFamily[FlapSection, None, Counted]):
                     if carrier_down is None:  # no delta: the parity starts from the state
                         carrier_down = _down_by_state(port, record)
                     counted[key] = _Counted(now_values, carrier_down)
-                new = _step(record, port, port.link_layer or layer or "", downs,
-                            cycle.now, horizon, links, hold_down)
+                new = _step(record, port, port.link_layer or layer or "", downs, window)
                 if new is None:
                     continue
                 if new.told or new.cycles:  # else nothing to tell (nearly every port)
@@ -334,33 +334,41 @@ def _down_by_state(port: PortSnapshot, record: Optional[FlapRecord]) -> bool:
     return (not up) if up is not None else bool(record and not record.up)
 
 
-def _step(record: Optional[FlapRecord], port: PortSnapshot, layer: str, downs: int,
-          now: datetime, horizon: datetime, links: LinkStateSection, hold_down: float
-          ) -> Optional[FlapRecord]:
-    """The record after this poll (``downs``: the counters' since the last): downs opened,
-    closed into cycles, the window slid.
+class _Window(NamedTuple):
+    """What every port's step of one poll is judged by: the poll's time, the start of the
+    flap window (cycles at or before it leave), the committed link-state section and the
+    hold-down of the escalation (> 0 while it applies: an open outage then also learns
+    whether it read fatal and whether the hold-down absorbed it, :func:`_absorption`)."""
 
-    ``hold_down`` > 0 while the escalation applies: an open outage then also learns whether
-    it read fatal and whether the hold-down absorbed it (:func:`_absorption`).
-    """
+    now: datetime
+    horizon: datetime
+    links: LinkStateSection
+    hold_down: float
+
+
+def _step(record: Optional[FlapRecord], port: PortSnapshot, layer: str, downs: int,
+          window: _Window) -> Optional[FlapRecord]:
+    """The record after this poll (``downs``: the counters' since the last): downs opened,
+    closed into cycles, the window slid."""
     up = _link_up(port)
     if record is None:
         return _first_sight(port, layer, up)
     if (not downs and up is record.up and not record.down_seen and not record.open_downs
-            and (not record.cycles or record.cycles[0][0] > horizon)):
+            and (not record.cycles or record.cycles[0][0] > window.horizon)):
         return record  # the common case: nothing happened
-    return _moved(record, port, layer, up, downs, now, horizon, links, hold_down)
+    return _moved(record, port, layer, downs, window)
 
 
-def _moved(record: FlapRecord, port: PortSnapshot, layer: str, up: Optional[bool], downs: int,
-           now: datetime, horizon: datetime, links: LinkStateSection, hold_down: float
+def _moved(record: FlapRecord, port: PortSnapshot, layer: str, downs: int, window: _Window
            ) -> FlapRecord:
     """:func:`_step` of a port on which something happened: an outage seen or closed,
     counted downs, or a cycle leaving the window."""
+    now, horizon = window.now, window.horizon
+    up = _link_up(port)
     down_seen = record.down_seen or (record.up and up is False)
     fatal, absorbed = record.outage_fatal, record.outage_absorbed
-    if down_seen and up is not None and hold_down > 0:
-        fatal, absorbed = _absorption(record, port, layer, links, now, hold_down)
+    if down_seen and up is not None and window.hold_down > 0:
+        fatal, absorbed = _absorption(record, port, layer, window)
     open_downs, closed, closed_absorbed = record.open_downs + downs, 0, False
     if up and down_seen:  # back from an outage the state saw
         closed, down_seen, open_downs = max(1, open_downs), False, 0
@@ -397,8 +405,8 @@ def _slid(cycles: tuple[tuple[datetime, int, bool], ...], closing: tuple[datetim
     return cycles
 
 
-def _absorption(record: FlapRecord, port: PortSnapshot, layer: str, links: LinkStateSection,
-                now: datetime, hold_down: float) -> tuple[bool, bool]:
+def _absorption(record: FlapRecord, port: PortSnapshot, layer: str, window: _Window
+                ) -> tuple[bool, bool]:
     """The open outage after this (readable) reading: whether it read fatal (DOWN or
     Disabled: a fatal port-state event without the hold-down), and whether the hold-down
     absorbed it so far.
@@ -410,8 +418,10 @@ def _absorption(record: FlapRecord, port: PortSnapshot, layer: str, links: LinkS
     a blip, is reported by the port state, so the outage is not absorbed.
     """
     health = port_health(port.state, port.phys_state, layer)
+    links = window.links
     hold = links.port_holds.get(port.key)
-    phase = hold_phase(links.port_states.get(port.key), hold, health, now, hold_down)
+    phase = hold_phase(links.port_states.get(port.key), hold, health, window.now,
+                       window.hold_down)
     absorbed = record.outage_absorbed
     if phase == BLIP:
         absorbed = True

@@ -10,7 +10,7 @@ already told their own failure.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Iterable, Mapping, Optional, Sequence, TypeVar
 
@@ -42,8 +42,8 @@ from .cards import (
     runtime_verdicts,
     short_ports,
 )
-from .devices import card_events, device_missing, device_present
-from .driver import judge_driver_event
+from .devices import STATE_CHECK_OF, card_events, device_missing, device_present
+from .driver import DriverPoll, judge_driver_event
 from .fabric import judge_fabrics, remember_fabrics, renamed_fabric_events
 from .identity import (
     recorded_identities,
@@ -61,10 +61,9 @@ from .link_section import (
     rename_fields,
 )
 from .link_settings import LinkStateSettings
-from .ports import held_transition, missing_port, returned_port, split_state
+from .ports import Judging, held_transition, missing_port, returned_port, split_state
 
 V = TypeVar("V")
-STATE_CHECK_OF = {"InfiniBand": IB_STATE_CHECK, "Ethernet": ETH_STATE_CHECK}
 
 
 def recorded_layer(section: LinkStateSection, device: str) -> Optional[str]:
@@ -147,8 +146,8 @@ class LinkState(CheckFamily[LinkStateSection, Cards, None]):
         verdicts, modes = anomalous_cards(cards.values(), previous.group_modes)
         state.group_modes.update(modes)
         short = short_ports(snapshot, cards, verdicts, previous)
-        raised: dict[str, list[str]] = {}  # card -> ports reported fatal on its verdict
-        events = _judge_monitored(cycle, previous, state, short, raised, notes)
+        ports = _PortPoll(previous, state, short, notes)
+        events = _judge_monitored(cycle, ports)
         present = {d.name for d in snapshot.devices}
         events.extend(_judge_gone(cycle, previous, state, present, notes))
         monitored_names = {d.name for d in cycle.monitored}
@@ -164,10 +163,9 @@ class LinkState(CheckFamily[LinkStateSection, Cards, None]):
         if cycle.baseline:
             verdicts = baseline_verdicts(verdicts, snapshot, state, short, now)
         else:
-            verdicts = runtime_verdicts(verdicts, snapshot, state, cycle.config, now,
-                                        fabrics.waiting)
-        events.extend((HOST, e) for e in card_events(cards, verdicts, state, STATE_CHECK_OF,
-                                                     enabled, now, raised))
+            verdicts = runtime_verdicts(verdicts, cycle, state, fabrics.waiting)
+        events.extend((HOST, e) for e in card_events(cards, verdicts, state, cycle,
+                                                     ports.raised))
         events.extend((HOST, e) for e in release_raised_ports(previous, state, now))
         # The picture: each card's active ports (CycleResult.cards).
         return Verdict(state, tuple(events), cards, notes=tuple(notes))
@@ -276,12 +274,24 @@ def _renamed_port_table(table: Mapping[str, V], renames: Mapping[str, str]) -> d
     return out
 
 
-def _judge_monitored(cycle: Cycle, previous: LinkStateSection, state: LinkStateSection,
-                     short: set[str], raised: dict[str, list[str]], notes: list[str]
-                     ) -> list[tuple[str, HealthEvent]]:
+@dataclass
+class _PortPoll:
+    """What the port states of one poll are judged against and write to: the sections, the
+    ports each short card is short of (the evidence against a port down at first sight), and
+    per card the ports reported fatal on that evidence (its latch remembers them)."""
+
+    previous: LinkStateSection
+    state: LinkStateSection
+    short: set[str]
+    notes: list[str]
+    raised: dict[str, list[str]] = field(default_factory=dict)
+
+
+def _judge_monitored(cycle: Cycle, poll: _PortPoll) -> list[tuple[str, HealthEvent]]:
     """Presence and port states of each monitored device, under its layer's state check (a
     device of no known layer is noted, not judged)."""
     now, enabled = cycle.now, cycle.enabled
+    previous, state, notes = poll.previous, poll.state, poll.notes
     hold_down = cycle.config.settings(LinkStateSettings).state_hold_down
     events: list[tuple[str, HealthEvent]] = []
     recorded_ports: dict[str, list[str]] = {}  # device -> its port keys in the state
@@ -289,7 +299,7 @@ def _judge_monitored(cycle: Cycle, previous: LinkStateSection, state: LinkStateS
         recorded_ports.setdefault(record.device, []).append(key)
     for device in cycle.monitored:
         name = device.name
-        back = device_present(name, state, now, STATE_CHECK_OF)
+        back = device_present(name, state, now)
         if back:  # rare: no generator made per device for nothing
             events.extend((name, e) for e in back)
         layer = device_layer(device, previous)
@@ -298,10 +308,8 @@ def _judge_monitored(cycle: Cycle, previous: LinkStateSection, state: LinkStateS
             continue
         check = STATE_CHECK_OF[layer]
         if check in enabled:
-            judged = _evaluate_ports(
-                device, layer, check, previous, state, now, cycle.baseline, short, notes,
-                recorded_ports.get(name, ()), raised.setdefault(device.card or "", []),
-                hold_down)
+            judging = Judging(check, now, cycle.baseline, hold_down)
+            judged = _evaluate_ports(poll, device, layer, judging, recorded_ports.get(name, ()))
             if judged:
                 events.extend((name, e) for e in judged)
     return events
@@ -317,7 +325,8 @@ def _judge_gone(cycle: Cycle, previous: LinkStateSection, state: LinkStateSectio
               for name in {*gone, *(previous.driver_event.devices
                                     if previous.driver_event else ())}}
     driver = judge_driver_event(
-        previous, state, snapshot, cycle.config, enabled, layers, STATE_CHECK_OF, now)
+        DriverPoll(previous, snapshot, cycle.config, now, enabled, layers, STATE_CHECK_OF),
+        state)
     events = [(HOST, e) for e in driver.events]
     notes.extend(driver.notes)
     if not snapshot.complete:
@@ -327,7 +336,7 @@ def _judge_gone(cycle: Cycle, previous: LinkStateSection, state: LinkStateSectio
         check = STATE_CHECK_OF.get(layer, IB_STATE_CHECK)
         if check in enabled:
             events.extend((HOST, e) for e in device_missing(
-                name, layer, check, state, now, held=name in driver.held))
+                name, layer, state, now, held=name in driver.held))
     return events
 
 
@@ -344,11 +353,12 @@ def _remember_identities(cycle: Cycle, previous: LinkStateSection, state: LinkSt
     remember_fabrics(cycle.monitored, state)
 
 
-def _evaluate_ports(device: DeviceSnapshot, layer: str, check: str, previous: LinkStateSection,
-                    state: LinkStateSection, now: datetime, baseline: bool, short: set[str],
-                    notes: list[str], recorded: Iterable[str], raised: list[str],
-                    hold_down: float) -> list[HealthEvent]:
+def _evaluate_ports(poll: _PortPoll, device: DeviceSnapshot, layer: str, judging: Judging,
+                    recorded: Iterable[str]) -> list[HealthEvent]:
     """Each port's transition (with its hold-down), then the recorded ports no longer listed."""
+    previous, state, short = poll.previous, poll.state, poll.short
+    check, now = judging.check, judging.now
+    raised = poll.raised.setdefault(device.card or "", [])
     events: list[HealthEvent] = []
     seen = set()
     for port in device.ports:
@@ -359,9 +369,8 @@ def _evaluate_ports(device: DeviceSnapshot, layer: str, check: str, previous: Li
         if record is not None:
             events.extend(returned_port(record, check, now))
         new_record, port_events, hold, blip = held_transition(
-            record, port, port.link_layer or layer, check, now, first_sight=baseline,
-            evidence=port.key in short, hold_down=hold_down,
-            hold=previous.port_holds.get(port.key))
+            record, port, port.link_layer or layer, judging._replace(evidence=port.key in short),
+            previous.port_holds.get(port.key))
         _keep_hold(state, port.key, hold, blip)
         events.extend(port_events)
         if record is None and port.key in short and any(e.is_fatal for e in port_events):
@@ -369,24 +378,24 @@ def _evaluate_ports(device: DeviceSnapshot, layer: str, check: str, previous: Li
         if new_record is None:
             continue
         if new_record.health == SUPPRESSED and (record is None or record.health != SUPPRESSED):
-            notes.append(f"{device.name} port {port.port} is {port.state} / {port.phys_state} "
-                         f"at first sight and its card is not anomalous: treated as "
-                         f"uncabled, not reported")
+            poll.notes.append(f"{device.name} port {port.port} is {port.state} / "
+                              f"{port.phys_state} at first sight and its card is not "
+                              f"anomalous: treated as uncabled, not reported")
         state.port_states[port.key] = new_record
     if device.ports_listed:
-        events.extend(_unlisted_ports(previous, state, recorded, seen, check, now))
+        events.extend(_unlisted_ports(poll, recorded, seen, judging))
     return events
 
 
-def _unlisted_ports(previous: LinkStateSection, state: LinkStateSection,
-                    recorded: Iterable[str], seen: set[str], check: str, now: datetime
+def _unlisted_ports(poll: _PortPoll, recorded: Iterable[str], seen: set[str], judging: Judging
                     ) -> list[HealthEvent]:
     """The recorded ports a device that lists its ports no longer has: each is missing."""
     events: list[HealthEvent] = []
     for key in recorded:
         if key not in seen:
-            new_record, port_events = missing_port(previous.port_states[key], check, now)
-            state.port_states[key] = new_record
+            new_record, port_events = missing_port(poll.previous.port_states[key],
+                                                   judging.check, judging.now)
+            poll.state.port_states[key] = new_record
             events.extend(port_events)
     return events
 

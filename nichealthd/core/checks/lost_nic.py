@@ -181,7 +181,7 @@ class LostNics(CheckFamily[LostNicSection, Nics, LastRead]):
                 continue
             else:
                 seen.add(key)
-                event = self._miss(state, nic, now, config, with_device, notes)
+                event = self._miss(state, nic, cycle, with_device, notes)
             if event is not None:
                 events.append(event)
         _restart_clocks(state, seen, hold, with_device)
@@ -222,11 +222,11 @@ class LostNics(CheckFamily[LostNicSection, Nics, LastRead]):
                        config.nic_inclusion_regex_override).monitored
 
     @staticmethod
-    def _miss(state: LostNicSection, nic: PciNic, now: datetime, config: Config,
-              with_device: int, notes: list[str]) -> Optional[HealthEvent]:
+    def _miss(state: LostNicSection, nic: PciNic, cycle: Cycle, with_device: int,
+              notes: list[str]) -> Optional[HealthEvent]:
         """One more read without its device while the driver is up: the fatal event once both
         the grace and the floor of reads have passed, else None."""
-        key = nic.address
+        key, now, config = nic.address, cycle.now, cycle.config
         since = state.since.get(key)
         if since is None or now < since:  # first seen so, or the wall clock went back
             since = state.since[key] = now

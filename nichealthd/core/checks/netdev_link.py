@@ -14,7 +14,7 @@ the state check's business).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Iterable, Mapping, Optional
+from typing import Iterable, Mapping, NamedTuple, Optional
 
 from ..adapter import NetdevLink
 from ..codec import Layout
@@ -38,6 +38,20 @@ class NetdevLinkSection(LatchSection):
 
 def key_of(device: str, port: int) -> str:
     return f"{device}:{port}:netdev"
+
+
+class _Watched(NamedTuple):
+    """One port's netdev as judged this poll: whose, the link read, and the layer's
+    degradation check its events are under."""
+
+    device: str
+    port: PortSnapshot
+    link: NetdevLink
+    check: str
+
+    @property
+    def key(self) -> str:
+        return key_of(self.device, self.port.port)
 
 
 def _active(port: PortSnapshot) -> bool:
@@ -72,11 +86,11 @@ class NetdevLinkFamily(CheckFamily[NetdevLinkSection, Netdevs, None]):
                 if link is None or check is None or not port.readable:
                     continue  # no netdev, or nothing known this time: hold
                 seen.add(key)
+                watched = _Watched(device.name, port, link, check)
                 if _unexpectedly_down(port, link):
-                    event = _down(state, device.name, port, link, check, hold, cycle)
+                    event = _down(state, watched, hold, cycle)
                 else:
-                    event = _not_down(state, previous, device.name, port, link, check, cycle,
-                                      notes)
+                    event = _not_down(state, previous, watched, cycle, notes)
                 if event is not None:
                     events.append((device.name, event))
         for key in [k for k in state.misses if k not in seen]:
@@ -100,19 +114,18 @@ class NetdevLinkFamily(CheckFamily[NetdevLinkSection, Netdevs, None]):
                             code=CODE_NETDEV_DOWN)
 
 
-def _not_down(state: NetdevLinkSection, previous: NetdevLinkSection, device: str,
-              port: PortSnapshot, link: NetdevLink, check: str, cycle: Cycle, notes: list[str]
-              ) -> Optional[HealthEvent]:
+def _not_down(state: NetdevLinkSection, previous: NetdevLinkSection, watched: _Watched,
+              cycle: Cycle, notes: list[str]) -> Optional[HealthEvent]:
     """A netdev not down (or down on purpose, or its port not ACTIVE): its misses start
     again and a latched one recovers; an administratively down one is noted once."""
-    key = key_of(device, port.port)
+    device, port, link, check = watched
+    key = watched.key
     state.misses.pop(key, None)
     if key in state.latched:
         del state.latched[key]
         if check not in cycle.enabled:
             return None
-        return _event(check, device, port.port, link, cycle.now, healthy=True,
-                      why=_recovered(port, link))
+        return _event(watched, cycle.now, healthy=True, why=_recovered(port, link))
     if (_active(port) and link.down and link.admin_up is False
             and previous.misses.get(key) is None):
         notes.append(f"{device} port {port.port}: netdev {link.netdev} is administratively "
@@ -126,16 +139,16 @@ def _unexpectedly_down(port: PortSnapshot, link: NetdevLink) -> bool:
     return _active(port) and link.down and link.admin_up is not False
 
 
-def _down(state: NetdevLinkSection, device: str, port: PortSnapshot, link: NetdevLink,
-          check: str, hold: bool, cycle: Cycle) -> Optional[HealthEvent]:
+def _down(state: NetdevLinkSection, watched: _Watched, hold: bool, cycle: Cycle
+          ) -> Optional[HealthEvent]:
     """A netdev down under an ACTIVE port: latched with one event after DOWN_READS reads
     (a latched one says nothing more; a held read and a switched-off check count nothing)."""
-    key = key_of(device, port.port)
-    if key in state.latched or hold or check not in cycle.enabled:
+    key, link = watched.key, watched.link
+    if key in state.latched or hold or watched.check not in cycle.enabled:
         return None
     if not state.miss(key, DOWN_READS, cycle.now, f"{link.netdev} {link.operstate}"):
         return None
-    return _event(check, device, port.port, link, cycle.now, healthy=False, why="")
+    return _event(watched, cycle.now, healthy=False, why="")
 
 
 def _recovered(port: PortSnapshot, link: NetdevLink) -> str:
@@ -146,15 +159,15 @@ def _recovered(port: PortSnapshot, link: NetdevLink) -> str:
     return f"netdev {link.netdev} is {link.operstate} again"
 
 
-def _event(check: str, device: str, port: int, link: NetdevLink, now: datetime, *,
-           healthy: bool, why: str) -> HealthEvent:
+def _event(watched: _Watched, now: datetime, *, healthy: bool, why: str) -> HealthEvent:
+    device, port, link = watched.device, watched.port.port, watched.link
     if healthy:
         message = f"{device} port {port}: {why}"
     else:
         message = (f"{device} port {port} is ACTIVE / LinkUp but its netdev {link.netdev} is "
                    f"{link.operstate} (not administratively down): IP traffic over this port "
                    f"fails")
-    return make_event(check, fatal=False, healthy=healthy, error_code=CODE_NETDEV_DOWN,
+    return make_event(watched.check, fatal=False, healthy=healthy, error_code=CODE_NETDEV_DOWN,
                       entities=port_entities(device, port), at=now, message=message)
 
 

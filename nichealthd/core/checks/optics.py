@@ -232,6 +232,16 @@ def rebased(baseline: Mapping[int, float], readings: Sequence[Optional[float]]
     return out
 
 
+class _Module(NamedTuple):
+    """The module of one judged port: whose it is, how its events name it (``mlx5_0 port 1
+    (eth2)``) and the checks of its layer."""
+
+    device: str
+    port: int
+    label: str
+    checks: CheckNames
+
+
 @dataclass(frozen=True)
 class OpticsSettings(Settings):
     """nichealthd.toml(5): opticsInterval (0 switches the family off), opticsRxPowerDrop."""
@@ -331,9 +341,9 @@ class Optics(CheckFamily[OpticsSection, Modules, None]):
                 label = f"{port_label(device.name, port.port, port.link_layer or '')} " \
                         f"({fact.netdev})"
                 findings = self._judge_port(section, port.key, fact, drop_db)
+                module = _Module(device.name, port.port, label, checks)
                 for monitor, finding in findings.items():
-                    events.extend(self._step(section, cycle, device.name, port.port, label,
-                                             monitor, finding, checks))
+                    events.extend(self._step(section, cycle, module, monitor, finding))
         return Verdict(section, tuple(events), facts)
 
     @staticmethod
@@ -364,11 +374,11 @@ class Optics(CheckFamily[OpticsSection, Modules, None]):
         return findings
 
     @staticmethod
-    def _step(section: OpticsSection, cycle: Cycle, device: str, port: int, label: str,
-              monitor: str, finding: Finding, checks: CheckNames
-              ) -> list[tuple[str, HealthEvent]]:
+    def _step(section: OpticsSection, cycle: Cycle, module: _Module, monitor: str,
+              finding: Finding) -> list[tuple[str, HealthEvent]]:
         """The events of one monitor moving to ``finding``'s level: the old level's recovery
         and the new level's event."""
+        device, port, label, checks = module
         key = f"{device}_{port}/{monitor}"
         record = section.records.get(key)
         was = record.level if record else OK

@@ -200,7 +200,7 @@ class PcieAer(CheckFamily[AerSection, AerPicture, CounterTables]):
         if aer.pcie_aer_root_port:
             rspecs = rootport_specs(aer.pcie_aer_correctable_per_minute)
             for address in sorted(roots):
-                events.extend(_judge_root(roots[address], rspecs, cycle, poll, state, notes))
+                events.extend(_judge_root(roots[address], rspecs, cycle, poll, notes))
         else:
             events.extend(_close_roots(state, roots, cycle.now))
         return Verdict(state, tuple(events), (facts, observations), notes=tuple(notes),
@@ -304,10 +304,11 @@ def _root_ports(facts: Mapping[str, tuple[AerTable, ...]], cycle: Cycle,
 
 
 def _judge_root(root: _RootPort, specs: tuple[CounterSpec, ...], cycle: Cycle,
-                poll: CounterPoll, state: AerSection, notes: list[str]
-                ) -> list[tuple[str, HealthEvent]]:
+                poll: CounterPoll, notes: list[str]) -> list[tuple[str, HealthEvent]]:
     """One root port through the engine; a breach a NIC table below it already holds for
-    the same severity is not told (module doc)."""
+    the same severity is not told (module doc). The breach flags are the next section's, as
+    the poll holds them."""
+    flags = poll.flags
     address = root.table.address
     port = PortSnapshot(address, 0, None, None, None, counters=dict(root.table.totals))
     found = evaluate_port_counters(port, specs, root.checks, cycle.enabled, poll)
@@ -316,9 +317,9 @@ def _judge_root(root: _RootPort, specs: tuple[CounterSpec, ...], cycle: Cycle,
         name = event.error_code[0] if event.error_code else ""
         if not event.is_healthy and name in SEVERITY_OF:
             told = sorted(a for a in root.own
-                          if f"{a}:0:{SEVERITY_OF[name]}" in state.breach_flags)
+                          if f"{a}:0:{SEVERITY_OF[name]}" in flags)
             if told:
-                state.breach_flags.pop(f"{address}:0:{name}", None)
+                flags.pop(f"{address}:0:{name}", None)
                 notes.append(f"{name} of root port {address} rose with "
                              f"{SEVERITY_OF[name]} of {', '.join(told)} (below it), which "
                              f"holds the report")

@@ -111,19 +111,28 @@ def state_event(check: str, port: PortSnapshot, link_layer: str, health: str,
                       at=now)
 
 
-def transition(previous: Optional[PortRecord], port: PortSnapshot, link_layer: str,
-               check: str, now: datetime, *, first_sight: bool, evidence: bool
-               ) -> tuple[Optional[PortRecord], list[HealthEvent]]:
-    """Next record and events for one readable port.
+class Judging(NamedTuple):
+    """How one port's reading is judged this poll: the same for every port of a device but
+    ``evidence``, so a caller makes it once and replaces that per port."""
 
-    ``first_sight``: there is no record to compare with and the platform must be told the
-    truth (first poll after a reboot or with no state). ``evidence``: the port's card is
-    proven anomalous by homogeneity — the only reason to call a port that is already down at
-    first sight fatal (REFERENCE §2).
-    """
+    check: str  # the state check the events are under
+    now: datetime
+    # There is no record to compare with and the platform must be told the truth (first poll
+    # after a reboot or with no state).
+    first_sight: bool
+    hold_down: float = 0.0  # stateHoldDown, seconds
+    # The port's card is proven anomalous by homogeneity: the only reason to call a port that
+    # is already down at first sight fatal (REFERENCE §2).
+    evidence: bool = False
+
+
+def transition(previous: Optional[PortRecord], port: PortSnapshot, link_layer: str,
+               judging: Judging) -> tuple[Optional[PortRecord], list[HealthEvent]]:
+    """Next record and events for one readable port (its ``judging.hold_down`` aside)."""
+    check, now = judging.check, judging.now
     health = port_health(port.state, port.phys_state, link_layer)
     if previous is None:
-        return _first_record(port, link_layer, health, check, now, first_sight, evidence)
+        return _first_record(port, link_layer, health, judging)
     state, phys = port.state or "", port.phys_state or ""
     events: list[HealthEvent] = []
     told, since = previous.health, previous.since
@@ -149,19 +158,19 @@ def transition(previous: Optional[PortRecord], port: PortSnapshot, link_layer: s
     return record, events
 
 
-def _first_record(port: PortSnapshot, link_layer: str, health: str, check: str, now: datetime,
-                  first_sight: bool, evidence: bool
+def _first_record(port: PortSnapshot, link_layer: str, health: str, judging: Judging
                   ) -> tuple[Optional[PortRecord], list[HealthEvent]]:
     """A port without a record: healthy (told only at first sight), unhealthy told only
     with evidence against its card, else suppressed (uncabled); a quiet state makes none."""
+    check, now = judging.check, judging.now
     events: list[HealthEvent] = []
     if health == QUIET:
         return None, events
     if health == HEALTHY:
-        if first_sight:
+        if judging.first_sight:
             events.append(state_event(check, port, link_layer, HEALTHY, now))
         told = HEALTHY
-    elif evidence:
+    elif judging.evidence:
         events.append(state_event(check, port, link_layer, health, now))
         told = health
     else:
@@ -205,25 +214,23 @@ class Held(NamedTuple):
 
 
 def held_transition(previous: Optional[PortRecord], port: PortSnapshot, link_layer: str,
-                    check: str, now: datetime, *, first_sight: bool, evidence: bool,
-                    hold_down: float, hold: Optional[PortHold]) -> Held:
+                    judging: Judging, hold: Optional[PortHold]) -> Held:
     """:func:`transition` with the hold-down (``stateHoldDown``).
 
     Only a healthy->unhealthy edge of a port the platform was told is healthy is held: it is
-    reported when the port is still unhealthy once ``hold_down`` has passed, and is a blip
+    reported when the port is still unhealthy once its hold-down has passed, and is a blip
     (nothing published) when the port is back before (see :func:`hold_phase`). Recovery,
     escalation and a port unhealthy at first sight go through at once. A hold found expired
     when the port is already back (a restart or a late poll in between) reports the outage,
     dated when it began, and its recovery: nothing proves it was short.
     """
+    now, hold_down = judging.now, judging.hold_down
     if hold is None and hold_down <= 0:  # the default: no hold-down (every port, every poll)
-        return Held(*transition(previous, port, link_layer, check, now,
-                                first_sight=first_sight, evidence=evidence), None, False)
+        return Held(*transition(previous, port, link_layer, judging), None, False)
 
     def plain(record: Optional[PortRecord], reading: PortSnapshot, at: datetime
               ) -> tuple[Optional[PortRecord], list[HealthEvent]]:
-        return transition(record, reading, link_layer, check, at, first_sight=first_sight,
-                          evidence=evidence)
+        return transition(record, reading, link_layer, judging._replace(now=at))
 
     health = port_health(port.state, port.phys_state, link_layer)
     phase = hold_phase(previous, hold, health, now, hold_down)
