@@ -41,10 +41,12 @@ from ..core.model import (
     EFA_VENDOR,
     CounterKind,
     CounterReading,
+    DeviceIndex,
     DeviceSnapshot,
     HostSnapshot,
     PortSnapshot,
     Unreadable,
+    plain_vf,
 )
 from ..core.numbers import (
     CARRIER,
@@ -194,6 +196,16 @@ class SysfsReader:
         self._monotonic = monotonic
         self._plans: list[_DevicePlan] = []
         self._names: Optional[frozenset[str]] = None
+        # Made at discovery, so that a poll touches only the devices it reads: the snapshot's
+        # devices with the VFs in place (:func:`~nichealthd.core.model.plain_vf`: nothing of
+        # theirs is read), the plans read each poll by their place, the VFs, and what
+        # follows from the plans alone.
+        self._template: list[DeviceSnapshot] = []
+        self._read_at: list[tuple[int, _DevicePlan]] = []
+        self._vfs: tuple[DeviceSnapshot, ...] = ()
+        self._efa_vfs = False
+        self._complete = True
+        self._addresses_seen: frozenset[Optional[str]] = frozenset()
         self._discovered_at = float("-inf")
         self._dirty = True
         self._boot_id: Optional[str] = None  # constant for the life of the process
@@ -234,25 +246,35 @@ class SysfsReader:
             self._discover(names)
         self._fd_exhausted = False
         reads, transient = self.files.reads, self.files.transient_reads
-        devices = tuple(self._read_device(plan) for plan in self._plans)
+        devices, index = self._read_devices(names)
         if discovered:
             self._report_budget(self.files.reads - reads, self.files.transient_reads - transient)
         if not self._fd_exhausted:
             self.problems.clear("fd-exhausted", "file descriptors are available again")
-        complete = all(plan.info.ports_listed or plan.info.is_vf for plan in self._plans)
         # An empty class directory: is the hardware still there (a driver event)?
         functions = None if names else self._mellanox_functions()
         adapter, problem = self._adapter_boundary.read(lambda: self.adapter.observe(devices))
-        return HostSnapshot(now, boot_id, devices, complete=complete, pci_functions=functions,
-                            pci_bus=self._bus_if_unregistered(devices), adapter=adapter,
-                            unread={READS_ADAPTER: problem} if problem else {})
+        return HostSnapshot(now, boot_id, devices, complete=self._complete,
+                            pci_functions=functions, pci_bus=self._bus_if_unregistered(),
+                            adapter=adapter, unread={READS_ADAPTER: problem} if problem else {},
+                            index=index)
 
-    def _bus_if_unregistered(self, devices: tuple[DeviceSnapshot, ...]
-                             ) -> Optional[frozenset[str]]:
+    def _read_devices(self, names: frozenset[str]
+                      ) -> tuple[tuple[DeviceSnapshot, ...], DeviceIndex]:
+        """This poll's devices, in name order, and their index: only the devices that are
+        not VFs are read (a VF's snapshot is its plan's facts: no port of it is read)."""
+        devices = self._template.copy()
+        judged = []
+        for place, plan in self._read_at:
+            devices[place] = device = self._read_device(plan)
+            judged.append(device)
+        return tuple(devices), DeviceIndex(names, tuple(judged), self._vfs, self._efa_vfs)
+
+    def _bus_if_unregistered(self) -> Optional[frozenset[str]]:
         """The addresses on the PCI bus when a watched function has no device this poll (one
         directory listing, only then); None otherwise or when the bus cannot be listed."""
         watched = self.watched_functions
-        if not watched or watched <= {d.pci_address for d in devices}:
+        if not watched or watched <= self._addresses_seen:
             return None
         entries = _listdir(os.path.join(self.config.sysfs_root, "bus/pci/devices"))
         return None if entries is None else frozenset(entries)
@@ -339,6 +361,14 @@ class SysfsReader:
             self.adapter.release()  # its files of a device gone are closed now, not in 10 s
         self.files.retain([path for plan in self._plans for port in plan.ports
                            for path in _polled_paths(port)] + list(self.adapter.kept))
+        self._template = [plan.info for plan in self._plans]
+        self._read_at = [(place, plan) for place, plan in enumerate(self._plans)
+                         if not plain_vf(plan.info)]
+        self._vfs = tuple(plan.info for plan in self._plans if plain_vf(plan.info))
+        self._efa_vfs = any(vf.is_efa for vf in self._vfs)
+        self._complete = all(plan.info.ports_listed or plan.info.is_vf for plan in self._plans)
+        # A device's PCI address is one of its facts: fixed from one discovery to the next.
+        self._addresses_seen = frozenset(plan.info.pci_address for plan in self._plans)
         self._names = names
         self._discovered_at = self._monotonic()
         self._dirty = False
