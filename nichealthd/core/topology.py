@@ -149,13 +149,17 @@ def classify_host(snapshot: HostSnapshot, topology: Topology, exclusion: tuple[s
     (:class:`~nichealthd.core.model.DeviceIndex`: a VF with its NUMA node read is a VF
     whatever else). While the reader gives the same VFs under the same names as last poll,
     their roles are last poll's table copied, in the same order, with the other devices'
-    roles of this poll written over it."""
+    roles of this poll written over it; and when those are last poll's too, the table is
+    last poll's own (the same object: nothing changes a table of roles once made)."""
     parts = snapshot.parts
     if not parts.vfs or len(parts.names) != len(snapshot.devices):
         return classify_all(snapshot.devices, topology, exclusion, inclusion_override, previous)
     judged = classify_all(parts.judged, topology, exclusion, inclusion_override, previous)
     last = _LAST_HOST[0] if _LAST_HOST else None
-    if last is not None and last[0] is parts.vfs and last[1] == parts.names:
+    if (last is not None and last[0] is parts.vfs
+            and (last[1] is parts.names or last[1] == parts.names)):
+        if all(last[2].get(name) is role for name, role in judged.items()):
+            return last[2]
         roles = dict(last[2])
         roles.update(judged)
     else:

@@ -180,7 +180,7 @@ class Monitor:
         family that reads counters switched off."""
         counted = any(READS_COUNTERS in f.reads for f in enabled_under(self.config))
         last = self._uncounted_of
-        if last is not None and last[0] == counted and last[1] == roles:
+        if last is not None and last[0] == counted and (last[1] is roles or last[1] == roles):
             return last[2]
         uncounted = frozenset(name for name, role in roles.items()
                               if not (counted and role.monitored))
@@ -405,10 +405,14 @@ class Monitor:
         """Read the topology again when an RDMA device appears that it was not read for."""
         names = snapshot.parts.names
         known = self._topology_devices
+        if names is known:  # the reader's names of a poll that listed nothing new
+            return
         if known is None or not snapshot.devices:
             self._topology_devices = names if known is None else known
             return
         if names <= known:
+            if len(names) == len(known):
+                self._topology_devices = names  # equal: the next poll's is this object
             return
         self._topology_devices = known | names
         if self.topology_loader is None:
@@ -427,7 +431,8 @@ class Monitor:
         """``topology from sysfs: 8 GPUs on 2 NUMA nodes; 8 compute, …`` at the first poll and
         whenever it changes."""
         last = self._summary_of
-        if last is not None and last[0] is self.topology.gpus and last[1] == roles:
+        if last is not None and last[0] is self.topology.gpus and (last[1] is roles
+                                                                    or last[1] == roles):
             text = last[2]
         else:
             text = summary(self.topology.gpus, roles.values())
@@ -437,13 +442,14 @@ class Monitor:
             log.info("%s", text)
 
     def _log_roles(self, roles: dict[str, Role]) -> None:
-        if roles == self._last_roles:
+        if roles is self._last_roles or roles == self._last_roles:
             return
         for name in sorted(roles):
             role = roles[name]
             if self._last_roles.get(name) != role:
                 log.info("NIC %s: %s (%s)", name, role.role, role.reason)
-        self._last_roles = dict(roles)
+        # Kept, not copied: a table of roles is not changed once made (core/topology.py).
+        self._last_roles = roles
 
 
 def _why(exc: BaseException) -> str:

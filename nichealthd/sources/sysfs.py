@@ -72,6 +72,8 @@ from .sandbox import sysfs_root_problem
 log = logging.getLogger("nichealthd.sysfs")
 
 REDISCOVER_SECONDS = 60.0
+# A host with SR-IOV VFs lists its class directory at least this often (see _listing_due).
+LIST_SECONDS = 10.0
 OPERSTATES = frozenset({"unknown", "notpresent", "down", "lowerlayerdown", "testing", "dormant",
                         "up"})
 GID_SCAN_LIMIT = 32
@@ -206,6 +208,10 @@ class SysfsReader:
         self._efa_vfs = False
         self._complete = True
         self._addresses_seen: frozenset[Optional[str]] = frozenset()
+        self._entries_read: tuple[str, ...] = ()  # the class entries of the devices read
+        self._listed_at = float("-inf")  # the last listing that succeeded
+        # The devices (PCI address, else name) that left and are not back, VFs aside.
+        self._left: frozenset[Optional[str]] = frozenset()
         self._discovered_at = float("-inf")
         self._dirty = True
         self._boot_id: Optional[str] = None  # constant for the life of the process
@@ -220,6 +226,7 @@ class SysfsReader:
         self._addresses: Optional[dict[str, str]] = None  # netdev -> MAC, per discovery
         self.unreadable_reads = 0
         self.discoveries = 0
+        self.listings = 0  # of the class directory
         self._fd_exhausted = False  # this poll saw EMFILE/ENFILE (logged once, not per file)
         # The slow adapter facts, read at their own cadence inside their own
         # failure boundary: a fault there costs only the families that read them.
@@ -237,7 +244,7 @@ class SysfsReader:
     def observe(self, now: datetime) -> HostSnapshot:
         """Read everything one poll needs. Never raises on bad sysfs content."""
         boot_id = self._boot_id or self._read_boot_id()
-        names = self._list_devices()
+        names = self._list_devices() if self._listing_due() else self._names
         if names is None:
             return HostSnapshot(now, boot_id, (), complete=False, blind=self._blind)
         discovered = (self._dirty or names != self._names
@@ -316,13 +323,41 @@ class SysfsReader:
 
     # ------------------------------------------------------------- discovery
 
+    def _listing_due(self) -> bool:
+        """Whether this poll lists the class directory: always, but on a host with SR-IOV VFs.
+
+        There the listing is most of the poll (1,024 names on 8 PFs with 127 VFs each), and
+        what it would tell at once is kept this way:
+        - a device read each poll that is gone has no class entry (one ``lstat`` each): the
+          listing and discovery are in the poll that finds it gone, as before;
+        - a device that left and is not back (or a watched PCI function without a device)
+          is looked for every poll, so its return is seen in the poll it comes back;
+        - a listing that failed, a read that found a file gone, a reload and the periodic
+          rediscovery list as ever.
+        A device never seen before and a VF that comes or goes (never judged, spec §8) are
+        seen within ``LIST_SECONDS``.
+        """
+        if not self._vfs or self._dirty or self._names is None or self._left:
+            return True
+        now = self._monotonic()
+        if (now - self._listed_at >= LIST_SECONDS
+                or now - self._discovered_at >= REDISCOVER_SECONDS):
+            return True
+        watched = self.watched_functions
+        if watched and not watched <= self._addresses_seen:
+            return True
+        return not all(os.path.lexists(entry) for entry in self._entries_read)
+
     def _list_devices(self) -> Optional[frozenset[str]]:
         try:
             names = frozenset(os.listdir(self.config.sys_class_infiniband))
+            self._listed_at = self._monotonic()
+            self.listings += 1
             self.problems.clear("class", f"{self.config.sys_class_infiniband} is there: "
                                 f"{len(names)} RDMA device(s) found")
             return names
         except OSError as exc:
+            self._listed_at = float("-inf")
             blind = self._blind = sysfs_root_problem(self.config.sysfs_root)
             if blind:  # not a sysfs at all (a tree the service's sandbox hides): say why
                 self.problems.report("class", blind)
@@ -353,6 +388,7 @@ class SysfsReader:
         # registered (hardware facts, link layers, InfiniBand GID tables, which follow the port
         # GUID) is carried over: re-reading it costs ~100 syscalls per port.
         periodic = not self._dirty and names == self._names
+        known = self._plans
         self._addresses = None
         previous = {plan.info.name: plan for plan in self._plans} if periodic else {}
         self._plans = [self._discover_device(name, previous.get(name))
@@ -369,6 +405,11 @@ class SysfsReader:
         self._complete = all(plan.info.ports_listed or plan.info.is_vf for plan in self._plans)
         # A device's PCI address is one of its facts: fixed from one discovery to the next.
         self._addresses_seen = frozenset(plan.info.pci_address for plan in self._plans)
+        self._left = (self._left | {_identity(plan.info) for plan in known
+                                    if not plain_vf(plan.info)}
+                      ) - {_identity(plan.info) for plan in self._plans}
+        self._entries_read = tuple(os.path.join(self.config.sys_class_infiniband, plan.info.name)
+                                   for _, plan in self._read_at)
         self._names = names
         self._discovered_at = self._monotonic()
         self._dirty = False
@@ -752,6 +793,11 @@ def _listdir(path: str) -> Optional[list[str]]:
 def _port_sort_key(name: str) -> tuple[int, str]:
     number = value(name, PORT_NUMBER)
     return (number, "") if number is not None else (1 << 30, name)
+
+
+def _identity(device: DeviceSnapshot) -> Optional[str]:
+    """Which device this is across discoveries: its PCI address, else its name."""
+    return device.pci_address or device.name
 
 
 def _netdev_for_port(pci: str, netdevs: Iterable[str], port: int) -> Optional[str]:
