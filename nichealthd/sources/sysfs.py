@@ -9,7 +9,9 @@ Cost matters on hosts polled every second: the attribute files are opened once a
 with ``pread(fd, …, 0)`` (sysfs regenerates the value on every read at offset 0), so a
 steady-state counter value costs one syscall. Discovery (listing devices and ports, static
 attributes, GIDs) runs only when the device list changes, when a cached file goes away, and
-every ``REDISCOVER_SECONDS`` as a safety net. Files that fail with EINVAL (restricted
+every ``REDISCOVER_SECONDS`` as a safety net. On a host with SR-IOV VFs the class directory
+itself is listed only when something read may have changed (:meth:`SysfsReader._listing_due`),
+and a VF's snapshot is its discovery's facts. Files that fail with EINVAL (restricted
 functions, where each read logs a kernel error — REFERENCE §3) are remembered and not read
 again.
 
