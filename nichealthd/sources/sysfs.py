@@ -402,7 +402,9 @@ class SysfsReader:
         self._template = [plan.info for plan in self._plans]
         self._read_at = [(place, plan) for place, plan in enumerate(self._plans)
                          if not plain_vf(plan.info)]
-        self._vfs = tuple(plan.info for plan in self._plans if plain_vf(plan.info))
+        vfs = tuple(plan.info for plan in self._plans if plain_vf(plan.info))
+        if len(vfs) != len(self._vfs) or any(a is not b for a, b in zip(vfs, self._vfs)):
+            self._vfs = vfs  # else the same tuple: the passes know the VFs unchanged
         self._efa_vfs = any(vf.is_efa for vf in self._vfs)
         self._complete = all(plan.info.ports_listed or plan.info.is_vf for plan in self._plans)
         # A device's PCI address is one of its facts: fixed from one discovery to the next.
@@ -455,6 +457,9 @@ class SysfsReader:
         else:
             facts = _read_facts(name, base, pci, self.problems)
         netdevs = tuple(sorted(_listdir(os.path.join(pci, "net")) or ()))
+        if previous is not None and facts is previous.info and facts.is_vf \
+                and netdevs == facts.netdevs:
+            return previous  # a VF as it was (none of its ports is listed or read)
         # An EFA function's own netdev, else its ENA partner's; never the device's
         # netdevs (those decide the management role by the default route, and the ENA of
         # network card 0 carries it on every AWS instance).

@@ -13,7 +13,12 @@ from nichealthd.core.model import ABSENT, CounterKind, Unreadable
 from nichealthd.sim import mutate, pcibus, subnet
 from nichealthd.sources.attribute import AttributeFiles
 from nichealthd.sources.config_file import load_config
-from nichealthd.sources.sysfs import LIST_SECONDS, SysfsReader, counter_kind
+from nichealthd.sources.sysfs import (
+    LIST_SECONDS,
+    REDISCOVER_SECONDS,
+    SysfsReader,
+    counter_kind,
+)
 
 from .builders import at
 from .conftest import open_readers, reader_for
@@ -489,3 +494,24 @@ def test_a_watched_function_without_a_device_lists_the_devices_each_poll(host: P
     reader.watched_functions = frozenset({device.pci_address, "0000:ff:00.0"})
     reader.observe(at(2))
     assert reader.listings == 2
+
+
+def test_the_periodic_rediscovery_keeps_unchanged_vfs_as_they_were(host: Path) -> None:
+    """A VF that lists the same netdevs is kept whole by the periodic rediscovery (the
+    passes then know every VF unchanged: the same tuple); one whose netdevs changed is
+    made again."""
+    clock = [0.0]
+    reader = SysfsReader(load_config(str(host / "nichealthd.toml")),
+                         monotonic=lambda: clock[0])
+    open_readers.append(reader)
+    first = reader.observe(at(0))
+    clock[0] = REDISCOVER_SECONDS
+    again = reader.observe(at(1))
+    assert reader.discoveries == 2 and again.parts.vfs is first.parts.vfs
+    vf = first.parts.vfs[0]
+    (host / "sys/class/infiniband" / vf.name / "device/net/vfnet0").mkdir(parents=True)
+    clock[0] = 2 * REDISCOVER_SECONDS
+    moved = reader.observe(at(2))
+    assert reader.discoveries == 3 and moved.parts.vfs is not first.parts.vfs
+    assert moved.parts.vfs[0].netdevs == ("vfnet0",) and moved.parts.vfs[0].is_vf
+    assert all(a is b for a, b in zip(moved.parts.vfs[1:], first.parts.vfs[1:]))
