@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from nichealthd.core.checks.kernel_log import KERNEL_LOG, KernelLogSection, KernelLogSettings
-from nichealthd.core.config import build_config
+from nichealthd.core.config_build import build_config
 from nichealthd.core.evaluate import PollMemory, evaluate
 from nichealthd.core.model import DeviceSnapshot, HostSnapshot, PortSnapshot
 from nichealthd.core.state import MonitorState

@@ -206,6 +206,23 @@ class NotifySocket:
         return found[0]
 
 
+def ctl(socket: Union[str, Path], *args: str, env: Optional[Mapping[str, str]] = None,
+        cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    """``nichealthctl --varlink=SOCKET ARGS`` as a user runs it: a process of its own (its
+    exit status and streams are part of what the tests check), run from ``cwd``'s package."""
+    return subprocess.run([sys.executable, "-m", "nichealthd.cli.ctl", f"--varlink={socket}",
+                           *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=60)
+
+
+def ctl_output(socket: Union[str, Path], *args: str, env: Optional[Mapping[str, str]] = None,
+               cwd: Path = REPO) -> str:
+    """What :func:`ctl` prints, asserting that it succeeded."""
+    shown = ctl(socket, *args, env=env, cwd=cwd)
+    assert shown.returncode == 0, shown.stderr
+    return shown.stdout
+
+
 def stop_process(proc: subprocess.Popen[Any], timeout: float = STOP_WAIT,
                  sig: int = signal.SIGTERM) -> int:
     """Send ``sig`` if ``proc`` still runs, kill it if it has not exited ``timeout`` seconds

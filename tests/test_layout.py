@@ -1,8 +1,9 @@
 """The package layout is the architecture (ARCHITECTURE.md): the pure core depends on nothing else.
 
-``nichealthd.core`` imports only itself and the standard library; the layers above it import
-downwards only (sources and storage never import runtime, surfaces or the client); every
-module says its one job in its first docstring line.
+``nichealthd.core`` imports only itself, the standard library and the sources' fact modules
+(each a pure module of a source's fact key and types); the layers above it import downwards
+only (sources and storage never import runtime, surfaces or the client); every module says its
+one job in its first docstring line.
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ ALLOWED = {
     "cli": {"core", "sources", "surfaces.dbus_common", "surfaces.varlink_protocol"},
     "sim": set(),
 }
+# A source's fact module (``sources/<name>_facts.py``): the key and the types of the fact it
+# reads, which the families of the core import (ARCHITECTURE.md, the source seam). Pure like
+# the core: it imports only the core's model and numbers and other fact modules.
+FACT_MODULES = frozenset(f"sources.{p.stem}" for p in (PACKAGE / "sources").glob("*_facts.py"))
+FACT_MODULE_IMPORTS = FACT_MODULES | {"core.model", "core.numbers"}
 
 
 def modules() -> list[Path]:
@@ -63,6 +69,10 @@ def test_each_layer_imports_only_downwards(path: Path) -> None:
     if layer not in ALLOWED:
         return  # the package root: __init__ only
     allowed = ALLOWED[layer] | {layer}
+    if layer == "core":
+        allowed |= FACT_MODULES
+    if module_name(path) in FACT_MODULES:
+        allowed = set(FACT_MODULE_IMPORTS)
     for name in imported(path):
         if name == "__version__":
             continue
@@ -71,16 +81,149 @@ def test_each_layer_imports_only_downwards(path: Path) -> None:
             f"{sorted(allowed)}")
 
 
+def import_graph(package: Path) -> dict[str, set[str]]:
+    """Every module of ``package`` (a directory) with the modules of it that it imports, by
+    dotted name. An import counts wherever it is: at the top, inside a function, under ``if
+    TYPE_CHECKING:`` (each is a dependency, whenever it runs); ``from a import b`` imports the
+    submodule ``a.b`` when there is one; importing a module runs the ``__init__`` of each
+    package above it first, so it imports those too."""
+    paths = {".".join(p.relative_to(package.parent).with_suffix("").parts).removesuffix(
+        ".__init__"): p for p in package.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        here = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                parts = here.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1]) if node.level else ""
+                source = ".".join(p for p in (base, node.module or "") if p)
+                targets.add(source)
+                targets.update(f"{source}.{a.name}" for a in node.names)
+        graph[name] = {".".join(t.split(".")[:n]) for t in targets
+                       for n in range(1, t.count(".") + 2)} & paths.keys() - {name}
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The modules that import each other, directly or through others (the strongly
+    connected components of more than one module), each sorted."""
+    reach = {name: _reachable(graph, name) for name in graph}
+    found: list[list[str]] = []
+    for name in sorted(graph):
+        if name in reach[name] and not any(name in circle for circle in found):
+            found.append(sorted(other for other in reach[name] if name in reach[other]))
+    return found
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    found: set[str] = set()
+    todo = list(graph[start])
+    while todo:
+        name = todo.pop()
+        if name not in found:
+            found.add(name)
+            todo.extend(graph[name])
+    return found
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    """ARCHITECTURE.md: no import circle in the package, at the top, inside a function or
+    for type checking only: a module that needs a thing of another that needs it back is
+    split, the shared thing moved below both (a protocol, a record, a value passed)."""
+    circles = import_circles(import_graph(PACKAGE))
+    assert circles == [], "modules that import each other: " + "; ".join(
+        ", ".join(circle) for circle in circles)
+
+
+CIRCLES = {
+    "top level": ({"a.py": "from . import b\n", "b.py": "from .a import thing\n"},
+                  [["pkg.a", "pkg.b"]]),
+    "inside a function": ({"a.py": "import pkg.b\n",
+                           "b.py": "def f():\n    from pkg.a import thing\n"},
+                          [["pkg.a", "pkg.b"]]),
+    "for type checking": ({"a.py": "from .b import B\n",
+                           "b.py": "from typing import TYPE_CHECKING\n"
+                                   "if TYPE_CHECKING:\n    from .a import A\n"},
+                          [["pkg.a", "pkg.b"]]),
+    "a submodule by from-import": ({"a.py": "from pkg import b\n",
+                                    "b.py": "from pkg.a import thing\n"},
+                                   [["pkg.a", "pkg.b"]]),
+    "through a package's __init__": ({"low.py": "from .sub.leaf import thing\n",
+                                      "sub/__init__.py": "from ..low import other\n",
+                                      "sub/leaf.py": ""},
+                                     [["pkg.low", "pkg.sub"]]),
+    "three modules": ({"a.py": "from . import b\n", "b.py": "from . import c\n",
+                       "c.py": "from .a import thing\n"},
+                      [["pkg.a", "pkg.b", "pkg.c"]]),
+    "none": ({"a.py": "from . import b\nimport json\n",
+              "b.py": "from typing import TYPE_CHECKING\nfrom .c import thing\n",
+              "c.py": "def f():\n    from pkg import d\n", "d.py": ""}, []),
+}
+
+
+@pytest.mark.parametrize("files, expected", CIRCLES.values(), ids=CIRCLES.keys())
+def test_the_circle_finder_sees_every_kind_of_import(
+        tmp_path: Path, files: dict[str, str], expected: list[list[str]]) -> None:
+    package = tmp_path / "pkg"
+    for name, text in {"__init__.py": "", **files}.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(text)
+    assert import_circles(import_graph(package)) == expected
+
+
+CONFIG_MODULES = ("config.py", "config_build.py")  # the node name's default: the host name
+
+
+def module_name(path: Path) -> str:
+    """``sources/phy_facts.py`` -> ``sources.phy_facts``."""
+    return ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
+
+
+def module_path(name: str) -> Path:
+    """The file of an imported name (a module, or a package's ``__init__``); a name imported
+    from a module (``core.numbers.parse``) is its module's."""
+    parts = name.split(".")
+    while parts:
+        base = PACKAGE.joinpath(*parts)
+        for path in (base.with_suffix(".py"), base / "__init__.py"):
+            if path.is_file():
+                return path
+        parts.pop()
+    raise AssertionError(f"no module for nichealthd.{name}")
+
+
+def test_the_fact_modules_import_nothing_that_imports_the_config() -> None:
+    """What a fact module imports, all the way down, is pure: never the config, the family
+    seam or a family (which import the fact modules: that would be an import circle)."""
+    assert FACT_MODULES, "no fact module found"
+    seen: set[Path] = set()
+    todo = [PACKAGE / (name.replace(".", "/") + ".py") for name in FACT_MODULES]
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        todo.extend(module_path(name) for name in imported(path))
+    reached = {module_name(p) for p in seen}
+    assert not {n for n in reached if n in ("core.config", "core.family")
+                or n.startswith("core.checks")}, sorted(reached)
+
+
 def test_the_core_does_no_io_per_poll() -> None:
-    """Only the config modules of the core may touch files; the checks and evaluation never."""
-    for path in (PACKAGE / "core").rglob("*.py"):
+    """Only the config modules of the core may touch files; the checks and evaluation never
+    (nor the fact modules the core imports)."""
+    facts = [PACKAGE / (name.replace(".", "/") + ".py") for name in sorted(FACT_MODULES)]
+    for path in [*(PACKAGE / "core").rglob("*.py"), *facts]:
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
                 assert node.func.id != "open", f"{path.name} opens a file"
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 names = [a.name for a in node.names] + [getattr(node, "module", "") or ""]
-                assert not {"subprocess", "socket"} & set(names) or path.name == "config.py", (
+                assert not {"subprocess", "socket"} & set(names) or path.name in CONFIG_MODULES, (
                     f"{path.name} imports {names}")
 
 

@@ -4,7 +4,7 @@ The --help comparisons run the real programs; they are skipped (with the reason)
 ``nichealthd.runtime.daemon`` / ``nichealthd.cli.ctl`` cannot be imported. The other checks
 compare the pages with the external contract (the options of nichealthd(8)), the shipped config
 file and the config keys as the daemon and each check family declare them
-(``nichealthd.core.config.declarations``).
+(``nichealthd.core.config_build.declarations``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from nichealthd.core.config import declarations
+from nichealthd.core.config_build import declarations
 
 REPO = Path(__file__).resolve().parent.parent
 MAN = REPO / "man"
@@ -305,6 +305,7 @@ def test_documented_defaults_are_the_daemons(tmp_path):
     """The shipped file, every key uncommented, loads to exactly the built-in defaults, and
     the man page's counter table is the daemon's DEFAULT_COUNTERS."""
     from nichealthd.core import config as cfg
+    from nichealthd.core.config_build import family_settings
     from nichealthd.sources.config_file import load_config
 
     text = (REPO / "etc/nichealthd/config.toml").read_text()
@@ -325,7 +326,7 @@ def test_documented_defaults_are_the_daemons(tmp_path):
             prop = {"boot_id_path_setting": "boot_id_path"}.get(field, field[: -len("_setting")])
             same = getattr(loaded, prop) == getattr(defaults, prop)
         assert same, field
-    for kind in cfg.family_settings():  # each family's keys, at their defaults
+    for kind in family_settings():  # each family's keys, at their defaults
         assert loaded.settings(kind) == defaults.settings(kind) == kind(), kind
 
     units = {"second": "second", "minute": "minute", "hour": "hour"}

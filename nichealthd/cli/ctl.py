@@ -37,6 +37,7 @@ from ..core.config import DEFAULT_CONFIG_PATH, ConfigError
 from ..core.duration import parse_duration
 from ..core.jsontypes import JsonRecord
 from ..sources.config_file import load_config
+from .connect import connect
 from .event_filter import SINCE_FORMS, EventFilter, parse_since
 from .format import (
     NO_DEVICES,
@@ -61,7 +62,6 @@ from .transport import (
     CtlError,
     Note,
     Transport,
-    connect,
 )
 
 EXIT_OK, EXIT_DEGRADED, EXIT_FATAL = 0, 1, 2

@@ -1,7 +1,7 @@
 """nichealthctl over D-Bus: the :class:`~nichealthd.cli.transport.Transport` of the system bus.
 
 Its own module because it needs a D-Bus library (dbus-fast or dbus-next), which a host may
-lack (RHEL 9 has none for Python): :func:`nichealthd.cli.transport.connect` imports it only
+lack (RHEL 9 has none for Python): :func:`nichealthd.cli.connect.connect` imports it only
 when it tries the bus, and without the library goes to the varlink socket.
 """
 

@@ -1,17 +1,14 @@
 """How nichealthctl reaches the daemon: a :class:`Transport` over D-Bus or over varlink.
 
 Both give the same records (those of :mod:`nichealthd.core.views`), so every command has one
-body and one set of formatting code, whichever API it used. D-Bus is the default; without
-``--varlink`` a client whose system bus cannot be reached (a minimal host, a container)
-tries the varlink socket before giving up (nichealthctl(1)). Every failure is a
-:class:`CtlError`: one line and an exit status.
+body and one set of formatting code, whichever API it used; :mod:`nichealthd.cli.connect`
+chooses one. Every failure is a :class:`CtlError`: one line and an exit status.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 from typing import AsyncIterator, Dict, List, Optional, Tuple
 
 from ..core.jsontypes import JsonRecord
@@ -268,52 +265,3 @@ class VarlinkTransport(Transport):
             with contextlib.suppress(CtlError):
                 return await self._open()
             await asyncio.sleep(VARLINK_RECONNECT)
-
-
-# -------------------------------------------------------------------- choose
-
-@contextlib.asynccontextmanager
-async def connect(varlink: Optional[str], bus: str, timeout: float
-                  ) -> AsyncIterator[Transport]:
-    """The transport to use: varlink when asked, else D-Bus, falling back to the varlink
-    socket when the bus itself cannot be reached (not when the daemon is not on it)."""
-    transport: Transport
-    if varlink:
-        transport = VarlinkTransport(varlink, timeout)
-        async with transport:
-            yield transport
-        return
-    try:
-        dbus = _dbus_transport(bus, timeout)
-        await dbus.__aenter__()
-        transport = dbus
-    except BusUnreachable as bus_error:
-        fallback = VarlinkTransport(default_varlink_socket(), timeout)
-        try:
-            await fallback.__aenter__()
-        except CtlError as varlink_error:
-            raise CtlError(f"{bus_error.message}; and {varlink_error.message}") from None
-        transport = fallback
-    try:
-        yield transport
-    finally:
-        await transport.__aexit__(None, None, None)
-
-
-def _dbus_transport(bus: str, timeout: float) -> Transport:
-    """The D-Bus transport; :class:`BusUnreachable` when no D-Bus library is installed (then
-    the varlink socket is tried, as for a bus that cannot be reached)."""
-    try:
-        from .dbus_transport import DbusTransport
-    except ImportError as exc:
-        if (exc.name or "").split(".")[0] not in ("dbus_fast", "dbus_next"):
-            raise
-        raise BusUnreachable("no D-Bus library for Python is installed (python3-dbus-fast or "
-                             "python3-dbus-next; pip: dbus-fast), so the bus cannot be "
-                             "used") from None
-    return DbusTransport(bus, timeout)
-
-
-def default_varlink_socket() -> str:
-    """The daemon's default socket; NICHEALTHCTL_VARLINK_SOCKET names another."""
-    return os.environ.get("NICHEALTHCTL_VARLINK_SOCKET") or DEFAULT_VARLINK_SOCKET

@@ -1,16 +1,13 @@
-"""Configuration: the daemon's own keys, the counter tables, and loading a file.
+"""Configuration: the daemon's own keys and the counter tables.
 
 A key is declared once, by its owner (:mod:`nichealthd.core.settings`): the daemon's own keys
 are the fields of :class:`Config`, a check family's are the fields of its settings class
 (``CheckFamily.settings``, read as ``config.settings(TheClass)``). The ``[counterDetection]``
 table is the counter engine's (the ConnectX and EFA counters share its switch, and the reader
-reads the files it names), so it stays here with its merging by counter name.
-
-One validator serves the daemon (start and reload) and ``nichealthctl config check``. It makes
-one pass over the file and collects every problem (file, line, key, what is wrong) into one
-:class:`ConfigError`, so an operator never has to guess why the daemon refused to start (exit
-status 2) and fixes a file in one round. Unknown keys are errors: a typo must not silently
-fall back to a default. Reading and parsing the file is :mod:`nichealthd.sources.config_file`.
+reads the files it names), so it stays here with its merging by counter name. Building a
+Config from a file's values, which needs every family's keys, is
+:mod:`nichealthd.core.config_build`; reading and parsing the file is
+:mod:`nichealthd.sources.config_file`.
 """
 
 from __future__ import annotations
@@ -20,7 +17,6 @@ import math
 import os
 import re
 import shlex
-import socket
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Type, TypeVar, cast
 
@@ -28,14 +24,10 @@ from .config_errors import Collector, ConfigError, Problem, show
 from .config_lines import KeyLines
 from .settings import (
     Choice,
-    Declared,
     Duration,
     Integer,
-    Reader,
-    Report,
     Settings,
     boolean,
-    declared,
     hint,
     key_label,
     setting,
@@ -492,7 +484,7 @@ class Config:
     def settings(self, kind: Type[S]) -> S:
         """The loaded settings of a family (its class), its defaults when none were set."""
         found = self._settings_by_kind.get(kind)
-        return cast(S, found) if found is not None else _defaults(kind)
+        return cast(S, found) if found is not None else default_settings(kind)
 
     @functools.cached_property
     def _settings_by_kind(self) -> Dict[type, Settings]:
@@ -550,106 +542,12 @@ class Config:
 _DEFAULTS: Dict[type, Settings] = {}
 
 
-def _defaults(kind: Type[S]) -> S:
+def default_settings(kind: Type[S]) -> S:
     """A family's default settings (one instance per class: asked for on every poll)."""
     found = _DEFAULTS.get(kind)
     if found is None:
         found = _DEFAULTS[kind] = kind()
     return cast(S, found)
-
-
-# ------------------------------------------------------------- the declarations
-
-def family_settings() -> tuple[Type[Settings], ...]:
-    """The settings classes of the check families, in family order."""
-    from .checks import families  # the registry imports every family, and they import this
-
-    return tuple(dict.fromkeys(f.settings for f in families() if f.settings is not None))
-
-
-def declarations() -> tuple[Declared, ...]:
-    """Every top-level key: the daemon's own, then each family's (nichealthd.toml(5))."""
-    owners: tuple[type, ...] = (Config, *family_settings())
-    return tuple(item for owner in owners for item in declared(owner))
-
-
-def value_of(config: Config, item: Declared) -> Any:
-    """The value ``config`` holds for a declared key."""
-    owner = config if item.owner is Config else config.settings(item.owner)
-    return getattr(owner, item.attr)
-
-
-@functools.lru_cache(maxsize=1)
-def _reader() -> Reader:
-    return Reader((Config, *family_settings()), others=(DETECTION,))
-
-
-# ------------------------------------------------------------------ loading
-
-def build_config(data: Mapping[str, object], source: Optional[str],
-                 overrides: Mapping[str, object], lines: Optional[KeyLines] = None) -> Config:
-    """Validate parsed TOML plus flag overrides into a :class:`Config`.
-
-    One pass: every problem is collected, then all are raised together. The order of the
-    problems: the top-level keys in file order, the flags, ``[counterDetection]``, each
-    family's cross-key rules, then the families' tables.
-    """
-    lines = lines or KeyLines()
-    errors = Collector()
-    reader = _reader()
-    values = reader.scalars(data, overrides, source, lines, errors)
-    notices: List[str] = []
-    detection = _counter_detection(data.get(DETECTION, {}), source, lines, errors, notices)
-    config = _assemble(values, source)
-    report = Report(source, lines, errors, data, overrides, notices)
-    for settings in (config.settings(kind) for kind in family_settings()):
-        settings.validate(config, report)
-    tables = reader.tables(data, source, lines, errors)
-    errors.raise_if_any()
-    for owner, merged in tables.items():
-        values.setdefault(owner, {}).update(merged)
-    config = _assemble(values, source)
-    if not config.node_name:
-        config = replace(config, node_name=os.environ.get("NODE_NAME") or socket.gethostname())
-    return replace(config, **detection, notices=tuple(notices))
-
-
-def _assemble(values: Mapping[type, Mapping[str, Any]], source: Optional[str]) -> Config:
-    """The Config of the values read, by owner; each family's settings only where they
-    differ from its defaults."""
-    families: tuple[Settings, ...] = tuple(
-        replace(cast(Any, _defaults(kind)), **values.get(kind, {})) for kind in family_settings())
-    return replace(Config(), **values.get(Config, {}), source=source,
-                   family_settings=tuple(s for s in families if s != _defaults(type(s))))
-
-
-def _counter_detection(detection: object, source: Optional[str], lines: KeyLines,
-                       errors: Collector, notices: List[str]) -> Dict[str, Any]:
-    """The ``[counterDetection]`` table: its switch and the merged counters."""
-    if not isinstance(detection, dict):
-        errors.add(source, DETECTION, f"expected a table, got {show(detection)}",
-                   lines.line("", DETECTION))
-        return {}
-    values: Dict[str, Any] = {}
-    for key, raw in detection.items():
-        line = lines.line(DETECTION, key)
-        if key == "enabled":
-            enabled = errors.convert(source, f"{DETECTION}.enabled", boolean, raw, line)
-            if enabled is not None:
-                values["counter_detection_enabled"] = enabled
-        elif key not in ("counters", EFA_COUNTERS_KEY):
-            errors.add(source, f"{DETECTION}.{key_label(key)}",
-                       f"unknown key{hint(key, DETECTION_KEYS)}; [counterDetection] has "
-                       f"only enabled, [[counterDetection.counters]] and "
-                       f"[[{EFA_COUNTERS_TABLE}]]", line)
-    counters, counter_notices = merge_counters(detection.get("counters", []), source,
-                                               lines, errors)
-    values["counters"] = counters
-    notices.extend(counter_notices)
-    if EFA_COUNTERS_KEY in detection:
-        values["efa_counters"], _ = merge_counters(
-            detection[EFA_COUNTERS_KEY], source, lines, errors, efa=True)
-    return values
 
 
 def merge_counters(entries: object, source: Optional[str], lines: Optional[KeyLines] = None,
@@ -767,6 +665,5 @@ def _counter_problems(spec: CounterSpec, efa: bool = False) -> List[Tuple[str, s
     return problems
 
 
-__all__ = ["Config", "ConfigError", "CounterSpec", "Problem", "build_config", "declarations",
-           "family_settings", "merge_counters", "value_of", "DEFAULT_COUNTERS",
+__all__ = ["Config", "ConfigError", "CounterSpec", "Problem", "merge_counters", "DEFAULT_COUNTERS",
            "DEFAULT_CONFIG_PATH"]

@@ -24,14 +24,13 @@ from datetime import datetime, timedelta
 from typing import Any, Mapping, Optional
 
 from .checks import enabled_under, families, supplying
-from .checks.counters import CounterObservation
 from .checks.identity import rename_notes, renames_of
-from .checks.link_section import DeviceIdentity
 from .config import Config
 from .events import BACKDATE, HealthEvent
 from .failure import describe_exception
 from .family import EVERY_POLL, Cycle, Family, Verdict
 from .model import HostSnapshot
+from .observed import CounterObservation, DeviceIdentity
 from .state import MonitorState
 from .suspect import annotate, modules_of
 from .topology import Role, Topology, classify_host

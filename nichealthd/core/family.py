@@ -16,30 +16,26 @@ import abc
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import (
-    TYPE_CHECKING,
     Any,
     ClassVar,
     Generic,
     Iterable,
     Mapping,
     Optional,
+    Protocol,
     Sequence,
     TypeVar,
     cast,
 )
 
+from ..sources.optics_facts import PortOptics
 from .config import Config
 from .events import HealthEvent
 from .jsontypes import Json, JsonObject
 from .model import DeviceSnapshot, HostSnapshot, PortSnapshot
-from .modulefacts import PortOptics
+from .observed import CounterObservation, DeviceIdentity
 from .settings import Settings
 from .topology import Role, Topology
-
-if TYPE_CHECKING:  # pragma: no cover - the state holds sections, sections do not hold it
-    from .checks.counters import CounterObservation
-    from .checks.link_section import DeviceIdentity
-    from .state import MonitorState
 
 S = TypeVar("S")
 P = TypeVar("P")  # a family's picture: what the views show of its last verdict
@@ -62,15 +58,24 @@ READS_ADAPTER = "adapter"  # the adapter facts: PCI NICs, character devices, net
 READS_KERNEL_LOG = "kernel_log"  # the kernel log lines after the committed cursor
 EVERY_POLL = frozenset({READS_DEVICES, READS_PORTS, READS_COUNTERS, READS_ADAPTER,
                         READS_KERNEL_LOG})
-# Any other name in ``reads`` is a fact type of the slow PCI parts above or of a source on the
-# Source seam (nichealthd.sources.seam): read only in a poll in which a family needing it is
-# due (HostSnapshot.facts).
+# Any other name in ``reads`` is the key of a fact of a source on the Source seam
+# (nichealthd.sources.seam; a ``Fact`` of its ``sources/*_facts.py``): read only in a poll in
+# which a family needing it is due (HostSnapshot.fact).
 
 # A record's declared keys: name -> its varlink type (the interface file's spelling: ``int``,
 # ``?float``, ``?[]string``, ``?[]PcieHop``; ``?`` optional: absent from some records).
 FieldTypes = Mapping[str, str]
 
 HOST = ""  # the "device" of an event that belongs to no device of this poll (see Verdict)
+
+
+class Committed(Protocol):
+    """What a family reads of the committed state: any family's section.
+    :class:`nichealthd.core.state.MonitorState` is one; declared here because the state holds
+    every family's section (it finds them through the registry), so the seam cannot import it."""
+
+    def section(self, family: CheckFamily[S, Any, Any]) -> S:
+        """The section of ``family``."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +94,7 @@ class Cycle:
     enabled: frozenset[str]  # the enabled check names
     roles: Mapping[str, Role]
     monitored: tuple[DeviceSnapshot, ...]
-    previous: MonitorState
+    previous: Committed
     # Whether anything may have been reported before this process: False only on a host where
     # nichealthd never ran (no state file, an empty event journal), which has no conditions
     # of earlier boots to clear, so no check-wide clear is sent there.
@@ -168,7 +173,9 @@ class CheckFamily(abc.ABC, Generic[S, P, V]):
     order: ClassVar[int]  # families run (and their events of a device follow) in this order
     schema: ClassVar[int] = 1  # version of its section's layout
     keys: ClassVar[tuple[str, ...]]  # its top-level keys in the state file
-    reads: ClassVar[frozenset[str]]  # READS_* parts of the snapshot it needs
+    # The parts of the snapshot it needs: READS_* below, and the keys of the facts of the
+    # Source seam (a Fact of its source's fact module, sources/*_facts.py).
+    reads: ClassVar[frozenset[str]]
     cadence: ClassVar[float] = 0.0  # seconds between runs; 0 is every poll
     # Its config keys (a frozen Settings dataclass; read as ``config.settings(that class)``).
     settings: ClassVar[Optional[type[Settings]]] = None

@@ -10,15 +10,30 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Generic, Mapping, Optional, TypeVar, Union, cast
 
 if TYPE_CHECKING:  # pragma: no cover - the adapter facts are plain data of their own module
     from typing import TypeGuard  # 3.10; only read by the type checker
 
     from .adapter import AdapterFacts
 
+from ..sources.pci_facts import AerTable, PcieHop, Sensor
 from .numbers import Unreadable as Unreadable  # the marker of every reader
-from .pcifacts import AerTable, PcieHop, Sensor
+
+T = TypeVar("T")
+
+
+class Fact(str, Generic[T]):
+    """The key of one kind of fact and the type of its value: ``Fact[Mapping[str, PhyReading]]``.
+
+    The module of the source that reads a fact owns its key and types (a ``*_facts`` module of
+    :mod:`nichealthd.sources`, pure like the core): the source declares it as its ``fact``, the
+    families that need it put it in ``reads`` and get its value, typed, with
+    :meth:`HostSnapshot.fact`. The name is written once, in that module; being a ``str`` it is
+    also the fact's name in ``reads``, in ``HostSnapshot.unread`` and in the log.
+    """
+
+    __slots__ = ()
 
 
 class _Absent:
@@ -263,8 +278,9 @@ class HostSnapshot:
     # The parts (family.READS_*) whose source failed this poll -> why: the families that read
     # them are not judged (core/evaluate.py), and the surfaces show them as unknown.
     unread: Mapping[str, str] = field(default_factory=dict)
-    # The facts of the sources on the Source seam (sources/seam.py), by fact type, read only
-    # in a poll in which a family needing them is due (absent: not read this poll).
+    # The facts of the sources on the Source seam (sources/seam.py), by their :class:`Fact`
+    # key, read only in a poll in which a family needing them is due (absent: not read this
+    # poll). Families read them typed, with :meth:`fact`.
     facts: Mapping[str, Any] = field(default_factory=dict)
     # The devices split for the per-device passes (the reader's, built once per discovery
     # but for the PFs); None: made from ``devices`` when first asked (:attr:`parts`).
@@ -277,6 +293,11 @@ class HostSnapshot:
         if index is None or len(index.judged) + len(index.vfs) != len(self.devices):
             return DeviceIndex.of(self.devices)  # none, or not of these devices
         return index
+
+    def fact(self, key: Fact[T]) -> Optional[T]:
+        """The value of fact ``key`` this poll, as its source module typed it; None when it
+        was not read this poll (no family needing it due, or its source failed)."""
+        return cast(Optional[T], self.facts.get(key))
 
     def device(self, name: str) -> Optional[DeviceSnapshot]:
         for device in self.devices:

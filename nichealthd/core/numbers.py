@@ -53,7 +53,7 @@ Some physical quantities are not integers: :class:`Measure` is their kind (a fin
 - a moment in Unix time (:data:`UNIX_TIME`): 0 to the end of year 9999.
 
 PCIe link *speeds* are decimals (``"16.0 GT/s PCIe"``) and are held to the PCIe set by
-:func:`nichealthd.core.pcifacts.parse_speed`.
+:func:`nichealthd.sources.pci_facts.parse_speed`.
 """
 
 from __future__ import annotations

@@ -17,7 +17,6 @@ import dataclasses
 import difflib
 from dataclasses import dataclass, field
 from typing import (
-    TYPE_CHECKING,
     Any,
     Callable,
     ClassVar,
@@ -27,17 +26,16 @@ from typing import (
     List,
     Mapping,
     Optional,
+    Protocol,
     Sequence,
     Tuple,
+    Type,
     TypeVar,
 )
 
 from .config_errors import Collector, show
 from .config_lines import KeyLines
 from .duration import format_duration, parse_duration
-
-if TYPE_CHECKING:  # pragma: no cover - the Config holds settings, settings do not hold it
-    from .config import Config
 
 T = TypeVar("T")
 
@@ -179,6 +177,15 @@ def declared(owner: type) -> Tuple[Declared, ...]:
                  for f in dataclasses.fields(owner) if _DECLARED in f.metadata)
 
 
+class AllSettings(Protocol):
+    """What a family's cross-key rule (:meth:`Settings.validate`) reads of the whole
+    configuration: any family's settings. :class:`nichealthd.core.config.Config` is one;
+    declared here because the Config holds settings, so this module cannot import it."""
+
+    def settings(self, kind: Type[SettingsT]) -> SettingsT:
+        """The loaded settings of a family (its class), its defaults when none were set."""
+
+
 class Settings:
     """Base of a family's settings: a frozen dataclass whose fields are :func:`setting`\\ s.
 
@@ -188,10 +195,13 @@ class Settings:
 
     man_section: ClassVar[str] = GENERAL_KEYS
 
-    def validate(self, config: Config, report: Report) -> None:
+    def validate(self, config: AllSettings, report: Report) -> None:
         """The family's rules across its keys (and others' it depends on): problems and
         notices go to ``report``. ``config`` holds every value that parsed, defaults for the
         rest. The default has none."""
+
+
+SettingsT = TypeVar("SettingsT", bound=Settings)
 
 
 # ------------------------------------------------------------- reading

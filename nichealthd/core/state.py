@@ -11,12 +11,11 @@ section is a dataclass read and written by the one codec of :mod:`nichealthd.cor
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional, TypeVar, cast
+from typing import Any, Optional, TypeVar, cast
 
+from . import checks
 from .codec import MAX_SEQ, parse_int, parse_str, parse_table
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .family import CheckFamily, Family
+from .family import CheckFamily
 
 STATE_VERSION = 1
 
@@ -36,12 +35,6 @@ class StateCorrupt(ValueError):
     """The state file exists but cannot be trusted; the daemon starts fresh."""
 
 
-def _families() -> tuple[Family, ...]:
-    from .checks import families  # the families import this module: resolved at call time
-
-    return families()
-
-
 class MonitorState:
     """The whole persisted state. Treated as a value: the evaluator returns a new one.
 
@@ -55,7 +48,7 @@ class MonitorState:
         self.event_seq = event_seq
         self.version = version
         self.sections: dict[str, Any] = dict(sections or {})
-        for family in _families():
+        for family in checks.families():
             if family.id not in self.sections:
                 self.sections[family.id] = family.fresh()
 
@@ -81,7 +74,7 @@ class MonitorState:
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"version": self.version, "boot_id": self.boot_id}
-        families = _families()
+        families = checks.families()
         for family in families:
             data.update(family.dump(self.sections[family.id]))
         data["event_seq"] = self.event_seq
@@ -116,7 +109,7 @@ def _parse_state(data: object) -> tuple[MonitorState, tuple[str, ...]]:
                for k, v in parse_table(data, "schemas").items()}
     sections: dict[str, Any] = {}
     notes = []
-    for family in _families():
+    for family in checks.families():
         schema = schemas.get(family.id, 1)  # files written before the seam: every layout 1
         if schema > family.schema:
             notes.append(f"the {family.id} section was written by a newer nichealthd (layout "

@@ -27,11 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from .checks import supplying
-from .checks.optics import TITLES, level, measured, shown
-from .events import ENTITY_NIC, ENTITY_PORT, SUSPECT_EVIDENCE_KEY, SUSPECT_KEY, HealthEvent
-from .model import HostSnapshot
-from .modulefacts import (
+from ..sources.optics_facts import (
     COPPER,
     HIGH_ALARM,
     LOW_ALARM,
@@ -45,6 +41,10 @@ from .modulefacts import (
     ModuleDiagnostics,
     PortOptics,
 )
+from .checks import supplying
+from .checks.optics import TITLES, level, measured, shown
+from .events import ENTITY_NIC, ENTITY_PORT, SUSPECT_EVIDENCE_KEY, SUSPECT_KEY, HealthEvent
+from .model import HostSnapshot
 
 NIC, MODULE, CABLE_OR_FAR_END, LINK, FABRIC, UNKNOWN = (
     "nic", "module", "cable-or-far-end", "link", "fabric", "unknown")

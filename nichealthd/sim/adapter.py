@@ -2,9 +2,8 @@
 
 Built after the devices: one ``uverbsN`` per RDMA device under
 ``<function>/infiniband_verbs/`` and one ``umadN`` and ``issmN`` per port under
-``<function>/infiniband_mad/``, each with ``ibdev`` (and ``port``), linked from
-``sys/class/infiniband_verbs`` and ``sys/class/infiniband_mad`` with their ``abi_version``
-files, as drivers/infiniband/core/uverbs_main.c and user_mad.c lay them out. Mutations:
+``<function>/infiniband_mad/``, linked from their class directories
+(:mod:`nichealthd.sim.chardev` writes them when the host is made). Mutations:
 ``chardev-remove`` / ``chardev-restore`` (one entry, or a whole class directory); a
 ``remove-device`` (hot-unplug) takes the device's entries with it and ``restore-device`` brings
 them back (:func:`take_chardevs`, :func:`give_back_chardevs`), and a rename rewrites their
@@ -21,10 +20,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from . import tree
-from .fsio import PathLike, SimError, stash, symlink, unstash, write_in_place, write_new
+from .chardev import CLASS_MAD, CLASS_VERBS
+from .fsio import PathLike, SimError, stash, symlink, unstash, write_in_place
 
-CLASS_VERBS = "sys/class/infiniband_verbs"
-CLASS_MAD = "sys/class/infiniband_mad"
 CLASSES = {"verbs": CLASS_VERBS, "mad": CLASS_MAD}
 KINDS = ("uverbs", "umad", "issm")
 UNBOUND = "unbound"  # manifest key: PF name -> what unbind took away (and its other driver)
@@ -32,39 +30,6 @@ MLX5_CORE = "mlx5_core"
 DRIVERS = "sys/bus/pci/drivers"
 TAKEN = "removed_chardevs"  # manifest key: device -> the entries remove-device took away
 IFF_UP = 0x1
-
-
-def build(root: Path, devices: List[Dict[str, Any]]) -> None:
-    """The class directories and one entry per device / port of the manifest's devices."""
-    if not devices:
-        return  # no RDMA hardware: ib_uverbs / ib_umad never load
-    verbs, mad = root / CLASS_VERBS, root / CLASS_MAD
-    write_new(verbs / "abi_version", "6\n")
-    write_new(mad / "abi_version", "5\n")
-    umad = 0
-    for index, dev in enumerate(devices):
-        pdir = root / dev["pci_path"]
-        entries = {"uverbs": f"uverbs{index}"}
-        _entry(root, pdir / "infiniband_verbs" / entries["uverbs"], verbs, dev["name"], None,
-               231, 192 + index)
-        for port in sorted(dev["ports"], key=int):
-            _entry(root, pdir / "infiniband_mad" / f"umad{umad}", mad, dev["name"], int(port),
-                   231, umad)
-            _entry(root, pdir / "infiniband_mad" / f"issm{umad}", mad, dev["name"], int(port),
-                   231, 64 + umad)
-            entries[f"umad:{port}"] = f"umad{umad}"
-            entries[f"issm:{port}"] = f"issm{umad}"
-            umad += 1
-        dev["chardevs"] = entries
-
-
-def _entry(root: Path, edir: Path, class_dir: Path, ibdev: str, port: Optional[int],
-           major: int, minor: int) -> None:
-    write_new(edir / "ibdev", ibdev + "\n")
-    if port is not None:
-        write_new(edir / "port", f"{port}\n")
-    write_new(edir / "dev", f"{major}:{minor}\n")
-    symlink(class_dir / edir.name, edir)
 
 
 def _entry_name(dev: Dict[str, Any], kind: str, port: Optional[int]) -> str:
@@ -182,7 +147,7 @@ def unbind(root: PathLike, dev: str) -> str:
     record = (manifest.get(UNBOUND) or {}).get(dev)
     if record is not None and record.get("driver"):  # bound to another driver: it lets go
         _release(top, device, record.pop("driver"))
-        _save(top, manifest)
+        tree.save_manifest(top, manifest)
         return str(device["pci"])
     if not (pdir / "driver").is_symlink():
         raise SimError(f"{dev} ({device['pci']}) is unbound already")
@@ -195,7 +160,7 @@ def unbind(root: PathLike, dev: str) -> str:
         if os.path.lexists(top / link):
             stash(top, top / link)
     manifest.setdefault(UNBOUND, {})[dev] = {"dirs": moved, "links": links}
-    _save(top, manifest)
+    tree.save_manifest(top, manifest)
     return str(device["pci"])
 
 
@@ -234,7 +199,7 @@ def bind(root: PathLike, dev: str, driver: Optional[str] = None) -> str:
         symlink(pdir / "driver", drv)
         symlink(drv / device["pci"], pdir)
         record["driver"] = driver
-        _save(top, manifest)
+        tree.save_manifest(top, manifest)
         return str(device["pci"])
     if other:
         _release(top, device, other)
@@ -243,7 +208,7 @@ def bind(root: PathLike, dev: str, driver: Optional[str] = None) -> str:
         unstash(top, pdir / rel)
     for link in record["links"]:
         unstash(top, top / link)
-    _save(top, manifest)
+    tree.save_manifest(top, manifest)
     return str(device["pci"])
 
 
@@ -279,9 +244,3 @@ def link_admin(root: PathLike, dev: str, up: bool, port: int = 1) -> None:
     write_in_place(flags_path, f"{flags:#x}\n")
     if not up:
         write_in_place(ndir / "operstate", "down\n")
-
-
-def _save(root: Path, manifest: tree.Manifest) -> None:
-    from .mutate import save_manifest  # one writer of sim.json
-
-    save_manifest(root, manifest)

@@ -14,14 +14,12 @@ the ENA function's (vendor 0x1d0f, device 0xec20, driver ena) at the profile's `
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from . import kernel
 from .fsio import symlink, write_new
+from .hostfiles import HostWriter
 from .profiles import HCAS, NicSpec, ena_pci
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .tree import _Builder
 
 EFA_DRIVER = "sys/bus/pci/drivers/efa"
 AMAZON = "0x1d0f"
@@ -61,14 +59,14 @@ def link_local_gid(mac: str) -> str:
                                              for i in range(0, 8, 2))
 
 
-def _function(builder: _Builder, pci: str, numa: int, device: str, driver: str,
+def _function(builder: HostWriter, pci: str, numa: int, device: str, driver: str,
               pclass: str) -> Path:
     pdir: Path = builder.root / "sys/devices" / builder.layout.path_of(pci)
     builder.plain_function(pdir, pci, AMAZON, device, pclass, numa, driver, None)
     return pdir
 
 
-def efa_pf(builder: _Builder, nic: NicSpec, index: int, guid: str, ip: str) -> Dict[str, Any]:
+def efa_pf(builder: HostWriter, nic: NicSpec, index: int, guid: str, ip: str) -> Dict[str, Any]:
     """One EFA function (and its ENA partner); returns its manifest record."""
     assert nic.name and nic.rate
     pdir = _function(builder, nic.pci, nic.numa, HCAS[nic.hca][0], "efa", "0x020000")

@@ -7,7 +7,6 @@ mutations rename, since a vanishing file or directory is exactly what they simul
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -30,6 +29,7 @@ from .fsio import (
     unstash,
     write_in_place,
 )
+from .tree import save_manifest
 
 HIDDEN_CLASS = ".hidden/class-infiniband"
 
@@ -513,14 +513,6 @@ def unhide_class(root: PathLike) -> None:
 # ------------------------------------------------------------ driver events
 
 UNLOADED = "driver_unloaded"  # manifest key: the devices a driver-unload took away
-
-
-def save_manifest(root: Path, manifest: tree.Manifest) -> None:
-    """Write sim.json atomically (a reader never sees half of it)."""
-    path = root / tree.MANIFEST
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=2) + "\n")
-    os.replace(tmp, path)
 
 
 def _check_name(name: str) -> None:

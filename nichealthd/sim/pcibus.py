@@ -16,8 +16,8 @@ from typing import Any, Callable, Dict, List
 
 from . import tree
 from .fsio import PathLike, SimError, stash, unstash
-from .mutate import give_back_device, reset_counters, save_manifest, take_device
-from .tree import MLX5_DRIVER
+from .mutate import give_back_device, reset_counters, take_device
+from .tree import MLX5_DRIVER, save_manifest
 
 OFF_BUS = "off_pci_bus"  # manifest key: card -> what pci-remove took, for pci-rescan
 PARKED = ".offbus"  # ROOT/.offbus/<address>: the function directories of a card off the bus

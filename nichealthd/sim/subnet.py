@@ -20,7 +20,8 @@ from typing import Any, Callable, List, Optional, Tuple
 
 from . import kernel, tree
 from .fsio import PathLike, PortId, SimError, write_in_place
-from .mutate import reboot, save_manifest
+from .mutate import reboot
+from .tree import save_manifest
 
 STOPPED = "subnet_manager_stopped"  # manifest key: [device, port, lid, sm_lid] it holds
 

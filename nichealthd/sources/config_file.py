@@ -19,7 +19,8 @@ import sys
 from dataclasses import dataclass
 from typing import Dict, Mapping, Optional
 
-from ..core.config import Config, build_config
+from ..core.config import Config
+from ..core.config_build import build_config
 from ..core.config_errors import Collector, ConfigError
 from ..core.config_lines import KeyLines
 from . import trust

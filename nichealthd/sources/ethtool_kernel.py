@@ -32,8 +32,8 @@ import socket
 import struct
 from typing import Optional
 
-from ..core.phy import FecStats
 from . import genetlink as nl
+from .phy_facts import FecStats
 
 SIOCETHTOOL = 0x8946
 ETHTOOL_GSTRINGS = 0x1B

@@ -20,7 +20,7 @@ import time
 from typing import Callable, Optional
 
 from ..core.numbers import CRITICAL_TEMPERATURE, TEMPERATURE, Kind
-from ..core.pcifacts import Sensor
+from .pci_facts import Sensor
 from .problems import ProblemLog
 
 log = logging.getLogger("nichealthd.hwmon")

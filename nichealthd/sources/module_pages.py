@@ -81,7 +81,7 @@ from __future__ import annotations
 import struct
 from typing import Mapping, Optional, Sequence
 
-from ..core.modulefacts import (
+from .optics_facts import (
     ACTIVE_COPPER,
     COPPER,
     HIGH_ALARM,

@@ -1,7 +1,7 @@
 """The ports' pluggable-module diagnostics: a source of fact ``optics`` (sources/seam.py).
 
 For every port of a monitored physical function with a netdev, the module's pages are read
-and parsed (:mod:`.module_pages`) into a :class:`~nichealthd.core.modulefacts.PortOptics`:
+and parsed (:mod:`.module_pages`) into a :class:`~nichealthd.sources.optics_facts.PortOptics`:
 
 - from the kernel: ``ETHTOOL_MSG_MODULE_EEPROM_GET`` of the ``ethtool`` generic-netlink family
   (:mod:`.genetlink`), one 128-byte read per page (``include/uapi/linux/ethtool_netlink.h``:
@@ -34,14 +34,13 @@ from typing import Callable, Optional, Sequence
 
 from ..core.config import Config
 from ..core.model import HostSnapshot
-from ..core.modulefacts import PortOptics
 from . import genetlink, module_pages
+from .optics_facts import PORT_OPTICS, PortOptics
 from .problems import ProblemLog
 from .seam import Source
 
 log = logging.getLogger("nichealthd.optics")
 
-FACT = "optics"
 OPTICS_DROPIN = "/usr/share/doc/nichealthd/examples/optics.conf"
 OPTICS_DROPIN_TARGET = "/etc/systemd/system/nichealthd.service.d/optics.conf"
 
@@ -165,7 +164,7 @@ def read_port(read: PageReader, netdev: str) -> PortOptics:
 class Optics(Source):
     """The module diagnostics of each monitored port with a netdev."""
 
-    fact = FACT
+    fact = PORT_OPTICS
     description = "the ports' pluggable module diagnostics"
 
     def __init__(self, config: Config) -> None:

@@ -29,7 +29,9 @@ from typing import Callable, Iterable, Optional
 from ..core.family import READS_AER, READS_HWMON, READS_PCIE
 from ..core.model import DeviceSnapshot, HostSnapshot
 from ..core.numbers import AER_TOTAL, PCIE_WIDTH, Number, RateGate, Unreadable, boottime, parse
-from ..core.pcifacts import (
+from .attribute import AttributeFiles
+from .hwmon import HwmonReader
+from .pci_facts import (
     AER_FILES,
     ROOTPORT_FILES,
     AerTable,
@@ -38,8 +40,6 @@ from ..core.pcifacts import (
     parse_aer_total,
     parse_speed,
 )
-from .attribute import AttributeFiles
-from .hwmon import HwmonReader
 from .problems import ProblemLog
 
 log = logging.getLogger("nichealthd.pcie")

@@ -1,10 +1,11 @@
 """The physical-layer counters and FEC of each monitored port's netdev: the ``phy`` source.
 
 A Source on the seam (``sources/seam.py``), read only in a poll in which the link-BER family
-is due. For every monitored port with a netdev it gives a :class:`~nichealthd.core.phy.PhyReading`:
-the driver's physical-layer statistics (``ethtool -S``: ``rx_bits_phy``,
-``rx_corrected_bits_phy``, ``rx_pcs_symbol_err_phy``, ``rx_err_lane_N_phy``,
-``rx_crc_errors_phy``, ``link_down_events_phy``), the active FEC mode and the FEC statistics.
+is due. For every monitored port with a netdev it gives a
+:class:`~nichealthd.sources.phy_facts.PhyReading` (fact :data:`~.phy_facts.PHY`): the
+driver's physical-layer statistics (``ethtool -S``: ``rx_bits_phy``, ``rx_corrected_bits_phy``,
+``rx_pcs_symbol_err_phy``, ``rx_err_lane_N_phy``, ``rx_crc_errors_phy``,
+``link_down_events_phy``), the active FEC mode and the FEC statistics.
 
 Where they come from:
 
@@ -56,8 +57,8 @@ from ..core.numbers import (
     parse,
     parse_measure,
 )
-from ..core.phy import FACT, FecStats, PhyReading, wanted
 from .ethtool_kernel import EthtoolKernel
+from .phy_facts import PHY, FecStats, PhyReading, wanted
 from .problems import ProblemLog
 from .seam import Source
 
@@ -193,7 +194,7 @@ def parse_fec(text: str) -> tuple[Optional[str], Optional[FecStats]]:
 class Phy(Source):
     """Each monitored port's netdev: its physical-layer counters, FEC mode and statistics."""
 
-    fact = FACT
+    fact = PHY
     description = "the ports' physical-layer counters and FEC"
 
     def __init__(self, config: Config) -> None:

@@ -7,8 +7,13 @@ hwmon: :mod:`.pcie`) have their readers in the poll loop; any other fact comes f
 one, so a new kind of fact is one new module. The monitor makes one instance per process,
 reads it only in a poll in which an enabled family needing its fact is due
 (:func:`nichealthd.core.evaluate.due_reads`), inside its own failure boundary
-(:mod:`.boundary`), and puts what it returns in ``HostSnapshot.facts[fact]`` for the families
-(``cycle.snapshot.facts.get(fact)``).
+(:mod:`.boundary`), and puts what it returns in ``HostSnapshot.facts`` under its key.
+
+A fact is typed by its source: its key (a :class:`~nichealthd.core.model.Fact`) and its types
+live in the source's fact module, ``<name>_facts.py`` of this package, pure like the core
+(``tests/test_layout.py``), which the families import: ``reads = frozenset({PHY})`` and
+``cycle.snapshot.fact(PHY)``, typed. The reader itself imports the config, so the core never
+imports it.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import pkgutil
 from typing import Any, ClassVar, Optional, Sequence
 
 from ..core.config import Config
-from ..core.model import HostSnapshot
+from ..core.model import Fact, HostSnapshot
 
 
 class Source(abc.ABC):
@@ -28,7 +33,7 @@ class Source(abc.ABC):
     (a bug, an interface that changed) is contained by the monitor and costs only the
     families that need the fact."""
 
-    fact: ClassVar[str]  # the fact type it provides: the name families put in ``reads``
+    fact: ClassVar[Fact[Any]]  # the key of the fact it provides (its own ``*_facts`` module)
     description: ClassVar[str]  # what it reads, for the log ("the NIC optics")
 
     def __init__(self, config: Config) -> None:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..harness import ctl_output
 from ..without import command
 from .connector_fixtures import FakeConnector, wait_for
 from .test_daemon import ROOT, event_log_ids, host, inject_round, procs  # noqa: F401
@@ -36,9 +37,7 @@ def test_events_wait_in_the_outbox_and_the_next_run_with_grpc_sends_them(
     procs.append(daemon)
     wait_for(lambda: len(event_log_ids(host)) > 10, what="baseline events")
     inject_round(host, 0)
-    status = json.loads(subprocess.run(
-        [sys.executable, "-m", "nichealthd.cli.ctl", f"--varlink={varlink}", "status",
-         "--json"], cwd=ROOT, capture_output=True, text=True, timeout=60).stdout)
+    status = json.loads(ctl_output(varlink, "status", "--json"))
     assert status["connector_state"] == "unavailable"
     assert "grpcio" in status["connector_last_error"]
     assert status["outbox_depth"] == len(event_log_ids(host))

@@ -8,7 +8,8 @@ from typing import Any, Optional
 
 from nichealthd.core.checks.counters import CounterTables
 from nichealthd.core.checks.link_counters import LINK_COUNTERS
-from nichealthd.core.config import Config, build_config
+from nichealthd.core.config import Config
+from nichealthd.core.config_build import build_config
 from nichealthd.core.evaluate import CycleResult, PollMemory, Topology, evaluate
 from nichealthd.core.family import Family
 from nichealthd.core.model import DeviceSnapshot, HostSnapshot, PortSnapshot

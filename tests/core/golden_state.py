@@ -30,8 +30,8 @@ from typing import Any, Callable
 from nichealthd.core.adapter import AdapterFacts, CharDevices, NetdevLink, PciNic
 from nichealthd.core.checks import families
 from nichealthd.core.model import HostSnapshot, KernelLine
-from nichealthd.core.pcifacts import AerTable
 from nichealthd.core.state import MonitorState
+from nichealthd.sources.pci_facts import AerTable
 from nichealthd.storage.store import save_state
 
 from .builders import (

@@ -10,9 +10,9 @@ from nichealthd.core.events import HealthEvent
 from nichealthd.core.family import READS_AER
 from nichealthd.core.model import HostSnapshot
 from nichealthd.core.numbers import AER_TOTAL, value
-from nichealthd.core.pcifacts import AerTable
 from nichealthd.core.state import MonitorState
 from nichealthd.sim import pcifiles
+from nichealthd.sources.pci_facts import AerTable
 from nichealthd.sources.pcie import PciFactsReader
 
 from .. import simtrees

@@ -25,8 +25,9 @@ from nichealthd.core.checks.efa_state import EFA_STATE, EfaPort
 from nichealthd.core.checks.kernel_log import KERNEL_LOG
 from nichealthd.core.checks.link_counters import LINK_COUNTERS
 from nichealthd.core.checks.link_flaps import LINK_FLAPS
-from nichealthd.core.checks.link_section import EPOCH, DeviceIdentity
+from nichealthd.core.checks.link_section import EPOCH
 from nichealthd.core.checks.link_state import LINK_STATE
+from nichealthd.core.observed import DeviceIdentity
 from nichealthd.core.state import HEALTHY, MonitorState, StateCorrupt, parse_state
 
 from .golden_state import GOLDEN, GOLDEN_DRIVER, as_recorded

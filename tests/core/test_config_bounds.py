@@ -18,13 +18,8 @@ from typing import Any
 
 import pytest
 
-from nichealthd.core.config import (
-    Config,
-    ConfigError,
-    CounterSpec,
-    declarations,
-    family_settings,
-)
+from nichealthd.core.config import Config, ConfigError, CounterSpec
+from nichealthd.core.config_build import declarations, family_settings
 from nichealthd.core.duration import format_duration
 from nichealthd.core.settings import Declared, Duration
 from nichealthd.runtime.daemon import main as daemon_main

@@ -17,13 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Tuple
 
-from nichealthd.core.config import (
-    THRESHOLD_MAX,
-    Config,
-    ConfigError,
-    declarations,
-    value_of,
-)
+from nichealthd.core.config import THRESHOLD_MAX, Config, ConfigError
+from nichealthd.core.config_build import declarations, value_of
 from nichealthd.sim import tree
 from nichealthd.sources.config_file import load_config
 

@@ -16,8 +16,8 @@ from nichealthd.core.adapter import AdapterFacts, CharDevices, NetdevLink, PciNi
 from nichealthd.core.checks import families
 from nichealthd.core.config import ALL_CHECKS, CHAR_DEVICE_CHECK
 from nichealthd.core.model import HostSnapshot
-from nichealthd.core.pcifacts import AerTable, LinkEnd, PcieHop, Sensor
 from nichealthd.core.state import MonitorState
+from nichealthd.sources.pci_facts import AerTable, LinkEnd, PcieHop, Sensor
 
 from .builders import Runner, config, device, host
 

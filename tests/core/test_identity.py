@@ -12,10 +12,10 @@ from typing import Any, Optional
 
 from nichealthd.core.checks.identity import alias, detect_renames, renames_of
 from nichealthd.core.checks.link_counters import LINK_COUNTERS
-from nichealthd.core.checks.link_section import DeviceIdentity
 from nichealthd.core.checks.link_state import LINK_STATE
 from nichealthd.core.evaluate import CycleResult
 from nichealthd.core.model import DeviceIndex, DeviceSnapshot, HostSnapshot
+from nichealthd.core.observed import DeviceIdentity
 from nichealthd.core.state import MonitorState
 from nichealthd.core.views import device_records
 

@@ -15,7 +15,14 @@ from nichealthd.core.checks.link_ber import (
 from nichealthd.core.checks.link_rate import parse_rate
 from nichealthd.core.evaluate import CycleResult
 from nichealthd.core.model import HostSnapshot
-from nichealthd.core.phy import CORRECTED_BITS, FACT, RX_BITS, SYMBOL_ERRORS, FecStats, PhyReading
+from nichealthd.sources.phy_facts import (
+    CORRECTED_BITS,
+    PHY,
+    RX_BITS,
+    SYMBOL_ERRORS,
+    FecStats,
+    PhyReading,
+)
 
 from .builders import Runner, config, device, host, port
 
@@ -35,7 +42,7 @@ def snapshot(when: float, counters: Optional[dict[str, int]], *, fec: str = "RS"
     facts: dict[str, Any] = {}
     if counters is not None:
         facts["mlx5_0_1"] = PhyReading("eth0", counters, fec, stats)
-    return replace(snap, facts={FACT: facts})
+    return replace(snap, facts={PHY: facts})
 
 
 class Link:
@@ -222,7 +229,7 @@ class Peers:
             facts[f"{name}_1"] = PhyReading(f"eth{n}", {RX_BITS: self.counters[n][0],
                                                        CORRECTED_BITS: self.counters[n][1]},
                                             "RS", None)
-        return self.runner.poll(replace(host(*devices, when=self.when), facts={FACT: facts}))
+        return self.runner.poll(replace(host(*devices, when=self.when), facts={PHY: facts}))
 
 
 def test_a_port_bad_from_its_first_window_is_told_by_its_peers() -> None:

@@ -16,7 +16,8 @@ from typing import Any, Optional
 
 import pytest
 
-from nichealthd.core.modulefacts import (
+from nichealthd.sources import module_pages
+from nichealthd.sources.optics_facts import (
     PASSIVE_COPPER,
     RX_POWER,
     TEMPERATURE,
@@ -26,7 +27,6 @@ from nichealthd.core.modulefacts import (
     ModuleDiagnostics,
     dbm,
 )
-from nichealthd.sources import module_pages
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "modules"
 SONIC: dict[str, dict[str, Any]] = json.loads((CORPUS / "sonic_xcvr_decoded.json").read_text())

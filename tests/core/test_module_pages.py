@@ -12,7 +12,10 @@ from typing import Optional
 
 import pytest
 
-from nichealthd.core.modulefacts import (
+from nichealthd.sim import optics as sim_optics
+from nichealthd.sources import module_pages
+from nichealthd.sources.module_pages import pages_needed, parse
+from nichealthd.sources.optics_facts import (
     DBM_FLOOR,
     RX_POWER,
     TEMPERATURE,
@@ -22,9 +25,6 @@ from nichealthd.core.modulefacts import (
     Thresholds,
     dbm,
 )
-from nichealthd.sim import optics as sim_optics
-from nichealthd.sources import module_pages
-from nichealthd.sources.module_pages import pages_needed, parse
 
 
 def put(page: bytearray, offset: int, raw: int) -> None:

@@ -14,15 +14,16 @@ import pytest
 
 from nichealthd.core.checks.optics import OPTICS, OpticsSection, judge, level
 from nichealthd.core.events import HealthEvent
-from nichealthd.core.modulefacts import (
+from nichealthd.sim import optics as sim_optics
+from nichealthd.sources import module_pages
+from nichealthd.sources.optics_facts import (
+    PORT_OPTICS,
     RX_POWER,
     TX_BIAS,
     ModuleDiagnostics,
     PortOptics,
     Thresholds,
 )
-from nichealthd.sim import optics as sim_optics
-from nichealthd.sources import module_pages
 
 from .builders import Runner, at, config, device, host, port
 
@@ -43,7 +44,7 @@ def snap(when: float, facts: dict[str, PortOptics], *, state: str = "4: ACTIVE",
     devices = [device(f"mlx5_{i}", pci=f"0000:{0x47 + i:02x}:00.0",
                       ports=(port(f"mlx5_{i}", layer=ETH, state=state, phys=phys),))
                for i in range(2)]
-    return replace(host(*devices, when=when), facts={"optics": facts})
+    return replace(host(*devices, when=when), facts={PORT_OPTICS: facts})
 
 
 def facts(rx0: float = -2.0, temp0: float = 40.0, rate: str = "100",
@@ -364,7 +365,7 @@ def test_a_twin_module_without_a_serial_number_is_shared_only_within_one_card() 
     def one_card(when: float) -> Any:
         devices = [device(f"mlx5_{i}", pci=f"0000:47:00.{i}",
                           ports=(port(f"mlx5_{i}", layer=ETH),)) for i in range(2)]
-        return replace(host(*devices, when=when), facts={"optics": shared})
+        return replace(host(*devices, when=when), facts={PORT_OPTICS: shared})
 
     events = optics_events(Runner(config()).poll(one_card(0)))
     assert [dict(e.entities)["NIC"] for e in events] == ["mlx5_1"]

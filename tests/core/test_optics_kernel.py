@@ -78,7 +78,7 @@ def test_without_cap_net_admin_the_kernel_refuses_and_the_reason_names_the_dropi
     code = f"""
 import logging, sys
 from datetime import datetime, timezone
-from nichealthd.core.config import build_config
+from nichealthd.core.config_build import build_config
 from nichealthd.core.model import DeviceSnapshot, HostSnapshot, PortSnapshot
 from nichealthd.sources.optics import Optics
 logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(levelname)s %(message)s")

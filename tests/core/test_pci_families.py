@@ -13,7 +13,8 @@ from nichealthd.core.events import HealthEvent
 from nichealthd.core.family import READS_AER, READS_HWMON, READS_PCIE
 from nichealthd.core.model import HostSnapshot, Unreadable
 from nichealthd.core.numbers import PCIE_WIDTH, value
-from nichealthd.core.pcifacts import (
+from nichealthd.core.state import MonitorState
+from nichealthd.sources.pci_facts import (
     AerTable,
     LinkEnd,
     PcieHop,
@@ -21,7 +22,6 @@ from nichealthd.core.pcifacts import (
     parse_aer_total,
     parse_speed,
 )
-from nichealthd.core.state import MonitorState
 
 from .builders import Runner, config, device, host
 

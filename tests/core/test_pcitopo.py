@@ -8,7 +8,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from nichealthd.core.config import ConfigError, build_config
+from nichealthd.core.config import ConfigError
+from nichealthd.core.config_build import build_config
 from nichealthd.core.model import DeviceSnapshot
 from nichealthd.core.pcitopo import PciFunction, derive, is_gpu, relation, summary
 from nichealthd.core.topology import GpuTopology, Role, classify

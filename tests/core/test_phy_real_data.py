@@ -13,15 +13,15 @@ import pytest
 
 from nichealthd.core.checks.link_ber import LINK_BER, BerPicture
 from nichealthd.core.model import HostSnapshot
-from nichealthd.core.phy import (
+from nichealthd.sources.phy import Phy, read_stats
+from nichealthd.sources.phy_facts import (
     CORRECTED_BITS,
-    FACT,
     LINK_DOWN_EVENTS,
+    PHY,
     RX_BITS,
     SYMBOL_ERRORS,
     wanted,
 )
-from nichealthd.sources.phy import Phy, read_stats
 
 from .builders import Runner, config, device, host, port
 
@@ -77,7 +77,7 @@ def _through_the_family(tmp_path: Path, reads: Sequence[tuple[float, dict[str, i
             snap = _roce(at)
             facts = source.read(snap, ["mlx5_0"])
             assert dict(facts["mlx5_0_1"].counters) == values
-            result = runner.poll(replace(snap, facts={FACT: facts}))
+            result = runner.poll(replace(snap, facts={PHY: facts}))
     finally:
         source.close()
     picture = result.pictures[LINK_BER.id]

@@ -7,10 +7,10 @@ import struct
 from dataclasses import replace
 from pathlib import Path
 
-from nichealthd.core.phy import CORRECTED_BITS, RX_BITS, FecStats, wanted
 from nichealthd.sources import ethtool_kernel as ek
 from nichealthd.sources import genetlink as nl
 from nichealthd.sources.phy import Phy, parse_fec, parse_stats
+from nichealthd.sources.phy_facts import CORRECTED_BITS, RX_BITS, FecStats, wanted
 
 from .builders import config, device, host, port
 

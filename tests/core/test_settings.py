@@ -13,10 +13,19 @@ from nichealthd.core.checks import families
 from nichealthd.core.checks.kernel_log import KernelLogSettings
 from nichealthd.core.checks.link_flaps import LinkFlapSettings
 from nichealthd.core.checks.link_settings import LinkStateSettings
-from nichealthd.core.config import Config, declarations, family_settings, value_of
+from nichealthd.core.config import Config
+from nichealthd.core.config_build import declarations, family_settings, value_of
 from nichealthd.core.config_errors import Collector, ConfigError
 from nichealthd.core.config_lines import KeyLines
-from nichealthd.core.settings import Duration, Integer, Reader, Report, Settings, setting
+from nichealthd.core.settings import (
+    AllSettings,
+    Duration,
+    Integer,
+    Reader,
+    Report,
+    Settings,
+    setting,
+)
 from nichealthd.sources.config_file import load_config
 
 from .builders import config
@@ -35,7 +44,7 @@ class ProbeSettings(Settings):
                                     "How often the probe runs")
     probe_limit: int = setting("probeLimit", 4, Integer(0, 10), "Probes per run")
 
-    def validate(self, config: Config, report: Report) -> None:
+    def validate(self, config: AllSettings, report: Report) -> None:
         if self.probe_limit > self.probe_interval:
             report.problem("probeLimit", f"must be at most probeInterval, got {self.probe_limit}")
 

@@ -19,7 +19,6 @@ from nichealthd.core.events import (
     make_event,
     port_entities,
 )
-from nichealthd.core.modulefacts import PortOptics
 from nichealthd.core.suspect import (
     CABLE_OR_FAR_END,
     FABRIC,
@@ -36,6 +35,7 @@ from nichealthd.core.suspect import (
 )
 from nichealthd.sim import optics as sim_optics
 from nichealthd.sources import module_pages
+from nichealthd.sources.optics_facts import PortOptics
 
 from .builders import device, host, port
 

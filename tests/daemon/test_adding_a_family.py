@@ -1,7 +1,8 @@
 """Adding a check family that needs a new kind of fact is one family module, one source module
-and its device field's line in the varlink interface (ARCHITECTURE.md, "Adding a check family").
+with its fact module (the fact's key and type), and its device field's line in the varlink
+interface (ARCHITECTURE.md, "Adding a check family").
 
-The package is copied as it is; the two modules of tests/data/adding_a_family are added to
+The package is copied as it is; the modules of tests/data/adding_a_family are added to
 the copy, and the family's declared device field to the copy's varlink interface: nothing else
 in it changes (checked file by file). Until that line is there the interface check fails,
 naming the field and where it is declared. The real daemon runs from the copy on a simulated
@@ -24,14 +25,15 @@ from typing import Callable, Iterator
 
 import pytest
 
-from ..harness import NotifySocket, wait_until
+from ..harness import NotifySocket, ctl_output, wait_until
 from ..metrics.conftest import get, parse
 from ..netports import free_port
 from .conftest import REPO, SimHost, running_daemon
 from .test_service import events, notify  # noqa: F401 (fixture)
 
 EXAMPLE = REPO / "tests/data/adding_a_family"
-ADDED = {"core/checks/roce_mtu.py": "roce_mtu.py", "sources/netdev_mtu.py": "netdev_mtu.py"}
+ADDED = {"core/checks/roce_mtu.py": "roce_mtu.py", "sources/netdev_mtu.py": "netdev_mtu.py",
+         "sources/netdev_mtu_facts.py": "netdev_mtu_facts.py"}
 INTERFACE = "surfaces/io.nichealthd.Monitor.varlink"
 CHECK = REPO / "tests/varlink/interface_check.py"  # run as a script in the copy
 # Where the example's entries go: its device field at the end of type Device (its line of
@@ -101,7 +103,7 @@ def differing(left: Path, right: Path) -> list[str]:
 
 @pytest.fixture
 def extended(tmp_path: Path) -> Iterator[Path]:
-    """A copy of the package with the example's two modules added; its parent directory."""
+    """A copy of the package with the example's modules added; its parent directory."""
     top = tmp_path / "extended"
     shutil.copytree(REPO / "nichealthd", top / "nichealthd",
                     ignore=shutil.ignore_patterns("__pycache__"))
@@ -110,7 +112,7 @@ def extended(tmp_path: Path) -> Iterator[Path]:
     yield top
 
 
-def test_a_family_with_a_new_fact_is_two_new_modules(
+def test_a_family_with_a_new_fact_is_its_new_modules(
         extended: Path, sim_host: Callable[..., SimHost], notify: NotifySocket,  # noqa: F811
         tmp_path: Path) -> None:
     undeclared = interface_check(extended)
@@ -146,12 +148,8 @@ def test_a_family_with_a_new_fact_is_two_new_modules(
         assert (event["checkName"], event["isFatal"]) == ("EthernetDegradationCheck", False)
         assert f"netdev {roce['netdev']} MTU 1500 is below roceMtuMinimum (9000)" in \
             event["message"]
-        shown = subprocess.run(
-            [sys.executable, "-m", "nichealthd.cli.ctl", f"--varlink={socket_path}", "show",
-             "devices", "--json"], cwd=extended, env=env, capture_output=True, text=True,
-            timeout=60)
-        assert shown.returncode == 0, shown.stderr
-        record = next(r for r in json.loads(shown.stdout) if r["device"] == roce["name"])
+        shown = ctl_output(socket_path, "show", "devices", "--json", env=env, cwd=extended)
+        record = next(r for r in json.loads(shown) if r["device"] == roce["name"])
         assert f"{roce['netdev']}=1500" in record["roce_mtu"]
         checked = interface_check(extended, "--call", str(socket_path), "ListDevices")
         assert checked.returncode == 0, checked.stderr  # the copy's interface declares it

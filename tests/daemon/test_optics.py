@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import pytest
 
-from ..harness import NotifySocket, wait_until
+from ..harness import NotifySocket, ctl, ctl_output, wait_until
 from ..metrics.conftest import get, parse
 from ..netports import free_port
 from .conftest import REPO, SimHost, running_daemon
@@ -98,21 +98,16 @@ def test_show_optics_and_the_module_series_from_a_running_daemon(
         wait_until(lambda: bool(optics(events(host))), "the optics event", proc=proc,
                    detail=lines.tail)
 
-        def ctl(*args: str) -> str:
-            shown = subprocess.run(
-                [sys.executable, "-m", "nichealthd.cli.ctl", f"--varlink={socket_path}",
-                 "show", "optics", *args], cwd=REPO, env=env, capture_output=True,
-                text=True, timeout=60)
-            assert shown.returncode == 0, shown.stderr
-            return shown.stdout
+        def show(*args: str) -> str:
+            return ctl_output(socket_path, "show", "optics", *args, env=env)
 
-        table = ctl().splitlines()
+        table = show().splitlines()
         assert all(len(line) <= 80 for line in table), table
         row = next(line for line in table if line.startswith("mlx5_1/1 "))
         assert row.split()[4] == "-11.0" and row.endswith("rx_power: low warning")
         quiet = next(line for line in table if line.startswith("mlx5_2/1 "))
         assert quiet.endswith(" ok")
-        records = {(r["device"], r["port"]): r for r in json.loads(ctl("--json"))}
+        records = {(r["device"], r["port"]): r for r in json.loads(show("--json"))}
         assert len(records) == 18  # every RoCE port of the host
         assert [lane["rx_power_dbm"] for lane in records[("mlx5_1", 1)]["module_lanes"]] == \
             ["-11.0"] * 4  # text, as D-Bus carries nested records
@@ -149,10 +144,7 @@ def test_copper_bad_lane_counts_twin_ports_and_flat_memory_are_judged_as_they_ar
     with running_daemon(host.config, env, "--varlink-socket", str(socket_path),
                         "--metrics-listen", metrics) as (proc, lines):
         def shown() -> dict[tuple[str, int], dict[str, Any]]:
-            out = subprocess.run(
-                [sys.executable, "-m", "nichealthd.cli.ctl", f"--varlink={socket_path}",
-                 "show", "optics", "--json"], cwd=REPO, env=env, capture_output=True,
-                text=True, timeout=60)
+            out = ctl(socket_path, "show", "optics", "--json", env=env)
             if out.returncode != 0:
                 return {}
             return {(r["device"], r["port"]): r for r in json.loads(out.stdout)}

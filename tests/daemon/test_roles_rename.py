@@ -12,15 +12,13 @@ roles move with the functions, so they say what each name's role must be afterwa
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Callable
 
 from nichealthd.sim import tree
 
-from ..harness import NotifySocket
-from .conftest import REPO, SimHost
+from ..harness import NotifySocket, ctl_output
+from .conftest import SimHost
 from .test_driver_reload import configure, fatal, sim, state
 from .test_service import Daemon, events, notify  # noqa: F401 (fixture)
 
@@ -29,11 +27,7 @@ IB, ETH = "0000:18:00.0", "0000:29:00.0"
 
 def ports(socket: Path) -> dict[str, dict[str, Any]]:
     """``nichealthctl show ports --json`` over varlink, by device (one port each here)."""
-    proc = subprocess.run([sys.executable, "-m", "nichealthd.cli.ctl", f"--varlink={socket}",
-                           "show", "ports", "--json"], cwd=REPO, capture_output=True,
-                          text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    return {p["device"]: p for p in json.loads(proc.stdout)}
+    return {p["device"]: p for p in json.loads(ctl_output(socket, "show", "ports", "--json"))}
 
 
 def assert_roles_by_function(host: SimHost, socket: Path) -> None:

@@ -13,7 +13,7 @@ from typing import Callable
 
 from nichealthd.runtime.daemon import EXIT_STARTUP
 
-from ..harness import NotifySocket
+from ..harness import NotifySocket, ctl
 from .conftest import REPO, SimHost
 from .test_service import Daemon, notify  # noqa: F401 (fixture)
 
@@ -69,9 +69,7 @@ def test_a_sim_tree_the_sandbox_hides_is_named_at_start_and_is_not_healthy(
         ready = notify.wait_for("READY=1")
         assert f"no ports monitored (sysfs root {hidden}/sys has no class directory" in ready
         assert "PrivateTmp=yes" in ready and "point sysfsRoot there" in ready
-        check = subprocess.run([sys.executable, "-m", "nichealthd.cli.ctl",
-                                f"--varlink={socket}", "check"], cwd=REPO,
-                               capture_output=True, text=True, timeout=60)
+        check = ctl(socket, "check")
         assert check.returncode == 1, check.stdout + check.stderr
         assert check.stdout.startswith("NICHEALTH WARNING") and "PrivateTmp=yes" in check.stdout
     finally:

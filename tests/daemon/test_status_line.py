@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from nichealthd.sim import mutate
 
-from ..harness import NotifySocket
+from ..harness import NotifySocket, ctl
 from .conftest import REPO, SimHost
 from .test_service import Daemon, notify  # noqa: F401 (fixture)
 
@@ -22,11 +22,6 @@ def sim(host: SimHost, *args: str) -> None:
     proc = subprocess.run([sys.executable, "-m", "nichealthd.sim", args[0], str(host.root),
                            *args[1:]], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-
-
-def ctl(socket: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "nichealthd.cli.ctl", f"--varlink={socket}",
-                           *args], cwd=REPO, capture_output=True, text=True, timeout=60)
 
 
 def status(socket: Path) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from nichealthd.core.events import SUSPECT_KEY
 
-from ..harness import NotifySocket, wait_until
+from ..harness import NotifySocket, ctl_output, wait_until
 from .conftest import REPO, Run, SimHost, running_daemon
 from .test_service import events, notify  # noqa: F401 (fixture)
 
@@ -147,12 +147,7 @@ def test_show_ports_names_the_suspect(sim_host: Callable[..., SimHost],
                    proc=proc, detail=lines.tail)
 
         def ctl(*args: str) -> str:
-            shown = subprocess.run(
-                [sys.executable, "-m", "nichealthd.cli.ctl", f"--varlink={socket_path}",
-                 "show", "ports", *args], cwd=REPO, env=env, capture_output=True,
-                text=True, timeout=60)
-            assert shown.returncode == 0, shown.stderr
-            return shown.stdout
+            return ctl_output(socket_path, "show", "ports", *args, env=env)
 
         table = ctl("--wide").splitlines()
         headers = table[0].split()

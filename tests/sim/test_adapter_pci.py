@@ -8,7 +8,7 @@ from typing import Callable
 
 import pytest
 
-from nichealthd.sim import SimError, adapter, mutate, pcifiles, tree
+from nichealthd.sim import SimError, adapter, chardev, mutate, pcifiles, tree
 from nichealthd.sim.cli import main
 
 IB0 = "sys/class/infiniband/mlx5_0"
@@ -28,8 +28,8 @@ def chardev_paths(root: Path, dev: str) -> list[Path]:
     record = tree.device(tree.load(root), dev)
     out = []
     for key, name in record["chardevs"].items():
-        sub, cls = (("infiniband_verbs", adapter.CLASS_VERBS) if key == "uverbs"
-                    else ("infiniband_mad", adapter.CLASS_MAD))
+        sub, cls = (("infiniband_verbs", chardev.CLASS_VERBS) if key == "uverbs"
+                    else ("infiniband_mad", chardev.CLASS_MAD))
         out += [root / record["pci_path"] / sub / name, root / cls / name]
     return out
 
@@ -107,16 +107,16 @@ def test_an_entry_removed_before_the_device_stays_removed_after_its_restore(
     umad = adapter.remove_chardev(root, "mlx5_0", "umad", 1)
     mutate.remove_device(root, "mlx5_0")
     mutate.restore_device(root, "mlx5_0")
-    assert not os.path.lexists(root / adapter.CLASS_MAD / umad)
-    assert os.path.lexists(root / adapter.CLASS_VERBS / "uverbs0")
+    assert not os.path.lexists(root / chardev.CLASS_MAD / umad)
+    assert os.path.lexists(root / chardev.CLASS_VERBS / "uverbs0")
     adapter.restore_chardev(root, "mlx5_0", "umad", 1)
-    assert (root / adapter.CLASS_MAD / umad / "ibdev").read_text() == "mlx5_0\n"
+    assert (root / chardev.CLASS_MAD / umad / "ibdev").read_text() == "mlx5_0\n"
 
 
 def test_restore_refuses_while_an_entry_has_nowhere_to_go_and_moves_nothing(
         root: Path) -> None:
     mutate.remove_device(root, "mlx5_0")
-    mad = root / adapter.CLASS_MAD
+    mad = root / chardev.CLASS_MAD
     os.rename(mad, root / "mad-elsewhere")  # the class directory gone (not by a mutation)
     with pytest.raises(SimError, match="infiniband_mad"):
         mutate.restore_device(root, "mlx5_0")
@@ -128,16 +128,16 @@ def test_restore_refuses_while_an_entry_has_nowhere_to_go_and_moves_nothing(
 
 def test_a_driver_reload_takes_every_entry_and_a_rename_retitles_them(root: Path) -> None:
     names = mutate.unload_driver(root)
-    assert os.listdir(root / adapter.CLASS_VERBS) == ["abi_version"]
-    assert sorted(os.listdir(root / adapter.CLASS_MAD)) == ["abi_version"]
+    assert os.listdir(root / chardev.CLASS_VERBS) == ["abi_version"]
+    assert sorted(os.listdir(root / chardev.CLASS_MAD)) == ["abi_version"]
     mutate.load_driver(root, rename=True)
     count = len(names)
     new = f"mlx5_{count}"
     assert all(os.path.lexists(p) for p in chardev_paths(root, new))
-    assert (root / adapter.CLASS_VERBS / "uverbs0" / "ibdev").read_text() == new + "\n"
+    assert (root / chardev.CLASS_VERBS / "uverbs0" / "ibdev").read_text() == new + "\n"
     mutate.rename_device(root, new, "mlx5_99")
-    assert (root / adapter.CLASS_VERBS / "uverbs0" / "ibdev").read_text() == "mlx5_99\n"
-    assert (root / adapter.CLASS_MAD / "issm0" / "ibdev").read_text() == "mlx5_99\n"
+    assert (root / chardev.CLASS_VERBS / "uverbs0" / "ibdev").read_text() == "mlx5_99\n"
+    assert (root / chardev.CLASS_MAD / "issm0" / "ibdev").read_text() == "mlx5_99\n"
 
 
 # ------------------------------------------------------------ unbind, bind --driver (#16.5)

@@ -7,11 +7,11 @@ from typing import Any, Callable
 
 import pytest
 
-from nichealthd.core.modulefacts import dbm
 from nichealthd.sim import SimError, tree
 from nichealthd.sim import optics as sim_optics
 from nichealthd.sources import module_pages
 from nichealthd.sources.optics import FilePages, read_port
+from nichealthd.sources.optics_facts import dbm
 
 
 def modules(root: Path) -> set[str]:

@@ -13,7 +13,8 @@ from typing import Optional
 
 import pytest
 
-from nichealthd.core.config import Config, build_config
+from nichealthd.core.config import Config
+from nichealthd.core.config_build import build_config
 from nichealthd.core.events import HealthEvent
 from nichealthd.storage.store import Journal
 from nichealthd.surfaces.metrics import _slurm_families

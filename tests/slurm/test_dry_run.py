@@ -16,7 +16,7 @@ from typing import Any
 from nichealthd.cli.format import Style, status_lines
 
 from .. import simtrees
-from ..harness import REPO
+from ..harness import REPO, ctl_output
 from ..metrics.conftest import RunningDaemon, parse, value
 
 REASON = "nichealthd: mlx5_0 1: state DOWN, phys_state Polling - no connectivity"
@@ -28,10 +28,7 @@ def sim(*args: str) -> None:
 
 
 def status(sock: Path) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-m", "nichealthd.cli.ctl", f"--varlink={sock}",
-                           "--json", "status"], cwd=REPO, capture_output=True, text=True,
-                          timeout=60)
-    return json.loads(done.stdout)  # type: ignore[no-any-return]
+    return json.loads(ctl_output(sock, "--json", "status"))  # type: ignore[no-any-return]
 
 
 def test_dry_run_logs_and_reports_what_it_would_run() -> None:

@@ -17,7 +17,6 @@ import re
 import resource
 import socket
 import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from vlhelpers import Holders, VarlinkDaemon, make_sim, uid_switch_problem
 from nichealthd.sim import mutate
 from nichealthd.surfaces.admission import Caps
 from nichealthd.surfaces.varlink import MAX_CONNECTIONS
-from tests.harness import REPO
+from tests.harness import ctl
 
 UIDS = [1001, 1002, 1003, 1004]
 EACH = 75  # 300 idle connections in all
@@ -37,9 +36,7 @@ pytestmark = pytest.mark.skipif(bool(uid_switch_problem()), reason=uid_switch_pr
 
 def root_status(daemon: VarlinkDaemon) -> subprocess.CompletedProcess[str]:
     """``nichealthctl --varlink=SOCKET status`` as this user (root)."""
-    return subprocess.run([sys.executable, "-m", "nichealthd.cli.ctl",
-                           f"--varlink={daemon.socket}", "status"], cwd=REPO,
-                          capture_output=True, text=True, timeout=30)
+    return ctl(daemon.socket, "status")
 
 
 def test_four_users_holding_300_idle_connections_leave_root_its_status(start_daemon) -> None:

@@ -14,9 +14,10 @@ from ..config import CounterSpec
 from ..events import format_timestamp
 from ..jsontypes import JsonObject
 from ..model import DeviceSnapshot, Unreadable, is_value
+from ..observed import CounterObservation
 from ..state import counter_key
 from .counter_section import CounterSection
-from .counters import CounterObservation, saturation_key
+from .counters import saturation_key
 
 
 def counter_rows(section: CounterSection, observations: Mapping[str, CounterObservation],

@@ -43,6 +43,7 @@ from typing import Collection, Mapping, MutableMapping, NamedTuple, Optional, Ty
 from ..config import CounterSpec
 from ..events import HealthEvent, make_event, port_entities
 from ..model import CounterKind, CounterReading, PortSnapshot
+from ..observed import CounterObservation
 from ..state import counter_key
 from .counter_section import BreachFlag, CounterSection, CounterSnap
 
@@ -54,17 +55,6 @@ TRAFFIC_COUNTERS = frozenset({
     "port_rcv_packets", "unicast_xmit_packets", "unicast_rcv_packets",
     "multicast_xmit_packets", "multicast_rcv_packets",
 })
-
-
-class CounterObservation(NamedTuple):
-    """What the last poll computed for one counter entry (for D-Bus and metrics).
-
-    A NamedTuple: one is made for every counter of every port on every poll.
-    """
-
-    value: Optional[int]
-    delta: Optional[int]
-    rate: Optional[float]
 
 
 T = TypeVar("T")

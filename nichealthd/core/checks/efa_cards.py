@@ -23,32 +23,15 @@ What it adds to the port rule of ``efa_state``:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Iterable, Mapping, Optional
+from typing import Iterable, Mapping, Optional
 
-from ..codec import stored
 from ..config import EFA_STATE_CHECK
 from ..events import CODE_CARD_PORTS, ENTITY_NIC, HealthEvent, make_event
 from ..model import DeviceSnapshot, PortSnapshot
 from ..state import FATAL, HEALTHY
 from ..topology import MANAGEMENT, CardCount, CardVerdict, Role
-
-if TYPE_CHECKING:  # pragma: no cover - the section holds anomalies, they do not hold it
-    from .efa_state import EfaStateSection
-
-
-@dataclass(frozen=True)
-class EfaCardAnomaly:
-    """A latched verdict: the card had ``active`` up ports where its group has ``expected``;
-    ``ports`` are the port keys it was short of that had no event of their own."""
-
-    role: str
-    active: int = field(metadata=stored(high=1 << 16))
-    expected: int = field(metadata=stored(high=1 << 16))
-    since: datetime
-    ports: tuple[str, ...] = field(default=(), metadata=stored(legacy=()))
-
+from .efa_section import EfaCardAnomaly, EfaStateSection
 
 UP_OPERSTATES = ("up", "unknown")  # "unknown": drivers that never set it (RFC 2863)
 

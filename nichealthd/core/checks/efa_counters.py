@@ -24,11 +24,11 @@ from ..events import HealthEvent
 from ..family import READS_COUNTERS, READS_PORTS, CheckFamily, Condition, Cycle, Verdict
 from ..jsontypes import JsonObject
 from ..model import DeviceSnapshot, HostSnapshot, PortSnapshot
+from ..observed import CounterObservation
 from .counter_rows import counter_rows
 from .counter_section import CounterSection
 from .counters import (
     CheckNames,
-    CounterObservation,
     CounterPoll,
     CounterTables,
     Observations,

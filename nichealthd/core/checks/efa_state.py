@@ -23,11 +23,10 @@ one it judges).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Iterable, Mapping, Optional, Sequence
 
-from ..codec import Layout, Section, dump_record, load_record, stored
 from ..config import EFA_STATE_CHECK, Config
 from ..events import (
     CODE_DEVICE_MISSING,
@@ -51,9 +50,11 @@ from ..family import (
 )
 from ..jsontypes import Json, JsonObject
 from ..model import DeviceSnapshot, HostSnapshot, PortSnapshot
+from ..observed import DeviceIdentity
 from ..state import FATAL, HEALTHY, SUPPRESSED
 from ..topology import CardCount, CardVerdict, anomalous_cards
-from .efa_cards import EfaCardAnomaly, card_counts, card_events, netdev_down, short_ports
+from .efa_cards import card_counts, card_events, netdev_down, short_ports
+from .efa_section import EfaDriverEvent, EfaPort, EfaStateSection
 from .identity import (
     recorded_identities,
     renamed_identities,
@@ -63,7 +64,6 @@ from .identity import (
 )
 from .link_section import (
     MISSES_BEFORE_GONE,
-    DeviceIdentity,
     missing_device_row,
     rename_fields,
 )
@@ -71,63 +71,6 @@ from .link_settings import LinkStateSettings
 
 CODE_DRIVER_EVENT = "driver_event"
 __all__ = ["EFA_STATE", "EfaPort", "EfaStateSection", "netdev_down"]
-
-
-def _known_health(health: str) -> str:
-    if health not in (HEALTHY, FATAL, SUPPRESSED):
-        raise ValueError(f"unknown EFA port health {health!r}")
-    return health
-
-
-@dataclass(frozen=True)
-class EfaPort:
-    """The health the platform was last told about an EFA port, and what was read."""
-
-    device: str
-    port: int = field(metadata=stored(high=256))
-    netdev: str
-    operstate: str
-    carrier: Optional[int] = field(metadata=stored(high=2, legacy=None))
-    # HEALTHY, FATAL or SUPPRESSED (down at first sight, no evidence)
-    health: str = field(metadata=stored(after=_known_health))
-    since: datetime
-
-
-@dataclass(frozen=True)
-class EfaDriverEvent:
-    """Every known EFA device gone at once (an efa driver unload or reload; the rule of
-    core/checks/driver.py)."""
-
-    since: datetime
-    devices: tuple[str, ...]
-    told: bool = field(default=False, metadata=stored(legacy=False))
-
-
-def _driver_event(raw: Any) -> Optional[EfaDriverEvent]:
-    """None is written as ``{}`` (and so left out of the file); any empty value reads None."""
-    return load_record(EfaDriverEvent, raw) if raw else None
-
-
-@dataclass
-class EfaStateSection(Section):
-    """Port records by ``<device>_<port>``, known devices, misses, devices declared gone, the
-    hardware identity of each known device, and card homogeneity (decisive modes by
-    role, latched and held card verdicts by card), under ``efa_*`` keys: the empty ones are
-    left out (a host without EFA writes what it wrote before this family)."""
-
-    LAYOUT = Layout(prefix="efa_", omit_empty=True)
-
-    ports: dict[str, EfaPort] = field(default_factory=dict)
-    known_devices: list[str] = field(default_factory=list, metadata=stored(sort=True))
-    device_misses: dict[str, int] = field(default_factory=dict, metadata=stored(high=1 << 20))
-    missing_devices: dict[str, datetime] = field(default_factory=dict)
-    driver_event: Optional[EfaDriverEvent] = field(default=None, metadata=stored(
-        parse=_driver_event, format=lambda event: dump_record(event) if event else {}))
-    identities: dict[str, DeviceIdentity] = field(default_factory=dict,
-                                                  metadata=stored(key="device_identities"))
-    group_modes: dict[str, int] = field(default_factory=dict, metadata=stored(high=1 << 16))
-    card_anomalies: dict[str, EfaCardAnomaly] = field(default_factory=dict)
-    card_pending: dict[str, datetime] = field(default_factory=dict)
 
 
 KEYS = EfaStateSection.keys()

@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Iterable, Mapping, Optional, TypeVar
 
 from ..model import DeviceSnapshot, HostSnapshot
-from .link_section import DeviceIdentity
+from ..observed import DeviceIdentity
 
 V = TypeVar("V")
 

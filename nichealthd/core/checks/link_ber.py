@@ -53,6 +53,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Iterable, Mapping, NamedTuple, Optional, Sequence, Union
 
+from ...sources.phy_facts import CORRECTED_BITS, PHY, RX_BITS, SYMBOL_ERRORS, PhyReading
 from ..codec import Section, stored
 from ..config import Config
 from ..events import HealthEvent, make_event, port_entities
@@ -60,7 +61,6 @@ from ..family import READS_PORTS, CheckFamily, Condition, Cycle, PortId, Series,
 from ..jsontypes import Json
 from ..model import DeviceSnapshot, PortSnapshot
 from ..numbers import BIT_ERROR_RATIO, LINE_RATE, PHY_COUNTER, Unreadable, measure
-from ..phy import CORRECTED_BITS, FACT, RX_BITS, SYMBOL_ERRORS, PhyReading
 from ..settings import Duration, Integer, Settings, setting
 from ..state import DEGRADED
 from .link_rate import CHECK_OF, Rate, parse_rate
@@ -453,7 +453,7 @@ class LinkBer(CheckFamily[LinkBerSection, BerPicture, BerMemory]):
     order = 42
     keys = LinkBerSection.keys()
     section_type = LinkBerSection
-    reads = frozenset({READS_PORTS, FACT})
+    reads = frozenset({READS_PORTS, PHY})
     port_field_types = {
         "phy_predicted_failure": "?bool", "phy_post_fec_errors": "?bool", "phy_fec": "?string",
         "phy_pre_fec_ber": "?float", "phy_ber_limit": "?float", "phy_ber_baseline": "?float",
@@ -474,7 +474,7 @@ class LinkBer(CheckFamily[LinkBerSection, BerPicture, BerMemory]):
 
     def evaluate(self, previous: LinkBerSection, cycle: Cycle, volatile: Optional[BerMemory]
                  ) -> Verdict[LinkBerSection, BerPicture, BerMemory]:
-        readings: Mapping[str, PhyReading] = cycle.snapshot.facts.get(FACT) or {}
+        readings = cycle.snapshot.fact(PHY) or {}
         settings = cycle.config.settings(LinkBerSettings)
         old_samples = previous.samples
         problems: dict[str, Problems] = {}  # port key -> what could not be used -> why

@@ -24,12 +24,12 @@ from ..events import HealthEvent
 from ..family import READS_COUNTERS, READS_PORTS, CheckFamily, Condition, Cycle, PortId, Verdict
 from ..jsontypes import JsonObject
 from ..model import DeviceSnapshot, HostSnapshot, PortSnapshot, Unreadable, is_value
+from ..observed import CounterObservation
 from ..state import DEGRADED, FATAL, counter_key
 from .counter_rows import counter_rows
 from .counter_section import KEYS, CounterSection, CounterSnap
 from .counters import (
     CheckNames,
-    CounterObservation,
     CounterPoll,
     CounterTables,
     Observations,

@@ -77,7 +77,7 @@ from ..family import (
 )
 from ..jsontypes import Json
 from ..model import PortSnapshot, is_value
-from ..settings import Duration, Integer, Report, Settings, setting
+from ..settings import AllSettings, Duration, Integer, Report, Settings, setting
 from ..state import DEGRADED, FATAL
 from .counters import CheckNames
 from .link_counters import CHECK_NAMES_OF
@@ -105,7 +105,7 @@ class LinkFlapSettings(Settings):
         "linkFlapFatalCount", 0, Integer(0, 10_000),
         "How many cycles within the window make a flapping port fatal")
 
-    def validate(self, config: Config, report: Report) -> None:
+    def validate(self, config: AllSettings, report: Report) -> None:
         """A fatal flap count below the flap count, or of 1, would make one outage fatal twice
         (its port-state event and its flap) or skip the non-fatal stage.
 

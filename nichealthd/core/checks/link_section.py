@@ -16,6 +16,7 @@ from typing import Any, Mapping, Optional
 
 from ..codec import Layout, Section, stored
 from ..events import format_timestamp
+from ..observed import DeviceIdentity
 from ..state import HEALTHY
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)  # the time of a port record that had none
@@ -70,23 +71,6 @@ class CardAnomaly:
     since: datetime
     # port keys whose fatal event rested on this verdict
     ports: tuple[str, ...] = field(default=(), metadata=stored(legacy=()))
-
-
-def _not_renamed(identity: DeviceIdentity) -> bool:
-    return not (identity.renamed_from and identity.renamed_at)
-
-
-@dataclass(frozen=True)
-class DeviceIdentity:
-    """What a device is, whatever the kernel calls it (nichealthd(8)): its PCI function,
-    with the node GUID as a cross-check where it was readable ("" when not). The name it had
-    before its last rename and when, written only together."""
-
-    pci_address: str
-    node_guid: str = field(default="", metadata=stored(legacy=""))
-    renamed_from: str = field(default="", metadata=stored(legacy="", omit=_not_renamed))
-    renamed_at: Optional[datetime] = field(default=None, metadata=stored(
-        legacy=None, null=False, omit=_not_renamed))
 
 
 def _told_before(fields: Mapping[str, Any]) -> tuple[str, ...]:

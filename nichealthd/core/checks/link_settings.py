@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import Config
 from ..duration import format_duration
-from ..settings import Duration, Report, Settings, setting
+from ..settings import AllSettings, Duration, Report, Settings, setting
 
 
 @dataclass(frozen=True)
@@ -51,7 +50,7 @@ class LinkStateSettings(Settings):
         "How long one card's RDMA devices may stay gone while other known RDMA devices stay "
         "present")
 
-    def validate(self, config: Config, report: Report) -> None:
+    def validate(self, config: AllSettings, report: Report) -> None:
         """driverReloadTimeout must exceed driverReloadGrace: the host event comes first."""
         grace, timeout = self.driver_reload_grace, self.driver_reload_timeout
         if timeout > grace:

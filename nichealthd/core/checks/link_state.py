@@ -30,6 +30,7 @@ from ..family import (
 )
 from ..jsontypes import Json, JsonObject
 from ..model import DeviceSnapshot, HostSnapshot, PortSnapshot
+from ..observed import DeviceIdentity
 from ..state import SUPPRESSED
 from ..topology import CardCount, Role, anomalous_cards
 from .cards import (
@@ -53,7 +54,6 @@ from .identity import (
 from .link_health import base_conditions, port_bases
 from .link_section import (
     KEYS,
-    DeviceIdentity,
     LinkStateSection,
     PortHold,
     PortRecord,

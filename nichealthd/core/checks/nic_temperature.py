@@ -17,12 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional
 
+from ...sources.pci_facts import Sensor, degrees
 from ..codec import stored
 from ..config import Config
 from ..events import HealthEvent
 from ..family import READS_HWMON, CheckFamily, Condition, Cycle, Series, Verdict
 from ..jsontypes import Json
-from ..pcifacts import Sensor, degrees
 from ..settings import Duration, Integer, Settings, setting
 from ..state import DEGRADED, FATAL
 from .link_state import LINK_STATE

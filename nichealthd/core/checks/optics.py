@@ -20,7 +20,7 @@ Per port and monitor (lanes together: the worst lane decides, the message names 
   laser switched off, a lane outside the link), not darkness (:func:`measured`); where the
   module's own latched flag agrees with a threshold, the message says so;
 - a twin-port module (2x400G) serves two host ports: each port judges only the lanes of its
-  data path (:func:`~nichealthd.core.modulefacts.share`), so every live lane is judged once;
+  data path (:func:`~nichealthd.sources.optics_facts.share`), so every live lane is judged once;
 - Rx power ``opticsRxPowerDrop`` dB (default 3: half the light) or more below the lane's
   own baseline (the best it has read since the module was plugged in) is a non-fatal event
   (a dirty or bent fibre, a failing far-end laser), well before any threshold; while Rx
@@ -43,13 +43,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Iterable, Mapping, NamedTuple, Optional, Sequence
 
-from ..codec import Section, stored
-from ..config import Config
-from ..events import HealthEvent, make_event, port_entities
-from ..family import CheckFamily, Condition, Cycle, PortId, Series, Verdict
-from ..jsontypes import Json
-from ..model import DeviceSnapshot, PortSnapshot
-from ..modulefacts import (
+from ...sources.optics_facts import (
     HIGH_ALARM,
     HIGH_WARNING,
     LANE_MONITORS,
@@ -57,6 +51,7 @@ from ..modulefacts import (
     LOW_WARNING,
     MODULE_MONITORS,
     OK,
+    PORT_OPTICS,
     RANK,
     RX_POWER,
     TEMPERATURE,
@@ -69,13 +64,18 @@ from ..modulefacts import (
     dbm,
     share,
 )
+from ..codec import Section, stored
+from ..config import Config
+from ..events import HealthEvent, make_event, port_entities
+from ..family import CheckFamily, Condition, Cycle, PortId, Series, Verdict
+from ..jsontypes import Json
+from ..model import DeviceSnapshot, PortSnapshot
 from ..settings import Duration, Integer, Settings, setting
 from ..state import DEGRADED, FATAL
 from .counters import CheckNames
 from .pci_open import LAYER_CHECKS
 from .ports import is_active, port_label
 
-FACT = "optics"  # what the optics source provides
 RX_DROP = "rx_power_drop"
 MONITORS = (*MODULE_MONITORS, *LANE_MONITORS, RX_DROP)
 TITLES = {TEMPERATURE: "temperature", VOLTAGE: "supply voltage", RX_POWER: "Rx power",
@@ -289,7 +289,7 @@ class Optics(CheckFamily[OpticsSection, Modules, None]):
     order = 54
     keys = OpticsSection.keys()
     section_type = OpticsSection
-    reads = frozenset({FACT})
+    reads = frozenset({PORT_OPTICS})
     port_field_types = {
         "module_netdev": "?string", "module_status": "?string", "module_spec": "?string",
         "module_media": "?string", "module_memory": "?string", "module_identity": "?string",
@@ -307,7 +307,7 @@ class Optics(CheckFamily[OpticsSection, Modules, None]):
 
     def evaluate(self, previous: OpticsSection, cycle: Cycle, volatile: None
                  ) -> Verdict[OpticsSection, Modules, None]:
-        read: Optional[Modules] = cycle.snapshot.facts.get(FACT)
+        read = cycle.snapshot.fact(PORT_OPTICS)
         if read is None:
             return Verdict(previous)
         order = [(port.key, (device.pci_address or device.name).rpartition(".")[0])

@@ -34,19 +34,19 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Iterable, Mapping, Optional
 
+from ...sources.pci_facts import ROOTPORT_FILES, AerTable
 from ..codec import Layout
 from ..config import Config, CounterSpec
 from ..events import ENTITY_NIC, ENTITY_PCI, HealthEvent, make_event
 from ..family import HOST, READS_AER, CheckFamily, Condition, Cycle, Series, Verdict
 from ..jsontypes import Json
 from ..model import PortSnapshot
-from ..pcifacts import ROOTPORT_FILES, AerTable
+from ..observed import CounterObservation
 from ..settings import Duration, Integer, Settings, boolean, setting
 from ..state import DEGRADED, FATAL
 from .counter_section import CounterSection
 from .counters import (
     CheckNames,
-    CounterObservation,
     CounterPoll,
     CounterTables,
     Observations,

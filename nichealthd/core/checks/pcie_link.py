@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterable, Mapping, Optional
 
+from ...sources.pci_facts import PcieHop
 from ..codec import stored
 from ..config import Config
 from ..events import HealthEvent
 from ..family import READS_PCIE, CheckFamily, Condition, Cycle, Series, Verdict
 from ..jsontypes import Json
 from ..model import DeviceSnapshot
-from ..pcifacts import PcieHop
 from ..settings import Duration, Settings, setting
 from ..state import DEGRADED, FATAL
 from .counters import CheckNames

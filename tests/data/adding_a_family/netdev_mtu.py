@@ -2,7 +2,8 @@
 
 The worked example of ARCHITECTURE.md, "Adding a check family": copied into
 ``nichealthd/sources/`` it is found by the registry (it defines ``SOURCE``) and read only in a
-poll in which a family needing ``netdev_mtu`` is due. Every number goes through the one parser
+poll in which a family needing its fact (``NETDEV_MTU`` of its fact module,
+``netdev_mtu_facts.py``) is due. Every number goes through the one parser
 (``core/numbers.py``): an MTU outside 68..65535 (the kernel's ``ETH_MIN_MTU`` and
 ``IP_MAX_MTU``) is unreadable, like a missing file, and never raises.
 """
@@ -12,22 +13,22 @@ from __future__ import annotations
 import os
 from typing import Optional, Sequence
 
+from nichealthd.sources.netdev_mtu_facts import NETDEV_MTU, Mtus
+
 from nichealthd.core.model import HostSnapshot
 from nichealthd.core.numbers import Kind, value
 from nichealthd.sources.seam import Source
 
-FACT = "netdev_mtu"
 MTU = Kind("MTU", 68, 65535)
 
 
 class NetdevMtu(Source):
     """``<sysfs>/class/net/<netdev>/mtu`` of each port with a netdev."""
 
-    fact = FACT
+    fact = NETDEV_MTU
     description = "the ports' netdev MTUs"
 
-    def read(self, snapshot: HostSnapshot, devices: Sequence[str]
-             ) -> dict[str, tuple[str, Optional[int]]]:
+    def read(self, snapshot: HostSnapshot, devices: Sequence[str]) -> Mtus:
         """Port key -> (netdev, MTU or None when unreadable)."""
         wanted = set(devices)
         out: dict[str, tuple[str, Optional[int]]] = {}

@@ -4,9 +4,10 @@ The worked example of ARCHITECTURE.md, "Adding a check family": copied into
 ``nichealthd/core/checks/`` it is found by the registry (it defines ``FAMILY``) with its
 setting (the config file accepts ``roceMtuMinimum``), its state section, its events, its
 device field (``roce_mtu``, declared with its type; its line in the varlink interface is the
-one edit outside the two modules) and its metric series (``nichealthd_roce_mtu_bytes``); its fact
-comes from the ``netdev_mtu`` source. A RoCE port below the minimum is a non-fatal event under
-the Ethernet degradation check (a mis-set MTU halves RDMA throughput, it breaks no hardware),
+one edit outside the new modules) and its metric series (``nichealthd_roce_mtu_bytes``); its
+fact comes from the ``netdev_mtu`` source, its key and type from that source's fact module
+(``netdev_mtu_facts.py``). A RoCE port below the minimum is a non-fatal event under the
+Ethernet degradation check (a mis-set MTU halves RDMA throughput, it breaks no hardware),
 recovered when the MTU is raised; 0 switches the family off.
 """
 
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional
+
+from nichealthd.sources.netdev_mtu_facts import NETDEV_MTU, Mtus
 
 from nichealthd.core.codec import Section, stored
 from nichealthd.core.config import ETH_DEGRADATION_CHECK, Config
@@ -24,7 +27,6 @@ from nichealthd.core.model import DeviceSnapshot, PortSnapshot
 from nichealthd.core.settings import Integer, Settings, setting
 from nichealthd.core.state import DEGRADED
 
-FACT = "netdev_mtu"  # what the netdev_mtu source provides
 CODE = "roce_mtu"
 
 
@@ -46,10 +48,7 @@ class RoceMtuSection(Section):
                                                                       high=65536))
 
 
-# Its picture: each port's netdev and MTU as last read (what ``show devices`` shows).
-Mtus = Mapping[str, tuple[str, Optional[int]]]
-
-
+# Its picture (Mtus): each port's netdev and MTU as last read (what ``show devices`` shows).
 class RoceMtu(CheckFamily[RoceMtuSection, Mtus, None]):
     """Each monitored RoCE port's netdev MTU against the minimum."""
 
@@ -57,7 +56,7 @@ class RoceMtu(CheckFamily[RoceMtuSection, Mtus, None]):
     order = 60
     keys = RoceMtuSection.keys()
     section_type = RoceMtuSection
-    reads = frozenset({READS_PORTS, FACT})
+    reads = frozenset({READS_PORTS, NETDEV_MTU})
     cadence = 60.0
     settings = RoceMtuSettings
     # Its key of the device records, with its varlink type: the same line goes in type
@@ -74,7 +73,7 @@ class RoceMtu(CheckFamily[RoceMtuSection, Mtus, None]):
 
     def evaluate(self, previous: RoceMtuSection, cycle: Cycle, volatile: None
                  ) -> Verdict[RoceMtuSection, Mtus, None]:
-        mtus: Mtus = cycle.snapshot.facts.get(FACT) or {}
+        mtus = cycle.snapshot.fact(NETDEV_MTU) or {}
         minimum = cycle.config.settings(RoceMtuSettings).roce_mtu_minimum
         low = dict(previous.low)
         events: list[tuple[str, HealthEvent]] = []

@@ -1,7 +1,9 @@
 """The slow PCI facts of a NIC: its PCIe link hops, AER tables and sensors.
 
-Plain values the readers of :mod:`nichealthd.sources.pcie` and :mod:`nichealthd.sources.hwmon`
-fill and the families of :mod:`nichealthd.core.checks` judge, with the parsers of the kernel's
+The fact module of the PCI side: plain values the readers of :mod:`nichealthd.sources.pcie`
+and :mod:`nichealthd.sources.hwmon` fill into ``HostSnapshot.pcie`` / ``.aer`` / ``.hwmon``
+and the families of :mod:`nichealthd.core.checks` judge, pure (ARCHITECTURE.md, the source
+seam), with the parsers of the kernel's
 text formats (pure: they get the text, never a path; every number in them goes through
 :func:`nichealthd.core.numbers.parse` with its kind, and a speed must be one of the PCIe set):
 
@@ -26,8 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Union
 
-from . import numbers
-from .numbers import Unreadable
+from ..core.numbers import AER_TOTAL, Unreadable, parse
 
 # The AER files of a function and the total line each one ends with.
 AER_FILES = (("aer_dev_fatal", "TOTAL_ERR_FATAL"), ("aer_dev_nonfatal", "TOTAL_ERR_NONFATAL"),
@@ -147,7 +148,7 @@ def parse_aer_total(text: str, total: str) -> Union[int, Unreadable]:
     for line in text.splitlines():
         name, _, count = line.strip().partition(" ")
         if name == total:
-            return numbers.parse(count, numbers.AER_TOTAL)
+            return parse(count, AER_TOTAL)
     return Unreadable(f"no {total} line")
 
 

@@ -1,7 +1,9 @@
 """The physical-layer facts of one netdev as plain data: what the PHY source gives the families.
 
-``sources/phy.py`` reads them (the kernel's ethtool calls, or the simulator's files) and the
-link-BER family judges them; neither knows how the other works. A fact the kernel refused or
+The fact module of ``sources/phy.py``: its key :data:`PHY` and its types, pure (the families
+of the core import them; ARCHITECTURE.md, the source seam). ``sources/phy.py`` reads them (the
+kernel's ethtool calls, or the simulator's files) and the link-BER family judges them; neither
+knows how the other works. A fact the kernel refused or
 does not support for a netdev is absent (None, or a name missing from ``counters``), never an
 error: the families judge what is there.
 """
@@ -11,7 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
-FACT = "phy"  # the fact type: port key -> PhyReading
+from ..core.model import Fact
+
+PHY: Fact[Mapping[str, PhyReading]] = Fact("phy")  # port key -> its netdev's reading
 
 # The driver statistics (``ethtool -S``) the families use: the PPCNT physical-layer group of
 # mlx5 (drivers/net/ethernet/mellanox/mlx5/core/en_stats.c, pport_phy_statistical_stats_desc,

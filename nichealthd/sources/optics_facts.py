@@ -1,7 +1,9 @@
 """The diagnostics of a pluggable module (QSFP, QSFP-DD, OSFP): plain values, in SI units.
 
-Filled by :mod:`nichealthd.sources.module_pages` from the module's raw pages and judged by the
-optics family (:mod:`nichealthd.core.checks.optics`). Every reading and every threshold is
+The fact module of ``sources/optics.py``: its key :data:`PORT_OPTICS` and its types, pure
+(the families of the core import them; ARCHITECTURE.md, the source seam). Filled by
+:mod:`nichealthd.sources.module_pages` from the module's raw pages and judged by the optics
+family (:mod:`nichealthd.core.checks.optics`). Every reading and every threshold is
 ``None`` where the module does not implement it or the bytes were not plausible ("not
 available", never a guess); a lane's values are in lane order from lane 1 (a lane the
 module does not use is ``None`` there).
@@ -17,6 +19,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Optional, Sequence
+
+from ..core.model import Fact
 
 # The monitors, by the names the family, the views and the metrics use.
 TEMPERATURE = "temperature"  # °C
@@ -118,6 +122,9 @@ class PortOptics:
         if self.served is not None:
             return self.served
         return tuple(lane for path in diag.paths() for lane in path)
+
+
+PORT_OPTICS: Fact[Mapping[str, PortOptics]] = Fact("optics")  # port key -> its module's fact
 
 
 def share(facts: Mapping[str, PortOptics], order: Sequence[tuple[str, str]]
