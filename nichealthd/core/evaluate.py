@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 from typing import Any, Mapping, Optional
 
 from .checks import enabled_under, families, supplying
-from .checks.identity import detect_renames, rename_notes
+from .checks.identity import rename_notes, renames_of
 from .config import Config
 from .events import BACKDATE, HealthEvent
 from .failure import describe_exception
@@ -33,7 +33,7 @@ from .model import HostSnapshot
 from .observed import CounterObservation, DeviceIdentity
 from .state import MonitorState
 from .suspect import annotate, modules_of
-from .topology import Role, Topology, classify_all
+from .topology import Role, Topology, classify_host
 
 __all__ = ["CycleResult", "PollMemory", "Topology", "due_reads", "evaluate", "urgent_change",
            "watched_functions"]
@@ -99,16 +99,17 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
     memory = memory.copy()
     notes: list[str] = []
     identities, known = _identities(previous)
-    renames = detect_renames(identities, snapshot.devices, known)
+    renames = renames_of(identities, snapshot, known)
     if renames:  # the same devices under new names: every family's records follow
         notes.extend(rename_notes(renames, identities, now))
         previous = _renamed(previous, renames, now)
         _forget(memory, frozenset(renames) | frozenset(renames.values()))
     enabled = _checks_of(config)
-    roles = classify_all(snapshot.devices, topology, config.nic_exclusion_regex,
-                         config.nic_inclusion_regex_override, memory.roles)
+    roles = classify_host(snapshot, topology, config.nic_exclusion_regex,
+                          config.nic_inclusion_regex_override, memory.roles)
     memory.roles = roles
-    monitored = tuple(d for d in snapshot.devices if roles[d.name].monitored)
+    # A VF of the snapshot's index has the VF role: never monitored.
+    monitored = tuple(d for d in snapshot.parts.judged if roles[d.name].monitored)
     cycle = Cycle(snapshot, config, topology, now, baseline, enabled, roles, monitored,
                   previous, earlier)
     next_state = previous.copy()

@@ -200,6 +200,44 @@ class DeviceSnapshot:
 
 
 @dataclass(frozen=True)
+class DeviceIndex:
+    """A poll's devices split for the passes that look at every device each poll.
+
+    An SR-IOV VF whose NUMA node was read has the VF role whatever the topology, the filters
+    or its last role (:func:`~nichealthd.core.topology.classify`, spec §8: never judged), so a
+    pass that skips VFs need not look at it. On a host of 8 PFs with 127 VFs each that is
+    1,016 of 1,024 devices. The reader gives one index per poll whose ``vfs`` is the same
+    tuple while discovery has not changed them: a pass that remembers what it made of the VFs
+    knows them unchanged at a glance (``is``).
+    """
+
+    names: frozenset[str]  # every device's name
+    judged: tuple[DeviceSnapshot, ...]  # every device but ``vfs``, in the snapshot's order
+    vfs: tuple[DeviceSnapshot, ...]  # the VFs with a readable NUMA node
+    efa_vfs: bool = False  # one of ``vfs`` is an EFA
+
+    @classmethod
+    def of(cls, devices: tuple[DeviceSnapshot, ...]) -> DeviceIndex:
+        """The index of ``devices`` (one pass: snapshots not made by the reader)."""
+        judged: list[DeviceSnapshot] = []
+        vfs: list[DeviceSnapshot] = []
+        for device in devices:
+            (vfs if plain_vf(device) else judged).append(device)
+        return cls(frozenset(d.name for d in devices), tuple(judged), tuple(vfs),
+                   any(d.is_efa for d in vfs))
+
+    @property
+    def any_efa(self) -> bool:
+        """One of the devices is an EFA."""
+        return self.efa_vfs or any(d.is_efa for d in self.judged)
+
+
+def plain_vf(device: DeviceSnapshot) -> bool:
+    """An SR-IOV VF that keeps the VF role whatever else (see :class:`DeviceIndex`)."""
+    return device.is_vf and device.numa_node is not None
+
+
+@dataclass(frozen=True)
 class KernelLine:
     """One kernel log message read this poll: its text and when the kernel logged it."""
 
@@ -244,6 +282,17 @@ class HostSnapshot:
     # key, read only in a poll in which a family needing them is due (absent: not read this
     # poll). Families read them typed, with :meth:`fact`.
     facts: Mapping[str, Any] = field(default_factory=dict)
+    # The devices split for the per-device passes (the reader's, built once per discovery
+    # but for the PFs); None: made from ``devices`` when first asked (:attr:`parts`).
+    index: Optional[DeviceIndex] = field(default=None, compare=False, repr=False)
+
+    @functools.cached_property
+    def parts(self) -> DeviceIndex:
+        """:attr:`devices` split for the per-device passes (:class:`DeviceIndex`)."""
+        index = self.index
+        if index is None or len(index.judged) + len(index.vfs) != len(self.devices):
+            return DeviceIndex.of(self.devices)  # none, or not of these devices
+        return index
 
     def fact(self, key: Fact[T]) -> Optional[T]:
         """The value of fact ``key`` this poll, as its source module typed it; None when it

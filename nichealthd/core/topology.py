@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional
 
-from .model import DeviceSnapshot
+from .model import DeviceSnapshot, HostSnapshot
 
 COMPUTE = "compute"
 STORAGE = "storage"
@@ -116,6 +116,7 @@ class NicFilters:
 
 
 NO_FILTERS = NicFilters()
+VF_ROLE = Role(VF, "SR-IOV virtual function")  # spec §8: never judged
 
 
 def _matches(patterns: Iterable[str], names: Iterable[str]) -> bool:
@@ -152,6 +153,35 @@ def classify_all(devices: Iterable[DeviceSnapshot], topology: Topology,
     return roles
 
 
+def classify_host(snapshot: HostSnapshot, topology: Topology, exclusion: tuple[str, ...] = (),
+                  inclusion_override: tuple[str, ...] = (),
+                  previous: Optional[Mapping[str, Role]] = None) -> dict[str, Role]:
+    """:func:`classify_all` of the snapshot's devices, looking only at those that are not VFs
+    (:class:`~nichealthd.core.model.DeviceIndex`: a VF with its NUMA node read is a VF
+    whatever else). While the reader gives the same VFs under the same names as last poll,
+    their roles are last poll's table copied, in the same order, with the other devices'
+    roles of this poll written over it; and when those are last poll's too, the table is
+    last poll's own (the same object: nothing changes a table of roles once made)."""
+    parts = snapshot.parts
+    if not parts.vfs or len(parts.names) != len(snapshot.devices):
+        return classify_all(snapshot.devices, topology, exclusion, inclusion_override, previous)
+    judged = classify_all(parts.judged, topology, exclusion, inclusion_override, previous)
+    last = _LAST_HOST[0] if _LAST_HOST else None
+    if (last is not None and last[0] is parts.vfs
+            and (last[1] is parts.names or last[1] == parts.names)):
+        if all(last[2].get(name) is role for name, role in judged.items()):
+            return last[2]
+        roles = dict(last[2])
+        roles.update(judged)
+    else:
+        roles = {d.name: judged.get(d.name, VF_ROLE) for d in snapshot.devices}
+    _LAST_HOST[:] = [(parts.vfs, parts.names, roles)]
+    return roles
+
+
+# The last classify_host with VFs: its VFs, every device's name, the roles.
+_LAST_HOST: list[tuple[tuple[DeviceSnapshot, ...], frozenset[str], dict[str, Role]]] = []
+
 # The last classification: topology, filters, and id(device) -> (device, role).
 _LAST_ROLES: list[tuple[Topology, tuple[str, ...], tuple[str, ...],
                         dict[int, tuple[DeviceSnapshot, Role]]]] = []
@@ -171,7 +201,7 @@ def classify(device: DeviceSnapshot, topology: GpuTopology, default_route: froze
     if device.numa_node is None and previous is not None:
         return previous
     if device.is_vf:
-        return Role(VF, "SR-IOV virtual function")
+        return VF_ROLE
     exclusion, inclusion_override = filters.exclusion, filters.inclusion_override
     if inclusion_override:
         return _pinned(device, inclusion_override)

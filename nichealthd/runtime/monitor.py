@@ -121,6 +121,11 @@ class Monitor:
         self.guard = PollGuard(monotonic)
         self.last: Optional[PollOutcome] = None
         self._last_roles: dict[str, Role] = {}
+        # What was last made of a poll's roles (asked every poll; the roles of 1,024 devices on
+        # an SR-IOV host are the same poll after poll): (whether counters are read, the roles,
+        # the devices not counted) and (GPUs, the roles, the topology summary).
+        self._uncounted_of: Optional[tuple[bool, Mapping[str, Role], frozenset[str]]] = None
+        self._summary_of: Optional[tuple[object, Mapping[str, Role], str]] = None
         self._flushed_at = monotonic()
         self._unflushed = False
 
@@ -174,8 +179,13 @@ class Monitor:
         """The devices whose counters the next poll need not read: not monitored, or every
         family that reads counters switched off."""
         counted = any(READS_COUNTERS in f.reads for f in enabled_under(self.config))
-        return frozenset(name for name, role in roles.items()
-                         if not (counted and role.monitored))
+        last = self._uncounted_of
+        if last is not None and last[0] == counted and (last[1] is roles or last[1] == roles):
+            return last[2]
+        uncounted = frozenset(name for name, role in roles.items()
+                              if not (counted and role.monitored))
+        self._uncounted_of = (counted, roles, uncounted)
+        return uncounted
 
     def poll(self) -> PollOutcome:
         """Observe, evaluate and commit one cycle.
@@ -393,12 +403,16 @@ class Monitor:
 
     def _rediscover_topology(self, snapshot: HostSnapshot) -> None:
         """Read the topology again when an RDMA device appears that it was not read for."""
-        names = frozenset(d.name for d in snapshot.devices)
+        names = snapshot.parts.names
         known = self._topology_devices
+        if names is known:  # the reader's names of a poll that listed nothing new
+            return
         if known is None or not snapshot.devices:
             self._topology_devices = names if known is None else known
             return
         if names <= known:
+            if len(names) == len(known):
+                self._topology_devices = names  # equal: the next poll's is this object
             return
         self._topology_devices = known | names
         if self.topology_loader is None:
@@ -416,19 +430,26 @@ class Monitor:
     def _log_topology(self, roles: dict[str, Role]) -> None:
         """``topology from sysfs: 8 GPUs on 2 NUMA nodes; 8 compute, …`` at the first poll and
         whenever it changes."""
-        text = summary(self.topology.gpus, roles.values())
+        last = self._summary_of
+        if last is not None and last[0] is self.topology.gpus and (last[1] is roles
+                                                                    or last[1] == roles):
+            text = last[2]
+        else:
+            text = summary(self.topology.gpus, roles.values())
+            self._summary_of = (self.topology.gpus, roles, text)
         if text != self.topology_summary:
             self.topology_summary = text
             log.info("%s", text)
 
     def _log_roles(self, roles: dict[str, Role]) -> None:
-        if roles == self._last_roles:
+        if roles is self._last_roles or roles == self._last_roles:
             return
         for name in sorted(roles):
             role = roles[name]
             if self._last_roles.get(name) != role:
                 log.info("NIC %s: %s (%s)", name, role.role, role.reason)
-        self._last_roles = dict(roles)
+        # Kept, not copied: a table of roles is not changed once made (core/topology.py).
+        self._last_roles = roles
 
 
 def _why(exc: BaseException) -> str:

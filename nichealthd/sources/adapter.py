@@ -67,6 +67,12 @@ class AdapterReader:
         self._entries_for: frozenset[str] = frozenset()
         # PCI address -> (class, physfn present) of Mellanox functions; None: not one.
         self._functions: dict[str, Optional[tuple[str, bool]]] = {}
+        # The last answer of each listing while its directory lists the same entries, and of
+        # the PCI functions while the bus lists the same ones with the same devices registered:
+        # kept only when it read nothing but what the tables above hold. On a host with
+        # SR-IOV VFs (a thousand functions and devices) each answer is a loop over them all.
+        self._listings: dict[tuple[str, str], tuple[list[str], list[tuple[str, int]]]] = {}
+        self._nics: Optional[tuple[list[str], frozenset[str], tuple[PciNic, ...]]] = None
         self.reads = 0
         self.problems = ProblemLog(log)
         # fw_ver and operstate files, kept open between reads and closed when no longer read:
@@ -78,6 +84,7 @@ class AdapterReader:
     def reconfigure(self, config: Config) -> None:
         self.config = config
         self._read_at = None  # read at the next poll under the new config
+        self._nics = None
         self.release()
 
     def release(self) -> None:
@@ -104,7 +111,7 @@ class AdapterReader:
         devices = tuple(devices)
         names = frozenset(d.name for d in devices)
         if names != self._entries_for:
-            self._entries, self._entries_for = {}, names
+            self._entries, self._entries_for, self._listings = {}, names, {}
         root = self.config.sysfs_root
         verbs = os.path.join(root, "class/infiniband_verbs")
         mad = os.path.join(root, "class/infiniband_mad")
@@ -147,7 +154,11 @@ class AdapterReader:
         """(ibdev, port or 0) of the ``entries`` of ``directory`` named ``<prefix>N``."""
         if entries is None:
             return None
+        last = self._listings.get((directory, prefix))
+        if last is not None and last[0] == entries:
+            return last[1]
         found = []
+        whole = True
         for entry in entries:
             if not entry.startswith(prefix) or not entry[len(prefix):].isdecimal():
                 continue  # abi_version and anything else
@@ -156,11 +167,14 @@ class AdapterReader:
                 base = os.path.join(directory, entry)
                 ibdev = read_text(os.path.join(base, "ibdev"))
                 if ibdev is None:
+                    whole = False
                     continue  # being created or removed: seen at the next read
                 path = os.path.join(base, "port")
                 port = self.problems.number(path, read_text(path), PORT_NUMBER) or 0
                 known = self._entries[entry] = (ibdev, port)
             found.append(known)
+        if whole:
+            self._listings[(directory, prefix)] = (entries, found)
         return found
 
     def _device_entries(self, directory: str, entries: Optional[list[str]], prefix: str
@@ -184,10 +198,14 @@ class AdapterReader:
         addresses = listdir(bus)
         if addresses is None:
             return None
+        last = self._nics
+        if last is not None and last[0] == addresses and last[1] == registered:
+            return last[2]
         present = set(addresses)
         for gone in [a for a in self._functions if a not in present]:
             del self._functions[gone]
         nics = []
+        known_only = True  # every function's answer is from the tables, nothing read
         for address in sorted(addresses):
             pdir = os.path.join(bus, address)
             if address not in self._functions:
@@ -195,7 +213,10 @@ class AdapterReader:
             known = self._functions[address]
             if known is None or known[1]:
                 continue  # not a Mellanox network function, or a VF
-            bound = address in registered or bool(listdir(os.path.join(pdir, "infiniband")))
+            bound = address in registered
+            if not bound:
+                known_only = False
+                bound = bool(listdir(os.path.join(pdir, "infiniband")))
             driver = netdevs = numa = None
             if not bound:  # the details only for a function the evaluator may report
                 try:
@@ -206,7 +227,9 @@ class AdapterReader:
                 path = os.path.join(pdir, "numa_node")
                 numa = self.problems.number(path, read_text(path), NUMA_NODE)
             nics.append(PciNic(address, known[0], bound, driver, netdevs or (), numa))
-        return tuple(nics)
+        answer = tuple(nics)
+        self._nics = (addresses, registered, answer) if known_only else None
+        return answer
 
     # ------------------------------------------------------------ firmware, netdevs
 

@@ -9,7 +9,9 @@ Cost matters on hosts polled every second: the attribute files are opened once a
 with ``pread(fd, …, 0)`` (sysfs regenerates the value on every read at offset 0), so a
 steady-state counter value costs one syscall. Discovery (listing devices and ports, static
 attributes, GIDs) runs only when the device list changes, when a cached file goes away, and
-every ``REDISCOVER_SECONDS`` as a safety net. Files that fail with EINVAL (restricted
+every ``REDISCOVER_SECONDS`` as a safety net. On a host with SR-IOV VFs the class directory
+itself is listed only when something read may have changed (:meth:`SysfsReader._listing_due`),
+and a VF's snapshot is its discovery's facts. Files that fail with EINVAL (restricted
 functions, where each read logs a kernel error — REFERENCE §3) are remembered and not read
 again.
 
@@ -41,10 +43,12 @@ from ..core.model import (
     EFA_VENDOR,
     CounterKind,
     CounterReading,
+    DeviceIndex,
     DeviceSnapshot,
     HostSnapshot,
     PortSnapshot,
     Unreadable,
+    plain_vf,
 )
 from ..core.numbers import (
     CARRIER,
@@ -70,6 +74,8 @@ from .sandbox import sysfs_root_problem
 log = logging.getLogger("nichealthd.sysfs")
 
 REDISCOVER_SECONDS = 60.0
+# A host with SR-IOV VFs lists its class directory at least this often (see _listing_due).
+LIST_SECONDS = 10.0
 OPERSTATES = frozenset({"unknown", "notpresent", "down", "lowerlayerdown", "testing", "dormant",
                         "up"})
 GID_SCAN_LIMIT = 32
@@ -208,6 +214,20 @@ class SysfsReader:
         self._monotonic = monotonic
         self._plans: list[_DevicePlan] = []
         self._names: Optional[frozenset[str]] = None
+        # Made at discovery, so that a poll touches only the devices it reads: the snapshot's
+        # devices with the VFs in place (:func:`~nichealthd.core.model.plain_vf`: nothing of
+        # theirs is read), the plans read each poll by their place, the VFs, and what
+        # follows from the plans alone.
+        self._template: list[DeviceSnapshot] = []
+        self._read_at: list[tuple[int, _DevicePlan]] = []
+        self._vfs: tuple[DeviceSnapshot, ...] = ()
+        self._efa_vfs = False
+        self._complete = True
+        self._addresses_seen: frozenset[Optional[str]] = frozenset()
+        self._entries_read: tuple[str, ...] = ()  # the class entries of the devices read
+        self._listed_at = float("-inf")  # the last listing that succeeded
+        # The devices (PCI address, else name) that left and are not back, VFs aside.
+        self._left: frozenset[Optional[str]] = frozenset()
         self._discovered_at = float("-inf")
         self._dirty = True
         self._boot_id: Optional[str] = None  # constant for the life of the process
@@ -222,6 +242,7 @@ class SysfsReader:
         self._addresses: Optional[dict[str, str]] = None  # netdev -> MAC, per discovery
         self.unreadable_reads = 0
         self.discoveries = 0
+        self.listings = 0  # of the class directory
         self._fd_exhausted = False  # this poll saw EMFILE/ENFILE (logged once, not per file)
         # The slow adapter facts, read at their own cadence inside their own
         # failure boundary: a fault there costs only the families that read them.
@@ -239,7 +260,7 @@ class SysfsReader:
     def observe(self, now: datetime) -> HostSnapshot:
         """Read everything one poll needs. Never raises on bad sysfs content."""
         boot_id = self._boot_id or self._read_boot_id()
-        names = self._list_devices()
+        names = self._list_devices() if self._listing_due() else self._names
         if names is None:
             return HostSnapshot(now, boot_id, (), complete=False, blind=self._blind)
         discovered = (self._dirty or names != self._names
@@ -248,25 +269,35 @@ class SysfsReader:
             self._discover(names)
         self._fd_exhausted = False
         reads, transient = self.files.reads, self.files.transient_reads
-        devices = tuple(self._read_device(plan) for plan in self._plans)
+        devices, index = self._read_devices(names)
         if discovered:
             self._report_budget(self.files.reads - reads, self.files.transient_reads - transient)
         if not self._fd_exhausted:
             self.problems.clear("fd-exhausted", "file descriptors are available again")
-        complete = all(plan.info.ports_listed or plan.info.is_vf for plan in self._plans)
         # An empty class directory: is the hardware still there (a driver event)?
         functions = None if names else self._mellanox_functions()
         adapter, problem = self._adapter_boundary.read(lambda: self.adapter.observe(devices))
-        return HostSnapshot(now, boot_id, devices, complete=complete, pci_functions=functions,
-                            pci_bus=self._bus_if_unregistered(devices), adapter=adapter,
-                            unread={READS_ADAPTER: problem} if problem else {})
+        return HostSnapshot(now, boot_id, devices, complete=self._complete,
+                            pci_functions=functions, pci_bus=self._bus_if_unregistered(),
+                            adapter=adapter, unread={READS_ADAPTER: problem} if problem else {},
+                            index=index)
 
-    def _bus_if_unregistered(self, devices: tuple[DeviceSnapshot, ...]
-                             ) -> Optional[frozenset[str]]:
+    def _read_devices(self, names: frozenset[str]
+                      ) -> tuple[tuple[DeviceSnapshot, ...], DeviceIndex]:
+        """This poll's devices, in name order, and their index: only the devices that are
+        not VFs are read (a VF's snapshot is its plan's facts: no port of it is read)."""
+        devices = self._template.copy()
+        judged = []
+        for place, plan in self._read_at:
+            devices[place] = device = self._read_device(plan)
+            judged.append(device)
+        return tuple(devices), DeviceIndex(names, tuple(judged), self._vfs, self._efa_vfs)
+
+    def _bus_if_unregistered(self) -> Optional[frozenset[str]]:
         """The addresses on the PCI bus when a watched function has no device this poll (one
         directory listing, only then); None otherwise or when the bus cannot be listed."""
         watched = self.watched_functions
-        if not watched or watched <= {d.pci_address for d in devices}:
+        if not watched or watched <= self._addresses_seen:
             return None
         entries = _listdir(os.path.join(self.config.sysfs_root, "bus/pci/devices"))
         return None if entries is None else frozenset(entries)
@@ -308,13 +339,41 @@ class SysfsReader:
 
     # ------------------------------------------------------------- discovery
 
+    def _listing_due(self) -> bool:
+        """Whether this poll lists the class directory: always, but on a host with SR-IOV VFs.
+
+        There the listing is most of the poll (1,024 names on 8 PFs with 127 VFs each), and
+        what it would tell at once is kept this way:
+        - a device read each poll that is gone has no class entry (one ``lstat`` each): the
+          listing and discovery are in the poll that finds it gone, as before;
+        - a device that left and is not back (or a watched PCI function without a device)
+          is looked for every poll, so its return is seen in the poll it comes back;
+        - a listing that failed, a read that found a file gone, a reload and the periodic
+          rediscovery list as ever.
+        A device never seen before and a VF that comes or goes (never judged, spec §8) are
+        seen within ``LIST_SECONDS``.
+        """
+        if not self._vfs or self._dirty or self._names is None or self._left:
+            return True
+        now = self._monotonic()
+        if (now - self._listed_at >= LIST_SECONDS
+                or now - self._discovered_at >= REDISCOVER_SECONDS):
+            return True
+        watched = self.watched_functions
+        if watched and not watched <= self._addresses_seen:
+            return True
+        return not all(os.path.lexists(entry) for entry in self._entries_read)
+
     def _list_devices(self) -> Optional[frozenset[str]]:
         try:
             names = frozenset(os.listdir(self.config.sys_class_infiniband))
+            self._listed_at = self._monotonic()
+            self.listings += 1
             self.problems.clear("class", f"{self.config.sys_class_infiniband} is there: "
                                 f"{len(names)} RDMA device(s) found")
             return names
         except OSError as exc:
+            self._listed_at = float("-inf")
             blind = self._blind = sysfs_root_problem(self.config.sysfs_root)
             if blind:  # not a sysfs at all (a tree the service's sandbox hides): say why
                 self.problems.report("class", blind)
@@ -345,6 +404,7 @@ class SysfsReader:
         # registered (hardware facts, link layers, InfiniBand GID tables, which follow the port
         # GUID) is carried over: re-reading it costs ~100 syscalls per port.
         periodic = not self._dirty and names == self._names
+        known = self._plans
         self._addresses = None
         previous = {plan.info.name: plan for plan in self._plans} if periodic else {}
         self._plans = [self._discover_device(name, previous.get(name))
@@ -353,6 +413,21 @@ class SysfsReader:
             self.adapter.release()  # its files of a device gone are closed now, not in 10 s
         self.files.retain([path for plan in self._plans for port in plan.ports
                            for path in _polled_paths(port)] + list(self.adapter.kept))
+        self._template = [plan.info for plan in self._plans]
+        self._read_at = [(place, plan) for place, plan in enumerate(self._plans)
+                         if not plain_vf(plan.info)]
+        vfs = tuple(plan.info for plan in self._plans if plain_vf(plan.info))
+        if len(vfs) != len(self._vfs) or any(a is not b for a, b in zip(vfs, self._vfs)):
+            self._vfs = vfs  # else the same tuple: the passes know the VFs unchanged
+        self._efa_vfs = any(vf.is_efa for vf in self._vfs)
+        self._complete = all(plan.info.ports_listed or plan.info.is_vf for plan in self._plans)
+        # A device's PCI address is one of its facts: fixed from one discovery to the next.
+        self._addresses_seen = frozenset(plan.info.pci_address for plan in self._plans)
+        self._left = (self._left | {_identity(plan.info) for plan in known
+                                    if not plain_vf(plan.info)}
+                      ) - {_identity(plan.info) for plan in self._plans}
+        self._entries_read = tuple(os.path.join(self.config.sys_class_infiniband, plan.info.name)
+                                   for _, plan in self._read_at)
         self._names = names
         self._discovered_at = self._monotonic()
         self._dirty = False
@@ -396,6 +471,9 @@ class SysfsReader:
         else:
             facts = _read_facts(name, base, pci, self.problems)
         netdevs = tuple(sorted(_listdir(os.path.join(pci, "net")) or ()))
+        if previous is not None and facts is previous.info and facts.is_vf \
+                and netdevs == facts.netdevs:
+            return previous  # a VF as it was (none of its ports is listed or read)
         # An EFA function's own netdev, else its ENA partner's; never the device's
         # netdevs (those decide the management role by the default route, and the ENA of
         # network card 0 carries it on every AWS instance).
@@ -735,6 +813,11 @@ def _listdir(path: str) -> Optional[list[str]]:
 def _port_sort_key(name: str) -> tuple[int, str]:
     number = value(name, PORT_NUMBER)
     return (number, "") if number is not None else (1 << 30, name)
+
+
+def _identity(device: DeviceSnapshot) -> Optional[str]:
+    """Which device this is across discoveries: its PCI address, else its name."""
+    return device.pci_address or device.name
 
 
 def _netdev_for_port(pci: str, netdevs: Iterable[str], port: int) -> Optional[str]:

@@ -127,3 +127,21 @@ def test_a_device_with_this_polls_ports_is_the_device_with_those_ports_and_no_ot
         moved = device.with_ports(ports[:1])
         assert moved == replace(device, ports=ports[:1])
         assert device.ports is ports  # the original is untouched
+
+
+def test_a_char_device_entry_not_read_yet_is_read_again_with_the_same_listing(
+        host: Path) -> None:
+    """A listing answers as last time while its directory lists the same entries, unless an
+    entry could not be read then (a device being created): that one is read again."""
+    clock = Clock()
+    verbs = host / "sys/class/infiniband_verbs"
+    entry = next(e for e in sorted(os.listdir(verbs)) if e.startswith("uverbs"))
+    ibdev = (verbs / entry / "ibdev").read_text().strip()
+    held = (verbs / entry / "ibdev").rename(host / "held-ibdev")
+    made = reader(host, clock)
+    before = adapter_read(made, clock).chardevs.uverbs
+    assert before is not None and ibdev not in before
+    held.rename(verbs / entry / "ibdev")
+    after = adapter_read(made, clock).chardevs.uverbs
+    assert after == before | {ibdev}
+    assert adapter_read(made, clock).chardevs.uverbs == after

@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
-from nichealthd.core.checks.identity import alias, detect_renames
+from nichealthd.core.checks.identity import alias, detect_renames, renames_of
 from nichealthd.core.checks.link_counters import LINK_COUNTERS
 from nichealthd.core.checks.link_state import LINK_STATE
 from nichealthd.core.evaluate import CycleResult
-from nichealthd.core.model import DeviceSnapshot
+from nichealthd.core.model import DeviceIndex, DeviceSnapshot, HostSnapshot
 from nichealthd.core.observed import DeviceIdentity
 from nichealthd.core.state import MonitorState
 from nichealthd.core.views import device_records
@@ -277,3 +277,27 @@ def test_flaps_blips_holds_and_a_slow_rate_follow_a_renamed_device() -> None:
     back = runner.poll(fleet("mlx5_20", when=5))  # the held outage was a blip too
     assert [e for e in back.events if e.entities] == []
     assert runner.state.section(LINK_STATE).port_blips == {"mlx5_20_1": 2}
+
+
+def test_renames_of_a_host_with_vfs_is_detect_renames() -> None:
+    """With the reader's VFs (the same tuple poll after poll) the answer is kept while
+    nothing it reads changed, and made again when the identities or a PF change: a PF
+    renamed, a gone device whose name a VF now has."""
+    vfs = tuple(device(f"mlx5_{i}", pci=f"0000:10:00.{i}", is_vf=True,
+                       node_guid=GUIDS[i]) for i in range(2, 8))
+    pf = nic(0)
+
+    def snapshot(first: DeviceSnapshot) -> HostSnapshot:
+        devices = (first, *vfs)
+        return HostSnapshot(at(0), "boot-1", devices, index=DeviceIndex(
+            frozenset(d.name for d in devices), (first,), vfs))
+
+    identities = {"mlx5_0": DeviceIdentity(pf.pci_address or "", GUIDS[0])}
+    assert renames_of(identities, snapshot(pf), ["mlx5_0"]) == {}
+    assert renames_of(identities, snapshot(pf), ["mlx5_0"]) == {}
+    moved = nic(0, name="mlx5_9")
+    assert renames_of(identities, snapshot(moved), ["mlx5_0"]) == {"mlx5_0": "mlx5_9"}
+    gone = {**identities, "mlx5_3": DeviceIdentity("0000:20:00.0", GUIDS[20])}
+    expected = detect_renames(gone, snapshot(pf).devices, ["mlx5_0", "mlx5_3"])
+    assert expected == {"mlx5_3": alias("mlx5_3", "0000:20:00.0")}
+    assert renames_of(gone, snapshot(pf), ["mlx5_0", "mlx5_3"]) == expected

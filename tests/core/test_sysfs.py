@@ -13,7 +13,12 @@ from nichealthd.core.model import ABSENT, CounterKind, Unreadable
 from nichealthd.sim import mutate, pcibus, subnet
 from nichealthd.sources.attribute import AttributeFiles
 from nichealthd.sources.config_file import load_config
-from nichealthd.sources.sysfs import SysfsReader, counter_kind
+from nichealthd.sources.sysfs import (
+    LIST_SECONDS,
+    REDISCOVER_SECONDS,
+    SysfsReader,
+    counter_kind,
+)
 
 from .builders import at
 from .conftest import open_readers, reader_for
@@ -437,3 +442,76 @@ def test_a_device_whose_counters_are_not_read_stays_the_same_snapshot(host: Path
     first = reader.observe(at(0)).device("mlx5_0")
     assert first is not None and dict(first.ports[0].counters) == {}
     assert reader.observe(at(1)).device("mlx5_0") is first
+
+
+def test_a_host_with_vfs_lists_its_devices_when_one_it_reads_may_have_changed(host: Path
+                                                                             ) -> None:
+    """On a host with SR-IOV VFs the class directory is listed when a device read each poll
+    is gone, while one that left is not back, and at least every LIST_SECONDS (a VF that
+    comes or goes, never judged, is seen then): the listing is most of such a poll."""
+    clock = [0.0]
+    reader = SysfsReader(load_config(str(host / "nichealthd.toml")),
+                         monotonic=lambda: clock[0])
+    open_readers.append(reader)
+    first = reader.observe(at(0))
+    vf = next(d.name for d in first.devices if d.is_vf)
+    assert reader.listings == 1 and first.parts.vfs
+    again = reader.observe(at(1))
+    assert reader.listings == 1 and again.parts.vfs is first.parts.vfs
+    assert again.parts.names is first.parts.names and again.devices == first.devices
+
+    mutate.remove_device(host, vf)
+    clock[0] = LIST_SECONDS - 0.5
+    still = reader.observe(at(2)).device(vf)
+    assert still is not None and still.is_vf  # never judged
+    clock[0] = LIST_SECONDS
+    assert reader.observe(at(3)).device(vf) is None and reader.listings == 2
+    mutate.restore_device(host, vf)
+    clock[0] = 2 * LIST_SECONDS
+    back = reader.observe(at(4)).device(vf)
+    assert back is not None and back.is_vf
+
+    mutate.remove_device(host, "mlx5_3")  # a PF: gone in the poll that finds it gone
+    gone = reader.observe(at(5))
+    assert gone.device("mlx5_3") is None and gone.complete and reader.listings == 4
+    reader.observe(at(6))  # listed every poll while it is not back
+    assert reader.listings == 5
+    mutate.restore_device(host, "mlx5_3")
+    assert reader.observe(at(7)).device("mlx5_3") is not None and reader.listings == 6
+    reader.observe(at(8))
+    assert reader.listings == 6
+
+
+def test_a_watched_function_without_a_device_lists_the_devices_each_poll(host: Path
+                                                                        ) -> None:
+    """A known device missing since before the start (the monitor watches its PCI function,
+    from the state) is looked for every poll on a host with VFs too."""
+    reader = reader_for(host)
+    device = reader.observe(at(0)).device("mlx5_3")
+    assert device is not None and device.pci_address
+    reader.observe(at(1))
+    assert reader.listings == 1
+    reader.watched_functions = frozenset({device.pci_address, "0000:ff:00.0"})
+    reader.observe(at(2))
+    assert reader.listings == 2
+
+
+def test_the_periodic_rediscovery_keeps_unchanged_vfs_as_they_were(host: Path) -> None:
+    """A VF that lists the same netdevs is kept whole by the periodic rediscovery (the
+    passes then know every VF unchanged: the same tuple); one whose netdevs changed is
+    made again."""
+    clock = [0.0]
+    reader = SysfsReader(load_config(str(host / "nichealthd.toml")),
+                         monotonic=lambda: clock[0])
+    open_readers.append(reader)
+    first = reader.observe(at(0))
+    clock[0] = REDISCOVER_SECONDS
+    again = reader.observe(at(1))
+    assert reader.discoveries == 2 and again.parts.vfs is first.parts.vfs
+    vf = first.parts.vfs[0]
+    (host / "sys/class/infiniband" / vf.name / "device/net/vfnet0").mkdir(parents=True)
+    clock[0] = 2 * REDISCOVER_SECONDS
+    moved = reader.observe(at(2))
+    assert reader.discoveries == 3 and moved.parts.vfs is not first.parts.vfs
+    assert moved.parts.vfs[0].netdevs == ("vfnet0",) and moved.parts.vfs[0].is_vf
+    assert all(a is b for a, b in zip(moved.parts.vfs[1:], first.parts.vfs[1:]))

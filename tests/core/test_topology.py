@@ -12,7 +12,7 @@ from typing import Callable, Optional
 
 import pytest
 
-from nichealthd.core.model import DeviceSnapshot
+from nichealthd.core.model import DeviceIndex, DeviceSnapshot, HostSnapshot
 from nichealthd.core.topology import (
     CardCount,
     GpuTopology,
@@ -22,6 +22,7 @@ from nichealthd.core.topology import (
     anomalous_cards,
     classify,
     classify_all,
+    classify_host,
     group_mode,
 )
 from nichealthd.sources.gpu_metadata import MAX_METADATA_BYTES, load_gpu_topology
@@ -34,7 +35,7 @@ from nichealthd.sources.routes import (
     read_default_route_netdevs,
 )
 
-from .builders import device, port
+from .builders import at, device, host, port
 
 
 def nic(name: str, numa: int, layer: str = "InfiniBand", hca: str = "MT4129",
@@ -393,3 +394,41 @@ def test_classify_all_keeps_a_role_only_for_the_same_device_and_inputs() -> None
     other = Topology(GpuTopology(frozenset({1}), (), {}))
     assert classify_all(nics, other)["mlx5_0"].role == "management"
     assert classify_all(nics, other, (), ("mlx5_1",))["mlx5_0"].role == "excluded"
+
+
+def _reader_like(devices: list[DeviceSnapshot], vfs: tuple[DeviceSnapshot, ...]
+                 ) -> HostSnapshot:
+    """A snapshot indexed as the reader indexes it: ``vfs`` is the tuple of every poll."""
+    names = frozenset(d.name for d in devices)
+    judged = tuple(d for d in devices if d not in vfs)
+    return HostSnapshot(at(0), "boot-1", tuple(devices), index=DeviceIndex(names, judged, vfs))
+
+
+def test_classify_host_is_classify_all_with_the_vfs_looked_at_once() -> None:
+    """With the reader's VFs (the same tuple poll after poll) only the other devices are
+    classified; the table is classify_all's, in its order, and last poll's own object while
+    no role changed. A device that stops being a VF is classified (spec §8)."""
+    topology = Topology(GpuTopology(frozenset({0}), (), {}))
+    pf = nic("mlx5_0", 0)
+    vfs = tuple(nic(f"mlx5_{i}", 0, is_vf=True) for i in range(1, 12))
+    devices = sorted([pf, *vfs], key=lambda d: d.name)  # the reader's order: by name
+    first = classify_host(_reader_like(devices, vfs), topology)
+    assert first == classify_all(devices, topology) and list(first) == [d.name for d in devices]
+    assert first["mlx5_3"].role == "vf" and first["mlx5_0"].role == "compute"
+    again = classify_host(_reader_like(devices, vfs), topology, previous=first)
+    assert again is first
+    excluded = classify_host(_reader_like(devices, vfs), topology, ("mlx5_0",), previous=first)
+    assert excluded is not first and list(excluded) == list(first)
+    assert excluded == classify_all(devices, topology, ("mlx5_0",))
+    assert excluded["mlx5_0"].role == "excluded"
+    # mlx5_5 is a PF now (discovery makes a new VF tuple): judged like any other.
+    now_pf = nic("mlx5_5", 0)
+    fewer = tuple(v for v in vfs if v.name != "mlx5_5")
+    changed = [now_pf if d.name == "mlx5_5" else d for d in devices]
+    after = classify_host(_reader_like(changed, fewer), topology, previous=excluded)
+    assert after["mlx5_5"].role == "compute" and after == classify_all(changed, topology)
+    # A VF whose NUMA node cannot be read is not indexed as a VF: it keeps its last role.
+    unread = replace(vfs[0], numa_node=None)
+    odd = [unread if d is vfs[0] else d for d in devices]
+    assert classify_host(host(*odd), topology, previous={vfs[0].name: first["mlx5_0"]}
+                         )[vfs[0].name] == first["mlx5_0"]

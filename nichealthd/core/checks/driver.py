@@ -107,7 +107,7 @@ def judge_driver_event(poll: DriverPoll, state: LinkStateSection) -> DriverVerdi
     if not snapshot.complete:
         # Uncertain enumeration: nothing is counted or decided (the rule of devices.py).
         return DriverVerdict(frozenset(event.devices) if event else frozenset(), [], [])
-    present = {d.name for d in snapshot.devices}
+    present = set(snapshot.parts.names)
     known = len([n for n in previous.known_devices if n not in previous.missing_devices])
     notes: list[str] = []
     if event is not None:

@@ -99,7 +99,7 @@ class EfaCounters(CheckFamily[EfaCounterSection, Observations, CounterTables]):
 
     def baseline_checks(self, snapshot: HostSnapshot) -> frozenset[str]:
         """Only on a host with an EFA device: a ConnectX host says what it said before."""
-        return frozenset({EFA_DEGRADATION_CHECK}) if any(d.is_efa for d in snapshot.devices) \
+        return frozenset({EFA_DEGRADATION_CHECK}) if snapshot.parts.any_efa \
             else frozenset()
 
     def observations(self, picture: Optional[Observations]) -> Mapping[str, CounterObservation]:

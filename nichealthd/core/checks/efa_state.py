@@ -149,7 +149,7 @@ class EfaState(CheckFamily[EfaStateSection, None, None]):
 
     def evaluate(self, previous: EfaStateSection, cycle: Cycle, volatile: None
                  ) -> Verdict[EfaStateSection, None, None]:
-        if previous == _NOTHING_KNOWN and not any(d.is_efa for d in cycle.snapshot.devices):
+        if previous == _NOTHING_KNOWN and not cycle.snapshot.parts.any_efa:
             return Verdict(previous)  # a host without EFA (most): nothing to judge or forget
         state = previous.copy()
         now = cycle.now
@@ -160,7 +160,7 @@ class EfaState(CheckFamily[EfaStateSection, None, None]):
         poll = _PortPoll(previous, state, cycle, short, notes)
         for device in efa:
             events.extend((device.name, e) for e in self._present(device, poll))
-        present = {d.name for d in cycle.snapshot.devices}
+        present = set(cycle.snapshot.parts.names)
         efa_names = {d.name for d in efa}
         held = self._driver_event(previous, state, cycle, present, events)
         if cycle.snapshot.complete:
@@ -282,7 +282,7 @@ class EfaState(CheckFamily[EfaStateSection, None, None]):
 
     def baseline_checks(self, snapshot: HostSnapshot) -> frozenset[str]:
         """Only on a host with an EFA device: a ConnectX host says what it said before."""
-        return frozenset({EFA_STATE_CHECK}) if any(d.is_efa for d in snapshot.devices) \
+        return frozenset({EFA_STATE_CHECK}) if snapshot.parts.any_efa \
             else frozenset()
 
     def port_fields(self, section: EfaStateSection, picture: None, port: PortId

@@ -25,7 +25,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Iterable, Mapping, Optional, TypeVar
 
-from ..model import DeviceSnapshot
+from ..model import DeviceSnapshot, HostSnapshot
 from ..observed import DeviceIdentity
 
 V = TypeVar("V")
@@ -83,6 +83,31 @@ def detect_renames(identities: Mapping[str, DeviceIdentity],
             renames[old] = here[0].name
     renames.update(_aliases(identities, renames, present))
     return renames
+
+
+def renames_of(identities: Mapping[str, DeviceIdentity], snapshot: HostSnapshot,
+               known: Iterable[str] = ()) -> dict[str, str]:
+    """:func:`detect_renames` of the snapshot's devices, asked every poll.
+
+    Its answer depends on the devices' names, PCI addresses and GUIDs alone, which a VF
+    keeps while the reader gives it as the same snapshot: so while the VFs are last poll's
+    (:class:`~nichealthd.core.model.DeviceIndex`) and the other devices, the identities and
+    the known names read as last poll's, the answer is last poll's."""
+    parts = snapshot.parts
+    if not parts.vfs:
+        return detect_renames(identities, snapshot.devices, known)
+    key = (tuple(identities.items()), tuple(known),
+           tuple((d.name, d.pci_address, d.node_guid) for d in parts.judged))
+    last = _LAST_RENAMES[0] if _LAST_RENAMES else None
+    if last is not None and last[0] is parts.vfs and last[1] == key:
+        return dict(last[2])
+    renames = detect_renames(identities, snapshot.devices, known)
+    _LAST_RENAMES[:] = [(parts.vfs, key, dict(renames))]
+    return renames
+
+
+# The last renames_of: the VFs, the rest of what it depends on, the answer.
+_LAST_RENAMES: list[tuple[tuple[DeviceSnapshot, ...], object, dict[str, str]]] = []
 
 
 def _renamed_from(names: list[str], device: DeviceSnapshot,

@@ -35,9 +35,8 @@ def port_bases(section: LinkStateSection, snapshot: HostSnapshot, roles: Mapping
     for each in section.port_states.values():
         recorded.setdefault(each.device, []).append(each)
     bases: dict[PortId, PortBase] = {}
-    present_devices = set()
-    for device in snapshot.devices:
-        present_devices.add(device.name)
+    parts = snapshot.parts  # its VFs have the VF role: never monitored
+    for device in parts.judged:
         role = roles.get(device.name)
         if not (role and role.monitored):
             continue
@@ -59,7 +58,7 @@ def port_bases(section: LinkStateSection, snapshot: HostSnapshot, roles: Mapping
                     health, why, code = FATAL, [*why, "port missing"], CODE_PORT_MISSING
                 bases[(record.device, record.port)] = PortBase(health, tuple(why), False,
                                                                _code(health, code))
-    absent = set(section.known_devices) - present_devices
+    absent = set(section.known_devices) - parts.names
     for record in (r for name in sorted(absent) for r in recorded.get(name, ())):
         health, why = _base(None, record)
         code = CODE_PORT_STATE
@@ -99,6 +98,8 @@ def base_conditions(section: LinkStateSection, snapshot: HostSnapshot,
     """The card verdicts and the missing devices without a port to show it on (module
     doc): a port of a short card is fatal when its fatal event rested on the verdict or its
     base is unhealthy; with none of them in the poll, the host."""
+    if not section.card_anomalies:
+        return
     card_of = {d.name: d.card or "" for d in snapshot.devices}
     for card, anomaly in sorted(section.card_anomalies.items()):
         reason = f"card {card} has {anomaly.active} of {anomaly.expected} ports active"

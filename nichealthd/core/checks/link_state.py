@@ -142,13 +142,13 @@ class LinkState(CheckFamily[LinkStateSection, Cards, None]):
         snapshot, now, enabled = cycle.snapshot, cycle.now, cycle.enabled
         state = previous.copy()
         notes: list[str] = []
-        cards = card_counts(snapshot.devices, cycle.roles, previous)
+        cards = card_counts(snapshot.parts.judged, cycle.roles, previous)  # VFs: no card
         verdicts, modes = anomalous_cards(cards.values(), previous.group_modes)
         state.group_modes.update(modes)
         short = short_ports(snapshot, cards, verdicts, previous)
         ports = _PortPoll(previous, state, short, notes)
         events = _judge_monitored(cycle, ports)
-        present = {d.name for d in snapshot.devices}
+        present = set(snapshot.parts.names)
         events.extend(_judge_gone(cycle, previous, state, present, notes))
         monitored_names = {d.name for d in cycle.monitored}
         state.known_devices = sorted(
@@ -242,10 +242,10 @@ class LinkState(CheckFamily[LinkStateSection, Cards, None]):
 def without_efa(cycle: Cycle) -> Cycle:
     """The cycle less its EFA devices: their ports, presence and cards are the
     EFA state family's (``core/checks/efa_state.py``). The same object on a host without one."""
-    if not any(device.is_efa for device in cycle.snapshot.devices):
+    if not cycle.snapshot.parts.any_efa:
         return cycle
     devices = tuple(d for d in cycle.snapshot.devices if not d.is_efa)
-    return replace(cycle, snapshot=replace(cycle.snapshot, devices=devices),
+    return replace(cycle, snapshot=replace(cycle.snapshot, devices=devices, index=None),
                    monitored=tuple(d for d in cycle.monitored if not d.is_efa))
 
 
