@@ -25,7 +25,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from ..harness import NotifySocket, ctl_output, wait_until
+from ..harness import NotifySocket, ctl_output, run_tests_in_a_copy, wait_until
 from ..metrics.conftest import get, parse
 from ..netports import free_port
 from .conftest import REPO, SimHost, running_daemon
@@ -173,17 +173,7 @@ def test_the_example_shipped_breaks_no_test(tmp_path: Path) -> None:
     the family keeps the tests that hold the docs, the state files and the interfaces to the
     families passing: they take a family added since (the golden state files, recorded before
     it, load its section fresh) and ask of it only what the example supplies."""
-    top = tmp_path / "repo"
-    for name in ("nichealthd", "tests", "man", "etc", "completions", "systemd", "packaging"):
-        shutil.copytree(REPO / name, top / name,
-                        ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
-    for name in ("pyproject.toml", "README.md", "ARCHITECTURE.md"):
-        shutil.copy(REPO / name, top / name)
-    ship(top)
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-p", "no:xdist",
-         "-p", "no:randomly", *HELD_TESTS], cwd=top, capture_output=True, text=True,
-        timeout=900, env=dict(os.environ, PYTHONPATH=str(top)))
+    run = run_tests_in_a_copy(tmp_path / "repo", ship, HELD_TESTS)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     for shown in ("test_each_key_carries_its_man_page_line[roceMtuMinimum] PASSED",
                   "test_bounds_are_documented[roceMtuMinimum] PASSED"):

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from ..harness import NotifySocket, wait_until
+from ..harness import NotifySocket, run_tests_in_a_copy, wait_until
 from .conftest import REPO, SimHost, running_daemon
 from .test_adding_a_family import differing, insert
 from .test_service import events, notify  # noqa: F401 (fixture)
@@ -172,17 +172,7 @@ def test_the_example_shipped_breaks_no_test(tmp_path: Path) -> None:
     """Shipped as ARCHITECTURE.md says (its module, its documented keys), the surface keeps
     the tests that hold the man page, the shipped config, the bounds and the layers passing,
     and they see its keys."""
-    top = tmp_path / "repo"
-    for name in ("nichealthd", "tests", "man", "etc", "completions", "systemd", "packaging"):
-        shutil.copytree(REPO / name, top / name,
-                        ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
-    for name in ("pyproject.toml", "README.md", "ARCHITECTURE.md"):
-        shutil.copy(REPO / name, top / name)
-    ship(top)
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-p", "no:xdist",
-         "-p", "no:randomly", *HELD_TESTS], cwd=top, capture_output=True, text=True,
-        timeout=900, env=dict(os.environ, PYTHONPATH=str(top)))
+    run = run_tests_in_a_copy(tmp_path / "repo", ship, HELD_TESTS)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     for shown in ("test_each_key_carries_its_man_page_line[webhookUrl] PASSED",
                   "test_bounds_are_documented[webhookTimeout] PASSED",
