@@ -57,6 +57,7 @@ class FakeConnector:
         self.default: Any = "ok"
         self.received: list[Received] = []
         self.calls = 0  # every call, including hung ones
+        self.hung_at: list[float] = []  # time.monotonic() when each hung call arrived
         self.release = threading.Event()
         self._lock = threading.Lock()
         self._server: Optional[grpc.Server] = None
@@ -88,6 +89,8 @@ class FakeConnector:
         metadata = {k: v for k, v in context.invocation_metadata()
                     if isinstance(v, str)}
         if action == "hang":
+            with self._lock:
+                self.hung_at.append(time.monotonic())
             self.release.wait(60)
             context.abort(grpc.StatusCode.UNAVAILABLE, "hung")
         if isinstance(action, tuple) and action[0] == "delay":

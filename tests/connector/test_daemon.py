@@ -19,9 +19,10 @@ import pytest
 from nichealthd.runtime import daemon as daemon_cli
 from nichealthd.runtime.service import Daemon
 from nichealthd.sim import mutate
+from nichealthd.surfaces.seam import STOP_SECONDS
 
 from .. import simtrees
-from ..harness import NotifySocket
+from ..harness import DEADLINE, NotifySocket
 from .connector_fixtures import FakeConnector, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -150,9 +151,22 @@ def test_once_delivers_when_the_connector_is_up(host: Path, connector: FakeConne
     assert ids and connector.event_ids() == ids
 
 
+def gaps_across(times: list[float], begin: float, end: float) -> list[float]:
+    """The gaps from ``begin`` through the ``times`` inside to the first one after ``end``: one
+    gap as long as the whole window if nothing happened inside it."""
+    span = [begin, *(t for t in times if begin < t < end), *[t for t in times if t >= end][:1]]
+    return [b - a for a, b in zip(span, span[1:])]
+
+
 def test_hung_connector_keeps_the_poll_schedule_and_the_watchdog(
         host: Path, connector: FakeConnector, sockdir: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
+    # A hung call lasts connectorTimeout: 3 s here, many poll intervals (200 ms) and watchdog
+    # ticks (200 ms), and far above what a loaded 2-core machine delays a single one.
+    hang = 3.0
+    config = host / "nichealthd.toml"
+    config.write_text(config.read_text().replace('connectorTimeout = "1s"',
+                                                 f'connectorTimeout = "{hang:.0f}s"'))
     connector.start()
     connector.default = "hang"
     notify = NotifySocket(sockdir / "notify")
@@ -160,28 +174,41 @@ def test_hung_connector_keeps_the_poll_schedule_and_the_watchdog(
     monkeypatch.setenv("WATCHDOG_USEC", "400000")
     monkeypatch.delenv("WATCHDOG_PID", raising=False)
     args = daemon_cli.build_parser().parse_args(
-        ["--config", str(host / "nichealthd.toml"),
-         "--platform-connector-socket", connector.target])
+        ["--config", str(config), "--platform-connector-socket", connector.target])
     startup = daemon_cli.start(args)
-    starts: list[float] = []  # when each poll started (the drift-free schedule)
-    run_seconds = 4.0
+    starts: list[float] = []  # when each poll started
     result: dict[str, Any] = {}
 
     def on_poll(outcome: Any) -> None:
         starts.append(time.monotonic() - outcome.duration)
 
+    def keepalives() -> list[float]:
+        return [t for t, m in list(notify.messages) if "WATCHDOG=1" in m]
+
     async def main() -> None:
         service = Daemon(startup, args)
         service.add_poll_listener(on_poll)
         task = asyncio.ensure_future(service.run())
-        started = time.monotonic()
+
+        def seen() -> bool:
+            """The first hung call has run its whole course, a poll and a keepalive came after
+            it, and the daemon reports the connector down."""
+            if not connector.hung_at:
+                return False
+            end = connector.hung_at[0] + hang
+            return (bool(starts) and starts[-1] > end and bool(keepalives())
+                    and keepalives()[-1] > end
+                    and service.status()["connector_state"] == "down"
+                    and any("DEADLINE_EXCEEDED" in m for m in notify.statuses))
+
+        deadline = time.monotonic() + DEADLINE + 2 * hang
         round_no = 0
-        while time.monotonic() - started < run_seconds:
+        while not seen() and time.monotonic() < deadline:
             inject_faults(host, round_no)  # new events for the hung connector every poll
             round_no += 1
-            await asyncio.sleep(POLL)  # the cadence of the load, not a synchronisation
+            await asyncio.sleep(POLL)  # the cadence of the load; the wait is on seen()
+        result["seen"] = seen()
         result["status"] = service.status()
-        result["calls"] = connector.calls
         stop_at = time.monotonic()
         service.request_stop()
         await task
@@ -192,30 +219,33 @@ def test_hung_connector_keeps_the_poll_schedule_and_the_watchdog(
     finally:
         connector.release.set()
         notify.close()
-    # Lateness of each poll against the schedule origin + k * interval (after the baseline).
-    origin = starts[1]
-    late = [s - (origin + round((s - origin) / POLL) * POLL) for s in starts[1:]]
-    watchdogs = [t for t, m in notify.messages if "WATCHDOG=1" in m]
-    wd_gaps = [b - a for a, b in zip(watchdogs, watchdogs[1:])]
-    statuses = [m for _, m in notify.messages if "STATUS=" in m]
-    print(f"{len(starts)} polls in {run_seconds} s against a hung connector "
-          f"({result['calls']} calls hung): worst poll start {max(late) * 1000:.1f} ms behind "
-          f"its {POLL * 1000:.0f} ms schedule; {len(watchdogs)} WATCHDOG=1, max gap "
-          f"{max(wd_gaps) * 1000:.0f} ms (WATCHDOG_USEC 400 ms); stop took "
+    assert result["seen"], (connector.hung_at, starts[-3:], result["status"], notify.statuses)
+    # Within each hung call that ran its course: a loop or poll thread that waited for it
+    # would start no poll and send no keepalive until the call timed out, a gap of the whole
+    # hang (less the call's way to the server); the daemon keeps both going, 200 ms apart.
+    # Half the hang (1.5 s) leaves room on both sides even on a loaded 2-core machine. Only
+    # the absence of such a gap is asserted, not a count of polls per second (that measures
+    # the machine); the drift-free grid itself is held by tests/daemon/test_service.py.
+    watchdogs = keepalives()
+    windows = [(a, a + hang) for a in connector.hung_at if a + hang < min(starts[-1],
+                                                                         watchdogs[-1])]
+    poll_gaps = [g for a, b in windows for g in gaps_across(starts, a, b)]
+    wd_gaps = [g for a, b in windows for g in gaps_across(watchdogs, a, b)]
+    print(f"{len(windows)} hung call(s) of {hang:.0f} s: {len(poll_gaps) - len(windows)} poll "
+          f"start(s) within them, longest gap {max(poll_gaps) * 1000:.0f} ms (interval "
+          f"{POLL * 1000:.0f} ms); {len(wd_gaps) - len(windows)} WATCHDOG=1 within them, "
+          f"longest gap {max(wd_gaps) * 1000:.0f} ms (WATCHDOG_USEC 400 ms); stop took "
           f"{result['stop_seconds']:.2f} s")
-    # A hung call lasts connectorTimeout = 1 s: had a poll or the loop waited for one, polls
-    # would start about a second late and the keepalive would pause as long. The bounds sit
-    # between that and the scheduling noise of a loaded 2-core machine (issue 20.8).
-    assert len(starts) >= run_seconds / POLL / 2
-    assert sorted(late)[len(late) // 2] < 0.05, late
-    assert max(late) < 0.5, late
-    assert len(watchdogs) >= run_seconds / 0.2 / 2
-    assert max(wd_gaps) < 0.8, wd_gaps
-    assert result["calls"] >= 1
+    assert windows
+    assert max(poll_gaps) < hang / 2, poll_gaps
+    assert max(wd_gaps) < hang / 2, wd_gaps
     assert result["status"]["connector_state"] == "down"
     assert result["status"]["outbox_depth"] > 0
-    assert any("connector down since" in m and "DEADLINE_EXCEEDED" in m for m in statuses)
-    assert result["stop_seconds"] < 5.5
+    assert any("connector down since" in m and "DEADLINE_EXCEEDED" in m
+               for m in notify.statuses)
+    # The stop delivers for a bounded time (the service's stop deadline, each call bounded
+    # by connectorTimeout), never for as long as the connector hangs (60 s in the fake).
+    assert result["stop_seconds"] < STOP_SECONDS + 2 * hang, result["stop_seconds"]
 
 
 def test_empty_target_disables_forwarding(host: Path) -> None:
