@@ -1,6 +1,6 @@
 #!/bin/sh
 # Install the Debian packages the tests need (systemd tools, dbus, packaging and lint tools,
-# the real-systemd harness; #17: systemd-journal-remote writes the real journal files of the
+# the real-systemd harness; kernel log: systemd-journal-remote writes the real journal files of the
 # kernel-log tests, libsystemd-dev/pkg-config/gcc/python3-dev build the journal extra's
 # systemd-python in the venv, python3-systemd is what the packages recommend) and prebuild the
 # cached Debian 12 and 13 rootfs trees of tests/e2e (the newcomer ones too).

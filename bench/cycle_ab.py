@@ -85,7 +85,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = ab_arguments(__doc__.split("\n\n")[0])
     parser.add_argument("--cycles", type=int, default=300)
     parser.add_argument("--profile", default="synthetic",
-                        help="nichealthd-sim profile of the host (e.g. p5, #18); "
+                        help="nichealthd-sim profile of the host (e.g. p5); "
                              "--devices applies to synthetic only")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(REPO))

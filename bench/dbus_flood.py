@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""D-Bus flood: what 20 hostile local clients x 500 calls do to nichealthd (issue 12.11).
+"""D-Bus flood: what 20 hostile local clients x 500 calls do to nichealthd.
 
 Starts a private dbus-daemon (the test bus config, with the project's policy), builds a
 ``nichealthd-sim`` tree, runs nichealthd on it (``--dbus system``, polling every 100 ms,

@@ -1,4 +1,4 @@
-"""The cost of following the kernel log (#17): idle, and 1,000 kernel lines per second.
+"""The cost of following the kernel log: idle, and 1,000 kernel lines per second.
 
 Builds a real journal directory (systemd-journal-remote from the export format, as the tests
 do), then drives the in-process path of one poll for the kernel log: the journal source's read
@@ -6,7 +6,7 @@ from the committed cursor plus the kernel-log family's evaluation of the lines, 
 snapshot. "idle": no new line per poll. "1000/s": 1,000 new kernel lines per 1 s poll (one
 mlx5 fault line in 20, the rest unrelated lines); the journal writes happen between the timed
 reads and are not counted. "repeating": the same, with the fault a TX timeout, a non-fatal rule
-whose every line is counted in the repetition window (#17.4); the ACCESS_REG fault of the
+whose every line is counted in the repetition window; the ACCESS_REG fault of the
 other load is not. Prints CPU (process_time) and wall per poll, and CPU % of one core
 at a 1 s poll interval. Needs python3-systemd (or systemd-python) and systemd-journal-remote.
 

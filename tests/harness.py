@@ -1,6 +1,6 @@
 """Running daemons in tests: start nichealthd on a sim tree, wait with a deadline, stop it.
 
-Waiting (issue 20.8): a loaded 2-core machine makes every fixed sleep either too short (a
+Waiting (CONTRIBUTING.md): a loaded 2-core machine makes every fixed sleep either too short (a
 flake) or too long (a slow suite). Tests wait for what they need instead: a poll count (the
 daemon logs one line per poll started at ``--log-level debug``), a log line, an event, an HTTP
 answer. The deadline is generous because it is only reached when something is wrong.

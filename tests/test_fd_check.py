@@ -1,4 +1,4 @@
-"""Issue 24: the session-wide fd check (tests/conftest.py) fails a test that leaves fds open
+"""The session-wide fd check (tests/conftest.py) fails a test that leaves fds open
 and names it, and lets a few lazily-opened library fds pass."""
 
 from __future__ import annotations

@@ -146,7 +146,7 @@ def shipped_config_keys() -> set:
     for line in text.splitlines():
         if line.startswith("#[counterDetection") or line.startswith("#[[counterDetection"):
             in_counter_examples = True
-        if line.startswith("#[[kernelLogRules"):  # #17: examples until the next block
+        if line.startswith("#[[kernelLogRules"):  # examples until the next block
             in_counter_examples = True
         if line.startswith("# --- Counter detection"):
             in_counter_examples = False

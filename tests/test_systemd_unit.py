@@ -13,7 +13,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 UNIT = REPO / "systemd/nichealthd.service"
-KMSG_DROPIN = REPO / "systemd/examples/kmsg.conf"  # #17: kernelLog = "kmsg"
+KMSG_DROPIN = REPO / "systemd/examples/kmsg.conf"  # kernelLog = "kmsg"
 ANALYZE = shutil.which("systemd-analyze", path="/usr/bin:/bin:" + os.environ.get("PATH", "")) or ""
 
 needs_analyze = pytest.mark.skipif(
@@ -129,7 +129,7 @@ def test_unit_contract():
     assert one(s, "RuntimeDirectoryMode") == "0755"
     assert one(s, "User") == "nichealthd"
     assert (s, "DynamicUser") not in d
-    # #17: the journal's kernel messages, and no other group
+    # The kernel log: the journal's kernel messages, and no other group
     assert d[(s, "SupplementaryGroups")] == ["systemd-journal"]
     for key in (
         "ProtectHome",
@@ -175,7 +175,7 @@ def test_unit_contract():
 
 def test_unit_sets_an_open_file_limit_the_daemon_cannot_set_itself():
     """~15 sysfs fds per device: the default soft limit of 1024 is too small for VF-heavy
-    hosts, and ~@resources (setrlimit) stops the daemon from raising it (issue 12 class 4)."""
+    hosts, and ~@resources (setrlimit) stops the daemon from raising it (runtime/fdplan.py)."""
     d = directives()
     assert int(d[("Service", "LimitNOFILE")][-1]) >= 65536
 
@@ -197,7 +197,7 @@ def test_ordered_after_the_rdma_driver_without_depending_on_it():
 
 
 def test_start_failures_the_operator_must_fix_keep_the_start_budget():
-    """Issue 24: statuses 1 and 2 are not restarted (restarting cannot fix them, and each retry
+    """Statuses 1 and 2 are not restarted (restarting cannot fix them, and each retry
     would burn StartLimitBurst until `systemctl restart` after the fix is refused); a crash is."""
     from nichealthd.runtime.daemon import EXIT_CRASH, EXIT_STARTUP, EXIT_USAGE
 
@@ -232,7 +232,7 @@ def test_start_limit_allows_ten_restarts_and_still_stops_a_watchdog_loop():
     assert (burst - 1) * watchdog_cycle < interval, (burst, watchdog_cycle, interval)
 
 def test_kmsg_dropin_grants_reading_dev_kmsg_and_nothing_else():
-    """#17: the example drop-in for kernelLog = "kmsg" (installed by the packages under
+    """The example drop-in for kernelLog = "kmsg" (installed by the packages under
     /usr/share/doc/nichealthd/examples/): the node, read only, and CAP_SYSLOG for
     kernel.dmesg_restrict = 1 (which a private user namespace cannot hold)."""
     d = directives(KMSG_DROPIN)
@@ -277,7 +277,7 @@ def dropin_scores(tmp_path: Path, dropin: Path) -> tuple[float, float]:
 @needs_analyze
 def test_kmsg_dropin_score_and_the_default_unit_unchanged(tmp_path):
     """The drop-in costs some hardening (CAP_SYSLOG, no private user namespace) but keeps the
-    unit within the 2.0 of the issue; the default unit is scored as it was (no drop-in)."""
+    unit within 2.0; the default unit is scored as it was (no drop-in)."""
     default, with_dropin = dropin_scores(tmp_path, KMSG_DROPIN)
     plain = subprocess.run([ANALYZE, "security", "--offline=true", "--no-pager", str(UNIT)],
                            capture_output=True, text=True).stdout

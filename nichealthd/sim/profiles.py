@@ -548,7 +548,7 @@ def _p4d() -> Profile:
     """AWS p4d.24xlarge: 8 A100 SXM4 40GB and 4 EFA of 100 Gb/s (400 Gbps), EFA v1.
 
     The real tree (aws-ofi-nccl tests/unit/fixtures/topology/p4d/topology.xml, lspci in
-    aws-ofi-nccl issue #64): four root buses 10, 20 (NUMA 0), 90, a0 (NUMA 1), each holding
+    aws-ofi-nccl #64): four root buses 10, 20 (NUMA 0), 90, a0 (NUMA 1), each holding
     one "EFA with ENA" interface (ENA ens32 at 10:00.0, ens65 at 20:01.0, ens129 at 90:01.0,
     ens161 at a0:01.0; EFA 1d0f:efa0 at <bus>:1b.0, rdmap16s27...), two GPUs (10de:20b0 at
     1c.0 and 1d.0) and two NVMe disks: EFA and GPUs meet at the host bridge (PHB). Six

@@ -101,9 +101,9 @@ class _RetryingSendSocket:
     """The bus socket as the library's writer sees it, with EAGAIN meaning "0 bytes sent".
 
     dbus-fast (5.2 here) and dbus-next let a ``BlockingIOError`` from the non-blocking
-    ``send`` of their asyncio writer escape, and then drop the whole connection (dbus-next
-    issue #153; the same code is in dbus-fast's ``_MessageWriter.write_callback``). A few
-    large replies in flight (``ListCounters`` on a busy bus) fill the socket buffer, so one
+    ``send`` of their asyncio writer escape, and then drop the whole connection
+    (dbus-next #153; the same code is in dbus-fast's ``_MessageWriter.write_callback``). A
+    few large replies in flight (``ListCounters`` on a busy bus) fill the socket buffer, so one
     eager client would take the D-Bus API down. Reporting 0 bytes makes the writer wait
     for the socket to become writable and continue, which is what it does for short writes.
     """

@@ -1,4 +1,4 @@
-"""The wire module on every protobuf runtime the packages meet (issue #22): RHEL 9's
+"""The wire module on every protobuf runtime the packages meet (packaging/targets.toml): RHEL 9's
 python3-protobuf (3.14) with EPEL 9's python3-grpcio (1.46), Fedora 42's (3.19.6, C++ and pure
 Python), Debian 12's (3.21, apt) and the newest on PyPI must all import
 nichealthd.surfaces.connector.health_event_pb2 and put the same bytes on the wire."""

@@ -106,7 +106,7 @@ def test_absent_connector_then_present_delivers_everything_in_order(
 
 def test_never_installed_is_one_info_line_and_the_outbox_keeps_its_bound(
         tmp_path: Path, connector: FakeConnector, caplog: pytest.LogCaptureFixture) -> None:
-    """A host without NVSentinel (issue 13): its socket never existed since start, so the
+    """A host without NVSentinel (README): its socket never existed since start, so the
     state is "not installed", said once at INFO, never a "down" warning; the bound holds."""
     config = make_config(tmp_path, connector.target, outbox_max_events=10)
     outbox = Outbox(config)
@@ -305,7 +305,7 @@ def test_unreadable_token_is_transient(tmp_path: Path, connector: FakeConnector,
         assert connector.received == []
         assert sender.status.state == "down"
         assert "token" in sender.status.last_error
-        staged = tmp_path / "token.new"  # a private token, in place at once (issue 12.13:
+        staged = tmp_path / "token.new"  # a private token, in place at once (nichealthd.toml(5):
         staged.write_text("late")  # a readable one would add its own warning line)
         staged.chmod(0o600)
         staged.rename(token)

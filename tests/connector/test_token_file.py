@@ -1,4 +1,4 @@
-"""The bearer token file (issue 12.13): a world-readable token is used with one warning, as
+"""The bearer token file (nichealthd.toml(5)): a world-readable token is used with one warning, as
 ssh warns about keys; a FIFO or other non-regular file is refused with a clear error and
 never blocks delivery. A real gRPC server on a unix socket receives (or not) the events."""
 

@@ -1,4 +1,4 @@
-"""Random whole-host traces for the seam-equivalence test (#15.3), and their recorded outcome.
+"""Random whole-host traces for the seam-equivalence test, and their recorded outcome.
 
 A trace is a host of dual-port cards (InfiniBand and RoCE, a management NIC on the default
 route, a VF) polled a few hundred times while ports change state (ACTIVE, DOWN, Disabled,
@@ -151,11 +151,11 @@ def trace(seed: int, length: int = POLLS) -> tuple[list[HostSnapshot], set[int],
 
 
 # Keys added after main at dd25288 (not part of what main wrote): the seam's schemas, and
-# #19's device identities and driver event (which say nothing main's keys do not), and
-# #15.4's hold-down keys of the link-state section and the fabric view's (ports, events).
+# The device identities and driver event (which say nothing main's keys do not), and
+# the hold-down keys of the link-state section and the fabric view's (ports, events).
 ADDED_KEYS = ("schemas", "device_identities", "driver_event", "port_holds", "port_blips",
               "port_fabrics", "fabric_events")
-# Families added since (#16 ...): their own sections, empty on these traces (no adapter facts),
+# Families added since (PCI side ...): their own sections, empty on these traces (no adapter facts),
 # are no part of what main wrote either.
 MAIN_FAMILIES = ("link_state", "link_counters")
 
@@ -165,7 +165,7 @@ def _added_keys() -> tuple[str, ...]:
 
     return ADDED_KEYS + tuple(k for f in families() if f.id not in MAIN_FAMILIES
                               for k in f.keys)
-# errorCodes of the families added after main (#15.5, #15.6): their events are new behaviour
+# errorCodes of the families added after main (link flap, rate): their events are new behaviour
 # on top of main's stream, which must stay identical without them.
 NEW_CODES = frozenset({("link_flap",), ("link_rate",)})
 

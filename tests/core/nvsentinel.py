@@ -1,7 +1,7 @@
 """What NVSentinel does with our events, as REFERENCE §1 describes it: a model for the tests.
 
 Only the part a sender must respect to keep a node quarantined while a fault holds:
-:class:`FaultQuarantine` is NVSentinel's fault-quarantine as its #1492 describes the bug it
+:class:`FaultQuarantine` is NVSentinel's fault-quarantine as NVSentinel #1492 describes the bug it
 fixed there ("reusing the state check name causes an ACTIVE/LinkUp state recovery to clear a
 counter-originated condition in fault-quarantine even though the counter latch remains
 breached"): a fatal event of ``nic-health-monitor`` quarantines the node under its

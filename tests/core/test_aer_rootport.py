@@ -1,4 +1,4 @@
-"""#16.2: a root port's ``aer_rootport_total_err_*`` judged once for the NICs below it."""
+"""A root port's ``aer_rootport_total_err_*`` judged once for the NICs below it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 20 item 6: every append (journal, event log, dead letters) goes through one helper
+"""Every append (journal, event log, dead letters) goes through one helper
 that loses no byte to a short write or EINTR and leaves no partial line when it fails.
 
 Short writes are made two ways: a real one, by the kernel, under a file-size limit in a child

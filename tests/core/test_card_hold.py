@@ -1,4 +1,4 @@
-"""Issue #21.1/#21.2: card homogeneity at runtime waits for a stuck port; a short card is
+"""Card homogeneity at runtime waits for a stuck port; a short card is
 short only of the ports its peers have active, and its release clears what it raised."""
 
 from __future__ import annotations
@@ -248,7 +248,7 @@ def test_state_without_the_new_keys_loads() -> None:
     assert loaded.section(LINK_STATE).card_pending == {}
 
 
-# ------------------------------------------------------------------ #21.2 short cards
+# ------------------------------------------------------------------ short cards
 
 def half_cabled(port1_of_card0: tuple[str, str] = (ACTIVE, LINKUP)) -> list:
     """Dual-function cards, function 1 uncabled on every card."""

@@ -1,4 +1,4 @@
-"""#16.4: InfiniBandCharDeviceCheck — uverbs per device, umad per IB port, issm opt-in."""
+"""InfiniBandCharDeviceCheck — uverbs per device, umad per IB port, issm opt-in."""
 
 from __future__ import annotations
 

@@ -168,13 +168,13 @@ def test_daemon_exits_2_naming_file_and_key(tmp_path: Path,
                            'thresholdType = "sometimes"\n')
     assert main(["--config", path, "--once"]) == 2
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
-    assert len(errors) == 1  # one problem, one line, at error priority (issue #22)
+    assert len(errors) == 1  # one problem, one line, at error priority
     assert path in errors[0] and "thresholdType" in errors[0]
     assert "'delta' or 'velocity'" in errors[0]
 
 
 def test_unknown_top_level_key_is_an_error_with_a_hint(tmp_path: Path) -> None:
-    """A typo must not silently fall back to the default (issue #24)."""
+    """A typo must not silently fall back to the default."""
     path = write(tmp_path, 'pollingIntervall = "2s"\n')
     with pytest.raises(ConfigError) as raised:
         load_config(path)

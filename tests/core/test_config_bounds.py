@@ -1,4 +1,4 @@
-"""Every numeric config value rejects nan, +-inf and out-of-range values (#23, #12.6): through
+"""Every numeric config value rejects nan, +-inf and out-of-range values: through
 the loader, through the daemon (exit 2), and the bounds are the ones nichealthd.toml(5) gives.
 
 The keys and their bounds are the declarations (the daemon's own and every family's, see
@@ -66,7 +66,7 @@ NUMERIC: dict[str, tuple[list[str], list[str]]] = {
                           ["0", '"0s"', '"1h"']),
     "driverReloadTimeout": (["nan", "inf", "-inf", "0", '"999ms"', '"25h"', "86401"],
                             ["1", '"1s"', '"24h"']),
-    # #16.3-6: the adapter facts' cadence.
+    # The adapter facts' cadence.
     "adapterCheckInterval": (["nan", "inf", "-inf", "0", '"999ms"', '"61m"', "3601"],
                              ["1", '"1s"', '"1h"']),
     "outboxMaxEvents": (["nan", "inf", "-inf", "0", "-5", "10000001", "1.5", '"100"'],
@@ -75,14 +75,14 @@ NUMERIC: dict[str, tuple[list[str], list[str]]] = {
                        ["65536", "17179869184"]),
     "kernelLogMaxLines": (["nan", "inf", "-inf", "9", "1000001", "1.5", '"100"'],
                           ["10", "1000000"]),
-    # #17.4: repetition of non-fatal driver faults (0 off; one line is no repetition).
+    # Repetition of non-fatal driver faults (0 off; one line is no repetition).
     "kernelLogRepeatCount": (["nan", "inf", "-1", "1", "1001", "1.5", '"3"'],
                              ["0", "2", "1000"]),
     "kernelLogRepeatWindow": (["nan", "inf", "-inf", "0", '"999ms"', '"169h"', "604801"],
                               ['"1s"', '"1h"', '"168h"', "604800"]),
     "eventHistorySize": (["nan", "inf", "-inf", "0", "100001", "true"],
                          ["1", "100000"]),
-    # PCI-side families (#16.1, .2, .7)
+    # PCI-side families
     "pcieLinkInterval": (["nan", "inf", "-inf", "-1", '"25h"', "86401"],
                          ["0", '"1s"', '"24h"']),
     "pcieAerInterval": (["nan", "inf", "-inf", "-1", '"25h"'], ["0", '"10s"', '"24h"']),

@@ -1,4 +1,4 @@
-"""#18.1 leftover: the EFA counters configured one by one, as the ConnectX ones are.
+"""The EFA counters configured one by one, as the ConnectX ones are.
 
 ``[[counterDetection.efaCounters]]`` entries merge by name over DEFAULT_EFA_COUNTERS (override,
 disable, add); an invalid entry stops the daemon with exit 2 naming file, line and key; the

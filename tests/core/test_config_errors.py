@@ -1,5 +1,5 @@
-"""Hostile config files give ConfigError naming file, line and key, never a traceback (#12.7),
-and one run reports every problem with its line and a did-you-mean hint (#24)."""
+"""Hostile config files give ConfigError naming file, line and key, never a traceback,
+and one run reports every problem with its line and a did-you-mean hint."""
 
 from __future__ import annotations
 
@@ -211,7 +211,7 @@ def test_the_daemon_prints_every_problem_and_exits_2(tmp_path: Path) -> None:
     lines = done.stderr.splitlines()
     assert len(lines) == len(EXPECTED), done.stderr
     for text, (line, key, _) in zip(lines, EXPECTED):
-        # logged at ERROR priority (issue #22): "<time> ERROR   nichealthd: invalid ..."
+        # logged at ERROR priority: "<time> ERROR   nichealthd: invalid ..."
         assert " ERROR " in text and "Traceback" not in text
         assert f"nichealthd: invalid configuration: {path}:{line}: {key}: " in text
 

@@ -1,4 +1,4 @@
-"""Fuzz test of the config loader (#12.7): hundreds of generated files, each either a valid
+"""Fuzz test of the config loader: hundreds of generated files, each either a valid
 Config within every bound or a ConfigError naming the file; never any other exception. A
 sample goes through the real programs: exit 2, no traceback.
 

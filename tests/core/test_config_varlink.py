@@ -1,4 +1,4 @@
-"""varlinkSocket / --varlink-socket: an absolute unix socket path, or "" to disable (#14.1)."""
+"""varlinkSocket / --varlink-socket: an absolute unix socket path, or "" to disable."""
 
 from __future__ import annotations
 

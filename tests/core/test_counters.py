@@ -43,8 +43,8 @@ def test_first_poll_after_reboot_sends_clears_then_baselines() -> None:
     runner = Runner()
     result = poll(runner, 0, link_downed=0, symbol_error=5)
     clears = [e for e in result.events if not e.entities]
-    # The EFA checks (#18) are cleared only on a host with an EFA device; the character
-    # device check (#16.4) by its own family, with its first adapter read (none here).
+    # The EFA checks are cleared only on a host with an EFA device; the character
+    # device check by its own family, with its first adapter read (none here).
     assert [e.check_name for e in clears] == sorted(
         set(config().checks) - {EFA_STATE_CHECK, EFA_DEGRADATION_CHECK, CHAR_DEVICE_CHECK})
     assert all(e.is_healthy and e.generated_at < at(0) for e in clears)
@@ -88,7 +88,7 @@ def test_admin_reset_timeline_of_spec_6_4() -> None:
 
 def test_latched_breach_stays_silent_while_counter_keeps_rising() -> None:
     # Flap detection off: each rise of link_downed is also a down/up cycle shorter than a
-    # poll, and 3 within an hour are a flap (#15.5, tests/core/test_link_flaps.py).
+    # poll, and 3 within an hour are a flap (tests/core/test_link_flaps.py).
     runner = Runner(config(linkFlapCount=0))
     poll(runner, 0, link_downed=0)
     assert len(poll(runner, 1, link_downed=1).events) == 1
@@ -234,7 +234,7 @@ def healthy(result: Any) -> list[Any]:
 
 
 def test_saturated_error_counter_is_one_report_per_file_closed_when_cleared() -> None:
-    """Issue #21.3: symbol_error and symbol_error_fatal read one file: one report."""
+    """symbol_error and symbol_error_fatal read one file: one report."""
     runner = Runner()
     poll(runner, 0, symbol_error=65000)
     first = poll(runner, 3600, symbol_error=65535)  # 535/hour: the fatal tier breaches too
@@ -259,7 +259,7 @@ def test_saturated_error_counter_is_one_report_per_file_closed_when_cleared() ->
 
 
 def test_a_jump_to_the_limit_is_one_event_and_clearing_it_one_healthy_event() -> None:
-    """The "done when" of issue #21.3: the breach that took it there carries the news."""
+    """A saturated counter: the breach that took it there carries the news."""
     runner = Runner()
     poll(runner, 0, symbol_error=0)
     jump = poll(runner, 1, symbol_error=65535)
@@ -316,7 +316,7 @@ def test_with_the_degradation_check_off_no_counter_is_judged_saturated_or_not() 
 
 
 def test_saturation_records_of_an_older_state_file_are_migrated() -> None:
-    """Per-entry keys (symbol_error_fatal) and port_xmit_wait as an event, from before #21.3."""
+    """Per-entry keys (symbol_error_fatal) and port_xmit_wait as an event, as before."""
     state = MonitorState(boot_id="boot-1")
     for name, value in (("symbol_error", 65535), ("symbol_error_fatal", 65535),
                         ("port_xmit_wait", 2**32 - 1)):
@@ -455,13 +455,13 @@ def random_trace(seed: int, length: int = 1500) -> tuple[list[Any], set[int], se
 @pytest.mark.parametrize("seed", [20261122, 1, 2, 3])
 def test_random_polls_failed_commits_leave_no_trace_and_the_limit_is_always_reported(
         seed: int) -> None:
-    """#20.4: one path per rule, explored with resets to 0, to the saturation limit and to
+    """One path per rule, explored with resets to 0, to the saturation limit and to
     arbitrary values, clock steps, failed commits and restarts.
 
     A poll whose commit fails is evaluated and dropped (as the monitor does): the run must be
     the run without that poll. After every committed poll, each saturating error-counter file
     at its limit is reported as saturated (in ``state.saturated``) and no other is, and no
-    condition gets a second unhealthy event while it is open (#21.3: one report per file).
+    condition gets a second unhealthy event while it is open (one report per file).
     """
     polls, failed, restarts = random_trace(seed)
 
@@ -496,7 +496,7 @@ def test_random_polls_failed_commits_leave_no_trace_and_the_limit_is_always_repo
 
 
 def test_a_reset_to_the_saturation_limit_reports_saturation() -> None:
-    """#20 "done when": a counter reset to its limit is reported saturated, latched or not,
+    """A counter reset to its limit is reported saturated, latched or not,
     with or without the counter's last value in memory (the one path there is)."""
     for restart in (False, True):
         runner = Runner()
@@ -541,7 +541,7 @@ def test_a_reloaded_config_changes_the_counters_a_port_is_evaluated_for() -> Non
 
 
 def test_latched_hw_counter_that_wraps_across_a_restart_is_not_a_reset() -> None:
-    """Issue #21.4: latched at 2, seen at 2^32-1, wraps to 1 while the daemon restarts."""
+    """Latched at 2, seen at 2^32-1, wraps to 1 while the daemon restarts."""
     runner = Runner()
     poll(runner, 0, rnr_nak_retry_err=0)
     breach = poll(runner, 1, rnr_nak_retry_err=2)
@@ -593,7 +593,7 @@ def kinded_poll(runner: Runner, when: float, kind: CounterKind, value: int, path
 
 
 def test_the_counter_kind_not_the_path_decides_a_wrap() -> None:
-    """#20.3: the evaluator reads what a counter is from the snapshot, never from its path."""
+    """The evaluator reads what a counter is from the snapshot, never from its path."""
     wrapping = CounterKind("rnr_nak_retry_err", 32)
     runner = Runner()
     kinded_poll(runner, 0, wrapping, 2**32 - 10, "/elsewhere/rnr_nak_retry_err")
@@ -627,7 +627,7 @@ def test_the_counter_kind_not_the_path_decides_saturation() -> None:
 
 
 def test_saturation_before_the_velocity_window_fills_is_still_one_event() -> None:
-    """Found by the outside audit of #21.3 (live, 200 ms polling): the counter reaches its
+    """Found by an outside audit (live, 200 ms polling): the counter reaches its
     limit while symbol_error's 1 s window is still filling, so the saturation report comes
     first and the breach a poll later; the platform must get one unhealthy event, not two."""
     runner = Runner()

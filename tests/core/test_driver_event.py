@@ -1,4 +1,4 @@
-"""#19.2-3: every RDMA device gone at once is a driver event, not N hardware failures.
+"""Every RDMA device gone at once is a driver event, not N hardware failures.
 
 Held for ``driverReloadGrace`` (no event), then one non-fatal event per state check, then
 after ``driverReloadTimeout`` per-device disappearance as before. Devices back inside the grace

@@ -1,6 +1,6 @@
 """A device gone while its PCI function stays on the bus is a driver event (core/checks/driver.py).
 
-The figures of the issue's reproductions: an unload that empties the class directory a third
+The figures of real reproductions: an unload that empties the class directory a third
 at a time, 1.1 s apart; one card's firmware reset (gone 30 s, back at the same address); a
 function unbound for good (REPLACE_VM after ``driverReloadTimeout``); a NIC off the bus
 (REPLACE_VM at the third poll, as before).

@@ -1,4 +1,4 @@
-"""Durations reject non-finite numbers (issue 12.6): inf/nan must never reach a timer."""
+"""Durations reject non-finite numbers: inf/nan must never reach a timer."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""#18: AWS EFA in the pure core: adapter family, roles, netdev state, presence, counters."""
+"""AWS EFA in the pure core: adapter family, roles, netdev state, presence, counters."""
 
 from __future__ import annotations
 

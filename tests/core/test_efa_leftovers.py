@@ -1,4 +1,4 @@
-"""#18 leftovers in the pure core: EFA renames (#19.1), "uncabled" EFA ports, card homogeneity
+"""EFA in the pure core: renames (test_identity.py), "uncabled" EFA ports, card homogeneity
 of EFA cards beyond first sight.
 
 Four EFA devices behind GPU switches (tests/core/test_efa.py's fleet), one port each, health
@@ -97,7 +97,7 @@ def test_a_renamed_efa_device_keeps_its_down_port_and_its_fatal_counter() -> Non
 
 def test_a_rename_survives_a_restart_and_an_old_state_file() -> None:
     """Identities are persisted (efa_device_identities); a state file written before them has
-    none: the device then looks new under its new name (and gone under the old), as #19
+    none: the device then looks new under its new name (and gone under the old), as before
     does for ConnectX state files written before it."""
     dev, new = NAMES[0], "efa_0"
     runner = Runner(topology=TOPOLOGY)

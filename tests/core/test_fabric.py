@@ -1,6 +1,6 @@
 """A subnet-manager outage is one fabric event, not a REPLACE_VM per card (core/checks/fabric.py).
 
-The issue's figures at a 1 s poll: every compute port of a DGX-like host (8 single-port
+The figures at a 1 s poll: every compute port of a DGX-like host (8 single-port
 InfiniBand cards) in INIT for 10 minutes — longer than ``cardVerdictHoldTime`` (4 min) — gave
 8 card REPLACE_VM; it must give none and one non-fatal fabric event with its recovery. One port
 stuck ARMED 10 minutes among 7 ACTIVE peers must stay exactly one card REPLACE_VM.

@@ -1,4 +1,4 @@
-"""#15.1: the check-family seam. A family is one unit: found, run, persisted and shown by
+"""The check-family seam (ARCHITECTURE.md). A family is one unit: found, run, persisted and shown by
 every surface without a line elsewhere; its section is its own (a missing or newer one is a
 fresh start for it alone)."""
 
@@ -52,11 +52,11 @@ def test_the_built_in_families_are_found_in_their_order() -> None:
     ids = [f.id for f in families()]
     assert ids[:4] == ["link_state", "efa_state", "link_counters", "efa_counters"]
     assert {"link_flaps", "link_rate", "pcie_link", "pcie_aer", "nic_temperature"} <= set(ids)
-    adapter = [i for i in ids if i in ADAPTER_FAMILIES]  # #16.3-6, in their order
+    adapter = [i for i in ids if i in ADAPTER_FAMILIES]  # in their order
     assert adapter == [i for i in ADAPTER_FAMILIES if i in ids] and "char_devices" in adapter
     keys = [k for f in families() for k in f.keys]
     assert len(keys) == len(set(keys))
-    # The EFA families (#18) leave their empty keys out of the file.
+    # The EFA families leave their empty keys out of the file.
     efa = {k for f in families() if f.id.startswith("efa_") for k in f.keys}
     assert set(keys) - efa | {"version", "boot_id", "event_seq", "schemas"} == set(
         MonitorState().to_json())

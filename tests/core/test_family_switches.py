@@ -1,4 +1,4 @@
-"""#16: every PCI-side and adapter family can be switched off, by `checks` or by its own key.
+"""Every PCI-side and adapter family can be switched off, by `checks` or by its own key.
 
 Each case is a fault its family reports with the default config (checked first, so that no
 case passes for want of a fault), then the same polls under each way of switching it off:
@@ -103,7 +103,7 @@ def run(family: str, **cfg: Any) -> tuple[list[Any], Runner]:
 
 def test_every_family_of_the_issue_is_covered() -> None:
     assert set(CASES) <= {f.id for f in families()}
-    assert len(CASES) == 7  # #16.1-7
+    assert len(CASES) == 7  # the PCI-side and adapter families
 
 
 @pytest.mark.parametrize("family", sorted(CASES))

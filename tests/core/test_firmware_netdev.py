@@ -1,4 +1,4 @@
-"""#16.3 firmware drift and #16.6 ACTIVE ports with their netdev down, pure-core."""
+"""Firmware drift and ACTIVE ports with their netdev down, pure-core."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def test_different_boards_are_different_groups() -> None:
     assert not coded(runner.poll(snap(0, devices)), "firmware_drift")
 
 
-# ------------------------------------------------------------------ netdev down (#16.6)
+# ------------------------------------------------------------------ netdev down
 
 def link(operstate: str, admin_up: Optional[bool] = True) -> dict[str, NetdevLink]:
     return {"mlx5_0_1": NetdevLink("ib0", operstate, admin_up)}

@@ -1,4 +1,4 @@
-"""The one health model of a port (issue #22): the worst of its state and every open condition.
+"""The one health model of a port (README): the worst of its state and every open condition.
 
 Table tests of :func:`nichealthd.core.health.assess` over hand-made states and snapshots.
 """

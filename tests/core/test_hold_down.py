@@ -1,4 +1,4 @@
-"""#15.4: stateHoldDown holds a healthy->unhealthy port edge; a blip publishes nothing."""
+"""stateHoldDown holds a healthy->unhealthy port edge; a blip publishes nothing."""
 
 from __future__ import annotations
 

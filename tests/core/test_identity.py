@@ -1,4 +1,4 @@
-"""#19.1: a device is its PCI function (node GUID as a cross-check), not its kernel name.
+"""A device is its PCI function (node GUID as a cross-check), not its kernel name.
 
 A device back at the same PCI address under another name is the same device: no
 disappearance, its records (port states, latched breaches, saturation, misses) carry over under
@@ -246,7 +246,7 @@ def test_a_new_name_recorded_beside_the_old_one_is_merged_by_guid() -> None:
 
 
 def test_flaps_blips_holds_and_a_slow_rate_follow_a_renamed_device() -> None:
-    """#15 with #19.1: the flap window, the blip count, a pending hold and a told rate
+    """Link families over a rename: the flap window, the blip count, a pending hold and a told rate
     degradation are the device's, under its new name."""
     from dataclasses import replace as with_rate
 

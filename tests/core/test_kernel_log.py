@@ -1,4 +1,4 @@
-"""The kernel-log family (#17): rules, attribution, dedup, the stateful soft lockup, config."""
+"""The kernel-log family: rules, attribution, dedup, the stateful soft lockup, config."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""#17.4: non-fatal driver faults repeating on one device, flap-style: every matching line
+"""Non-fatal driver faults repeating on one device, flap-style: every matching line
 counts in a persisted sliding window; reaching kernelLogRepeatCount gives ONE non-fatal
 CONTACT_SUPPORT event under the device's degradation check, its recovery when the window
 holds fewer lines again."""

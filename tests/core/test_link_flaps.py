@@ -1,4 +1,4 @@
-"""#15.5: down/up cycles of a port in a sliding window (state machine, link_downed and
+"""Down/up cycles of a port in a sliding window (state machine, link_downed and
 carrier_changes deltas, saturation), one CONTACT_SUPPORT event, recovery, persistence."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""#15.6: a port below the rate of its peers (same role, card model, layer; ACTIVE only)."""
+"""A port below the rate of its peers (same role, card model, layer; ACTIVE only)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""#16.5: a Mellanox PF on the bus without an RDMA device is one fatal event naming it, once the
+"""A Mellanox PF on the bus without an RDMA device is one fatal event naming it, once the
 RDMA driver is demonstrably up and the driver grace has passed (the boot-order rules of
 :mod:`nichealthd.core.checks.lost_nic`)."""
 
@@ -292,7 +292,7 @@ def test_no_verdict_during_a_driver_event_or_without_facts() -> None:
 # --------------------------------------------------------------- the views
 
 def test_a_reported_lost_nic_is_a_device_row_between_adapter_reads_too() -> None:
-    """#16.5: ``show devices`` (D-Bus, varlink) lists it by its PCI address, with why."""
+    """``show devices`` (D-Bus, varlink) lists it by its PCI address, with why."""
     from nichealthd.core.checks.lost_nic import lost_nic_records
     from nichealthd.core.views import device_records
 

@@ -1,4 +1,4 @@
-"""#16.1, .2, .7: the PCI-side families as rules on snapshots (pure core)."""
+"""The PCI-side families as rules on snapshots (pure core)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The GPU↔NIC matrix derived from the PCI tree (issue 13): NCCL's rule as a table, and on
+"""The GPU↔NIC matrix derived from the PCI tree: NCCL's rule as a table, and on
 every simulated host the same matrix and the same roles as the metadata file gives."""
 
 from __future__ import annotations

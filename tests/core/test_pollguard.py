@@ -1,4 +1,4 @@
-"""The poll boundary's bookkeeping (issue 20 item 5): one line per distinct cause, a reminder
+"""The poll boundary's bookkeeping (runtime/pollguard.py): one line per distinct cause, a reminder
 with the count every few minutes, a bounded set of causes, and an end that is logged."""
 
 from __future__ import annotations

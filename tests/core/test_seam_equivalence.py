@@ -1,4 +1,4 @@
-"""#15.3: the check-family seam changed nothing — the same events and state, poll after poll.
+"""The check-family seam changed nothing — the same events and state, poll after poll.
 
 The outcome of four random whole-host traces and of a resumed run was recorded by main at
 dd25288, before the seam (``tests/core/equivalence.py``). The evaluator of today must produce

@@ -1,4 +1,4 @@
-"""Issue 12 classes 2, 3 and 9: corrupt state files and damaged journals.
+"""Corrupt state files and damaged journals.
 
 Every unusable state file gives a fresh start and is moved aside once (``.corrupt-<time>``);
 no value in it can cost the journal an entry; a torn tail of the last unfinished commit is told

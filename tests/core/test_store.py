@@ -172,9 +172,9 @@ def test_a_directory_in_place_of_the_cursors_file_is_moved_aside(tmp_path: Path)
 
 
 def test_a_deferred_write_that_fails_counts_as_a_failing_commit() -> None:
-    """Issue 12 item 5 on a quiet host: no event to commit, only the periodic write of the
+    """Failing commits on a quiet host: no event to commit, only the periodic write of the
     velocity windows, and that fails (the state path is a directory): the commit problem is
-    reported until a write works again (#20.5)."""
+    reported until a write works again."""
     root = simtrees.take("dgx-h100")
     cfg = load_config(str(root / "nichealthd.toml"))
     clock = iter(at(n) for n in range(100))

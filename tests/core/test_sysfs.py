@@ -47,7 +47,7 @@ def test_snapshot_of_a_healthy_host(host: Path) -> None:
 
 
 def test_the_reader_says_what_each_counter_is(host: Path) -> None:
-    """#20.3: width and saturating/wrapping come from the reader, decided by the file's
+    """Width and saturating/wrapping come from the reader, decided by the file's
     directory and name, as data on the snapshot."""
     with open(host / "nichealthd.toml", "a") as config:  # port_xmit_wait is off by default
         config.write('\n[[counterDetection.counters]]\nname = "port_xmit_wait"\n'
@@ -384,7 +384,7 @@ def test_a_garbage_counter_is_parsed_and_counted_every_poll(host: Path) -> None:
 
 
 def test_an_empty_class_directory_counts_the_mellanox_functions_on_the_bus(host: Path) -> None:
-    """#19.2: after a driver unload the PCI functions stay (unbound): the reader counts the
+    """After a driver unload the PCI functions stay (unbound): the reader counts the
     vendor 0x15b3 network/InfiniBand ones, only while the class directory is empty."""
     reader = reader_for(host)
     assert reader.observe(at(0)).pci_functions is None  # devices listed: not looked

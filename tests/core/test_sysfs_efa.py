@@ -1,4 +1,4 @@
-"""#18: the sysfs reader on simulated AWS hosts: EFA discovery, netdev pairing, carrier,
+"""The sysfs reader on simulated AWS hosts: EFA discovery, netdev pairing, carrier,
 counters (p4d, whose real tree puts each EFA's ENA on its root bus; p5 and p6-b200, whose
 real trees put every function on a bus of its own, paired by the MAC of the EFA's GID)."""
 

@@ -1,4 +1,4 @@
-"""Reader hardening: fd budget, malformed sysfs content, FIFOs (issue 12 #4/#10, 21 #6)."""
+"""Reader hardening: fd budget, malformed sysfs content, FIFOs."""
 
 from __future__ import annotations
 

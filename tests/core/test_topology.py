@@ -226,7 +226,7 @@ def test_a_tie_uses_the_last_decisive_mode_of_the_boot() -> None:
     assert list(verdicts) == ["a"] and modes == {}
 
 
-# ------------------------------------------- default routes through bonds, VLANs, IPv6 (#21.5)
+# ------------------------------------------- default routes through bonds, VLANs, IPv6
 
 ROUTE_HEAD = "Iface\tDestination\tGateway\tFlags\tRefCnt\tUse\tMetric\tMask\tMTU\tWindow\tIRTT\n"
 V6_ZERO = "0" * 32

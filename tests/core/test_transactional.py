@@ -1,4 +1,4 @@
-"""Issue 20 item 1: evaluation returns the next state and memory and changes none of its
+"""Evaluation returns the next state and memory and changes none of its
 inputs, so a poll whose commit failed leaves no trace and the next poll sees what it saw."""
 
 from __future__ import annotations

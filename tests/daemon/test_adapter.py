@@ -1,4 +1,4 @@
-"""#16.3-6 end to end: the real daemon (``--once``, one adapter read per run) on a sim tree."""
+"""Adapter facts: the real daemon (``--once``, one adapter read per run) on a sim tree."""
 
 from __future__ import annotations
 

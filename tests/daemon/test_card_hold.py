@@ -1,4 +1,4 @@
-"""Issue #21.1/#21.2 end to end: the real daemon (``--once`` and running) on a sim tree,
+"""Card homogeneity end to end: the real daemon (``--once`` and running) on a sim tree,
 the port changed through the ``nichealthd-sim port`` command line."""
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ def test_running_daemon_holds_a_transient_and_reports_a_stuck_port(
 
 def test_once_short_dual_port_card_clears_everything_on_repair(
         sim_host: Callable[..., SimHost]) -> None:
-    """#21.2 on the L40 profile (port of function .1 uncabled on both cards).
+    """Short cards on the L40 profile (port of function .1 uncabled on both cards).
 
     With two cards the first poll is a tie (no evidence, REFERENCE §2), so the card falls
     short at runtime here; the first-poll variant needs three or more cards and is covered
@@ -158,7 +158,7 @@ def test_once_short_dual_port_card_clears_everything_on_repair(
 
 def test_once_short_card_at_first_poll_reports_only_what_it_lacks(
         sim_host: Callable[..., SimHost]) -> None:
-    """#21.2 at first sight: three dual-port cards, function .1 uncabled on every card, and
+    """Short cards at first sight: three dual-port cards, function .1 uncabled on every card, and
     card 1a's port 1 down too. Only the card is short of a port; its uncabled function .1 is
     like its peers' and never gets a fatal of its own; the repair clears everything."""
     host = sim_host("l40-dualport-3")

@@ -1,4 +1,4 @@
-"""Issue 12 class 9 through the real daemon (``--once``): a corrupt state file gives one
+"""A corrupt state file through the real daemon (``--once``): a corrupt state file gives one
 warning, is moved aside to ``state.json.corrupt-<time>`` and the daemon starts fresh; the next
 start is quiet. Never a traceback, never a crash loop."""
 

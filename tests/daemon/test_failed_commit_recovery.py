@@ -1,4 +1,4 @@
-"""Issue 20 item 1 through the running daemon: a latched ``link_downed`` is reset while every
+"""Failed commits through the running daemon: a latched ``link_downed`` is reset while every
 commit fails (a full disk: a file-size limit of 0 makes each write fail with EFBIG), then the
 disk has room again -> the recovery event arrives."""
 

@@ -1,4 +1,4 @@
-"""A big host under a small open-file limit stays monitored (issue 12 class 4)."""
+"""A big host under a small open-file limit stays monitored (runtime/fdplan.py)."""
 
 from __future__ import annotations
 

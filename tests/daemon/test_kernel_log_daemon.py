@@ -1,4 +1,4 @@
-"""#17 from outside: the real daemon (--once) reads a sim host's journal written by the sim."""
+"""Kernel log: the real daemon (--once) reads a sim host's journal written by the sim."""
 
 from __future__ import annotations
 

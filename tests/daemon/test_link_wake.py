@@ -38,7 +38,7 @@ pytestmark = [pytest.mark.root, pytest.mark.skipif(
 
 CLONE_NEWNET = 0x40000000
 DEVICE, NETDEV = "mlx5_1", "enp36s0f0np0"  # a compute RoCE port of the a100-roce profile
-TARGET = 0.050  # the bound, kernel notification -> event
+TARGET = 0.050  # the bound, kernel notification -> event
 # On the shared 2-core VM other suites keep both cores busy: the daemon's threads wait for a
 # CPU for tens of ms at times, and a poll of this 18-device host takes 5-15 ms there. 0.2 s more
 # than the target still tells an early poll from the 10 s tick by a factor of 40.

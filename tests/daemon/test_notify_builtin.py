@@ -1,4 +1,4 @@
-"""sd_notify is spoken by nichealthd itself (#22: the rpm must not need EPEL's sdnotify).
+"""sd_notify is spoken by nichealthd itself (the rpm must not need EPEL's sdnotify).
 
 Real AF_UNIX datagram sockets, a path one and an abstract ``@name`` one as systemd uses, and
 a real daemon process whose interpreter cannot import ``sdnotify`` at all.

@@ -1,4 +1,4 @@
-"""Issue #2 "done when", end to end: ``nichealthd --once`` runs against a simulated host."""
+"""The counter checks end to end: ``nichealthd --once`` runs against a simulated host."""
 
 from __future__ import annotations
 
@@ -65,8 +65,8 @@ def test_changed_boot_id_sends_baselines_and_drops_stale_breaches(
     assert run.fatal() == []
     clears = [e for e in run.events if not e["entitiesImpacted"]]
     config = load_config(str(host.config))
-    # The EFA checks (#18) are cleared only on a host with an EFA device; and
-    # InfiniBandCharDeviceCheck (one of the checks since #16.4) once, by its own family
+    # The EFA checks are cleared only on a host with an EFA device; and
+    # InfiniBandCharDeviceCheck (nichealthd/core/checks/chardev.py) once, by its own family
     # (its section starts fresh after a reboot), not a second time with the others.
     assert "InfiniBandCharDeviceCheck" in config.checks
     assert sorted(e["checkName"] for e in clears) == sorted(
@@ -115,7 +115,7 @@ def test_missing_metadata_is_a_clear_startup_error(sim_host: Callable[..., SimHo
 
 def test_latched_hw_counter_wrapping_between_runs_is_no_recovery(
         sim_host: Callable[..., SimHost]) -> None:
-    """Issue #21.4 end to end: each ``--once`` is a restart; the wrap happens between two."""
+    """A wrap across restarts: each ``--once`` is a restart; the wrap happens between two."""
     host = sim_host()
     assert host.once().returncode == 0
     mutate.counter(host.root, "mlx5_0", 1, "rnr_nak_retry_err", add=2)
@@ -141,7 +141,7 @@ XMIT_WAIT_ON = '\n[[counterDetection.counters]]\nname = "port_xmit_wait"\nenable
 
 def test_saturation_one_report_per_file_and_none_for_a_traffic_counter(
         sim_host: Callable[..., SimHost]) -> None:
-    """Issue #21.3 "done when", end to end."""
+    """One report per saturated counter file, end to end."""
     host = sim_host()
     with host.config.open("a") as config:
         config.write(XMIT_WAIT_ON)

@@ -1,4 +1,4 @@
-"""#18 end to end: the real daemon (``--once`` and running) on a simulated p5.
+"""AWS EFA end to end: the real daemon (``--once`` and running) on a simulated p5.
 
 On the real p5 layout no ENA shares an EFA's bus (sim/profiles.py ``_p5``): an EFA is paired
 with the ENA whose MAC its link-local GID was made from (sources/sysfs.py). The same rules on
@@ -30,7 +30,7 @@ def unhealthy(events: list[dict]) -> list[tuple[str, bool, list[str], str]]:
 
 @pytest.fixture
 def p5(sim_host: Callable[..., SimHost]) -> SimHost:
-    host = sim_host("p5", metadata=False)  # the topology derived from the PCI tree (#18.4)
+    host = sim_host("p5", metadata=False)  # the topology derived from the PCI tree
     first = host.once()
     assert first.returncode == 0, first.stderr
     assert unhealthy(first.events) == []  # a healthy host: baselines only

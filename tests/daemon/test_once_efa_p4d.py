@@ -1,4 +1,4 @@
-"""#18 "done when" on a layout the first EFA tests never saw: the real daemon (``--once`` and
+"""AWS EFA on a layout the first EFA tests never saw: the real daemon (``--once`` and
 running) on a simulated p4d.24xlarge (four EFA of 100 Gb/s, each with its ENA on the root bus
 it shares with two A100s; sim/profiles.py ``_p4d`` cites the real tree), with the topology
 derived from that PCI tree (no GPU metadata file).
@@ -7,7 +7,7 @@ derived from that PCI tree (no GPU metadata file).
 - ``no_completion_cmds`` +1: one fatal event;
 - ``rx_drops`` rising slowly: nothing; fast: one degradation;
 - a healthy busy host: no events;
-- and #18's leftovers through the daemon: a renamed EFA device keeps its latched breach;
+- and the EFA corner cases through the daemon: a renamed EFA device keeps its latched breach;
   EFA counters configured one by one; a port never up whose peers come up is one card event.
 """
 
@@ -114,7 +114,7 @@ def test_rx_drops_slow_is_nothing_fast_is_one_degradation(p4d: SimHost) -> None:
 
 def test_a_configured_rx_drops_threshold_is_the_daemon_s(sim_host: Callable[..., SimHost]
                                                         ) -> None:
-    """#18.1 through the daemon: rx_drops at 10000/s; 5000/s is nothing."""
+    """EFA rates through the daemon: rx_drops at 10000/s; 5000/s is nothing."""
     host = sim_host("p4d", metadata=False)
     with host.config.open("a") as config:
         config.write('\n[[counterDetection.efaCounters]]\nname = "rx_drops"\nthreshold = 10000\n')
@@ -175,7 +175,7 @@ def test_running_daemon_on_p4d(sim_host: Callable[..., SimHost],
 def test_a_renamed_efa_device_keeps_its_latched_breach(sim_host: Callable[..., SimHost],
                                                        notify: NotifySocket  # noqa: F811
                                                        ) -> None:
-    """#19.1 for EFA, as tests/daemon/test_driver_reload.py does for mlx5: rx_drops breached
+    """A rename for EFA, as tests/daemon/test_driver_reload.py does for mlx5: rx_drops breached
     on rdmap32s27; the kernel registers it again as efa_1 at the same PCI function: one log
     line, no event past the three polls that would declare it gone, the breach latched
     under the new name, and its reset the recovery of efa_1."""

@@ -1,4 +1,4 @@
-"""Issue #3 "done when", end to end on the platform profiles of the spec."""
+"""Port state and roles, end to end on the platform profiles of the spec."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def test_classification_matches_the_spec_tables(sim_host: Callable[..., SimHost]
                                      "l40s-onprem-ipv6", "l40s-onprem-multiroute"])
 def test_management_nic_behind_bond_vlan_or_ipv6_route_is_not_monitored(
         sim_host: Callable[..., SimHost], profile: str) -> None:
-    """Issue #21.5: without following the route it would be a storage NIC (NODE to GPUs);
+    """Without following the route it would be a storage NIC (NODE to GPUs);
     with several default routes, every one of them counts."""
     host = sim_host(profile)
     first = host.once("--log-level", "info")

@@ -1,4 +1,4 @@
-"""#16.1, .2, .7 done-when, from outside: the real daemon (``--once``) on a simulated DGX tree.
+"""The PCI-side families from outside: the real daemon (``--once``) on a simulated DGX tree.
 
 Each ``--once`` run is a new process, so every slow family is due and reads its files; the
 state file carries what was reported between the runs.

@@ -1,4 +1,4 @@
-"""Issue 20 item 5 and issue 12 item 5 through the running daemon: a poll that raises every
+"""The poll boundary (runtime/pollguard.py) through the running daemon: a poll that raises every
 time, and commits that fail every time, leave the daemon running, with ``/healthz`` 503 and
 the reason, ``STATUS=`` saying so, one log line per cause and a metric counting the failures.
 
@@ -75,7 +75,7 @@ class RaisingReader(SysfsReader):
     """The real reader on the sim tree, raising while ``failing`` is set.
 
     No real sysfs content makes the hardened reader or a rule raise any more (each found
-    case became "unreadable", issue 12 item 10), so the failure is injected here: the one
+    case became "unreadable", nichealthd/sources/sysfs.py), so the failure is injected here: the one
     stand-in of this module; everything around it (monitor, service loop, metrics HTTP
     server, notify socket) is the real daemon, in this process.
     """

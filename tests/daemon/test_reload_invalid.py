@@ -1,4 +1,4 @@
-"""SIGHUP with an invalid config never stops the running daemon (#12.8, #23): each is rejected
+"""SIGHUP with an invalid config never stops the running daemon: each is rejected
 with file and key in STATUS=, the old configuration stays, and polling goes on."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The long-running daemon against a real sd_notify socket (issue #4's notify protocol)."""
+"""The long-running daemon against a real sd_notify socket (sd_notify(3)'s protocol)."""
 
 from __future__ import annotations
 

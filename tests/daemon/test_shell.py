@@ -1,4 +1,4 @@
-"""Issue 20 item 7: the command-line entry and the runtime without an import cycle, services
+"""The command-line entry and the runtime without an import cycle, services
 imported statically and given a typed context, the connector's status an immutable value."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue #22: why the daemon cannot start is logged at ERROR priority.
+"""Why the daemon cannot start is logged at ERROR priority.
 
 Under systemd (JOURNAL_STREAM set) the line carries journald's ``<3>`` prefix, so the reason is
 in ``systemctl status`` and ``journalctl -p warning``; printed plainly it was an info entry.

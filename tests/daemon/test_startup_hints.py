@@ -1,4 +1,4 @@
-"""Issue 24: a start-up failure under systemd says how to recover, and a path under /tmp that the
+"""A start-up failure under systemd says how to recover, and a path under /tmp that the
 service cannot see (PrivateTmp=yes) is named as such instead of only "does not exist"; so is
 one under /home or /root (ProtectHome=yes), and a sysfs root that shows nothing at all makes
 the host degraded, not healthy."""

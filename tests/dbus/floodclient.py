@@ -1,4 +1,4 @@
-"""A hostile local D-Bus client for the flood test and bench/dbus_flood.py (issue 12.11).
+"""A hostile local D-Bus client for the flood test and bench/dbus_flood.py.
 
 Run as its own process (``python floodclient.py ADDRESS CALLS CONCURRENCY``), usually as
 nobody. It connects, prints "ready", waits for a line on stdin, then sends CALLS method calls

@@ -1,4 +1,4 @@
-"""Drive a D-Bus flood at a running nichealthd and measure what it does to the daemon (#12.11).
+"""Drive a D-Bus flood at a running nichealthd and measure what it does to the daemon.
 
 Shared by tests/dbus/test_flood.py and bench/dbus_flood.py. The clients are separate
 processes (:mod:`floodclient`), as nobody when that user can import dbus-fast, else as this

@@ -113,7 +113,7 @@ def test_list_ports_lists_every_monitored_port_with_the_design_keys(daemon: Any)
 
 
 def test_port_records_carry_the_families_fields(daemon: Any) -> None:
-    """#15.7: the flap, hold-down and rate families' port fields reach D-Bus, typed."""
+    """The flap, hold-down and rate families' port fields reach D-Bus, typed."""
     async def go() -> list[dict[str, Any]]:
         async with BusClient() as client:
             return records(await client.call("ListPorts"))
@@ -193,7 +193,7 @@ def test_list_events_newest_last_limited_and_durable(start_daemon: Any) -> None:
     assert seqs == sorted(seqs) and seqs[-1] - seqs[0] == 2
     everything = run(events(0))
     assert everything[-3:] == three
-    # The newest with entities: a family's check-wide clear (#16.4) may come last in its poll.
+    # The newest with entities: a family's check-wide clear may come last in its poll.
     event = next(e for e in reversed(three) if e["entitiesImpacted"])
     for key in ("version", "agent", "componentClass", "checkName", "isFatal", "isHealthy",
                 "message", "recommendedAction", "errorCode", "entitiesImpacted", "metadata",
@@ -352,7 +352,7 @@ def test_port_recovery_emits_healthy_port_health_changed(start_daemon: Any) -> N
 
 
 def test_a_fatal_counter_breach_signals_the_port_fatal_with_the_reason(daemon: Any) -> None:
-    """#22: the port stays ACTIVE/LinkUp; its health is fatal all the same, as in ListPorts."""
+    """The port stays ACTIVE/LinkUp; its health is fatal all the same, as in ListPorts."""
     async def go() -> Any:
         async with BusClient() as client:
             await client.subscribe(f"type='signal',path='{OBJECT_PATH}',"

@@ -1,7 +1,7 @@
 """nichealthctl end to end against a running nichealthd on a sim DGX-H100 tree.
 
 Every test that talks to a daemon runs twice: over D-Bus and over varlink (``--varlink=``
-the daemon's socket); the output and exit statuses must be the same (#14.6).
+the daemon's socket); the output and exit statuses must be the same.
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ def test_show_devices(daemon: Any) -> None:
     names = {d["name"] for d in tree.load(daemon.root)["devices"]}
     table, _, details = out.stdout.partition("\n\n")  # the table, then per-NIC detail lines
     assert {line.split()[0] for line in table.splitlines()[1:]} == names
-    # Below the table (#16, #17): "<device>: PCIe ...", "<device> driver fault: ...", ...
+    # Below the table: "<device>: PCIe ...", "<device> driver fault: ...", ...
     assert {line.split()[0].rstrip(":") for line in details.splitlines() if line} <= names
     devices = json.loads(ctl("--json", "show", "devices").stdout)
     assert {d["device"] for d in devices} == names

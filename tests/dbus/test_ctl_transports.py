@@ -19,7 +19,7 @@ COMMANDS = [
     ("show", "ports"), ("show", "devices"), ("show", "counters"), ("show", "counters", "mlx5_0"),
     ("events", "-n", "50", "--all"), ("events",), ("check",), ("show", "counters", "mlx5_99"),
     ("show", "counters", "mlx5_12"), ("show", "counters", "mlx5_0/9"),
-    ("show", "pcie"),  # #16
+    ("show", "pcie"),  # the PCI side
 ]
 
 
@@ -63,7 +63,7 @@ def test_every_command_prints_the_same_over_both(start_daemon: Any) -> None:
 
 
 def test_show_pcie_and_devices_show_the_pci_side_over_both(start_daemon: Any) -> None:
-    """#16: the hops of every NIC, a degraded one flagged; PCIe, AER and temperature in
+    """The hops of every NIC, a degraded one flagged; PCIe, AER and temperature in
     ``show devices``; the same over D-Bus and varlink."""
     from dbushelpers import make_sim
 
@@ -102,7 +102,7 @@ def test_show_pcie_and_devices_show_the_pci_side_over_both(start_daemon: Any) ->
 
 def test_show_devices_lists_a_lost_nic_with_its_address_and_why_over_both(
         start_daemon: Any) -> None:
-    """#16.5: a Mellanox PF without an RDMA device is a LOST row of ``show devices``."""
+    """A Mellanox PF without an RDMA device is a LOST row of ``show devices``."""
     from dbushelpers import make_sim
 
     from nichealthd.sim import adapter

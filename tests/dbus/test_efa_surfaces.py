@@ -1,4 +1,4 @@
-"""#18 leftovers on the surfaces, real daemon on a real bus and its varlink socket: an EFA port
+"""EFA on the surfaces, real daemon on a real bus and its varlink socket: an EFA port
 down at first sight without evidence is "uncabled" (the presentation of a ConnectX port
 uncabled at first sight), not "healthy"; when its peers come up and it does not, its card's
 verdict makes it fatal - the same over D-Bus, varlink, STATUS and ``check``."""

@@ -1,8 +1,8 @@
-"""A D-Bus flood does not reach the poller (issue 12.11).
+"""A D-Bus flood does not reach the poller (bench/README.md, D-Bus flood).
 
 20 client processes (as nobody when that user can run this Python with dbus-fast) each send
 500 calls, 10 in flight, cycling through every read-only member, at a daemon polling every
-200 ms on a DGX-H100 tree (bench/dbus_flood.py runs the issue's 100 ms; on a shared 2-core
+200 ms on a DGX-H100 tree (bench/dbus_flood.py runs it at 100 ms; on a shared 2-core
 machine the 300 ms stale limit of 100 ms polling is within scheduling noise). Before the
 fix the poll rate fell from 10/s to about 6/s and /healthz said 503; now calls over a
 client's budget wait in a short queue or are refused with LimitsExceeded, and the rest are

@@ -69,7 +69,7 @@ def test_ports_table_natural_order_80_columns_and_colour_only_when_enabled() -> 
 
 
 def test_ports_table_shows_flaps_blips_and_a_degraded_rate() -> None:
-    """#15.7: FLAPS and BLIPS columns (left out on a narrow terminal, NETDEV first), and a
+    """FLAPS and BLIPS columns (left out on a narrow terminal, NETDEV first), and a
     rate below the peers' marked ``!`` with its reason."""
     flapping = dict(port("mlx5_0", "degraded"), flaps=3, blips=2, state="ACTIVE",
                     phys_state="LinkUp", netdev="ibp24s0", reasons=["3 link flaps"])
@@ -284,7 +284,7 @@ def test_a_table_of_absurdly_long_cells_still_fits() -> None:
 
 
 def test_devices_held_in_a_driver_event_and_renamed_devices_are_shown() -> None:
-    """#19: RELOADING instead of MISSING while every device is gone at once, and one line per
+    """RELOADING instead of MISSING while every device is gone at once, and one line per
     device renamed at its PCI function."""
     records = [
         {"device": "mlx5_20", "pci_address": "0000:18:00.0", "present": True, "ports": 1,

@@ -1,4 +1,4 @@
-"""Every surface tells the same health for every port (issue #22, "Health shown").
+"""Every surface tells the same health for every port (README).
 
 One real nichealthd on a sim DGX-H100 host, with a private dbus-daemon, metrics on a free
 port and a real NOTIFY_SOCKET. For each kind of condition (port DOWN, port INIT, a latched
@@ -169,7 +169,7 @@ def test_every_surface_shows_the_same_health_for_each_kind_of_condition(
         mutate.set_port(root, "mlx5_3", 1, state="ACTIVE", phys_state="LinkUp")
         wait_until(lambda: dbus_ports()["mlx5_3/1"]["health"] == "healthy", "mlx5_3 back")
 
-        # The issue's case: the port stays ACTIVE/LinkUp, link_downed +1 is a fatal breach.
+        # The case: the port stays ACTIVE/LinkUp, link_downed +1 is a fatal breach.
         mutate.counter(root, "mlx5_5", 1, "link_downed", add=1)
         assert_surfaces_agree(daemon, metrics_port, notify, "mlx5_5/1", "fatal",
                               "link_downed breached")

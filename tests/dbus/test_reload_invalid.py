@@ -1,4 +1,4 @@
-"""D-Bus ``Reload`` with an invalid config on a real dbus-daemon (#12.8, #23): each is answered
+"""D-Bus ``Reload`` with an invalid config on a real dbus-daemon: each is answered
 (false, file:line: key: problem), the daemon keeps running and polling on its old config."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A standalone GPU host (issue 13): no NVSentinel metadata, no platform connector, and at
+"""A standalone GPU host (README): no NVSentinel metadata, no platform connector, and at
 first no RDMA device — the daemon runs, says so, and picks the devices up when they appear.
 
 Real parts: the nichealthd subprocess on a ``nichealthd-sim`` tree built ``--no-metadata``,

@@ -1,4 +1,4 @@
-"""Issue 12 item 5 over the real bus: while commits fail, ``nichealthctl status`` (and
+"""Failing commits over the real bus: while commits fail, ``nichealthctl status`` (and
 GetStatus's ``poll_error``) say what fails and since when; the field empties once they work.
 
 (Its own module: tests/dbus/test_ctl.py is being reworked on other branches.)
@@ -16,7 +16,7 @@ from tests.harness import wait_until
 
 
 def test_status_says_commits_fail_while_the_state_path_is_a_directory(daemon: Any) -> None:
-    """Issue 12 item 5: ``nichealthctl status`` (and GetStatus's ``poll_error``) say that
+    """``nichealthctl status`` (and GetStatus's ``poll_error``) say that
     commits fail, and why, until they work again."""
     state = daemon.root / "var/lib/nichealthd/state.json"
     state.unlink()

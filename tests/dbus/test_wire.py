@@ -1,4 +1,4 @@
-"""Prepared replies and the per-client call budget (issue 12.11), without a bus."""
+"""Prepared replies and the per-client call budget, without a bus."""
 
 from __future__ import annotations
 

@@ -83,7 +83,7 @@ DAEMON_DEPS = [
     "python3-protobuf",
     "python3-prometheus-client",
     "python3-pystemd",
-    "python3-systemd",  # #17: the journal reader (Recommends)
+    "python3-systemd",  # the journal reader (Recommends)
 ]
 SYS_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 CGROUP_V1 = Path("/sys/fs/cgroup/systemd")

@@ -92,7 +92,7 @@ attempt("dev_list", lambda: sorted(os.listdir("/dev")))
 
 
 def journal_entries():
-    """#17: system journal entries the daemon's user can read (systemd-journal group)."""
+    """System journal entries the daemon's user can read (systemd-journal group)."""
     journal = __import__("systemd.journal", fromlist=["Reader"])
     reader = journal.Reader(flags=journal.SYSTEM)
     reader.seek_head()

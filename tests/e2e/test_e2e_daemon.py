@@ -1,4 +1,4 @@
-"""Issue 4: nichealthd under real systemd, installed from source into a Debian 12 container.
+"""nichealthd under real systemd, installed from source into a Debian 12 container.
 
 The project's wheel is installed with Debian's python3 packages only (no pip), the unit,
 sysusers entry and bus policy at the places the .deb uses, and /etc/nichealthd/config.toml
@@ -60,7 +60,7 @@ def poll_count(c) -> int:
 
 def wait_polls(c, more: int, what: str) -> None:
     """Until ``more`` polls completed after this call: waits on the daemon's own count, not
-    on a guessed time (issue 20.8)."""
+    on a guessed time (CONTRIBUTING.md)."""
     target = c.wait_for(lambda: poll_count(c), 60, what="the daemon answering over D-Bus") + more
     c.wait_for(lambda: poll_count(c) >= target, 60, interval=0.2, what=what)
 

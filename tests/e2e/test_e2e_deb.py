@@ -1,9 +1,9 @@
-"""Issues 8, 22, 24: the .deb on fresh Debian 12 and Debian 13 containers under real systemd.
+"""The .deb on fresh Debian 12 and Debian 13 containers under real systemd.
 
 One container per Debian release, the steps in order, as a new operator meets them:
 
 1. ``apt-get install ./nichealthd_*.deb`` on a fresh host with the DEFAULT configuration
-   (nothing written before, no NVSentinel, no RDMA device — issue 13): the dependencies come
+   (nothing written before, no NVSentinel, no RDMA device — README): the dependencies come
    from Debian only (pre-fetched into apt's cache), at the versions packaging/targets.toml
    records for that release (the table the other targets' checks rely on); the unit is enabled
    and active (running), and ``systemctl status nichealthd`` and ``nichealthctl status`` say "no
@@ -119,7 +119,7 @@ def test_fresh_host_install_with_default_config(box):
     assert c.path("/usr/share/man/man8/nichealthd.8.gz").exists()
     # The shipped config is the commented defaults, and this host has no GPU metadata, no
     # platform connector and no RDMA device (the container sees the build host's /sys, which
-    # has no /sys/class/infiniband): it runs anyway and says so (issue 13).
+    # has no /sys/class/infiniband): it runs anyway and says so.
     assert "did not start" not in output, output
     c.wait_for(lambda: c.show(UNIT, "SubState") == "running", 30, what="unit running")
     assert c.show(UNIT, "StatusText").startswith(NO_DEVICES), c.show(UNIT, "StatusText")

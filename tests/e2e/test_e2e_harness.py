@@ -29,7 +29,7 @@ def test_debian13_container_boots(boot):
 
 
 def test_container_network_is_private_so_2112_is_free_inside(boot):
-    """Issue 24: the e2e daemons bind [::]:2112 in their own network namespace, whatever
+    """The e2e daemons bind [::]:2112 in their own network namespace, whatever
     listens on the host's :2112 (here: this test)."""
     host = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
     try:

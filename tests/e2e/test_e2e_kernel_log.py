@@ -1,4 +1,4 @@
-"""#17 under real systemd: the INSTALLED .deb reading kernel messages, in Debian 12 and 13.
+"""Kernel log under real systemd: the INSTALLED .deb reading kernel messages, in Debian 12 and 13.
 
 1. ``kernelLog = "kmsg"`` and the drop-in the package ships as an example
    (/usr/share/doc/nichealthd/examples/kmsg.conf). systemd-nspawn makes /dev/kmsg unavailable

@@ -129,7 +129,7 @@ def test_unit_sandbox_under_real_systemd(boot):
     # Other users' processes are invisible; no real devices.
     assert "1" not in r["other_pids_visible"]["value"]
     assert "null" in r["dev_list"]["value"] and "kmsg" not in r["dev_list"]["value"]
-    # #17: the journal is readable (SupplementaryGroups=systemd-journal), /dev/kmsg is not
+    # Kernel log: the journal is readable (SupplementaryGroups=systemd-journal), /dev/kmsg is not
     assert r["journal_entries"]["ok"] and r["journal_entries"]["value"] > 0, r["journal_entries"]
     assert not r["dev_kmsg"]["ok"], r["dev_kmsg"]
     # D-Bus: user nichealthd owns the name (1 = DBUS_REQUEST_NAME_REPLY_PRIMARY_OWNER).

@@ -1,4 +1,4 @@
-"""Issue 14: the varlink API under real systemd 257 in a Debian 13 container, with varlinkctl.
+"""The varlink API under real systemd 257 in a Debian 13 container, with varlinkctl.
 
 nichealthd is installed from source (the wheel, the unit with RuntimeDirectory=, Debian 13's
 own python3 packages from apt's pre-fetched cache) and started with systemctl on a

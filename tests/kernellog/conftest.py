@@ -1,4 +1,4 @@
-"""Real journal files for the kernel-log tests (#17): systemd-journal-remote writes them from
+"""Real journal files for the kernel-log tests: systemd-journal-remote writes them from
 the export format, python3-systemd's reader reads them."""
 
 from __future__ import annotations

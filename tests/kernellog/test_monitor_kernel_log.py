@@ -1,4 +1,4 @@
-"""#17 done-when, through the real monitor on a sim host reading real journal files."""
+"""The kernel log through the real monitor on a sim host reading real journal files."""
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def test_without_a_path_a_simulated_host_reads_no_kernel_log() -> None:
 
 
 def test_a_repeating_fault_across_a_restart(tmp_path: Path) -> None:
-    """#17.4 on real journal files: lines of one non-fatal rule a minute apart are one
+    """Repeated faults on real journal files: lines of one non-fatal rule a minute apart are one
     SysLogsNICDriverError event per dedup window, and the third within the hour one
     CONTACT_SUPPORT repetition; the window is in the state file (a restart keeps it)."""
     root, cfg = host()

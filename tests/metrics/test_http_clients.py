@@ -1,4 +1,4 @@
-"""Misbehaving HTTP clients (issue 12.12): idle sockets, backlog, one rate-limited log line.
+"""Misbehaving HTTP clients: idle sockets, backlog, one rate-limited log line.
 
 400 connections that send nothing used to make the stdlib server print a 15-line traceback
 each when it dropped them after 10 s; the listen backlog was socketserver's 5.

@@ -1,4 +1,4 @@
-"""#17.4 end to end: the real daemon on a sim tree, its journal written by ``nichealthd-sim
+"""Fault repeats: the real daemon on a sim tree, its journal written by ``nichealthd-sim
 kernel-log`` as an operator would in a drill: a non-fatal driver fault repeating on one
 device gives one CONTACT_SUPPORT event and, when the (scaled-down) window empties, its
 recovery; the metrics count the lines per rule and device, and those in the window."""

@@ -1,4 +1,4 @@
-"""#15 done-when, end to end: the real daemon on a sim tree, driven by ``nichealthd-sim flap``
+"""The link families end to end: the real daemon on a sim tree, driven by ``nichealthd-sim flap``
 and ``set-rate`` as an operator would run them, polls and windows scaled down by config.
 
 - 3 down/up cycles within the flap window: exactly one flap event besides the port's own

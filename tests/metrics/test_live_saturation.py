@@ -1,4 +1,4 @@
-"""Issue #21.3 "done when" on the running daemon (200 ms polls, symbol_error's 1 s window):
+"""One report per saturated counter on the running daemon (200 ms polls, symbol_error's 1 s window):
 the counter reaching its limit is one unhealthy event and its clear one healthy event, also
 when the velocity window fills only polls after the limit was first seen (the first outside
 audit of this branch found two unhealthy events there)."""

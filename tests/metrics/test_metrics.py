@@ -102,7 +102,7 @@ def test_fatal_breach_sets_the_flag(sim: Callable[..., Path], daemon: Start) -> 
 
 def test_saturation_is_shown_per_counter_and_degrades_only_for_error_counters(
         sim: Callable[..., Path], daemon: Start) -> None:
-    """Issue #21.3: a saturated traffic counter is a flag, not a degradation."""
+    """A saturated traffic counter is a flag, not a degradation."""
     root = sim("dgx-h100")
     with (root / "nichealthd.toml").open("a") as config:
         config.write(XMIT_WAIT_ON)
@@ -151,7 +151,7 @@ def test_output_passes_promtool(sim: Callable[..., Path], daemon: Start) -> None
 
 def test_efa_devices_are_named_by_their_adapter(sim: Callable[..., Path], daemon: Start
                                                  ) -> None:
-    """#18.6: the device info series names the adapter family; EFA counters are series."""
+    """The device info series names the adapter family; EFA counters are series."""
     s = daemon(sim("p5")).scrape()
     infos = series(s, "nichealthd_device_info", device="rdmap79s0")
     assert [(i["adapter"], i["role"], i["hca_type"]) for i in infos] == [("efa", "compute", "")]

@@ -1,4 +1,4 @@
-"""Every series the daemon exports passes ``promtool check metrics`` (#16), with every check
+"""Every series the daemon exports passes ``promtool check metrics``, with every check
 family active and its faults present, so that each family's series carry samples.
 
 promtool is the Debian package ``prometheus`` (/usr/bin/promtool); .ci/metrics-deps.sh
@@ -138,7 +138,7 @@ def test_every_series_with_every_family_faulted_passes_promtool(
 
 def test_an_efa_host_with_its_faults_passes_promtool(sim: Callable[..., Path],
                                                       daemon: Start) -> None:
-    """#18: the EFA families add to the port series; their labels must lint as well."""
+    """The EFA families add to the port series; their labels must lint as well."""
     promtool()
     root = sim("p4d", metadata=False)  # its EFAs share their bus with their ENA netdev
     running = daemon(root)

@@ -372,7 +372,7 @@ def test_every_package_has_the_same_files_of_its_own() -> None:
 
 
 def test_both_ship_the_kmsg_drop_in_as_an_example() -> None:
-    """#17: kernelLog = "kmsg" needs systemd/examples/kmsg.conf, which both packages install
+    """kernelLog = "kmsg" needs systemd/examples/kmsg.conf, which both packages install
     uncompressed at the path the daemon's message and nichealthd(8) name (/usr/share/doc is
     left out of the file comparison above: Debian's copyright and changelog live there)."""
     from nichealthd.sources.kernel_log import KMSG_DROPIN
@@ -400,7 +400,7 @@ def test_every_package_ships_the_fleet_rules_and_dashboard_as_in_the_source(
 
 
 def test_builds_from_release_tarball(tmp_path: Path) -> None:
-    """`git archive` output (no .git) builds the same packages as the clone (issue 22); the
+    """`git archive` output (no .git) builds the same packages as the clone (README); the
     rpm on a machine without its target's CPython too (no pyenv, no /usr/bin/python3.9):
     without bytecode (rpm 4.18 refused the empty interpreter macro it was given)."""
     if not (REPO / ".git").exists():

@@ -1,4 +1,4 @@
-"""The sim's #16 files: root port AER totals, and character devices that go with their device."""
+"""The sim's PCI files: root port AER totals, and character devices that go with their device."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def chardev_paths(root: Path, dev: str) -> list[Path]:
     return out
 
 
-# ------------------------------------------------------------ root port AER totals (#16.2)
+# ------------------------------------------------------------ root port AER totals
 
 def test_root_ports_have_the_totals_and_nothing_else_does(root: Path) -> None:
     nic = function(root, "mlx5_0")
@@ -86,7 +86,7 @@ def test_a_function_on_the_root_bus_has_no_root_port(build: Callable[..., Path])
         pcifiles.rootport_aer(nic, "fatal")
 
 
-# ------------------------------------------------------------ remove-device (#16.4)
+# ------------------------------------------------------------ remove-device
 
 def test_remove_device_takes_its_character_devices_and_restore_brings_them_back(
         root: Path) -> None:
@@ -140,7 +140,7 @@ def test_a_driver_reload_takes_every_entry_and_a_rename_retitles_them(root: Path
     assert (root / chardev.CLASS_MAD / "issm0" / "ibdev").read_text() == "mlx5_99\n"
 
 
-# ------------------------------------------------------------ unbind, bind --driver (#16.5)
+# ------------------------------------------------------------ unbind, bind --driver
 
 def test_bind_to_another_driver_gives_a_driver_link_and_nothing_else(
         root: Path, capsys: pytest.CaptureFixture[str]) -> None:

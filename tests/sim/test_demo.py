@@ -29,7 +29,7 @@ def test_demo_shows_ports_and_the_pulled_cable(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(shutil.which("dbus-daemon") is None, reason="dbus-daemon not installed")
 def test_demo_on_an_aws_p4d_pulls_an_efa_interface(tmp_path: Path) -> None:
-    """#18: on p4d the ENA of each EFA shares its root bus, so its carrier is the EFA's."""
+    """On p4d the ENA of each EFA shares its root bus, so its carrier is the EFA's."""
     proc = subprocess.run([sys.executable, "-m", "nichealthd.sim", "demo", "--profile", "p4d",
                            "--root", str(tmp_path / "host")],
                           cwd=REPO, capture_output=True, text=True, timeout=120)

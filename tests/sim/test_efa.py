@@ -1,4 +1,4 @@
-"""#18.5: the simulated AWS hosts (p4d, p5, p5e, p6-b200): EFA and ENA functions, files, PCIe
+"""The simulated AWS hosts (p4d, p5, p5e, p6-b200): EFA and ENA functions, files, PCIe
 layout as the real hwloc trees show it (sim/profiles.py cites them), mutations."""
 
 from __future__ import annotations

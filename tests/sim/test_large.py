@@ -1,4 +1,4 @@
-"""Large synthetic hosts (issue 12 class 14): every octet, PCI address and name stays valid."""
+"""Large synthetic hosts (nichealthd-sim(1)): every octet, PCI address and name stays valid."""
 
 from __future__ import annotations
 

@@ -354,7 +354,7 @@ def test_set_rate_takes_the_kernel_text_or_gbps_at_the_current_lanes(root: Path)
     assert rate.read_text() == full
 
 
-# ------------------------------------------------------------ driver events (#19)
+# ------------------------------------------------------------ driver events
 
 def test_rename_moves_the_device_at_the_same_pci_function(root: Path) -> None:
     before = os.path.realpath(root / IB0 / "device")

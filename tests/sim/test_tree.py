@@ -47,7 +47,7 @@ EXPECTED = {
     "p5e": {"compute": 32},
     "p6-b200": {"compute": 10},  # 8 EFA, 2 ConnectX-7 IB
 }
-# The AWS profiles (#18.5) have their own layout tests (tests/sim/test_efa.py).
+# The AWS profiles have their own layout tests (tests/sim/test_efa.py).
 AWS = ("p4d", "p5", "p5-efa-only", "p5e", "p6-b200")
 MLX5 = [p for p in EXPECTED if p not in AWS]
 
@@ -119,7 +119,7 @@ def classify(root: Path) -> Dict[str, str]:
         numa = int(read(dev / "device/numa_node"))
         topo = meta["nic_topology"][name]
         link = read(dev / "ports/1/link_layer").strip()
-        # An EFA device (#18) has no hca_type file.
+        # An EFA device has no hca_type file.
         bluefield = (dev / "hca_type").exists() and read(dev / "hca_type").strip() in BLUEFIELD
         gated = numa not in gpu_numas if gpu_numas else bluefield
         if name in default_devs or gated:
@@ -289,7 +289,7 @@ def test_dgx_h100_details(built) -> None:
 
 
 def test_default_route_through_bond_vlan_and_ipv6(built) -> None:
-    """Issue #21.5: the management NIC is reached through a stacked netdev or IPv6 only."""
+    """The management NIC is reached through a stacked netdev or IPv6 only."""
     bond = built("l40s-onprem-bond")
     net = bond / "sys/class/net"
     assert default_route_iface(bond) == "bond0"

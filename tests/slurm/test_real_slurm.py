@@ -25,7 +25,7 @@ from .cluster import SlurmCluster, require
 pytestmark = pytest.mark.root
 
 NODE = "dgx-h100-sim"  # the sim host's nodeName: the default slurmNodeName
-DRAIN_WITHIN = 5.0  # seconds from the fatal event to the drained node (issue's bound)
+DRAIN_WITHIN = 5.0  # seconds from the fatal event to the drained node (the bound)
 
 
 @pytest.fixture(scope="module")

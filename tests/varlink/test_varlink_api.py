@@ -1,6 +1,6 @@
 """The varlink API of a running nichealthd, driven by the stock PyPI ``varlink`` client.
 
-What the issue asks to be checked from outside (#14, "Done when"): GetInfo lists the
+What is checked from outside: GetInfo lists the
 interface, the description is the shipped file and parses, ListPorts has the design keys, a
 port set DOWN reads ``healthy: false`` within two polls; plus every record field is declared
 in the interface with its type, and the standard errors where they apply.
@@ -104,7 +104,7 @@ def test_every_record_field_is_declared_with_its_type(daemon: VarlinkDaemon) -> 
 
 def test_a_lost_nic_is_a_device_row_with_its_address_and_why(
         start_daemon: Any) -> None:
-    """#16.5: the PF without an RDMA device is listed (fields declared, optional ones)."""
+    """The PF without an RDMA device is listed (fields declared, optional ones)."""
     root = make_sim()
     with (root / "nichealthd.toml").open("a") as fh:
         fh.write('adapterCheckInterval = "1s"\ndriverReloadGrace = "0s"\n')  # third read

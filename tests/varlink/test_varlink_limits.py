@@ -32,7 +32,7 @@ def test_the_caps_of_256_slots() -> None:
 
 
 def test_four_users_take_what_one_user_may_and_root_still_gets_in() -> None:
-    """The issue's 4 uids x 64 (and more) filled every slot; now they hold 32 each."""
+    """4 uids x 64 (and more) filled every slot; now they hold 32 each."""
     admission = Admission(Caps.of(256))
     refused = {uid: sum(bool(admission.admit(uid)) for _ in range(75))
                for uid in (1001, 1002, 1003, 1004)}

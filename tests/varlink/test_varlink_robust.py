@@ -1,5 +1,5 @@
 """Bad and slow varlink clients against the real daemon: bounded, logged, never felt by
-polling or by other clients (#14.4); Reload only for uid 0 (SO_PEERCRED); WatchEvents."""
+polling or by other clients; Reload only for uid 0 (SO_PEERCRED); WatchEvents."""
 
 from __future__ import annotations
 

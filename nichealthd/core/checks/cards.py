@@ -35,7 +35,7 @@ def runtime_verdicts(verdicts: dict[str, CardVerdict], cycle: Cycle, state: Link
     The default hold, 4 minutes, is gpud's drop rule (REFERENCE §4: a port down for >= 4 min
     is "dropped"), the peer threshold for "stuck" rather than "retraining". The shorter
     anchors do not fit: the spec's 30 s INIT hint is shorter than a subnet-manager re-sweep
-    of a large fabric (the issue's "done when" requires 30 s in INIT to stay non-fatal), and
+    of a large fabric (30 s in INIT must stay non-fatal there), and
     NVIDIA's 30 s ``rdma_linkflap_fatal`` is about a DOWN outage, which is fatal here at once.
 
     A card with a port whose unhealthy state is held down (``stateHoldDown``) says

@@ -30,7 +30,7 @@ this module never looks at a file's path. Rules beyond the spec (REFERENCE §3):
     the ``saturated`` flag (views, D-Bus, the ``nichealthd_saturated`` metric).
 
 - Every counter files under the layer's degradation check, a fatal one too (NVSentinel's
-  own monitor since its #1492; :meth:`CheckNames.for_counter` says why), so a fatal breach
+  own monitor since NVSentinel #1492; :meth:`CheckNames.for_counter` says why), so a fatal breach
   and its counter's saturation are one identity: one report.
 """
 
@@ -207,7 +207,7 @@ class CheckNames:
         """Every counter files under the degradation check, a fatal one too.
 
         Beyond the spec (§11.1 files fatal counters under the state check), as NVSentinel's
-        own monitor does since its #1492: a latched breach outlives any port-state recovery,
+        own monitor does since NVSentinel #1492: a latched breach outlives any port-state recovery,
         and a recovery (``ACTIVE``/``LinkUp``) under the state check's name would clear the
         counter's condition in NVSentinel's fault-quarantine while the latch still holds.
         ``isFatal`` (REPLACE_VM) is unchanged. A breach persisted under the state check by
