@@ -169,7 +169,7 @@ def test_daemon_exits_2_naming_file_and_key(tmp_path: Path, caplog: pytest.LogCa
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
-def test_issue_23_done_when(tmp_path: Path, value: str) -> None:
+def test_non_finite_thresholds_are_refused_by_both_programs(tmp_path: Path, value: str) -> None:
     """The real programs: `threshold = nan|inf|-inf` on link_downed is exit 2 from both."""
     path = config_file(tmp_path, LINK_DOWNED, value)
     for program in (["nichealthd.runtime.daemon", "--config", path, "--once"],

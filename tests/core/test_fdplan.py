@@ -24,7 +24,7 @@ def test_every_connection_limit_and_the_reserve_fit_beside_the_kept_files(limit:
     assert plan.kept_aer == min(AER_KEPT_OPEN, (plan.kept_sysfs + plan.kept_aer) // 4)
 
 
-def test_the_issue_host_ulimit_1024() -> None:
+def test_everything_kept_open_fits_ulimit_1024() -> None:
     """Before: 896 sysfs files and 256 AER tables could be kept open beside 256 varlink
     connections and a 128 reserve: more than 1024. Now all of it fits."""
     plan = plan_fds(1024)
