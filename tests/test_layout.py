@@ -288,23 +288,15 @@ ISSUE = re.compile(r"(?i)\bissues? #?\d|(?<![\w/&#])#\d+(?:\.\d+)?(?![\w\"'])")
 # An upstream project's issue or pull request is a public source: cited with the project
 # named right before the number ("NVSentinel #1492"), it is not one of ours.
 UPSTREAM_ISSUE = re.compile(r"\b(?:NVSentinel|dbus-next|aws-ofi-nccl) #\d+(?:, #\d+)*")
-# Files still citing issue numbers while another change rewrites them; the lead empties this
-# set when that change is merged (a file that no longer cites one fails the test below).
-ISSUE_CITATIONS_NOT_YET_REWRITTEN = {"tests/daemon/test_driver_reload.py"}
-
 
 def test_no_citation_of_an_issue_number() -> None:
     """Docstrings, comments, man pages and docs say the fact, or cite the module, README,
     ARCHITECTURE.md, a man page or the spec by name: an issue number points outside the
     repository, at a tracker its readers may not have."""
-    citing = []
+    citing: list[str] = []
     for name, lines in repository_texts():
-        cites = [f"{name}:{n}" for n, line in enumerate(lines, 1)
-                 if ISSUE.search(UPSTREAM_ISSUE.sub("", line))]
-        if name in ISSUE_CITATIONS_NOT_YET_REWRITTEN:
-            assert cites, f"{name} cites no issue any more: take it out of the set"
-        else:
-            citing.extend(cites)
+        citing.extend(f"{name}:{n}" for n, line in enumerate(lines, 1)
+                      if ISSUE.search(UPSTREAM_ISSUE.sub("", line)))
     assert citing == [], "issue numbers cited at:\n" + "\n".join(citing)
 
 

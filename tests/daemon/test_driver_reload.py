@@ -1,5 +1,6 @@
-"""#19 end to end: the real daemon on a sim tree through driver reloads, firmware resets and
-renames, driven by the ``nichealthd-sim`` command line as an operator's drill would."""
+"""Driver reloads end to end: the real daemon on a sim tree through driver reloads,
+firmware resets and renames, driven by the ``nichealthd-sim`` command line as an operator's
+drill would."""
 
 from __future__ import annotations
 
