@@ -48,6 +48,7 @@ class Outcome(Protocol):
 
     committed: list[JournalEntry]
 
+
 MARKER = "SURFACE"
 _DECLARES = re.compile(rb"^SURFACE\b\s*(:[^=\n]*)?=", re.MULTILINE)
 STOP_SECONDS = 4.0  # the daemon bounds a service's stop at 5 s
