@@ -4,6 +4,7 @@ flap`` takes a port down 4 times for 3 s on each: both are REPLACE_VM for that p
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -66,9 +67,12 @@ def test_four_flaps_are_replace_vm_with_a_hold_down_as_without(
     assert kinds(with_hold) == [("link_flap", "fatal", "REPLACE_VM")]
     (event,) = with_hold
     assert (event["checkName"], event["entitiesImpacted"]) == ("InfiniBandStateCheck", PORT)
-    assert event["message"].startswith(
-        "Port mlx5_0 port 1: LinkFlap - 3 down/up cycles within 1h, 3 absorbed by "
-        "stateHoldDown 10s (fatal at 3) - unstable link - suspect: unknown (")  # no module read
+    # Fatal at the third absorbed outage; on a loaded machine the poll that judges it may come
+    # after the fourth, so the event counts the outages it saw by then: 3 or 4, each absorbed.
+    told = re.match(r"Port mlx5_0 port 1: LinkFlap - ([34]) down/up cycles within 1h, (\d) "
+                    r"absorbed by stateHoldDown 10s \(fatal at 3\) - unstable link - suspect: "
+                    r"unknown \(", event["message"])  # no module read
+    assert told and told[1] == told[2], event["message"]
     assert state(held)["port_blips"] == {"mlx5_0_1": 4}
     # The same verdict on the port both ways: REPLACE_VM, for mlx5_0 port 1 only.
     for run in got:
