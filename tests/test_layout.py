@@ -184,32 +184,13 @@ def module_name(path: Path) -> str:
     return ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
 
 
-def module_path(name: str) -> Path:
-    """The file of an imported name (a module, or a package's ``__init__``); a name imported
-    from a module (``core.numbers.parse``) is its module's."""
-    parts = name.split(".")
-    while parts:
-        base = PACKAGE.joinpath(*parts)
-        for path in (base.with_suffix(".py"), base / "__init__.py"):
-            if path.is_file():
-                return path
-        parts.pop()
-    raise AssertionError(f"no module for nichealthd.{name}")
-
-
 def test_the_fact_modules_import_nothing_that_imports_the_config() -> None:
     """What a fact module imports, all the way down, is pure: never the config, the family
     seam or a family (which import the fact modules: that would be an import circle)."""
     assert FACT_MODULES, "no fact module found"
-    seen: set[Path] = set()
-    todo = [PACKAGE / (name.replace(".", "/") + ".py") for name in FACT_MODULES]
-    while todo:
-        path = todo.pop()
-        if path in seen:
-            continue
-        seen.add(path)
-        todo.extend(module_path(name) for name in imported(path))
-    reached = {module_name(p) for p in seen}
+    graph = import_graph(PACKAGE)
+    reached = {name.partition(".")[2] for fact in FACT_MODULES
+               for name in _reachable(graph, f"nichealthd.{fact}")}
     assert not {n for n in reached if n in ("core.config", "core.family")
                 or n.startswith("core.checks")}, sorted(reached)
 
