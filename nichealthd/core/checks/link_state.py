@@ -359,6 +359,7 @@ def _evaluate_ports(poll: _PortPoll, device: DeviceSnapshot, layer: str, judging
     previous, state, short = poll.previous, poll.state, poll.short
     check, now = judging.check, judging.now
     raised = poll.raised.setdefault(device.card or "", [])
+    against_card = judging._replace(evidence=True)  # once per device, not per port and poll
     events: list[HealthEvent] = []
     seen = set()
     for port in device.ports:
@@ -369,7 +370,8 @@ def _evaluate_ports(poll: _PortPoll, device: DeviceSnapshot, layer: str, judging
         if record is not None:
             events.extend(returned_port(record, check, now))
         new_record, port_events, hold, blip = held_transition(
-            record, port, port.link_layer or layer, judging._replace(evidence=port.key in short),
+            record, port, port.link_layer or layer,
+            against_card if port.key in short else judging,
             previous.port_holds.get(port.key))
         _keep_hold(state, port.key, hold, blip)
         events.extend(port_events)
