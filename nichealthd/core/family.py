@@ -46,12 +46,6 @@ V = TypeVar("V")  # a family's volatile memory: what it keeps between polls and 
 READS_DEVICES = "devices"  # the device list and its PCI facts
 READS_PORTS = "ports"  # port state, physical state, link layer, rate
 READS_COUNTERS = "counters"  # the configured counter files
-# Slow parts: read only in a poll in which an enabled family reading them is due
-# (:func:`nichealthd.core.evaluate.due_reads`), into HostSnapshot.pcie / .aer / .hwmon.
-READS_PCIE = "pcie"  # the link files of every hop from each NIC up to its root port
-READS_AER = "aer"  # the aer_dev_* tables of each NIC function and the port above it
-READS_HWMON = "hwmon"  # the NIC functions' hwmon temperature sensors
-PCI_READS = frozenset({READS_PCIE, READS_AER, READS_HWMON})  # sources/pcie.py reads them
 # Read every poll by their own sources, each inside its own failure boundary: a family that
 # needs a part whose source failed is not judged in that poll (HostSnapshot.unread).
 READS_ADAPTER = "adapter"  # the adapter facts: PCI NICs, character devices, netdevs, firmware

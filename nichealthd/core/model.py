@@ -245,6 +245,11 @@ class KernelLine:
     at: datetime
 
 
+# The facts a snapshot also has a field of the same name for, in which a table test builds
+# them (the PCI source's: sources/pcie_facts.py).
+_FIELD_FACTS = frozenset({"pcie", "aer", "hwmon"})
+
+
 @dataclass(frozen=True)
 class HostSnapshot:
     """Everything one poll observed. ``complete`` is False when enumeration was uncertain."""
@@ -260,8 +265,8 @@ class HostSnapshot:
     # device's function has no device in the class directory (None: not listed, or not
     # listable): is the hardware still there (a driver event) or did it leave the bus?
     pci_bus: Optional[frozenset[str]] = None
-    # The slow PCI facts of each monitored device, read only in a poll in which a family
-    # reading them is due (None: not read this poll): PCIe link hops, AER totals, sensors.
+    # The PCI source's facts (sources/pcie_facts.py) as a table test builds them: the monitor
+    # puts what the source reads in ``facts``, and :meth:`fact` falls back to these fields.
     pcie: Optional[Mapping[str, tuple[PcieHop, ...]]] = None
     aer: Optional[Mapping[str, tuple[AerTable, ...]]] = None
     hwmon: Optional[Mapping[str, tuple[Sensor, ...]]] = None
@@ -296,8 +301,13 @@ class HostSnapshot:
 
     def fact(self, key: Fact[T]) -> Optional[T]:
         """The value of fact ``key`` this poll, as its source module typed it; None when it
-        was not read this poll (no family needing it due, or its source failed)."""
-        return cast(Optional[T], self.facts.get(key))
+        was not read this poll (no family needing it due, or its source failed). A fact the
+        snapshot also has a field for (:data:`_FIELD_FACTS`) is that field when ``facts``
+        lacks it."""
+        value = self.facts.get(key)
+        if value is None and key in _FIELD_FACTS:
+            value = getattr(self, key)
+        return cast(Optional[T], value)
 
     def device(self, name: str) -> Optional[DeviceSnapshot]:
         for device in self.devices:

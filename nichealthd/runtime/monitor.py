@@ -32,13 +32,7 @@ from ..core.evaluate import (
     watched_functions,
 )
 from ..core.failure import describe_exception
-from ..core.family import (
-    PCI_READS,
-    READS_AER,
-    READS_COUNTERS,
-    READS_HWMON,
-    READS_PCIE,
-)
+from ..core.family import READS_COUNTERS
 from ..core.model import HostSnapshot
 from ..core.pcitopo import summary
 from ..core.state import MonitorState
@@ -46,7 +40,8 @@ from ..core.topology import Role
 from ..core.views import health_status
 from ..sources.boundary import SourceBoundary
 from ..sources.kernel_log import KernelLogSource, open_kernel_log
-from ..sources.pcie import PciFactsReader
+from ..sources.pcie import PciFactsReader, PciSource
+from ..sources.pcie_facts import PCIE
 from ..sources.seam import Source, source_types
 from ..sources.sysfs import SysfsReader
 from ..storage.store import (
@@ -96,15 +91,14 @@ class Monitor:
         self._topology_devices: Optional[frozenset[str]] = None
         self._counters_logged = False  # logged at the first poll that sees a device
         self.reader = reader or SysfsReader(config)
-        # The slow PCI facts: read only when a family judging them is due, each part
-        # inside its own failure boundary.
-        self.pci_facts = PciFactsReader(config.sysfs_root, config.sys_class_infiniband)
-        # The facts of the Source seam, each read when a family needing it is due.
-        self.sources: dict[str, Source] = {cls.fact: cls(config) for cls in source_types()}
-        self._boundaries = {part: SourceBoundary(part, what, log) for part, what in (
-            (READS_PCIE, "the PCIe links"), (READS_AER, "the AER tables"),
-            (READS_HWMON, "the NIC temperature sensors"),
-            *((fact, source.description) for fact, source in self.sources.items()))}
+        # The facts of the Source seam (the PCI side's among them), each read when a family
+        # needing it is due, inside its own failure boundary.
+        self._readers = [cls(self.config) for cls in source_types()]
+        self.sources: dict[str, Source] = {fact: source for source in self._readers
+                                           for fact in source.facts}
+        self._boundaries: dict[str, SourceBoundary] = {
+            fact: SourceBoundary(fact, what, log) for source in self._readers
+            for fact, what in source.facts.items()}
         self.families = FamilyWatch(log)
         # The kernel log: read each poll from the committed cursor (KERNEL_LOG section).
         self.kernel_log = kernel_log if kernel_log is not None else (
@@ -249,23 +243,16 @@ class Monitor:
 
     def _read_slow(self, snapshot: HostSnapshot, parts: frozenset[str],
                    monitored: list[str]) -> HostSnapshot:
-        """The snapshot with each due part not read every poll, each inside its own boundary:
-        the PCI side into its fields, a source's fact into ``facts``; a part that could not
-        be read is named in ``unread`` with why."""
+        """The snapshot with each due fact of the Source seam in ``facts``, each read inside
+        its own boundary; a fact that could not be read is named in ``unread`` with why."""
         unread, facts = dict(snapshot.unread), dict(snapshot.facts)
         for part in sorted(parts):
             boundary = self._boundaries.get(part)
             if boundary is None:
                 unread[part] = "no source provides it"
                 continue
-            if part in PCI_READS:
-                read, problem = boundary.read(functools.partial(
-                    self.pci_facts.read, snapshot, frozenset({part}), monitored))
-                if read is not None:
-                    snapshot = read
-            else:
-                facts[part], problem = boundary.read(functools.partial(
-                    self.sources[part].read, snapshot, monitored))
+            facts[part], problem = boundary.read(functools.partial(
+                self.sources[part].read_fact, part, snapshot, monitored))
             if problem:
                 unread[part] = problem
                 facts.pop(part, None)
@@ -367,8 +354,7 @@ class Monitor:
         self.topology_reason = topology_reason or self.topology_reason
         self.topology_summary = ""  # logged again with the roles of the next poll
         self.reader.reconfigure(config)
-        self.pci_facts.reconfigure(config.sysfs_root, config.sys_class_infiniband)
-        for source in self.sources.values():
+        for source in self._readers:
             source.reconfigure(config)
         was, now = old.settings(KernelLogSettings), config.settings(KernelLogSettings)
         if (was.kernel_log, was.kernel_log_path, old.sysfs_root) != (
@@ -377,6 +363,14 @@ class Monitor:
                 self.kernel_log.close()
             self.kernel_log = open_kernel_log(config) if KERNEL_LOG.enabled(config) else None
         self.journal.history_size = config.event_history_size
+
+    @property
+    def pci_facts(self) -> PciFactsReader:
+        """The PCI source's reader (its kept-open AER tables have their own share of the
+        open-file limit: :meth:`limit_open_files`)."""
+        source = self.sources[PCIE]
+        assert isinstance(source, PciSource)
+        return source.reader
 
     def limit_open_files(self, sysfs: Optional[int], aer: int) -> None:
         """Keep at most this many sysfs files open (None: all) and this many AER tables: the
@@ -387,8 +381,7 @@ class Monitor:
     def close(self) -> None:
         self.flush()
         self.reader.close()
-        self.pci_facts.close()
-        for source in self.sources.values():
+        for source in self._readers:
             source.close()
         if self.kernel_log is not None:
             self.kernel_log.close()

@@ -1,8 +1,10 @@
-"""Reading the slow PCI facts of the monitored NICs: PCIe link hops and AER tables.
+"""The PCI source: the slow PCI facts of the monitored NICs, PCIe link hops, AER tables, sensors.
 
-Asked for by the monitor only in a poll in which a family judging them is due
-(:func:`nichealthd.core.evaluate.due_reads`), never every poll. What to read is planned once
-per device and PCI function (a device that comes back at another address is planned again):
+A source of the seam (:mod:`.seam`) with three facts (:mod:`.pcie_facts`) that share one plan
+of paths, each read by the monitor only in a poll in which a family judging it is due
+(:func:`nichealthd.core.evaluate.due_reads`), never every poll, inside its own boundary.
+What to read is planned once per device and PCI function (a device that comes back at
+another address is planned again):
 its resolved path ``/sys/devices/pciDDDD:BB/<root port>/…/<function>`` (as
 :mod:`nichealthd.sources.pci` resolves it for the topology) gives the functions on the way up.
 The links are paired from the bottom: the NIC and the port above it, then the switch upstream
@@ -24,9 +26,9 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
-from ..core.family import READS_AER, READS_HWMON, READS_PCIE
+from ..core.config import Config
 from ..core.model import DeviceSnapshot, HostSnapshot
 from ..core.numbers import AER_TOTAL, PCIE_WIDTH, Number, RateGate, Unreadable, boottime, parse
 from .attribute import AttributeFiles
@@ -37,10 +39,13 @@ from .pci_facts import (
     AerTable,
     LinkEnd,
     PcieHop,
+    Sensor,
     parse_aer_total,
     parse_speed,
 )
+from .pcie_facts import AER, HWMON, PCIE
 from .problems import ProblemLog
+from .seam import Source
 
 log = logging.getLogger("nichealthd.pcie")
 
@@ -140,26 +145,44 @@ class PciFactsReader:
 
     def read(self, snapshot: HostSnapshot, parts: frozenset[str],
              devices: Iterable[str]) -> HostSnapshot:
-        """``snapshot`` with the requested parts of the named devices filled in."""
-        if not parts & {READS_PCIE, READS_AER, READS_HWMON}:
-            return snapshot
+        """``snapshot`` with the requested parts of the named devices in its fields of the
+        same name (as a table test builds them; the monitor reads each part into ``facts``)."""
+        wanted = tuple(devices)
+        if PCIE in parts:
+            snapshot = replace(snapshot, pcie=self.links(snapshot, wanted))
+        if AER in parts:
+            snapshot = replace(snapshot, aer=self.aer_tables(snapshot, wanted))
+        if HWMON in parts:
+            snapshot = replace(snapshot, hwmon=self.sensors(snapshot, wanted))
+        return snapshot
+
+    def links(self, snapshot: HostSnapshot, devices: Iterable[str]
+              ) -> dict[str, tuple[PcieHop, ...]]:
+        """Fact :data:`~.pcie_facts.PCIE` of the named devices."""
+        return {name: self._hops(path) for name, path in self._found(snapshot, devices).items()}
+
+    def aer_tables(self, snapshot: HostSnapshot, devices: Iterable[str]
+                   ) -> dict[str, tuple[AerTable, ...]]:
+        """Fact :data:`~.pcie_facts.AER` of the named devices."""
+        found = self._found(snapshot, devices)
+        rootports: dict[str, Optional[AerTable]] = {}  # read once per poll
+        now = self.rates.clock()  # the rate of every total is judged at one time
+        return {name: self._aer(path, rootports, now) for name, path in found.items()}
+
+    def sensors(self, snapshot: HostSnapshot, devices: Iterable[str]
+                ) -> dict[str, tuple[Sensor, ...]]:
+        """Fact :data:`~.pcie_facts.HWMON` of the named devices."""
+        return {name: self.hwmon.sensors(path.chain[-1][1])
+                for name, path in self._found(snapshot, devices).items()}
+
+    def _found(self, snapshot: HostSnapshot, devices: Iterable[str]
+               ) -> dict[str, FunctionPath]:
+        """The path of each named physical function that has one."""
         wanted = frozenset(devices)
         chosen = [d for d in snapshot.devices if d.name in wanted and not d.is_vf]
         paths = {d.name: self._path(d) for d in chosen}
         self._forget_gone(chosen)
-        found = {name: path for name, path in paths.items() if path is not None}
-        if READS_PCIE in parts:
-            snapshot = replace(snapshot, pcie={name: self._hops(path)
-                                               for name, path in found.items()})
-        if READS_AER in parts:
-            rootports: dict[str, Optional[AerTable]] = {}  # read once per poll
-            now = self.rates.clock()  # the rate of every total is judged at one time
-            snapshot = replace(snapshot, aer={name: self._aer(path, rootports, now)
-                                              for name, path in found.items()})
-        if READS_HWMON in parts:
-            snapshot = replace(snapshot, hwmon={name: self.hwmon.sensors(path.chain[-1][1])
-                                                for name, path in found.items()})
-        return snapshot
+        return {name: path for name, path in paths.items() if path is not None}
 
     def _forget_gone(self, chosen: list[DeviceSnapshot]) -> None:
         """A device that went away (or moved): forget its path and close its AER files."""
@@ -306,3 +329,35 @@ def _aer_paths(paths: Iterable[FunctionPath]) -> Iterable[str]:
         if len(path.chain) >= 2:
             for name, _ in ROOTPORT_FILES:
                 yield os.path.join(path.chain[0][1], name)
+
+
+class PciSource(Source):
+    """The seam's reader of the PCI facts: one :class:`PciFactsReader`, so the three facts
+    share its plan of paths, its kept-open AER tables (their share of the open-file limit)
+    and its hwmon channels."""
+
+    fact = PCIE
+    description = "the PCIe links"
+    facts = {PCIE: description, AER: "the AER tables", HWMON: "the NIC temperature sensors"}
+
+    def __init__(self, config: Config) -> None:
+        super().__init__(config)
+        self.reader = PciFactsReader(config.sysfs_root, config.sys_class_infiniband)
+
+    def read(self, snapshot: HostSnapshot, devices: Sequence[str]) -> Any:
+        return self.reader.links(snapshot, devices)
+
+    def read_fact(self, key: str, snapshot: HostSnapshot, devices: Sequence[str]) -> Any:
+        reads: Mapping[str, Callable[[HostSnapshot, Iterable[str]], Any]] = {
+            PCIE: self.reader.links, AER: self.reader.aer_tables, HWMON: self.reader.sensors}
+        return reads[key](snapshot, devices)
+
+    def reconfigure(self, config: Config) -> None:
+        super().reconfigure(config)
+        self.reader.reconfigure(config.sysfs_root, config.sys_class_infiniband)
+
+    def close(self) -> None:
+        self.reader.close()
+
+
+SOURCE = PciSource

@@ -1,13 +1,13 @@
 """The seam a source plugs into: one reader of one kind of fact (ARCHITECTURE.md).
 
 A check family names the facts it needs in :attr:`CheckFamily.reads`. The facts read every
-poll (devices, ports, counters, adapter facts, kernel log) and the PCI side (PCIe links, AER,
-hwmon: :mod:`.pcie`) have their readers in the poll loop; any other fact comes from a
-:class:`Source` found here: a module of this package that defines ``SOURCE`` (a subclass) is
-one, so a new kind of fact is one new module. The monitor makes one instance per process,
-reads it only in a poll in which an enabled family needing its fact is due
-(:func:`nichealthd.core.evaluate.due_reads`), inside its own failure boundary
-(:mod:`.boundary`), and puts what it returns in ``HostSnapshot.facts`` under its key.
+poll (devices, ports, counters, adapter facts, kernel log) have their readers in the poll loop;
+any other fact comes from a :class:`Source` found here: a module of this package that defines
+``SOURCE`` (a subclass) is one, so a new kind of fact is one new module. The PCI side is one
+(:mod:`.pcie`: PCIe links, AER tables and sensors, three facts of one source). The monitor
+makes one instance per process, reads each of its facts only in a poll in which an enabled
+family needing it is due (:func:`nichealthd.core.evaluate.due_reads`), inside its own failure
+boundary (:mod:`.boundary`), and puts what it returns in ``HostSnapshot.facts`` under its key.
 
 A fact is typed by its source: its key (a :class:`~nichealthd.core.model.Fact`) and its types
 live in the source's fact module, ``<name>_facts.py`` of this package, pure like the core
@@ -21,7 +21,7 @@ from __future__ import annotations
 import abc
 import importlib
 import pkgutil
-from typing import Any, ClassVar, Optional, Sequence
+from typing import Any, ClassVar, Mapping, Optional, Sequence
 
 from ..core.config import Config
 from ..core.model import Fact, HostSnapshot
@@ -35,6 +35,16 @@ class Source(abc.ABC):
 
     fact: ClassVar[Fact[Any]]  # the key of the fact it provides (its own ``*_facts`` module)
     description: ClassVar[str]  # what it reads, for the log ("the NIC optics")
+    # Every fact it provides, with what it reads for the log: ``{fact: description}``, unless
+    # it reads several facts that share what it keeps open (the PCI source's links, AER
+    # tables and sensors, found by one path per function) and lists them here; each is read
+    # with :meth:`read_fact` when due, inside its own boundary.
+    facts: ClassVar[Mapping[Fact[Any], str]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "facts" not in cls.__dict__ and "fact" in cls.__dict__:
+            cls.facts = {cls.fact: cls.description}
 
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -43,6 +53,10 @@ class Source(abc.ABC):
     def read(self, snapshot: HostSnapshot, devices: Sequence[str]) -> Any:
         """The fact for ``devices`` (the monitored ones, and those not classified yet) of the
         poll's ``snapshot`` (its devices, ports and netdevs are read already)."""
+
+    def read_fact(self, key: str, snapshot: HostSnapshot, devices: Sequence[str]) -> Any:
+        """Fact ``key`` (one of :attr:`facts`); the default reads its one fact."""
+        return self.read(snapshot, devices)
 
     def reconfigure(self, config: Config) -> None:
         """A reloaded config; the default keeps nothing else."""
@@ -66,11 +80,12 @@ def source_types() -> tuple[type[Source], ...]:
             module = importlib.import_module(f"{__package__}.{info.name}")
             source = getattr(module, "SOURCE", None)
             if isinstance(source, type) and issubclass(source, Source):
-                if source.fact in found:
-                    raise RuntimeError(f"two sources provide {source.fact}: "
-                                       f"{found[source.fact].__name__}, {source.__name__}")
-                found[source.fact] = source
-        _found = tuple(found[fact] for fact in sorted(found))
+                for fact in source.facts:
+                    if fact in found:
+                        raise RuntimeError(f"two sources provide {fact}: "
+                                           f"{found[fact].__name__}, {source.__name__}")
+                    found[fact] = source
+        _found = tuple(dict.fromkeys(found[fact] for fact in sorted(found)))
     return _found
 
 

@@ -7,13 +7,13 @@ from typing import Any, Optional
 
 from nichealthd.core.checks.pcie_aer import PCIE_AER
 from nichealthd.core.events import HealthEvent
-from nichealthd.core.family import READS_AER
 from nichealthd.core.model import HostSnapshot
 from nichealthd.core.numbers import AER_TOTAL, value
 from nichealthd.core.state import MonitorState
 from nichealthd.sim import pcifiles
 from nichealthd.sources.pci_facts import AerTable
 from nichealthd.sources.pcie import PciFactsReader
+from nichealthd.sources.pcie_facts import AER as READS_AER
 
 from .. import simtrees
 from .builders import Runner, config, device, host

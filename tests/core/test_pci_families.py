@@ -10,7 +10,6 @@ from nichealthd.core.checks.pcie_aer import PCIE_AER
 from nichealthd.core.checks.pcie_link import PCIE_LINK
 from nichealthd.core.evaluate import due_reads
 from nichealthd.core.events import HealthEvent
-from nichealthd.core.family import READS_AER, READS_HWMON, READS_PCIE
 from nichealthd.core.model import HostSnapshot, Unreadable
 from nichealthd.core.numbers import PCIE_WIDTH, value
 from nichealthd.core.state import MonitorState
@@ -22,6 +21,9 @@ from nichealthd.sources.pci_facts import (
     parse_aer_total,
     parse_speed,
 )
+from nichealthd.sources.pcie_facts import AER as READS_AER
+from nichealthd.sources.pcie_facts import HWMON as READS_HWMON
+from nichealthd.sources.pcie_facts import PCIE as READS_PCIE
 
 from .builders import Runner, config, device, host
 

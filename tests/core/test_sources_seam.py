@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 from nichealthd.core.checks import families
-from nichealthd.core.family import EVERY_POLL, PCI_READS
+from nichealthd.core.family import EVERY_POLL
+from nichealthd.sources.pcie import PciSource
+from nichealthd.sources.pcie_facts import AER, HWMON, PCIE
 from nichealthd.sources.seam import source_types
 
 
 def test_every_fact_a_family_reads_is_provided() -> None:
-    provided = EVERY_POLL | PCI_READS | {source.fact for source in source_types()}
+    provided = EVERY_POLL | {fact for source in source_types() for fact in source.facts}
     for family in families():
         assert family.reads <= provided, (family.id, sorted(family.reads - provided))
 
 
 def test_a_source_provides_a_fact_no_built_in_reader_does() -> None:
     for source in source_types():
-        assert source.fact not in EVERY_POLL | PCI_READS, source.__name__
-        assert source.description, source.__name__
+        assert not source.facts.keys() & EVERY_POLL, source.__name__
+        assert source.description and all(source.facts.values()), source.__name__
+        assert source.fact in source.facts, source.__name__
+
+
+def test_the_pci_side_is_one_source_of_three_facts() -> None:
+    assert PciSource in source_types()
+    assert list(PciSource.facts) == [PCIE, AER, HWMON]

@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional
 
 from ...sources.pci_facts import Sensor, degrees
+from ...sources.pcie_facts import HWMON
 from ..codec import stored
 from ..config import Config
 from ..events import HealthEvent
-from ..family import READS_HWMON, CheckFamily, Condition, Cycle, Series, Verdict
+from ..family import CheckFamily, Condition, Cycle, Series, Verdict
 from ..jsontypes import Json
 from ..settings import Duration, Integer, Settings, setting
 from ..state import DEGRADED, FATAL
@@ -76,7 +77,7 @@ class NicTemperature(CheckFamily[TemperatureSection, Sensors, None]):
     order = 52
     keys = TemperatureSection.keys()
     section_type = TemperatureSection
-    reads = frozenset({READS_HWMON})
+    reads = frozenset({HWMON})
     device_field_types = {"temperature_c": "?float", "temperature_crit_c": "?float"}
     cadence = 60.0
     settings = NicTemperatureSettings
@@ -89,7 +90,7 @@ class NicTemperature(CheckFamily[TemperatureSection, Sensors, None]):
 
     def evaluate(self, previous: TemperatureSection, cycle: Cycle, volatile: None
                  ) -> Verdict[TemperatureSection, Sensors, None]:
-        facts = cycle.snapshot.hwmon
+        facts = cycle.snapshot.fact(HWMON)
         if facts is None:
             return Verdict(previous)
         section = TemperatureSection(dict(previous.records))

@@ -35,10 +35,11 @@ from datetime import datetime
 from typing import Any, Iterable, Mapping, Optional
 
 from ...sources.pci_facts import ROOTPORT_FILES, AerTable
+from ...sources.pcie_facts import AER
 from ..codec import Layout
 from ..config import Config, CounterSpec
 from ..events import ENTITY_NIC, ENTITY_PCI, HealthEvent, make_event
-from ..family import HOST, READS_AER, CheckFamily, Condition, Cycle, Series, Verdict
+from ..family import HOST, CheckFamily, Condition, Cycle, Series, Verdict
 from ..jsontypes import Json
 from ..model import PortSnapshot
 from ..observed import CounterObservation
@@ -154,7 +155,7 @@ class PcieAer(CheckFamily[AerSection, AerPicture, CounterTables]):
     order = 51
     keys = KEYS
     section_type = AerSection
-    reads = frozenset({READS_AER})
+    reads = frozenset({AER})
     device_field_types = {
         "aer_dev_fatal": "?int", "aer_dev_nonfatal": "?int", "aer_dev_correctable": "?int",
         "aer_root_port": "?string", "aer_rootport_total_err_fatal": "?int",
@@ -171,7 +172,7 @@ class PcieAer(CheckFamily[AerSection, AerPicture, CounterTables]):
 
     def evaluate(self, previous: AerSection, cycle: Cycle, volatile: Optional[CounterTables]
                  ) -> Verdict[AerSection, AerPicture, CounterTables]:
-        facts = cycle.snapshot.aer
+        facts = cycle.snapshot.fact(AER)
         if facts is None:
             return Verdict(previous)
         state, memory = previous.copy(), CounterTables.next_of(volatile)

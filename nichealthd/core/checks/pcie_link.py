@@ -16,10 +16,11 @@ from datetime import datetime
 from typing import Any, Iterable, Mapping, Optional
 
 from ...sources.pci_facts import PcieHop
+from ...sources.pcie_facts import PCIE
 from ..codec import stored
 from ..config import Config
 from ..events import HealthEvent
-from ..family import READS_PCIE, CheckFamily, Condition, Cycle, Series, Verdict
+from ..family import CheckFamily, Condition, Cycle, Series, Verdict
 from ..jsontypes import Json
 from ..model import DeviceSnapshot
 from ..settings import Duration, Settings, setting
@@ -64,7 +65,7 @@ class PcieLink(CheckFamily[PcieLinkSection, Hops, None]):
     order = 50
     keys = PcieLinkSection.keys()
     section_type = PcieLinkSection
-    reads = frozenset({READS_PCIE})
+    reads = frozenset({PCIE})
     device_field_types = {"pcie_link": "?string", "pcie_hops": "?[]PcieHop"}
     cadence = 60.0
     settings = PcieLinkSettings
@@ -77,7 +78,7 @@ class PcieLink(CheckFamily[PcieLinkSection, Hops, None]):
 
     def evaluate(self, previous: PcieLinkSection, cycle: Cycle, volatile: None
                  ) -> Verdict[PcieLinkSection, Hops, None]:
-        facts = cycle.snapshot.pcie
+        facts = cycle.snapshot.fact(PCIE)
         if facts is None:  # not read this poll (a host without the facts, a pure test)
             return Verdict(previous)
         section = PcieLinkSection(dict(previous.records))
