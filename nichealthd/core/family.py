@@ -49,9 +49,7 @@ READS_COUNTERS = "counters"  # the configured counter files
 # Read every poll by their own sources, each inside its own failure boundary: a family that
 # needs a part whose source failed is not judged in that poll (HostSnapshot.unread).
 READS_ADAPTER = "adapter"  # the adapter facts: PCI NICs, character devices, netdevs, firmware
-READS_KERNEL_LOG = "kernel_log"  # the kernel log lines after the committed cursor
-EVERY_POLL = frozenset({READS_DEVICES, READS_PORTS, READS_COUNTERS, READS_ADAPTER,
-                        READS_KERNEL_LOG})
+EVERY_POLL = frozenset({READS_DEVICES, READS_PORTS, READS_COUNTERS, READS_ADAPTER})
 # Any other name in ``reads`` is the key of a fact of a source on the Source seam
 # (nichealthd.sources.seam; a ``Fact`` of its ``sources/*_facts.py``): read only in a poll in
 # which a family needing it is due (HostSnapshot.fact).

@@ -20,7 +20,6 @@ from typing import Callable, Mapping, Optional
 
 from ..core.boot import decide_start
 from ..core.checks import enabled_under
-from ..core.checks.kernel_log import KERNEL_LOG, KernelLogSettings
 from ..core.config import Config
 from ..core.evaluate import (
     CycleResult,
@@ -39,7 +38,8 @@ from ..core.state import MonitorState
 from ..core.topology import Role
 from ..core.views import health_status
 from ..sources.boundary import SourceBoundary
-from ..sources.kernel_log import KernelLogSource, open_kernel_log
+from ..sources.kernel_log import KernelLogLines, KernelLogSource
+from ..sources.kernel_log_facts import KERNEL_LINES
 from ..sources.pcie import PciFactsReader, PciSource
 from ..sources.pcie_facts import PCIE
 from ..sources.seam import Source, source_types
@@ -99,11 +99,10 @@ class Monitor:
         self._boundaries: dict[str, SourceBoundary] = {
             fact: SourceBoundary(fact, what, log) for source in self._readers
             for fact, what in source.facts.items()}
+        if kernel_log is not None:  # given (a test's): instead of the one the config names
+            self._kernel_lines.close()
+            self._kernel_lines.log = kernel_log
         self.families = FamilyWatch(log)
-        # The kernel log: read each poll from the committed cursor (KERNEL_LOG section).
-        self.kernel_log = kernel_log if kernel_log is not None else (
-            open_kernel_log(config) if KERNEL_LOG.enabled(config) else None)
-        self._kernel_log_problem = ""
         self.clock = clock
         self.monotonic = monotonic
         self.journal = Journal(config.state_dir, config.event_history_size)
@@ -196,7 +195,7 @@ class Monitor:
             # The known devices' PCI functions: a poll in which one has no device lists the
             # bus, to tell a driver event from a NIC gone from the bus.
             self.reader.watched_functions = watched_functions(self.state)
-            snapshot = self._read_kernel_log(self.reader.observe(now))
+            snapshot = self.reader.observe(now)
             slow = due_reads(self.config, self.memory, now)
             if slow:
                 # Monitored devices, and those not classified yet (the evaluation of this
@@ -246,56 +245,25 @@ class Monitor:
         """The snapshot with each due fact of the Source seam in ``facts``, each read inside
         its own boundary; a fact that could not be read is named in ``unread`` with why."""
         unread, facts = dict(snapshot.unread), dict(snapshot.facts)
+        for source in self._readers:
+            source.resume(self.state)
         for part in sorted(parts):
             boundary = self._boundaries.get(part)
             if boundary is None:
                 unread[part] = "no source provides it"
                 continue
-            facts[part], problem = boundary.read(functools.partial(
+            value, problem = boundary.read(functools.partial(
                 self.sources[part].read_fact, part, snapshot, monitored))
             if problem:
                 unread[part] = problem
-                facts.pop(part, None)
+            elif value is not None:  # None: nothing read (no kernel log), as if absent
+                facts[part] = value
         if unread == snapshot.unread and facts == snapshot.facts:
             return snapshot
         return dataclasses.replace(snapshot, unread=unread, facts=facts)
 
     def _enabled_families(self) -> list[str]:
         return [f.id for f in enabled_under(self.config)]
-
-    def _read_kernel_log(self, snapshot: HostSnapshot) -> HostSnapshot:
-        """The snapshot with the kernel lines after the committed cursor.
-
-        The cursor advances only with the commit of the poll that evaluated the lines (it is
-        in the kernel-log section): a poll that fails or whose commit fails reads them again.
-        A source that cannot be read is logged once, with what to do, and gives no lines; the
-        other checks go on. Unlike the other sources it does not make its family "not judged"
-        (unknown ports, a degraded host): the shipped unit hides /dev/kmsg and a host without
-        python3-systemd falls back to it, so that would degrade every such host from its first
-        start for an optional input, and the kernel-log family has no lines to judge.
-        """
-        if self.kernel_log is None or not KERNEL_LOG.enabled(self.config):
-            return snapshot
-        committed = self.state.section(KERNEL_LOG).cursor
-        try:
-            lines, cursor = self.kernel_log.read(
-                committed, snapshot.boot_id,
-                self.config.settings(KernelLogSettings).kernel_log_max_lines)
-        except Exception as exc:
-            problem = describe_exception(exc)
-            if problem != self._kernel_log_problem:
-                log.warning("cannot read the kernel log (%s): %s; trying again each poll",
-                            self.kernel_log.description, problem)
-                self._kernel_log_problem = problem
-            self.kernel_log.close()
-            return snapshot
-        if self._kernel_log_problem:
-            log.info("kernel log (%s) readable again", self.kernel_log.description)
-            self._kernel_log_problem = ""
-        if len(lines) >= self.config.settings(KernelLogSettings).kernel_log_max_lines:
-            log.debug("kernel log: %d lines this poll (kernelLogMaxLines), the rest next poll",
-                      len(lines))
-        return dataclasses.replace(snapshot, kernel_lines=lines, kernel_cursor=cursor)
 
     def _commit(self, result: CycleResult) -> tuple[list[JournalEntry], bool]:
         """Commit events and state; returns the committed entries and whether a write
@@ -348,7 +316,7 @@ class Monitor:
                     topology_loader: Optional[TopologyLoader] = None,
                     topology_reason: str = "") -> None:
         """Apply a reloaded config; snapshots and breach latches are kept."""
-        old, self.config = self.config, config
+        self.config = config
         self.topology = topology
         self.topology_loader = topology_loader or self.topology_loader
         self.topology_reason = topology_reason or self.topology_reason
@@ -356,13 +324,18 @@ class Monitor:
         self.reader.reconfigure(config)
         for source in self._readers:
             source.reconfigure(config)
-        was, now = old.settings(KernelLogSettings), config.settings(KernelLogSettings)
-        if (was.kernel_log, was.kernel_log_path, old.sysfs_root) != (
-                now.kernel_log, now.kernel_log_path, config.sysfs_root):
-            if self.kernel_log is not None:
-                self.kernel_log.close()
-            self.kernel_log = open_kernel_log(config) if KERNEL_LOG.enabled(config) else None
         self.journal.history_size = config.event_history_size
+
+    @property
+    def _kernel_lines(self) -> KernelLogLines:
+        source = self.sources[KERNEL_LINES]
+        assert isinstance(source, KernelLogLines)
+        return source
+
+    @property
+    def kernel_log(self) -> Optional[KernelLogSource]:
+        """The kernel log the kernel-log source reads (None: none, or the family is off)."""
+        return self._kernel_lines.log
 
     @property
     def pci_facts(self) -> PciFactsReader:
@@ -383,8 +356,6 @@ class Monitor:
         self.reader.close()
         for source in self._readers:
             source.close()
-        if self.kernel_log is not None:
-            self.kernel_log.close()
 
     # -------------------------------------------------------------- logging
 

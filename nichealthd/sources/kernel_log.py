@@ -32,12 +32,16 @@ import os
 import stat
 import time
 from datetime import datetime, timezone
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Optional, Protocol, Sequence
 
-from ..core.checks.kernel_log import KernelLogSettings
+from ..core.checks.kernel_log import KERNEL_LOG, KernelLogSettings
 from ..core.config import Config
-from ..core.model import KernelLine
+from ..core.failure import describe_exception
+from ..core.model import HostSnapshot, KernelLine
 from ..core.numbers import KMSG_SEQUENCE, KMSG_USEC, U64, Kind, value
+from ..core.state import MonitorState
+from .kernel_log_facts import KERNEL_LINES, KernelBatch
+from .seam import Source
 
 log = logging.getLogger("nichealthd.kernel_log")
 
@@ -470,3 +474,70 @@ def open_kernel_log(config: Config) -> Optional[KernelLogSource]:
     source = KmsgSource(path or KMSG)
     log.info("kernel log: %s (sequence numbers as the cursor)", source.description)
     return source
+
+
+class KernelLogLines(Source):
+    """The seam's reader of the kernel log: each poll, the lines after the position the state
+    holds (the kernel-log family's section, committed with the poll's events: a poll that
+    fails, or whose commit fails, reads them again).
+
+    Its failure policy is its own: a log that cannot be read is logged once, with what to do,
+    and gives no lines (None), and the family is judged as usual. It does not make its family
+    "not judged" (unknown ports, a degraded host) as the boundary of the other sources does:
+    the shipped unit hides /dev/kmsg and a host without python3-systemd falls back to it, so
+    that would degrade every such host from its first start for an optional input, and the
+    family has no lines to judge.
+    """
+
+    fact = KERNEL_LINES
+    description = "the kernel log"
+
+    def __init__(self, config: Config) -> None:
+        super().__init__(config)
+        self.log = open_kernel_log(config) if KERNEL_LOG.enabled(config) else None
+        self._committed = ""
+        self._problem = ""
+
+    def resume(self, state: MonitorState) -> None:
+        self._committed = state.section(KERNEL_LOG).cursor
+
+    def read(self, snapshot: HostSnapshot, devices: Sequence[str]) -> Optional[KernelBatch]:
+        if self.log is None:
+            return None
+        limit = self.config.settings(KernelLogSettings).kernel_log_max_lines
+        try:
+            lines, cursor = self.log.read(self._committed, snapshot.boot_id, limit)
+        except Exception as exc:  # its failure policy (see the class)
+            problem = describe_exception(exc)
+            if problem != self._problem:
+                _poll_log.warning("cannot read the kernel log (%s): %s; trying again each "
+                                  "poll", self.log.description, problem)
+                self._problem = problem
+            self.log.close()
+            return None
+        if self._problem:
+            _poll_log.info("kernel log (%s) readable again", self.log.description)
+            self._problem = ""
+        if len(lines) >= limit:
+            _poll_log.debug("kernel log: %d lines this poll (kernelLogMaxLines), the rest next "
+                            "poll", len(lines))
+        return KernelBatch(lines, cursor)
+
+    def reconfigure(self, config: Config) -> None:
+        """Opens the log again when the mode, its path or the sysfs root changed."""
+        old = self.config
+        super().reconfigure(config)
+        was, now = old.settings(KernelLogSettings), config.settings(KernelLogSettings)
+        if (was.kernel_log, was.kernel_log_path, old.sysfs_root) != (
+                now.kernel_log, now.kernel_log_path, config.sysfs_root):
+            self.close()
+            self.log = open_kernel_log(config) if KERNEL_LOG.enabled(config) else None
+
+    def close(self) -> None:
+        if self.log is not None:
+            self.log.close()
+
+
+SOURCE = KernelLogLines
+# What the poll could not read is the poll's to say, as the monitor logs the other sources'.
+_poll_log = logging.getLogger("nichealthd.monitor")

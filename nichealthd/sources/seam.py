@@ -1,13 +1,15 @@
 """The seam a source plugs into: one reader of one kind of fact (ARCHITECTURE.md).
 
-A check family names the facts it needs in :attr:`CheckFamily.reads`. The facts read every
-poll (devices, ports, counters, adapter facts, kernel log) have their readers in the poll loop;
-any other fact comes from a :class:`Source` found here: a module of this package that defines
-``SOURCE`` (a subclass) is one, so a new kind of fact is one new module. The PCI side is one
-(:mod:`.pcie`: PCIe links, AER tables and sensors, three facts of one source). The monitor
-makes one instance per process, reads each of its facts only in a poll in which an enabled
-family needing it is due (:func:`nichealthd.core.evaluate.due_reads`), inside its own failure
-boundary (:mod:`.boundary`), and puts what it returns in ``HostSnapshot.facts`` under its key.
+A check family names the facts it needs in :attr:`CheckFamily.reads`. The parts read every
+poll (devices, ports, counters, adapter facts) have their reader in the poll loop
+(:mod:`.sysfs`); any other fact comes from a :class:`Source` found here: a module of this
+package that defines ``SOURCE`` (a subclass) is one, so a new kind of fact is one new module.
+The PCI side is one (:mod:`.pcie`: PCIe links, AER tables and sensors, three facts of one
+source), and so is the kernel log (:mod:`.kernel_log`, its cursor committed with the poll).
+The monitor makes one instance per process, reads each of its facts only in a poll in which
+an enabled family needing it is due (:func:`nichealthd.core.evaluate.due_reads`), inside its
+own failure boundary (:mod:`.boundary`), and puts what it returns in ``HostSnapshot.facts``
+under its key.
 
 A fact is typed by its source: its key (a :class:`~nichealthd.core.model.Fact`) and its types
 live in the source's fact module, ``<name>_facts.py`` of this package, pure like the core
@@ -25,6 +27,7 @@ from typing import Any, ClassVar, Mapping, Optional, Sequence
 
 from ..core.config import Config
 from ..core.model import Fact, HostSnapshot
+from ..core.state import MonitorState
 
 
 class Source(abc.ABC):
@@ -57,6 +60,12 @@ class Source(abc.ABC):
     def read_fact(self, key: str, snapshot: HostSnapshot, devices: Sequence[str]) -> Any:
         """Fact ``key`` (one of :attr:`facts`); the default reads its one fact."""
         return self.read(snapshot, devices)
+
+    def resume(self, state: MonitorState) -> None:
+        """The state as the monitor holds it, before each poll's reads: a source whose
+        position is committed with the poll (the kernel log's cursor, in its family's
+        section) reads on from where it says. The default keeps nothing."""
+        return None
 
     def reconfigure(self, config: Config) -> None:
         """A reloaded config; the default keeps nothing else."""

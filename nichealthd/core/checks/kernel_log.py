@@ -1,6 +1,7 @@
 """The kernel-log family: mlx5 driver faults in the kernel log, as events per device.
 
-Reads the kernel lines of the poll (``HostSnapshot.kernel_lines``, read by
+Reads the kernel lines of the poll (fact
+:data:`~nichealthd.sources.kernel_log_facts.KERNEL_LINES`, read by
 :mod:`nichealthd.sources.kernel_log`), matches them against the rules of
 :mod:`nichealthd.core.kernel_rules`, attributes each match to a device by its PCI address or
 interface name (an unattributable one is reported against the host with its text), and reports
@@ -41,6 +42,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Iterable, Mapping, Optional
 
+from ...sources.kernel_log_facts import KERNEL_LINES, batch_of
 from ..codec import Layout, Section, stored
 from ..config import EFA_DEGRADATION_CHECK, Config
 from ..duration import format_duration
@@ -55,7 +57,6 @@ from ..events import (
 from ..family import (
     HOST,
     READS_DEVICES,
-    READS_KERNEL_LOG,
     CheckFamily,
     Condition,
     Cycle,
@@ -242,7 +243,7 @@ class KernelLog(CheckFamily[KernelLogSection, None, None]):
     order = 40
     keys = (KEY,)
     section_type = KernelLogSection
-    reads = frozenset({READS_DEVICES, READS_KERNEL_LOG})
+    reads = frozenset({READS_DEVICES, KERNEL_LINES})
     device_field_types = {"driver_fault": "?string"}
     settings = KernelLogSettings
 
@@ -251,16 +252,16 @@ class KernelLog(CheckFamily[KernelLogSection, None, None]):
 
     def evaluate(self, previous: KernelLogSection, cycle: Cycle, volatile: None
                  ) -> Verdict[KernelLogSection, None, None]:
-        snapshot = cycle.snapshot
-        moved = snapshot.kernel_cursor is not None and snapshot.kernel_cursor != previous.cursor
-        if not snapshot.kernel_lines and not moved and not _repeats_due(previous, cycle):
+        batch = batch_of(cycle.snapshot)
+        moved = batch.cursor is not None and batch.cursor != previous.cursor
+        if not batch.lines and not moved and not _repeats_due(previous, cycle):
             return Verdict(previous)  # the common case: nothing read, nothing expires
         state = previous.copy()
-        if snapshot.kernel_cursor is not None:
-            state.cursor = snapshot.kernel_cursor
+        if batch.cursor is not None:
+            state.cursor = batch.cursor
         touched: dict[str, DeviceSnapshot] = {}  # "rule|device" counted this poll
         events: list[tuple[str, HealthEvent]] = []
-        if snapshot.kernel_lines:
+        if batch.lines:
             self._lines(state, cycle, events, touched)
         events.extend(_repetition(state, cycle, touched))
         return Verdict(state, tuple(events))
@@ -275,7 +276,7 @@ class KernelLog(CheckFamily[KernelLogSection, None, None]):
         stateful = [r for r in rules if r.header is not None]
         matching = _Matching(state, cycle, _Devices(snapshot),
                              frozenset(d.name for d in cycle.monitored), events, touched)
-        for line in snapshot.kernel_lines:
+        for line in batch_of(snapshot).lines:
             text = line.text[:MAX_TEXT]
             matched, completed = _advance(stateful, text, state)
             for rule, joined in completed:
