@@ -272,15 +272,16 @@ class HostSnapshot:
     hwmon: Optional[Mapping[str, tuple[Sensor, ...]]] = None
     # The slow adapter facts; None on a poll that did not read them.
     adapter: Optional[AdapterFacts] = None
-    # The kernel log lines read this poll, oldest first, and the source's position after
-    # them: the kernel-log family commits it with the poll (None: nothing was read, keep it).
+    # Kernel log lines, oldest first, and the position after them (None: keep it) as a table
+    # test builds them: the monitor puts the kernel-log source's batch in ``facts``
+    # (sources/kernel_log_facts.py, whose ``batch_of`` falls back to these fields).
     kernel_lines: tuple[KernelLine, ...] = ()
     kernel_cursor: Optional[str] = None
     # Why this poll could see nothing at all ("" normally): the configured sysfs root is not a
     # sysfs (no class directory; e.g. a tree the service's sandbox hides). Not a host without
     # devices: the health model makes it a host-wide degradation.
     blind: str = ""
-    # The parts (family.READS_*) whose source failed this poll -> why: the families that read
+    # The parts (family.READS_*, fact keys) whose source failed this poll -> why: the families that read
     # them are not judged (core/evaluate.py), and the surfaces show them as unknown.
     unread: Mapping[str, str] = field(default_factory=dict)
     # The facts of the sources on the Source seam (sources/seam.py), by their :class:`Fact`
