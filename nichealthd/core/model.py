@@ -247,7 +247,7 @@ class KernelLine:
 
 # The facts a snapshot also has a field of the same name for, in which a table test builds
 # them (the PCI source's: sources/pcie_facts.py).
-_FIELD_FACTS = frozenset({"pcie", "aer", "hwmon"})
+FIELD_FACTS = frozenset({"pcie", "aer", "hwmon"})
 
 
 @dataclass(frozen=True)
@@ -281,8 +281,8 @@ class HostSnapshot:
     # sysfs (no class directory; e.g. a tree the service's sandbox hides). Not a host without
     # devices: the health model makes it a host-wide degradation.
     blind: str = ""
-    # The parts (family.READS_*, fact keys) whose source failed this poll -> why: the families that read
-    # them are not judged (core/evaluate.py), and the surfaces show them as unknown.
+    # The parts (family.READS_*, fact keys) whose source failed this poll -> why: the families
+    # that read them are not judged (core/evaluate.py), and the surfaces show them as unknown.
     unread: Mapping[str, str] = field(default_factory=dict)
     # The facts of the sources on the Source seam (sources/seam.py), by their :class:`Fact`
     # key, read only in a poll in which a family needing them is due (absent: not read this
@@ -303,10 +303,10 @@ class HostSnapshot:
     def fact(self, key: Fact[T]) -> Optional[T]:
         """The value of fact ``key`` this poll, as its source module typed it; None when it
         was not read this poll (no family needing it due, or its source failed). A fact the
-        snapshot also has a field for (:data:`_FIELD_FACTS`) is that field when ``facts``
+        snapshot also has a field for (:data:`FIELD_FACTS`) is that field when ``facts``
         lacks it."""
         value = self.facts.get(key)
-        if value is None and key in _FIELD_FACTS:
+        if value is None and key in FIELD_FACTS:
             value = getattr(self, key)
         return cast(Optional[T], value)
 

@@ -1,4 +1,4 @@
-"""The seam a source plugs into: one reader of one kind of fact (ARCHITECTURE.md).
+"""The seam a source plugs into: one reader of one kind of fact, or a few (ARCHITECTURE.md).
 
 A check family names the facts it needs in :attr:`CheckFamily.reads`. The parts read every
 poll (devices, ports, counters, adapter facts) have their reader in the poll loop

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 from nichealthd.core.checks import families
 from nichealthd.core.family import EVERY_POLL
+from nichealthd.core.model import FIELD_FACTS, HostSnapshot
 from nichealthd.sources.pcie import PciSource
 from nichealthd.sources.pcie_facts import AER, HWMON, PCIE
 from nichealthd.sources.seam import source_types
@@ -25,3 +28,9 @@ def test_a_source_provides_a_fact_no_built_in_reader_does() -> None:
 def test_the_pci_side_is_one_source_of_three_facts() -> None:
     assert PciSource in source_types()
     assert list(PciSource.facts) == [PCIE, AER, HWMON]
+
+
+def test_the_snapshot_fields_a_fact_falls_back_to_are_the_pci_sources() -> None:
+    """``HostSnapshot.fact`` reads a field of the fact's name where a table test built it."""
+    assert set(PciSource.facts) == FIELD_FACTS
+    assert {f.name for f in fields(HostSnapshot)} >= FIELD_FACTS
