@@ -117,7 +117,7 @@ def test_a_hop_that_cannot_be_told_is_not_judged() -> None:
 
 def test_the_link_files_are_asked_for_only_at_the_cadence() -> None:
     r = runner(pcieLinkInterval="60s", pcieAerInterval="10s", nicTemperatureInterval="30s",
-               linkBerInterval=0, opticsInterval=0)  # the PCI parts alone
+               linkBerInterval=0, opticsInterval=0, kernelLog="off")  # the PCI parts alone
     assert due_reads(r.config, r.memory, snap(0).taken_at) == {READS_PCIE, READS_AER,
                                                                 READS_HWMON}
     r.poll(snap(0, pcie={}, aer={}, hwmon={}))
@@ -126,7 +126,7 @@ def test_the_link_files_are_asked_for_only_at_the_cadence() -> None:
     assert due_reads(r.config, r.memory, snap(60).taken_at) == {READS_PCIE, READS_AER,
                                                                  READS_HWMON}
     off = runner(pcieLinkInterval=0, pcieAerInterval=0, nicTemperatureInterval=0,
-                 linkBerInterval=0, opticsInterval=0)
+                 linkBerInterval=0, opticsInterval=0, kernelLog="off")
     assert due_reads(off.config, off.memory, snap(0).taken_at) == frozenset()
 
 
