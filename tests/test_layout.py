@@ -1,9 +1,9 @@
 """The package layout is the architecture (ARCHITECTURE.md): the pure core depends on nothing else.
 
-``nichealthd.core`` imports only itself, the standard library and the sources' fact modules
-(each a pure module of a source's fact key and types); the layers above it import downwards
-only (sources and storage never import runtime, surfaces or the client); every module says its
-one job in its first docstring line.
+``nichealthd.core`` imports only itself, the standard library and the facts of the sources
+(a fact's key and types, from the module of the source that reads it; never the reader); the
+layers above it import downwards only (sources and storage never import runtime, surfaces or
+the client); every module says its one job in its first docstring line.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ ALLOWED = {
             "surfaces.seam"},
     "sim": set(),
 }
-# A source's fact module (``sources/<name>_facts.py``): the key and the types of the fact it
-# reads, which the families of the core import (ARCHITECTURE.md, the source seam). Pure like
-# the core: it imports only the core's model and numbers and other fact modules.
+# A module of plain fact types below the sources (``sources/<name>_facts.py``: the PCI side's,
+# which the core's model holds, and the optics values, which the page parser builds too).
+# Pure like the core: it imports only the core's model and numbers and other fact modules.
 FACT_MODULES = frozenset(f"sources.{p.stem}" for p in (PACKAGE / "sources").glob("*_facts.py"))
 FACT_MODULE_IMPORTS = FACT_MODULES | {"core.model", "core.numbers"}
 
@@ -71,8 +71,8 @@ def test_each_layer_imports_only_downwards(path: Path) -> None:
     if layer not in ALLOWED:
         return  # the package root: __init__ only
     allowed = ALLOWED[layer] | {layer}
-    if layer == "core":
-        allowed |= FACT_MODULES
+    if layer == "core":  # a source's fact: what it imports of it is held below
+        allowed |= {"sources"}
     if module_name(path) in FACT_MODULES:
         allowed = set(FACT_MODULE_IMPORTS)
     for name in imported(path):
@@ -180,7 +180,7 @@ CONFIG_MODULES = ("config.py", "config_build.py")  # the node name's default: th
 
 
 def module_name(path: Path) -> str:
-    """``sources/phy_facts.py`` -> ``sources.phy_facts``."""
+    """``sources/pci_facts.py`` -> ``sources.pci_facts``."""
     return ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
 
 
@@ -193,6 +193,34 @@ def test_the_fact_modules_import_nothing_that_imports_the_config() -> None:
                for name in _reachable(graph, f"nichealthd.{fact}")}
     assert not {n for n in reached if n in ("core.config", "core.family")
                 or n.startswith("core.checks")}, sorted(reached)
+
+
+def readers(path: Path) -> set[str]:
+    """The readers a module of sources defines: its ``SOURCE`` and the classes of the seam."""
+    tree = ast.parse(path.read_text())
+    found = {"SOURCE", "Source"}
+    found.update(node.name for node in tree.body if isinstance(node, ast.ClassDef)
+                 and any(ast.unparse(base).endswith("Source") for base in node.bases))
+    return found
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "core").rglob("*.py")),
+                         ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_the_core_imports_a_sources_facts_never_its_reader(path: Path) -> None:
+    """A family imports the key and the types of the fact it needs from the module of the
+    source that reads it (ARCHITECTURE.md, the source seam): names, never the module itself
+    nor its reader, and never the seam; what that module imports never reaches a family
+    (:func:`test_no_module_imports_itself_through_others`)."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            assert not any(".sources" in a.name for a in node.names), ast.unparse(node)
+        if not isinstance(node, ast.ImportFrom) or "sources" not in (node.module or ""):
+            continue
+        module = (node.module or "").rpartition("sources")[2].lstrip(".")
+        assert module and module != "seam", f"{path.name}: {ast.unparse(node)}"
+        source = PACKAGE / "sources" / (module.replace(".", "/") + ".py")
+        named = {a.name for a in node.names} & readers(source)
+        assert not named, f"{path.name} imports the reader {sorted(named)} of {module}"
 
 
 def test_the_core_does_no_io_per_poll() -> None:

@@ -59,7 +59,7 @@ READS_KERNEL_LOG = "kernel_log"  # the kernel log lines after the committed curs
 EVERY_POLL = frozenset({READS_DEVICES, READS_PORTS, READS_COUNTERS, READS_ADAPTER,
                         READS_KERNEL_LOG})
 # Any other name in ``reads`` is the key of a fact of a source on the Source seam
-# (nichealthd.sources.seam; a ``Fact`` of its ``sources/*_facts.py``): read only in a poll in
+# (nichealthd.sources.seam; a ``Fact`` of the source's module): read only in a poll in
 # which a family needing it is due (HostSnapshot.fact).
 
 # A record's declared keys: name -> its varlink type (the interface file's spelling: ``int``,
@@ -174,7 +174,7 @@ class CheckFamily(abc.ABC, Generic[S, P, V]):
     schema: ClassVar[int] = 1  # version of its section's layout
     keys: ClassVar[tuple[str, ...]]  # its top-level keys in the state file
     # The parts of the snapshot it needs: READS_* below, and the keys of the facts of the
-    # Source seam (a Fact of its source's fact module, sources/*_facts.py).
+    # Source seam (a Fact of its source's module, ``PHY`` of sources/phy.py).
     reads: ClassVar[frozenset[str]]
     cadence: ClassVar[float] = 0.0  # seconds between runs; 0 is every poll
     # Its config keys (a frozen Settings dataclass; read as ``config.settings(that class)``).

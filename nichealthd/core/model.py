@@ -26,8 +26,8 @@ T = TypeVar("T")
 class Fact(str, Generic[T]):
     """The key of one kind of fact and the type of its value: ``Fact[Mapping[str, PhyReading]]``.
 
-    The module of the source that reads a fact owns its key and types (a ``*_facts`` module of
-    :mod:`nichealthd.sources`, pure like the core): the source declares it as its ``fact``, the
+    The module of the source that reads a fact owns its key and types (``PHY`` of
+    :mod:`nichealthd.sources.phy`): the source declares it as its ``fact``, the
     families that need it put it in ``reads`` and get its value, typed, with
     :meth:`HostSnapshot.fact`. The name is written once, in that module; being a ``str`` it is
     also the fact's name in ``reads``, in ``HostSnapshot.unread`` and in the log.

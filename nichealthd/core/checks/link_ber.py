@@ -52,7 +52,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Iterable, Mapping, NamedTuple, Optional, Sequence, Union
 
-from ...sources.phy_facts import CORRECTED_BITS, PHY, RX_BITS, SYMBOL_ERRORS, PhyReading
+from ...sources.phy import CORRECTED_BITS, PHY, RX_BITS, SYMBOL_ERRORS, PhyReading
 from ..codec import Section, stored
 from ..config import Config
 from ..events import HealthEvent, make_event, port_entities
