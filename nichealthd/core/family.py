@@ -90,7 +90,7 @@ class Cycle:
     config: Config
     topology: Topology
     now: datetime
-    baseline: bool  # first poll after a reboot or with no usable state (spec §6.5)
+    baseline: bool  # the first poll after a reboot or without state (link-counter-detection §6.5)
     enabled: frozenset[str]  # the enabled check names
     roles: Mapping[str, Role]
     monitored: tuple[DeviceSnapshot, ...]
@@ -245,8 +245,8 @@ class CheckFamily(abc.ABC, Generic[S, P, V]):
 
     def baseline_checks(self, snapshot: HostSnapshot) -> frozenset[str]:
         """The check names whose conditions a baseline (a reboot, no usable state) clears on
-        this host with one healthy event each (REF §1); a family that sends its own clear
-        with its fresh section names none."""
+        this host with one healthy event each (NVSentinel's connector); a family that sends its own
+        clear with its fresh section names none."""
         return frozenset()
 
     def observations(self, cycle_picture: Optional[P]) -> Mapping[str, CounterObservation]:
