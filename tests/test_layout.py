@@ -261,20 +261,25 @@ def test_the_evaluator_names_no_family_but_through_the_registry(name: str) -> No
 BRIEF = re.compile("DESI" + r"GN(\.md| ?§| \\\(sc| \d| section)")
 
 
-def repository_texts() -> list[tuple[str, list[str]]]:
-    """``(name, lines)`` of every file of the repository but the captures of tests/data/
-    (other projects' files say what they say)."""
+def repository_files() -> list[str]:
+    """The path of every file of the repository, from its top."""
     repo = PACKAGE.parent
     listing = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=repo,
                              capture_output=True, text=True)
     if listing.returncode == 0:
-        listed = listing.stdout.split()
-    else:  # a copy of the tracked files, not a clone (CI's unprivileged run): every file
-        skip = {".git", ".venv", "__pycache__", ".mypy_cache", ".ruff_cache", "out"}
-        listed = [str(p.relative_to(repo)) for p in repo.rglob("*")
-                  if not skip.intersection(p.relative_to(repo).parts)]
+        return listing.stdout.split()
+    # a copy of the tracked files, not a clone (CI's unprivileged run): every file
+    skip = {".git", ".venv", "__pycache__", ".mypy_cache", ".ruff_cache", "out"}
+    return [str(p.relative_to(repo)) for p in repo.rglob("*")
+            if p.is_file() and not skip.intersection(p.relative_to(repo).parts)]
+
+
+def repository_texts() -> list[tuple[str, list[str]]]:
+    """``(name, lines)`` of every file of the repository but the captures of tests/data/
+    (other projects' files say what they say)."""
+    repo = PACKAGE.parent
     texts = []
-    for name in listed:
+    for name in repository_files():
         path = repo / name
         if path.is_file() and not name.startswith("tests/data/"):
             texts.append((name, path.read_bytes().decode("utf-8", "replace").splitlines()))
@@ -287,6 +292,73 @@ def test_every_citation_names_a_file_of_the_repository() -> None:
     citing = [f"{name}:{n}" for name, lines in repository_texts()
               for n, line in enumerate(lines, 1) if BRIEF.search(line)]
     assert citing == []
+
+
+# A path into the repository (its top folders, or the package's), with the kind of file a
+# citation names, and a Markdown file by its name alone: each must be a file of it.
+CITED_PATH = re.compile(
+    r"(?<![\w./-])((?:(?:nichealthd|tests|bench|man|packaging|systemd|completions|docs|spec|"
+    r"core|checks|sources|storage|surfaces|runtime|cli|sim)/(?:[\w.-]+/)*[\w.-]+\."
+    r"(?:py|md|txt|toml|proto|sh|varlink|yml|json|[158]))|[\w.-]+\.md)(?![\w/-]|\.\w)")
+# A section (``§``, or ``\(sc`` in a man page) names its document right before it: one of
+# the external specifications nichealthd follows (the two NVSentinel design documents the
+# README names, the standards), with a list of sections after it ("§4.1, §4.2 and §8.6").
+SECTION = re.compile(r"§|\\\(sc")
+NAMED_SECTIONS = re.compile(
+    r"(?:link-state-detection|link-counter-detection|IBTA|CMIS|SFF-\d+|PCIe|RFC|IEEE)"
+    r"[^§\\]{0,24}?(?:§|\\\(sc) ?\d[\d.]*"
+    r"(?:(?:,| and| or| /|/|–) ?(?:§|\\\(sc)? ?\d[\d.]*)*")
+
+
+def uncited(files: list[str], line: str) -> list[str]:
+    """What ``line`` cites that is no file of the repository (``files``) and no named
+    external specification."""
+    known = set(files)
+    stems = {name.rpartition("/")[2] for name in files}
+    found = []
+    for match in CITED_PATH.finditer(line):
+        path = match.group(1)
+        if "/" not in path:
+            exists = path in stems
+        else:  # from the top, from the package, under a folder, or a file a worked example
+            # of tests/data adds (``sources/netdev_mtu.py``)
+            exists = (path in known or f"nichealthd/{path}" in known
+                      or any(name.endswith("/" + path) for name in files)
+                      or any(name.startswith("tests/data/adding_a_") and
+                             name.endswith("/" + path.rpartition("/")[2]) for name in files))
+        if not exists:
+            found.append(path)
+    if SECTION.search(NAMED_SECTIONS.sub("", line)):
+        found.append("a section of an unnamed document")
+    return found
+
+
+def test_every_cited_file_is_one_of_the_repository() -> None:
+    """A path or a Markdown file cited by a docstring, a comment, a man page or a doc is a
+    file of the repository, and a section (§) is one of a named external specification: a
+    citation of a file outside it (the brief's REFERENCE and spec folder, a module moved
+    away) fails here with its file and line."""
+    files = repository_files()
+    citing = [f"{name}:{n}: {', '.join(found)}" for name, lines in repository_texts()
+              if name != "tests/test_layout.py"
+              for n, line in enumerate(lines, 1) for found in [uncited(files, line)] if found]
+    assert citing == [], "citations of no file of the repository:\n" + "\n".join(citing)
+
+
+@pytest.mark.parametrize("line, found", [
+    ("see core/numbers.py and ARCHITECTURE.md", []),
+    ("see core/nothing.py", ["core/nothing.py"]),
+    ("the sources' fact modules (sources/phy_facts.py)", ["sources/phy_facts.py"]),
+    ("as REFERENCE.md says", ["REFERENCE.md"]),
+    ("spec/link-state-detection.txt", ["spec/link-state-detection.txt"]),
+    ("REFERENCE §3", ["a section of an unnamed document"]),
+    ("(spec §4.3)", ["a section of an unnamed document"]),
+    (r"(spec \(sc4.3)", ["a section of an unnamed document"]),
+    ("(link-state-detection §4.1.3, §4.2.4 and §8.6; CMIS 5 §8.9.4)", []),
+    (r"link-counter-detection \(sc6.6", []),
+])
+def test_the_citation_finder(line: str, found: list[str]) -> None:
+    assert uncited(repository_files(), line) == found
 
 
 # A citation of one of the project's issues, which are not in the repository either: the word
