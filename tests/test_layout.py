@@ -208,8 +208,9 @@ def readers(path: Path) -> set[str]:
                          ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_the_core_imports_a_sources_facts_never_its_reader(path: Path) -> None:
     """A family imports the key and the types of the fact it needs from the module of the
-    source that reads it (ARCHITECTURE.md, the source seam): names, never the module itself
-    nor its reader, and never the seam; what that module imports never reaches a family
+    source that reads it (ARCHITECTURE.md, the source seam), or from a fact module: names,
+    never the module itself nor its reader, never the seam nor another reader's module; what
+    that module imports never reaches a family
     (:func:`test_no_module_imports_itself_through_others`)."""
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -219,6 +220,8 @@ def test_the_core_imports_a_sources_facts_never_its_reader(path: Path) -> None:
         module = (node.module or "").rpartition("sources")[2].lstrip(".")
         assert module and module != "seam", f"{path.name}: {ast.unparse(node)}"
         source = PACKAGE / "sources" / (module.replace(".", "/") + ".py")
+        assert f"sources.{module}" in FACT_MODULES or "\nSOURCE = " in source.read_text(), (
+            f"{path.name} imports {module}, neither a source (``SOURCE``) nor a fact module")
         named = {a.name for a in node.names} & readers(source)
         assert not named, f"{path.name} imports the reader {sorted(named)} of {module}"
 
