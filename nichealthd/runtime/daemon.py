@@ -28,7 +28,7 @@ from ..core.config import (
 )
 from ..sources.config_file import load_config
 from ..surfaces.eventlog import EventLog
-from . import plain_asyncio  # noqa: F401 - before anything imports asyncio: no OpenSSL
+from . import without_openssl  # noqa: F401 - before asyncio and hashlib are imported
 from .fdplan import log_plan, plan_fds
 from .libraries import all_surfaces, load, surface
 from .logsetup import log_start_failure, setup_logging
