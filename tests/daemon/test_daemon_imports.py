@@ -13,13 +13,14 @@ from .conftest import REPO
 
 # Megabytes of resident memory the daemon has no use for (bench/README.md).
 UNWANTED = ("ssl", "_ssl", "_hashlib", "prometheus_client", "http.server", "wsgiref", "email",
-            "urllib.request", "gzip", "tempfile")
+            "urllib.request", "gzip", "tempfile", "shutil", "zlib", "bz2", "lzma")
 PROBE = """
 import json, sys
 FIRST = sys.argv[1]
 if FIRST:
     __import__(FIRST)
 import nichealthd.runtime.daemon
+nichealthd.runtime.daemon.build_parser().parse_args([])
 from nichealthd.runtime.libraries import service_factories
 from nichealthd.sources.config_file import load_config
 config = load_config(None, {"dbus": "system", "metricsListen": "127.0.0.1:2112",
