@@ -26,7 +26,7 @@ class ProcessFamilies:
         self._pid = pid
         self._boot: Optional[float] = None
         try:
-            self._boot = _boot_time(os.path.join(proc, "stat"))
+            self._boot = _field(os.path.join(proc, "stat"), b"btime ", 1)
         except OSError:
             pass  # no /proc: no process_* series
 
@@ -55,7 +55,7 @@ class ProcessFamilies:
                               value=float(fields[11]) / TICKS + float(fields[12]) / TICKS),
             ]
         try:
-            max_fds = _max_open_files(os.path.join(where, "limits"))
+            max_fds = _field(os.path.join(where, "limits"), b"Max open file", 3)
             open_fds = len(os.listdir(os.path.join(where, "fd")))
         except OSError:
             return out
@@ -67,19 +67,12 @@ class ProcessFamilies:
         return out
 
 
-def _boot_time(path: str) -> Optional[float]:
-    """``btime`` of ``/proc/stat``: the boot's Unix time, which start times count from."""
-    with open(path, "rb") as stat:
-        for line in stat:
-            if line.startswith(b"btime "):
-                return float(line.split()[1])
-    return None
-
-
-def _max_open_files(path: str) -> Optional[float]:
-    """The soft limit of "Max open files" in ``/proc/<pid>/limits``."""
-    with open(path, "rb") as limits:
-        for line in limits:
-            if line.startswith(b"Max open file"):
-                return float(line.split()[3])
+def _field(path: str, prefix: bytes, index: int) -> Optional[float]:
+    """Word ``index`` of the first line of ``path`` that starts with ``prefix``: ``btime`` of
+    ``/proc/stat`` (the boot's Unix time, which start times count from), the soft limit of
+    "Max open files" in ``/proc/<pid>/limits``."""
+    with open(path, "rb") as lines:
+        for line in lines:
+            if line.startswith(prefix):
+                return float(line.split()[index])
     return None
