@@ -132,7 +132,28 @@ class _Counted(NamedTuple):
     carrier_down: bool  # the carrier after the changes counted so far
 
 
-Counted = Mapping[str, _Counted]  # its volatile memory: each port's counters, by port key
+Counted = Mapping[str, _Counted]  # each port's counters, by port key
+
+
+class _Unchanged(NamedTuple):
+    """A poll whose verdict changed no record and told nothing, while no port had an outage
+    open or cycles in the window (the only records whose step reads the clock): its section,
+    config, the committed link-state section it read and what it read of each port. A poll
+    with the same inputs counts no down and steps every record to itself again, at any time
+    (only what changed is judged)."""
+
+    section: FlapSection
+    config: Config
+    links: LinkStateSection
+    readings: tuple[object, ...]
+
+
+class Memory(NamedTuple):
+    """Its volatile memory: the counters of each port, and the last poll that changed
+    nothing (None: the last poll changed something, or was not judged in full)."""
+
+    counted: Counted
+    unchanged: Optional[_Unchanged] = None
 MAX_ENTRIES = 4096  # polls with cycles kept per port: bounds the state of a port flapping forever
 
 
@@ -181,7 +202,7 @@ class FlapSection(Section):
     link_flaps: dict[str, FlapRecord] = field(default_factory=dict)
 
 
-class LinkFlaps(CheckFamily[FlapSection, None, Counted]):
+class LinkFlaps(CheckFamily[FlapSection, None, Memory]):
     """Down/up cycles per port in a sliding window."""
 
     id = "link_flaps"
@@ -192,17 +213,24 @@ class LinkFlaps(CheckFamily[FlapSection, None, Counted]):
     port_field_types = {"flaps": "?int", "flapping": "?bool"}
     settings = LinkFlapSettings
 
-    def evaluate(self, previous: FlapSection, cycle: Cycle, volatile: Optional[Counted]
-                 ) -> Verdict[FlapSection, None, Counted]:
+    def evaluate(self, previous: FlapSection, cycle: Cycle, volatile: Optional[Memory]
+                 ) -> Verdict[FlapSection, None, Memory]:
         """Each port of the monitored devices: its downs, its closed cycles, its verdict.
 
         Switched off (``linkFlapCount = 0``, at start or by a reload) it forgets every
-        port, with the recovery of each flap it had reported.
+        port, with the recovery of each flap it had reported. Nothing is judged when the
+        inputs are those of a poll that changed nothing (:class:`_Unchanged`).
         """
         if not cycle.config.settings(LinkFlapSettings).link_flap_count:
-            return replace(_switched_off(previous, cycle), volatile={})
+            return replace(_switched_off(previous, cycle), volatile=Memory({}))
         links = cycle.previous.section(LINK_STATE)
-        last: Counted = volatile or {}
+        downed, carrier = _used_counters(cycle.config)
+        readings = _readings(cycle, downed, carrier)
+        same = volatile.unchanged if volatile is not None else None
+        if (same is not None and same.section is previous and same.links is links
+                and same.config is cycle.config and same.readings == readings):
+            return Verdict(previous, volatile=volatile)
+        last: Counted = volatile.counted if volatile is not None else {}
         counted: dict[str, _Counted] = {}
         changed: dict[str, FlapRecord] = {}
         events: list[tuple[str, HealthEvent]] = []
@@ -211,7 +239,6 @@ class LinkFlaps(CheckFamily[FlapSection, None, Counted]):
                 seconds=cycle.config.settings(LinkFlapSettings).link_flap_window),
             links, (cycle.config.settings(LinkStateSettings).state_hold_down
                     if _escalation_count(cycle.config) else 0.0))
-        downed, carrier = _used_counters(cycle.config)
         for device in cycle.monitored:
             layer = device_layer(device, links)
             for port in device.ports:
@@ -231,10 +258,13 @@ class LinkFlaps(CheckFamily[FlapSection, None, Counted]):
                     events.extend((device.name, e) for e in port_events)
                 if new is not record:
                     changed[key] = new
-        if not changed:
-            return Verdict(previous, volatile=counted)
-        return Verdict(FlapSection({**previous.link_flaps, **changed}), tuple(events),
-                       volatile=counted)
+        if changed or events:
+            return Verdict(FlapSection({**previous.link_flaps, **changed}), tuple(events),
+                           volatile=Memory(counted))
+        if not all(_at_rest(r) for r in previous.link_flaps.values()):
+            return Verdict(previous, volatile=Memory(counted))
+        return Verdict(previous, volatile=Memory(counted, _Unchanged(
+            previous, cycle.config, links, readings)))
 
     def rename(self, section: FlapSection, renames: Mapping[str, str], now: datetime
                ) -> FlapSection:
@@ -270,7 +300,20 @@ class LinkFlaps(CheckFamily[FlapSection, None, Counted]):
                            for _, r in sorted(section.link_flaps.items())))
 
 
-def _switched_off(previous: FlapSection, cycle: Cycle) -> Verdict[FlapSection, None, Counted]:
+def _readings(cycle: Cycle, downed: str, carrier: str) -> tuple[object, ...]:
+    """What the poll read that a step reads: each monitored port's state, layer and flap
+    counters (their kinds too: a saturated value reads as none)."""
+    return tuple([(port.key, port.state, port.phys_state, port.link_layer,
+                   port.counters.get(downed), port.counters.get(carrier), port.counter_kinds)
+                  for device in cycle.monitored for port in device.ports])
+
+
+def _at_rest(record: FlapRecord) -> bool:
+    """No outage open and no cycle in the window: its step reads no clock."""
+    return not (record.down_seen or record.open_downs or record.cycles)
+
+
+def _switched_off(previous: FlapSection, cycle: Cycle) -> Verdict[FlapSection, None, Memory]:
     if not previous.link_flaps:
         return Verdict(previous)
     events: list[tuple[str, HealthEvent]] = []
