@@ -136,15 +136,17 @@ Counted = Mapping[str, _Counted]  # each port's counters, by port key
 
 
 class _Unchanged(NamedTuple):
-    """A poll whose verdict changed no record and told nothing, while no port had an outage
-    open or cycles in the window (the only records whose step reads the clock): its section,
-    config, the committed link-state section it read and what it read of each port. A poll
-    with the same inputs counts no down and steps every record to itself again, at any time
-    (only what changed is judged)."""
+    """A poll whose verdict changed no record and told nothing, while no step read the clock
+    but to see a record's first cycle leave the window (:func:`_at_rest`): its section,
+    config, the committed link-state section it read, the oldest of those first cycles and
+    what it read of each port. A poll with the same inputs, while that cycle is still in its
+    window, counts no down and steps every record to itself again (only what changed is
+    judged)."""
 
     section: FlapSection
     config: Config
     links: LinkStateSection
+    oldest: Optional[datetime]
     readings: tuple[object, ...]
 
 
@@ -226,19 +228,21 @@ class LinkFlaps(CheckFamily[FlapSection, None, Memory]):
         links = cycle.previous.section(LINK_STATE)
         downed, carrier = _used_counters(cycle.config)
         readings = _readings(cycle, downed, carrier)
-        same = volatile.unchanged if volatile is not None else None
-        if (same is not None and same.section is previous and same.links is links
-                and same.config is cycle.config and same.readings == readings):
-            return Verdict(previous, volatile=volatile)
-        last: Counted = volatile.counted if volatile is not None else {}
-        counted: dict[str, _Counted] = {}
-        changed: dict[str, FlapRecord] = {}
-        events: list[tuple[str, HealthEvent]] = []
         window = _Window(
             cycle.now, cycle.now - timedelta(
                 seconds=cycle.config.settings(LinkFlapSettings).link_flap_window),
             links, (cycle.config.settings(LinkStateSettings).state_hold_down
                     if _escalation_count(cycle.config) else 0.0))
+        same = volatile.unchanged if volatile is not None else None
+        if (same is not None and same.section is previous and same.links is links
+                and same.config is cycle.config
+                and (same.oldest is None or same.oldest > window.horizon)
+                and same.readings == readings):
+            return Verdict(previous, volatile=volatile)
+        last: Counted = volatile.counted if volatile is not None else {}
+        counted: dict[str, _Counted] = {}
+        changed: dict[str, FlapRecord] = {}
+        events: list[tuple[str, HealthEvent]] = []
         for device in cycle.monitored:
             layer = device_layer(device, links)
             for port in device.ports:
@@ -261,10 +265,10 @@ class LinkFlaps(CheckFamily[FlapSection, None, Memory]):
         if changed or events:
             return Verdict(FlapSection({**previous.link_flaps, **changed}), tuple(events),
                            volatile=Memory(counted))
-        if not all(_at_rest(r) for r in previous.link_flaps.values()):
+        if not all(_at_rest(r, window) for r in previous.link_flaps.values()):
             return Verdict(previous, volatile=Memory(counted))
         return Verdict(previous, volatile=Memory(counted, _Unchanged(
-            previous, cycle.config, links, readings)))
+            previous, cycle.config, links, _oldest(previous), readings)))
 
     def rename(self, section: FlapSection, renames: Mapping[str, str], now: datetime
                ) -> FlapSection:
@@ -308,9 +312,17 @@ def _readings(cycle: Cycle, downed: str, carrier: str) -> tuple[object, ...]:
                   for device in cycle.monitored for port in device.ports])
 
 
-def _at_rest(record: FlapRecord) -> bool:
-    """No outage open and no cycle in the window: its step reads no clock."""
-    return not (record.down_seen or record.open_downs or record.cycles)
+def _at_rest(record: FlapRecord, window: _Window) -> bool:
+    """Whether its step reads the clock only to see its first cycle leave the window (as
+    :func:`_step` and :func:`_slid` do): no outage open whose absorption the hold-down
+    judges (:func:`_absorption`)."""
+    return not (record.down_seen and window.hold_down > 0)
+
+
+def _oldest(section: FlapSection) -> Optional[datetime]:
+    """The oldest of the records' first cycles: the first to leave the window (the one
+    :func:`_step` looks at), None without any."""
+    return min((r.cycles[0][0] for r in section.link_flaps.values() if r.cycles), default=None)
 
 
 def _switched_off(previous: FlapSection, cycle: Cycle) -> Verdict[FlapSection, None, Memory]:

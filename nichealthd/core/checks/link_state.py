@@ -161,7 +161,16 @@ class LinkState(CheckFamily[LinkStateSection, Cards, Unchanged]):
         INIT, ARMED, Polling, LinkErrorRecovery are transients; only a port that stays there
         is stuck), and is dropped when its shortfall is already told by its ports' own fatal
         events.
+
+        Nothing is judged when the inputs are those of a poll that changed nothing
+        (:class:`Unchanged`): its verdict is this one's.
         """
+        readings = device_readings(cycle.snapshot)
+        if (volatile is not None and volatile.section is previous and not cycle.baseline
+                and volatile.config is cycle.config and volatile.readings == readings
+                and (volatile.roles is cycle.roles or volatile.roles == cycle.roles)):
+            return Verdict(previous, picture=volatile.cards, volatile=volatile,
+                           notes=volatile.notes)
         cycle = without_efa(cycle)
         snapshot, now, enabled = cycle.snapshot, cycle.now, cycle.enabled
         state = previous.copy()
