@@ -2,8 +2,10 @@
 
 Two runners take the same polls: one as shipped, one whose link-state and link-flap families
 judge every poll (their memo never kept: ``link_state.clocked`` and ``link_flaps._at_rest``
-say a clock runs). Their events, persisted states, notes, pictures, the families that failed
-and the flap family's counters must be identical after every poll. The polls are the
+say a clock runs), and whose health model works its port bases out afresh, as the PCI
+functions the reader watches. Their events, persisted states, notes, pictures, the families
+that failed, the flap family's counters, the health the surfaces show (``health_status``) and
+the functions watched must be identical after every poll. The polls are the
 seam-equivalence hosts (ports down, INIT, unreadable, garbage; devices that vanish;
 incomplete enumerations; restarts and failed commits; the clock jumping and set back), polled
 as the daemon polls them (devices in the reader's order), and the same hosts made quiet: a
@@ -24,11 +26,13 @@ from unittest import mock
 
 import pytest
 
-from nichealthd.core.checks import link_flaps, link_state
+from nichealthd.core import evaluate, views
+from nichealthd.core.checks import link_flaps, link_health, link_state
 from nichealthd.core.checks.link_flaps import LINK_FLAPS
 from nichealthd.core.config import Config
 from nichealthd.core.evaluate import CycleResult
 from nichealthd.core.model import HostSnapshot, PortSnapshot
+from nichealthd.core.state import MonitorState
 
 from . import equivalence
 from .builders import ACTIVE, LINKUP, Runner, at, config, device, host, port
@@ -104,17 +108,33 @@ def _patched(*patches: Any) -> Iterator[None]:
 
 
 def _full_path() -> ContextManager[None]:
-    """Both memos never kept: every poll judged in full."""
+    """Both memos never kept: every poll judged in full, and the health model's port bases
+    and the PCI functions watched worked out afresh."""
     return _patched(mock.patch.object(link_state, "clocked", return_value=True),
-                    mock.patch.object(link_flaps, "_at_rest", return_value=False))
+                    mock.patch.object(link_flaps, "_at_rest", return_value=False),
+                    mock.patch.object(link_state.LinkState, "port_bases", _bases),
+                    mock.patch.object(evaluate, "watched_functions", _watched))
 
 
-def _outcome(result: CycleResult) -> dict[str, Any]:
+def _bases(self: Any, section: Any, snapshot: HostSnapshot, roles: Any) -> Any:
+    return link_health.port_bases(section, snapshot, roles)
+
+
+def _watched(state: MonitorState) -> frozenset[str]:
+    identities, _ = evaluate._identities(state)
+    return frozenset(i.pci_address for i in identities.values() if i.pci_address)
+
+
+def _outcome(snapshot: HostSnapshot, result: CycleResult) -> dict[str, Any]:
+    """What a poll gives: its events, the state, notes, pictures, failed families, the flap
+    counters; the health the surfaces show and the PCI functions the next poll watches."""
     memory = result.memory.volatile.get(LINK_FLAPS.id)
     return {"events": [e.to_json() for e in result.events],
             "state": result.state.to_json(), "notes": result.notes,
             "failed": dict(result.failed), "pictures": dict(result.pictures),
-            "counted": memory.counted if isinstance(memory, link_flaps.Memory) else None}
+            "counted": memory.counted if isinstance(memory, link_flaps.Memory) else None,
+            "health": views.health_status(snapshot, result, result.state),
+            "watched": evaluate.watched_functions(result.state)}
 
 
 class Hits:
@@ -143,7 +163,10 @@ def _side_by_side(cfg: Config, polls: Polls,
         hits.flaps += stepped.call_count == 0 and bool(snapshot.devices)
         with _full_path():
             theirs = full.evaluate(snapshot)
-        assert _outcome(mine) == _outcome(theirs), f"poll {index} differs"
+        mine_seen = _outcome(snapshot, mine)
+        with _full_path():
+            theirs_seen = _outcome(snapshot, theirs)
+        assert mine_seen == theirs_seen, f"poll {index} differs"
         if not fails:
             memo.adopt(mine)
             full.adopt(theirs)

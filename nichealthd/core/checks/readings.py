@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 from operator import attrgetter
-from typing import Callable
+from typing import Callable, Optional
 
 from ..model import DeviceSnapshot, HostSnapshot, PortSnapshot
 
@@ -27,7 +27,23 @@ _port_fields: Callable[[PortSnapshot], tuple[object, ...]] = attrgetter(
 
 def device_readings(snapshot: HostSnapshot) -> tuple[object, ...]:
     """Every device of the poll with its ports, and what the poll read of the PCI bus (the
-    driver-event rules read it): equal for two polls that read the same, counters aside."""
-    return (snapshot.complete, snapshot.pci_functions, snapshot.pci_bus,
-            tuple([(_device_fields(device), tuple([_port_fields(p) for p in device.ports]))
-                   for device in snapshot.devices]))
+    driver-event rules read it): equal for two polls that read the same, counters aside.
+
+    Asked several times per poll (the link-state family, the port bases of the health
+    model) of the same snapshot, which never changes: the last answer is kept."""
+    last = _LAST
+    if last is not None and last[0] is snapshot:
+        return last[1]
+    readings = (snapshot.complete, snapshot.pci_functions, snapshot.pci_bus,
+                tuple([(_device_fields(device), tuple([_port_fields(p) for p in device.ports]))
+                       for device in snapshot.devices]))
+    _remember(snapshot, readings)
+    return readings
+
+
+def _remember(snapshot: HostSnapshot, readings: tuple[object, ...]) -> None:
+    global _LAST
+    _LAST = (snapshot, readings)
+
+
+_LAST: Optional[tuple[HostSnapshot, tuple[object, ...]]] = None  # the last snapshot asked
