@@ -156,6 +156,8 @@ class Memory(NamedTuple):
 
     counted: Counted
     unchanged: Optional[_Unchanged] = None
+
+
 MAX_ENTRIES = 4096  # polls with cycles kept per port: bounds the state of a port flapping forever
 
 
