@@ -186,7 +186,7 @@ def test_the_memos_give_the_full_paths_outcome_on_the_equivalence_hosts(seed: in
 @pytest.mark.parametrize("seed", (1, 2))
 def test_the_same_with_hold_down_card_hold_and_a_short_flap_window(seed: int) -> None:
     hits = _side_by_side(HELD, _polls(seed))
-    assert hits.state > 10  # the flap memo: not while an outage is open (most of the time)
+    assert hits.state > 10  # the flap memo: not while an outage is open under the hold-down
 
 
 @pytest.mark.parametrize(("seed", "cfg"), ((4, main_config()), (5, HELD), (6, HELD)))
