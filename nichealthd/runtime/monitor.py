@@ -43,7 +43,7 @@ from ..core.model import HostSnapshot
 from ..core.pcitopo import summary
 from ..core.state import MonitorState
 from ..core.topology import Role
-from ..core.views import health_status
+from ..core.views import assess_host
 from ..sources.boundary import SourceBoundary
 from ..sources.kernel_log import KernelLogSource, open_kernel_log
 from ..sources.pcie import PciFactsReader
@@ -465,6 +465,6 @@ def _assess_now(snapshot: HostSnapshot, result: CycleResult, state: MonitorState
     answer (:func:`~nichealthd.core.views.assess_host`). A failure is theirs to report: they
     compute it again and log it."""
     try:
-        health_status(snapshot, result, state)
+        assess_host(snapshot, result, state)
     except Exception:  # reported by the surfaces, see above
         pass
