@@ -1,7 +1,8 @@
 """The PCI source: the slow PCI facts of the monitored NICs, PCIe link hops, AER tables, sensors.
 
-A source of the seam (:mod:`.seam`) with three facts (:mod:`.pcie_facts`) that share one plan
-of paths, each read by the monitor only in a poll in which a family judging it is due
+A source of the seam (:mod:`.seam`) with three facts (:data:`PCIE`, :data:`AER`,
+:data:`HWMON`, typed by :mod:`.pci_facts`) that share one plan of paths, each read by the
+monitor only in a poll in which a family judging it is due
 (:func:`nichealthd.core.evaluate.due_reads`), never every poll, inside its own boundary.
 What to read is planned once per device and PCI function (a device that comes back at
 another address is planned again):
@@ -29,7 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from ..core.config import Config
-from ..core.model import DeviceSnapshot, HostSnapshot
+from ..core.model import DeviceSnapshot, Fact, HostSnapshot
 from ..core.numbers import AER_TOTAL, PCIE_WIDTH, Number, RateGate, Unreadable, boottime, parse
 from .attribute import AttributeFiles
 from .hwmon import HwmonReader
@@ -43,11 +44,16 @@ from .pci_facts import (
     parse_aer_total,
     parse_speed,
 )
-from .pcie_facts import AER, HWMON, PCIE
 from .problems import ProblemLog
 from .seam import Source
 
 log = logging.getLogger("nichealthd.pcie")
+
+# The facts of the PCI source, each by the device name of a monitored physical function; their
+# value types are in .pci_facts, which the snapshot's own pcie/aer/hwmon fields use too.
+PCIE: Fact[Mapping[str, tuple[PcieHop, ...]]] = Fact("pcie")  # every hop up to its root port
+AER: Fact[Mapping[str, tuple[AerTable, ...]]] = Fact("aer")  # its, its port's, its root's
+HWMON: Fact[Mapping[str, tuple[Sensor, ...]]] = Fact("hwmon")  # its temperature sensors
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
 _READ_SIZE = 4096
@@ -158,12 +164,12 @@ class PciFactsReader:
 
     def links(self, snapshot: HostSnapshot, devices: Iterable[str]
               ) -> dict[str, tuple[PcieHop, ...]]:
-        """Fact :data:`~.pcie_facts.PCIE` of the named devices."""
+        """Fact :data:`PCIE` of the named devices."""
         return {name: self._hops(path) for name, path in self._found(snapshot, devices).items()}
 
     def aer_tables(self, snapshot: HostSnapshot, devices: Iterable[str]
                    ) -> dict[str, tuple[AerTable, ...]]:
-        """Fact :data:`~.pcie_facts.AER` of the named devices."""
+        """Fact :data:`AER` of the named devices."""
         found = self._found(snapshot, devices)
         rootports: dict[str, Optional[AerTable]] = {}  # read once per poll
         now = self.rates.clock()  # the rate of every total is judged at one time
@@ -171,7 +177,7 @@ class PciFactsReader:
 
     def sensors(self, snapshot: HostSnapshot, devices: Iterable[str]
                 ) -> dict[str, tuple[Sensor, ...]]:
-        """Fact :data:`~.pcie_facts.HWMON` of the named devices."""
+        """Fact :data:`HWMON` of the named devices."""
         return {name: self.hwmon.sensors(path.chain[-1][1])
                 for name, path in self._found(snapshot, devices).items()}
 

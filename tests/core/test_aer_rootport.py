@@ -12,8 +12,8 @@ from nichealthd.core.numbers import AER_TOTAL, value
 from nichealthd.core.state import MonitorState
 from nichealthd.sim import pcifiles
 from nichealthd.sources.pci_facts import AerTable
+from nichealthd.sources.pcie import AER as READS_AER
 from nichealthd.sources.pcie import PciFactsReader
-from nichealthd.sources.pcie_facts import AER as READS_AER
 
 from .. import simtrees
 from .builders import Runner, config, device, host

@@ -18,7 +18,7 @@ from nichealthd.core.checks.link_counters import LINK_COUNTERS
 from nichealthd.core.checks.link_flaps import LINK_FLAPS
 from nichealthd.core.checks.pcie_aer import PCIE_AER
 from nichealthd.core.views import health_status, port_records, status_summary
-from nichealthd.sources.pcie_facts import AER as READS_AER
+from nichealthd.sources.pcie import AER as READS_AER
 
 from .builders import (
     DOWN,

@@ -21,9 +21,9 @@ from nichealthd.sources.pci_facts import (
     parse_aer_total,
     parse_speed,
 )
-from nichealthd.sources.pcie_facts import AER as READS_AER
-from nichealthd.sources.pcie_facts import HWMON as READS_HWMON
-from nichealthd.sources.pcie_facts import PCIE as READS_PCIE
+from nichealthd.sources.pcie import AER as READS_AER
+from nichealthd.sources.pcie import HWMON as READS_HWMON
+from nichealthd.sources.pcie import PCIE as READS_PCIE
 
 from .builders import Runner, config, device, host
 

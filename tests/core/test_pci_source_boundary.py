@@ -19,7 +19,7 @@ from nichealthd.core.checks.pcie_link import PCIE_LINK
 from nichealthd.runtime.monitor import Monitor
 from nichealthd.runtime.startup import load_topology
 from nichealthd.sources.config_file import load_config
-from nichealthd.sources.pcie_facts import AER, HWMON, PCIE
+from nichealthd.sources.pcie import AER, HWMON, PCIE
 from tests import simtrees
 
 

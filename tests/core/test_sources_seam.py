@@ -7,8 +7,7 @@ from dataclasses import fields
 from nichealthd.core.checks import families
 from nichealthd.core.family import EVERY_POLL
 from nichealthd.core.model import FIELD_FACTS, HostSnapshot
-from nichealthd.sources.pcie import PciSource
-from nichealthd.sources.pcie_facts import AER, HWMON, PCIE
+from nichealthd.sources.pcie import AER, HWMON, PCIE, PciSource
 from nichealthd.sources.seam import source_types
 
 

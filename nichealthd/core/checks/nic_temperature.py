@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional
 
 from ...sources.pci_facts import Sensor, degrees
-from ...sources.pcie_facts import HWMON
+from ...sources.pcie import HWMON
 from ..codec import stored
 from ..config import Config
 from ..events import HealthEvent

@@ -35,7 +35,7 @@ from datetime import datetime
 from typing import Any, Iterable, Mapping, Optional
 
 from ...sources.pci_facts import ROOTPORT_FILES, AerTable
-from ...sources.pcie_facts import AER
+from ...sources.pcie import AER
 from ..codec import Layout
 from ..config import Config, CounterSpec
 from ..events import ENTITY_NIC, ENTITY_PCI, HealthEvent, make_event

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any, Iterable, Mapping, Optional
 
 from ...sources.pci_facts import PcieHop
-from ...sources.pcie_facts import PCIE
+from ...sources.pcie import PCIE
 from ..codec import stored
 from ..config import Config
 from ..events import HealthEvent
