@@ -12,7 +12,9 @@ memory, about a tenth of it on a small host (bench/README.md), and the daemon us
 - hashlib takes its hashes from OpenSSL's ``_hashlib`` when it can, else from CPython's own
   modules (``_sha256``, ``_md5``, ...), which give the same digests. The daemon's hashes
   (dbus-fast's cache keys of introspection data, the GPU metadata file's digest) are SHA-256,
-  which both have.
+  which both have. Where CPython's own SHA-1 and SHA-256 are not built (RHEL's Python is
+  configured ``--with-builtin-hashlib-hashes=blake2``: its hashes come from OpenSSL alone),
+  ``_hashlib`` is left alone: the daemon then has OpenSSL's hashes and their memory.
 
 So ``ssl`` and ``_hashlib`` are marked unimportable while asyncio and hashlib are imported,
 and the marks are removed at once. In this process asyncio's loops have no TLS
@@ -26,23 +28,29 @@ have.
 from __future__ import annotations
 
 import sys
+from importlib.util import find_spec
 
 OPENSSL_MODULES = ("ssl", "_ssl", "_hashlib")
 WITHOUT = ("asyncio", "hashlib")  # imported here, with OpenSSL unavailable
+# CPython's own SHA-1 and SHA-256 (one module for the SHA-2 family since 3.12).
+BUILTIN_HASHES = ("_sha1", "_sha2" if sys.version_info >= (3, 12) else "_sha256")
 
 
 def import_without_openssl() -> None:
     """Import asyncio and hashlib with ``ssl`` and ``_hashlib`` unavailable, unless any of
-    them is imported already."""
+    them is imported already; ``_hashlib`` stays available where CPython's own hashes
+    (:data:`BUILTIN_HASHES`) are not all built."""
     if any(name in sys.modules for name in (*OPENSSL_MODULES, *WITHOUT)):
         return
-    for name in OPENSSL_MODULES:
+    blocked = [name for name in OPENSSL_MODULES if name != "_hashlib"
+               or all(find_spec(own) is not None for own in BUILTIN_HASHES)]
+    for name in blocked:
         sys.modules[name] = None  # type: ignore[assignment]  # ``import`` raises ImportError
     try:
         for name in WITHOUT:  # each reads the marks once, when imported
             __import__(name)
     finally:
-        for name in OPENSSL_MODULES:
+        for name in blocked:
             del sys.modules[name]
 
 

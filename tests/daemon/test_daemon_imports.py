@@ -17,9 +17,11 @@ UNWANTED = ("ssl", "_ssl", "_hashlib", "prometheus_client", "http.server", "wsgi
             "urllib.request", "gzip", "tempfile", "shutil", "zlib", "bz2", "lzma")
 PROBE = """
 import json, sys
-FIRST = sys.argv[1]
+FIRST, OWN = sys.argv[1], sys.argv[3]
 if FIRST:
     __import__(FIRST)
+if OWN:  # a Python built with none of its own hashes but blake2, as RHEL's
+    sys.modules.update(dict.fromkeys(("_sha1", "_sha2", "_sha256"), None))
 import nichealthd.runtime.daemon
 nichealthd.runtime.daemon.build_parser().parse_args([])
 from nichealthd.runtime.libraries import service_factories
@@ -40,8 +42,9 @@ print(json.dumps({"services": services, "loaded": loaded, "loops_tls": loops, "d
 """
 
 
-def probe(first: str = "") -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-c", PROBE, first, json.dumps(UNWANTED)],
+def probe(first: str = "", own_hashes: bool = True) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, "-c", PROBE, first, json.dumps(UNWANTED),
+                           "" if own_hashes else "none"],
                           cwd=REPO, capture_output=True, text=True, timeout=120, check=True)
     return json.loads(done.stdout)  # type: ignore[no-any-return]
 
@@ -61,3 +64,13 @@ def test_where_ssl_is_already_imported_asyncio_keeps_it() -> None:
     got = probe("ssl")
     assert got["loops_tls"] == [True, True, True]
     assert got["openssl_hashes"]
+
+
+def test_where_python_has_only_openssls_hashes_hashlib_keeps_them() -> None:
+    """RHEL's Python has no SHA-256 of its own: hashlib keeps OpenSSL's, asyncio still
+    has no TLS."""
+    got = probe(own_hashes=False)
+    assert got["openssl_hashes"]
+    assert got["digest"] == "40f4eb6d8d9b8797aaf8abec275f908bac2a2eda3a5a5feda772587add1e1e1b"
+    assert got["loops_tls"] == [False, False, False]
+    assert "ssl" not in got["loaded"] and "_hashlib" in got["loaded"]
