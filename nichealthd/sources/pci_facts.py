@@ -1,9 +1,10 @@
 """The slow PCI facts of a NIC: its PCIe link hops, AER tables and sensors.
 
-The fact module of the PCI side: plain values the readers of :mod:`nichealthd.sources.pcie`
-and :mod:`nichealthd.sources.hwmon` fill into ``HostSnapshot.pcie`` / ``.aer`` / ``.hwmon``
-and the families of :mod:`nichealthd.core.checks` judge, pure (ARCHITECTURE.md, the source
-seam), with the parsers of the kernel's
+The value types of the PCI source's facts (their keys ``PCIE`` / ``AER`` / ``HWMON`` are in
+:mod:`nichealthd.sources.pcie`, whose readers and :mod:`nichealthd.sources.hwmon` build
+them; the snapshot's ``pcie`` / ``aer`` / ``hwmon`` fields use them too), which the families of
+:mod:`nichealthd.core.checks` judge, pure (ARCHITECTURE.md, the source seam), with the parsers
+of the kernel's
 text formats (pure: they get the text, never a path; every number in them goes through
 :func:`nichealthd.core.numbers.parse` with its kind, and a speed must be one of the PCIe set):
 
