@@ -144,8 +144,14 @@ def test_list_counters_all_one_device_one_port_and_errors(daemon: Any) -> None:
     async def go() -> tuple[Any, ...]:
         async with BusClient() as client:
             every = records(await client.call("ListCounters", "su", ["", 0]))
-            one_dev = records(await client.call("ListCounters", "su", ["mlx5_0", 0]))
-            one_port = records(await client.call("ListCounters", "su", ["mlx5_0", 1]))
+            for _ in range(100):  # one device and its one port from the same poll
+                before = await poll_count(client)
+                one_dev = records(await client.call("ListCounters", "su", ["mlx5_0", 0]))
+                one_port = records(await client.call("ListCounters", "su", ["mlx5_0", 1]))
+                if await poll_count(client) == before:
+                    break
+            else:
+                raise AssertionError("a poll fell between the two calls 100 times")
             unknown = await client.call("ListCounters", "su", ["mlx5_99", 0])
             bad_port = await client.call("ListCounters", "su", ["mlx5_0", 7])
             unmonitored = await client.call("ListCounters", "su", ["mlx5_12", 0])
