@@ -102,15 +102,24 @@ class AdapterReader:
         last = self._read_at
         return last is None or now < last or now - last >= self.config.adapter_check_interval
 
-    def observe(self, devices: Iterable[DeviceSnapshot]) -> Optional[AdapterFacts]:
-        """The facts, or None when the interval has not elapsed since the last read."""
+    def observe(self, devices: Iterable[DeviceSnapshot],
+                names: Optional[frozenset[str]] = None) -> Optional[AdapterFacts]:
+        """The facts, or None when the interval has not elapsed since the last read.
+
+        ``devices``: those whose firmware, port netdevs and PCI function may be read; the
+        reader leaves out the SR-IOV VFs (none of these is read for a VF: a VF's function
+        is never a NIC of its own here, it has no ports). ``names``: every RDMA device's
+        name, VFs included (default: ``devices``'); the same set object from one read to the
+        next tells at a glance that the char-device entries still name the same devices.
+        """
         if not self.due():
             return None
         self._read_at = self._monotonic()
         self.reads += 1
         devices = tuple(devices)
-        names = frozenset(d.name for d in devices)
-        if names != self._entries_for:
+        if names is None:
+            names = frozenset(d.name for d in devices)
+        if names is not self._entries_for and names != self._entries_for:
             self._entries, self._entries_for, self._listings = {}, names, {}
         root = self.config.sysfs_root
         verbs = os.path.join(root, "class/infiniband_verbs")

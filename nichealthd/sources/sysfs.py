@@ -279,7 +279,8 @@ class SysfsReader:
             self.problems.clear("fd-exhausted", "file descriptors are available again")
         # An empty class directory: is the hardware still there (a driver event)?
         functions = None if names else self._mellanox_functions()
-        adapter, problem = self._adapter_boundary.read(lambda: self.adapter.observe(devices))
+        adapter, problem = self._adapter_boundary.read(
+            lambda: self.adapter.observe(index.judged, index.names))
         return HostSnapshot(now, boot_id, devices, complete=self._complete,
                             pci_functions=functions, pci_bus=self._bus_if_unregistered(),
                             adapter=adapter, unread={READS_ADAPTER: problem} if problem else {},

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from nichealthd.core.adapter import AdapterFacts
 from nichealthd.sim import adapter, mutate, tree
+from nichealthd.sources.adapter import AdapterReader
 from nichealthd.sources.attribute import AttributeFiles
 from nichealthd.sources.config_file import load_config
 from nichealthd.sources.sysfs import SysfsReader
@@ -145,3 +146,26 @@ def test_a_char_device_entry_not_read_yet_is_read_again_with_the_same_listing(
     after = adapter_read(made, clock).chardevs.uverbs
     assert after == before | {ibdev}
     assert adapter_read(made, clock).chardevs.uverbs == after
+
+
+def test_the_facts_of_a_host_with_vfs_are_the_same_from_its_judged_devices(host: Path) -> None:
+    """The reader gives the adapter reader the devices that are not VFs and every name: the
+    facts are those of every device, on the tree as it is and with a PF's driver unbound (a
+    function the reader has no device for) and a VF gone."""
+    clock = Clock()
+    made = reader(host, clock)
+    config = made.config
+    for change in (lambda: None, lambda: adapter.unbind(host, "mlx5_3"),
+                   lambda: mutate.remove_device(host, "mlx5_13")):
+        change()
+        snapshot = made.observe(datetime.now(timezone.utc))
+        parts = snapshot.parts
+        assert parts.vfs and len(parts.judged) < len(snapshot.devices)
+        readers = AdapterReader(config), AdapterReader(config)
+        try:
+            every = readers[0].observe(snapshot.devices)
+            judged = readers[1].observe(parts.judged, parts.names)
+        finally:
+            for made_here in readers:
+                made_here.files.close()
+        assert every is not None and every == judged
