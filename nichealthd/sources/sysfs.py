@@ -477,18 +477,15 @@ class SysfsReader:
     def _discover_device(self, name: str, previous: Optional[_DevicePlan] = None,
                          netdevs_same: bool = False) -> _DevicePlan:
         """A device's plan; a VF whose facts are complete is ``previous`` itself while no
-        netdev changed (``netdevs_same``) or its own netdevs are the same."""
-        base = os.path.join(self.config.sys_class_infiniband, name)
-        pci = os.path.join(base, "device")
-        if previous is not None and _facts_complete(previous.info):
-            facts = previous.info
-        else:
-            facts = _read_facts(name, base, pci, self.problems)
-        # A VF as it was: none of its ports is listed or read.
-        kept = previous if previous is not None and facts is previous.info and facts.is_vf \
-            else None
+        netdev changed (``netdevs_same``) or its own netdevs are the same: none of a VF's
+        ports is listed or read."""
+        whole = previous if previous is not None and _facts_complete(previous.info) else None
+        kept = whole if whole is not None and whole.info.is_vf else None
         if kept is not None and netdevs_same:
             return kept
+        base = os.path.join(self.config.sys_class_infiniband, name)
+        pci = os.path.join(base, "device")
+        facts = whole.info if whole is not None else _read_facts(name, base, pci, self.problems)
         netdevs = tuple(sorted(_listdir(os.path.join(pci, "net")) or ()))
         if kept is not None and netdevs == facts.netdevs:
             return kept
