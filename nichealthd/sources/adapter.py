@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional, TypeVar
 
 from ..core.adapter import IFF_UP, AdapterFacts, CharDevices, NetdevLink, PciNic
 from ..core.config import Config
@@ -39,6 +39,7 @@ from .attribute import AttributeFiles, read_text
 from .problems import ProblemLog
 
 log = logging.getLogger("nichealthd.adapter")
+T = TypeVar("T")
 
 MELLANOX_VENDOR = "0x15b3"
 # PCI class codes of network controllers: Ethernet, InfiniBand, other (pci_ids.h 0x0200,
@@ -73,6 +74,7 @@ class AdapterReader:
         # SR-IOV VFs (a thousand functions and devices) each answer is a loop over them all.
         self._listings: dict[tuple[str, str], tuple[list[str], list[tuple[str, int]]]] = {}
         self._nics: Optional[tuple[list[str], frozenset[str], tuple[PciNic, ...]]] = None
+        self._answers: dict[str, tuple[list[tuple[str, int]], frozenset[Any]]] = {}
         self.reads = 0
         self.problems = ProblemLog(log)
         # fw_ver and operstate files, kept open between reads and closed when no longer read:
@@ -191,14 +193,26 @@ class AdapterReader:
         listing = self._listing(directory, entries, prefix)
         if listing is None:
             return None
-        return frozenset(ibdev for ibdev, _ in listing)
+        return self._answer(prefix, listing, lambda: frozenset(ibdev for ibdev, _ in listing))
 
     def _port_entries(self, directory: str, entries: Optional[list[str]], prefix: str
                       ) -> Optional[frozenset[tuple[str, int]]]:
         listing = self._listing(directory, entries, prefix)
         if listing is None:
             return None
-        return frozenset(entry for entry in listing if entry[1] > 0)
+        return self._answer(prefix, listing,
+                            lambda: frozenset(entry for entry in listing if entry[1] > 0))
+
+    def _answer(self, prefix: str, listing: list[tuple[str, int]],
+                make: Callable[[], frozenset[T]]) -> frozenset[T]:
+        """The set made of a listing, made again only when the listing is not last time's
+        (the same list object: :meth:`_listing` kept it)."""
+        last = self._answers.get(prefix)
+        if last is not None and last[0] is listing:
+            return last[1]
+        answer = make()
+        self._answers[prefix] = (listing, answer)
+        return answer
 
     # ------------------------------------------------------------ PCI functions
 

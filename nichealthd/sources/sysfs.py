@@ -240,8 +240,8 @@ class SysfsReader:
         # poll in which one of them has no device lists the bus (HostSnapshot.pci_bus).
         self.watched_functions: frozenset[str] = frozenset()
         self._addresses: Optional[dict[str, str]] = None  # netdev -> MAC, per discovery
-        # What the netdev class directory listed at the last discovery of a host with VFs
-        # (None: not listed); see _discover.
+        # What the netdev class directory listed at the last discovery (None: it could not
+        # be listed); see _discover.
         self._netdev_names: Optional[frozenset[str]] = None
         self.unreadable_reads = 0
         self.discoveries = 0
@@ -264,6 +264,8 @@ class SysfsReader:
         """Read everything one poll needs. Never raises on bad sysfs content."""
         boot_id = self._boot_id or self._read_boot_id()
         names = self._list_devices() if self._listing_due() else self._names
+        if names is not None and names == self._names:
+            names = self._names  # the same set object: the passes' memos know it at a glance
         if names is None:
             return HostSnapshot(now, boot_id, (), complete=False, blind=self._blind)
         discovered = (self._dirty or names != self._names
@@ -411,11 +413,11 @@ class SysfsReader:
         known = self._plans
         self._addresses = None
         previous = {plan.info.name: plan for plan in self._plans} if periodic else {}
-        # On a host with VFs one listing of the netdev class directory stands for the
-        # ``device/net`` listing of each VF (a thousand of them): a netdev that is created,
+        # One listing of the netdev class directory stands for the ``device/net`` listing of
+        # each VF (a thousand of them on a host with SR-IOV): a netdev that is created,
         # removed, renamed or moved to another namespace changes both at once. While it lists
         # what it listed at the last discovery, a periodic one keeps the VFs as they were.
-        netdev_names = _names_in(self.config.sys_class_net) if self._vfs else None
+        netdev_names = _names_in(self.config.sys_class_net)
         netdevs_same = (periodic and netdev_names is not None
                         and netdev_names == self._netdev_names)
         self._plans = [self._discover_device(name, previous.get(name), netdevs_same)
