@@ -4,8 +4,8 @@ No files, no clock, no threads: every rule of both specs is a table of snapshots
 The evaluation is a loop over the enabled check families (:mod:`nichealthd.core.family`) with
 the context they share (roles, monitored devices, the baseline flag). The only memory besides
 the persisted state is :class:`PollMemory`: each family's volatile memory (the counter
-engine's last value read of each counter, spec §6.3 ``lastPollValue``, say), when each slow
-family last ran, the picture of its last verdict and each device's role, which a restart
+engine's last value read of each counter, link-counter-detection §6.3 ``lastPollValue``, say), when
+each slow family last ran, the picture of its last verdict and each device's role, which a restart
 legitimately loses.
 Neither input is changed: the result carries the next state and the next memory, which the
 monitor adopts only once the poll is committed.
@@ -279,7 +279,8 @@ def _cleared(enabled: frozenset[str], snapshot: HostSnapshot) -> frozenset[str]:
 
 
 def _check_scoped_clears(enabled: frozenset[str], now: datetime) -> list[HealthEvent]:
-    """One healthy event with no entities per check, strictly older than the rest (REF §1).
+    """One healthy event with no entities per check, strictly older than the rest (NVSentinel
+    sorts a batch by time, unstably).
 
     It clears every condition of the check on the platform, including those of devices that
     no longer exist after the reboot.

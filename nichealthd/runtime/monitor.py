@@ -1,8 +1,8 @@
 """One poll cycle end to end: observe sysfs, evaluate, commit events and state together.
 
 The :class:`Monitor` owns the only mutable copy of the state. It decides at start whether the
-first poll is a baseline (no usable state, or the boot ID changed: spec §6.5), and it writes
-the state file only when something the next process must know changed: events, breaches,
+first poll is a baseline (no usable state, or the boot ID changed: link-counter-detection §6.5), and
+it writes the state file only when something the next process must know changed: events, breaches,
 port health, devices, delta counters. Velocity snapshots that merely advanced are flushed at
 most every ``FLUSH_SECONDS`` (and at stop) — rewriting the file every second on thousands of
 hosts is needless disk wear, and a velocity window resumed from an older snapshot still

@@ -17,13 +17,13 @@ cycles. Counter downs seen while the port reads ACTIVE all along are cycles shor
 poll; they are closed one poll later, because the counter may have moved between the reads of
 the state and of the counter (the state then says DOWN at the next poll: one outage, one
 cycle). A counter gives no delta at its saturation limit (an IB PMA counter stuck at
-all-ones, REF §3), across a decrease (cleared), or without a previous value (first poll of a
-process: that memory is volatile), and none when switched off in the config.
+all-ones, IBTA vol. 1 §16.1.3.5), across a decrease (cleared), or without a previous value (first
+poll of a process: that memory is volatile), and none when switched off in the config.
 
-Defaults and the peers they come from (REFERENCE §4): at least ``linkFlapCount`` = 3 cycles
-within ``linkFlapWindow`` = 1 h give ONE non-fatal event with ``recommendedAction``
-CONTACT_SUPPORT (NVSentinel's analyzer counts 3 NIC events in 1 h and moved flaps from
-REPLACE_VM to CONTACT_SUPPORT; gpud counts >= 3 returns to ACTIVE, over 12 h; Azure's HPC
+Defaults and the peers they come from (gpud, NVSentinel, Azure HPC health checks): at least
+``linkFlapCount`` = 3 cycles within ``linkFlapWindow`` = 1 h give ONE non-fatal event with
+``recommendedAction`` CONTACT_SUPPORT (NVSentinel's analyzer counts 3 NIC events in 1 h and moved
+flaps from REPLACE_VM to CONTACT_SUPPORT; gpud counts >= 3 returns to ACTIVE, over 12 h; Azure's HPC
 checks >= 5 "lost carrier" in 24 h; NVIDIA's health validation fails one outage >= 30 s, which
 the port-state event already reports). ``linkFlapFatalCount`` (default 0, off) makes a port
 with that many cycles fatal (REPLACE_VM); it must be at least ``linkFlapCount`` and 2, so one

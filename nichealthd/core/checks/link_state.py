@@ -2,8 +2,8 @@
 
 Per monitored device: its presence (a return after it was declared gone) and the state of
 each port; then the devices that are gone (three complete enumerations without them) and the
-card homogeneity verdicts (spec §4.3, held while the shortfall rests on transient states).
-Card verdicts and port states are one family because each feeds the other: a port down at
+card homogeneity verdicts (link-state-detection §4.3, held while the shortfall rests on transient
+states). Card verdicts and port states are one family because each feeds the other: a port down at
 first sight is fatal only on its card's verdict, and a card verdict is dropped when its ports
 already told their own failure.
 """
@@ -129,14 +129,14 @@ class LinkState(CheckFamily[LinkStateSection, Cards, None]):
                  ) -> Verdict[LinkStateSection, Cards, None]:
         """Ports and presence of each monitored device, then gone devices and card verdicts.
 
-        Card homogeneity (spec §4.3) is judged every poll. At the baseline poll an anomalous
-        card is reported (spec §7.2 case 3) unless it is short only of ports waiting for the
-        subnet manager (then held as later: a reboot), and only the ports it is short of (those
-        its peers have active) count as failed. Later a verdict is held while the ports it
-        rests on are in a non-fatal state for less than ``cardVerdictHoldTime`` (spec §3.2:
-        INIT, ARMED, Polling, LinkErrorRecovery are transients; only a port that stays there
-        is stuck), and is dropped when its shortfall is already told by its ports' own fatal
-        events.
+        Card homogeneity (link-state-detection §4.3) is judged every poll. At the baseline poll an
+        anomalous card is reported (link-state-detection §7.2 case 3) unless it is short only of
+        ports waiting for the subnet manager (then held as later: a reboot), and only the ports it
+        is short of (those its peers have active) count as failed. Later a verdict is held while the
+        ports it rests on are in a non-fatal state for less than ``cardVerdictHoldTime``
+        (link-state-detection §3.2: INIT, ARMED, Polling, LinkErrorRecovery are transients; only a
+        port that stays there is stuck), and is dropped when its shortfall is already told by its
+        ports' own fatal events.
         """
         cycle = without_efa(cycle)
         snapshot, now, enabled = cycle.snapshot, cycle.now, cycle.enabled
