@@ -567,7 +567,7 @@ def _netdevs_of_vf(snapshot: HostSnapshot, netdevs: tuple[str, ...]) -> bool:
 
 # What changes on a host with VFs (before the first poll, then in steps once the reader is in
 # its steady state), by when each step must be seen (seconds) and what shows it. A device
-# that is judged is seen in the poll after it changed (1 s); a VF (never judged, spec §8)
+# that is judged is seen in the poll after it changed (1 s); a VF (never judged: DeviceIndex)
 # that comes or goes within LIST_SECONDS, as a device never seen before; a VF's netdevs
 # within REDISCOVER_SECONDS.
 CHANGES: dict[str, tuple[Callable[[Path], None], tuple[Step, ...]]] = {
