@@ -8,7 +8,6 @@ import shutil
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional
 
 import pytest
 
@@ -20,7 +19,7 @@ from nichealthd.sources.attribute import AttributeFiles
 from nichealthd.sources.config_file import load_config
 from nichealthd.sources.sysfs import SysfsReader
 
-from .conftest import open_readers
+from .conftest import listings, open_readers
 
 
 class Clock:
@@ -192,14 +191,7 @@ def test_a_host_with_vfs_lists_its_char_devices_when_a_device_read_may_lack_one(
     clock = Clock()
     made = reader(host, clock)
     first = adapter_read(made, clock).chardevs
-    listed: list[str] = []
-    listdir = adapter_source.listdir
-
-    def counted(path: str) -> Optional[list[str]]:
-        listed.append(path)
-        return listdir(path)
-
-    monkeypatch.setattr(adapter_source, "listdir", counted)
+    listed = listings(monkeypatch, adapter_source, "listdir")
     assert adapter_read(made, clock).chardevs is first
     assert not [path for path in listed if "/class/infiniband_" in path]
 

@@ -23,7 +23,7 @@ from nichealthd.sources.sysfs import (
 )
 
 from .builders import at
-from .conftest import open_readers, reader_for
+from .conftest import listings, open_readers, reader_for
 
 
 def port_of(snapshot, name: str = "mlx5_0"):  # type: ignore[no-untyped-def]
@@ -509,14 +509,7 @@ def test_the_periodic_rediscovery_keeps_unchanged_vfs_as_they_were(
                          monotonic=lambda: clock[0])
     open_readers.append(reader)
     first = reader.observe(at(0))
-    listed: list[str] = []
-    listdir = sysfs._listdir
-
-    def counted(path: str) -> Optional[list[str]]:
-        listed.append(path)
-        return listdir(path)
-
-    monkeypatch.setattr(sysfs, "_listdir", counted)
+    listed = listings(monkeypatch, sysfs, "_listdir")
     clock[0] = REDISCOVER_SECONDS
     again = reader.observe(at(1))
     assert reader.discoveries == 2 and again.parts.vfs is first.parts.vfs
