@@ -7,7 +7,8 @@ Every ``adapterCheckInterval`` (and at the first poll) one read gathers:
   kernel's drivers/infiniband/core/uverbs_main.c and user_mad.c create them: one listdir per
   class directory (``umad`` and ``issm`` share one); what an entry names is read once and
   cached while the set of RDMA devices stays the same (a reload may give ``uverbs0`` to
-  another device);
+  another device); on a host with SR-IOV VFs the last answer is kept without listing while
+  every device read still has all its entries (:class:`_Proof`);
 - the Mellanox physical functions of ``<sysfs>/bus/pci/devices``: one listdir; ``vendor``,
   ``class`` and ``physfn`` of an address are read once (fixed while it exists), then one
   listdir of ``<function>/infiniband`` per Mellanox PF that no RDMA device of the poll's
