@@ -198,9 +198,10 @@ class Monitor:
             slow = due_reads(self.config, self.memory, now)
             if slow:
                 # Monitored devices, and those not classified yet (the evaluation of this
-                # poll classifies them; the families judge the monitored ones only).
+                # poll classifies them; the families judge the monitored ones only). An
+                # SR-IOV VF of the index is never monitored (DeviceIndex).
                 roles = self._last_roles
-                monitored = [d.name for d in snapshot.devices
+                monitored = [d.name for d in snapshot.parts.judged
                              if d.name not in roles or roles[d.name].monitored]
                 snapshot = self._read_slow(snapshot, slow, monitored)
             self._rediscover_topology(snapshot)

@@ -7,7 +7,8 @@ Every ``adapterCheckInterval`` (and at the first poll) one read gathers:
   kernel's drivers/infiniband/core/uverbs_main.c and user_mad.c create them: one listdir per
   class directory (``umad`` and ``issm`` share one); what an entry names is read once and
   cached while the set of RDMA devices stays the same (a reload may give ``uverbs0`` to
-  another device);
+  another device); on a host with SR-IOV VFs the last answer is kept without listing while
+  every device read still has all its entries (:class:`_Proof`);
 - the Mellanox physical functions of ``<sysfs>/bus/pci/devices``: one listdir; ``vendor``,
   ``class`` and ``physfn`` of an address are read once (fixed while it exists), then one
   listdir of ``<function>/infiniband`` per Mellanox PF that no RDMA device of the poll's
@@ -29,7 +30,8 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Callable, Iterable, Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Optional, TypeVar
 
 from ..core.adapter import IFF_UP, AdapterFacts, CharDevices, NetdevLink, PciNic
 from ..core.config import Config
@@ -39,6 +41,7 @@ from .attribute import AttributeFiles, read_text
 from .problems import ProblemLog
 
 log = logging.getLogger("nichealthd.adapter")
+T = TypeVar("T")
 
 MELLANOX_VENDOR = "0x15b3"
 # PCI class codes of network controllers: Ethernet, InfiniBand, other (pci_ids.h 0x0200,
@@ -73,6 +76,8 @@ class AdapterReader:
         # SR-IOV VFs (a thousand functions and devices) each answer is a loop over them all.
         self._listings: dict[tuple[str, str], tuple[list[str], list[tuple[str, int]]]] = {}
         self._nics: Optional[tuple[list[str], frozenset[str], tuple[PciNic, ...]]] = None
+        self._answers: dict[str, tuple[list[tuple[str, int]], frozenset[Any]]] = {}
+        self._proof: Optional[_Proof] = None
         self.reads = 0
         self.problems = ProblemLog(log)
         # fw_ver and operstate files, kept open between reads and closed when no longer read:
@@ -88,8 +93,10 @@ class AdapterReader:
         self.release()
 
     def release(self) -> None:
-        """Close every kept file (the device set changed: the next read opens what it needs)."""
+        """Close every kept file and list the char devices at the next read (the device set
+        changed: the next read opens what it needs)."""
         self._forget(self.kept)
+        self._proof = None
 
     def _forget(self, paths: frozenset[str]) -> None:
         """Close kept files that are read no more."""
@@ -102,24 +109,26 @@ class AdapterReader:
         last = self._read_at
         return last is None or now < last or now - last >= self.config.adapter_check_interval
 
-    def observe(self, devices: Iterable[DeviceSnapshot]) -> Optional[AdapterFacts]:
-        """The facts, or None when the interval has not elapsed since the last read."""
+    def observe(self, devices: Iterable[DeviceSnapshot],
+                names: Optional[frozenset[str]] = None) -> Optional[AdapterFacts]:
+        """The facts, or None when the interval has not elapsed since the last read.
+
+        ``devices``: those whose firmware, port netdevs and PCI function may be read; the
+        reader leaves out the SR-IOV VFs (none of these is read for a VF: a VF's function
+        is never a NIC of its own here, it has no ports). ``names``: every RDMA device's
+        name, VFs included (default: ``devices``'); the same set object from one read to the
+        next tells at a glance that the char-device entries still name the same devices.
+        """
         if not self.due():
             return None
         self._read_at = self._monotonic()
         self.reads += 1
         devices = tuple(devices)
-        names = frozenset(d.name for d in devices)
-        if names != self._entries_for:
+        if names is None:
+            names = frozenset(d.name for d in devices)
+        if names is not self._entries_for and names != self._entries_for:
             self._entries, self._entries_for, self._listings = {}, names, {}
-        root = self.config.sysfs_root
-        verbs = os.path.join(root, "class/infiniband_verbs")
-        mad = os.path.join(root, "class/infiniband_mad")
-        mad_entries = listdir(mad)  # once for both umad and issm
-        chardevs = CharDevices(
-            uverbs=self._device_entries(verbs, listdir(verbs), "uverbs"),
-            umad=self._port_entries(mad, mad_entries, "umad"),
-            issm=self._port_entries(mad, mad_entries, "issm"))
+        chardevs = self._chardevs(devices, names)
         registered = frozenset(d.pci_address for d in devices if d.pci_address)
         self._used = set()
         facts = AdapterFacts(
@@ -148,6 +157,31 @@ class AdapterReader:
         return raw.decode("ascii", errors="replace").split("\n", 1)[0].strip() or None
 
     # ------------------------------------------------------------ char devices
+
+    def _chardevs(self, devices: tuple[DeviceSnapshot, ...], names: frozenset[str]
+                  ) -> CharDevices:
+        """The char-device entries: last read's answer while it still holds (see
+        :class:`_Proof`), else both class directories listed."""
+        proof = self._proof
+        if proof is not None and proof.holds(devices, names):
+            return proof.answer
+        root = self.config.sysfs_root
+        verbs = os.path.join(root, "class/infiniband_verbs")
+        mad = os.path.join(root, "class/infiniband_mad")
+        verbs_entries = listdir(verbs)
+        mad_entries = listdir(mad)  # once for both umad and issm
+        answer = CharDevices(
+            uverbs=self._device_entries(verbs, verbs_entries, "uverbs"),
+            umad=self._port_entries(mad, mad_entries, "umad"),
+            issm=self._port_entries(mad, mad_entries, "issm"))
+        self._proof = None
+        if len(names) > len(devices):  # a host with VFs: the listings are mostly theirs
+            read = frozenset(d.name for d in devices)
+            self._proof = _Proof.of(answer, devices, names, [
+                os.path.join(directory, entry)
+                for directory, entries in ((verbs, verbs_entries), (mad, mad_entries))
+                for entry in entries or () if self._entries.get(entry, ("", 0))[0] in read])
+        return answer
 
     def _listing(self, directory: str, entries: Optional[list[str]], prefix: str
                  ) -> Optional[list[tuple[str, int]]]:
@@ -182,14 +216,26 @@ class AdapterReader:
         listing = self._listing(directory, entries, prefix)
         if listing is None:
             return None
-        return frozenset(ibdev for ibdev, _ in listing)
+        return self._answer(prefix, listing, lambda: frozenset(ibdev for ibdev, _ in listing))
 
     def _port_entries(self, directory: str, entries: Optional[list[str]], prefix: str
                       ) -> Optional[frozenset[tuple[str, int]]]:
         listing = self._listing(directory, entries, prefix)
         if listing is None:
             return None
-        return frozenset(entry for entry in listing if entry[1] > 0)
+        return self._answer(prefix, listing,
+                            lambda: frozenset(entry for entry in listing if entry[1] > 0))
+
+    def _answer(self, prefix: str, listing: list[tuple[str, int]],
+                make: Callable[[], frozenset[T]]) -> frozenset[T]:
+        """The set made of a listing, made again only when the listing is not last time's
+        (the same list object: :meth:`_listing` kept it)."""
+        last = self._answers.get(prefix)
+        if last is not None and last[0] is listing:
+            return last[1]
+        answer = make()
+        self._answers[prefix] = (listing, answer)
+        return answer
 
     # ------------------------------------------------------------ PCI functions
 
@@ -260,6 +306,51 @@ class AdapterReader:
                     admin_up = None if flags is None else bool(flags & IFF_UP)
                 links[port.key] = NetdevLink(port.netdev, operstate, admin_up)
         return links
+
+
+@dataclass(frozen=True)
+class _Proof:
+    """Why the last char-device answer still holds without listing, on a host with SR-IOV
+    VFs, where both class directories hold an entry of each of a thousand VFs (never judged)
+    beside those of the few devices read: the same RDMA device names, the same devices read
+    with the same ports, each of which had all its entries (``uverbs``, and ``umad`` and
+    ``issm`` per port), and each of those entries still there (one ``lstat``).
+
+    A device read that loses an entry fails the proof, and one that lacked an entry never
+    makes one: both are listed at every read, as before. A VF's entry that comes or goes is
+    seen at the next read that lists. What an entry names is taken as fixed while the device
+    names stay the same, as the listing's own cache of entries takes it; a rediscovery after
+    a change (:meth:`AdapterReader.release`) drops the proof.
+    """
+
+    answer: CharDevices
+    names: frozenset[str]
+    shape: tuple[tuple[str, tuple[int, ...]], ...]  # each device read and its ports
+    entries: tuple[str, ...]  # the entry directories of the devices read
+
+    @staticmethod
+    def shape_of(devices: tuple[DeviceSnapshot, ...]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+        return tuple((d.name, tuple(port.port for port in d.ports)) for d in devices)
+
+    @classmethod
+    def of(cls, answer: CharDevices, devices: tuple[DeviceSnapshot, ...],
+           names: frozenset[str], entries: list[str]) -> Optional[_Proof]:
+        """The proof of ``answer``; None when a device read lacks an entry or a class
+        directory could not be listed."""
+        uverbs, umad, issm = answer.uverbs, answer.umad, answer.issm
+        if uverbs is None or umad is None or issm is None:
+            return None
+        for device in devices:
+            if device.name not in uverbs or any(
+                    (device.name, port.port) not in umad or (device.name, port.port) not in issm
+                    for port in device.ports):
+                return None
+        return cls(answer, names, cls.shape_of(devices), tuple(entries))
+
+    def holds(self, devices: tuple[DeviceSnapshot, ...], names: frozenset[str]) -> bool:
+        return ((names is self.names or names == self.names)
+                and self.shape_of(devices) == self.shape
+                and all(os.path.lexists(entry) for entry in self.entries))
 
 
 def mellanox_function(pdir: str) -> Optional[tuple[str, bool]]:

@@ -240,6 +240,9 @@ class SysfsReader:
         # poll in which one of them has no device lists the bus (HostSnapshot.pci_bus).
         self.watched_functions: frozenset[str] = frozenset()
         self._addresses: Optional[dict[str, str]] = None  # netdev -> MAC, per discovery
+        # What the netdev class directory listed at the last discovery (None: it could not
+        # be listed); see _discover.
+        self._netdev_names: Optional[frozenset[str]] = None
         self.unreadable_reads = 0
         self.discoveries = 0
         self.listings = 0  # of the class directory
@@ -261,6 +264,8 @@ class SysfsReader:
         """Read everything one poll needs. Never raises on bad sysfs content."""
         boot_id = self._boot_id or self._read_boot_id()
         names = self._list_devices() if self._listing_due() else self._names
+        if names is not None and names == self._names:
+            names = self._names  # the same set object: the passes' memos know it at a glance
         if names is None:
             return HostSnapshot(now, boot_id, (), complete=False, blind=self._blind)
         discovered = (self._dirty or names != self._names
@@ -276,7 +281,8 @@ class SysfsReader:
             self.problems.clear("fd-exhausted", "file descriptors are available again")
         # An empty class directory: is the hardware still there (a driver event)?
         functions = None if names else self._mellanox_functions()
-        adapter, problem = self._adapter_boundary.read(lambda: self.adapter.observe(devices))
+        adapter, problem = self._adapter_boundary.read(
+            lambda: self.adapter.observe(index.judged, index.names))
         return HostSnapshot(now, boot_id, devices, complete=self._complete,
                             pci_functions=functions, pci_bus=self._bus_if_unregistered(),
                             adapter=adapter, unread={READS_ADAPTER: problem} if problem else {},
@@ -286,7 +292,9 @@ class SysfsReader:
                       ) -> tuple[tuple[DeviceSnapshot, ...], DeviceIndex]:
         """This poll's devices, in name order, and their index: only the devices that are
         not VFs are read (a VF's snapshot is its plan's facts: no port of it is read)."""
-        devices = self._template.copy()
+        # Written in place, not copied: a copy of a thousand references (and its release)
+        # touches every VF's snapshot twice more each poll, on caches gone cold in a second.
+        devices = self._template
         judged = []
         for place, plan in self._read_at:
             devices[place] = device = self._read_device(plan)
@@ -407,7 +415,14 @@ class SysfsReader:
         known = self._plans
         self._addresses = None
         previous = {plan.info.name: plan for plan in self._plans} if periodic else {}
-        self._plans = [self._discover_device(name, previous.get(name))
+        # One listing of the netdev class directory stands for the ``device/net`` listing of
+        # each VF (a thousand of them on a host with SR-IOV): a netdev that is created,
+        # removed, renamed or moved to another namespace changes both at once. While it lists
+        # what it listed at the last discovery, a periodic one keeps the VFs as they were.
+        netdev_names = _names_in(self.config.sys_class_net)
+        netdevs_same = (periodic and netdev_names is not None
+                        and netdev_names == self._netdev_names)
+        self._plans = [self._discover_device(name, previous.get(name), netdevs_same)
                        for name in sorted(names)]
         if not periodic:
             self.adapter.release()  # its files of a device gone are closed now, not in 10 s
@@ -429,6 +444,7 @@ class SysfsReader:
         self._entries_read = tuple(os.path.join(self.config.sys_class_infiniband, plan.info.name)
                                    for _, plan in self._read_at)
         self._names = names
+        self._netdev_names = netdev_names
         self._discovered_at = self._monotonic()
         self._dirty = False
         self.discoveries += 1
@@ -462,18 +478,21 @@ class SysfsReader:
                     self._addresses[name] = address.lower()
         return self._addresses
 
-    def _discover_device(self, name: str, previous: Optional[_DevicePlan] = None
-                         ) -> _DevicePlan:
+    def _discover_device(self, name: str, previous: Optional[_DevicePlan] = None,
+                         netdevs_same: bool = False) -> _DevicePlan:
+        """A device's plan; a VF whose facts are complete is ``previous`` itself while no
+        netdev changed (``netdevs_same``) or its own netdevs are the same: none of a VF's
+        ports is listed or read."""
+        whole = previous if previous is not None and _facts_complete(previous.info) else None
+        kept = whole if whole is not None and whole.info.is_vf else None
+        if kept is not None and netdevs_same:
+            return kept
         base = os.path.join(self.config.sys_class_infiniband, name)
         pci = os.path.join(base, "device")
-        if previous is not None and _facts_complete(previous.info):
-            facts = previous.info
-        else:
-            facts = _read_facts(name, base, pci, self.problems)
+        facts = whole.info if whole is not None else _read_facts(name, base, pci, self.problems)
         netdevs = tuple(sorted(_listdir(os.path.join(pci, "net")) or ()))
-        if previous is not None and facts is previous.info and facts.is_vf \
-                and netdevs == facts.netdevs:
-            return previous  # a VF as it was (none of its ports is listed or read)
+        if kept is not None and netdevs == facts.netdevs:
+            return kept
         # An EFA function's own netdev, else its ENA partner's; never the device's
         # netdevs (those decide the management role by the default route, and the ENA of
         # network card 0 carries it on every AWS instance).
@@ -808,6 +827,12 @@ def _listdir(path: str) -> Optional[list[str]]:
         return os.listdir(path)
     except OSError:
         return None
+
+
+def _names_in(path: str) -> Optional[frozenset[str]]:
+    """The entries of a directory; None when it cannot be listed."""
+    entries = _listdir(path)
+    return None if entries is None else frozenset(entries)
 
 
 def _port_sort_key(name: str) -> tuple[int, str]:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator
+from types import ModuleType
+from typing import Iterator, Optional
 
 import pytest
 
@@ -36,3 +37,16 @@ def reader_for(root: Path, files: AttributeFiles | None = None) -> SysfsReader:
     reader = SysfsReader(load_config(str(root / "nichealthd.toml")), files=files)
     open_readers.append(reader)
     return reader
+
+
+def listings(monkeypatch: pytest.MonkeyPatch, module: ModuleType, name: str) -> list[str]:
+    """The directories ``module.name`` (its listdir) lists from now on, in order."""
+    listed: list[str] = []
+    listdir = getattr(module, name)
+
+    def counted(path: str) -> Optional[list[str]]:
+        listed.append(path)
+        return listdir(path)  # type: ignore[no-any-return]
+
+    monkeypatch.setattr(module, name, counted)
+    return listed

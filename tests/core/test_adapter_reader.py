@@ -9,13 +9,17 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-from nichealthd.core.adapter import AdapterFacts
+import pytest
+
+from nichealthd.core.adapter import AdapterFacts, CharDevices
 from nichealthd.sim import adapter, mutate, tree
+from nichealthd.sources import adapter as adapter_source
+from nichealthd.sources.adapter import AdapterReader
 from nichealthd.sources.attribute import AttributeFiles
 from nichealthd.sources.config_file import load_config
 from nichealthd.sources.sysfs import SysfsReader
 
-from .conftest import open_readers
+from .conftest import listings, open_readers
 
 
 class Clock:
@@ -145,3 +149,71 @@ def test_a_char_device_entry_not_read_yet_is_read_again_with_the_same_listing(
     after = adapter_read(made, clock).chardevs.uverbs
     assert after == before | {ibdev}
     assert adapter_read(made, clock).chardevs.uverbs == after
+
+
+def test_the_facts_of_a_host_with_vfs_are_the_same_from_its_judged_devices(host: Path) -> None:
+    """The reader gives the adapter reader the devices that are not VFs and every name: the
+    facts are those of every device, on the tree as it is and with a PF's driver unbound (a
+    function the reader has no device for) and a VF gone."""
+    clock = Clock()
+    made = reader(host, clock)
+    config = made.config
+    for change in (lambda: None, lambda: adapter.unbind(host, "mlx5_3"),
+                   lambda: mutate.remove_device(host, "mlx5_13")):
+        change()
+        snapshot = made.observe(datetime.now(timezone.utc))
+        parts = snapshot.parts
+        assert parts.vfs and len(parts.judged) < len(snapshot.devices)
+        readers = AdapterReader(config), AdapterReader(config)
+        try:
+            every = readers[0].observe(snapshot.devices)
+            judged = readers[1].observe(parts.judged, parts.names)
+        finally:
+            for made_here in readers:
+                made_here.files.close()
+        assert every is not None and every == judged
+
+
+def _of_devices(chardevs: CharDevices, devices: frozenset[str]) -> tuple[object, ...]:
+    """The entries of ``devices`` in an answer."""
+    assert chardevs.uverbs is not None and chardevs.umad is not None
+    assert chardevs.issm is not None
+    return (chardevs.uverbs & devices, {e for e in chardevs.umad if e[0] in devices},
+            {e for e in chardevs.issm if e[0] in devices})
+
+
+def test_a_host_with_vfs_lists_its_char_devices_when_a_device_read_may_lack_one(
+        host: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a host with SR-IOV VFs the char-device answer is kept while every device that is
+    not a VF still has all its entries (one lstat each): neither class directory is listed.
+    One whose entry goes is seen missing at that read, and back at the read it returns; at
+    every step its entries are what a full listing finds."""
+    clock = Clock()
+    made = reader(host, clock)
+    first = adapter_read(made, clock).chardevs
+    listed = listings(monkeypatch, adapter_source, "listdir")
+    assert adapter_read(made, clock).chardevs is first
+    assert not [path for path in listed if "/class/infiniband_" in path]
+
+    mad = host / "sys/class/infiniband_mad"
+    entry = next(e for e in sorted(os.listdir(mad)) if e.startswith("umad")
+                 and (mad / e / "ibdev").read_text().strip() == "mlx5_0")
+    key = ("mlx5_0", int((mad / entry / "port").read_text()))
+    for step, change in enumerate((lambda: (mad / entry).rename(host / "held"),
+                                   lambda: None,
+                                   lambda: (host / "held").rename(mad / entry),
+                                   lambda: None)):
+        change()
+        snapshot = made.observe(datetime.now(timezone.utc))
+        clock.now += 3600
+        got = adapter_read(made, clock).chardevs
+        assert got.umad is not None and (key in got.umad) == (step >= 2)
+        full = AdapterReader(made.config)
+        try:
+            listing = full.observe(snapshot.devices)
+        finally:
+            full.files.close()
+        assert listing is not None
+        judged = frozenset(d.name for d in snapshot.parts.judged)
+        assert _of_devices(got, judged) == _of_devices(listing.chardevs, judged)
+    assert adapter_read(made, clock).chardevs is got  # all there again: kept

@@ -6,11 +6,13 @@ import errno
 import logging
 import os
 from pathlib import Path
+from typing import Callable, Optional
 
 import pytest
 
-from nichealthd.core.model import ABSENT, CounterKind, Unreadable
+from nichealthd.core.model import ABSENT, CounterKind, HostSnapshot, Unreadable
 from nichealthd.sim import mutate, pcibus, subnet
+from nichealthd.sources import sysfs
 from nichealthd.sources.attribute import AttributeFiles
 from nichealthd.sources.config_file import load_config
 from nichealthd.sources.sysfs import (
@@ -21,7 +23,7 @@ from nichealthd.sources.sysfs import (
 )
 
 from .builders import at
-from .conftest import open_readers, reader_for
+from .conftest import listings, open_readers, reader_for
 
 
 def port_of(snapshot, name: str = "mlx5_0"):  # type: ignore[no-untyped-def]
@@ -496,22 +498,115 @@ def test_a_watched_function_without_a_device_lists_the_devices_each_poll(host: P
     assert reader.listings == 2
 
 
-def test_the_periodic_rediscovery_keeps_unchanged_vfs_as_they_were(host: Path) -> None:
+def test_the_periodic_rediscovery_keeps_unchanged_vfs_as_they_were(
+        host: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A VF that lists the same netdevs is kept whole by the periodic rediscovery (the
     passes then know every VF unchanged: the same tuple); one whose netdevs changed is
-    made again."""
+    made again. While the netdev class directory lists what it listed at the last
+    discovery, no VF's own netdevs are listed."""
     clock = [0.0]
     reader = SysfsReader(load_config(str(host / "nichealthd.toml")),
                          monotonic=lambda: clock[0])
     open_readers.append(reader)
     first = reader.observe(at(0))
+    listed = listings(monkeypatch, sysfs, "_listdir")
     clock[0] = REDISCOVER_SECONDS
     again = reader.observe(at(1))
     assert reader.discoveries == 2 and again.parts.vfs is first.parts.vfs
+    vf_functions = {os.path.join(reader.config.sys_class_infiniband, vf.name, "device", "net")
+                    for vf in first.parts.vfs}
+    assert listed and not vf_functions & set(listed)
     vf = first.parts.vfs[0]
-    (host / "sys/class/infiniband" / vf.name / "device/net/vfnet0").mkdir(parents=True)
+    _vf_netdev(host, vf.name, None, "vfnet0")
     clock[0] = 2 * REDISCOVER_SECONDS
     moved = reader.observe(at(2))
     assert reader.discoveries == 3 and moved.parts.vfs is not first.parts.vfs
     assert moved.parts.vfs[0].netdevs == ("vfnet0",) and moved.parts.vfs[0].is_vf
     assert all(a is b for a, b in zip(moved.parts.vfs[1:], first.parts.vfs[1:]))
+
+
+
+def _vf_netdev(host: Path, device: str, old: Optional[str], new: Optional[str]) -> None:
+    """A netdev of ``device``'s function created (``old`` None), renamed, or removed (``new``
+    None): under the function's ``net/`` and in the netdev class directory at once, as the
+    kernel registers, renames and unregisters one."""
+    function = (host / "sys/class/infiniband" / device / "device").resolve()
+    net = host / "sys/class/net"
+    if old is not None:
+        (net / old).unlink()
+        if new is None:
+            (function / "net" / old).rmdir()
+        else:
+            (function / "net" / old).rename(function / "net" / new)
+    elif new is not None:
+        (function / "net" / new).mkdir(parents=True)
+    if new is not None:
+        (net / new).symlink_to(function / "net" / new)
+
+
+def _registered_as_pf(host: Path, device: str) -> None:
+    """``device`` comes back on a function that is no SR-IOV VF (no ``physfn``)."""
+    mutate.restore_device(host, device)
+    (host / "sys/class/infiniband" / device / "device" / "physfn").unlink()
+
+
+VF, PF = "mlx5_13", "mlx5_3"  # of the DGX-H100 tree
+Step = tuple[Callable[[Path], None], float, Callable[[HostSnapshot], bool]]
+
+
+def _netdevs_of_vf(snapshot: HostSnapshot, netdevs: tuple[str, ...]) -> bool:
+    return any(vf.name == VF and vf.netdevs == netdevs for vf in snapshot.parts.vfs)
+
+
+# What changes on a host with VFs (before the first poll, then in steps once the reader is in
+# its steady state), by when each step must be seen (seconds) and what shows it. A device
+# that is judged is seen in the poll after it changed (1 s); a VF (never judged: DeviceIndex)
+# that comes or goes within LIST_SECONDS, as a device never seen before; a VF's netdevs
+# within REDISCOVER_SECONDS.
+CHANGES: dict[str, tuple[Callable[[Path], None], tuple[Step, ...]]] = {
+    "a PF that goes away and comes back": (lambda host: None, (
+        (lambda host: mutate.remove_device(host, PF), 1.0,
+         lambda snapshot: snapshot.device(PF) is None and snapshot.complete),
+        (lambda host: mutate.restore_device(host, PF), 1.0,
+         lambda snapshot: snapshot.device(PF) in snapshot.parts.judged))),
+    "a PF never seen before": (lambda host: mutate.remove_device(host, PF), (
+        (lambda host: mutate.restore_device(host, PF), LIST_SECONDS,
+         lambda snapshot: snapshot.device(PF) in snapshot.parts.judged),)),
+    "a VF never seen before": (lambda host: mutate.remove_device(host, VF), (
+        (lambda host: mutate.restore_device(host, VF), LIST_SECONDS,
+         lambda snapshot: _netdevs_of_vf(snapshot, ())),)),
+    "a VF that goes away, then is registered as a PF": (lambda host: None, (
+        (lambda host: mutate.remove_device(host, VF), LIST_SECONDS,
+         lambda snapshot: VF not in snapshot.parts.names),
+        (lambda host: _registered_as_pf(host, VF), LIST_SECONDS,
+         lambda snapshot: snapshot.device(VF) in snapshot.parts.judged))),
+    "a VF's netdev created, renamed, removed": (lambda host: None, (
+        (lambda host: _vf_netdev(host, VF, None, "vfnet0"), REDISCOVER_SECONDS,
+         lambda snapshot: _netdevs_of_vf(snapshot, ("vfnet0",))),
+        (lambda host: _vf_netdev(host, VF, "vfnet0", "vfnet1"), REDISCOVER_SECONDS,
+         lambda snapshot: _netdevs_of_vf(snapshot, ("vfnet1",))),
+        (lambda host: _vf_netdev(host, VF, "vfnet1", None), REDISCOVER_SECONDS,
+         lambda snapshot: _netdevs_of_vf(snapshot, ())))),
+}
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_a_change_on_a_host_with_vfs_is_seen_in_time(host: Path, change: str) -> None:
+    """Each change is seen by its deadline on the injected clock, polled once a second."""
+    before, steps = CHANGES[change]
+    before(host)
+    clock = [0.0]
+    reader = SysfsReader(load_config(str(host / "nichealthd.toml")),
+                         monotonic=lambda: clock[0])
+    open_readers.append(reader)
+    assert reader.observe(at(0)).parts.vfs
+    clock[0] = REDISCOVER_SECONDS  # a periodic rediscovery: the reader's steady state
+    reader.observe(at(clock[0]))
+    for number, (step, within, seen) in enumerate(steps):
+        step(host)
+        changed = clock[0]
+        while True:
+            clock[0] += 1.0
+            if seen(reader.observe(at(clock[0]))):
+                break
+            assert clock[0] - changed < within, f"{change}: step {number} not seen in time"
