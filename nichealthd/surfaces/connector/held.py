@@ -36,7 +36,7 @@ class HeldOutbox:
     def __init__(self, context: ServiceContext) -> None:
         self.journal = context.journal
         self.config = context.config()
-        self.publish = context.publish_connector
+        self.publish = context.publisher(CONSUMER)
         self.status = ConnectorStatus(
             state=UNAVAILABLE, since=format_timestamp(datetime.now(timezone.utc)),
             last_error=WHY, outbox_depth=self.journal.depth(CONSUMER),

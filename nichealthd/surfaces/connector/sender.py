@@ -280,6 +280,9 @@ class Sender(JournalConsumer):
             status = self.status = replace(self.status, **changes)
         self.on_status(status)
 
+    def report(self) -> ConnectorStatus:
+        return self.status
+
     def reconfigure(self, config: Config) -> None:
         """Apply a reloaded config at once (a new target or token path takes a fresh
         channel)."""
@@ -382,7 +385,8 @@ class Sender(JournalConsumer):
             self._connected(error=str(exc))  # the connector answered: the link is up
         else:
             accepted = len(batch)
-            self.update(sent=self.status.sent + len(batch))
+            self.update(sent=self.status.sent + len(batch),
+                        last_sent=format_timestamp(self.pace.wall()))
             self._limit = self.batch
             self._connected()
         self.journal.advance(CONSUMER, batch[-1].seq)
