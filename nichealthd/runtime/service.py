@@ -38,7 +38,7 @@ from ..surfaces.context import PollOutcome, PollStats, ServiceContext
 from ..surfaces.eventlog import EventLog
 from ..surfaces.slurm.status import NAME as SLURM
 from ..surfaces.slurm.status import SlurmStatus
-from ..surfaces.status import Board
+from ..surfaces.status import Board, records, typed
 from .event_journal import EventJournal
 from .libraries import service_factories
 from .linkwake import EarlyPolls, LinkWake, watched_netdevs
@@ -453,7 +453,9 @@ class Daemon:
     def status(self) -> dict[str, Any]:
         """Daemon status for D-Bus properties and ``nichealthctl status``; ``surfaces``
         lists every surface's status as it published it (surfaces/status.py)."""
-        connector, slurm = self.connector, self.slurm
+        latest = self.board.latest()  # one value: the keys below and ``surfaces`` agree
+        connector = typed(latest, CONNECTOR, ConnectorStatus, NO_CONNECTOR)
+        slurm = typed(latest, SLURM, SlurmStatus, NO_SLURM)
         return {
             "version": __version__,
             "node_name": self.config.node_name,
@@ -477,7 +479,7 @@ class Daemon:
             "poll_error": self.monitor.guard.reason(),
             "pid": self.pid,
             **slurm.status_keys(),
-            "surfaces": self.board.records(),
+            "surfaces": records(latest),
         }
 
 

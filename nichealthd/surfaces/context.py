@@ -3,8 +3,9 @@
 Services (D-Bus API, varlink, metrics, platform connector, Slurm) read the running configuration,
 the picture of the last completed poll (:class:`~nichealthd.core.picture.PollPicture`: one
 object per poll, the same for every service, with its answers built once) and the poll
-loop's counters through these accessors, use the journal, and publish their status (the status
-channel, :mod:`.status`: every surface under its own name) or request through callbacks. Every value they get is immutable or owned by them, so nothing they do can change
+loop's counters through these accessors, use the journal, and publish their status (the
+status channel, :mod:`.status`: every surface under its own name) or request through
+callbacks. Every value they get is immutable or owned by them, so nothing they do can change
 the monitor's state between two polls.
 """
 

@@ -197,8 +197,9 @@ class JournalConsumer:
         while not self._stop.is_set():
             try:
                 delay = self.step()
-            except Exception:  # a bug here must not end the surface for the daemon's lifetime
+            except Exception as exc:  # a bug must not end the surface for the daemon's life
                 self.log.exception("%s consumer step failed; retrying", self.cursor)
+                self._failing, self.last_error = True, f"step failed: {exc!r}"
                 delay = self.after_error()
             self.publish()
             if delay > 0:

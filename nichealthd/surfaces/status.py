@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Optional, Protocol, TypeVar
+from typing import Mapping, Optional, Protocol, TypeVar
 
 from ..core.jsontypes import JsonRecord
 
@@ -57,28 +57,41 @@ class Reported(Protocol):
 
 class Board:
     """The latest status each surface published, by name; published from any thread, read
-    as one consistent value (a new mapping per publication)."""
+    as one consistent value (:meth:`latest`: a new mapping per publication)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._latest: dict[str, Reported] = {}
+        self._latest: Mapping[str, Reported] = {}
 
     def publish(self, name: str, status: Reported) -> None:
         with self._lock:
             self._latest = {**self._latest, name: status}
 
-    def get(self, name: str) -> Optional[Reported]:
-        return self._latest.get(name)
+    def latest(self) -> Mapping[str, Reported]:
+        """Every surface's status, one consistent value (never changed afterwards)."""
+        return self._latest
 
     def typed(self, name: str, kind: type[R], default: R) -> R:
-        """``name``'s status when it is a ``kind``, else ``default`` (before it published)."""
-        found = self._latest.get(name)
-        return found if isinstance(found, kind) else default
+        return typed(self._latest, name, kind, default)
 
     def surfaces(self) -> tuple[SurfaceStatus, ...]:
-        """Every surface's status, by name."""
-        latest = self._latest
-        return tuple(latest[name].surface_status() for name in sorted(latest))
+        return listed(self._latest)
 
     def records(self) -> list[JsonRecord]:
-        return [status.record() for status in self.surfaces()]
+        return records(self._latest)
+
+
+def typed(latest: Mapping[str, Reported], name: str, kind: type[R], default: R) -> R:
+    """``name``'s status when it is a ``kind``, else ``default`` (before it published)."""
+    found = latest.get(name)
+    return found if isinstance(found, kind) else default
+
+
+def listed(latest: Mapping[str, Reported]) -> tuple[SurfaceStatus, ...]:
+    """Every surface's status as a :class:`SurfaceStatus`, by name."""
+    return tuple(latest[name].surface_status() for name in sorted(latest))
+
+
+def records(latest: Mapping[str, Reported]) -> list[JsonRecord]:
+    """The status dict's ``surfaces``."""
+    return [status.record() for status in listed(latest)]

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Callable
 from ..seam import STOP_SECONDS, ConsumerService, Outcome
 from .outbox import CONSUMER
 from .sender import Sender
+from .settings import settings_of
 from .status import ConnectorStatus
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -32,7 +33,7 @@ class ConnectorService(ConsumerService):
 
     def __init__(self, context: ServiceContext) -> None:
         config = context.config()
-        self.enabled = bool(config.platform_connector_socket)
+        self.enabled = bool(settings_of(config).socket)
         # The sender publishes every change of its status through the status channel; a
         # disabled one (the daemon leaves this service out) publishes nothing.
         publish: Callable[[ConnectorStatus], None] = context.publisher(CONSUMER)
