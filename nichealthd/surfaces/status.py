@@ -43,7 +43,8 @@ class SurfaceStatus:
     def record(self) -> JsonRecord:
         """Its entry in the status dict's ``surfaces`` (varlink ``SurfaceStatus``)."""
         record: dict[str, object] = {"name": self.name, "state": self.state,
-                              "last_error": self.last_error, "last_success": self.last_success}
+                                     "last_error": self.last_error,
+                                     "last_success": self.last_success}
         if self.pending is not None:
             record["pending"] = self.pending
         return record
