@@ -1,6 +1,7 @@
 """The in-process poll as every bench drives it: one ``Monitor`` on a simulated tree.
 
-Its sysfs read is timed on its own, and it is warmed up as the daemon is: the baseline poll
+Its sysfs reads (the ports' files every poll, the PCI side and the sources on their own
+cadence) are timed on their own, and it is warmed up as the daemon is: the baseline poll
 (which commits the healthy baselines), five more to warm the caches, then ``gc.freeze()`` as
 runtime/service.py does once it is ready. bench/run.py measures it in-process; run as a
 script it is the probe of the A/B benches (bench/cycle_ab.py, bench/floor.py), which start it
@@ -20,7 +21,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional, TypeVar
 
 from nichealthd.runtime.monitor import Monitor
 from nichealthd.runtime.startup import load_topology, prepare_state_dir
@@ -29,10 +30,11 @@ from nichealthd.surfaces.seam import surfaces
 
 surfaces()  # the surfaces' keys (a sim host's platformConnectorSocket) are the config's
 WARM_UP_POLLS = 6
+T = TypeVar("T")
 
 
 class Polls(NamedTuple):
-    """CPU and wall seconds of each poll, and the CPU of each poll's sysfs read."""
+    """CPU and wall seconds of each poll, and the CPU of each poll's sysfs reads."""
 
     cpu: list[float]
     wall: list[float]
@@ -49,20 +51,25 @@ class Probe:
         self.monitor = Monitor(config, load_topology(config))
         self.monitor.start()
         self._reads: list[float] = []
-        observe = self.monitor.reader.observe
-
-        def timed_observe(now: Any) -> Any:
-            started = time.process_time()
-            try:
-                return observe(now)
-            finally:
-                self._reads.append(time.process_time() - started)
-
-        self.monitor.reader.observe = timed_observe  # type: ignore[method-assign]
+        self._read = 0.0  # this poll's reading so far
+        self.monitor.reader.observe = self._timed(self.monitor.reader.observe)  # type: ignore[method-assign]
+        self.monitor._read_slow = self._timed(self.monitor._read_slow)  # type: ignore[method-assign]
         for _ in range(WARM_UP_POLLS):
             self.monitor.poll()
         gc.collect()
         gc.freeze()
+
+    def _timed(self, read: Callable[..., T]) -> Callable[..., T]:
+        """``read`` adding its CPU to this poll's read: the sysfs read of every poll and the
+        parts read on their own cadence (the PCI side, the sources), which are sysfs reads of
+        the poll as much as the ports' are."""
+        def timed(*args: Any) -> T:
+            started = time.process_time()
+            try:
+                return read(*args)
+            finally:
+                self._read += time.process_time() - started
+        return timed
 
     def judge_nothing(self) -> None:
         """Every family's ``evaluate`` replaced by "nothing changed" (bench/floor.py): the
@@ -83,10 +90,12 @@ class Probe:
         for _ in range(count):
             if offset is not None:
                 time.sleep(1 - (time.time() - offset) % 1)
+            self._read = 0.0
             c0, w0 = time.process_time(), time.perf_counter()
             self.monitor.poll()
             wall.append(time.perf_counter() - w0)
             cpu.append(time.process_time() - c0)
+            self._reads.append(self._read)
         return Polls(cpu, wall, list(self._reads))
 
     def close(self) -> None:

@@ -71,7 +71,7 @@ TARGET_HOST = 34
 # 1 s sleep runs on cold caches and costs 1.5-3x a back-to-back one).
 TARGET_DAEMON_TO_POLL = 1.5     # whole daemon CPU per cycle / in-process poll, both each 1 s
 TARGET_RATIO = 0.35             # whole daemon CPU per cycle / node_exporter scrape each 1 s
-TARGET_POLL_TO_READ = 2.0       # in-process poll CPU / its sysfs read (observe) CPU
+TARGET_POLL_TO_READ = 2.0       # in-process poll CPU / its sysfs reads' CPU
 TARGET_SYSCALLS = 1.5           # syscalls per counter value
 TARGET_RSS_MIB = 35.0           # peak RSS at TARGET_HOST devices, no connector socket
 TARGET_VF_RATIO = 1.2           # daemon CPU on 8 PFs x 127 VFs / on the same 8 PFs alone

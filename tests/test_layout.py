@@ -1,9 +1,9 @@
 """The package layout is the architecture (ARCHITECTURE.md): the pure core depends on nothing else.
 
-``nichealthd.core`` imports only itself, the standard library and the sources' fact modules
-(each a pure module of a source's fact key and types); the layers above it import downwards
-only (sources and storage never import runtime, surfaces or the client); every module says its
-one job in its first docstring line.
+``nichealthd.core`` imports only itself, the standard library and the facts of the sources
+(a fact's key and types, from the module of the source that reads it; never the reader); the
+layers above it import downwards only (sources and storage never import runtime, surfaces or
+the client); every module says its one job in its first docstring line.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ ALLOWED = {
             "surfaces.seam"},
     "sim": set(),
 }
-# A source's fact module (``sources/<name>_facts.py``): the key and the types of the fact it
-# reads, which the families of the core import (ARCHITECTURE.md, the source seam). Pure like
-# the core: it imports only the core's model and numbers and other fact modules.
+# A module of plain fact types below the sources (``sources/<name>_facts.py``: the PCI side's,
+# which the core's model holds, and the optics values, which the page parser builds too).
+# Pure like the core: it imports only the core's model and numbers and other fact modules.
 FACT_MODULES = frozenset(f"sources.{p.stem}" for p in (PACKAGE / "sources").glob("*_facts.py"))
 FACT_MODULE_IMPORTS = FACT_MODULES | {"core.model", "core.numbers"}
 
@@ -71,8 +71,8 @@ def test_each_layer_imports_only_downwards(path: Path) -> None:
     if layer not in ALLOWED:
         return  # the package root: __init__ only
     allowed = ALLOWED[layer] | {layer}
-    if layer == "core":
-        allowed |= FACT_MODULES
+    if layer == "core":  # a source's fact: what it imports of it is held below
+        allowed |= {"sources"}
     if module_name(path) in FACT_MODULES:
         allowed = set(FACT_MODULE_IMPORTS)
     for name in imported(path):
@@ -180,7 +180,7 @@ CONFIG_MODULES = ("config.py", "config_build.py")  # the node name's default: th
 
 
 def module_name(path: Path) -> str:
-    """``sources/phy_facts.py`` -> ``sources.phy_facts``."""
+    """``sources/pci_facts.py`` -> ``sources.pci_facts``."""
     return ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
 
 
@@ -193,6 +193,37 @@ def test_the_fact_modules_import_nothing_that_imports_the_config() -> None:
                for name in _reachable(graph, f"nichealthd.{fact}")}
     assert not {n for n in reached if n in ("core.config", "core.family")
                 or n.startswith("core.checks")}, sorted(reached)
+
+
+def readers(path: Path) -> set[str]:
+    """The readers a module of sources defines: its ``SOURCE`` and the classes of the seam."""
+    tree = ast.parse(path.read_text())
+    found = {"SOURCE", "Source"}
+    found.update(node.name for node in tree.body if isinstance(node, ast.ClassDef)
+                 and any(ast.unparse(base).endswith("Source") for base in node.bases))
+    return found
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "core").rglob("*.py")),
+                         ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_the_core_imports_a_sources_facts_never_its_reader(path: Path) -> None:
+    """A family imports the key and the types of the fact it needs from the module of the
+    source that reads it (ARCHITECTURE.md, the source seam), or from a fact module: names,
+    never the module itself nor its reader, never the seam nor another reader's module; what
+    that module imports never reaches a family
+    (:func:`test_no_module_imports_itself_through_others`)."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            assert not any(".sources" in a.name for a in node.names), ast.unparse(node)
+        if not isinstance(node, ast.ImportFrom) or "sources" not in (node.module or ""):
+            continue
+        module = (node.module or "").rpartition("sources")[2].lstrip(".")
+        assert module and module != "seam", f"{path.name}: {ast.unparse(node)}"
+        source = PACKAGE / "sources" / (module.replace(".", "/") + ".py")
+        assert f"sources.{module}" in FACT_MODULES or "\nSOURCE = " in source.read_text(), (
+            f"{path.name} imports {module}, neither a source (``SOURCE``) nor a fact module")
+        named = {a.name for a in node.names} & readers(source)
+        assert not named, f"{path.name} imports the reader {sorted(named)} of {module}"
 
 
 def test_the_core_does_no_io_per_poll() -> None:
@@ -233,20 +264,25 @@ def test_the_evaluator_names_no_family_but_through_the_registry(name: str) -> No
 BRIEF = re.compile("DESI" + r"GN(\.md| ?§| \\\(sc| \d| section)")
 
 
-def repository_texts() -> list[tuple[str, list[str]]]:
-    """``(name, lines)`` of every file of the repository but the captures of tests/data/
-    (other projects' files say what they say)."""
+def repository_files() -> list[str]:
+    """The path of every file of the repository, from its top."""
     repo = PACKAGE.parent
     listing = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=repo,
                              capture_output=True, text=True)
     if listing.returncode == 0:
-        listed = listing.stdout.split()
-    else:  # a copy of the tracked files, not a clone (CI's unprivileged run): every file
-        skip = {".git", ".venv", "__pycache__", ".mypy_cache", ".ruff_cache", "out"}
-        listed = [str(p.relative_to(repo)) for p in repo.rglob("*")
-                  if not skip.intersection(p.relative_to(repo).parts)]
+        return listing.stdout.split()
+    # a copy of the tracked files, not a clone (CI's unprivileged run): every file
+    skip = {".git", ".venv", "__pycache__", ".mypy_cache", ".ruff_cache", "out"}
+    return [str(p.relative_to(repo)) for p in repo.rglob("*")
+            if p.is_file() and not skip.intersection(p.relative_to(repo).parts)]
+
+
+def repository_texts() -> list[tuple[str, list[str]]]:
+    """``(name, lines)`` of every file of the repository but the captures of tests/data/
+    (other projects' files say what they say)."""
+    repo = PACKAGE.parent
     texts = []
-    for name in listed:
+    for name in repository_files():
         path = repo / name
         if path.is_file() and not name.startswith("tests/data/"):
             texts.append((name, path.read_bytes().decode("utf-8", "replace").splitlines()))
@@ -259,6 +295,73 @@ def test_every_citation_names_a_file_of_the_repository() -> None:
     citing = [f"{name}:{n}" for name, lines in repository_texts()
               for n, line in enumerate(lines, 1) if BRIEF.search(line)]
     assert citing == []
+
+
+# A path into the repository (its top folders, or the package's), with the kind of file a
+# citation names, and a Markdown file by its name alone: each must be a file of it.
+CITED_PATH = re.compile(
+    r"(?<![\w./-])((?:(?:nichealthd|tests|bench|man|packaging|systemd|completions|docs|spec|"
+    r"core|checks|sources|storage|surfaces|runtime|cli|sim)/(?:[\w.-]+/)*[\w.-]+\."
+    r"(?:py|md|txt|toml|proto|sh|varlink|yml|json|[158]))|[\w.-]+\.md)(?![\w/-]|\.\w)")
+# A section (``§``, or ``\(sc`` in a man page) names its document right before it: one of
+# the external specifications nichealthd follows (the two NVSentinel design documents the
+# README names, the standards), with a list of sections after it ("§4.1, §4.2 and §8.6").
+SECTION = re.compile(r"§|\\\(sc")
+NAMED_SECTIONS = re.compile(
+    r"(?:link-state-detection|link-counter-detection|IBTA|CMIS|SFF-\d+|PCIe|RFC|IEEE)"
+    r"[^§\\]{0,24}?(?:§|\\\(sc) ?\d[\d.]*"
+    r"(?:(?:,| and| or| /|/|–) ?(?:§|\\\(sc)? ?\d[\d.]*)*")
+
+
+def uncited(files: list[str], line: str) -> list[str]:
+    """What ``line`` cites that is no file of the repository (``files``) and no named
+    external specification."""
+    known = set(files)
+    stems = {name.rpartition("/")[2] for name in files}
+    found = []
+    for match in CITED_PATH.finditer(line):
+        path = match.group(1)
+        if "/" not in path:
+            exists = path in stems
+        else:  # from the top, from the package, under a folder, or a file a worked example
+            # of tests/data adds (``sources/netdev_mtu.py``)
+            exists = (path in known or f"nichealthd/{path}" in known
+                      or any(name.endswith("/" + path) for name in files)
+                      or any(name.startswith("tests/data/adding_a_") and
+                             name.endswith("/" + path.rpartition("/")[2]) for name in files))
+        if not exists:
+            found.append(path)
+    if SECTION.search(NAMED_SECTIONS.sub("", line)):
+        found.append("a section of an unnamed document")
+    return found
+
+
+def test_every_cited_file_is_one_of_the_repository() -> None:
+    """A path or a Markdown file cited by a docstring, a comment, a man page or a doc is a
+    file of the repository, and a section (§) is one of a named external specification: a
+    citation of a file outside it (the brief's REFERENCE and spec folder, a module moved
+    away) fails here with its file and line."""
+    files = repository_files()
+    citing = [f"{name}:{n}: {', '.join(found)}" for name, lines in repository_texts()
+              if name != "tests/test_layout.py"
+              for n, line in enumerate(lines, 1) for found in [uncited(files, line)] if found]
+    assert citing == [], "citations of no file of the repository:\n" + "\n".join(citing)
+
+
+@pytest.mark.parametrize("line, found", [
+    ("see core/numbers.py and ARCHITECTURE.md", []),
+    ("see core/nothing.py", ["core/nothing.py"]),
+    ("the sources' fact modules (sources/phy_facts.py)", ["sources/phy_facts.py"]),
+    ("as REFERENCE.md says", ["REFERENCE.md"]),
+    ("spec/link-state-detection.txt", ["spec/link-state-detection.txt"]),
+    ("REFERENCE §3", ["a section of an unnamed document"]),
+    ("(spec §4.3)", ["a section of an unnamed document"]),
+    (r"(spec \(sc4.3)", ["a section of an unnamed document"]),
+    ("(link-state-detection §4.1.3, §4.2.4 and §8.6; CMIS 5 §8.9.4)", []),
+    (r"link-counter-detection \(sc6.6", []),
+])
+def test_the_citation_finder(line: str, found: list[str]) -> None:
+    assert uncited(repository_files(), line) == found
 
 
 # A citation of one of the project's issues, which are not in the repository either: the word

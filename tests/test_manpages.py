@@ -47,7 +47,7 @@ COUNTER_FIELDS = {
     "name", "path", "enabled", "isFatal", "thresholdType", "threshold", "velocityUnit",
     "description",
 }  # fmt: skip
-# link-counter-detection.md section 10.2 (carrier_changes at its real sysfs location).
+# link-counter-detection §10.2 (carrier_changes at its real sysfs location).
 DEFAULT_COUNTERS = {
     "link_downed": ("counters/link_downed", "fatal", "delta > 0 per poll"),
     "excessive_buffer_overrun_errors": (

@@ -221,7 +221,7 @@ def test_start_limit_allows_ten_restarts_and_still_stops_a_watchdog_loop():
     (systemd.unit(5)): ten restarts within 10 minutes (eleven starts with the first) must fit
     it, so that an operator iterating on the configuration is not left unmonitored; and a
     crash loop must still exhaust it. The slowest loop it must catch is a watchdog kill right
-    after each start: WatchdogSec= + RestartSec= per start (tests/e2e/test_e2e_restarts.py
+    after each start: WatchdogSec= + RestartSec= per start (tests/e2e/test_e2e_day_one.py
     runs both under real systemd)."""
     d = directives()
     interval = _seconds(d[("Unit", "StartLimitIntervalSec")][-1])

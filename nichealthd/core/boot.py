@@ -1,9 +1,9 @@
-"""The start-up decision of spec §6.5: resume the saved state, or start from a clean baseline.
+"""The start-up decision: resume the saved state, or start from a clean baseline.
 
-Pure: the monitor reads the state file and the boot ID, this decides. A baseline poll sends a
-healthy event for everything it sees (clearing whatever the platform still holds), so it is
-chosen exactly when the saved state cannot speak for this boot: there is none (or it was
-unusable), or the host rebooted since it was written.
+As link-counter-detection §6.5 has it. Pure: the monitor reads the state file and the boot ID, this
+decides. A baseline poll sends a healthy event for everything it sees (clearing whatever the
+platform still holds), so it is chosen exactly when the saved state cannot speak for this boot:
+there is none (or it was unusable), or the host rebooted since it was written.
 """
 
 from __future__ import annotations

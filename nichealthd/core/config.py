@@ -72,7 +72,7 @@ EFA_COUNTERS_TABLE = "counterDetection.efaCounters"
 
 @dataclass(frozen=True)
 class CounterSpec:
-    """One counter to monitor: where to read it and when it is breached (spec §10.1)."""
+    """One counter to monitor: where to read it, its thresholds (link-counter-detection §10.1)."""
 
     name: str
     path: str
@@ -118,7 +118,8 @@ def _delta(name: str, path: str, threshold: float, description: str,
     return CounterSpec(name, path, True, fatal, "delta", threshold, "", description)
 
 
-# Spec §10.2, with carrier_changes at the kernel's real path (REFERENCE §3).
+# link-counter-detection §10.2, with carrier_changes at the kernel's real path
+# (/sys/class/net/<iface>/).
 DEFAULT_COUNTERS: tuple[CounterSpec, ...] = (
     _delta("link_downed", "counters/link_downed", 0,
            "Port Training State Machine failed - QP disconnect", fatal=True),

@@ -4,8 +4,8 @@ No files, no clock, no threads: every rule of both specs is a table of snapshots
 The evaluation is a loop over the enabled check families (:mod:`nichealthd.core.family`) with
 the context they share (roles, monitored devices, the baseline flag). The only memory besides
 the persisted state is :class:`PollMemory`: each family's volatile memory (the counter
-engine's last value read of each counter, spec §6.3 ``lastPollValue``, say), when each slow
-family last ran, the picture of its last verdict and each device's role, which a restart
+engine's last value read of each counter, link-counter-detection §6.3 ``lastPollValue``, say), when
+each slow family last ran, the picture of its last verdict and each device's role, which a restart
 legitimately loses.
 Neither input is changed: the result carries the next state and the next memory, which the
 monitor adopts only once the poll is committed.
@@ -201,9 +201,24 @@ def _identities(state: MonitorState) -> tuple[Mapping[str, DeviceIdentity], list
 def watched_functions(state: MonitorState) -> frozenset[str]:
     """The PCI functions of the known devices (their recorded identities): the reader lists
     the bus in a poll in which one of them has no device, so that a device gone with its
-    function still on the bus is told from one that left the bus (core/checks/driver.py)."""
+    function still on the bus is told from one that left the bus (core/checks/driver.py).
+
+    Asked every poll; the last answer is kept while the sections that keep identities are
+    the ones it was worked out of (a section is a value: a family that changes it makes a
+    new one)."""
+    global _watched
+    sections = tuple(state.sections.get(f.id) for f in supplying("identities"))
+    last = _watched
+    if last is not None and len(last[0]) == len(sections) and all(
+            a is b for a, b in zip(last[0], sections)):
+        return last[1]
     identities, _ = _identities(state)
-    return frozenset(i.pci_address for i in identities.values() if i.pci_address)
+    functions = frozenset(i.pci_address for i in identities.values() if i.pci_address)
+    _watched = (sections, functions)
+    return functions
+
+
+_watched: Optional[tuple[tuple[object, ...], frozenset[str]]] = None
 
 
 def _renamed(state: MonitorState, renames: Mapping[str, str], now: datetime) -> MonitorState:
@@ -251,11 +266,24 @@ def due_reads(config: Config, memory: PollMemory, now: datetime) -> frozenset[st
     by the rule :func:`evaluate` applies to the same memory, so a part is read exactly in the
     polls that judge it."""
     wanted: set[str] = set()
-    for family in enabled_under(config):
-        slow = family.reads - EVERY_POLL
-        if slow and _due(family, memory, now, config):
+    for family, slow in _slow_reads(config):
+        if _due(family, memory, now, config):
             wanted |= slow
     return frozenset(wanted)
+
+
+def _slow_reads(config: Config) -> tuple[tuple[Family, frozenset[str]], ...]:
+    """The enabled families that read a part not read every poll, with those parts: worked
+    out once per config (:func:`enabled_under`: a config never changes)."""
+    global _slow
+    enabled = enabled_under(config)
+    if _slow is None or _slow[0] is not enabled:
+        _slow = (enabled, tuple((f, f.reads - EVERY_POLL) for f in enabled
+                                if f.reads - EVERY_POLL))
+    return _slow[1]
+
+
+_slow: Optional[tuple[tuple[Family, ...], tuple[tuple[Family, frozenset[str]], ...]]] = None
 
 
 def urgent_change(old: MonitorState, new: MonitorState, config: Config) -> bool:
@@ -279,7 +307,8 @@ def _cleared(enabled: frozenset[str], snapshot: HostSnapshot) -> frozenset[str]:
 
 
 def _check_scoped_clears(enabled: frozenset[str], now: datetime) -> list[HealthEvent]:
-    """One healthy event with no entities per check, strictly older than the rest (REF §1).
+    """One healthy event with no entities per check, strictly older than the rest (NVSentinel
+    sorts a batch by time, unstably).
 
     It clears every condition of the check on the platform, including those of devices that
     no longer exist after the reboot.

@@ -26,7 +26,7 @@ ENTITY_PORT = "NICPort"
 ENTITY_PCI = "PCI"  # a PCI address (the function or hop an event is about)
 
 # errorCode of conditions that are not counters: each condition keeps its own identity so that
-# only the matching recovery clears it (REFERENCE §2).
+# only the matching recovery clears it (so a port recovery never clears a counter's latched breach).
 CODE_PORT_STATE = "port_state"
 CODE_DEVICE_MISSING = "device_missing"
 CODE_PORT_MISSING = "port_missing"
@@ -36,7 +36,7 @@ CODE_REBOOT_CLEAR = "reboot_clear"
 
 @dataclass(frozen=True)
 class HealthEvent:
-    """One health event; field names follow the proto (REFERENCE §1)."""
+    """One health event; field names follow the proto (NVSentinel's health_event.proto)."""
 
     check_name: str
     is_fatal: bool
@@ -53,7 +53,7 @@ class HealthEvent:
 
     @property
     def severity(self) -> str:
-        """``healthy``, ``fatal`` or ``degraded`` — the routing class of spec §11.2."""
+        """``healthy``, ``fatal`` or ``degraded``: link-counter-detection §11.2's routing class."""
         if self.is_healthy:
             return "healthy"
         return "fatal" if self.is_fatal else "degraded"
@@ -125,7 +125,7 @@ def make_event(check_name: str, *, fatal: bool, healthy: bool, message: str,
         check_name=check_name,
         is_fatal=fatal,
         is_healthy=healthy,
-        message=message.replace(";", ","),  # the connector splits on ';' (REFERENCE §1)
+        message=message.replace(";", ","),  # NVSentinel's connector splits on ';'
         recommended_action="REPLACE_VM" if fatal and not healthy else "NONE",
         error_code=(error_code,),
         entities=entities,

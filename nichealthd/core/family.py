@@ -59,7 +59,7 @@ READS_KERNEL_LOG = "kernel_log"  # the kernel log lines after the committed curs
 EVERY_POLL = frozenset({READS_DEVICES, READS_PORTS, READS_COUNTERS, READS_ADAPTER,
                         READS_KERNEL_LOG})
 # Any other name in ``reads`` is the key of a fact of a source on the Source seam
-# (nichealthd.sources.seam; a ``Fact`` of its ``sources/*_facts.py``): read only in a poll in
+# (nichealthd.sources.seam; a ``Fact`` of the source's module): read only in a poll in
 # which a family needing it is due (HostSnapshot.fact).
 
 # A record's declared keys: name -> its varlink type (the interface file's spelling: ``int``,
@@ -90,7 +90,7 @@ class Cycle:
     config: Config
     topology: Topology
     now: datetime
-    baseline: bool  # first poll after a reboot or with no usable state (spec §6.5)
+    baseline: bool  # the first poll after a reboot or without state (link-counter-detection §6.5)
     enabled: frozenset[str]  # the enabled check names
     roles: Mapping[str, Role]
     monitored: tuple[DeviceSnapshot, ...]
@@ -174,7 +174,7 @@ class CheckFamily(abc.ABC, Generic[S, P, V]):
     schema: ClassVar[int] = 1  # version of its section's layout
     keys: ClassVar[tuple[str, ...]]  # its top-level keys in the state file
     # The parts of the snapshot it needs: READS_* below, and the keys of the facts of the
-    # Source seam (a Fact of its source's fact module, sources/*_facts.py).
+    # Source seam (a Fact of its source's module, ``PHY`` of sources/phy.py).
     reads: ClassVar[frozenset[str]]
     cadence: ClassVar[float] = 0.0  # seconds between runs; 0 is every poll
     # Its config keys (a frozen Settings dataclass; read as ``config.settings(that class)``).
@@ -245,8 +245,8 @@ class CheckFamily(abc.ABC, Generic[S, P, V]):
 
     def baseline_checks(self, snapshot: HostSnapshot) -> frozenset[str]:
         """The check names whose conditions a baseline (a reboot, no usable state) clears on
-        this host with one healthy event each (REF §1); a family that sends its own clear
-        with its fresh section names none."""
+        this host with one healthy event each (NVSentinel's connector); a family that sends its own
+        clear with its fresh section names none."""
         return frozenset()
 
     def observations(self, cycle_picture: Optional[P]) -> Mapping[str, CounterObservation]:

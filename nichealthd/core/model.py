@@ -26,8 +26,8 @@ T = TypeVar("T")
 class Fact(str, Generic[T]):
     """The key of one kind of fact and the type of its value: ``Fact[Mapping[str, PhyReading]]``.
 
-    The module of the source that reads a fact owns its key and types (a ``*_facts`` module of
-    :mod:`nichealthd.sources`, pure like the core): the source declares it as its ``fact``, the
+    The module of the source that reads a fact owns its key and types (``PHY`` of
+    :mod:`nichealthd.sources.phy`): the source declares it as its ``fact``, the
     families that need it put it in ``reads`` and get its value, typed, with
     :meth:`HostSnapshot.fact`. The name is written once, in that module; being a ``str`` it is
     also the fact's name in ``reads``, in ``HostSnapshot.unread`` and in the log.
@@ -61,7 +61,8 @@ CounterReading = Union[int, _Absent, Unreadable]
 
 @dataclass(frozen=True)
 class CounterKind:
-    """What a counter file is, decided by the reader from where it lives (REFERENCE §3).
+    """What a counter file is, decided by the reader from where it lives (the kernel's
+    drivers/infiniband/core/sysfs.c).
 
     The evaluator judges wraps and saturation from this and never looks at a path: an IB PMA
     counter under ``counters/`` is narrow and *saturating* (it sticks at all-ones), a
@@ -121,7 +122,7 @@ class PortSnapshot:
 
     @functools.cached_property  # asked several times per port per poll (frozen: stays right)
     def key(self) -> str:
-        """The port-state key of the persisted state (spec §6.6): ``mlx5_0_1``."""
+        """The port-state key of the persisted state (link-counter-detection §6.6): ``mlx5_0_1``."""
         return f"{self.device}_{self.port}"
 
     @functools.cached_property
@@ -170,7 +171,7 @@ class DeviceSnapshot:
 
     @functools.cached_property
     def is_mellanox(self) -> bool:
-        """Spec §5.3 plus the PCI vendor id: name ``mlx5_*``, driver ``mlx5_core`` or 0x15b3."""
+        """link-state-detection §5.3 and the PCI vendor id: ``mlx5_*``, ``mlx5_core`` or 0x15b3."""
         return (self.name.startswith("mlx5_") or self.driver == "mlx5_core"
                 or (self.vendor or "").lower() == "0x15b3")
 
@@ -204,9 +205,9 @@ class DeviceIndex:
     """A poll's devices split for the passes that look at every device each poll.
 
     An SR-IOV VF whose NUMA node was read has the VF role whatever the topology, the filters
-    or its last role (:func:`~nichealthd.core.topology.classify`, spec §8: never judged), so a
-    pass that skips VFs need not look at it. On a host of 8 PFs with 127 VFs each that is
-    1,016 of 1,024 devices. The reader gives one index per poll whose ``vfs`` is the same
+    or its last role (:func:`~nichealthd.core.topology.classify`, link-state-detection §8: never
+    judged), so a pass that skips VFs need not look at it. On a host of 8 PFs with 127 VFs each that
+    is 1,016 of 1,024 devices. The reader gives one index per poll whose ``vfs`` is the same
     tuple while discovery has not changed them: a pass that remembers what it made of the VFs
     knows them unchanged at a glance (``is``).
     """

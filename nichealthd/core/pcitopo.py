@@ -19,9 +19,9 @@ components the two share, the NIC's path as the first argument.
 One deliberate difference: two devices in different PCI *domains* (segments) are ``SYS``
 whatever their NUMA nodes. NCCL 2.4 predates Grace: there every GPU and NIC sits in a segment
 of its own and the GPU is attached through NVLink-C2C, which ``nvidia-smi topo -m`` (and so
-NVSentinel's metadata, spec §4.2.4 GB200) reports as ``SYS``; the old rule would say ``NODE``
-and turn a BlueField DPU there into a storage NIC. x86 GPU hosts keep their GPUs and NICs in
-segment 0000, where the rule is NCCL's unchanged.
+NVSentinel's metadata, link-state-detection §4.2.4 GB200) reports as ``SYS``; the old rule would say
+``NODE`` and turn a BlueField DPU there into a storage NIC. x86 GPU hosts keep their GPUs and NICs
+in segment 0000, where the rule is NCCL's unchanged.
 """
 
 from __future__ import annotations
@@ -90,10 +90,10 @@ def _numa_level(nic: PciFunction, gpu: PciFunction) -> str:
 
 
 def derive(gpus: Sequence[PciFunction], nics: Mapping[str, PciFunction]) -> GpuTopology:
-    """The matrix of spec §12.2 (one row per NIC, one cell per GPU in ``gpus`` order).
+    """The matrix of link-state-detection §12.2 (a row per NIC, a cell per GPU in ``gpus`` order).
 
-    The NUMA gate (spec §4.1) runs only when at least one GPU has a known NUMA node; with
-    none (a VM, or no GPU at all) it is skipped (nichealthd(8)). Each row is keyed by the
+    The NUMA gate (link-state-detection §4.1) runs only when at least one GPU has a known NUMA node;
+    with none (a VM, or no GPU at all) it is skipped (nichealthd(8)). Each row is keyed by the
     NIC's name at the walk and carries its function's address, so a reload that permutes
     the names without a new walk leaves each row with its function
     (:meth:`GpuTopology.levels_of`).

@@ -1,6 +1,6 @@
 """The persisted monitor state: the host's keys plus one section per check family, as JSON.
 
-The state file keeps the layout of spec §6.6: ``version``, ``boot_id`` and
+The state file keeps the layout of link-counter-detection §6.6: ``version``, ``boot_id`` and
 ``event_seq`` belong to the host, and every other top-level key to the check family that owns
 it (:mod:`nichealthd.core.family`). ``schemas`` records each family's section layout: a family
 whose keys are absent starts fresh on its own (a family added by an upgrade), and so does one
@@ -123,5 +123,5 @@ def _parse_state(data: object) -> tuple[MonitorState, tuple[str, ...]]:
 
 
 def counter_key(device: str, port: int, name: str) -> str:
-    """``<device>:<port>:<counter name>`` (spec §6.6)."""
+    """``<device>:<port>:<counter name>`` (link-counter-detection §6.6)."""
     return f"{device}:{port}:{name}"

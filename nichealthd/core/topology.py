@@ -1,4 +1,4 @@
-"""NIC roles (spec §4.1–4.2) and card homogeneity (spec §4.3).
+"""NIC roles and card homogeneity (link-state-detection §4.1–4.2 and §4.3).
 
 Classification and the homogeneity verdicts are pure functions of what was observed (the GPU
 metadata and the default route are read by :mod:`nichealthd.sources`), so every platform table
@@ -34,12 +34,12 @@ class MetadataError(Exception):
 
 @dataclass(frozen=True)
 class GpuTopology:
-    """The GPUs and the GPU↔NIC matrix of spec §12.2, from the NVSentinel metadata file or
-    derived from the PCI tree (:mod:`.pcitopo`); ``source`` says which (``metadata``,
+    """The GPUs and the GPU↔NIC matrix of link-state-detection §12.2, from the NVSentinel metadata
+    file or derived from the PCI tree (:mod:`.pcitopo`); ``source`` says which (``metadata``,
     ``sysfs``, ``none``).
 
-    ``numa_gate``: whether the NUMA gate of spec §4.1 applies. It does not when no GPU has a
-    known NUMA node (all ``-1``, as on VMs, or no GPU at all): nichealthd skips the gate
+    ``numa_gate``: whether the NUMA gate of link-state-detection §4.1 applies. It does not when no
+    GPU has a known NUMA node (all ``-1``, as on VMs, or no GPU at all): nichealthd skips the gate
     there instead of refusing to start, and management NICs are then the default route's and
     the BlueField DPUs.
 
@@ -116,7 +116,7 @@ class NicFilters:
 
 
 NO_FILTERS = NicFilters()
-VF_ROLE = Role(VF, "SR-IOV virtual function")  # spec §8: never judged
+VF_ROLE = Role(VF, "SR-IOV virtual function")  # link-state-detection §8: never judged
 
 
 def _matches(patterns: Iterable[str], names: Iterable[str]) -> bool:
@@ -189,7 +189,7 @@ _LAST_ROLES: list[tuple[Topology, tuple[str, ...], tuple[str, ...],
 
 def classify(device: DeviceSnapshot, topology: GpuTopology, default_route: frozenset[str],
              filters: NicFilters = NO_FILTERS, previous: Optional[Role] = None) -> Role:
-    """The role of one device, in the order of spec §4.2 (with VFs and filters first).
+    """The role of one device, in the order of link-state-detection §4.2 (VFs and filters first).
 
     A device whose ``numa_node`` cannot be read keeps ``previous``, its role last poll. Every
     PCI function has one (on a NUMA kernel; -1 where the node is unknown), so the function
@@ -262,7 +262,8 @@ def _by_pcie_level(device: DeviceSnapshot, topology: GpuTopology) -> Role:
     return Role(STORAGE, "Ethernet, no PCIe relationship to a GPU")
 
 
-# ---------------------------------------------------------------- card homogeneity (spec §4.3)
+# ---------------------------------------------------------------- card homogeneity
+# (link-state-detection §4.3)
 
 @dataclass(frozen=True)
 class CardCount:
@@ -320,7 +321,8 @@ def anomalous_cards(cards: Iterable[CardCount], remembered: Optional[Mapping[str
     long as a peer of the group is at that mode now: a card is short only beside one that
     shows what it should have. When every card of the group has fallen (a fabric whose subnet
     manager is gone leaves every port in INIT), no peer shows the NIC at fault. At first
-    sight there is no remembered mode, so a tie is never evidence (REFERENCE §2).
+    sight there is no remembered mode, so a tie is never evidence (a disabled front-end port of a
+    cloud H100 host).
     """
     cards = list(cards)
     modes = homogeneity(cards)

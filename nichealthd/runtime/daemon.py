@@ -30,6 +30,7 @@ from ..core.config_build import declarations
 from ..core.settings import Flag
 from ..sources.config_file import load_config
 from ..surfaces.eventlog import EventLog
+from . import without_openssl  # noqa: F401 - before asyncio and hashlib are imported
 from .fdplan import log_plan, plan_fds
 from .libraries import all_surfaces, load, surface
 from .logsetup import log_start_failure, setup_logging
@@ -87,6 +88,29 @@ FLAG_KEYS = {
 }
 
 
+class _Formatter(argparse.HelpFormatter):
+    """argparse's help layout, the terminal's width found as ``shutil.get_terminal_size``
+    finds it (``COLUMNS``, else the terminal of stdout, else 80) but without shutil: argparse
+    imports it for every parser, and it brings zlib, bz2 and lzma, 0.8 MiB of the daemon's
+    memory."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, width=_columns() - 2)
+
+
+def _columns() -> int:
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns if columns > 0 else 80
+
+
 class _Parser(argparse.ArgumentParser):
     """A bad flag is a start failure too: logged at ERROR, then exit 2 as argparse does."""
 
@@ -98,7 +122,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
-        prog="nichealthd",
+        prog="nichealthd", formatter_class=_Formatter,
         description="NIC health daemon: watches InfiniBand/RoCE ports and error counters in "
                     "sysfs and reports health events (see nichealthd(8)).")
     add = parser.add_argument

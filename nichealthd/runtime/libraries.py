@@ -1,14 +1,14 @@
 """The surfaces whose Python library a host may lack, imported only when the daemon starts them.
 
 A library missing at run time never stops the daemon (packaging/README.md): RHEL 9 ships no D-Bus
-library for Python, and grpcio and prometheus-client only in EPEL. Each surface (those below,
+library for Python, and grpcio only in EPEL. Each surface (those below,
 and those found by ``surfaces/seam.py``: the connector's, Slurm's) names the top-level modules
 it needs; when importing it fails for one of them, the surface is left
 out, the daemon says once at error priority what is missing, how to install it and what the
 host gets meanwhile, and everything else runs as usual. Any other import error is a bug and
 is raised. Nothing is said of a surface the configuration switches off, and nothing of it is
 imported: its service would leave itself out (``enabled``), and its library alone is megabytes
-of the daemon's memory (dbus_fast 3 MiB, prometheus_client 3 MiB with what it imports).
+of the daemon's memory (dbus_fast 3 MiB with what it imports).
 """
 
 from __future__ import annotations
@@ -31,9 +31,7 @@ DBUS = Surface(
     without="nichealthctl reads the varlink socket instead", order=20)
 METRICS = Surface(
     "the Prometheus metrics and /healthz", "nichealthd.surfaces.metrics", "MetricsService",
-    lambda config: bool(config.metrics_listen.strip()), libraries=("prometheus_client",),
-    install="python3-prometheus-client (pip: prometheus-client)",
-    without="no /metrics or /healthz endpoint: use nichealthctl check", order=30)
+    lambda config: bool(config.metrics_listen.strip()), order=30)
 VARLINK = Surface(
     "the varlink API", "nichealthd.surfaces.varlink", "VarlinkService",
     lambda config: bool(config.varlink_socket), order=40)

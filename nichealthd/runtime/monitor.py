@@ -1,8 +1,8 @@
 """One poll cycle end to end: observe sysfs, evaluate, commit events and state together.
 
 The :class:`Monitor` owns the only mutable copy of the state. It decides at start whether the
-first poll is a baseline (no usable state, or the boot ID changed: spec §6.5), and it writes
-the state file only when something the next process must know changed: events, breaches,
+first poll is a baseline (no usable state, or the boot ID changed: link-counter-detection §6.5), and
+it writes the state file only when something the next process must know changed: events, breaches,
 port health, devices, delta counters. Velocity snapshots that merely advanced are flushed at
 most every ``FLUSH_SECONDS`` (and at stop) — rewriting the file every second on thousands of
 hosts is needless disk wear, and a velocity window resumed from an older snapshot still
@@ -43,7 +43,7 @@ from ..core.model import HostSnapshot
 from ..core.pcitopo import summary
 from ..core.state import MonitorState
 from ..core.topology import Role
-from ..core.views import health_status
+from ..core.views import assess_host
 from ..sources.boundary import SourceBoundary
 from ..sources.kernel_log import KernelLogSource, open_kernel_log
 from ..sources.pcie import PciFactsReader
@@ -465,6 +465,6 @@ def _assess_now(snapshot: HostSnapshot, result: CycleResult, state: MonitorState
     answer (:func:`~nichealthd.core.views.assess_host`). A failure is theirs to report: they
     compute it again and log it."""
     try:
-        health_status(snapshot, result, state)
+        assess_host(snapshot, result, state)
     except Exception:  # reported by the surfaces, see above
         pass

@@ -34,7 +34,7 @@ class HostWriter:
         return str(path.relative_to(self.root))
 
     def link_files(self, pdir: Path, speed: str, width: int) -> None:
-        """current/max link speed and width, as a PCIe function shows them (REFERENCE §4a)."""
+        """current/max link speed and width, as a PCIe function shows them (pci-sysfs.c)."""
         for kind in ("current", "max"):
             write_new(pdir / f"{kind}_link_speed", speed + "\n")
             write_new(pdir / f"{kind}_link_width", f"{width}\n")

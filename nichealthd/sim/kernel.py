@@ -1,4 +1,4 @@
-"""Kernel sysfs formats the simulator reproduces (REFERENCE.md §3, drivers/infiniband/core/sysfs.c).
+"""Kernel sysfs formats the simulator reproduces (drivers/infiniband/core/sysfs.c).
 
 Kept in one place so the fake tree and its mutations spell every value exactly as the kernel
 does; the daemon's parser must survive the real spelling, not a convenient one.

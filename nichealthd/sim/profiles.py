@@ -2,7 +2,7 @@
 
 Each profile is data (GPU list + one NicSpec per PCI function) so a new platform is a table,
 not code. Device counts, NUMA nodes, link layers, topo cells and HCA types follow the field
-validation tables of spec/link-state-detection.txt §4.1.3, §4.2.4, §4.3.4 and §8.6.
+validation tables of link-state-detection §4.1.3, §4.2.4, §4.3.4 and §8.6.
 """
 
 from __future__ import annotations
@@ -298,8 +298,8 @@ def _h100_34() -> Profile:
     with_vfs = [dataclasses.replace(n, vfs=1) if n.role == COMPUTE else n for n in nics]
     return Profile(
         "h100-34",
-        "34-device H100 of spec §8.6: the oci-h100 18 PFs ACTIVE + 16 VFs mlx5_18..33 "
-        "DOWN/Disabled",
+        "34-device H100 of link-state-detection §8.6: the oci-h100 18 PFs ACTIVE + 16 VFs "
+        "mlx5_18..33 DOWN/Disabled",
         gpus,
         tuple(with_vfs),
         nvswitches=4,
@@ -504,7 +504,7 @@ def synthetic(devices: int, vfs: int = 0) -> Profile:
 
 
 def _cloud_vm() -> Profile:
-    """The cloud H100 VM of REFERENCE §4a: flat root bus, numa_node -1, no RDMA device."""
+    """A real cloud H100 VM: flat root bus, numa_node -1, no RDMA device."""
     return Profile(
         "cloud-vm",
         "cloud GPU VM: one H100 at 0000:00:06.0 on the root bus, numa_node -1, virtio eth0 "

@@ -399,7 +399,7 @@ class _Builder(HostWriter):
 
 
 def _metadata(profile: Profile, nics: List[NicSpec]) -> Dict[str, Any]:
-    """gpu_metadata.json in NVSentinel's format (spec §12.2), PF IB devices as topology keys."""
+    """gpu_metadata.json in NVSentinel's format (link-state-detection §12.2), keyed by PF."""
     gpus = []
     for index, gpu in enumerate(profile.gpus):
         seed = _digest(profile.name, "gpu", gpu.pci)

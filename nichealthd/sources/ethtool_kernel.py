@@ -30,10 +30,10 @@ import array
 import fcntl
 import socket
 import struct
+from dataclasses import dataclass
 from typing import Optional
 
 from . import genetlink as nl
-from .phy_facts import FecStats
 
 SIOCETHTOOL = 0x8946
 ETHTOOL_GSTRINGS = 0x1B
@@ -66,6 +66,16 @@ def parse_strings(data: bytes, count: int) -> list[str]:
         slot = data[index * ETH_GSTRING_LEN:(index + 1) * ETH_GSTRING_LEN]
         names.append(slot.split(b"\0", 1)[0].decode("ascii", "replace"))
     return names
+
+
+@dataclass(frozen=True)
+class FecStats:
+    """The kernel's FEC statistics (ethtool netlink FEC_GET with ETHTOOL_FLAG_STATS): each a
+    tuple of the total then each lane, or () when the driver does not report it."""
+
+    corrected_blocks: tuple[int, ...] = ()
+    uncorrectable_blocks: tuple[int, ...] = ()
+    corrected_bits: tuple[int, ...] = ()
 
 
 def fec_request(netdev: str) -> bytes:

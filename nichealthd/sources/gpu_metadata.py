@@ -1,4 +1,4 @@
-"""Reading the NVSentinel GPU metadata file (spec §12.2) into a :class:`GpuTopology`.
+"""Reading NVSentinel's GPU metadata file (link-state-detection §12.2) into a :class:`GpuTopology`.
 
 The file is read like every file of unknown provenance (:mod:`.safefile`): a FIFO, a device,
 a huge or deeply nested file is a :class:`MetadataError` naming the file, never a hang.

@@ -1,5 +1,8 @@
 """The ports' pluggable-module diagnostics: a source of fact ``optics`` (sources/seam.py).
 
+Its key, :data:`PORT_OPTICS`, is here (the optics family imports it); the values' types are
+:mod:`.optics_facts`, shared with the page parser.
+
 For every port of a monitored physical function with a netdev, the module's pages are read
 and parsed (:mod:`.module_pages`) into a :class:`~nichealthd.sources.optics_facts.PortOptics`:
 
@@ -30,12 +33,12 @@ from __future__ import annotations
 import errno
 import logging
 import os
-from typing import Callable, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from ..core.config import Config
-from ..core.model import HostSnapshot
+from ..core.model import Fact, HostSnapshot
 from . import genetlink, module_pages
-from .optics_facts import PORT_OPTICS, PortOptics
+from .optics_facts import PortOptics
 from .problems import ProblemLog
 from .seam import Source
 
@@ -53,6 +56,8 @@ I2C_ADDRESS = 0x50
 PAGE = module_pages.PAGE
 MODULE_DIR = "module"
 REFUSED = "the kernel refuses module reads without CAP_NET_ADMIN"
+
+PORT_OPTICS: Fact[Mapping[str, PortOptics]] = Fact("optics")  # port key -> its module's fact
 
 # Reads one page: (netdev, page, offset within it: 0 or 128) -> 128 bytes; raises OSError.
 PageReader = Callable[[str, int, int], bytes]

@@ -1,9 +1,10 @@
 """The diagnostics of a pluggable module (QSFP, QSFP-DD, OSFP): plain values, in SI units.
 
-The fact module of ``sources/optics.py``: its key :data:`PORT_OPTICS` and its types, pure
-(the families of the core import them; ARCHITECTURE.md, the source seam). Filled by
-:mod:`nichealthd.sources.module_pages` from the module's raw pages and judged by the optics
-family (:mod:`nichealthd.core.checks.optics`). Every reading and every threshold is
+The value types of the optics fact (its key, :data:`~nichealthd.sources.optics.PORT_OPTICS`,
+is its source's), pure (the families of the core import them; ARCHITECTURE.md, the source
+seam), in a module of their own because the page parser below the source,
+:mod:`nichealthd.sources.module_pages`, builds them too. Judged by the optics family
+(:mod:`nichealthd.core.checks.optics`). Every reading and every threshold is
 ``None`` where the module does not implement it or the bytes were not plausible ("not
 available", never a guess); a lane's values are in lane order from lane 1 (a lane the
 module does not use is ``None`` there).
@@ -19,8 +20,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from typing import Mapping, Optional, Sequence
-
-from ..core.model import Fact
 
 # The monitors, by the names the family, the views and the metrics use.
 TEMPERATURE = "temperature"  # °C
@@ -122,9 +121,6 @@ class PortOptics:
         if self.served is not None:
             return self.served
         return tuple(lane for path in diag.paths() for lane in path)
-
-
-PORT_OPTICS: Fact[Mapping[str, PortOptics]] = Fact("optics")  # port key -> its module's fact
 
 
 def share(facts: Mapping[str, PortOptics], order: Sequence[tuple[str, str]]

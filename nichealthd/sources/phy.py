@@ -1,8 +1,8 @@
 """The physical-layer counters and FEC of each monitored port's netdev: the ``phy`` source.
 
 A Source on the seam (``sources/seam.py``), read only in a poll in which the link-BER family
-is due. For every monitored port with a netdev it gives a
-:class:`~nichealthd.sources.phy_facts.PhyReading` (fact :data:`~.phy_facts.PHY`): the
+is due. For every monitored port with a netdev it gives a :class:`PhyReading` (fact
+:data:`PHY`, its key and type owned here; the link-BER family imports them): the
 driver's physical-layer statistics (``ethtool -S``: ``rx_bits_phy``, ``rx_corrected_bits_phy``,
 ``rx_pcs_symbol_err_phy``, ``rx_err_lane_N_phy``, ``rx_crc_errors_phy``,
 ``link_down_events_phy``), the active FEC mode and the FEC statistics.
@@ -44,10 +44,11 @@ import math
 import os
 import re
 import time
+from dataclasses import dataclass, field
 from typing import Mapping, NamedTuple, Optional, Sequence, Union
 
 from ..core.config import Config
-from ..core.model import HostSnapshot
+from ..core.model import Fact, HostSnapshot
 from ..core.numbers import (
     COUNTER_RATE,
     PHY_COUNTER,
@@ -58,11 +59,59 @@ from ..core.numbers import (
     parse_measure,
 )
 from .ethtool_kernel import EthtoolKernel
-from .phy_facts import PHY, FecStats, PhyReading, wanted
+from .ethtool_kernel import FecStats as FecStats  # the PHY fact's FEC part (PhyReading.fec)
 from .problems import ProblemLog
 from .seam import Source
 
 log = logging.getLogger(__name__)
+
+PHY: Fact[Mapping[str, PhyReading]] = Fact("phy")  # port key -> its netdev's reading
+
+# The driver statistics (``ethtool -S``) the families use: the PPCNT physical-layer group of
+# mlx5 (drivers/net/ethernet/mellanox/mlx5/core/en_stats.c, pport_phy_statistical_stats_desc,
+# pport_phy_statistical_err_lanes_stats_desc, and "link_down_events_phy"), and the RFC 2819
+# group's CRC errors. Lanes: rx_err_lane_<N>_phy.
+# rx_bits_phy: bits received at the PHY, the denominator of a BER; mlx5 documents it but
+# prints it only from 2026 ("net/mlx5e: Expose physical received bits counters to ethtool"),
+# ionic has it: without it the denominator is the port's rate times the window.
+RX_BITS = "rx_bits_phy"
+CORRECTED_BITS = "rx_corrected_bits_phy"  # bits FEC corrected: the numerator of pre-FEC BER
+SYMBOL_ERRORS = "rx_pcs_symbol_err_phy"  # errors FEC could not correct (or with FEC off)
+CRC_ERRORS = "rx_crc_errors_phy"
+LINK_DOWN_EVENTS = "link_down_events_phy"
+LANE_PREFIX, LANE_SUFFIX = "rx_err_lane_", "_phy"
+WANTED = frozenset({RX_BITS, CORRECTED_BITS, SYMBOL_ERRORS, CRC_ERRORS, LINK_DOWN_EVENTS})
+
+
+def wanted(name: str) -> bool:
+    """Whether a driver statistic is one of the physical-layer counters kept."""
+    if name in WANTED:
+        return True
+    lane = name[len(LANE_PREFIX):-len(LANE_SUFFIX)]
+    # A port has at most 8 lanes (ETHTOOL_MAX_LANES): a file of a million lane names is not
+    # a million counters.
+    return (name.startswith(LANE_PREFIX) and name.endswith(LANE_SUFFIX) and lane.isascii()
+            and lane.isdigit() and len(lane) <= 2)
+
+
+@dataclass(frozen=True)
+class PhyReading:
+    """One netdev's physical-layer facts of one read.
+
+    ``counters``: the wanted driver statistics the netdev has (absent: not available).
+    ``fec_mode``: the active FEC ("off", "RS", "BASER", "LLRS"), None when not available.
+    ``fec``: its statistics, None when not available.
+    """
+
+    netdev: str
+    counters: Mapping[str, int] = field(default_factory=dict)
+    fec_mode: Optional[str] = None
+    fec: Optional[FecStats] = None
+
+    @property
+    def empty(self) -> bool:
+        return not self.counters and self.fec_mode is None and self.fec is None
+
 
 STATS_FILE = "stats"
 FEC_FILE = "fec"

@@ -1,5 +1,6 @@
-"""The netdevs and IB devices under the host's default routes (spec §4.2: the management NIC
-carries them).
+"""The netdevs and IB devices under the host's default routes (the management NIC carries them).
+
+link-state-detection §4.2 classifies the NIC of the default route as the management NIC.
 
 Read from ``/proc/net/route``, ``/proc/net/ipv6_route`` and ``/sys/class/net`` at start and on
 reload; anything unreadable adds nothing. The IB devices classify RDMA devices; the netdevs
@@ -114,7 +115,7 @@ def read_default_route_netdevs(proc_root: str, sys_class_net: str) -> frozenset[
 
 def rdma_devices_of(sys_class_net: str, netdevs: frozenset[str]) -> frozenset[str]:
     """The IB devices of ``netdevs``: ``/sys/class/net/<iface>/device/infiniband/<dev>``
-    (REFERENCE §3); a netdev without that directory adds nothing."""
+    (the kernel's sysfs); a netdev without that directory adds nothing."""
     devices: set[str] = set()
     for netdev in netdevs:
         try:

@@ -10,10 +10,10 @@ reads it only in a poll in which an enabled family needing its fact is due
 (:mod:`.boundary`), and puts what it returns in ``HostSnapshot.facts`` under its key.
 
 A fact is typed by its source: its key (a :class:`~nichealthd.core.model.Fact`) and its types
-live in the source's fact module, ``<name>_facts.py`` of this package, pure like the core
-(``tests/test_layout.py``), which the families import: ``reads = frozenset({PHY})`` and
-``cycle.snapshot.fact(PHY)``, typed. The reader itself imports the config, so the core never
-imports it.
+live in the source's module, which the families import for those names, never for the
+reader (``tests/test_layout.py``): ``reads = frozenset({PHY})`` and
+``cycle.snapshot.fact(PHY)``, typed. Nothing this module imports reaches a family, so a
+family importing a source's module makes no import circle.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class Source(abc.ABC):
     (a bug, an interface that changed) is contained by the monitor and costs only the
     families that need the fact."""
 
-    fact: ClassVar[Fact[Any]]  # the key of the fact it provides (its own ``*_facts`` module)
+    fact: ClassVar[Fact[Any]]  # the key of the fact it provides (defined in its module)
     description: ClassVar[str]  # what it reads, for the log ("the NIC optics")
 
     def __init__(self, config: Config) -> None:

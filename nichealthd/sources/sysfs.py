@@ -12,8 +12,8 @@ attributes, GIDs) runs only when the device list changes, when a cached file goe
 every ``REDISCOVER_SECONDS`` as a safety net. On a host with SR-IOV VFs the class directory
 itself is listed only when something read may have changed (:meth:`SysfsReader._listing_due`),
 and a VF's snapshot is its discovery's facts. Files that fail with EINVAL (restricted
-functions, where each read logs a kernel error — REFERENCE §3) are remembered and not read
-again.
+functions, where each read logs a kernel error, ``mlx5_cmd_out_err ... ACCESS_REG``) are remembered
+and not read again.
 
 Open files are budgeted (:func:`fd_budget`, from the soft ``RLIMIT_NOFILE``): files beyond the
 budget are read with open/read/close each poll instead of being kept open, so a host with
@@ -100,7 +100,7 @@ def fd_budget(soft_limit: Optional[int] = None) -> Optional[int]:
 
 
 # IB PMA PortCounters widths (IBTA vol. 1 §16.1.3.5): under ``counters/`` these stick at
-# all-ones instead of wrapping (REFERENCE §3). The others there are 64-bit extended counters.
+# all-ones instead of wrapping. The others there are 64-bit extended counters.
 PMA_WIDTHS = {
     "symbol_error": 16,
     "port_rcv_errors": 16,
@@ -350,8 +350,8 @@ class SysfsReader:
           is looked for every poll, so its return is seen in the poll it comes back;
         - a listing that failed, a read that found a file gone, a reload and the periodic
           rediscovery list as ever.
-        A device never seen before and a VF that comes or goes (never judged, spec §8) are
-        seen within ``LIST_SECONDS``.
+        A device never seen before and a VF that comes or goes (never judged,
+        link-state-detection §8) are seen within ``LIST_SECONDS``.
         """
         if not self._vfs or self._dirty or self._names is None or self._left:
             return True

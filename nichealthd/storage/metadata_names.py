@@ -1,7 +1,7 @@
 """The GPU metadata file's device names as resolved to PCI functions, kept across restarts.
 
-NVSentinel's metadata file (spec §12.2) keys its GPU↔NIC matrix by RDMA device name, the name
-each device had when the collector wrote the file. A driver reload may permute the names
+NVSentinel's metadata file (link-state-detection §12.2) keys its GPU↔NIC matrix by RDMA device name,
+the name each device had when the collector wrote the file. A driver reload may permute the names
 while the file stays as it was, so the daemon resolves each name to the PCI function it named
 the first time it reads that content (:func:`nichealthd.sources.gpu_metadata.resolve_names`),
 and keeps that resolution, here, for as long as the content is the same: a re-read of the

@@ -134,8 +134,9 @@ class LoadedState:
 
 
 def load_state(path: str) -> LoadedState:
-    """Read the state file. Missing or unusable gives a fresh state and says why (spec §6.6);
-    an unusable one (corrupt, implausible, not a regular file) is moved aside to
+    """Read the state file. Missing or unusable gives a fresh state and says why
+    (link-counter-detection §6.6); an unusable one (corrupt, implausible, not a regular file) is
+    moved aside to
     ``<path>.corrupt-<time>`` so that it is reported once, not at every start."""
     try:
         info = os.stat(path)

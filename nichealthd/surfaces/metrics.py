@@ -13,9 +13,11 @@ state and rate, the counters of ``ports/N/counters/``: :data:`NODE_EXPORTER_COUN
 left to it; a flag (a breach, a saturation, a degraded hop) is a series only while it is
 true, so a healthy host exports none.
 
-The HTTP server runs in daemon threads (prometheus-client's WSGI app behind the threading
-server of :mod:`.metrics_http`, which no client can keep ``/healthz`` from), so neither a
-slow scraper nor the work of building the families can delay the event loop or the poller.
+The families are written in Prometheus' text format by :mod:`.metrics_text` (the daemon needs
+no client library: prometheus-client's exposition alone is megabytes of imports). The HTTP
+server runs in daemon threads (the threading server of :mod:`.metrics_http`, which no client
+can keep ``/healthz`` from), so neither a slow scraper nor the work of building the families
+can delay the event loop or the poller.
 The loop publishes the daemon's picture of each poll in
 :meth:`MetricsService.on_poll`; the server threads only read it.
 """
@@ -26,16 +28,7 @@ import asyncio
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional, Sequence
-
-from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
-from prometheus_client.utils import floatToGoString
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
 
 from .. import __version__
 from ..core.checks import families
@@ -45,6 +38,16 @@ from ..core.picture import PollPicture
 from ..core.state import DEGRADED, FATAL, HEALTHY, SUPPRESSED
 from .context import CONNECTIONS_METRICS, PollOutcome, PollStats
 from .metrics_http import MAX_CLIENTS, Server, make_http_server
+from .metrics_process import ProcessFamilies
+from .metrics_text import (
+    CONTENT_TYPE,
+    CounterFamily,
+    Family,
+    GaugeFamily,
+    HistogramFamily,
+    exposition,
+    go_float,
+)
 from .slurm.status import OFF as SLURM_OFF
 from .slurm.status import SlurmStatus
 from .status import SurfaceStatus
@@ -104,19 +107,6 @@ def _flag(value: bool) -> str:
     return "true" if value else "false"
 
 
-class _Collector:
-    """prometheus-client collector: builds every family from the service on each scrape."""
-
-    def __init__(self, service: MetricsService) -> None:
-        self._service = service
-
-    def describe(self) -> list[Metric]:
-        return []  # label sets depend on the host: nothing to pre-declare
-
-    def collect(self) -> Iterator[Metric]:
-        return iter(self._service.families())
-
-
 class MetricsService:
     """The daemon's ``/metrics`` and ``/healthz`` endpoint (plug-in service)."""
 
@@ -126,12 +116,9 @@ class MetricsService:
         self.context = context
         self.listen = context.config().metrics_listen
         self.enabled = bool(self.listen.strip())
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_Collector(self))
         # The daemon's own cost (CPU seconds, resident memory, open files): process_*, as
         # every Prometheus client exports it; the fleet dashboard shows it.
-        ProcessCollector(registry=self.registry)
-        self._metrics_app = make_wsgi_app(self.registry)
+        self._process = ProcessFamilies()
         self._server: Optional[Server] = None
         self._thread: Optional[threading.Thread] = None
         self._lock = threading.Lock()
@@ -210,7 +197,7 @@ class MetricsService:
              ) -> Iterable[bytes]:
         path = environ.get("PATH_INFO") or "/"
         if path == "/metrics":
-            return self._metrics_app(environ, start_response)  # type: ignore[no-any-return]
+            return self._metrics(environ, start_response)
         if path == "/healthz":
             ok, reason = self.healthz()
             status = "200 OK" if ok else "503 Service Unavailable"
@@ -221,6 +208,27 @@ class MetricsService:
             status, body = "404 Not Found", b"not found: try /metrics or /healthz\n"
         start_response(status, [("Content-Type", "text/plain; charset=utf-8"),
                                 ("Content-Length", str(len(body)))])
+        return [body]
+
+    def _metrics(self, environ: dict[str, Any], start_response: Callable[..., Any]
+                 ) -> Iterable[bytes]:
+        """The families in the text format; gzipped when the client accepts it (Prometheus
+        does), as prometheus-client's WSGI app answered."""
+        method = environ.get("REQUEST_METHOD", "GET")
+        if method == "OPTIONS":
+            start_response("200 OK", [("Allow", "OPTIONS,GET"), ("Content-Length", "0")])
+            return [b""]
+        if method != "GET":
+            body = f"# HTTP 405 Method Not Allowed: {method}; use OPTIONS or GET\n".encode()
+            start_response("405 Method Not Allowed", [("Allow", "OPTIONS,GET"),
+                                                      ("Content-Length", str(len(body)))])
+            return [body]
+        body = exposition([*self.families(), *self._process.families()])
+        headers = [("Content-Type", CONTENT_TYPE)]
+        if _gzip_accepted(environ.get("HTTP_ACCEPT_ENCODING", "")):
+            body = _gzip(body)
+            headers.append(("Content-Encoding", "gzip"))
+        start_response("200 OK", [*headers, ("Content-Length", str(len(body)))])
         return [body]
 
     def healthz(self) -> tuple[bool, str]:
@@ -245,7 +253,7 @@ class MetricsService:
 
     # -------------------------------------------------------------- families
 
-    def families(self) -> list[Metric]:
+    def families(self) -> list[Family]:
         """Every family, from the last published picture (called on a server thread)."""
         with self._lock:
             picture = self._picture
@@ -259,19 +267,19 @@ class MetricsService:
         return out
 
     def _daemon_families(self, events: dict[tuple[str, str, str], int], commit_errors: int,
-                         buckets: list[int], count: int, total: float) -> list[Metric]:
+                         buckets: list[int], count: int, total: float) -> list[Family]:
         stats = self.context.stats()
         connector = self.context.connector()
-        out: list[Metric] = []
+        out: list[Family] = []
 
         def gauge(name: str, doc: str, value: float) -> None:
-            out.append(GaugeMetricFamily(PREFIX + name, doc, value=value))
+            out.append(GaugeFamily(PREFIX + name, doc, value=value))
 
         def counter(name: str, doc: str, value: float) -> None:
-            out.append(CounterMetricFamily(PREFIX + name, doc, value=value))
+            out.append(CounterFamily(PREFIX + name, doc, value=value))
 
         status = self.context.status()
-        info = GaugeMetricFamily(PREFIX + "build_info", "nichealthd version, where the GPU "
+        info = GaugeFamily(PREFIX + "build_info", "nichealthd version, where the GPU "
                                  "topology comes from and what it found (always 1)",
                                  labels=["version", "topology_source", "topology"])
         info.add_metric([__version__, str(status.get("topology_source", "")),
@@ -280,16 +288,16 @@ class MetricsService:
         cumulative, running = [], 0
         for bound, n in zip(DURATION_BUCKETS, buckets):
             running += n
-            cumulative.append((floatToGoString(bound), running))  # type: ignore[no-untyped-call]
+            cumulative.append((go_float(bound), running))
         cumulative.append(("+Inf", count))
-        out.append(HistogramMetricFamily(
+        out.append(HistogramFamily(
             PREFIX + "poll_duration_seconds",
             "Wall time of one poll cycle (read sysfs, evaluate, commit)",
             buckets=cumulative, sum_value=total))
         counter("polls", "Poll cycles completed", stats.polls)
         counter("commit_errors", "Polls whose events and state could not be committed",
                 commit_errors)
-        failures = CounterMetricFamily(PREFIX + "poll_failures",
+        failures = CounterFamily(PREFIX + "poll_failures",
                                        "Polls that failed, by the step that failed (read, "
                                        "evaluate, commit)", labels=["cause"])
         for cause, n in stats.failures.items():
@@ -298,7 +306,7 @@ class MetricsService:
         if stats.last_poll_wall is not None:
             gauge("last_poll_timestamp_seconds", "When the last poll read sysfs (Unix time)",
                   stats.last_poll_wall.timestamp())
-        family = CounterMetricFamily(PREFIX + "events",
+        family = CounterFamily(PREFIX + "events",
                                      "Health events committed, by check and severity",
                                      labels=["check", "fatal", "healthy"])
         for key in sorted(events):
@@ -313,7 +321,7 @@ class MetricsService:
         gauge("connector_up", "1 while connected to the platform connector, else 0 (also where "
               "none is configured or installed: see nichealthd_connector_state)",
               1 if connector.state == "connected" else 0)
-        state = GaugeMetricFamily(PREFIX + "connector_state", "The platform connector's state: "
+        state = GaugeFamily(PREFIX + "connector_state", "The platform connector's state: "
                                   "1 for the current one of connected, down (its socket exists "
                                   "or existed and calls fail), not installed (its socket has not "
                                   "existed since start: no NVSentinel) and disabled",
@@ -336,12 +344,12 @@ class MetricsService:
         return out
 
 
-def _family_boundaries(stats: PollStats) -> list[Metric]:
+def _family_boundaries(stats: PollStats) -> list[Family]:
     """Each enabled check family: whether it judged the last poll, and when it last did."""
-    up = GaugeMetricFamily(PREFIX + "family_up", "1 while the check family judges, 0 while it "
+    up = GaugeFamily(PREFIX + "family_up", "1 while the check family judges, 0 while it "
                            "cannot (it raised, or a source it reads failed: its ports show as "
                            "unknown)", labels=["family"])
-    last = GaugeMetricFamily(PREFIX + "family_last_success_timestamp_seconds",
+    last = GaugeFamily(PREFIX + "family_last_success_timestamp_seconds",
                              "When the check family last judged a poll (Unix time)",
                              labels=["family"])
     for family in sorted({*stats.families_judged, *stats.families_failing}):
@@ -352,14 +360,14 @@ def _family_boundaries(stats: PollStats) -> list[Metric]:
     return [up, last]
 
 
-def _surface_families(surfaces: Sequence[SurfaceStatus]) -> list[Metric]:
+def _surface_families(surfaces: Sequence[SurfaceStatus]) -> list[Family]:
     """Every surface's state as it published it (surfaces/status.py): its current one is 1,
     and the events pending on its journal cursor."""
-    state = GaugeMetricFamily(PREFIX + "surface_state", "A surface's current state (always "
-                              "1; nichealthctl status says more): ok, off, failing, or its "
-                              "own (the connector's, Slurm's mode)", labels=["surface", "state"])
-    pending = GaugeMetricFamily(PREFIX + "surface_pending", "Committed events a surface has "
-                                "not acted on yet (its journal cursor's lag)", labels=["surface"])
+    state = GaugeFamily(PREFIX + "surface_state", "A surface's current state (always 1; "
+                        "nichealthctl status says more): ok, off, failing, or its own (the "
+                        "connector's, Slurm's mode)", labels=["surface", "state"])
+    pending = GaugeFamily(PREFIX + "surface_pending", "Committed events a surface has not "
+                          "acted on yet (its journal cursor's lag)", labels=["surface"])
     for surface in surfaces:
         state.add_metric([surface.name, surface.state], 1)
         if surface.pending is not None:
@@ -367,38 +375,38 @@ def _surface_families(surfaces: Sequence[SurfaceStatus]) -> list[Metric]:
     return [state, pending]
 
 
-def _slurm_families(slurm: SlurmStatus) -> list[Metric]:
+def _slurm_families(slurm: SlurmStatus) -> list[Family]:
     """What the Slurm consumer did (surfaces/slurm/), only where slurmDrain is on."""
     if slurm.mode == SLURM_OFF:
         return []
-    actions = CounterMetricFamily(PREFIX + "slurm_actions", "Slurm drains and resumes, by "
+    actions = CounterFamily(PREFIX + "slurm_actions", "Slurm drains and resumes, by "
                                   "result: ok, failed (every attempt), held (already drained "
                                   "by nichealthd), skipped (the node has another reason, an "
                                   "administrator's), dry_run", labels=["action", "result"])
     for (action, result), n in sorted(slurm.actions.items()):
         actions.add_metric([action, result], n)
-    drained = GaugeMetricFamily(PREFIX + "slurm_drained", "1 while nichealthd holds a Slurm "
+    drained = GaugeFamily(PREFIX + "slurm_drained", "1 while nichealthd holds a Slurm "
                                 "drain of this node, else 0", value=1 if slurm.holds_drain else 0)
-    failing = GaugeMetricFamily(PREFIX + "slurm_failing", "1 while a drain or resume the "
+    failing = GaugeFamily(PREFIX + "slurm_failing", "1 while a drain or resume the "
                                 "events call for cannot be done (Slurm refuses or cannot be "
                                 "reached; retried; nichealthctl status says why), else 0",
                                 value=1 if slurm.failing else 0)
     return [actions, drained, failing]
 
 
-def _host_families(picture: PollPicture) -> list[Metric]:
+def _host_families(picture: PollPicture) -> list[Family]:
     """Per-port, per-counter and per-device families of one poll."""
     host = picture.health  # the one health model (nichealthd.core.health)
-    overall = GaugeMetricFamily(
+    overall = GaugeFamily(
         PREFIX + "health", "Overall health of the host's NICs: 0 healthy, 1 degraded, 2 fatal "
         "(ports, latched counter breaches, missing devices, card anomalies)",
         value=HEALTH_VALUE[host.health])
 
-    health = GaugeMetricFamily(
+    health = GaugeFamily(
         PREFIX + "port_health", "Health of a monitored port, the worst of its state and "
         "every open condition on it (counter breach, saturation, short card, missing): "
         "0 healthy or uncabled, 1 degraded, 2 fatal", labels=_PORT)
-    suspect = GaugeMetricFamily(
+    suspect = GaugeFamily(
         PREFIX + "port_suspect", "1 on an unhealthy port, labelled with the part to look at "
         "first (nic, module, cable-or-far-end, link, fabric, unknown) and its health (no "
         "series on a healthy port)", labels=[*_PORT, "suspect", "health"])
@@ -410,14 +418,14 @@ def _host_families(picture: PollPicture) -> list[Metric]:
             suspect.add_metric([record["device"], str(record["port"]), record["suspect"],
                                 record["health"]], 1)
 
-    value = GaugeMetricFamily(
+    value = GaugeFamily(
         PREFIX + "port_value", "Raw value of a configured counter that node_exporter's "
         "infiniband collector does not export (hw_counters, netdev statistics; no series when "
         "its file does not exist or could not be read)", labels=[*_PORT, "counter", "file"])
-    breached = GaugeMetricFamily(
+    breached = GaugeFamily(
         PREFIX + "threshold_breached", "1 while a counter's threshold breach is latched "
         "(no series otherwise)", labels=[*_PORT, "counter", "fatal"])
-    saturated = GaugeMetricFamily(
+    saturated = GaugeFamily(
         PREFIX + "saturated", "1 while a counter file is stuck at its saturation value (an IB "
         "PMA counter: blind until cleared; no series otherwise)",
         labels=[*_PORT, "counter", "file"])
@@ -432,7 +440,7 @@ def _host_families(picture: PollPicture) -> list[Metric]:
         if record["saturated"]:
             saturated.add_metric([*labels, file], 1)
 
-    info = GaugeMetricFamily(
+    info = GaugeFamily(
         PREFIX + "device_info", "RDMA device facts (always 1)",
         labels=["device", "hca_type", "fw_ver", "board_id", "role", "pci_address",
                 "numa_node", "netdev", "adapter"])
@@ -446,19 +454,34 @@ def _host_families(picture: PollPicture) -> list[Metric]:
             *_family_series(picture)]
 
 
-def _family_series(picture: PollPicture) -> list[Metric]:
+def _family_series(picture: PollPicture) -> list[Family]:
     """The series the check families supply (:meth:`CheckFamily.series`), as Prometheus
     families: a new family's metrics need nothing here."""
-    out: list[Metric] = []
+    out: list[Family] = []
     pictures = picture.result.pictures
     for family in families():
         for series in family.series(picture.state.section(family), pictures.get(family.id)):
-            kind = CounterMetricFamily if series.kind == "counter" else GaugeMetricFamily
+            kind: type[Family] = CounterFamily if series.kind == "counter" else GaugeFamily
             metric = kind(PREFIX + series.name, series.help, labels=list(series.labels))
             for labels, value in series.samples:
                 metric.add_metric(list(labels), value)
             out.append(metric)
     return out
+
+
+def _gzip_accepted(accept_encoding: str) -> bool:
+    """Whether an ``Accept-Encoding`` header lists gzip (as prometheus-client reads it)."""
+    return any(coding.split(";")[0].strip().lower() == "gzip"
+               for coding in accept_encoding.split(","))
+
+
+def _gzip(body: bytes) -> bytes:
+    """``body`` in the gzip format (RFC 1952) by zlib itself: the gzip module would import
+    more than the daemon needs, and only a scrape that asks for it pays for zlib."""
+    import zlib
+
+    packer = zlib.compressobj(6, zlib.DEFLATED, 31)  # wbits 16 + 15: a gzip header and trailer
+    return packer.compress(body) + packer.flush()
 
 
 def _close(server: Server) -> None:

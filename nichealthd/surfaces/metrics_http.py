@@ -1,6 +1,6 @@
 """The HTTP server of ``/metrics`` and ``/healthz``: bounded, and never blinded by clients.
 
-A threading ``wsgiref`` server (a slow scraper or the work of building the families never
+A threading HTTP/1.0 server (a slow scraper or the work of building the families never
 delays the event loop or the poller) that holds at most ``max_clients`` connections, so the
 open-file plan (``runtime/fdplan.py``) can count them, and keeps ``/healthz`` answerable by
 a newcomer whatever the other clients do:
@@ -18,6 +18,11 @@ a newcomer whatever the other clients do:
   closed in turn.
 - A client's misbehaviour is one rate-limited log line (:class:`ClientErrors`), never a
   traceback.
+
+It answers one ``GET`` per connection, as ``wsgiref`` did, through the same calling convention
+(an application called with the request's ``environ`` and ``start_response``), but reads the
+request itself (:class:`_Handler`): ``wsgiref``, ``http.server`` and the ``email`` package they
+parse headers with are megabytes of the daemon's memory for three fixed paths.
 """
 
 from __future__ import annotations
@@ -33,7 +38,6 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Optional
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from .admission import METRICS_CLIENTS
 
@@ -46,6 +50,8 @@ REQUEST_DEADLINE = 5.0  # seconds from accept to the end of the request's header
 EVICT_AFTER = 1.0  # a connection waiting this long for its request may be closed at the cap
 CLIENT_TIMEOUT = 10.0  # writing an answer to a client that reads nothing
 MAX_CLIENTS = METRICS_CLIENTS
+MAX_LINE = 65536  # bytes of the request line or of one header line (as http.server)
+MAX_HEADERS = 100  # header lines of one request (as http.client)
 EVICTING = 16  # connections closed whose threads have not ended yet, beyond the cap
 CLIENT_ERROR_LOG_SECONDS = 60.0  # at most one line a minute about clients that misbehave
 
@@ -97,15 +103,19 @@ class _Connection:
     closing: bool = False  # closed by the server; its thread has not ended yet
 
 
-class Server(socketserver.ThreadingMixIn, WSGIServer):
-    """Threading WSGI server; each connection in its own daemon thread, admitted as the
-    module says."""
+App = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+class Server(socketserver.ThreadingMixIn, socketserver.TCPServer):
+    """Threading HTTP server; each connection in its own daemon thread, admitted as the
+    module says, answered by :attr:`app`."""
 
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = LISTEN_BACKLOG
     client_errors: Optional[ClientErrors] = None
     max_clients = MAX_CLIENTS
+    app: App
     # Set in server_bind: every connection whose thread runs (in accept order), and the
     # connections closed for the cap since the last line about them.
     _lock: threading.Lock
@@ -256,12 +266,9 @@ class Server(socketserver.ThreadingMixIn, WSGIServer):
         self.client_errors.report(peer, exc)
 
     def server_bind(self) -> None:
-        # HTTPServer.server_bind resolves the FQDN of the bind address, which can stall
-        # start-up for seconds on a host with broken reverse DNS; the name is not needed.
-        socketserver.TCPServer.server_bind(self)
-        self.server_name = "nichealthd"
-        self.server_port = self.server_address[1]
-        self.setup_environ()
+        # Not HTTPServer's, which resolves the FQDN of the bind address: that can stall
+        # start-up for seconds on a host with broken reverse DNS, and the name is not needed.
+        super().server_bind()
         self._lock = threading.Lock()
         self._connections = {}
         self._closed = {}
@@ -313,17 +320,78 @@ class Server6(Server):
     address_family = socket.AF_INET6
 
 
-class _QuietHandler(WSGIRequestHandler):
-    """No access log on stderr; tells the server when the request is whole."""
+class BadRequest(ValueError):
+    """A request that is not HTTP: answered with ``status`` and closed."""
+
+    def __init__(self, status: str) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+class _Handler(socketserver.StreamRequestHandler):
+    """One request per connection: read it whole (telling the server, which stops counting
+    it against the request deadline), then answer it by the server's application."""
 
     timeout = CLIENT_TIMEOUT
+    server: Server
 
-    def parse_request(self) -> bool:
-        whole = bool(super().parse_request())  # the request line was read; now the headers
-        return self.server.request_read(self.connection) and whole  # type: ignore[attr-defined,no-any-return]
+    def handle(self) -> None:
+        try:
+            environ = self._read_request()
+        except BadRequest as exc:
+            if self.server.request_read(self.connection):
+                self._reply(exc.status, [], str(exc.status).encode() + b"\n")
+            return
+        if environ is None or not self.server.request_read(self.connection):
+            return  # closed before a whole request, or closed by the server
+        answer: list[tuple[str, list[tuple[str, str]]]] = []
 
-    def log_message(self, format: str, *args: Any) -> None:  # the stdlib's signature
-        log.debug("%s %s", self.address_string(), format % args)
+        def start_response(status: str, headers: list[tuple[str, str]]) -> None:
+            answer.append((status, headers))
+
+        try:
+            body = b"".join(self.server.app(environ, start_response))
+        except Exception:
+            log.exception("metrics HTTP: error answering %s %s", environ["REQUEST_METHOD"],
+                          environ["PATH_INFO"])
+            self._reply("500 Internal Server Error", [], b"internal error\n")
+            return
+        status, headers = answer[-1]
+        self._reply(status, headers, b"" if environ["REQUEST_METHOD"] == "HEAD" else body)
+
+    def _read_request(self) -> Optional[dict[str, Any]]:
+        """The request as a WSGI ``environ`` (what the application reads of it), or None when
+        the connection ends before its request line."""
+        line = self.rfile.readline(MAX_LINE + 1)
+        if not line:
+            return None
+        if len(line) > MAX_LINE:
+            raise BadRequest("414 URI Too Long")
+        words = line.decode("latin-1").split()
+        if len(words) != 3 or not words[2].startswith("HTTP/"):
+            raise BadRequest("400 Bad Request")
+        method, target, version = words
+        path, _, query = target.partition("?")
+        environ: dict[str, Any] = {"REQUEST_METHOD": method, "PATH_INFO": path,
+                                   "QUERY_STRING": query, "SERVER_PROTOCOL": version}
+        for _ in range(MAX_HEADERS + 1):
+            header = self.rfile.readline(MAX_LINE + 1)
+            if len(header) > MAX_LINE:
+                raise BadRequest("431 Request Header Fields Too Large")
+            if header in (b"\r\n", b"\n", b""):
+                return environ
+            name, colon, value = header.decode("latin-1").partition(":")
+            if not colon:
+                raise BadRequest("400 Bad Request")
+            environ["HTTP_" + name.strip().upper().replace("-", "_")] = value.strip()
+        raise BadRequest("431 Request Header Fields Too Large")
+
+    def _reply(self, status: str, headers: list[tuple[str, str]], body: bytes) -> None:
+        if not any(name.lower() == "content-length" for name, _ in headers):
+            headers = [*headers, ("Content-Length", str(len(body)))]
+        head = "".join(f"{name}: {value}\r\n" for name, value in headers)
+        self.wfile.write(f"HTTP/1.0 {status}\r\nServer: nichealthd\r\nConnection: close\r\n"
+                         f"{head}\r\n".encode("latin-1") + body)
 
 
 def _shut(request: Any) -> None:
@@ -343,7 +411,7 @@ def parse_listen(listen: str) -> Optional[tuple[str, int]]:
     return host, int(port)
 
 
-def make_http_server(listen: str, app: Callable[..., Iterable[bytes]]) -> Server:
+def make_http_server(listen: str, app: App) -> Server:
     """Bind ``[HOST]:PORT``; an empty host means every address (IPv6 and IPv4 when possible)."""
     parsed = parse_listen(listen)
     if parsed is None:
@@ -351,8 +419,10 @@ def make_http_server(listen: str, app: Callable[..., Iterable[bytes]]) -> Server
     host, port = parsed
     if not host:
         try:
-            return make_server("::", port, app, Server6, _QuietHandler)  # type: ignore[return-value]
+            server: Server = Server6(("::", port), _Handler)
         except OSError:
-            host = "0.0.0.0"
-    server_class = Server6 if ":" in host else Server
-    return make_server(host, port, app, server_class, _QuietHandler)  # type: ignore[return-value]
+            server = Server(("0.0.0.0", port), _Handler)
+    else:
+        server = (Server6 if ":" in host else Server)((host, port), _Handler)
+    server.app = app
+    return server

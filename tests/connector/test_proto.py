@@ -1,5 +1,6 @@
-"""The wire contract: field numbers as REFERENCE §1, stubs that import on old and new runtimes,
-and a JSON form (``HealthEvent.to_json``) equal to the proto's own JSON mapping."""
+"""The wire contract: field numbers as NVSentinel's health_event.proto has them, stubs that
+import on old and new runtimes, and a JSON form (``HealthEvent.to_json``) equal to the proto's own
+JSON mapping."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from .connector_fixtures import T0, degraded, fatal, healthy
 ROOT = Path(__file__).resolve().parents[2]
 CONNECTOR_DIR = ROOT / "nichealthd" / "surfaces" / "connector"
 
-# REFERENCE §1, copied here rather than read from our own proto, so a wrong number fails.
+# NVSentinel's numbers, copied here rather than read from our own proto, so a wrong number fails.
 HEALTH_EVENT_FIELDS = {
     "version": 1, "agent": 2, "componentClass": 3, "checkName": 4, "isFatal": 5,
     "isHealthy": 6, "message": 7, "recommendedAction": 8, "errorCode": 9,

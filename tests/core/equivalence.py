@@ -245,7 +245,7 @@ def _replay(seed: int, length: int, start: int, state: Optional[MonitorState]
     for index, snapshot in enumerate(polls[start:], start):
         if index in restarts:
             runner.restart()
-        if snapshot.boot_id != boot:  # a reboot: a fresh state and a baseline (spec §6.5)
+        if snapshot.boot_id != boot:  # a reboot: a baseline (link-counter-detection §6.5)
             boot = snapshot.boot_id
             runner = Runner(cfg=runner.config, topology=topology(),
                             state=MonitorState(boot_id=boot or ""))

@@ -1,4 +1,4 @@
-"""What NVSentinel does with our events, as REFERENCE §1 describes it: a model for the tests.
+"""What NVSentinel does with our events (its platform connector, its fault-quarantine): a model.
 
 Only the part a sender must respect to keep a node quarantined while a fault holds:
 :class:`FaultQuarantine` is NVSentinel's fault-quarantine as NVSentinel #1492 describes the bug it

@@ -1,4 +1,6 @@
-"""Spec §6.5 as a table: which start is a baseline, from which state, and what is logged."""
+"""Which start is a baseline, from what state, and what is logged: a table.
+
+The rule of link-counter-detection §6.5."""
 
 from __future__ import annotations
 

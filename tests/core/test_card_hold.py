@@ -92,7 +92,7 @@ def live(layout: str, **cfg: object) -> tuple[Runner, Build]:
 
 
 class Conditions:
-    """What the platform holds open: fatal events keyed like the connector does (REF §1)."""
+    """What the platform holds open: fatal events keyed like NVSentinel's connector does."""
 
     def __init__(self) -> None:
         self.open: set[tuple] = set()
@@ -174,7 +174,8 @@ def test_baseline_verdict_is_immediate_as_spec_7_2(layout: str, name: str) -> No
     assert fatal(result)[0].message.endswith(f"{mode - 1} active ports, expected {mode}")
     port_events = [e for e in result.events if e.error_code == ("port_state",)
                    and not e.is_healthy]
-    assert [e.entities[0][1] for e in port_events] == ["mlx5_0"]  # non-fatal, as §3.2
+    # non-fatal, as link-state-detection §3.2
+    assert [e.entities[0][1] for e in port_events] == ["mlx5_0"]
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
@@ -189,7 +190,7 @@ def test_a_port_waiting_for_the_sm_at_the_baseline_is_held_from_the_first_poll(
     first = runner.poll(host(*stuck, when=0))
     assert fatal(first) == []
     assert [e.entities[0][1] for e in first.events if e.error_code == ("port_state",)
-            and not e.is_healthy] == ["mlx5_0"]  # non-fatal, as §3.2
+            and not e.is_healthy] == ["mlx5_0"]  # non-fatal, as link-state-detection §3.2
     assert all(fatal(runner.poll(host(*stuck, when=s))) == [] for s in (1, 120, HOLD - 1))
     verdict = runner.poll(host(*stuck, when=HOLD))
     assert [e.message for e in fatal(verdict)] == [

@@ -1,12 +1,12 @@
 """Fatal counters under the degradation check's name: what NVSentinel's fault-quarantine sees.
 
-Beyond the spec (§11.1 files fatal counters under the state check): NVSentinel's own monitor
-keeps fatal counter conditions under the degradation check since NVSentinel #1492, because a port
-recovery (ACTIVE/LinkUp) under the state check's name releases a counter's quarantine while
-the counter's breach is still latched. ``counters.CheckNames.for_counter`` is the rule; a
-breach latched under the old name (a state file of an older nichealthd) keeps its name, so
-its recovery is sent under the name it was raised with. :mod:`tests.core.nvsentinel` is the
-model of the platform.
+Beyond the spec (link-counter-detection §11.1 files fatal counters under the state check):
+NVSentinel's own monitor keeps fatal counter conditions under the degradation check since
+NVSentinel #1492, because a port recovery (ACTIVE/LinkUp) under the state check's name releases
+a counter's quarantine while the counter's breach is still latched.
+``counters.CheckNames.for_counter`` is the rule; a breach latched under the old name (a state
+file of an older nichealthd) keeps its name, so its recovery is sent under the name it was
+raised with. :mod:`tests.core.nvsentinel` is the model of the platform.
 """
 
 from __future__ import annotations

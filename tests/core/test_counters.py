@@ -1,4 +1,4 @@
-"""Spec §6.3 / §10.4 counter rules on the pure evaluator, with an injected clock."""
+"""link-counter-detection §6.3 / §10.4 counter rules on the pure evaluator, with injected clock."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from nichealthd.core.checks.link_ber import (
 from nichealthd.core.checks.link_rate import parse_rate
 from nichealthd.core.evaluate import CycleResult
 from nichealthd.core.model import HostSnapshot
-from nichealthd.sources.phy_facts import (
+from nichealthd.sources.phy import (
     CORRECTED_BITS,
     PHY,
     RX_BITS,

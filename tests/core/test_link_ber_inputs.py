@@ -22,7 +22,7 @@ from nichealthd.core.checks.link_ber import (
 from nichealthd.core.checks.link_rate import parse_rate
 from nichealthd.core.evaluate import CycleResult
 from nichealthd.core.state import MonitorState
-from nichealthd.sources.phy_facts import CORRECTED_BITS, RX_BITS, SYMBOL_ERRORS, FecStats
+from nichealthd.sources.phy import CORRECTED_BITS, RX_BITS, SYMBOL_ERRORS, FecStats
 
 from .builders import Runner, config
 from .test_link_ber import RATE, WINDOW, Peers, ber_events, snapshot

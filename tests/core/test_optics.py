@@ -16,8 +16,8 @@ from nichealthd.core.checks.optics import OPTICS, OpticsSection, judge, level
 from nichealthd.core.events import HealthEvent
 from nichealthd.sim import optics as sim_optics
 from nichealthd.sources import module_pages
+from nichealthd.sources.optics import PORT_OPTICS
 from nichealthd.sources.optics_facts import (
-    PORT_OPTICS,
     RX_POWER,
     TX_BIAS,
     ModuleDiagnostics,

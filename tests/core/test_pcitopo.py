@@ -63,7 +63,7 @@ def test_numa_and_domains() -> None:
     assert relation(fn("pci0000:29/0000:29:01.0/0000:2a:00.0", -1),
                     fn("pci0000:15/0000:15:01.0/0000:16:00.0", -1)) == "NODE"
     # Grace: every device in a PCI segment of its own, the GPU on NVLink-C2C: SYS, as
-    # nvidia-smi reports it (spec §4.2.4 GB200), even on the same NUMA node.
+    # nvidia-smi reports it (link-state-detection §4.2.4 GB200), even on the same NUMA node.
     assert relation(fn("pci0006:02/0006:02:01.0/0006:03:00.0", 0),
                     fn("pci0008:00/0008:00:01.0/0008:01:00.0", 0)) == "SYS"
     # A path outside any host bridge (not a PCI device): NUMA decides.

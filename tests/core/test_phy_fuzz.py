@@ -22,8 +22,7 @@ from nichealthd.core.numbers import PHY_COUNTER
 from nichealthd.core.topology import MetadataError
 from nichealthd.sources import ethtool_kernel as ek
 from nichealthd.sources.gpu_metadata import read_gpu_metadata
-from nichealthd.sources.phy import Phy, read_fec, read_stats
-from nichealthd.sources.phy_facts import FecStats, wanted
+from nichealthd.sources.phy import FecStats, Phy, read_fec, read_stats, wanted
 from nichealthd.sources.routes import parse_default_routes_v4, parse_default_routes_v6
 
 from .builders import config, device, host, port

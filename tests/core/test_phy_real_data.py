@@ -13,13 +13,14 @@ import pytest
 
 from nichealthd.core.checks.link_ber import LINK_BER, BerPicture
 from nichealthd.core.model import HostSnapshot
-from nichealthd.sources.phy import Phy, read_stats
-from nichealthd.sources.phy_facts import (
+from nichealthd.sources.phy import (
     CORRECTED_BITS,
     LINK_DOWN_EVENTS,
     PHY,
     RX_BITS,
     SYMBOL_ERRORS,
+    Phy,
+    read_stats,
     wanted,
 )
 

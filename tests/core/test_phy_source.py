@@ -9,8 +9,15 @@ from pathlib import Path
 
 from nichealthd.sources import ethtool_kernel as ek
 from nichealthd.sources import genetlink as nl
-from nichealthd.sources.phy import Phy, parse_fec, parse_stats
-from nichealthd.sources.phy_facts import CORRECTED_BITS, RX_BITS, FecStats, wanted
+from nichealthd.sources.phy import (
+    CORRECTED_BITS,
+    RX_BITS,
+    FecStats,
+    Phy,
+    parse_fec,
+    parse_stats,
+    wanted,
+)
 
 from .builders import config, device, host, port
 

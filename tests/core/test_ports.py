@@ -1,4 +1,6 @@
-"""Spec §3.4, §7, §13.1 port-state, disappearance and first-poll rules on the pure evaluator."""
+"""Port-state, disappearance and first-poll rules on the pure evaluator.
+
+The rules of link-state-detection §3.4, §7 and §13.1."""
 
 from __future__ import annotations
 

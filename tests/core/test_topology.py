@@ -1,5 +1,5 @@
-"""NIC role classification against the spec's field-validation tables (§4.1.3, §4.2.4) and the
-homogeneity rules (§4.3, REFERENCE §2)."""
+"""NIC role classification against the field-validation tables and
+homogeneity rules of link-state-detection §4.1.3, §4.2.4 and §4.3."""
 
 from __future__ import annotations
 
@@ -407,7 +407,7 @@ def _reader_like(devices: list[DeviceSnapshot], vfs: tuple[DeviceSnapshot, ...]
 def test_classify_host_is_classify_all_with_the_vfs_looked_at_once() -> None:
     """With the reader's VFs (the same tuple poll after poll) only the other devices are
     classified; the table is classify_all's, in its order, and last poll's own object while
-    no role changed. A device that stops being a VF is classified (spec §8)."""
+    no role changed. A device that stops being a VF is classified (link-state-detection §8)."""
     topology = Topology(GpuTopology(frozenset({0}), (), {}))
     pf = nic("mlx5_0", 0)
     vfs = tuple(nic(f"mlx5_{i}", 0, is_vf=True) for i in range(1, 12))

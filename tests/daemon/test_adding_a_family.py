@@ -1,6 +1,6 @@
 """Adding a check family that needs a new kind of fact is one family module, one source module
-with its fact module (the fact's key and type), and its device field's line in the varlink
-interface (ARCHITECTURE.md, "Adding a check family").
+(which owns the fact's key and type, imported by the family), and its device field's line in
+the varlink interface (ARCHITECTURE.md, "Adding a check family").
 
 The package is copied as it is; the modules of tests/data/adding_a_family are added to
 the copy, and the family's declared device field to the copy's varlink interface: nothing else
@@ -32,8 +32,7 @@ from .conftest import REPO, SimHost, running_daemon
 from .test_service import events, notify  # noqa: F401 (fixture)
 
 EXAMPLE = REPO / "tests/data/adding_a_family"
-ADDED = {"core/checks/roce_mtu.py": "roce_mtu.py", "sources/netdev_mtu.py": "netdev_mtu.py",
-         "sources/netdev_mtu_facts.py": "netdev_mtu_facts.py"}
+ADDED = {"core/checks/roce_mtu.py": "roce_mtu.py", "sources/netdev_mtu.py": "netdev_mtu.py"}
 INTERFACE = "surfaces/io.nichealthd.Monitor.varlink"
 CHECK = REPO / "tests/varlink/interface_check.py"  # run as a script in the copy
 # Where the example's entries go: its device field at the end of type Device (its line of
@@ -112,7 +111,7 @@ def extended(tmp_path: Path) -> Iterator[Path]:
     yield top
 
 
-def test_a_family_with_a_new_fact_is_its_new_modules(
+def test_a_family_with_a_new_fact_is_two_new_modules(
         extended: Path, sim_host: Callable[..., SimHost], notify: NotifySocket,  # noqa: F811
         tmp_path: Path) -> None:
     undeclared = interface_check(extended)

@@ -134,7 +134,7 @@ def test_once_short_dual_port_card_clears_everything_on_repair(
         sim_host: Callable[..., SimHost]) -> None:
     """Short cards on the L40 profile (port of function .1 uncabled on both cards).
 
-    With two cards the first poll is a tie (no evidence, REFERENCE §2), so the card falls
+    With two cards the first poll is a tie (no evidence), so the card falls
     short at runtime here; the first-poll variant needs three or more cards and is covered
     in tests/core/test_card_hold.py.
     """

@@ -34,7 +34,6 @@ def with_a_buggy_source(top: Path) -> None:
     shutil.copytree(REPO / "nichealthd", top / "nichealthd",
                     ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(EXAMPLE / "roce_mtu.py", top / "nichealthd/core/checks/roce_mtu.py")
-    shutil.copy(EXAMPLE / "netdev_mtu_facts.py", top / "nichealthd/sources/netdev_mtu_facts.py")
     source = (EXAMPLE / "netdev_mtu.py").read_text()
     anchor = '        """Port key -> (netdev, MTU or None when unreadable)."""\n'
     assert anchor in source

@@ -37,7 +37,7 @@ def test_missing_metadata_file_is_logged_at_error(sim_host: Callable[..., SimHos
                                                   journal: bool) -> None:
     host = sim_host()
     (host.root / "gpu_metadata.json").unlink()
-    # The metadata file is required with topologySource = metadata (spec §12.2).
+    # The metadata file is required with topologySource = metadata (link-state-detection §12.2).
     run = start(host, "--topology-source", "metadata", journal=journal)
     assert run.returncode == EXIT_STARTUP
     lines = failure_lines(run)

@@ -12,8 +12,7 @@ from .conftest import REPO
 
 # What each surface's module brings, beyond the daemon itself.
 SURFACE_MODULES = ("nichealthd.surfaces.dbus_api", "dbus_fast", "nichealthd.surfaces.metrics",
-                   "prometheus_client", "nichealthd.surfaces.varlink",
-                   "nichealthd.surfaces.connector.service")
+                   "nichealthd.surfaces.varlink", "nichealthd.surfaces.connector.service")
 PROBE = """
 import json, sys
 import nichealthd.runtime.daemon

@@ -1,4 +1,4 @@
-"""A private system bus for tests and benchmarks: a real dbus-daemon (REFERENCE §5).
+"""A private system bus for tests and benchmarks: a real dbus-daemon.
 
 Its policy is the stock system bus policy (every method call denied unless a policy file
 punches a hole) plus the project's own ``etc/dbus-1/system.d``, so the tests exercise the

@@ -1,6 +1,6 @@
 """Real-systemd test harness: cached Debian 12 and 13 rootfs trees booted with systemd-nspawn.
 
-The recipe is REFERENCE.md section 5, proven on these hosts:
+The recipe, proven on these hosts:
 
 * ``debootstrap --variant=minbase --include=systemd,systemd-sysv,dbus,python3 bookworm``
   builds the rootfs ONCE per machine (cache under ``$NICHEALTHD_ROOTFS_CACHE``, default

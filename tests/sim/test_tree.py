@@ -1,4 +1,4 @@
-"""The fake host's layout matches the kernel facts (REFERENCE §3) and the spec's tables."""
+"""The fake host's layout matches the kernel's sysfs and link-state-detection's tables."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ else:  # pragma: no cover
 ALL = sorted(PROFILES)
 BLUEFIELD = {"MT41682", "MT41686", "MT41692"}
 
-# Intended role counts per profile: spec §4.1.3, §4.2.4, §4.3.4, §8.6 and the brief.
+# Intended role counts per profile: link-state-detection §4.1.3, §4.2.4, §4.3.4 and §8.6.
 EXPECTED = {
     "dgx-h100": {"compute": 8, "storage": 4, "management": 1, "vf": 4},
     "oci-h100": {"compute": 16, "storage": 2},
@@ -99,7 +99,7 @@ def physical_netdevs(root: Path, iface: str) -> List[str]:
 
 
 def classify(root: Path) -> Dict[str, str]:
-    """The spec's §4.2 classification, computed only from the files a daemon would read
+    """link-state-detection §4.2's classification, computed only from the files a daemon would read
     (with README, "Where nichealthd differs": no GPU with a known NUMA node skips the NUMA gate)."""
     meta = json.loads(read(root / "gpu_metadata.json"))
     gpu_numas = {g["numa_node"] for g in meta["gpus"] if g["numa_node"] != -1}

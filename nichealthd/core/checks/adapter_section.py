@@ -71,7 +71,7 @@ def held(cycle: Cycle) -> bool:
 
 def scoped_clear(check: str, now: datetime, why: str) -> HealthEvent:
     """A healthy event with no entities for ``check`` (clears the check's whole condition on
-    the platform: REFERENCE §1), strictly older than the rest of its poll."""
+    NVSentinel's platform connector), strictly older than the rest of its poll."""
     return HealthEvent(check_name=check, is_fatal=False, is_healthy=True,
                        message=f"{check}: {why} - clearing conditions of earlier boots",
                        recommended_action="NONE", error_code=(), entities=(),

@@ -1,4 +1,4 @@
-"""Card homogeneity over a poll (spec §4.3): counts, short ports, held verdicts.
+"""Card homogeneity over a poll (link-state-detection §4.3): counts, short ports, held verdicts.
 
 The rules of :mod:`nichealthd.core.topology` (modes, verdicts) applied to a poll: the active
 ports of each physical card (unreadable ports held at their last reading), which ports a short
@@ -32,7 +32,7 @@ def runtime_verdicts(verdicts: dict[str, CardVerdict], cycle: Cycle, state: Link
     reports early. A card short of a DOWN/Disabled port keeps the rule of
     :func:`_explained_by_ports`.
 
-    The default hold, 4 minutes, is gpud's drop rule (REFERENCE §4: a port down for >= 4 min
+    The default hold, 4 minutes, is gpud's drop rule (leptonai/gpud: a port down for >= 4 min
     is "dropped"), the peer threshold for "stuck" rather than "retraining". The shorter
     anchors do not fit: the spec's 30 s INIT hint is shorter than a subnet-manager re-sweep
     of a large fabric (30 s in INIT must stay non-fatal there), and
@@ -72,8 +72,8 @@ def baseline_verdicts(verdicts: dict[str, CardVerdict], snapshot: HostSnapshot,
                       ) -> dict[str, CardVerdict]:
     """The verdicts of the first poll after a reboot (or without usable state).
 
-    Every verdict is reported at once (spec §7.2 case 3: a port dead at boot), except that
-    of a card whose ``short`` ports (:func:`short_ports`: inactive where its peers are
+    Every verdict is reported at once (link-state-detection §7.2 case 3: a port dead at boot),
+    except that of a card whose ``short`` ports (:func:`short_ports`: inactive where its peers are
     active) all wait for the subnet manager, INIT or ARMED with the link up: a reboot meets
     every port there and the SM activates them over seconds to minutes, sweep after sweep.
     Such a card is held from this poll on, as after it (:func:`runtime_verdicts`), whether

@@ -1,8 +1,8 @@
 """The link-counter family's section of the state: snapshots, latched breaches, saturation.
 
-Counter snapshots (value + wall-clock timestamp, authoritative across processes: spec §6.6)
-and breach flags are spec §6.6's keys; the saturation tables are nichealthd's. The JSON
-is the same as before the check-family seam, so a state file of an older nichealthd loads.
+Counter snapshots (value + wall-clock timestamp, authoritative across processes) and breach
+flags are the keys of link-counter-detection §6.6; the saturation tables are nichealthd's. The
+JSON is the same as before the check-family seam, so a state file of an older nichealthd loads.
 """
 
 from __future__ import annotations

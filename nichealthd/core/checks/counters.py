@@ -1,10 +1,11 @@
-"""Counter evaluation (spec §6.3, §10.4): delta and velocity thresholds with latching breaches.
+"""Counter evaluation: delta and velocity thresholds with latching breaches.
 
-Pure: it reads a port's counter values from the snapshot and the previous state, and writes
-the next state into the ``next_state`` and the next :class:`CounterTables` it is given (both
-copies the caller adopts only when the poll is committed). What a counter is comes from the
-reader as data (``PortSnapshot.counter_kinds``, a :class:`~nichealthd.core.model.CounterKind`):
-this module never looks at a file's path. Rules beyond the spec (REFERENCE §3):
+The rules of link-counter-detection §6.3 and §10.4. Pure: it reads a port's counter values from the
+snapshot and the previous state, and writes the next state into the ``next_state`` and the next
+:class:`CounterTables` it is given (both copies the caller adopts only when the poll is committed).
+What a counter is comes from the reader as data (``PortSnapshot.counter_kinds``, a
+:class:`~nichealthd.core.model.CounterKind`): this module never looks at a file's path. Rules beyond
+the spec (the kernel's counter widths):
 
 - A wrapping counter (a 32-bit ``hw_counters`` value) that drops from near 2^32 wrapped (it
   is not a reset). While a breach is latched, the last value seen is persisted with it, so
@@ -66,7 +67,7 @@ Observations = Mapping[str, CounterObservation]
 @dataclass
 class CounterTables:
     """The counter engine's volatile memory, a counting family's own (its ``V``,
-    core/family.py): the last value read of each counter and when (spec §6.3
+    core/family.py): the last value read of each counter and when (link-counter-detection §6.3
     ``lastPollValue``), and each velocity counter's last closed window.
 
     Not persisted: after a restart the persisted snapshot stands in for it. Like a section it
@@ -206,10 +207,11 @@ class CheckNames:
     def for_counter(self, spec: CounterSpec) -> str:
         """Every counter files under the degradation check, a fatal one too.
 
-        Beyond the spec (§11.1 files fatal counters under the state check), as NVSentinel's
-        own monitor does since NVSentinel #1492: a latched breach outlives any port-state recovery,
-        and a recovery (``ACTIVE``/``LinkUp``) under the state check's name would clear the
-        counter's condition in NVSentinel's fault-quarantine while the latch still holds.
+        Beyond the spec (link-counter-detection §11.1 files fatal counters under the state check),
+        as NVSentinel's own monitor does since NVSentinel #1492: a latched breach outlives any
+        port-state recovery, and a recovery (``ACTIVE``/``LinkUp``) under the state check's name
+        would clear the counter's condition in NVSentinel's fault-quarantine while the latch still
+        holds.
         ``isFatal`` (REPLACE_VM) is unchanged. A breach persisted under the state check by
         an older nichealthd keeps that name (:class:`BreachFlag` ``check_name``): its
         recovery is sent under the name it was raised with.

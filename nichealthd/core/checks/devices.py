@@ -1,7 +1,7 @@
-"""Device presence (spec §7) and card homogeneity verdicts (spec §4.3) as events.
+"""Device presence and card homogeneity verdicts (link-state-detection §7, §4.3) as events.
 
 A device is declared gone only after three consecutive complete enumerations without it
-(REFERENCE §2: one unlistable directory once fabricated a disappearance of every NIC).
+(a lesson of the field: one unlistable directory once fabricated a disappearance of every NIC).
 A card below its group's mode is latched until it is back at the expected count.
 """
 

@@ -28,7 +28,7 @@ own grace is over. A held device leaves the event when
   ``cardResetTimeout`` (2.5 minutes by default, at most ``driverReloadTimeout``) when it left
   while another known device stayed present (:attr:`DriverEvent.alone`);
 - without the bus evidence, another held device is back: the driver is back without it, and
-  the three-poll rule applies from then (spec §7).
+  the three-poll rule applies from then (link-state-detection §7).
 
 The two timeouts (beside the specification, which makes every disappearance fatal after
 three polls): a driver unload, reload or upgrade takes every device of the driver, and a

@@ -1,4 +1,4 @@
-"""Card homogeneity over EFA devices (spec §4.3): counts, short ports, held verdicts.
+"""Card homogeneity over EFA devices (link-state-detection §4.3): counts, short ports, verdicts.
 
 An EFA device is one PCI function with one port whose health is its netdev's (``efa_state``);
 its card is its PCI bus:device, as for ConnectX. The rule of :mod:`nichealthd.core.topology`

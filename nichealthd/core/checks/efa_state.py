@@ -9,12 +9,13 @@ that cannot be read (EINVAL while the interface is administratively down) is no 
 interface) is watched for presence only.
 
 The rules of the other adapters apply: at first sight a port already down is reported only
-when its card is anomalous (spec §4.3's homogeneity over the EFA cards of its role group,
+when its card is anomalous (link-state-detection §4.3's homogeneity over the EFA cards of its role
+group,
 :mod:`.efa_cards`), else it is taken as not connected ("uncabled" on every surface) and stays
 quiet until it has been up once, unless its card later falls short of its peers for
 ``cardVerdictHoldTime`` (a fatal card event); a device is declared gone after three complete
-enumerations without it (spec §7), and its return is a recovery; every EFA device gone at once
-is an efa driver event, held as :mod:`.driver` holds mlx5's (``driverReloadGrace``,
+enumerations without it (link-state-detection §7), and its return is a recovery; every EFA device
+gone at once is an efa driver event, held as :mod:`.driver` holds mlx5's (``driverReloadGrace``,
 ``driverReloadTimeout``); a device back at the PCI function of a known one under another
 name is that device renamed (its identity is recorded here, its records follow it).
 The link-state family leaves EFA devices to this one (their link layer, ``Unknown``, is not

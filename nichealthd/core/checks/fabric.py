@@ -1,8 +1,8 @@
 """The InfiniBand fabrics of the host's ports: a subnet-manager outage is one fabric event.
 
 An InfiniBand port whose link is up (phys_state LinkUp) waits in INIT until the subnet
-manager (SM) configures it, and in ARMED until the SM activates it (spec §3.2: transient
-states). When the SM is down or unreachable every port of the fabric that retrains stays
+manager (SM) configures it, and in ARMED until the SM activates it (link-state-detection §3.2:
+transient states). When the SM is down or unreachable every port of the fabric that retrains stays
 there: without this view each card would be "short" of its port after
 ``cardVerdictHoldTime`` and get a REPLACE_VM — on every node of the fabric at once.
 

@@ -10,8 +10,8 @@ and every family carries its records over (:meth:`CheckFamily.rename`).
 
 A rename is believed only when it is unambiguous: exactly one known name at that PCI address and
 exactly one present device there, and the node GUIDs equal where both are known (another card in
-the same slot is another device). State keys stay the *current* name (spec §6.6: counter keys
-are ``<device>:<port>:<counter>``; events name the device as the kernel calls it now).
+the same slot is another device). State keys stay the *current* name (link-counter-detection §6.6:
+counter keys are ``<device>:<port>:<counter>``; events name the device as the kernel calls it now).
 
 A known device that is gone while its name is taken by another device (the reload that shifted
 the names left one card behind) is moved to an alias, ``<name>@<PCI address>`` (colons as
@@ -201,7 +201,7 @@ def renamed_port_key(key: str, renames: Mapping[str, str]) -> str:
 
 
 def renamed_counter_key(key: str, renames: Mapping[str, str]) -> str:
-    """``mlx5_3:1:symbol_error`` -> ``mlx5_20:1:symbol_error`` (spec §6.6 keys)."""
+    """``mlx5_3:1:symbol_error`` -> ``mlx5_20:1:symbol_error`` (link-counter-detection §6.6)."""
     device, sep, rest = key.partition(":")
     new = renames.get(device)
     return f"{new}{sep}{rest}" if new is not None and sep else key

@@ -52,7 +52,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Iterable, Mapping, NamedTuple, Optional, Sequence, Union
 
-from ...sources.phy_facts import CORRECTED_BITS, PHY, RX_BITS, SYMBOL_ERRORS, PhyReading
+from ...sources.phy import CORRECTED_BITS, PHY, RX_BITS, SYMBOL_ERRORS, PhyReading
 from ..codec import Section, stored
 from ..config import Config
 from ..events import HealthEvent, make_event, port_entities
@@ -122,7 +122,7 @@ def _pam4(rate: Rate) -> bool:
 class Sample:
     """The counters of one read of a port (None: not available), kept in the state so that a
     restart (or ``--once``) measures the window from the last read, like the counter
-    snapshots of spec §6.6 (the persisted timestamp is authoritative)."""
+    snapshots of link-counter-detection §6.6 (the persisted timestamp is authoritative)."""
 
     at: datetime
     corrected: Optional[int]

@@ -17,13 +17,13 @@ cycles. Counter downs seen while the port reads ACTIVE all along are cycles shor
 poll; they are closed one poll later, because the counter may have moved between the reads of
 the state and of the counter (the state then says DOWN at the next poll: one outage, one
 cycle). A counter gives no delta at its saturation limit (an IB PMA counter stuck at
-all-ones, REF §3), across a decrease (cleared), or without a previous value (first poll of a
-process: that memory is volatile), and none when switched off in the config.
+all-ones, IBTA vol. 1 §16.1.3.5), across a decrease (cleared), or without a previous value (first
+poll of a process: that memory is volatile), and none when switched off in the config.
 
-Defaults and the peers they come from (REFERENCE §4): at least ``linkFlapCount`` = 3 cycles
-within ``linkFlapWindow`` = 1 h give ONE non-fatal event with ``recommendedAction``
-CONTACT_SUPPORT (NVSentinel's analyzer counts 3 NIC events in 1 h and moved flaps from
-REPLACE_VM to CONTACT_SUPPORT; gpud counts >= 3 returns to ACTIVE, over 12 h; Azure's HPC
+Defaults and the peers they come from (gpud, NVSentinel, Azure HPC health checks): at least
+``linkFlapCount`` = 3 cycles within ``linkFlapWindow`` = 1 h give ONE non-fatal event with
+``recommendedAction`` CONTACT_SUPPORT (NVSentinel's analyzer counts 3 NIC events in 1 h and moved
+flaps from REPLACE_VM to CONTACT_SUPPORT; gpud counts >= 3 returns to ACTIVE, over 12 h; Azure's HPC
 checks >= 5 "lost carrier" in 24 h; NVIDIA's health validation fails one outage >= 30 s, which
 the port-state event already reports). ``linkFlapFatalCount`` (default 0, off) makes a port
 with that many cycles fatal (REPLACE_VM); it must be at least ``linkFlapCount`` and 2, so one
@@ -132,7 +132,32 @@ class _Counted(NamedTuple):
     carrier_down: bool  # the carrier after the changes counted so far
 
 
-Counted = Mapping[str, _Counted]  # its volatile memory: each port's counters, by port key
+Counted = Mapping[str, _Counted]  # each port's counters, by port key
+
+
+class _Unchanged(NamedTuple):
+    """A poll whose verdict changed no record and told nothing, while no step read the clock
+    but to see a record's first cycle leave the window (:func:`_at_rest`): its section,
+    config, the committed link-state section it read, the oldest of those first cycles and
+    what it read of each port. A poll with the same inputs, while that cycle is still in its
+    window, counts no down and steps every record to itself again (only what changed is
+    judged)."""
+
+    section: FlapSection
+    config: Config
+    links: LinkStateSection
+    oldest: Optional[datetime]
+    readings: tuple[object, ...]
+
+
+class Memory(NamedTuple):
+    """Its volatile memory: the counters of each port, and the last poll that changed
+    nothing (None: the last poll changed something, or was not judged in full)."""
+
+    counted: Counted
+    unchanged: Optional[_Unchanged] = None
+
+
 MAX_ENTRIES = 4096  # polls with cycles kept per port: bounds the state of a port flapping forever
 
 
@@ -181,7 +206,7 @@ class FlapSection(Section):
     link_flaps: dict[str, FlapRecord] = field(default_factory=dict)
 
 
-class LinkFlaps(CheckFamily[FlapSection, None, Counted]):
+class LinkFlaps(CheckFamily[FlapSection, None, Memory]):
     """Down/up cycles per port in a sliding window."""
 
     id = "link_flaps"
@@ -192,26 +217,34 @@ class LinkFlaps(CheckFamily[FlapSection, None, Counted]):
     port_field_types = {"flaps": "?int", "flapping": "?bool"}
     settings = LinkFlapSettings
 
-    def evaluate(self, previous: FlapSection, cycle: Cycle, volatile: Optional[Counted]
-                 ) -> Verdict[FlapSection, None, Counted]:
+    def evaluate(self, previous: FlapSection, cycle: Cycle, volatile: Optional[Memory]
+                 ) -> Verdict[FlapSection, None, Memory]:
         """Each port of the monitored devices: its downs, its closed cycles, its verdict.
 
         Switched off (``linkFlapCount = 0``, at start or by a reload) it forgets every
-        port, with the recovery of each flap it had reported.
+        port, with the recovery of each flap it had reported. Nothing is judged when the
+        inputs are those of a poll that changed nothing (:class:`_Unchanged`).
         """
         if not cycle.config.settings(LinkFlapSettings).link_flap_count:
-            return replace(_switched_off(previous, cycle), volatile={})
+            return replace(_switched_off(previous, cycle), volatile=Memory({}))
         links = cycle.previous.section(LINK_STATE)
-        last: Counted = volatile or {}
-        counted: dict[str, _Counted] = {}
-        changed: dict[str, FlapRecord] = {}
-        events: list[tuple[str, HealthEvent]] = []
+        downed, carrier = _used_counters(cycle.config)
+        readings = _readings(cycle, downed, carrier)
         window = _Window(
             cycle.now, cycle.now - timedelta(
                 seconds=cycle.config.settings(LinkFlapSettings).link_flap_window),
             links, (cycle.config.settings(LinkStateSettings).state_hold_down
                     if _escalation_count(cycle.config) else 0.0))
-        downed, carrier = _used_counters(cycle.config)
+        same = volatile.unchanged if volatile is not None else None
+        if (same is not None and same.section is previous and same.links is links
+                and same.config is cycle.config
+                and (same.oldest is None or same.oldest > window.horizon)
+                and same.readings == readings):
+            return Verdict(previous, volatile=volatile)
+        last: Counted = volatile.counted if volatile is not None else {}
+        counted: dict[str, _Counted] = {}
+        changed: dict[str, FlapRecord] = {}
+        events: list[tuple[str, HealthEvent]] = []
         for device in cycle.monitored:
             layer = device_layer(device, links)
             for port in device.ports:
@@ -231,10 +264,13 @@ class LinkFlaps(CheckFamily[FlapSection, None, Counted]):
                     events.extend((device.name, e) for e in port_events)
                 if new is not record:
                     changed[key] = new
-        if not changed:
-            return Verdict(previous, volatile=counted)
-        return Verdict(FlapSection({**previous.link_flaps, **changed}), tuple(events),
-                       volatile=counted)
+        if changed or events:
+            return Verdict(FlapSection({**previous.link_flaps, **changed}), tuple(events),
+                           volatile=Memory(counted))
+        if not all(_at_rest(r, window) for r in previous.link_flaps.values()):
+            return Verdict(previous, volatile=Memory(counted))
+        return Verdict(previous, volatile=Memory(counted, _Unchanged(
+            previous, cycle.config, links, _oldest(previous), readings)))
 
     def rename(self, section: FlapSection, renames: Mapping[str, str], now: datetime
                ) -> FlapSection:
@@ -270,7 +306,28 @@ class LinkFlaps(CheckFamily[FlapSection, None, Counted]):
                            for _, r in sorted(section.link_flaps.items())))
 
 
-def _switched_off(previous: FlapSection, cycle: Cycle) -> Verdict[FlapSection, None, Counted]:
+def _readings(cycle: Cycle, downed: str, carrier: str) -> tuple[object, ...]:
+    """What the poll read that a step reads: each monitored port's state, layer and flap
+    counters (their kinds too: a saturated value reads as none)."""
+    return tuple([(port.key, port.state, port.phys_state, port.link_layer,
+                   port.counters.get(downed), port.counters.get(carrier), port.counter_kinds)
+                  for device in cycle.monitored for port in device.ports])
+
+
+def _at_rest(record: FlapRecord, window: _Window) -> bool:
+    """Whether its step reads the clock only to see its first cycle leave the window (as
+    :func:`_step` and :func:`_slid` do): no outage open whose absorption the hold-down
+    judges (:func:`_absorption`)."""
+    return not (record.down_seen and window.hold_down > 0)
+
+
+def _oldest(section: FlapSection) -> Optional[datetime]:
+    """The oldest of the records' first cycles: the first to leave the window (the one
+    :func:`_step` looks at), None without any."""
+    return min((r.cycles[0][0] for r in section.link_flaps.values() if r.cycles), default=None)
+
+
+def _switched_off(previous: FlapSection, cycle: Cycle) -> Verdict[FlapSection, None, Memory]:
     if not previous.link_flaps:
         return Verdict(previous)
     events: list[tuple[str, HealthEvent]] = []

@@ -1,8 +1,8 @@
 """The link-state family's section of the state: port records, device presence, card verdicts.
 
-Its keys are those of spec §6.6 (``port_states``, ``known_devices``) plus nichealthd's own
-(misses, missing devices, latched card verdicts, group modes, held verdicts, the hardware
-identity of each known device, a driver event being held, the hold-down's pending edges and
+Its keys are those of link-counter-detection §6.6 (``port_states``, ``known_devices``) plus
+nichealthd's own (misses, missing devices, latched card verdicts, group modes, held verdicts, the
+hardware identity of each known device, a driver event being held, the hold-down's pending edges and
 blips, and the InfiniBand fabric of each port with the fabric events in progress), with the
 same JSON as before the check-family seam: a state file of an older nichealthd loads
 unchanged (a key absent: nothing of it known yet).

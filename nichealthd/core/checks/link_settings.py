@@ -18,7 +18,7 @@ from ..settings import AllSettings, Duration, Report, Settings, setting
 class LinkStateSettings(Settings):
     """nichealthd.toml(5): cardVerdictHoldTime, stateHoldDown, driverReload*."""
 
-    # gpud's 4-minute drop rule (REFERENCE §4).
+    # gpud's 4-minute drop rule (a port down >= 4 min is dropped).
     card_verdict_hold_time: float = setting(
         "cardVerdictHoldTime", 240.0, Duration(0.0, 86400.0),
         "How long, after the first poll, a card below its role group's mode")
@@ -34,7 +34,8 @@ class LinkStateSettings(Settings):
     driver_reload_grace: float = setting(
         "driverReloadGrace", 180.0, Duration(0.0, 3600.0),
         "How long judgement is held when RDMA devices leave while their hardware stays")
-    # ... and after this long the devices still gone are judged one by one (fatal, spec §7).
+    # ... and after this long the devices still gone are judged one by one (fatal,
+    # link-state-detection §7).
     driver_reload_timeout: float = setting(
         "driverReloadTimeout", 900.0, Duration(1.0, 86400.0),
         "How long a device may stay gone in a driver event, counted from when it left, "

@@ -2,8 +2,8 @@
 
 Per monitored device: its presence (a return after it was declared gone) and the state of
 each port; then the devices that are gone (three complete enumerations without them) and the
-card homogeneity verdicts (spec §4.3, held while the shortfall rests on transient states).
-Card verdicts and port states are one family because each feeds the other: a port down at
+card homogeneity verdicts (link-state-detection §4.3, held while the shortfall rests on transient
+states). Card verdicts and port states are one family because each feeds the other: a port down at
 first sight is fatal only on its card's verdict, and a card verdict is dropped when its ports
 already told their own failure.
 """
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Iterable, Mapping, Optional, Sequence, TypeVar
+from typing import Iterable, Mapping, NamedTuple, Optional, Sequence, TypeVar
 
-from ..config import ETH_STATE_CHECK, IB_STATE_CHECK
+from ..config import ETH_STATE_CHECK, IB_STATE_CHECK, Config
 from ..events import HealthEvent, format_timestamp
 from ..family import (
     HOST,
@@ -62,6 +62,7 @@ from .link_section import (
 )
 from .link_settings import LinkStateSettings
 from .ports import Judging, held_transition, missing_port, returned_port, split_state
+from .readings import device_readings
 
 V = TypeVar("V")
 
@@ -82,7 +83,30 @@ def device_layer(device: DeviceSnapshot, previous: LinkStateSection) -> Optional
 
 Cards = Mapping[str, CardCount]  # its picture: each card's active ports
 
-class LinkState(CheckFamily[LinkStateSection, Cards, None]):
+
+class Unchanged(NamedTuple):
+    """A poll whose verdict changed nothing and told nothing, with no clock running
+    (:func:`clocked`): its section, config, roles and readings (:func:`device_readings`),
+    and its picture and notes. A poll with the same inputs is judged the same, at any time:
+    the rules read the clock only for what :func:`clocked` names (and to date what changes),
+    so it changes nothing either (only what changed is judged)."""
+
+    section: LinkStateSection
+    config: Config
+    roles: Mapping[str, Role]
+    readings: tuple[object, ...]
+    cards: Cards
+    notes: tuple[str, ...]
+
+
+def clocked(section: LinkStateSection) -> bool:
+    """Whether a rule of the family waits for the clock: a hold-down (``stateHoldDown``), a
+    card verdict held (``cardVerdictHoldTime``), a driver event's grace, a fabric out."""
+    return bool(section.port_holds or section.card_pending or section.driver_event is not None
+                or section.fabric_events)
+
+
+class LinkState(CheckFamily[LinkStateSection, Cards, Unchanged]):
     """Port state, device presence and card homogeneity."""
 
     id = "link_state"
@@ -125,19 +149,28 @@ class LinkState(CheckFamily[LinkStateSection, Cards, None]):
         state.fabric_events = renamed_fabric_events(section.fabric_events, renames)
         return state
 
-    def evaluate(self, previous: LinkStateSection, cycle: Cycle, volatile: None
-                 ) -> Verdict[LinkStateSection, Cards, None]:
+    def evaluate(self, previous: LinkStateSection, cycle: Cycle, volatile: Optional[Unchanged]
+                 ) -> Verdict[LinkStateSection, Cards, Unchanged]:
         """Ports and presence of each monitored device, then gone devices and card verdicts.
 
-        Card homogeneity (spec §4.3) is judged every poll. At the baseline poll an anomalous
-        card is reported (spec §7.2 case 3) unless it is short only of ports waiting for the
-        subnet manager (then held as later: a reboot), and only the ports it is short of (those
-        its peers have active) count as failed. Later a verdict is held while the ports it
-        rests on are in a non-fatal state for less than ``cardVerdictHoldTime`` (spec §3.2:
-        INIT, ARMED, Polling, LinkErrorRecovery are transients; only a port that stays there
-        is stuck), and is dropped when its shortfall is already told by its ports' own fatal
-        events.
+        Card homogeneity (link-state-detection §4.3) is judged every poll. At the baseline poll an
+        anomalous card is reported (link-state-detection §7.2 case 3) unless it is short only of
+        ports waiting for the subnet manager (then held as later: a reboot), and only the ports it
+        is short of (those its peers have active) count as failed. Later a verdict is held while the
+        ports it rests on are in a non-fatal state for less than ``cardVerdictHoldTime``
+        (link-state-detection §3.2: INIT, ARMED, Polling, LinkErrorRecovery are transients; only a
+        port that stays there is stuck), and is dropped when its shortfall is already told by its
+        ports' own fatal events.
+
+        Nothing is judged when the inputs are those of a poll that changed nothing
+        (:class:`Unchanged`): its verdict is this one's.
         """
+        readings = device_readings(cycle.snapshot)
+        if (volatile is not None and volatile.section is previous and not cycle.baseline
+                and volatile.config is cycle.config and volatile.readings == readings
+                and (volatile.roles is cycle.roles or volatile.roles == cycle.roles)):
+            return Verdict(previous, picture=volatile.cards, volatile=volatile,
+                           notes=volatile.notes)
         cycle = without_efa(cycle)
         snapshot, now, enabled = cycle.snapshot, cycle.now, cycle.enabled
         state = previous.copy()
@@ -168,7 +201,10 @@ class LinkState(CheckFamily[LinkStateSection, Cards, None]):
                                                      ports.raised))
         events.extend((HOST, e) for e in release_raised_ports(previous, state, now))
         # The picture: each card's active ports (CycleResult.cards).
-        return Verdict(state, tuple(events), cards, notes=tuple(notes))
+        if events or cycle.baseline or clocked(state) or state != previous:
+            return Verdict(state, tuple(events), cards, notes=tuple(notes))
+        return Verdict(previous, picture=cards, notes=tuple(notes), volatile=Unchanged(
+            previous, cycle.config, cycle.roles, readings, cards, tuple(notes)))
 
     def identities(self, section: LinkStateSection
                    ) -> tuple[Mapping[str, DeviceIdentity], Sequence[str]]:
@@ -188,7 +224,17 @@ class LinkState(CheckFamily[LinkStateSection, Cards, None]):
 
     def port_bases(self, section: LinkStateSection, snapshot: HostSnapshot,
                    roles: Mapping[str, Role]) -> Mapping[PortId, PortBase]:
-        return port_bases(section, snapshot, roles)
+        """:func:`port_bases`, the last answer while the section is the one it was worked
+        out of and the roles and readings (:func:`device_readings`) are as then: the
+        health model asks every poll, and its only inputs are these."""
+        readings = device_readings(snapshot)
+        last = _LAST_BASES[0] if _LAST_BASES else None
+        if (last is not None and last.section is section and last.readings == readings
+                and (last.roles is roles or last.roles == roles)):
+            return last.bases
+        bases = port_bases(section, snapshot, roles)
+        _LAST_BASES[:] = [_Bases(section, roles, readings, bases)]
+        return bases
 
     def base_conditions(self, section: LinkStateSection, snapshot: HostSnapshot,
                         bases: Mapping[PortId, PortBase]) -> Iterable[Condition]:
@@ -237,6 +283,18 @@ class LinkState(CheckFamily[LinkStateSection, Cards, None]):
                      "counter", ("device", "port"),
                      tuple(((r.device, str(r.port)), float(section.port_blips.get(k, 0)))
                            for k, r in sorted(section.port_states.items())))
+
+
+class _Bases(NamedTuple):
+    """The port bases of a section, roles and readings (:meth:`LinkState.port_bases`)."""
+
+    section: LinkStateSection
+    roles: Mapping[str, Role]
+    readings: tuple[object, ...]
+    bases: Mapping[PortId, PortBase]
+
+
+_LAST_BASES: list[_Bases] = []
 
 
 def without_efa(cycle: Cycle) -> Cycle:

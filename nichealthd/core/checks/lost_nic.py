@@ -30,12 +30,12 @@ reports that device missing, once); anything while the enumeration is uncertain 
 reload is in progress (every function is unbound for a while); a function bound to a
 driver other than the Mellanox core drivers (``vfio-pci`` for passthrough to a guest, or any
 other owner: no RDMA device is expected of it), while an unbound function (no driver at all)
-is judged; and a function that the roles do not monitor. The roles apply as to a device (spec
-§4.2): ``nicInclusionRegexOverride`` and ``nicExclusionRegex`` are matched against what the
-function has for names (its PCI address and its netdevs, if the Ethernet driver created any),
-a function one of whose netdevs carries a default route (the route's interface followed down
-through bonds and VLANs, :attr:`Topology.default_route_netdevs`) is the management NIC, and
-the NUMA classification applies as to any NIC.
+is judged; and a function that the roles do not monitor. The roles apply as to a device
+(link-state-detection §4.2): ``nicInclusionRegexOverride`` and ``nicExclusionRegex`` are matched
+against what the function has for names (its PCI address and its netdevs, if the Ethernet driver
+created any), a function one of whose netdevs carries a default route (the route's interface
+followed down through bonds and VLANs, :attr:`Topology.default_route_netdevs`) is the management
+NIC, and the NUMA classification applies as to any NIC.
 """
 
 from __future__ import annotations
@@ -99,9 +99,10 @@ class LastRead:
 
 def role_of(nic: PciNic, topology: Topology, exclusion: tuple[str, ...],
             inclusion: tuple[str, ...]) -> Role:
-    """The role the function would have as a device (spec §4.2), from its address, netdevs
-    and NUMA node (it has no RDMA name, link layer or GPU distance). The default route is
-    compared by netdev: the function has no RDMA device for the route's device set to name."""
+    """The role the function would have as a device (link-state-detection §4.2), from its
+    address, netdevs and NUMA node (it has no RDMA name, link layer or GPU distance). The default
+    route is compared by netdev: the function has no RDMA device for the route's device set to
+    name."""
     names = (nic.address, *nic.netdevs)
     if inclusion:
         if not any(re.search(p, n) for p in inclusion for n in names):

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Iterable, Mapping, NamedTuple, Optional, Sequence
 
+from ...sources.optics import PORT_OPTICS
 from ...sources.optics_facts import (
     HIGH_ALARM,
     HIGH_WARNING,
@@ -51,7 +52,6 @@ from ...sources.optics_facts import (
     LOW_WARNING,
     MODULE_MONITORS,
     OK,
-    PORT_OPTICS,
     RANK,
     RX_POWER,
     TEMPERATURE,

@@ -25,8 +25,9 @@ from .counters import CheckNames
 from .link_section import LinkStateSection
 from .link_state import device_layer
 
-# Fatal facts under the layer's state check, the others under its degradation check (spec
-# §11.1: every fatal signal of a NIC type consolidates under one node condition).
+# Fatal facts under the layer's state check, the others under its degradation check
+# (link-counter-detection §11.1: every fatal signal of a NIC type consolidates under one node
+# condition).
 LAYER_CHECKS = {
     "InfiniBand": CheckNames(IB_STATE_CHECK, IB_DEGRADATION_CHECK),
     "Ethernet": CheckNames(ETH_STATE_CHECK, ETH_DEGRADATION_CHECK),

@@ -1,10 +1,10 @@
-"""Port state evaluation (spec §3, §13.1): one event per crossing of the healthy boundary.
+"""Port state evaluation: one event per crossing of the healthy boundary.
 
-Healthy is ACTIVE + LinkUp. DOWN or Disabled is fatal; Polling, LinkErrorRecovery and other
-non-active states are degradations; INIT/ARMED are degradations on InfiniBand and not reported
-on Ethernet, where they are sub-second transients. The health the platform was last told is
-persisted per port, so a restart compares against it and a DOWN that was fixed while the
-daemon was away still produces its recovery.
+The rules of link-state-detection §3 and §13.1. Healthy is ACTIVE + LinkUp. DOWN or Disabled is
+fatal; Polling, LinkErrorRecovery and other non-active states are degradations; INIT/ARMED are
+degradations on InfiniBand and not reported on Ethernet, where they are sub-second transients. The
+health the platform was last told is persisted per port, so a restart compares against it and a DOWN
+that was fixed while the daemon was away still produces its recovery.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def port_health(state: Optional[str], phys_state: Optional[str], link_layer: str
 
 
 def port_label(device: str, port: int, link_layer: str) -> str:
-    """``Port mlx5_0 port 1`` or, for RoCE, ``RoCE port mlx5_0 port 1`` (spec §13.1)."""
+    """``Port mlx5_0 port 1`` or ``RoCE port mlx5_0 port 1`` (link-state-detection §13.1)."""
     prefix = "RoCE port" if link_layer == "Ethernet" else "Port"
     return f"{prefix} {device} port {port}"
 
@@ -103,7 +103,8 @@ def state_event(check: str, port: PortSnapshot, link_layer: str, health: str,
         message = (f"{label}: healthy ({state_name(port.state)}, "
                    f"{state_name(port.phys_state)})")
     elif health == FATAL:
-        message = f"{label}: {describe(port, link_layer)} - no connectivity"  # spec §3.4
+        # link-state-detection §3.4
+        message = f"{label}: {describe(port, link_layer)} - no connectivity"
     else:
         message = f"{label}: {describe(port, link_layer)}"
     return make_event(check, fatal=health == FATAL, healthy=health == HEALTHY, message=message,
@@ -122,7 +123,7 @@ class Judging(NamedTuple):
     first_sight: bool
     hold_down: float = 0.0  # stateHoldDown, seconds
     # The port's card is proven anomalous by homogeneity: the only reason to call a port that
-    # is already down at first sight fatal (REFERENCE §2).
+    # is already down at first sight fatal (a tie, a group of one card or a zero mode is none).
     evidence: bool = False
 
 

@@ -1,4 +1,4 @@
-"""Forwarding committed events to NVSentinel's platform connector over gRPC (REFERENCE §1).
+"""Forwarding committed events to NVSentinel's platform connector over gRPC.
 
 A surface on the seam (``surfaces/seam.py``): found by its ``SURFACE``, it keeps the
 ``connector`` journal cursor while a connector is configured; without grpcio the outbox is

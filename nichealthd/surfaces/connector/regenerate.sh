@@ -11,8 +11,8 @@
 # Why this exact generator: gRPC stubs made by a new grpcio-tools import
 # google.protobuf.runtime_version and use grpcio >= 1.62 APIs, which fail on Debian 12's
 # python3-protobuf 3.21 / python3-grpcio 1.51 and EPEL 9's python3-grpcio 1.46. Stubs made by
-# grpcio-tools 1.51.3 (protoc 3.21) work on those AND on current PyPI releases (REFERENCE §1;
-# tests/connector/test_proto.py and test_proto_runtimes.py check that). The outputs are
+# grpcio-tools 1.51.3 (protoc 3.21) work on those AND on current PyPI releases
+# (tests/connector/test_proto.py and test_proto_runtimes.py check that). The outputs are
 # committed so that neither the build nor the host needs a protobuf compiler.
 #
 # Usage: nichealthd/surfaces/connector/regenerate.sh [PYTHON]

@@ -215,8 +215,8 @@ class Link:
 def cut_batch(entries: list[JournalEntry]) -> list[JournalEntry]:
     """The longest prefix that the connector's sort cannot reorder.
 
-    The connector sorts a batch by ``generatedTimestamp`` with an unstable sort (REFERENCE §1).
-    A batch therefore ends before an event older than one already in it (the wall clock
+    NVSentinel's platform connector sorts a batch by ``generatedTimestamp`` with an unstable
+    sort. A batch therefore ends before an event older than one already in it (the wall clock
     stepped back), and before a tie that involves a check-scoped clear (healthy, no entities)
     of the same check — so such a clear stays strictly older than everything after it.
     """
@@ -354,7 +354,8 @@ class Sender(JournalConsumer):
 
         Fatal and healthy events go at once, with everything committed before them (a batch
         never reorders). When only degraded events are pending they are held until the oldest
-        is ``connectorBatchInterval`` old (spec §11.2), or until a full batch is waiting.
+        is ``connectorBatchInterval`` old (link-counter-detection §11.2), or until a full batch
+        is waiting.
         """
         pending = self.journal.pending(CONSUMER, self._limit)
         self.update(outbox_depth=self.journal.depth(CONSUMER))

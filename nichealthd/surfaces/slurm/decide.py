@@ -1,7 +1,7 @@
 """Which committed events drain or resume the Slurm node: pure rules over the drain record.
 
 A fatal event (``isFatal``) drains; a degraded one never does. A healthy event clears the
-fatal conditions it matches with the platform's own rule (REFERENCE §1): the same
+fatal conditions it matches with the platform's own rule (NVSentinel's fault-quarantine): the same
 ``checkName``; no entities clears every condition of that check, else the condition must
 carry all of its entities; and, when it carries error codes, one of them. Once no condition
 the node was drained for is open, the node may be resumed — the executor

@@ -2,23 +2,23 @@
 
 The worked example of ARCHITECTURE.md, "Adding a check family": copied into
 ``nichealthd/sources/`` it is found by the registry (it defines ``SOURCE``) and read only in a
-poll in which a family needing its fact (``NETDEV_MTU`` of its fact module,
-``netdev_mtu_facts.py``) is due. Every number goes through the one parser
-(``core/numbers.py``): an MTU outside 68..65535 (the kernel's ``ETH_MIN_MTU`` and
-``IP_MAX_MTU``) is unreadable, like a missing file, and never raises.
+poll in which a family needing its fact is due. The fact is typed here: its key
+``NETDEV_MTU`` and its type ``Mtus``, which the family imports from this module. Every number
+goes through the one parser (``core/numbers.py``): an MTU outside 68..65535 (the kernel's
+``ETH_MIN_MTU`` and ``IP_MAX_MTU``) is unreadable, like a missing file, and never raises.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
-from nichealthd.sources.netdev_mtu_facts import NETDEV_MTU, Mtus
-
-from nichealthd.core.model import HostSnapshot
+from nichealthd.core.model import Fact, HostSnapshot
 from nichealthd.core.numbers import Kind, value
 from nichealthd.sources.seam import Source
 
+Mtus = Mapping[str, tuple[str, Optional[int]]]  # port key -> (netdev, MTU or None: unreadable)
+NETDEV_MTU: Fact[Mtus] = Fact("netdev_mtu")
 MTU = Kind("MTU", 68, 65535)
 
 

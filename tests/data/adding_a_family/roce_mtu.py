@@ -5,10 +5,10 @@ The worked example of ARCHITECTURE.md, "Adding a check family": copied into
 setting (the config file accepts ``roceMtuMinimum``), its state section, its events, its
 device field (``roce_mtu``, declared with its type; its line in the varlink interface is the
 one edit outside the new modules) and its metric series (``nichealthd_roce_mtu_bytes``); its
-fact comes from the ``netdev_mtu`` source, its key and type from that source's fact module
-(``netdev_mtu_facts.py``). A RoCE port below the minimum is a non-fatal event under the
-Ethernet degradation check (a mis-set MTU halves RDMA throughput, it breaks no hardware),
-recovered when the MTU is raised; 0 switches the family off.
+fact, its key and its type come from the ``netdev_mtu`` source (``netdev_mtu.py``). A RoCE
+port below the minimum is a non-fatal event under the Ethernet degradation check (a mis-set
+MTU halves RDMA throughput, it breaks no hardware), recovered when the MTU is raised; 0
+switches the family off.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional
 
-from nichealthd.sources.netdev_mtu_facts import NETDEV_MTU, Mtus
+from nichealthd.sources.netdev_mtu import NETDEV_MTU, Mtus
 
 from nichealthd.core.codec import Section, stored
 from nichealthd.core.config import ETH_DEGRADATION_CHECK, Config
