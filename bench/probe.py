@@ -26,7 +26,9 @@ from typing import Any, Callable, NamedTuple, Optional, TypeVar
 from nichealthd.runtime.monitor import Monitor
 from nichealthd.runtime.startup import load_topology, prepare_state_dir
 from nichealthd.sources.config_file import load_config
+from nichealthd.surfaces.seam import surfaces
 
+surfaces()  # the surfaces' keys (a sim host's platformConnectorSocket) are the config's
 WARM_UP_POLLS = 6
 T = TypeVar("T")
 

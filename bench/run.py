@@ -61,7 +61,9 @@ from testbus import start_bus  # noqa: E402
 from nichealthd.sim import mutate, tree  # noqa: E402
 from nichealthd.sources.config_file import load_config  # noqa: E402
 from nichealthd.sources.sysfs import SysfsReader  # noqa: E402
+from nichealthd.surfaces.seam import surfaces  # noqa: E402
 
+surfaces()  # the surfaces' keys (a sim host's platformConnectorSocket) are the config's
 TARGET_HOST = 34
 # Ratios, each of two figures measured side by side in one run (load-independent; judged on
 # every machine). The daemon and node_exporter are compared both woken once a second, and the

@@ -34,6 +34,9 @@ from nichealthd.runtime.monitor import Monitor  # noqa: E402
 from nichealthd.runtime.startup import load_topology, prepare_state_dir  # noqa: E402
 from nichealthd.sim import mutate, tree  # noqa: E402
 from nichealthd.sources.config_file import load_config  # noqa: E402
+from nichealthd.surfaces.seam import surfaces  # noqa: E402
+
+surfaces()  # the surfaces' keys (a sim host's platformConnectorSocket) are the config's
 
 
 def extract(rev: str, into: Path) -> ModuleType:

@@ -607,6 +607,7 @@ def _daemon_rows(status: JsonRecord, ago: Optional[float]) -> list[Row]:
     if status.get("connector_last_error"):
         rows.append(("", f"last error: {status['connector_last_error']}", "yellow"))
     rows += _slurm_rows(status)
+    rows += _surface_rows(status)
     return rows + [
         ("boot ID", str(status.get("boot_id") or "-"), None),
         ("started", f"{status.get('started_at', '?')}, pid {status.get('pid', '?')}", None),
@@ -636,6 +637,31 @@ def _slurm_rows(status: JsonRecord) -> list[Row]:
         rows.append(("", f"last action: {status['slurm_last_action']}", None))
     if status.get("slurm_last_error") and not failing:  # the failing row says it
         rows.append(("", f"last error: {status['slurm_last_error']}", "yellow"))
+    return rows
+
+
+# Surfaces whose status has rows of its own (the connector's and Slurm's keys, above).
+SHOWN_APART = frozenset({"connector", "slurm"})
+
+
+def _surface_rows(status: JsonRecord) -> list[Row]:
+    """Every other surface as it published its status (``surfaces``): its state, the events
+    pending on its cursor and its last success; its last error."""
+    rows: list[Row] = []
+    for surface in items(status.get("surfaces")):
+        if not isinstance(surface, Mapping) or surface.get("name") in SHOWN_APART:
+            continue
+        state = str(surface.get("state") or "?")
+        parts = [state]
+        if surface.get("pending") is not None:
+            parts.append(f"{surface['pending']} pending")
+        when = local_clock(str(surface.get("last_success") or ""))
+        if when:
+            parts.append(f"last success {when}")
+        rows.append((str(surface.get("name", "?")), "; ".join(parts),
+                     "red" if state == "failing" else None))
+        if surface.get("last_error"):
+            rows.append(("", f"last error: {surface['last_error']}", "yellow"))
     return rows
 
 

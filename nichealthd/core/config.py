@@ -284,14 +284,6 @@ def _unix_socket_path(value: object) -> str:
     return text
 
 
-def _connector_target(value: object) -> str:
-    text = string(value).strip()
-    if text and not (text.startswith("unix:") or text.startswith("dns:") or ":" in text):
-        raise ValueError(f"expected a gRPC target such as unix:///run/nvsentinel/nvsentinel.sock, "
-                         f"got {show(value)}")
-    return text
-
-
 def _threshold(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"expected a number, got {show(value)}")
@@ -370,12 +362,7 @@ class Config:
     topology_source: str = setting("topologySource", "auto", Choice(TOPOLOGY_SOURCES),
                                    "Where the GPU–NIC topology comes from")
     node_name: str = setting("nodeName", "", string, "Node name stamped on every event")
-    platform_connector_socket: str = setting(
-        "platformConnectorSocket", "unix:///run/nvsentinel/nvsentinel.sock", _connector_target,
-        "gRPC target of the NVSentinel platform connector; empty disables forwarding.")
-    platform_connector_token_path: str = setting(
-        "platformConnectorTokenPath", "", string,
-        "File holding a bearer token, re-read for every call; empty means no token.")
+    # The platform connector's keys are declared beside it (surfaces/connector/settings.py).
     processing_strategy: str = setting(
         "processingStrategy", "EXECUTE_REMEDIATION", Choice(PROCESSING_STRATEGIES),
         "EXECUTE_REMEDIATION, STORE_ONLY or STORE_AND_ANALYSE.")
@@ -395,17 +382,14 @@ class Config:
                              "Append every committed event as one JSON line to this file")
     log_level: str = setting("logLevel", "info", Choice(LOG_LEVELS, lower=True),
                              "debug, info, warning or error.")
-    connector_batch_interval: float = setting(
-        "connectorBatchInterval", 5.0, Duration(0.01, 3600.0),
-        "How long events are collected into one batch before they are sent")
-    connector_timeout: float = setting("connectorTimeout", 5.0, Duration(0.1, 600.0),
-                                       "Deadline of one call to the platform connector")
     # Adapter facts (character devices, lost NICs, firmware, netdev state) are read
     # and judged this often, not every poll: the cadence of their reader, which four families
     # share.
     adapter_check_interval: float = setting(
         "adapterCheckInterval", 10.0, Duration(1.0, 3600.0),
         "How often the adapter facts are read and judged")
+    # The outbox bounds stay here: they bound the journal every consumer reads (the outbox is
+    # kept and bounded without a connector library too).
     outbox_max_events: int = setting("outboxMaxEvents", 100_000, Integer(1, 10_000_000),
                                      "Maximum number of undelivered events kept")
     outbox_max_bytes: int = setting(

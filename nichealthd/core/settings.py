@@ -149,6 +149,22 @@ def key_label(key: str) -> str:
 # ------------------------------------------------------------- declarations
 
 @dataclass(frozen=True)
+class Flag:
+    """A key that is also a flag of the daemon's command line (nichealthd(8)); the flag wins
+    over the file. The daemon adds one for every declared key that has it
+    (``runtime/daemon.py``), so a surface's key and its flag are declared together."""
+
+    name: str  # --platform-connector-socket
+    metavar: str
+    help: str  # its line in ``nichealthd --help``
+
+    @property
+    def dest(self) -> str:
+        """Its attribute in the parsed command line."""
+        return self.name.lstrip("-").replace("-", "_")
+
+
+@dataclass(frozen=True)
 class Key:
     """What a field made by :func:`setting` or :func:`table` declares."""
 
@@ -156,11 +172,13 @@ class Key:
     doc: str  # the one line of its paragraph in nichealthd.toml(5)
     parse: Callable[[object], object] = string  # a scalar key's parser
     merge: Optional[Merge] = None  # a table's merger (then ``parse`` is unused)
+    flag: Optional[Flag] = None  # its command-line flag, if it has one
 
 
-def setting(name: str, default: T, parse: Callable[[Any], T], doc: str) -> T:
-    """A dataclass field that is the top-level key ``name``."""
-    declared: T = field(default=default, metadata={_DECLARED: Key(name, doc, parse)})
+def setting(name: str, default: T, parse: Callable[[Any], T], doc: str,
+            flag: Optional[Flag] = None) -> T:
+    """A dataclass field that is the top-level key ``name`` (and ``flag``, if given)."""
+    declared: T = field(default=default, metadata={_DECLARED: Key(name, doc, parse, flag=flag)})
     return declared
 
 

@@ -26,6 +26,8 @@ from ..core.config import (
     Config,
     ConfigError,
 )
+from ..core.config_build import declarations
+from ..core.settings import Flag
 from ..sources.config_file import load_config
 from ..surfaces.eventlog import EventLog
 from . import without_openssl  # noqa: F401 - before asyncio and hashlib are imported
@@ -62,7 +64,11 @@ EXIT_CRASH = 70  # EX_SOFTWARE
 # start budget for the operator's retry; the message says how.
 UNDER_SYSTEMD_HINT = ("; systemd does not restart nichealthd after this: fix it, then run "
                       "`systemctl restart nichealthd`")
-# flag dest -> config key: every flag is also a config key, and flags win.
+# The surfaces' settings are keys of the configuration, and some are flags: they are found
+# (their text read, their package imported, none of their libraries) when the daemon is.
+all_surfaces()
+# flag dest -> config key: every flag is also a config key, and flags win. These are the
+# core's; a surface's key declares its flag beside it (core/settings.Flag, flag_keys()).
 FLAG_KEYS = {
     "sysfs_root": "sysfsRoot",
     "proc_root": "procRoot",
@@ -71,8 +77,6 @@ FLAG_KEYS = {
     "metadata_path": "metadataPath",
     "topology_source": "topologySource",
     "node_name": "nodeName",
-    "platform_connector_socket": "platformConnectorSocket",
-    "platform_connector_token_path": "platformConnectorTokenPath",
     "processing_strategy": "processingStrategy",
     "polling_interval": "pollingInterval",
     "checks": "checks",
@@ -138,11 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
              "derived from sysfs), metadata (the file is required) or sysfs (default auto)")
     add("--node-name", metavar="NAME", help="node name on every event (default $NODE_NAME, "
         "else the host name)")
-    add("--platform-connector-socket", metavar="URL",
-        help="gRPC target of the platform connector; '' disables forwarding "
-             "(default unix:///run/nvsentinel/nvsentinel.sock)")
-    add("--platform-connector-token-path", metavar="PATH",
-        help="bearer token file, re-read for every call (default none)")
+    for flag in declared_flags():  # the surfaces' (the platform connector's)
+        add(flag.name, metavar=flag.metavar, help=flag.help)
     add("--processing-strategy", metavar="S", choices=PROCESSING_STRATEGIES,
         help="processingStrategy of every event (default EXECUTE_REMEDIATION)")
     add("--polling-interval", metavar="DUR", help="poll period: 500ms, 1s, 2m (default 1s)")
@@ -168,10 +169,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def declared_flags() -> list[Flag]:
+    """The flags the surfaces declare with their keys (surfaces/seam.py)."""
+    return [item.key.flag for item in declarations() if item.key.flag is not None]
+
+
+def flag_keys() -> dict[str, str]:
+    """flag dest -> config key, the core's and the declared."""
+    return {**FLAG_KEYS, **{item.key.flag.dest: item.name for item in declarations()
+                            if item.key.flag is not None}}
+
+
 def flag_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """The config keys the command line sets (flags win over the file)."""
-    return {key: getattr(args, dest) for dest, key in FLAG_KEYS.items()
-            if getattr(args, dest) is not None}
+    """The config keys the command line sets (flags win over the file), in the command
+    line's order of flags."""
+    keys = flag_keys()
+    return {keys[dest]: value for dest, value in vars(args).items()
+            if dest in keys and value is not None}
 
 
 def start(args: argparse.Namespace) -> Startup:
@@ -221,8 +235,9 @@ def deliver_once(config: Config, monitor: Monitor) -> None:
     """Forward pending events when a connector is configured and its socket exists (and the
     gRPC library is there: without it they stay in the outbox, runtime/libraries.py)."""
     sender = "nichealthd.surfaces.connector.sender"
-    deliver = (load(surface(sender), config, sender, "deliver_pending_once")
-               if config.platform_connector_socket else None)
+    connector = surface(sender)
+    deliver = (load(connector, config, sender, "deliver_pending_once")
+               if connector.wanted(config) else None)
     if deliver is not None:
         deliver(config, monitor.journal)
 
@@ -254,7 +269,6 @@ def check_config(args: argparse.Namespace) -> int:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    all_surfaces()  # their settings are keys of the configuration (surfaces/seam.py)
     if args.check_config:
         return check_config(args)
     hint = UNDER_SYSTEMD_HINT if os.environ.get("INVOCATION_ID") and not args.once else ""

@@ -32,10 +32,13 @@ from ..core.events import format_timestamp
 from ..core.picture import PollPicture
 from ..core.views import health_status, status_summary
 from ..sources.config_file import load_config
+from ..surfaces.connector.status import NAME as CONNECTOR
 from ..surfaces.connector.status import ConnectorStatus
 from ..surfaces.context import PollOutcome, PollStats, ServiceContext
 from ..surfaces.eventlog import EventLog
+from ..surfaces.slurm.status import NAME as SLURM
 from ..surfaces.slurm.status import SlurmStatus
+from ..surfaces.status import Board, records, typed
 from .event_journal import EventJournal
 from .libraries import service_factories
 from .linkwake import EarlyPolls, LinkWake, watched_netdevs
@@ -56,6 +59,9 @@ from .startup import (
 from .threadnames import name_threads
 
 log = logging.getLogger("nichealthd")
+# What their dedicated status keys say before the connector or Slurm published (or without).
+NO_CONNECTOR = ConnectorStatus()
+NO_SLURM = SlurmStatus()
 
 STOP_DELIVERY_SECONDS = 5.0
 STOP_POLL_GRACE = 10.0
@@ -94,8 +100,8 @@ class Daemon:
         self.last_poll_monotonic: Optional[float] = None
         self.last_poll_wall: Optional[datetime] = None
         self.reload_error = ""
-        self.connector = ConnectorStatus()  # replaced (never changed) by the connector
-        self.slurm = SlurmStatus()  # replaced (never changed) by the Slurm consumer
+        # Every surface's status as it last published it (the connector's, Slurm's, ...).
+        self.board = Board()
         # The last completed poll as every surface reads it: made once per poll, on the loop.
         self.picture: Optional[PollPicture] = None
         self.services: list[Service] = []
@@ -415,9 +421,8 @@ class Daemon:
             config=lambda: self.config, view=self.view, stats=self.stats,
             status=self.status, reload_error=lambda: self.reload_error,
             request_reload=self.request_reload, connector=lambda: self.connector,
-            publish_connector=self._publish_connector,
-            connection_limits=self.fd_plan.connections,
-            slurm=lambda: self.slurm, publish_slurm=self._publish_slurm)
+            connection_limits=self.fd_plan.connections, slurm=lambda: self.slurm,
+            publish=self.board.publish, surfaces=self.board.surfaces)
 
     def view(self) -> Optional[PollPicture]:
         """The picture of the last completed poll (None before the first)."""
@@ -433,18 +438,24 @@ class Daemon:
             families_failing={k: f.why for k, f in self.monitor.families.failing.items()},
             families_judged=self.monitor.families.last_success)
 
-    def _publish_connector(self, status: ConnectorStatus) -> None:
-        """The connector's status callback (any thread): one reference swap."""
-        self.connector = status
+    @property
+    def connector(self) -> ConnectorStatus:
+        """The connector's status as it published it (its dedicated status keys)."""
+        return self.board.typed(CONNECTOR, ConnectorStatus, NO_CONNECTOR)
 
-    def _publish_slurm(self, status: SlurmStatus) -> None:
-        """The Slurm consumer's status callback (its thread): one reference swap."""
-        self.slurm = status
+    @property
+    def slurm(self) -> SlurmStatus:
+        """The Slurm consumer's status as it published it (its dedicated status keys)."""
+        return self.board.typed(SLURM, SlurmStatus, NO_SLURM)
 
     # ------------------------------------------------------------ status
 
     def status(self) -> dict[str, Any]:
-        """Daemon status for D-Bus properties and ``nichealthctl status``."""
+        """Daemon status for D-Bus properties and ``nichealthctl status``; ``surfaces``
+        lists every surface's status as it published it (surfaces/status.py)."""
+        latest = self.board.latest()  # one value: the keys below and ``surfaces`` agree
+        connector = typed(latest, CONNECTOR, ConnectorStatus, NO_CONNECTOR)
+        slurm = typed(latest, SLURM, SlurmStatus, NO_SLURM)
         return {
             "version": __version__,
             "node_name": self.config.node_name,
@@ -452,22 +463,23 @@ class Daemon:
             "last_poll": format_timestamp(self.last_poll_wall) if self.last_poll_wall else "",
             "poll_count": self.monitor.polls,
             "polling_interval": self.config.polling_interval,
-            "connector_state": self.connector.state,
-            "outbox_depth": self.connector.outbox_depth,
-            "dead_letters": self.connector.dead_letters,
+            "connector_state": connector.state,
+            "outbox_depth": connector.outbox_depth,
+            "dead_letters": connector.dead_letters,
             **self.health_status(),
             # What the last poll saw (0 before the first)
             "rdma_devices": len(self.picture.snapshot.devices) if self.picture else 0,
             "topology": self.monitor.topology_summary,
             "topology_source": self.monitor.topology.gpus.source,
             "topology_reason": self.monitor.topology_reason,
-            "connector_last_error": self.connector.last_error,
+            "connector_last_error": connector.last_error,
             "started_at": format_timestamp(datetime.fromtimestamp(self.started_at).astimezone()),
             "config_path": self.args.config,
             "reload_error": self.reload_error,
             "poll_error": self.monitor.guard.reason(),
             "pid": self.pid,
-            **self.slurm.status_keys(),
+            **slurm.status_keys(),
+            "surfaces": records(latest),
         }
 
 

@@ -3,7 +3,8 @@
 Services (D-Bus API, varlink, metrics, platform connector, Slurm) read the running configuration,
 the picture of the last completed poll (:class:`~nichealthd.core.picture.PollPicture`: one
 object per poll, the same for every service, with its answers built once) and the poll
-loop's counters through these accessors, use the journal, and publish or request through
+loop's counters through these accessors, use the journal, and publish their status (the
+status channel, :mod:`.status`: every surface under its own name) or request through
 callbacks. Every value they get is immutable or owned by them, so nothing they do can change
 the monitor's state between two polls.
 """
@@ -22,6 +23,7 @@ from ..core.picture import PollPicture
 from ..storage.store import Journal, JournalEntry
 from .connector.status import ConnectorStatus
 from .slurm.status import SlurmStatus
+from .status import Reported, SurfaceStatus
 
 # Keys of ServiceContext.connection_limits.
 CONNECTIONS_VARLINK = "varlink"
@@ -71,10 +73,17 @@ class ServiceContext:
     status: Callable[[], JsonRecord]  # the status dict of D-Bus and nichealthctl
     reload_error: Callable[[], str]  # why the last reload was rejected, "" if it was not
     request_reload: Callable[[], None]
-    connector: Callable[[], ConnectorStatus]
-    publish_connector: Callable[[ConnectorStatus], None]  # the connector's status callback
+    connector: Callable[[], ConnectorStatus]  # the connector's status as it published it
     # The most connections each surface may hold (CONNECTIONS_*), from the daemon's open-file
     # plan (nichealthd.runtime.fdplan); a surface not named keeps its own limit.
     connection_limits: Mapping[str, int] = field(default_factory=dict)
     slurm: Callable[[], SlurmStatus] = SlurmStatus  # the Slurm consumer's (surfaces/slurm/)
-    publish_slurm: Callable[[SlurmStatus], None] = lambda status: None
+    # The status channel: a surface publishes its status under its name (any thread); every
+    # surface's, by name, as each says what it is (.status.Board).
+    publish: Callable[[str, Reported], None] = lambda name, status: None
+    surfaces: Callable[[], tuple[SurfaceStatus, ...]] = tuple
+
+    def publisher(self, name: str) -> Callable[[Reported], None]:
+        """The status callback of the surface called ``name``."""
+        publish = self.publish
+        return lambda status: publish(name, status)

@@ -160,10 +160,11 @@ class DbusAnswers:
         return min(limit, size) if limit else size
 
     def _status_key(self) -> Tuple[Hashable, ...]:
-        """What GetStatus depends on between two polls (the connector reports on its own)."""
+        """What GetStatus depends on between two polls (the surfaces report on their own)."""
         connector = self.context.connector()
         return (connector.state, connector.outbox_depth, connector.dead_letters,
-                connector.last_error, self.context.reload_error(), self.context.stats().failing)
+                connector.last_error, self.context.reload_error(), self.context.stats().failing,
+                self.context.surfaces())
 
     def _prop_variant(self, name: str) -> Variant:
         return Variant(SIGNATURES[name], self._props()[name])

@@ -15,6 +15,8 @@ Python value                signature  note
 ``list[str]``               ``as``
 ``dict[str, str]``          ``a{ss}``  event ``metadata``
 ``list[dict[str, str]]``    ``aa{ss}`` event ``entitiesImpacted``
+``list[dict]`` (typed)      ``aa{sv}`` status ``surfaces``: records of their own,
+                                       each mapped as this table says
 ==========================  =========  ==========================================
 
 Event records are event JSON object (health_event.proto) flattened this way (``entitiesImpacted`` as
@@ -94,6 +96,7 @@ _FIXED_SIGNATURES = {
     "entitiesImpacted": "aa{ss}",
     "metadata": "a{ss}",
     "errorCode": "as",
+    "surfaces": "aa{sv}",  # GetStatus: each surface's status (surfaces/status.py)
 }
 
 
@@ -167,7 +170,8 @@ def signature_of(key: str, value: object) -> str:
     raise TypeError(f"field {key!r}: no D-Bus mapping for {type(value).__name__}")
 
 
-Plain = Union[str, int, float, List[str], Dict[str, str], List[Dict[str, str]]]
+Plain = Union[str, int, float, List[str], Dict[str, str], List[Dict[str, str]],
+              List[Dict[str, Variant]]]
 
 
 def _plain(key: str, signature: str, value: object) -> Plain:
@@ -178,6 +182,8 @@ def _plain(key: str, signature: str, value: object) -> Plain:
         return _pairs(key, value)
     if signature == "aa{ss}":
         return [_pairs(key, item) for item in _items(key, value)]
+    if signature == "aa{sv}":
+        return [to_variants(_record(key, item)) for item in _items(key, value)]
     if signature == "d" and isinstance(value, (int, float)):
         return float(value)
     if isinstance(value, (str, int)):  # "s", "b" and "x" (bool is an int)
@@ -195,6 +201,12 @@ def _pairs(key: str, value: object) -> Dict[str, str]:
     if isinstance(value, Mapping):
         return {str(k): str(v) for k, v in value.items()}
     raise TypeError(f"field {key!r}: {type(value).__name__} is not a mapping")
+
+
+def _record(key: str, value: object) -> JsonRecord:
+    if isinstance(value, Mapping):
+        return value
+    raise TypeError(f"field {key!r}: {type(value).__name__} is not a record")
 
 
 # A record as the bus carries it (``a{sv}``).
@@ -216,6 +228,14 @@ def to_variants(record: JsonRecord) -> VariantRecord:
 # the signature held; the tests compare them as they are); nichealthctl reads them as
 # ``object`` and narrows each one (cli/transport.py ClientRecord, cli/format.py).
 def from_variants(record: Mapping[str, object]) -> Dict[str, Any]:
-    """``a{sv}`` as received back into plain Python values."""
-    return {key: (value.value if isinstance(value, Variant) else value)
+    """``a{sv}`` as received back into plain Python values (an ``aa{sv}`` field's records
+    too)."""
+    return {key: _plain_back(value.value if isinstance(value, Variant) else value)
             for key, value in record.items()}
+
+
+def _plain_back(value: object) -> object:
+    if isinstance(value, list) and value and isinstance(value[0], Mapping) and any(
+            isinstance(v, Variant) for v in value[0].values()):
+        return [from_variants(item) for item in value]
+    return value

@@ -28,7 +28,7 @@ import asyncio
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional, Sequence
 
 from .. import __version__
 from ..core.checks import families
@@ -50,6 +50,7 @@ from .metrics_text import (
 )
 from .slurm.status import OFF as SLURM_OFF
 from .slurm.status import SlurmStatus
+from .status import SurfaceStatus
 
 if TYPE_CHECKING:  # pragma: no cover
     from .context import ServiceContext
@@ -337,6 +338,7 @@ class MetricsService:
                 stats.unreadable_reads)
         out.extend(_family_boundaries(stats))
         out.extend(_slurm_families(self.context.slurm()))
+        out.extend(_surface_families(self.context.surfaces()))
         gauge("einval_ignored_files", "Counter files that failed with EINVAL and are no "
               "longer read (restricted functions)", stats.einval_files)
         return out
@@ -356,6 +358,21 @@ def _family_boundaries(stats: PollStats) -> list[Family]:
         if when is not None:
             last.add_metric([family], when.timestamp())
     return [up, last]
+
+
+def _surface_families(surfaces: Sequence[SurfaceStatus]) -> list[Family]:
+    """Every surface's state as it published it (surfaces/status.py): its current one is 1,
+    and the events pending on its journal cursor."""
+    state = GaugeFamily(PREFIX + "surface_state", "A surface's current state (always 1; "
+                        "nichealthctl status says more): ok, off, failing, or its own (the "
+                        "connector's, Slurm's mode)", labels=["surface", "state"])
+    pending = GaugeFamily(PREFIX + "surface_pending", "Committed events a surface has not "
+                          "acted on yet (its journal cursor's lag)", labels=["surface"])
+    for surface in surfaces:
+        state.add_metric([surface.name, surface.state], 1)
+        if surface.pending is not None:
+            pending.add_metric([surface.name], surface.pending)
+    return [state, pending]
 
 
 def _slurm_families(slurm: SlurmStatus) -> list[Family]:

@@ -14,7 +14,11 @@ first, so a surface whose library is missing is never imported to be found).
 by each commit reads the journal from the surface's cursor, acts on each event (bounded
 attempts with exponential backoff, see :meth:`JournalConsumer.attempts`) and moves the cursor
 only past what was done; what failed stays pending and is tried again after a pause, or after
-a restart. A surface supplies :meth:`JournalConsumer.act` (and its status);
+a restart. A surface supplies :meth:`JournalConsumer.act`; its status (state, last error,
+events pending on its cursor, last success: :class:`~.status.SurfaceStatus`, or a richer value
+of its own from :meth:`JournalConsumer.report`) is published after every step through the
+daemon's status channel (``surfaces/status.py``) under its cursor's name, so ``nichealthctl
+status``, D-Bus, varlink and ``/metrics`` show it with no edit of theirs.
 :class:`ConsumerService` runs it as a daemon service.
 """
 
@@ -35,12 +39,15 @@ from typing import TYPE_CHECKING, Callable, ClassVar, Optional, Protocol, Sequen
 
 from ..core.config import Config
 from ..core.config_build import plug_settings
+from ..core.events import format_timestamp
 from ..storage.store import Journal, JournalEntry
+from .status import FAILING, OFF, OK, Reported, SurfaceStatus
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..core.settings import Settings
 
 T = TypeVar("T")
+Publish = Callable[[str, Reported], None]  # the daemon's status channel (ServiceContext.publish)
 
 
 class Outcome(Protocol):
@@ -159,6 +166,12 @@ class JournalConsumer:
         self._attempt = 0  # failed tries in a row (:meth:`backoff`)
         self._wake = threading.Event()
         self._stop = threading.Event()
+        # Its status (:meth:`report`): the last failure's reason, the last event done.
+        self.last_error = ""  # an ``act`` that fails says why here
+        self._failing = False
+        self._last_success = ""
+        self.publisher: Optional[Publish] = None  # set by its ConsumerService
+        self._published: Optional[Reported] = None
 
     @property
     def pause(self) -> float:
@@ -184,13 +197,34 @@ class JournalConsumer:
         while not self._stop.is_set():
             try:
                 delay = self.step()
-            except Exception:  # a bug here must not end the surface for the daemon's lifetime
+            except Exception as exc:  # a bug must not end the surface for the daemon's life
                 self.log.exception("%s consumer step failed; retrying", self.cursor)
+                self._failing, self.last_error = True, f"step failed: {exc!r}"
                 delay = self.after_error()
+            self.publish()
             if delay > 0:
                 self._wake.wait(delay)
             self._wake.clear()
         self.finish(stop_deadline)
+
+    # ------------------------------------------------------------------ status
+
+    def report(self) -> Reported:
+        """Its status: off while inactive, failing while an event waits for a retry, else ok;
+        its cursor's lag in events and its last success. A surface with a richer status of
+        its own returns that (it says what it is as a ``SurfaceStatus``)."""
+        state = OFF if not self.active() else FAILING if self._failing else OK
+        return SurfaceStatus(self.cursor, state, self.last_error,
+                             self.journal.depth(self.cursor), self._last_success)
+
+    def publish(self) -> None:
+        """Publish :meth:`report` through the status channel when it changed."""
+        if self.publisher is None:
+            return
+        status = self.report()
+        if status != self._published:
+            self._published = status
+            self.publisher(self.cursor, status)
 
     # ------------------------------------------------------------------ one step
 
@@ -216,9 +250,12 @@ class JournalConsumer:
             done = entry.seq
         if done is not None:
             self.journal.advance(self.cursor, done)
+            self._last_success = format_timestamp(self.pace.wall())
+        self._failing = failed
         if failed:
             self._retry_at = self.pace.clock() + self.pause
             return self.pause
+        self.last_error = ""
         self.settled()
         return 0.0 if len(entries) == self.batch else self.idle
 
@@ -292,9 +329,14 @@ class ConsumerService:
 
     name = "journal consumer"
 
-    def __init__(self, consumer: JournalConsumer) -> None:
+    def __init__(self, consumer: JournalConsumer, publish: Optional[Publish] = None) -> None:
+        """``publish``: the daemon's status channel (``ServiceContext.publish``); the consumer
+        publishes its status there now and after every step."""
         self.consumer = consumer
         self._thread: Optional[threading.Thread] = None
+        if publish is not None:
+            consumer.publisher = publish
+            consumer.publish()
 
     def wanted(self, config: Config) -> bool:
         return True

@@ -25,6 +25,7 @@ from nichealthd.storage.store import Journal, JournalEntry
 from nichealthd.surfaces.connector import health_event_pb2 as pb
 from nichealthd.surfaces.connector.outbox import CONSUMER
 from nichealthd.surfaces.connector.sender import PACE, Sender
+from nichealthd.surfaces.connector.settings import ConnectorSettings, settings_of
 
 from ..harness import DEADLINE, wait_until
 
@@ -131,13 +132,30 @@ def connector(sockdir: Path) -> Iterator[FakeConnector]:
     fake.stop()
 
 
+# The connector's keys as the tests name them -> its settings' fields (declared beside it).
+CONNECTOR_FIELDS = {"platform_connector_socket": "socket",
+                    "platform_connector_token_path": "token_path",
+                    "connector_batch_interval": "batch_interval", "connector_timeout": "timeout"}
+
+
+def with_connector(config: Config, **changes: Any) -> Config:
+    """``config`` with its connector settings changed (surfaces/connector/settings.py)."""
+    settings = replace(settings_of(config), **changes)
+    others = tuple(s for s in config.family_settings if not isinstance(s, ConnectorSettings))
+    return replace(config, family_settings=(*others, settings))
+
+
 def make_config(tmp_path: Path, target: str, **kw: Any) -> Config:
-    values: dict[str, Any] = dict(
-        state_file=str(tmp_path / "state" / "state.json"), platform_connector_socket=target,
-        node_name="node-a", connector_batch_interval=0.3, connector_timeout=1.0)
-    values.update(kw)
+    values: dict[str, Any] = dict(state_file=str(tmp_path / "state" / "state.json"),
+                                  node_name="node-a")
+    connector: dict[str, Any] = dict(socket=target, batch_interval=0.3, timeout=1.0)
+    for name, value in kw.items():
+        if name in CONNECTOR_FIELDS:
+            connector[CONNECTOR_FIELDS[name]] = value
+        else:
+            values[name] = value
     os.makedirs(os.path.dirname(values["state_file"]), exist_ok=True)
-    return replace(Config(), **values)
+    return with_connector(replace(Config(), **values), **connector)
 
 
 def fatal(i: int = 0, at: datetime = T0, device: str = "mlx5_0") -> HealthEvent:

@@ -241,6 +241,9 @@ def test_hung_connector_keeps_the_poll_schedule_and_the_watchdog(
     assert max(wd_gaps) < hang / 2, wd_gaps
     assert result["status"]["connector_state"] == "down"
     assert result["status"]["outbox_depth"] > 0
+    listed = next(s for s in result["status"]["surfaces"] if s["name"] == "connector")
+    assert (listed["state"], listed["pending"]) == (
+        "down", result["status"]["outbox_depth"])  # its keys and its channel agree
     assert any("connector down since" in m and "DEADLINE_EXCEEDED" in m
                for m in notify.statuses)
     # The stop delivers for a bounded time (the service's stop deadline, each call bounded

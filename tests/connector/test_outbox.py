@@ -193,7 +193,7 @@ def test_without_grpcio_the_outbox_is_kept_and_bounded_as_when_the_connector_is_
     outbox = Outbox(config)
     published: list[ConnectorStatus] = []
     context = SimpleNamespace(journal=outbox.journal, config=lambda: config,
-                              publish_connector=published.append)
+                              publisher=lambda name: published.append)
     held = HeldOutbox(context)  # type: ignore[arg-type]
     assert published[-1].state == UNAVAILABLE and "grpcio" in published[-1].last_error
     committed = outbox.commit([fatal(0)] + [degraded(i) for i in range(14)])

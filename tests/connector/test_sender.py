@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import time
-from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from nichealthd.surfaces.connector.sender import (
     deliver_pending_once,
     socket_path,
 )
+from nichealthd.surfaces.connector.settings import ConnectorSettings, settings_of
 
 from ..harness import DEADLINE
 from .connector_fixtures import (
@@ -37,6 +37,7 @@ from .connector_fixtures import (
     make_config,
     running,
     wait_for,
+    with_connector,
 )
 
 
@@ -231,7 +232,7 @@ def test_routing_degraded_waits_for_batch_interval_fatal_goes_at_once(
         # From here a degraded event would be held for longer than any wait below, so "at
         # once" is told from "held" by that, not by a bound on the machine's speed.
         hold = 2 * DEADLINE
-        sender.reconfigure(replace(config, connector_batch_interval=hold))
+        sender.reconfigure(with_connector(config, batch_interval=hold))
         # a degraded event followed by a fatal one: both go at once, in order
         started = time.monotonic()
         third = outbox.commit([degraded(3, at=ago(0))]) + outbox.commit([fatal(4, at=ago(0))])
@@ -358,7 +359,7 @@ def test_default_socket_path(tmp_path: Path) -> None:
     fake = FakeConnector(path).start()
     try:
         config = make_config(tmp_path, "unix:///run/nvsentinel/nvsentinel.sock")
-        assert config.platform_connector_socket == type(config)().platform_connector_socket
+        assert settings_of(config).socket == ConnectorSettings().socket
         outbox = Outbox(config)
         entries = outbox.commit([fatal(1)])
         assert deliver_pending_once(config, outbox.journal) == 1

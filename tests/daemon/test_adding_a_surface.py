@@ -7,8 +7,11 @@ it changes (checked file by file). Its key is then one ``nichealthctl config che
 copy knows (the shipped package refuses it), and the real daemon run from the copy on a
 simulated host posts every committed event to a real local HTTP server: a fault and its
 recovery arrive, and an event the server refused while the daemon stopped arrives after the
-restart. Shipped into a copy of the repository with its documented keys as well, it breaks
-none of the tests that hold the docs and the settings to the declarations.
+restart. Its status, published through the seam, is in the copy's ``nichealthctl status``
+(text and JSON, over varlink: the reply held to the interface file) and ``/metrics``: ok with
+nothing pending, then failing with the server's refusal and the refused event pending.
+Shipped into a copy of the repository with its documented keys as well, it breaks none of
+the tests that hold the docs and the settings to the declarations.
 """
 
 from __future__ import annotations
@@ -25,9 +28,11 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from ..harness import NotifySocket, run_tests_in_a_copy, wait_until
+from ..harness import NotifySocket, ctl_output, run_tests_in_a_copy, wait_until
+from ..metrics.conftest import get, parse
+from ..netports import free_port
 from .conftest import REPO, SimHost, running_daemon
-from .test_adding_a_family import differing, insert
+from .test_adding_a_family import differing, insert, interface_check
 from .test_service import events, notify  # noqa: F401 (fixture)
 
 EXAMPLE = REPO / "tests/data/adding_a_surface"
@@ -115,6 +120,31 @@ def committed(host: SimHost) -> list[str]:
     return [event["metadata"][ID] for event in events(host)]
 
 
+def webhook_status(socket: Path, top: Path) -> dict[str, Any]:
+    """The webhook's entry in ``nichealthctl --json status`` of ``top``'s package."""
+    shown = json.loads(ctl_output(socket, "--json", "status", cwd=top,
+                                  env=dict(os.environ, PYTHONPATH=str(top))))
+    return next((s for s in shown.get("surfaces", []) if s["name"] == "webhook"), {})
+
+
+def shows_its_status(socket: Path, metrics: str, top: Path) -> None:
+    """Ok and caught up in ``nichealthctl status`` (text), in the varlink reply (checked
+    against the interface) and in ``/metrics``."""
+    text = ctl_output(socket, "status", cwd=top, env=dict(os.environ, PYTHONPATH=str(top)))
+    assert "  webhook    ok; 0 pending; last success " in text, text
+    checked = interface_check(top, "--call", str(socket), "GetStatus")
+    assert checked.returncode == 0, checked.stderr
+    surfaces = json.loads(checked.stdout)["status"]["surfaces"]
+    webhook = next(s for s in surfaces if s["name"] == "webhook")
+    assert (webhook["state"], webhook["pending"]) == ("ok", 0), webhook
+    status, body = get(f"http://{metrics}/metrics")
+    assert status == 200
+    samples = parse(body)
+    assert samples[("nichealthd_surface_state", frozenset(
+        {("surface", "webhook"), ("state", "ok")}))] == 1
+    assert samples[("nichealthd_surface_pending", frozenset({("surface", "webhook")}))] == 0
+
+
 def test_a_surface_is_one_new_module(
         extended: Path, sim_host: Callable[..., SimHost], notify: NotifySocket,  # noqa: F811
         receiver: Receiver) -> None:
@@ -132,9 +162,14 @@ def test_a_surface_is_one_new_module(
         return any(post["event"]["isFatal"] and not post["event"]["isHealthy"]
                    for post in receiver.posts)
 
-    with running_daemon(host.config, env, cwd=extended) as (proc, lines):
+    socket, metrics = host.root.parent / "varlink.sock", f"127.0.0.1:{free_port()}"
+    surfaces = ("--varlink-socket", str(socket), "--metrics-listen", metrics)
+    with running_daemon(host.config, env, *surfaces, cwd=extended) as (proc, lines):
         wait_until(lambda: bool(committed(host)) and set(committed(host)) <= set(receiver.ids()),
                    "the first poll's events posted", proc=proc, detail=lines.tail)
+        wait_until(lambda: webhook_status(socket, extended).get("pending") == 0,
+                   "the webhook's status caught up", proc=proc, detail=lines.tail)
+        shows_its_status(socket, metrics, extended)
         sim(host, "uncable", "mlx5_0", "1")
         wait_until(fatal_posted, "the fatal event posted", proc=proc, detail=lines.tail)
         receiver.refusing = True  # the recovery is committed while the server refuses it
@@ -142,6 +177,13 @@ def test_a_surface_is_one_new_module(
         sim(host, "recable", "mlx5_0", "1")
         wait_until(lambda: len(committed(host)) > before and receiver.refused > 0,
                    "the recovery committed and refused", proc=proc, detail=lines.tail)
+        wait_until(lambda: webhook_status(socket, extended).get("state") == "failing",
+                   "the webhook's status failing", proc=proc, detail=lines.tail)
+        failing = webhook_status(socket, extended)
+        assert "503" in failing["last_error"] and failing["pending"] >= 1, failing
+        text = ctl_output(socket, "status", cwd=extended,
+                          env=dict(os.environ, PYTHONPATH=str(extended)))
+        assert "  webhook    failing; " in text and "503" in text, text
     pending = committed(host)[before:]
     assert not set(pending) & set(receiver.ids())  # refused, so not delivered yet
     receiver.refusing = False

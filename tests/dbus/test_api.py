@@ -222,9 +222,14 @@ def test_get_status(daemon: Any) -> None:
     async def go() -> dict[str, Any]:
         async with BusClient() as client:
             reply = await client.call("GetStatus")
+            assert reply.body[0]["surfaces"].signature == "aa{sv}"
             return from_variants(reply.body[0])
 
     status = run(go())
+    # Every surface's status, typed records over the bus: Slurm's service is always made
+    # (a reload may switch it on), so it has published "off".
+    assert {"name": "slurm", "state": "off", "last_error": "", "last_success": ""} in \
+        status["surfaces"], status["surfaces"]
     assert status["health"] == "healthy"
     assert status["node_name"] == "dgx-h100-sim"
     assert status["ports_total"] == len(monitored_ports(daemon.root))

@@ -224,6 +224,7 @@ def test_status_human_and_json(daemon: Any) -> None:
     for key in ("version", "node_name", "boot_id", "last_poll", "poll_count",
                 "polling_interval", "connector_state", "outbox_depth", "health", "systemd"):
         assert key in data, key
+    assert "slurm" in {surface["name"] for surface in data["surfaces"]}  # every surface's
     if not os.path.isdir("/run/systemd/system"):
         assert data["systemd"] == {"running": False,
                                    "summary": "systemd is not running on this host"}

@@ -44,6 +44,40 @@ def test_variant_mapping_round_trips_and_omits_none() -> None:
         signature_of("x", object())
 
 
+def test_surfaces_go_as_typed_records_and_come_back_plain() -> None:
+    """``surfaces`` (GetStatus) is ``aa{sv}``: each surface's record keeps its types."""
+    surfaces = [{"name": "webhook", "state": "failing", "last_error": "HTTP Error 503",
+                 "last_success": "", "pending": 2}]
+    variants = to_variants({"surfaces": surfaces, "none": []})
+    assert variants["surfaces"].signature == "aa{sv}"
+    assert from_variants(variants) == {"surfaces": surfaces, "none": []}
+    assert to_variants({"surfaces": []})["surfaces"].signature == "aa{sv}"
+
+
+def test_status_shows_every_surface_without_rows_of_its_own() -> None:
+    """A row per published surface (its state, pending, last success; its last error below),
+    red while failing; the connector and Slurm keep their own rows, not repeated."""
+    status = {"health": "healthy", "connector_state": "down", "slurm_mode": "off",
+              "surfaces": [
+                  {"name": "connector", "state": "down", "last_error": "", "pending": 3,
+                   "last_success": ""},
+                  {"name": "slurm", "state": "off", "last_error": "", "last_success": ""},
+                  {"name": "webhook", "state": "failing", "last_error": "HTTP Error 503",
+                   "pending": 2, "last_success": "2026-12-02T08:00:00Z"}]}
+    lines = status_lines(status, {}, Style(False), None, 10_000)
+    text = "\n".join(lines)
+    webhook = next(line for line in lines if line.startswith("  webhook    "))
+    assert webhook.startswith("  webhook    failing; 2 pending; last success "), webhook
+    assert "    last error: HTTP Error 503" in text
+    assert sum(line.startswith("  connector") for line in lines) == 1  # its own row only
+    assert not any(line.startswith("  slurm") for line in lines)  # off: no row, as before
+    coloured = "\n".join(status_lines(status, {}, Style(True), None, 10_000))
+    assert "\x1b[1;31mfailing; 2 pending" in coloured
+    quiet = {**status, "surfaces": [{"name": "webhook", "state": "ok", "pending": 0,
+                                     "last_error": "", "last_success": ""}]}
+    assert "  webhook    ok; 0 pending" in status_lines(quiet, {}, Style(False), None, 10_000)
+
+
 def test_render_table_fits_the_width_by_shrinking_the_named_columns() -> None:
     rows = [("a", "x" * 70, "end")]
     lines = render_table(("A", "LONG", "Z"), rows, width=40, columns=Columns(shrink=(1,)))

@@ -120,7 +120,7 @@ def test_a_call_before_the_service_serves_goes_to_the_library(tmp_path: Path) ->
         config=lambda: config, view=lambda: None,
         stats=lambda: PollStats(0, 0.0, None, None, "", {}, 0, 0), status=lambda: {},
         reload_error=lambda: "", request_reload=lambda: None,
-        connector=ConnectorStatus, publish_connector=lambda status: None)
+        connector=ConnectorStatus)
     service = DbusService(context)
     assert service.bus is None
     assert service._on_call(_call()) is False

@@ -65,7 +65,7 @@ class Loop:
             journal=Journal("/nonexistent"), config_path="/nonexistent/nichealthd.toml",
             config=lambda: self.config, view=lambda: None, stats=self.stats,
             status=dict, reload_error=str, request_reload=lambda: None,
-            connector=ConnectorStatus, publish_connector=lambda status: None)
+            connector=ConnectorStatus)
 
 
 def _service(listen: str = "127.0.0.1:2112") -> tuple[MetricsService, Loop]:

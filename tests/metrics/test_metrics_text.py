@@ -164,7 +164,6 @@ def test_a_faulted_host_is_written_as_prometheus_client_writes_it(
             status=lambda: {"topology_source": "nvidia-smi", "topology": 'ünï "b"\\c\n✓'},
             reload_error=str, request_reload=lambda: None,
             connector=lambda: ConnectorStatus(state="odd \"state\""),
-            publish_connector=lambda status: None,
             slurm=lambda: SlurmStatus(mode="on", actions={("drain", "ok"): 2},
                                       holds_drain=True))
         service = metrics.MetricsService(context)

@@ -42,6 +42,11 @@ def test_a_refused_drain_is_slurm_failing_with_why() -> None:
             f"daemon's user is not a Slurm administrator: grant it AdminLevel=Admin"), now
         assert now["health"] == "fatal" and now["slurm_drain_held"] is False
         assert value(parse(running.text()), "nichealthd_slurm_failing") == 1
+        # The status channel lists it as every surface is listed: failing, and why.
+        slurm = next(s for s in now["surfaces"] if s["name"] == "slurm")
+        assert slurm["state"] == "failing" and REFUSED in slurm["last_error"], slurm
+        assert value(parse(running.text()), "nichealthd_surface_state", surface="slurm",
+                     state="failing") == 1
         text = "\n".join(status_lines(now, {}, Style(False), None, 10_000))
         assert f"slurm      failing (drain of node dgx-h100-sim: {scontrol}" in text
         assert "no fatal condition open" not in text

@@ -42,7 +42,8 @@ def test_the_interface_file_is_valid_idl_for_systemd(systemd: int) -> None:
     kinds = members(parsed)
     assert [n for n, k in kinds.items() if k == "method"] == method_names(text)
     assert {n for n, k in kinds.items() if k == "struct"} == {
-        "Port", "ModuleLane", "Device", "PcieHop", "Counter", "Entity", "Event", "Status"}
+        "Port", "ModuleLane", "Device", "PcieHop", "Counter", "Entity", "Event", "Status",
+        "SurfaceStatus"}
     assert {n for n, k in kinds.items() if k == "error"} == {
         "PermissionDenied", "NotReady", "UnknownDevice", "NotMonitored", "UnknownPort",
         "ShuttingDown", "Failed"}

@@ -71,7 +71,6 @@ def service_for(tmp_path: Path, limit: int = MAX_CONNECTIONS) -> VarlinkService:
         stats=lambda: PollStats(0, 0.0, None, None, "", {}, 0, 0),
         status=lambda: {"health": "healthy"}, reload_error=lambda: "",
         request_reload=lambda: None, connector=ConnectorStatus,
-        publish_connector=lambda status: None,
         connection_limits={CONNECTIONS_VARLINK: limit})
     return VarlinkService(context)
 

@@ -18,6 +18,7 @@ from ...core.config import Config
 from ...core.events import format_timestamp
 from ..context import PollOutcome
 from .outbox import CONSUMER, trim_outbox
+from .settings import settings_of
 from .status import UNAVAILABLE, ConnectorStatus
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -36,11 +37,11 @@ class HeldOutbox:
     def __init__(self, context: ServiceContext) -> None:
         self.journal = context.journal
         self.config = context.config()
-        self.publish = context.publish_connector
+        self.publish = context.publisher(CONSUMER)
         self.status = ConnectorStatus(
             state=UNAVAILABLE, since=format_timestamp(datetime.now(timezone.utc)),
             last_error=WHY, outbox_depth=self.journal.depth(CONSUMER),
-            target=self.config.platform_connector_socket)
+            target=settings_of(self.config).socket)
         self.publish(self.status)
 
     async def start(self) -> None:

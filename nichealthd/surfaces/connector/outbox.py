@@ -11,8 +11,9 @@ import logging
 from ...core.config import Config
 from ...core.events import format_timestamp
 from ...storage.store import Journal, JournalEntry
+from .status import NAME
 
-CONSUMER = "connector"
+CONSUMER = NAME  # its journal cursor, and its name on the status channel
 
 
 def trim_outbox(journal: Journal, config: Config, state: str, dropped_before: int,

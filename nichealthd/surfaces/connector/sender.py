@@ -30,6 +30,7 @@ from ...storage.appendfile import append as append_file
 from ...storage.store import Journal, JournalEntry
 from ..seam import JournalConsumer, Pace
 from .outbox import CONSUMER, trim_outbox
+from .settings import settings_of
 from .status import ConnectorStatus
 
 if TYPE_CHECKING:
@@ -253,7 +254,8 @@ class Sender(JournalConsumer):
     def __init__(self, config: Config, journal: Journal, *, pace: Pace = PACE,
                  on_status: Callable[[ConnectorStatus], None] = lambda status: None) -> None:
         super().__init__(config, journal, pace)
-        self.link = Link(config.platform_connector_socket, config.platform_connector_token_path)
+        settings = settings_of(config)
+        self.link = Link(settings.socket, settings.token_path)
         self.deadletter_path = os.path.join(config.state_dir, DEADLETTER_NAME)
         self.on_status = on_status
         self._status_lock = threading.Lock()  # the loop (outbox depth) and this thread update
@@ -262,7 +264,7 @@ class Sender(JournalConsumer):
             since=format_timestamp(pace.wall()),
             outbox_depth=journal.depth(CONSUMER),
             dead_letters=_count_lines(self.deadletter_path),
-            target=config.platform_connector_socket)
+            target=settings.socket)
         on_status(self.status)
         self.calls = 0
         self._verified = False  # state "connected" was confirmed by a call or a probe
@@ -280,18 +282,21 @@ class Sender(JournalConsumer):
             status = self.status = replace(self.status, **changes)
         self.on_status(status)
 
+    def report(self) -> ConnectorStatus:
+        return self.status
+
     def reconfigure(self, config: Config) -> None:
         """Apply a reloaded config at once (a new target or token path takes a fresh
         channel)."""
+        settings = settings_of(config)
         with self._lock:
-            if (config.platform_connector_socket, config.platform_connector_token_path) != (
-                    self.link.target, self.link.token_path):
+            if (settings.socket, settings.token_path) != (self.link.target,
+                                                          self.link.token_path):
                 self.link.close()
-                self.link = Link(config.platform_connector_socket,
-                                 config.platform_connector_token_path)
+                self.link = Link(settings.socket, settings.token_path)
                 self.recovered()
                 self._verified = self._socket_seen = False
-                self.update(target=config.platform_connector_socket)
+                self.update(target=settings.socket)
             self.config = config
         self.wake()
 
@@ -313,7 +318,7 @@ class Sender(JournalConsumer):
     def _step(self) -> float:
         self.trim()
         self.update(outbox_depth=self.journal.depth(CONSUMER))
-        if not self.config.platform_connector_socket:
+        if not settings_of(self.config).socket:
             self._set_state("disabled", "")
             return IDLE_SECONDS
         now = self.pace.clock()
@@ -334,13 +339,13 @@ class Sender(JournalConsumer):
         if not batch:
             if not self._verified:
                 try:
-                    self.link.probe(min(PROBE_TIMEOUT, self.config.connector_timeout))
+                    self.link.probe(min(PROBE_TIMEOUT, settings_of(self.config).timeout))
                 except SendError as exc:
                     self._set_state("down", str(exc), code=exc.code)
                     return self.backoff(self.pace.backoff_cap)
                 self._connected()
             return wait if wait is not None else IDLE_SECONDS
-        if self._deliver(batch, self.config.connector_timeout) is not None:
+        if self._deliver(batch, settings_of(self.config).timeout) is not None:
             return 0.0
         return self.backoff(self.pace.backoff_cap)
 
@@ -349,8 +354,8 @@ class Sender(JournalConsumer):
 
         Fatal and healthy events go at once, with everything committed before them (a batch
         never reorders). When only degraded events are pending they are held until the oldest
-        is ``connector_batch_interval`` old (link-counter-detection §11.2), or until a full batch is
-        waiting.
+        is ``connectorBatchInterval`` old (link-counter-detection §11.2), or until a full batch
+        is waiting.
         """
         pending = self.journal.pending(CONSUMER, self._limit)
         self.update(outbox_depth=self.journal.depth(CONSUMER))
@@ -359,7 +364,7 @@ class Sender(JournalConsumer):
         if not flush and len(pending) < self._limit and all(
                 e.event.severity == "degraded" for e in pending):
             age = (self.pace.wall() - pending[0].event.generated_at).total_seconds()
-            hold = self.config.connector_batch_interval - age
+            hold = settings_of(self.config).batch_interval - age
             if age >= 0 and hold > 0:  # a negative age is a clock step: do not hold on it
                 return [], hold
         return cut_batch(pending), None
@@ -383,7 +388,8 @@ class Sender(JournalConsumer):
             self._connected(error=str(exc))  # the connector answered: the link is up
         else:
             accepted = len(batch)
-            self.update(sent=self.status.sent + len(batch))
+            self.update(sent=self.status.sent + len(batch),
+                        last_sent=format_timestamp(self.pace.wall()))
             self._limit = self.batch
             self._connected()
         self.journal.advance(CONSUMER, batch[-1].seq)
@@ -397,7 +403,7 @@ class Sender(JournalConsumer):
         sent = 0
         with self._lock:
             self.trim()
-            if not self.config.platform_connector_socket:
+            if not settings_of(self.config).socket:
                 return 0
             reason = self.link.unavailable()
             if reason is not None:
@@ -411,7 +417,7 @@ class Sender(JournalConsumer):
                 batch, _ = self.next_batch(flush=True)
                 if not batch or remaining <= 0:
                     break
-                accepted = self._deliver(batch, min(self.config.connector_timeout, remaining))
+                accepted = self._deliver(batch, min(settings_of(self.config).timeout, remaining))
                 if accepted is None:
                     break
                 sent += accepted
@@ -505,11 +511,12 @@ def _count_lines(path: str) -> int:
 
 def deliver_pending_once(config: Config, journal: Journal) -> int:
     """``nichealthd --once``: if the connector's socket exists, deliver what is pending with
-    one bounded attempt (at most ``connector_timeout``); otherwise leave it in the outbox."""
-    if not config.platform_connector_socket:
+    one bounded attempt (at most ``connectorTimeout``); otherwise leave it in the outbox."""
+    settings = settings_of(config)
+    if not settings.socket:
         return 0
     sender = Sender(config, journal)
     try:
-        return sender.drain(sender.pace.clock() + config.connector_timeout)
+        return sender.drain(sender.pace.clock() + settings.timeout)
     finally:
         sender.link.close()

@@ -4,17 +4,19 @@ The sender runs in its own thread with the synchronous gRPC API rather than ``gr
 the event loop: its journal I/O (cursor fsyncs, an occasional rewrite of a large outbox) and
 any call to a hung connector then stay off the loop, so neither can delay a poll or the
 watchdog. The loop only sets an event (``on_poll``); the sender publishes its status as an
-immutable :class:`~nichealthd.surfaces.connector.status.ConnectorStatus` through the context.
+immutable :class:`~nichealthd.surfaces.connector.status.ConnectorStatus` through the context's
+status channel (``..status``), under the name ``connector``.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from ..seam import STOP_SECONDS, ConsumerService, Outcome
 from .outbox import CONSUMER
 from .sender import Sender
+from .settings import settings_of
 from .status import ConnectorStatus
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -31,10 +33,10 @@ class ConnectorService(ConsumerService):
 
     def __init__(self, context: ServiceContext) -> None:
         config = context.config()
-        self.enabled = bool(config.platform_connector_socket)
-        # The sender publishes every change of its status through the context's callback;
-        # a disabled one (the daemon leaves this service out) publishes nothing.
-        publish = context.publish_connector
+        self.enabled = bool(settings_of(config).socket)
+        # The sender publishes every change of its status through the status channel; a
+        # disabled one (the daemon leaves this service out) publishes nothing.
+        publish: Callable[[ConnectorStatus], None] = context.publisher(CONSUMER)
         if not self.enabled:
             publish(ConnectorStatus())
             publish = _unpublished

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..status import SurfaceStatus
+
+NAME = "connector"  # its name on the status channel and its journal cursor (outbox.py)
+
 UNAVAILABLE = "unavailable"  # configured, but the gRPC library is missing (connector/held.py)
 
 
@@ -26,3 +30,9 @@ class ConnectorStatus:
     errors: int = 0
     dropped: int = 0
     target: str = ""
+    last_sent: str = ""  # when the connector last accepted a batch (RFC 3339)
+
+    def surface_status(self) -> SurfaceStatus:
+        """What it is on the status channel: its state, pending = the outbox's depth."""
+        return SurfaceStatus(NAME, self.state, self.last_error, self.outbox_depth,
+                             self.last_sent)

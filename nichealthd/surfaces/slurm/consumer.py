@@ -34,11 +34,11 @@ from .decide import (
 )
 from .record import load_record, record_path, save_record
 from .settings import SlurmSettings
-from .status import DRY_RUN, OFF, ON, SlurmStatus
+from .status import DRY_RUN, NAME, OFF, ON, SlurmStatus
 
 log = logging.getLogger("nichealthd.slurm")
 
-CONSUMER = "slurm"
+CONSUMER = NAME  # its journal cursor, and its name on the status channel
 PACE = Pace(backoff_base=1.0, backoff_cap=30.0, pause=60.0)  # pause: after every attempt failed
 
 Runner = Callable[[tuple[str, ...], float], Outcome]
@@ -81,6 +81,9 @@ class SlurmConsumer(JournalConsumer):
         self.status = SlurmStatus(mode=mode_of(config))
         self._publish()
         self._told = ""  # the error last logged (each new one is logged once)
+
+    def report(self) -> SlurmStatus:
+        return self.status
 
     def apply(self, config: Config) -> None:
         node = node_of(config)

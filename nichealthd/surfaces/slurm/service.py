@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from ...core.config import Config
 from ..seam import STOP_SECONDS, ConsumerService
-from .consumer import SlurmConsumer, node_of, settings_of
+from .consumer import CONSUMER, SlurmConsumer, node_of, settings_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..context import ServiceContext
@@ -28,7 +28,7 @@ class SlurmService(ConsumerService):
 
     def __init__(self, context: ServiceContext) -> None:
         super().__init__(SlurmConsumer(context.config(), context.journal,
-                                       on_status=context.publish_slurm))
+                                       on_status=context.publisher(CONSUMER)))
 
     def wanted(self, config: Config) -> bool:
         return settings_of(config).drain

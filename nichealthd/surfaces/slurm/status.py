@@ -8,6 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from ..status import FAILING, SurfaceStatus
+
+NAME = "slurm"  # its name on the status channel and its journal cursor (consumer.py)
+
 OFF = "off"
 ON = "on"
 DRY_RUN = "dry-run"
@@ -31,6 +35,11 @@ class SlurmStatus:
     holds_drain: bool = False
     actions: Mapping[tuple[str, str], int] = field(default_factory=dict)
     failing: str = ""
+
+    def surface_status(self) -> SurfaceStatus:
+        """What it is on the status channel: its mode, or failing while an action waits."""
+        return SurfaceStatus(NAME, FAILING if self.failing else self.mode,
+                             self.failing or self.last_error)
 
     def status_keys(self) -> dict[str, object]:
         """The keys of ``nichealthctl status`` (D-Bus GetStatus, varlink Status)."""

@@ -5,7 +5,9 @@ The worked example of ARCHITECTURE.md, "Adding a surface": copied into
 ``webhookTimeout``) are declared by :class:`WebhookSettings`, its journal cursor ``webhook``
 is kept while a URL is set, and the shared loop delivers at least once: an event whose POST
 fails is tried again (three attempts with backoff), then after a pause, or after a restart,
-before any later one. It supplies only :meth:`WebhookConsumer.act` and its count.
+before any later one. It supplies only :meth:`WebhookConsumer.act`; its status (ok, failing with
+the last error, off; the events pending on its cursor; its last success) is the seam's, published
+through the context, so ``nichealthctl status``, D-Bus, varlink and ``/metrics`` show it.
 """
 
 from __future__ import annotations
@@ -61,7 +63,6 @@ class WebhookConsumer(JournalConsumer):
 
     def __init__(self, config: Config, journal: Journal) -> None:
         super().__init__(config, journal, Pace(backoff_base=0.5, backoff_cap=5.0, pause=5.0))
-        self.posted = 0  # its status: events the server took since start
 
     def active(self) -> bool:
         return bool(self.config.settings(WebhookSettings).url)
@@ -73,8 +74,8 @@ class WebhookConsumer(JournalConsumer):
         if error is not None:
             log.warning("webhook %s: %s; event %d stays pending", settings.url, error,
                         entry.seq)
+            self.last_error = error  # its status says why it is failing
             return False
-        self.posted += 1
         return True
 
 
@@ -84,7 +85,7 @@ class WebhookService(ConsumerService):
     name = "webhook"
 
     def __init__(self, context: ServiceContext) -> None:
-        super().__init__(WebhookConsumer(context.config(), context.journal))
+        super().__init__(WebhookConsumer(context.config(), context.journal), context.publish)
 
     def wanted(self, config: Config) -> bool:
         return bool(config.settings(WebhookSettings).url)
