@@ -81,7 +81,6 @@ DAEMON_DEPS = [
     "python3-sdnotify",
     "python3-grpcio",
     "python3-protobuf",
-    "python3-prometheus-client",
     "python3-pystemd",
     "python3-systemd",  # the journal reader (Recommends)
 ]
