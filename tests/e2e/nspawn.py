@@ -98,6 +98,15 @@ def _env() -> dict:
     return env
 
 
+def _chroot_env() -> dict:
+    """The environment of a command that runs inside a rootfs (debootstrap's second stage,
+    ``chroot``): nothing of the host's. A host's ``TMPDIR`` (CI sets one below its own work
+    directory) does not exist in the tree, and a maintainer script's ``mktemp`` fails on it:
+    trixie's ca-certificates postinst did, failing the build flavour."""
+    return {"PATH": SYS_PATH, "LANG": "C.UTF-8", "HOME": "/root",
+            "DEBIAN_FRONTEND": "noninteractive"}
+
+
 def _run(cmd: Sequence[str], **kw) -> subprocess.CompletedProcess:
     kw.setdefault("check", True)
     kw.setdefault("env", _env())
@@ -174,8 +183,8 @@ def _lock() -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _chroot(root: Path, *cmd: str) -> None:
-    _run(["chroot", str(root), *cmd])
+def _chroot(root: Path, *cmd: str, **kw) -> None:
+    _run(["chroot", str(root), *cmd], env=_chroot_env(), **kw)
 
 
 def _finish_rootfs(root: Path, suite: str) -> None:
@@ -217,6 +226,7 @@ def _build_base(dest: Path, flavour: str) -> None:
             MIRROR,
         ],
         stdout=subprocess.DEVNULL,
+        env=_chroot_env(),
     )
     _finish_rootfs(tmp, suite)
     if not is_newcomer(flavour):  # a newcomer's machine has nothing of the daemon's
@@ -231,10 +241,7 @@ def _build_deps(base: Path, dest: Path, packages: Sequence[str]) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     _run(["cp", "-a", "--reflink=auto", str(base), str(tmp)])
     with _chroot_mounts(tmp):
-        _run(
-            ["chroot", str(tmp), "apt-get", "install", "-y", "-qq", *packages],
-            stdout=subprocess.DEVNULL,
-        )
+        _chroot(tmp, "apt-get", "install", "-y", "-qq", *packages, stdout=subprocess.DEVNULL)
     os.replace(tmp, dest)
 
 
