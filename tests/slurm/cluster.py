@@ -55,7 +55,6 @@ class SlurmCluster:
         self.conf = base / "slurm.conf"
         self.env = dict(os.environ, SLURM_CONF=str(self.conf))
         self.procs: list[subprocess.Popen[Any]] = []
-        self.logs: list[Any] = []
 
     def start(self) -> None:
         base = self.base
@@ -105,10 +104,10 @@ class SlurmCluster:
         self.procs.remove(self.controller)
 
     def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[Any]:
-        log = open(self.base / "log" / f"{name}.out", "ab")  # noqa: SIM115 - closed in stop
-        self.logs.append(log)
-        proc = subprocess.Popen(argv, env=self.env, stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT)
+        # The child holds its own copy of the log's descriptor: ours is closed at once.
+        with open(self.base / "log" / f"{name}.out", "ab") as log:
+            proc = subprocess.Popen(argv, env=self.env, stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT)
         self.procs.append(proc)
         return proc
 
@@ -135,6 +134,4 @@ class SlurmCluster:
         """End slurmd, slurmctld and munged (in that order), each by its own Popen."""
         for proc in reversed(self.procs):
             stop_process(proc)
-        for log in self.logs:
-            log.close()
-        self.procs, self.logs = [], []
+        self.procs = []
