@@ -292,6 +292,9 @@ class HostSnapshot:
     # The devices split for the per-device passes (the reader's, built once per discovery
     # but for the PFs); None: made from ``devices`` when first asked (:attr:`parts`).
     index: Optional[DeviceIndex] = field(default=None, compare=False, repr=False)
+    # What several passes of one poll work out of it alike (the link families' readings:
+    # core/checks/readings.py), once: by key. Not an argument, so ``replace`` starts afresh.
+    memo: dict[str, Any] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     @functools.cached_property
     def parts(self) -> DeviceIndex:

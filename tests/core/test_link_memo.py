@@ -29,9 +29,10 @@ import pytest
 from nichealthd.core import evaluate, views
 from nichealthd.core.checks import link_flaps, link_health, link_state
 from nichealthd.core.checks.link_flaps import LINK_FLAPS
+from nichealthd.core.checks.readings import device_readings
 from nichealthd.core.config import Config
 from nichealthd.core.evaluate import CycleResult
-from nichealthd.core.model import HostSnapshot, PortSnapshot
+from nichealthd.core.model import DeviceIndex, HostSnapshot, PortSnapshot
 from nichealthd.core.state import MonitorState
 
 from . import equivalence
@@ -239,3 +240,25 @@ def test_the_readings_are_compared_field_by_field_not_by_identity() -> None:
         result = runner.poll(replace(again, taken_at=at(4), devices=(down, *again.devices[1:])))
     assert judged.call_count == 1
     assert [e.is_fatal for e in result.events] == [True]
+
+
+def test_the_readings_of_vfs_are_compared_whole_and_a_changed_vf_is_seen() -> None:
+    """The VFs of the reader's index are one tuple of the same snapshots each poll: the
+    readings of two such polls are equal (counters aside); a VF read differently, or one
+    more VF, is a difference. ``replace`` gives a snapshot its own readings."""
+    pf = device("mlx5_0", pci="0000:47:00.0")
+    vfs = tuple(device(f"mlx5_{n}", pci=f"0000:47:00.{n}", is_vf=True) for n in (1, 2))
+    index = DeviceIndex(frozenset({pf.name, *(v.name for v in vfs)}), (pf,), vfs)
+    first = replace(host(pf, *vfs), index=index)
+    busy_pf = pf.with_ports(tuple(_busy(p, 1) for p in pf.ports))
+    second = replace(host(busy_pf, *vfs, when=1),
+                     index=DeviceIndex(index.names, (busy_pf,), vfs))
+    assert device_readings(first) == device_readings(second)
+    assert device_readings(second) is device_readings(second)  # worked out once per poll
+    moved = (vfs[0], replace(vfs[1], numa_node=1))
+    third = replace(host(pf, *moved, when=2), index=DeviceIndex(index.names, (pf,), moved))
+    assert device_readings(third) != device_readings(first)
+    extra = device("mlx5_3", pci="0000:47:00.3", is_vf=True)
+    fourth = replace(first, devices=(pf, *vfs, extra), index=None)
+    assert len(fourth.parts.vfs) == 3
+    assert device_readings(fourth) != device_readings(first)

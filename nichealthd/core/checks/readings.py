@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 from operator import attrgetter
-from typing import Callable, Optional
+from typing import Callable, cast
 
 from ..model import DeviceSnapshot, HostSnapshot, PortSnapshot
 
@@ -29,21 +29,19 @@ def device_readings(snapshot: HostSnapshot) -> tuple[object, ...]:
     """Every device of the poll with its ports, and what the poll read of the PCI bus (the
     driver-event rules read it): equal for two polls that read the same, counters aside.
 
-    Asked several times per poll (the link-state family, the port bases of the health
-    model) of the same snapshot, which never changes: the last answer is kept."""
-    last = _LAST
-    if last is not None and last[0] is snapshot:
-        return last[1]
-    readings = (snapshot.complete, snapshot.pci_functions, snapshot.pci_bus,
-                tuple([(_device_fields(device), tuple([_port_fields(p) for p in device.ports]))
-                       for device in snapshot.devices]))
-    _remember(snapshot, readings)
-    return readings
+    The VFs of the reader's index (:class:`DeviceIndex`) are the same tuple of the same
+    snapshots while discovery has not changed them, so they are compared whole (by
+    identity first, by value when discovery made them anew): on a host of 8 PFs with 127 VFs
+    each, 8 devices are compared field by field, not 1,024. Asked several times per poll
+    (the link-state family, the port bases of the health model): worked out once."""
+    readings = snapshot.memo.get(_MEMO_KEY)
+    if readings is None:
+        parts = snapshot.parts
+        readings = snapshot.memo[_MEMO_KEY] = (
+            snapshot.complete, snapshot.pci_functions, snapshot.pci_bus, parts.vfs,
+            tuple([(_device_fields(device), tuple([_port_fields(p) for p in device.ports]))
+                   for device in parts.judged]))
+    return cast("tuple[object, ...]", readings)
 
 
-def _remember(snapshot: HostSnapshot, readings: tuple[object, ...]) -> None:
-    global _LAST
-    _LAST = (snapshot, readings)
-
-
-_LAST: Optional[tuple[HostSnapshot, tuple[object, ...]]] = None  # the last snapshot asked
+_MEMO_KEY = "device_readings"
