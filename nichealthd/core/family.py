@@ -48,8 +48,7 @@ READS_PORTS = "ports"  # port state, physical state, link layer, rate
 READS_COUNTERS = "counters"  # the configured counter files
 # Read every poll by their own sources, each inside its own failure boundary: a family that
 # needs a part whose source failed is not judged in that poll (HostSnapshot.unread).
-READS_ADAPTER = "adapter"  # the adapter facts: PCI NICs, character devices, netdevs, firmware
-EVERY_POLL = frozenset({READS_DEVICES, READS_PORTS, READS_COUNTERS, READS_ADAPTER})
+EVERY_POLL = frozenset({READS_DEVICES, READS_PORTS, READS_COUNTERS})
 # Any other name in ``reads`` is the key of a fact of a source on the Source seam
 # (nichealthd.sources.seam; a ``Fact`` of the source's module): read only in a poll in
 # which a family needing it is due (HostSnapshot.fact).

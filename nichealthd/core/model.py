@@ -12,11 +12,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, Mapping, Optional, TypeVar, Union, cast
 
-if TYPE_CHECKING:  # pragma: no cover - the adapter facts are plain data of their own module
+if TYPE_CHECKING:  # pragma: no cover
     from typing import TypeGuard  # 3.10; only read by the type checker
 
-    from .adapter import AdapterFacts
-
+from ..sources.adapter_facts import AdapterFacts
 from ..sources.pci_facts import AerTable, PcieHop, Sensor
 from .numbers import Unreadable as Unreadable  # the marker of every reader
 
@@ -247,8 +246,8 @@ class KernelLine:
 
 
 # The facts a snapshot also has a field of the same name for, in which a table test builds
-# them (the PCI source's: sources/pcie.py).
-FIELD_FACTS = frozenset({"pcie", "aer", "hwmon"})
+# them (the PCI source's, sources/pcie.py, and the adapter source's, sources/adapter.py).
+FIELD_FACTS = frozenset({"pcie", "aer", "hwmon", "adapter"})
 
 
 @dataclass(frozen=True)
@@ -271,7 +270,8 @@ class HostSnapshot:
     pcie: Optional[Mapping[str, tuple[PcieHop, ...]]] = None
     aer: Optional[Mapping[str, tuple[AerTable, ...]]] = None
     hwmon: Optional[Mapping[str, tuple[Sensor, ...]]] = None
-    # The slow adapter facts; None on a poll that did not read them.
+    # The adapter source's fact (sources/adapter.py) as a table test builds it; the monitor
+    # puts what the source reads in ``facts`` (:meth:`fact` falls back to this field).
     adapter: Optional[AdapterFacts] = None
     # Kernel log lines, oldest first, and the position after them (None: keep it) as a table
     # test builds them: the monitor puts the kernel-log source's batch in ``facts``

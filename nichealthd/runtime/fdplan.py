@@ -46,7 +46,7 @@ class FdPlan:
 
     limit: Optional[int]
     connections: Mapping[str, int] = field(default_factory=dict)
-    kept_sysfs: Optional[int] = None  # the reader's kept-open files (its adapter's included)
+    kept_sysfs: Optional[int] = None  # kept-open files of the reader and the adapter source
     kept_aer: int = AER_KEPT_OPEN  # the AER tables' kept-open files
     shrunk: bool = False  # the connection limits did not fit beside the reserve
 

@@ -93,6 +93,8 @@ class Monitor:
         # The facts of the Source seam (the PCI side's among them), each read when a family
         # needing it is due, inside its own failure boundary.
         self._readers = [cls(self.config) for cls in source_types()]
+        for source in self._readers:
+            source.keep_open_in(self.reader.files)  # one open-file budget (runtime/fdplan.py)
         self.sources: dict[str, Source] = {fact: source for source in self._readers
                                            for fact in source.facts}
         self._boundaries: dict[str, SourceBoundary] = {

@@ -1,6 +1,8 @@
-"""Reading the slow adapter facts at their own cadence: char devices, PCI NICs, firmware.
+"""The adapter source: the slow adapter facts (char devices, PCI NICs, firmware).
 
-Every ``adapterCheckInterval`` (and at the first poll) one read gathers:
+A source of the seam (:mod:`.seam`) with one fact, :data:`ADAPTER` (its types in
+:mod:`.adapter_facts`), which the char-device, lost-NIC, firmware and netdev-link families
+read. Every ``adapterCheckInterval`` (and at the first poll) one read gathers:
 
 - the entries of ``<sysfs>/class/infiniband_verbs`` (``uverbsN/ibdev``) and
   ``<sysfs>/class/infiniband_mad`` (``umadN`` / ``issmN`` with ``ibdev`` and ``port``), as the
@@ -17,9 +19,12 @@ Every ``adapterCheckInterval`` (and at the first poll) one read gathers:
 - ``operstate`` of each port's netdev, and ``flags`` (IFF_UP) when it is down.
 
 ``fw_ver`` and ``operstate`` are kept open and re-read with pread, as the counters are: one
-syscall a file instead of three, every read.
+syscall a file instead of three, every read. They are kept in the sysfs reader's own
+:class:`~.attribute.AttributeFiles` (:meth:`AdapterSource.keep_open_in`), so one open-file
+budget covers every file kept open (runtime/fdplan.py), and closed as soon as the poll's
+devices change.
 
-Polls in between get None (:attr:`HostSnapshot.adapter`): no information, nothing judged.
+Polls in between read nothing (no ``ADAPTER`` fact): no information, nothing judged.
 Like every source it never raises on bad content: what cannot be read is None, and every
 number (``port``, ``numa_node``, ``flags``) goes through :mod:`nichealthd.core.numbers` with
 its kind (``--1`` in ``numa_node`` is an unknown node, logged once, not a failed read).
@@ -31,17 +36,21 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional, TypeVar
+from typing import Any, Callable, Iterable, Optional, Sequence, TypeVar
 
-from ..core.adapter import IFF_UP, AdapterFacts, CharDevices, NetdevLink, PciNic
 from ..core.config import Config
-from ..core.model import DeviceSnapshot
+from ..core.model import DeviceSnapshot, Fact, HostSnapshot
 from ..core.numbers import NETDEV_FLAGS, NUMA_NODE, PORT_NUMBER
+from .adapter_facts import IFF_UP, AdapterFacts, CharDevices, NetdevLink, PciNic
 from .attribute import AttributeFiles, read_text
 from .problems import ProblemLog
+from .seam import Source
 
 log = logging.getLogger("nichealthd.adapter")
 T = TypeVar("T")
+
+# The fact of the adapter source: one read of the slow adapter facts (.adapter_facts).
+ADAPTER: Fact[AdapterFacts] = Fact("adapter")
 
 MELLANOX_VENDOR = "0x15b3"
 # PCI class codes of network controllers: Ethernet, InfiniBand, other (pci_ids.h 0x0200,
@@ -68,6 +77,7 @@ class AdapterReader:
         # RDMA device names change.
         self._entries: dict[str, tuple[str, int]] = {}
         self._entries_for: frozenset[str] = frozenset()
+        self._names_seen: Optional[frozenset[str]] = None  # the RDMA devices of the last poll
         # PCI address -> (class, physfn present) of Mellanox functions; None: not one.
         self._functions: dict[str, Optional[tuple[str, bool]]] = {}
         # The last answer of each listing while its directory lists the same entries, and of
@@ -118,14 +128,20 @@ class AdapterReader:
         is never a NIC of its own here, it has no ports). ``names``: every RDMA device's
         name, VFs included (default: ``devices``'); the same set object from one read to the
         next tells at a glance that the char-device entries still name the same devices.
+        Asked every poll, it closes the kept files at once when the devices change (those of
+        a device gone are not kept open until the next read).
         """
+        devices = tuple(devices)
+        if names is None:
+            names = frozenset(d.name for d in devices)
+        if names is not self._names_seen and names != self._names_seen:
+            if self._names_seen is not None:
+                self.release()
+            self._names_seen = names
         if not self.due():
             return None
         self._read_at = self._monotonic()
         self.reads += 1
-        devices = tuple(devices)
-        if names is None:
-            names = frozenset(d.name for d in devices)
         if names is not self._entries_for and names != self._entries_for:
             self._entries, self._entries_for, self._listings = {}, names, {}
         chardevs = self._chardevs(devices, names)
@@ -306,6 +322,39 @@ class AdapterReader:
                     admin_up = None if flags is None else bool(flags & IFF_UP)
                 links[port.key] = NetdevLink(port.netdev, operstate, admin_up)
         return links
+
+
+class AdapterSource(Source):
+    """The adapter facts of a poll (:data:`ADAPTER`) from one :class:`AdapterReader`."""
+
+    fact = ADAPTER
+    description = "the adapter facts"
+
+    def __init__(self, config: Config, monotonic: Callable[[], float] = time.monotonic
+                 ) -> None:
+        super().__init__(config)
+        self.reader = AdapterReader(config, monotonic)
+
+    def keep_open_in(self, files: AttributeFiles) -> None:
+        """Keep ``fw_ver`` and ``operstate`` open in the sysfs reader's files."""
+        self.reader.release()
+        self.reader.files = files
+
+    def read(self, snapshot: HostSnapshot, devices: Sequence[str]) -> Optional[AdapterFacts]:
+        """Of every device of the poll but the VFs of its index (none of these facts is read
+        for a VF), as the sysfs reader gave them; None between reads."""
+        parts = snapshot.parts
+        return self.reader.observe(parts.judged, parts.names)
+
+    def reconfigure(self, config: Config) -> None:
+        super().reconfigure(config)
+        self.reader.reconfigure(config)
+
+    def close(self) -> None:
+        self.reader.release()
+
+
+SOURCE = AdapterSource
 
 
 @dataclass(frozen=True)

@@ -124,7 +124,11 @@ class AttributeFiles:
     def retain(self, paths: Iterable[str]) -> None:
         """Close every cached file that is not in ``paths`` (the new discovery's plan)."""
         keep = set(paths)
-        for path in [p for p in self._fds if p not in keep]:
+        self.forget_all([p for p in self._fds if p not in keep])
+
+    def forget_all(self, paths: Iterable[str]) -> None:
+        """Close these files (a reader's own it reads no more; the others' stay open)."""
+        for path in paths:
             self.forget(path)
 
     def forget(self, path: str) -> None:

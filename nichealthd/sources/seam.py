@@ -1,11 +1,12 @@
 """The seam a source plugs into: one reader of one kind of fact, or a few (ARCHITECTURE.md).
 
 A check family names the facts it needs in :attr:`CheckFamily.reads`. The parts read every
-poll (devices, ports, counters, adapter facts) have their reader in the poll loop
-(:mod:`.sysfs`); any other fact comes from a :class:`Source` found here: a module of this
-package that defines ``SOURCE`` (a subclass) is one, so a new kind of fact is one new module.
+poll (devices, ports, counters) have their reader in the poll loop (:mod:`.sysfs`); any other
+fact comes from a :class:`Source` found here: a module of this package that defines
+``SOURCE`` (a subclass) is one, so a new kind of fact is one new module.
 The PCI side is one (:mod:`.pcie`: PCIe links, AER tables and sensors, three facts of one
-source), and so is the kernel log (:mod:`.kernel_log`, its cursor committed with the poll).
+source), so are the adapter facts (:mod:`.adapter`, its files kept open in the sysfs reader's)
+and the kernel log (:mod:`.kernel_log`, its cursor committed with the poll).
 The monitor makes one instance per process, reads each of its facts only in a poll in which
 an enabled family needing it is due (:func:`nichealthd.core.evaluate.due_reads`), inside its
 own failure boundary (:mod:`.boundary`), and puts what it returns in ``HostSnapshot.facts``
@@ -28,6 +29,7 @@ from typing import Any, ClassVar, Mapping, Optional, Sequence
 from ..core.config import Config
 from ..core.model import Fact, HostSnapshot
 from ..core.state import MonitorState
+from .attribute import AttributeFiles
 
 
 class Source(abc.ABC):
@@ -60,6 +62,13 @@ class Source(abc.ABC):
     def read_fact(self, key: str, snapshot: HostSnapshot, devices: Sequence[str]) -> Any:
         """Fact ``key`` (one of :attr:`facts`); the default reads its one fact."""
         return self.read(snapshot, devices)
+
+    def keep_open_in(self, files: AttributeFiles) -> None:
+        """The sysfs reader's kept-open files, given once by the monitor: a source that keeps
+        files open and re-reads them (the adapter's ``fw_ver`` and ``operstate``) keeps them
+        there, so one open-file budget covers them all (runtime/fdplan.py). The default keeps
+        none open."""
+        return None
 
     def resume(self, state: MonitorState) -> None:
         """The state as the monitor holds it, before each poll's reads: a source whose

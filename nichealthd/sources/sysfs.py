@@ -36,7 +36,6 @@ from types import MappingProxyType
 from typing import Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from ..core.config import Config, CounterSpec
-from ..core.family import READS_ADAPTER
 from ..core.model import (
     ABSENT,
     ADAPTER_EFA,
@@ -63,11 +62,10 @@ from ..core.numbers import (
     parse,
     value,
 )
-from .adapter import AdapterReader, mellanox_function
+from .adapter import mellanox_function
 from .attribute import FD_EXHAUSTED as _FD_EXHAUSTED
 from .attribute import AttributeFiles
 from .attribute import read_text as _read_text
-from .boundary import SourceBoundary
 from .problems import ProblemLog
 from .sandbox import sysfs_root_problem
 
@@ -247,10 +245,9 @@ class SysfsReader:
         self.discoveries = 0
         self.listings = 0  # of the class directory
         self._fd_exhausted = False  # this poll saw EMFILE/ENFILE (logged once, not per file)
-        # The slow adapter facts, read at their own cadence inside their own
-        # failure boundary: a fault there costs only the families that read them.
-        self.adapter = AdapterReader(config, monotonic, self.files)
-        self._adapter_boundary = SourceBoundary(READS_ADAPTER, "the adapter facts", log)
+        # The files the plan polls, kept open in ``files`` (which the adapter source shares:
+        # a new plan closes only the reader's own files it no longer polls).
+        self._polled: frozenset[str] = frozenset()
 
     # ----------------------------------------------------------------- public
 
@@ -258,7 +255,6 @@ class SysfsReader:
         """Apply a reloaded config: counters or paths may have changed, so rediscover."""
         self.config = config
         self._dirty = True
-        self.adapter.reconfigure(config)
 
     def observe(self, now: datetime) -> HostSnapshot:
         """Read everything one poll needs. Never raises on bad sysfs content."""
@@ -281,11 +277,8 @@ class SysfsReader:
             self.problems.clear("fd-exhausted", "file descriptors are available again")
         # An empty class directory: is the hardware still there (a driver event)?
         functions = None if names else self._mellanox_functions()
-        adapter, problem = self._adapter_boundary.read(
-            lambda: self.adapter.observe(index.judged, index.names))
         return HostSnapshot(now, boot_id, devices, complete=self._complete,
                             pci_functions=functions, pci_bus=self._bus_if_unregistered(),
-                            adapter=adapter, unread={READS_ADAPTER: problem} if problem else {},
                             index=index)
 
     def _read_devices(self, names: frozenset[str]
@@ -424,10 +417,10 @@ class SysfsReader:
                         and netdev_names == self._netdev_names)
         self._plans = [self._discover_device(name, previous.get(name), netdevs_same)
                        for name in sorted(names)]
-        if not periodic:
-            self.adapter.release()  # its files of a device gone are closed now, not in 10 s
-        self.files.retain([path for plan in self._plans for port in plan.ports
-                           for path in _polled_paths(port)] + list(self.adapter.kept))
+        polled = frozenset(path for plan in self._plans for port in plan.ports
+                           for path in _polled_paths(port))
+        self.files.forget_all(self._polled - polled)
+        self._polled = polled
         self._template = [plan.info for plan in self._plans]
         self._read_at = [(place, plan) for place, plan in enumerate(self._plans)
                          if not plain_vf(plan.info)]

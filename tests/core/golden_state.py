@@ -27,10 +27,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
-from nichealthd.core.adapter import AdapterFacts, CharDevices, NetdevLink, PciNic
 from nichealthd.core.checks import families
 from nichealthd.core.model import HostSnapshot, KernelLine
 from nichealthd.core.state import MonitorState
+from nichealthd.sources.adapter_facts import AdapterFacts, CharDevices, NetdevLink, PciNic
 from nichealthd.sources.pci_facts import AerTable
 from nichealthd.storage.store import save_state
 

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from nichealthd.core.adapter import AdapterFacts, CharDevices
+from nichealthd.core.model import HostSnapshot
 from nichealthd.sim import adapter, mutate, tree
 from nichealthd.sources import adapter as adapter_source
-from nichealthd.sources.adapter import AdapterReader
+from nichealthd.sources.adapter import AdapterReader, AdapterSource
+from nichealthd.sources.adapter_facts import AdapterFacts, CharDevices
 from nichealthd.sources.attribute import AttributeFiles
 from nichealthd.sources.config_file import load_config
 from nichealthd.sources.sysfs import SysfsReader
@@ -43,13 +44,29 @@ class CountedOpens:
         return os.open(path, flags)
 
 
-def reader(root: Path, clock: Clock, files: AttributeFiles | None = None) -> SysfsReader:
-    made = SysfsReader(load_config(str(root / "nichealthd.toml")), files=files, monotonic=clock)
+class Reader(SysfsReader):
+    """The sysfs reader with the adapter source beside it, as the monitor puts them: the
+    source keeps its files in the reader's, and each poll's snapshot carries its fact."""
+
+    def __init__(self, root: Path, clock: Clock, files: AttributeFiles | None) -> None:
+        super().__init__(load_config(str(root / "nichealthd.toml")), files=files,
+                         monotonic=clock)
+        self.source = AdapterSource(self.config, clock)
+        self.source.keep_open_in(self.files)
+        self.adapter = self.source.reader
+
+    def observe(self, now: datetime) -> HostSnapshot:
+        snapshot = super().observe(now)
+        return replace(snapshot, adapter=self.source.read(snapshot, ()))
+
+
+def reader(root: Path, clock: Clock, files: AttributeFiles | None = None) -> Reader:
+    made = Reader(root, clock, files)
     open_readers.append(made)
     return made
 
 
-def adapter_read(made: SysfsReader, clock: Clock) -> AdapterFacts:
+def adapter_read(made: Reader, clock: Clock) -> AdapterFacts:
     clock.now += 3600  # past any adapterCheckInterval
     facts = made.observe(datetime.now(timezone.utc)).adapter
     assert facts is not None

@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Optional
 
-from nichealthd.core.adapter import AdapterFacts, CharDevices
 from nichealthd.core.checks.chardev import CHAR_DEVICE_CHECK, CHAR_DEVICES
 from nichealthd.core.checks.link_section import DriverEvent
 from nichealthd.core.checks.link_state import LINK_STATE
 from nichealthd.core.evaluate import CycleResult
 from nichealthd.core.model import HostSnapshot
 from nichealthd.core.state import MonitorState
+from nichealthd.sources.adapter_facts import AdapterFacts, CharDevices
 
 from .builders import Runner, at, config, device, host, port
 

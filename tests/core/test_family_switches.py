@@ -12,11 +12,11 @@ from typing import Any, Callable
 
 import pytest
 
-from nichealthd.core.adapter import AdapterFacts, CharDevices, NetdevLink, PciNic
 from nichealthd.core.checks import families
 from nichealthd.core.config import ALL_CHECKS, CHAR_DEVICE_CHECK
 from nichealthd.core.model import HostSnapshot
 from nichealthd.core.state import MonitorState
+from nichealthd.sources.adapter_facts import AdapterFacts, CharDevices, NetdevLink, PciNic
 from nichealthd.sources.pci_facts import AerTable, LinkEnd, PcieHop, Sensor
 
 from .builders import Runner, config, device, host

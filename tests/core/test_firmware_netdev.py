@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Optional
 
-from nichealthd.core.adapter import AdapterFacts, NetdevLink
 from nichealthd.core.checks.firmware import FIRMWARE, majority
 from nichealthd.core.evaluate import CycleResult
 from nichealthd.core.model import DeviceSnapshot, HostSnapshot
+from nichealthd.sources.adapter_facts import AdapterFacts, NetdevLink
 
 from .builders import DOWN, POLLING, Runner, at, device, port
 

@@ -8,7 +8,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable
 
-from nichealthd.core.adapter import AdapterFacts, PciNic
 from nichealthd.core.checks.link_section import DriverEvent
 from nichealthd.core.checks.link_state import LINK_STATE
 from nichealthd.core.checks.lost_nic import LOST_NICS
@@ -16,6 +15,7 @@ from nichealthd.core.evaluate import CycleResult
 from nichealthd.core.model import HostSnapshot
 from nichealthd.core.state import MonitorState
 from nichealthd.core.topology import Topology
+from nichealthd.sources.adapter_facts import AdapterFacts, PciNic
 from nichealthd.sources.routes import read_default_route_netdevs
 
 from .builders import Runner, at, config, device, gpus, host
@@ -333,8 +333,8 @@ def test_a_failed_adapter_read_shows_the_last_picture_not_the_familys_memory() -
     picture. The lost-NIC family keeps other things in its volatile slot than in its
     picture; the views were given the slot, and ``show devices`` raised."""
     from nichealthd.core.checks.lost_nic import lost_nic_records
-    from nichealthd.core.family import READS_ADAPTER
     from nichealthd.core.views import device_records
+    from nichealthd.sources.adapter import ADAPTER
 
     runner = Runner(cfg=config(driverReloadGrace="0s"))
     for n in range(3):
@@ -342,7 +342,7 @@ def test_a_failed_adapter_read_shows_the_last_picture_not_the_familys_memory() -
     rows = lost_nic_records(runner.state, result.pictures)
     assert [r["device"] for r in rows] == ["0000:48:00.0"]
     failed = runner.poll(replace(snap(3, adapter=False),
-                                 unread={READS_ADAPTER: "numa_node: '--1'"}))
+                                 unread={ADAPTER: "numa_node: '--1'"}))
     assert LOST_NICS.id in failed.failed
     assert lost_nic_records(runner.state, failed.pictures) == rows
     records = device_records(snap(3), failed, runner.state)

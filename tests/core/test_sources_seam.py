@@ -7,6 +7,7 @@ from dataclasses import fields
 from nichealthd.core.checks import families
 from nichealthd.core.family import EVERY_POLL
 from nichealthd.core.model import FIELD_FACTS, HostSnapshot
+from nichealthd.sources.adapter import ADAPTER, AdapterSource
 from nichealthd.sources.pcie import AER, HWMON, PCIE, PciSource
 from nichealthd.sources.seam import source_types
 
@@ -29,7 +30,12 @@ def test_the_pci_side_is_one_source_of_three_facts() -> None:
     assert list(PciSource.facts) == [PCIE, AER, HWMON]
 
 
-def test_the_snapshot_fields_a_fact_falls_back_to_are_the_pci_sources() -> None:
+def test_the_adapter_facts_are_a_source() -> None:
+    assert AdapterSource in source_types()
+    assert list(AdapterSource.facts) == [ADAPTER]
+
+
+def test_the_snapshot_fields_a_fact_falls_back_to_are_the_pci_and_adapter_sources() -> None:
     """``HostSnapshot.fact`` reads a field of the fact's name where a table test built it."""
-    assert set(PciSource.facts) == FIELD_FACTS
+    assert set(PciSource.facts) | set(AdapterSource.facts) == FIELD_FACTS
     assert {f.name for f in fields(HostSnapshot)} >= FIELD_FACTS

@@ -358,9 +358,8 @@ def test_link_layer_is_read_until_known(host: Path) -> None:
     reads = reader.files.reads
     reader.observe(at(2))
     assert opened.count(str(host / layer)) == 2  # failed, then read once more
-    # Not read per poll: every kept file but it and the adapter's (read every 10 s) is.
-    polled = reader.files.open_files - len(reader.adapter.kept)
-    assert reader.files.reads - reads == polled - 1
+    # Not read per poll: every kept file but it is.
+    assert reader.files.reads - reads == reader.files.open_files - 1
 
 
 def test_unchanged_counter_files_reuse_the_last_mapping(host: Path) -> None:

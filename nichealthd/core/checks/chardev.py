@@ -23,14 +23,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterable, Mapping, NamedTuple, Optional
 
-from ..adapter import CharDevices
+from ...sources.adapter import ADAPTER
+from ...sources.adapter_facts import CharDevices
 from ..codec import Layout
 from ..config import CHAR_DEVICE_CHECK as CHAR_DEVICE_CHECK  # re-exported
 from ..config import Config
 from ..events import ENTITY_NIC, ENTITY_PORT, HealthEvent, make_event
 from ..family import (
     HOST,
-    READS_ADAPTER,
     READS_DEVICES,
     READS_PORTS,
     CheckFamily,
@@ -121,7 +121,7 @@ class CharDeviceFamily(CheckFamily[CharDeviceSection, CharDevices, None]):
     order = 40
     keys = CharDeviceSection.keys()
     section_type = CharDeviceSection
-    reads = frozenset({READS_DEVICES, READS_PORTS, READS_ADAPTER})
+    reads = frozenset({READS_DEVICES, READS_PORTS, ADAPTER})
     device_field_types = {"char_devices_missing": "?[]string"}
     settings = CharDeviceSettings
 
@@ -130,7 +130,7 @@ class CharDeviceFamily(CheckFamily[CharDeviceSection, CharDevices, None]):
 
     def evaluate(self, previous: CharDeviceSection, cycle: Cycle, volatile: None
                  ) -> Verdict[CharDeviceSection, CharDevices, None]:
-        facts = cycle.snapshot.adapter
+        facts = cycle.snapshot.fact(ADAPTER)
         if facts is None:  # not read this poll: nothing to judge
             return Verdict(previous)
         now, chardevs = cycle.now, facts.chardevs

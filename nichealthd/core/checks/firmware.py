@@ -18,10 +18,11 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Iterable, Mapping, NamedTuple, Optional
 
+from ...sources.adapter import ADAPTER
 from ..codec import Layout
 from ..config import ETH_DEGRADATION_CHECK, IB_DEGRADATION_CHECK
 from ..events import ENTITY_NIC, HealthEvent, make_event
-from ..family import READS_ADAPTER, READS_DEVICES, CheckFamily, Condition, Cycle, Series, Verdict
+from ..family import READS_DEVICES, CheckFamily, Condition, Cycle, Series, Verdict
 from ..jsontypes import Json
 from ..model import DeviceSnapshot
 from ..state import DEGRADED
@@ -77,12 +78,12 @@ class Firmware(CheckFamily[FirmwareSection, Versions, None]):
     order = 50
     keys = FirmwareSection.keys()
     section_type = FirmwareSection
-    reads = frozenset({READS_DEVICES, READS_ADAPTER})
+    reads = frozenset({READS_DEVICES, ADAPTER})
     device_field_types = {"firmware_drift": "?string"}
 
     def evaluate(self, previous: FirmwareSection, cycle: Cycle, volatile: None
                  ) -> Verdict[FirmwareSection, Versions, None]:
-        facts = cycle.snapshot.adapter
+        facts = cycle.snapshot.fact(ADAPTER)
         if facts is None:
             return Verdict(previous)
         state = previous.copy()

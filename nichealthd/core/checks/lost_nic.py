@@ -45,14 +45,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterable, Mapping, Optional
 
-from ..adapter import PciNic
+from ...sources.adapter import ADAPTER
+from ...sources.adapter_facts import PciNic
 from ..codec import Layout
 from ..config import ETH_STATE_CHECK, IB_STATE_CHECK, Config
 from ..duration import format_duration
 from ..events import HealthEvent, format_timestamp, make_event
 from ..family import (
     HOST,
-    READS_ADAPTER,
     READS_DEVICES,
     CheckFamily,
     Condition,
@@ -152,14 +152,14 @@ class LostNics(CheckFamily[LostNicSection, Nics, LastRead]):
     order = 45
     keys = LostNicSection.keys()
     section_type = LostNicSection
-    reads = frozenset({READS_DEVICES, READS_ADAPTER})
+    reads = frozenset({READS_DEVICES, ADAPTER})
     device_field_types = {
         "lost": "?bool", "lost_reason": "?string", "lost_since": "?string",
     }
 
     def evaluate(self, previous: LostNicSection, cycle: Cycle, last: Optional[LastRead]
                  ) -> Verdict[LostNicSection, Nics, LastRead]:
-        facts = cycle.snapshot.adapter
+        facts = cycle.snapshot.fact(ADAPTER)
         if facts is None or facts.pci_nics is None:  # not read, or the bus not listed:
             return Verdict(previous)  # the views keep the picture of the last read
         now, config = cycle.now, cycle.config

@@ -16,11 +16,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Iterable, Mapping, NamedTuple, Optional
 
-from ..adapter import NetdevLink
+from ...sources.adapter import ADAPTER
+from ...sources.adapter_facts import NetdevLink
 from ..codec import Layout
 from ..config import ETH_DEGRADATION_CHECK, IB_DEGRADATION_CHECK
 from ..events import HealthEvent, make_event, port_entities
-from ..family import READS_ADAPTER, READS_PORTS, CheckFamily, Condition, Cycle, Verdict
+from ..family import READS_PORTS, CheckFamily, Condition, Cycle, Verdict
 from ..model import DeviceSnapshot, PortSnapshot
 from ..state import DEGRADED
 from .adapter_section import LatchSection, held
@@ -66,11 +67,11 @@ class NetdevLinkFamily(CheckFamily[NetdevLinkSection, Netdevs, None]):
     order = 30
     keys = NetdevLinkSection.keys()
     section_type = NetdevLinkSection
-    reads = frozenset({READS_PORTS, READS_ADAPTER})
+    reads = frozenset({READS_PORTS, ADAPTER})
 
     def evaluate(self, previous: NetdevLinkSection, cycle: Cycle, volatile: None
                  ) -> Verdict[NetdevLinkSection, Netdevs, None]:
-        facts = cycle.snapshot.adapter
+        facts = cycle.snapshot.fact(ADAPTER)
         if facts is None:
             return Verdict(previous)
         state = previous.copy()

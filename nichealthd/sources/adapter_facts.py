@@ -1,10 +1,12 @@
 """The adapter facts one slow read saw: character devices, PCI functions, firmware.
 
-These facts change rarely (a module load, a driver bind, a firmware flash, an ``ip link set``)
-so the reader gathers them at the adapter cadence (``adapterCheckInterval``), not every poll:
-:attr:`HostSnapshot.adapter` is None on a poll that did not read them, and the adapter
-families then keep their sections as they are. Like every observation, a fact that could not
-be read is None ("no information"), never an empty set or "down".
+The types of the adapter source's fact (:data:`nichealthd.sources.adapter.ADAPTER`), which
+the adapter families import from here. These facts change rarely (a module load, a driver
+bind, a firmware flash, an ``ip link set``), so the source gathers them at the adapter
+cadence (``adapterCheckInterval``), not every poll: a poll that did not read them has no
+``ADAPTER`` fact, and the adapter families then keep their sections as they are. Like every
+observation, a fact that could not be read is None ("no information"), never an empty set or
+"down".
 """
 
 from __future__ import annotations
