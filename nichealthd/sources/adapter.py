@@ -74,10 +74,9 @@ class AdapterReader:
         self._monotonic = monotonic
         self._read_at: Optional[float] = None
         # class entry (``uverbs0``, ``umad3``) -> (ibdev, port or 0); dropped whole when the
-        # RDMA device names change.
+        # RDMA device names change (``_names``: those of the last poll).
         self._entries: dict[str, tuple[str, int]] = {}
-        self._entries_for: frozenset[str] = frozenset()
-        self._names_seen: Optional[frozenset[str]] = None  # the RDMA devices of the last poll
+        self._names: Optional[frozenset[str]] = None
         # PCI address -> (class, physfn present) of Mellanox functions; None: not one.
         self._functions: dict[str, Optional[tuple[str, bool]]] = {}
         # The last answer of each listing while its directory lists the same entries, and of
@@ -128,22 +127,21 @@ class AdapterReader:
         is never a NIC of its own here, it has no ports). ``names``: every RDMA device's
         name, VFs included (default: ``devices``'); the same set object from one read to the
         next tells at a glance that the char-device entries still name the same devices.
-        Asked every poll, it closes the kept files at once when the devices change (those of
-        a device gone are not kept open until the next read).
+        Asked every poll, it drops what it knows of the char-device entries and closes the
+        kept files at once when the devices change (those of a device gone are not kept open
+        until the next read).
         """
         devices = tuple(devices)
         if names is None:
             names = frozenset(d.name for d in devices)
-        if names is not self._names_seen and names != self._names_seen:
-            if self._names_seen is not None:
+        if names is not self._names and names != self._names:
+            if self._names is not None:
                 self.release()
-            self._names_seen = names
+            self._entries, self._listings, self._names = {}, {}, names
         if not self.due():
             return None
         self._read_at = self._monotonic()
         self.reads += 1
-        if names is not self._entries_for and names != self._entries_for:
-            self._entries, self._entries_for, self._listings = {}, names, {}
         chardevs = self._chardevs(devices, names)
         registered = frozenset(d.pci_address for d in devices if d.pci_address)
         self._used = set()
