@@ -174,6 +174,11 @@ def assess_host(snapshot: HostSnapshot, result: CycleResult, state: MonitorState
     if last is not None and last[0] is snapshot and last[1] is result and last[2] is state:
         return last[3]
     host = assess(state, snapshot, result.roles, result.pictures, result.failed)
+    if last is not None and host == last[3]:
+        # The health of the last poll again (a steady host, nearly every poll): that object,
+        # so that what is worked out from it is kept too (health_status). Cheap: assess
+        # gives each port's health as the same object while it does not change.
+        host = last[3]
     _LAST[:] = [(snapshot, result, state, host)]
     return host
 
@@ -253,16 +258,32 @@ def health_status(snapshot: Optional[HostSnapshot], result: Optional[CycleResult
                 "devices_reloading": [], "reloading_since": "", "families_failing": []}
     host = host if host is not None else assess_host(snapshot, result, state)
     reloading, since = reloading_devices(state)
+    # Everything the keys are made of: the same as at the last poll (a steady host), the
+    # same keys, not built again (the daemon asks once a poll, for STATUS= and D-Bus).
+    inputs = (bool(snapshot.devices), reloading, since, tuple(sorted(result.failed.items())))
+    last = _LAST_STATUS[0] if _LAST_STATUS else None
+    if last is not None and last[0] is host and last[1] == inputs:
+        return last[2]
+    status = _health_status(host, inputs)
+    _LAST_STATUS[:] = [(host, inputs, status)]
+    return status
+
+
+_LAST_STATUS: list[tuple[HostHealth, tuple[Any, ...], dict[str, Any]]] = []
+
+
+def _health_status(host: HostHealth, inputs: tuple[Any, ...]) -> dict[str, Any]:
+    devices, reloading, since, failed = inputs
     return {
         **_status_keys(host),
         # False only when the picture is empty: no device in this poll, no port judged (a
         # driver reload's held ports and gone devices' ports are judged) and none held.
-        "devices_found": bool(snapshot.devices or host.ports or reloading),
+        "devices_found": bool(devices or host.ports or reloading),
         "devices_reloading": list(reloading),
         "reloading_since": format_timestamp(since) if since else "",
         # The check families that could not judge the last poll: "id: why" (the health
         # model shows what they judge as unknown).
-        "families_failing": [f"{family}: {why}" for family, why in sorted(result.failed.items())],
+        "families_failing": [f"{family}: {why}" for family, why in failed],
     }
 
 

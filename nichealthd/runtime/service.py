@@ -96,6 +96,7 @@ class Daemon:
         self.notifier = notifier or Notifier.from_environment()
         self.version = __version__
         self.started_at = time.time()
+        self._started_text = format_timestamp(datetime.fromtimestamp(self.started_at).astimezone())
         self.pid = os.getpid()
         self.last_poll_monotonic: Optional[float] = None
         self.last_poll_wall: Optional[datetime] = None
@@ -473,7 +474,7 @@ class Daemon:
             "topology_source": self.monitor.topology.gpus.source,
             "topology_reason": self.monitor.topology_reason,
             "connector_last_error": connector.last_error,
-            "started_at": format_timestamp(datetime.fromtimestamp(self.started_at).astimezone()),
+            "started_at": self._started_text,
             "config_path": self.args.config,
             "reload_error": self.reload_error,
             "poll_error": self.monitor.guard.reason(),

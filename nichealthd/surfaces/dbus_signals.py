@@ -79,7 +79,7 @@ class Signals:
         messages = port_event_messages(committed)
         previous, self._ports = self._ports, current
         changed = set(messages)
-        if previous:
+        if previous and previous is not current:  # the same: the health of the last poll
             changed.update(k for k, p in current.items() if _verdict(previous.get(k)) != (
                 p.health, p.fatal))
         return [_signal(picture, key, messages.get(key)) for key in sorted(changed)]

@@ -3,11 +3,13 @@ on a host without devices, and when the sysfs root shows nothing at all."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from nichealthd.core.events import format_timestamp
 from nichealthd.core.health import assess
 from nichealthd.core.model import HostSnapshot
 from nichealthd.core.state import DEGRADED
-from nichealthd.core.views import NO_DEVICES, health_status, status_summary
+from nichealthd.core.views import NO_DEVICES, assess_host, health_status, status_summary
 
 from .builders import Runner, at, host
 from .test_driver_event import empty, fleet, started
@@ -68,3 +70,36 @@ def test_a_sysfs_root_that_shows_nothing_is_not_healthy() -> None:
     assert status["health"] == DEGRADED and status["problems"] == [why]
     assert status["devices_found"] is False
     assert status_summary(status) == f"no ports monitored ({why})"
+
+
+def test_a_steady_host_keeps_its_health_and_status_objects_from_poll_to_poll() -> None:
+    """Each poll makes a new snapshot, result and state; while the health they give is the
+    last poll's, the model and the status keys are the last poll's objects (the daemon's
+    D-Bus signals and STATUS= read them every poll), and a change makes new ones."""
+    runner = started(Runner())
+    first = host(*fleet(), when=1)
+    result = runner.poll(first)
+    health = assess_host(first, result, runner.state)
+    status = health_status(first, result, runner.state)
+    again = host(*fleet(), when=2)
+    result = runner.poll(again)
+    assert assess_host(again, result, runner.state) is health
+    assert health_status(again, result, runner.state) is status
+    down = host(*fleet(3), nic(3, state="DOWN", phys="Disabled"), when=3)
+    result = runner.poll(down)
+    changed = health_status(down, result, runner.state)
+    assert assess_host(down, result, runner.state) is not health
+    assert changed is not status and changed["problems"] == ["mlx5_3/1 DOWN/Disabled"]
+
+
+def test_the_status_of_the_same_health_follows_what_else_it_shows() -> None:
+    """The same health model with a family that could not judge: new keys that name it."""
+    runner = started(Runner())
+    snapshot = host(*fleet(), when=1)
+    result = runner.poll(snapshot)
+    health = assess_host(snapshot, result, runner.state)
+    status = health_status(snapshot, result, runner.state, health)
+    failing = dataclasses.replace(result, failed={"link_rate": "RuntimeError: boom"})
+    named = health_status(snapshot, failing, runner.state, health)
+    assert named is not status and named["families_failing"] == ["link_rate: RuntimeError: boom"]
+    assert health_status(snapshot, result, runner.state, health)["families_failing"] == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from datetime import datetime, timedelta, timezone
 
 from nichealthd.core.events import format_timestamp, parse_timestamp
@@ -30,3 +31,18 @@ def test_what_is_written_reads_back_as_the_same_instant() -> None:
     assert parse_timestamp(format_timestamp(moment)) == moment
     assert parse_timestamp("2026-11-27T15:30:00+05:30") == datetime(
         2026, 11, 27, 10, 0, tzinfo=timezone.utc)
+
+
+def test_the_text_is_strftimes_for_every_moment_in_any_zone() -> None:
+    """Formatted by hand (strftime stats /etc/localtime at each call): the same text as
+    ``strftime("%Y-%m-%dT%H:%M:%S")`` of the UTC moment, over years, zones and fractions."""
+    rng = random.Random(7)
+    for _ in range(2000):
+        zone = timezone(timedelta(minutes=rng.randrange(-14 * 60, 14 * 60 + 1, 15)))
+        moment = datetime(rng.randint(1970, 9998), rng.randint(1, 12), rng.randint(1, 28),
+                          rng.randint(0, 23), rng.randint(0, 59), rng.randint(0, 59),
+                          rng.choice((0, 7000, rng.randrange(1_000_000))), tzinfo=zone)
+        utc = moment.astimezone(timezone.utc)
+        text = format_timestamp(moment)
+        assert text.startswith(utc.strftime("%Y-%m-%dT%H:%M:%S")) and text.endswith("Z")
+        assert parse_timestamp(text) == moment

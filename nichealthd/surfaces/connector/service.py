@@ -44,7 +44,9 @@ class ConnectorService(ConsumerService):
         super().__init__(self.sender)
 
     def on_poll(self, outcome: Outcome) -> None:
-        self.sender.update(outbox_depth=self.sender.journal.depth(CONSUMER))
+        depth = self.sender.journal.depth(CONSUMER)
+        if depth != self.sender.status.outbox_depth:  # a status published only as it changes
+            self.sender.update(outbox_depth=depth)
         super().on_poll(outcome)
 
     def late(self) -> None:
