@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Optional
 
 from nichealthd.core.events import HealthEvent, make_event
 from nichealthd.storage.store import Journal, JournalEntry
@@ -25,9 +26,9 @@ class CountedJournal(Journal):
 
     looks = 0
 
-    def pending(self, consumer: str) -> list[JournalEntry]:
+    def pending(self, consumer: str, limit: Optional[int] = None) -> list[JournalEntry]:
         self.looks += 1
-        return super().pending(consumer)
+        return super().pending(consumer, limit)
 
 
 def commit(journal: Journal, *numbers: int) -> list[JournalEntry]:
