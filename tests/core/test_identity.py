@@ -301,3 +301,26 @@ def test_renames_of_a_host_with_vfs_is_detect_renames() -> None:
     expected = detect_renames(gone, snapshot(pf).devices, ["mlx5_0", "mlx5_3"])
     assert expected == {"mlx5_3": alias("mlx5_3", "0000:20:00.0")}
     assert renames_of(gone, snapshot(pf), ["mlx5_0", "mlx5_3"]) == expected
+
+
+def test_renames_of_a_host_without_vfs_is_detect_renames_poll_after_poll() -> None:
+    """Without VFs the answer is kept as well (most hosts: asked every poll): the same as
+    detect_renames's through a rename, a GUID that changed, a device gone and back, and a
+    table of identities that grew."""
+    fleet = [nic(i) for i in range(4)]
+    identities = {d.name: DeviceIdentity(d.pci_address or "", d.node_guid or "")
+                  for d in fleet}
+    known = [d.name for d in fleet]
+    grown = {**identities, "mlx5_7": DeviceIdentity("0000:20:00.0", GUIDS[20])}
+    polls = [
+        (identities, fleet), (identities, fleet), (identities, fleet[:3]),
+        (identities, [*fleet[:3], nic(3, name="mlx5_9")]),
+        (identities, [*fleet[:3], nic(3, guid="b8ce:f603:00ff:0000")]),
+        (identities, fleet), (grown, fleet), (grown, fleet), (identities, fleet),
+    ]
+    for table, devices in polls:
+        snapshot = HostSnapshot(at(0), "boot-1", tuple(devices))
+        assert not snapshot.parts.vfs
+        assert renames_of(table, snapshot, known) == detect_renames(table, tuple(devices), known)
+    assert renames_of(identities, HostSnapshot(at(0), "boot-1", (*fleet[:3], nic(
+        3, name="mlx5_9"))), known) == {"mlx5_3": "mlx5_9"}
