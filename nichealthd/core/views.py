@@ -264,7 +264,7 @@ def health_status(snapshot: Optional[HostSnapshot], result: Optional[CycleResult
     last = _LAST_STATUS[0] if _LAST_STATUS else None
     if last is not None and last[0] is host and last[1] == inputs:
         return last[2]
-    status = _health_status(host, inputs)
+    status = _health_status(host, *inputs)
     _LAST_STATUS[:] = [(host, inputs, status)]
     return status
 
@@ -272,8 +272,9 @@ def health_status(snapshot: Optional[HostSnapshot], result: Optional[CycleResult
 _LAST_STATUS: list[tuple[HostHealth, tuple[Any, ...], dict[str, Any]]] = []
 
 
-def _health_status(host: HostHealth, inputs: tuple[Any, ...]) -> dict[str, Any]:
-    devices, reloading, since, failed = inputs
+def _health_status(host: HostHealth, devices: bool, reloading: tuple[str, ...],
+                   since: Optional[datetime], failed: tuple[tuple[str, str], ...]
+                   ) -> dict[str, Any]:
     return {
         **_status_keys(host),
         # False only when the picture is empty: no device in this poll, no port judged (a

@@ -10,7 +10,7 @@ import json
 import logging
 import os
 import sys
-from typing import Iterable
+from typing import Sequence
 
 from ..storage.appendfile import append as append_file
 from ..storage.store import Journal, JournalEntry
@@ -36,14 +36,14 @@ class EventLog:
     def durable(self) -> bool:
         return self.path != "-"
 
-    def publish(self, committed: Iterable[JournalEntry]) -> None:
+    def publish(self, committed: Sequence[JournalEntry]) -> None:
         """Write what is pending for this log (file) or what was just committed (stdout)."""
         if not self.durable:
             for entry in committed:
                 sys.stdout.write(json.dumps(entry.event.to_json()) + "\n")
             sys.stdout.flush()
             return
-        if not committed and self._caught_up and not self._broken:
+        if not committed and self._caught_up:  # never after a failed write
             return  # nothing committed since everything was written (most polls)
         entries = self.journal.pending(self.name)
         self._caught_up = not entries

@@ -45,7 +45,7 @@ class ConnectorService(ConsumerService):
 
     def on_poll(self, outcome: Outcome) -> None:
         depth = self.sender.journal.depth(CONSUMER)
-        if depth != self.sender.status.outbox_depth:  # a status published only as it changes
+        if depth != self.sender.report().outbox_depth:  # published only as it changes
             self.sender.update(outbox_depth=depth)
         super().on_poll(outcome)
 
