@@ -40,11 +40,14 @@ def host() -> Path:
 
 
 def event_log_ids(root: Path) -> list[str]:
+    """The ids of the lines the running daemon has finished writing: a read can overlap an
+    append of a batch, and a line without its newline yet is read at the next look."""
     path = root / "events.jsonl"
     if not path.exists():
         return []
+    complete = path.read_text().split("\n")[:-1]
     return [json.loads(line)["metadata"]["nichealthd.event_id"]
-            for line in path.read_text().splitlines() if line.strip()]
+            for line in complete if line.strip()]
 
 
 def inject_round(root: Path, round_no: int) -> None:
