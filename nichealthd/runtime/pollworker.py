@@ -11,17 +11,25 @@ A poll says when the next one is due (``next_due``), and the thread rests until 
 it looks for it. So handing that job over wakes no thread: without the rest, the thread blocked
 on the queue woke at once and fought the event loop for the GIL, seven futex calls and two
 context switches a cycle for nothing.
+
+A job may also ``repeat``: a result that changed nothing any surface shows is absorbed in
+this thread, which then runs the job again at the next tick, without waking the loop at all.
+Waking an asyncio loop costs 0.33 ms of CPU once a second on the 2-core bench VM (a plain
+thread's wake 0.1 ms), the loop's own work after a poll as much again; on a steady host
+that was a seventh of the daemon's cycle (bench/README.md, "The loop's share").
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import threading
 import time
 from typing import Any, Callable, Optional, TypeVar, Union
 
 T = TypeVar("T")
+log = logging.getLogger("nichealthd")
 
 
 class Woken:
@@ -30,8 +38,11 @@ class Woken:
 
 WOKEN = Woken()
 
+# Called in the thread with a result: None to hand it to the loop, or (due, next_due) of the
+# job's next run once the result is absorbed (a poll that changed nothing, runtime/service.py).
+Repeat = Callable[[Any], Optional[tuple[float, float]]]
 _Job = tuple[Callable[..., Any], tuple[Any, ...], Optional[float], Optional[float],
-             "asyncio.Future[Any]"]
+             Optional[Repeat], "asyncio.Future[Any]"]
 
 
 class PollWorker:
@@ -51,16 +62,19 @@ class PollWorker:
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
 
     def run(self, function: Callable[..., T], *args: Any, due: Optional[float] = None,
-            next_due: Optional[float] = None) -> asyncio.Future[Union[T, Woken]]:
+            next_due: Optional[float] = None, repeat: Optional[Repeat] = None
+            ) -> asyncio.Future[Union[T, Woken]]:
         """``function(*args)`` in the thread, once ``time.monotonic()`` reaches ``due`` (None:
         at once); the future gives its result or exception, or :data:`WOKEN` when
         :meth:`wake` ended the wait first. A wake before this call is forgotten: callers
         check their own reasons to wake before they ask for a wait. ``next_due``: when the
         caller will want the next job; the thread rests until then (a job wanted earlier
-        ends the rest)."""
+        ends the rest). ``repeat``: each result goes to it first, in the thread; while it
+        absorbs them and no wake comes, the job runs again when it says, and the future
+        waits for the first result it does not absorb (or :data:`WOKEN`)."""
         future: asyncio.Future[Union[T, Woken]] = asyncio.get_running_loop().create_future()
         self._wake.clear()
-        self._jobs.put((function, args, due, next_due, future))
+        self._jobs.put((function, args, due, next_due, repeat, future))
         resting_until = self._resting_until
         if resting_until is not None and (due is None or due < resting_until):
             self._nudge.set()
@@ -84,15 +98,16 @@ class PollWorker:
             job = self._jobs.get()
             if job is None:
                 return
-            function, args, due, next_due, future = job
-            result: Any = WOKEN
-            error: Optional[BaseException] = None
-            delay = 0.0 if due is None else due - time.monotonic()
-            if delay <= 0 or not self._wake.wait(delay):
-                try:
-                    result = function(*args)
-                except BaseException as exc:  # the awaiting coroutine gets it (as from an executor)
-                    error = exc
+            function, args, due, next_due, repeat, future = job
+            while True:
+                result, error = self._run_at(function, args, due)
+                if repeat is None or error is not None or result is WOKEN or self._wake.is_set():
+                    break
+                again = _absorbed(repeat, result)
+                if again is None:
+                    break
+                due, next_due = again
+                result = None  # absorbed: freed here, not kept while the thread waits
             try:
                 future.get_loop().call_soon_threadsafe(_settle, future, result, error)
             except RuntimeError:  # the loop is closed: nobody is waiting any more
@@ -100,6 +115,17 @@ class PollWorker:
             del job, function, args, future, result, error
             if next_due is not None:
                 self._rest(next_due)
+
+    def _run_at(self, function: Callable[..., Any], args: tuple[Any, ...],
+                due: Optional[float]) -> tuple[Any, Optional[BaseException]]:
+        """``function(*args)`` once ``due`` comes: its result or exception, or WOKEN."""
+        delay = 0.0 if due is None else due - time.monotonic()
+        if delay > 0 and self._wake.wait(delay):
+            return WOKEN, None
+        try:
+            return function(*args), None
+        except BaseException as exc:  # the awaiting coroutine gets it (as from an executor)
+            return None, exc
 
     def _rest(self, until: float) -> None:
         """Sleep until ``until`` unless a job is waiting or one wanted earlier comes."""
@@ -110,6 +136,15 @@ class PollWorker:
             if delay > 0:
                 self._nudge.wait(delay)
         self._resting_until = None
+
+
+def _absorbed(repeat: Repeat, result: Any) -> Optional[tuple[float, float]]:
+    """What ``repeat`` says of ``result``; a failure in it hands the result to the loop."""
+    try:
+        return repeat(result)
+    except Exception:  # the loop then handles the poll as any other
+        log.exception("judging whether a poll changed anything failed; handing it over")
+        return None
 
 
 def _settle(future: asyncio.Future[Any], result: Any, error: Optional[BaseException]) -> None:

@@ -5,9 +5,12 @@ One asyncio loop runs everything. The poll itself runs in the poll thread
 that hangs cannot freeze the D-Bus API — and so that the watchdog can tell: the
 keepalive is sent only while polls keep completing, so systemd restarts a stuck poller even
 though the event loop is alive. Services (D-Bus, varlink, metrics, platform connector,
-Slurm) plug in through :class:`Service` and are told about every poll; none of them can delay
-one. They receive a :class:`~nichealthd.surfaces.context.ServiceContext`, never this
-module's :class:`Daemon`.
+Slurm) plug in through :class:`Service` and are told about every poll that changed anything
+they show; none of them can delay one. A poll that changed nothing (no event, the same health
+and status, while no service waits for a poll) never reaches the loop: the poll thread keeps
+the picture and the watchdog's clock itself and polls again at the next tick
+(:meth:`Daemon._quiet_repeat`). They receive a
+:class:`~nichealthd.surfaces.context.ServiceContext`, never this module's :class:`Daemon`.
 
 The command-line entry (:mod:`nichealthd.runtime.daemon`) starts this with a validated
 :class:`~nichealthd.runtime.startup.Startup`; this module does not import that one.
@@ -23,7 +26,7 @@ import os
 import signal
 import time
 from datetime import datetime
-from typing import Any, Callable, Optional, Protocol, Union
+from typing import Any, Callable, Mapping, Optional, Protocol, Union
 
 from .. import __version__
 from ..core.config import Config, ConfigError
@@ -76,6 +79,10 @@ class Service(Protocol):
 
     def on_poll(self, outcome: PollOutcome) -> None: ...
 
+    # Optional: ``idle() -> bool``: nothing to do at a poll that changed nothing (no reload
+    # waiting to be answered, ...); a service without it is told of every poll. And
+    # ``on_quiet_poll(outcome)``: such a poll, told from the poll thread (metrics counts it).
+
     def on_reload(self, config: Config) -> None: ...
 
     async def stop(self) -> None: ...
@@ -120,6 +127,12 @@ class Daemon:
         self._early_wanted = False
         self._early_budget = EarlyPolls()
         self.link_wake = LinkWake(self.request_poll)
+        self._schedule = Ticks(self.config.polling_interval, time.monotonic())
+        # What the loop last showed of the board (surfaces' statuses): a poll that comes
+        # after a change of it goes to the loop (STATUS=, D-Bus properties).
+        self._board_shown: Optional[Mapping[str, Any]] = None
+        self._error_shown = ""  # and the poll error it last showed (STATUS=, /healthz)
+        self.quiet_polls = 0  # polls the poll thread kept (``_quiet_repeat``)
 
     # ------------------------------------------------------------ public API
 
@@ -212,9 +225,7 @@ class Daemon:
         return EXIT_OK
 
     async def _poll_loop(self) -> None:
-        interval = self.config.polling_interval
-        origin = time.monotonic()
-        ticks = 0
+        schedule = self._schedule = Ticks(self.config.polling_interval, time.monotonic())
         first = True
         due: Optional[float] = None  # the first poll at once
         while not self._stop_requested:
@@ -223,8 +234,9 @@ class Daemon:
                 outcome = await self._poll(early or None, due)
             else:
                 # The tick after this one, unless the poll runs late: the poll thread rests
-                # until then.
-                outcome = await self._poll(due, (origin if due is None else due) + interval)
+                # until then. Once ready, quiet polls stay in the poll thread.
+                outcome = await self._poll(due, (schedule.origin if due is None else due)
+                                           + schedule.interval, repeat=not first)
             if outcome is None:
                 break
             if isinstance(outcome, PollFailed):
@@ -243,19 +255,22 @@ class Daemon:
                     name_threads()
                 else:
                     self.notifier.status(self.notify_status())
+            if not isinstance(outcome, Woken):
+                self._error_shown = self.monitor.guard.reason()
             if self._reload_requested:
                 self._reload_requested = False
                 await self._reload()
-                if self.config.polling_interval != interval:
-                    interval, origin, ticks = self.config.polling_interval, time.monotonic(), 0
-                    due = origin + interval
+                if self.config.polling_interval != schedule.interval:
+                    schedule = self._schedule = Ticks(self.config.polling_interval,
+                                                      time.monotonic(), ticks=1)
+                    due = schedule.due
                     continue
             if isinstance(outcome, Woken) or early is not None:
-                continue  # a request cut the wait short, or came early: that tick is to come
-            # Drift-free: the schedule is origin + k * interval; a late cycle skips ticks
-            # instead of shifting every later one.
-            ticks = max(ticks + 1, int((time.monotonic() - origin) / interval) + 1)
-            due = origin + ticks * interval
+                # A request cut the wait short, or came early: that tick is to come (a later
+                # one if the poll thread kept quiet polls meanwhile).
+                due = None if due is None else schedule.due
+                continue
+            due = schedule.advance()
 
     def _early_poll(self, due: Optional[float]) -> Optional[float]:
         """When the early poll that was asked for runs (0.0: at once), or None: none is
@@ -270,10 +285,12 @@ class Daemon:
         log.debug("link change: polling before the tick")
         return 0.0 if at <= now else at
 
-    async def _poll(self, due: Optional[float], next_due: float
+    async def _poll(self, due: Optional[float], next_due: float, repeat: bool = False
                     ) -> Union[PollOutcome, PollFailed, Woken, None]:
         """Wait for the tick ``due`` (monotonic; None: now) and poll, in the poll thread, which
-        then rests until ``next_due``.
+        then rests until ``next_due``. ``repeat``: polls that changed nothing stay in the
+        poll thread (:meth:`_quiet_repeat`), if every service is idle; this returns the first
+        one that did not.
 
         The failure when it could not read or evaluate; :class:`Woken` when a stop or reload
         request came first (no poll); None when a stop abandoned a poll that hung (see
@@ -281,8 +298,9 @@ class Daemon:
         if due is not None and (self._stop_requested or self._reload_requested
                                 or self._early_wanted):
             return WOKEN
+        quiet = self._quiet_repeat if repeat and self._services_idle() else None
         polling = self._polling = self._worker.run(self._logged_poll, due=due,
-                                                   next_due=next_due)
+                                                   next_due=next_due, repeat=quiet)
         try:
             return await polling
         except PollFailed as failed:
@@ -293,6 +311,59 @@ class Daemon:
             return None
         finally:
             self._polling = None
+
+    def _services_idle(self) -> bool:
+        """Whether every service has nothing to do at a poll that changes nothing."""
+        if self._poll_listeners:
+            return False
+        for service in self.services:
+            idle = getattr(service, "idle", None)
+            try:
+                if idle is None or not idle():
+                    return False
+            except Exception:
+                log.exception("%s failed in idle", service.name)
+                return False
+        return True
+
+    def _quiet_repeat(self, outcome: Any) -> Optional[tuple[float, float]]:
+        """In the poll thread: a poll that changed nothing the loop would show is kept here,
+        and the next tick's times are returned (the loop is not woken); None otherwise.
+
+        Nothing changed when the poll committed no event, the health keys are the same
+        object (core/views.py keeps them while they are equal), the device count and the
+        poll error are the same, no surface published a new status, the event log has
+        written everything, and the watched netdevs are the same. The loop's surfaces read
+        the picture (:meth:`view`) and the clocks live; the watchdog and ``/healthz`` see
+        ``last_poll_monotonic`` move as ever, and metrics counts the poll
+        (``on_quiet_poll``)."""
+        last = self.picture
+        if (not isinstance(outcome, PollOutcome) or outcome.committed or last is None
+                or outcome.commit_error is not None
+                or self.monitor.guard.reason() != self._error_shown
+                or self.board.latest() is not self._board_shown
+                or (self.event_log is not None and not self.event_log.idle())):
+            return None
+        picture = PollPicture(outcome.snapshot, outcome.result, self.monitor.state,
+                              self.monitor.config)
+        if (picture.status is not last.status
+                or len(picture.snapshot.devices) != len(last.snapshot.devices)
+                or (self.link_wake.listening
+                    and watched_netdevs(outcome) != self.link_wake.watched)):
+            return None
+        self.picture = picture
+        self.last_poll_wall = outcome.snapshot.taken_at
+        for service in self.services:
+            hook = getattr(service, "on_quiet_poll", None)
+            if hook is not None:
+                try:
+                    hook(outcome)
+                except Exception:
+                    log.exception("%s failed in on_quiet_poll", service.name)
+        self.quiet_polls += 1
+        self.last_poll_monotonic = time.monotonic()
+        due = self._schedule.advance()
+        return due, due + self._schedule.interval
 
     def _logged_poll(self) -> PollOutcome:
         log.debug("poll started at monotonic %.4f", time.monotonic())
@@ -314,6 +385,7 @@ class Daemon:
         if self.event_log is not None:
             self.event_log.publish(outcome.committed)
         self.event_journal.log(outcome.committed)
+        self._board_shown = self.board.latest()  # before the services: they publish after
         self._tell_services("on_poll", outcome)
         if self.link_wake.listening:
             self.link_wake.watch(watched_netdevs(outcome))
@@ -482,6 +554,27 @@ class Daemon:
             **slurm.status_keys(),
             "surfaces": records(latest),
         }
+
+
+class Ticks:
+    """The drift-free schedule ``origin + k * interval``: a late cycle skips ticks instead of
+    shifting every later one. Shared by the loop and the poll thread, which advances it
+    while it keeps quiet polls (never both at once: the loop waits for the thread then)."""
+
+    def __init__(self, interval: float, origin: float, ticks: int = 0) -> None:
+        self.interval = interval
+        self.origin = origin
+        self.ticks = ticks
+
+    @property
+    def due(self) -> float:
+        return self.origin + self.ticks * self.interval
+
+    def advance(self) -> float:
+        """The next tick still to come (after this one, or later if the poll ran late)."""
+        self.ticks = max(self.ticks + 1,
+                         int((time.monotonic() - self.origin) / self.interval) + 1)
+        return self.due
 
 
 def freeze_start_up_objects() -> None:

@@ -49,6 +49,8 @@ class ReloadWaiters:
     def settle(self, reload_error: str) -> None:
         """After a poll: by the second poll after a request, a waiter that ``resolve`` did not
         answer was rejected (the reload is attempted after the poll that follows)."""
+        if not self._waiting:
+            return
         polls = self._polls()
         still = []
         for requested_at, future in self._waiting:
@@ -61,6 +63,10 @@ class ReloadWaiters:
             else:
                 still.append((requested_at, future))
         self._waiting = still
+
+    def idle(self) -> bool:
+        """No caller waits for an outcome that a later poll settles."""
+        return not self._waiting
 
     def resolve(self, accepted: bool, message: str) -> None:
         """Answer every waiter (a reload applied, or the daemon stopping)."""

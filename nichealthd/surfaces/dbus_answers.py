@@ -30,7 +30,13 @@ from .dbus_common import (
     VariantRecord,
     to_variants,
 )
-from .dbus_interface import PROPERTIES, SIGNATURES, PropValue
+from .dbus_interface import (
+    PROPERTIES,
+    SIGNATURES,
+    UNSIGNALLED_PROPERTIES,
+    PropValue,
+    prop_value,
+)
 from .dbus_wire import Prepared
 
 REBUILD_FACTOR = 10.0  # an answer is rebuilt at most every 10x its build time
@@ -38,6 +44,8 @@ MAX_WIRE_ENTRIES = 256  # prepared answers kept per poll (ListCounters has one p
 PROPERTIES_IFACE = "org.freedesktop.DBus.Properties"
 INTROSPECTABLE_IFACE = "org.freedesktop.DBus.Introspectable"
 # Read-only members answered from prepared bytes, with their input signatures.
+# The properties never signalled, read as they are now: (signature, status key) by name.
+_LIVE = {name: (sig, key) for name, sig, key in PROPERTIES if name in UNSIGNALLED_PROPERTIES}
 READ_METHODS = {"ListPorts": "", "ListDevices": "", "ListCounters": "su", "ListEvents": "u",
                 "GetStatus": ""}
 
@@ -52,16 +60,23 @@ class DbusAnswers:
         # answers marshalled once per poll: key -> (answer, poll number, built at, build time)
         self._wire: Dict[Hashable, Tuple[Prepared, int, float, float]] = {}
         self._poll_no = 0
+        self._picture: object = None  # the picture of poll number _poll_no
         self._lasting: Dict[Hashable, Prepared] = {}  # answers whose key says when they change
         self._event_cache: Dict[int, VariantRecord] = {}
 
-    def new_poll(self) -> None:
-        """A poll completed: answers of the last one are built again when next asked (a big
-        one only once it is :data:`REBUILD_FACTOR` times its build time old)."""
-        self._poll_no += 1
-        now = time.monotonic()
-        self._wire = {k: v for k, v in self._wire.items()
-                      if now - v[2] < REBUILD_FACTOR * v[3]}
+    def _this_poll(self) -> int:
+        """The number of the last poll's picture. A new picture (a poll completed; the
+        daemon's picture changes with every poll, told to the loop or not): answers of the
+        last one are built again when next asked (a big one only once it is
+        :data:`REBUILD_FACTOR` times its build time old)."""
+        picture = self.context.view()
+        if picture is not self._picture:
+            self._picture = picture
+            self._poll_no += 1
+            now = time.monotonic()
+            self._wire = {k: v for k, v in self._wire.items()
+                          if now - v[2] < REBUILD_FACTOR * v[3]}
+        return self._poll_no
 
     def new_config(self) -> None:
         """A reload: the event history's size may have changed."""
@@ -121,16 +136,17 @@ class DbusAnswers:
         """Built once per poll; on a big host, where building ListCounters costs tens of ms,
         an answer is also kept until it is REBUILD_FACTOR times its build time old, so
         rebuilding answers never takes more than ~1/REBUILD_FACTOR of the loop."""
+        poll_no = self._this_poll()
         now = time.monotonic()
         entry = self._wire.get(key)
         if entry is not None:
             prepared, poll, built_at, cost = entry
-            if poll == self._poll_no or now - built_at < REBUILD_FACTOR * cost:
+            if poll == poll_no or now - built_at < REBUILD_FACTOR * cost:
                 return prepared
         prepared = build()
         cost = time.monotonic() - now
         if len(self._wire) < MAX_WIRE_ENTRIES or key in self._wire:
-            self._wire[key] = (prepared, self._poll_no, now, cost)
+            self._wire[key] = (prepared, poll_no, now, cost)
         return prepared
 
     def _lasting_answer(self, key: Hashable, build: Callable[[], Prepared]) -> Prepared:
@@ -166,8 +182,16 @@ class DbusAnswers:
                 connector.last_error, self.context.reload_error(), self.context.stats().failing,
                 self.context.surfaces())
 
+    def prop(self, name: str) -> PropValue:
+        """A signalled property as last signalled; LastPoll and PollCount as they are now
+        (polls that change nothing reach no surface: runtime/service.py)."""
+        live = _LIVE.get(name)
+        if live is not None:
+            return prop_value(live[0], self.context.status().get(live[1]))
+        return self._props()[name]
+
     def _prop_variant(self, name: str) -> Variant:
-        return Variant(SIGNATURES[name], self._props()[name])
+        return Variant(SIGNATURES[name], self.prop(name))
 
     # ------------------------------------------------------------- answers
 

@@ -86,7 +86,6 @@ class DbusService:
             pass
 
     def on_poll(self, outcome: PollOutcome) -> None:
-        self.answers.new_poll()
         picture = self.context.view()
         if picture is not None:  # after a completed poll, always
             changes = self.signals.ports_changed(picture, outcome.committed)
@@ -100,6 +99,9 @@ class DbusService:
         if changed and self.interface is not None:
             self.interface.emit_properties_changed(changed)
         self.reloads.settle(self.context.reload_error())
+
+    def idle(self) -> bool:
+        return self.reloads.idle()
 
     def on_reload(self, config: Config) -> None:
         self.answers.new_config()
@@ -227,7 +229,7 @@ class DbusService:
         return self.answers.get_status()
 
     def prop(self, name: str) -> PropValue:
-        return self.signals.props[name]
+        return self.answers.prop(name)
 
     async def reload(self) -> Tuple[bool, str]:
         log.info("reload requested over D-Bus")

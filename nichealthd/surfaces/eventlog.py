@@ -36,6 +36,10 @@ class EventLog:
     def durable(self) -> bool:
         return self.path != "-"
 
+    def idle(self) -> bool:
+        """Nothing to write at a poll that commits nothing (every event written, or stdout)."""
+        return self._caught_up or not self.durable
+
     def publish(self, committed: Sequence[JournalEntry]) -> None:
         """Write what is pending for this log (file) or what was just committed (stdout)."""
         if not self.durable:

@@ -153,6 +153,13 @@ class MetricsService:
             self._duration_sum += outcome.duration
             self._picture = picture
 
+    # A poll that changed nothing is counted the same, from the poll thread (under the lock,
+    # as the scrape thread reads): its duration and its picture (counter values move).
+    on_quiet_poll = on_poll
+
+    def idle(self) -> bool:
+        return True
+
     def on_reload(self, config: Config) -> None:
         """A changed listen address takes effect at once; the old one keeps serving on error."""
         if config.metrics_listen == self.listen:

@@ -359,6 +359,10 @@ class ConsumerService:
         if outcome.committed and self._thread is not None:
             self.consumer.wake()
 
+    def idle(self) -> bool:
+        """A poll that commits nothing does not wake the thread."""
+        return True
+
     def on_reload(self, config: Config) -> None:
         self.consumer.reconfigure(config)  # taken by the thread at its next step
         self._start_thread(config)

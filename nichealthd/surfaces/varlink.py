@@ -274,6 +274,7 @@ class VarlinkService:
         self.idle_timeout = IDLE_TIMEOUT
         self._sweeper: Optional[asyncio.TimerHandle] = None
         self._cache: Dict[Hashable, bytes] = {}  # encoded answers of this poll's picture
+        self._cached_of: object = None  # that picture
         self._published_seq = context.journal.last_seq
         self.reloads = ReloadWaiters(lambda: context.stats().polls, context.request_reload)
         self._dropped = _LogCount()
@@ -305,9 +306,11 @@ class VarlinkService:
                       "it)", self.path, exc.strerror or exc)
 
     def on_poll(self, outcome: PollOutcome) -> None:
-        self._cache.clear()  # a new picture
         self._publish(outcome.committed)
         self.reloads.settle(self.context.reload_error())
+
+    def idle(self) -> bool:
+        return self.reloads.idle()
 
     def on_reload(self, config: Config) -> None:
         self.reloads.resolve(True, f"configuration reloaded from {self.context.config_path}")
@@ -482,9 +485,18 @@ class VarlinkService:
                 "message": "nichealthd has not completed its first poll yet"})
         return picture
 
+    def _this_poll(self) -> Dict[Hashable, bytes]:
+        """The answers cached for the picture of the last poll (a new picture: none yet;
+        polls that changed nothing reach no surface, so the picture itself says)."""
+        picture = self.context.view()
+        if picture is not self._cached_of:
+            self._cache.clear()
+            self._cached_of = picture
+        return self._cache
+
     def _cached(self, key: Hashable, build: Callable[[], JsonRecord]) -> bytes:
         """The encoded answer for ``key``, built at most once per poll."""
-        answer = self._cache.get(key)
+        answer = self._this_poll().get(key)
         if answer is None:
             answer = encode_reply(build())
             if len(self._cache) < MAX_CACHED:
@@ -531,7 +543,7 @@ class VarlinkService:
         count = min(limit, size) if limit else size
         last = journal.last_seq
         key = ("events", count, last)
-        answer = self._cache.get(key)
+        answer = self._this_poll().get(key)
         if answer is None:
             entries = journal.history(count)
             last = entries[-1].seq if entries else last

@@ -160,8 +160,14 @@ def test_a_poll_that_raises_every_time_leaves_the_daemon_running_and_says_so(
         assert status == 503, seen["healthz"]
         seen["poll_error"] = str(running.daemon.status()["poll_error"])
         seen["notify"] = notify.wait_for("polls failing")
+        recovered_at = len(notify.messages)
         running.reader.failing = False
         wait_until(lambda: running.healthz() == (200, "ok\n"), "/healthz 200 again")
+        # STATUS= says so too: the first good poll reaches the loop although the host's
+        # health is the same (a poll that changes nothing else stays in the poll thread).
+        wait_until(lambda: any("STATUS=" in m and "failing" not in m
+                               for _, m in notify.messages[recovered_at:]),
+                   "STATUS= without the failure")
 
     with caplog.at_level(logging.INFO):
         running.run(drive)

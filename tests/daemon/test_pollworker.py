@@ -155,3 +155,72 @@ def test_what_is_wanted_before_the_rest_ends_ends_it(earlier: str) -> None:
         assert result is False  # the thread ended, not 60 s later
     else:
         assert asked <= result < asked + 5
+
+
+def test_absorbed_results_run_the_job_again_when_repeat_says_and_the_next_is_handed_over() -> None:
+    """A poll that changed nothing stays in the poll thread (runtime/service.py): ``repeat``
+    absorbs results and names the next run; the future gets the first result it does not
+    absorb, and the loop is not woken for the others."""
+    ran: list[float] = []
+    absorbed: list[int] = []
+
+    def job() -> int:
+        ran.append(time.monotonic())
+        return len(ran)
+
+    def repeat(result: int) -> Any:
+        if result == 3:
+            return None  # the third run changed something: handed over
+        absorbed.append(result)
+        due = time.monotonic() + 0.1
+        return due, due + 0.1
+
+    async def go(worker: PollWorker) -> Any:
+        return await asyncio.wait_for(worker.run(job, repeat=repeat), 10)
+
+    assert run(go) == 3
+    assert absorbed == [1, 2]
+    assert ran[1] - ran[0] >= 0.1 and ran[2] - ran[1] >= 0.1
+    assert threading.current_thread().name != "poll"
+
+
+def test_a_wake_ends_the_wait_between_repeats_and_a_wake_during_a_run_hands_it_over() -> None:
+    """A stop, reload or early poll reaches the loop at once: while the thread waits for the
+    next repeat (WOKEN), and after a run that a wake came during (that result, not absorbed)."""
+    started = threading.Event()
+
+    def absorb(result: Any) -> Any:
+        started.set()
+        due = time.monotonic() + 60
+        return due, due + 60
+
+    async def waiting(worker: PollWorker) -> Any:
+        job = worker.run(lambda: "quiet", repeat=absorb)
+        await asyncio.get_running_loop().run_in_executor(None, started.wait, 10)
+        worker.wake()
+        return await asyncio.wait_for(job, 10)
+
+    assert run(waiting) is WOKEN
+
+    def slow() -> str:
+        time.sleep(0.2)
+        return "during"
+
+    async def running(worker: PollWorker) -> Any:
+        job = worker.run(slow, repeat=absorb)
+        await asyncio.sleep(0.05)
+        worker.wake()
+        return await asyncio.wait_for(job, 10)
+
+    assert run(running) == "during"
+
+
+def test_a_repeat_that_fails_hands_the_result_over(caplog: pytest.LogCaptureFixture) -> None:
+    def broken(result: Any) -> Any:
+        raise KeyError("bug")
+
+    async def go(worker: PollWorker) -> Any:
+        return await asyncio.wait_for(worker.run(lambda: "poll", repeat=broken), 10)
+
+    assert run(go) == "poll"
+    assert "handing it over" in caplog.text

@@ -49,6 +49,11 @@ class ConnectorService(ConsumerService):
             self.sender.update(outbox_depth=depth)
         super().on_poll(outcome)
 
+    def idle(self) -> bool:
+        """The depth the sender published is the outbox's (the sender publishes it at each
+        step; a poll publishes a change the sender has not)."""
+        return self.sender.journal.depth(CONSUMER) == self.sender.report().outbox_depth
+
     def late(self) -> None:
         log.warning("platform connector did not finish within %.0f s; %d event(s) stay "
                     "in the outbox for the next start", STOP_SECONDS,
