@@ -174,8 +174,10 @@ def thread_seconds(pid: int) -> tuple[float, Optional[float]]:
     walk of /proc/PID/task: both are read at the same instant of a window's edge.
 
     /proc/PID/task/*/schedstat counts nanoseconds, where /proc/PID/stat counts 10 ms ticks
-    (too coarse for a few ms per second). Threads that exit take their time with them, so
-    nothing is scraped inside a measured window; /proc/PID/stat is the fallback.
+    (too coarse for a few ms per second). The whole process's time is its CPU clock
+    (clock_getcpuclockid(3)), nanoseconds too, and it keeps the time of threads that exited
+    (a thread that ended inside a window made the sum of the live ones fall short, once
+    below the poll thread alone); /proc/PID/stat is the fallback.
     """
     try:
         by_name = thread_cpu_ns(pid)
@@ -183,7 +185,17 @@ def thread_seconds(pid: int) -> tuple[float, Optional[float]]:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / TICK, None
     poll = by_name.get("poll")
-    return sum(by_name.values()) / 1e9, (poll / 1e9 if poll is not None else None)
+    try:
+        total = time.clock_gettime(process_cpu_clock(pid))
+    except OSError:
+        total = sum(by_name.values()) / 1e9
+    return total, (poll / 1e9 if poll is not None else None)
+
+
+def process_cpu_clock(pid: int) -> int:
+    """The clock ID of ``pid``'s CPU time, as glibc's clock_getcpuclockid makes it (Linux:
+    the negated PID, shifted, with CPUCLOCK_SCHED)."""
+    return ((~pid) << 3) | 2
 
 
 def status_kib(pid: int, key: str) -> int:
