@@ -56,9 +56,16 @@ class Reported(Protocol):
     def surface_status(self) -> SurfaceStatus: ...
 
 
+_NONE = object()  # no status published yet (never equal to one)
+
+
 class Board:
     """The latest status each surface published, by name; published from any thread, read
-    as one consistent value (:meth:`latest`: a new mapping per publication)."""
+    as one consistent value (:meth:`latest`: a new mapping per change).
+
+    A status equal to the one there is no change: the connector's sender publishes its depth
+    at every step, and a new value would send the next poll to the event loop for nothing
+    (runtime/service.py)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -66,7 +73,8 @@ class Board:
 
     def publish(self, name: str, status: Reported) -> None:
         with self._lock:
-            self._latest = {**self._latest, name: status}
+            if self._latest.get(name, _NONE) != status:
+                self._latest = {**self._latest, name: status}
 
     def latest(self) -> Mapping[str, Reported]:
         """Every surface's status, one consistent value (never changed afterwards)."""

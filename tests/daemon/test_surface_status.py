@@ -108,3 +108,11 @@ def test_the_board_lists_every_surface_as_each_says_it_is(tmp_path: Path) -> Non
     board.publish("connector", replace(down, state="connected", last_error=""))
     assert before[0].state == "down"  # a reader's value is never changed under it
     assert board.surfaces()[0].state == "connected"
+    # An equal status is no change: the same value, so the next poll may stay quiet
+    # (runtime/service.py); a different one is a new value.
+    latest = board.latest()
+    board.publish("connector", replace(down, state="connected", last_error=""))
+    assert board.latest() is latest
+    board.publish("connector", replace(down, state="connected", last_error="", outbox_depth=5))
+    assert board.latest() is not latest and board.typed(
+        "connector", ConnectorStatus, ConnectorStatus()).outbox_depth == 5
