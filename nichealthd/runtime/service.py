@@ -353,13 +353,7 @@ class Daemon:
             return None
         self.picture = picture
         self.last_poll_wall = outcome.snapshot.taken_at
-        for service in self.services:
-            hook = getattr(service, "on_quiet_poll", None)
-            if hook is not None:
-                try:
-                    hook(outcome)
-                except Exception:
-                    log.exception("%s failed in on_quiet_poll", service.name)
+        self._tell_services("on_quiet_poll", outcome)
         self.quiet_polls += 1
         self.last_poll_monotonic = time.monotonic()
         due = self._schedule.advance()
@@ -395,10 +389,14 @@ class Daemon:
         self.last_poll_monotonic = time.monotonic()
 
     def _tell_services(self, hook: str, argument: Any) -> None:
-        """Call a hook on every service; one failing service never stops the others."""
+        """Call a hook on every service that has it; one failing service never stops the
+        others."""
         for service in self.services:
+            call = getattr(service, hook, None)
+            if call is None:  # an optional hook (on_quiet_poll)
+                continue
             try:
-                getattr(service, hook)(argument)
+                call(argument)
             except Exception:
                 log.exception("%s failed in %s", service.name, hook)
 

@@ -43,9 +43,9 @@ REBUILD_FACTOR = 10.0  # an answer is rebuilt at most every 10x its build time
 MAX_WIRE_ENTRIES = 256  # prepared answers kept per poll (ListCounters has one per argument)
 PROPERTIES_IFACE = "org.freedesktop.DBus.Properties"
 INTROSPECTABLE_IFACE = "org.freedesktop.DBus.Introspectable"
-# Read-only members answered from prepared bytes, with their input signatures.
 # The properties never signalled, read as they are now: (signature, status key) by name.
 _LIVE = {name: (sig, key) for name, sig, key in PROPERTIES if name in UNSIGNALLED_PROPERTIES}
+# Read-only members answered from prepared bytes, with their input signatures.
 READ_METHODS = {"ListPorts": "", "ListDevices": "", "ListCounters": "su", "ListEvents": "u",
                 "GetStatus": ""}
 
