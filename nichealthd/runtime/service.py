@@ -112,6 +112,9 @@ class Daemon:
         self.board = Board()
         # The last completed poll as every surface reads it: made once per poll, on the loop.
         self.picture: Optional[PollPicture] = None
+        # The polls the picture shows: the monitor counts a poll before the loop shows it,
+        # and a client that saw poll_count 1 must find the picture (set after the picture).
+        self.polls_shown = 0
         self.services: list[Service] = []
         self._poll_listeners: list[Callable[[PollOutcome], None]] = []
         self._worker = PollWorker()  # the poll thread: reads sysfs, runs the monitor
@@ -352,6 +355,7 @@ class Daemon:
                     and watched_netdevs(outcome) != self.link_wake.watched)):
             return None
         self.picture = picture
+        self.polls_shown = self.monitor.polls
         self.last_poll_wall = outcome.snapshot.taken_at
         self._tell_services("on_quiet_poll", outcome)
         self.quiet_polls += 1
@@ -375,6 +379,7 @@ class Daemon:
     def _after_poll(self, outcome: PollOutcome) -> None:
         self.picture = PollPicture(outcome.snapshot, outcome.result, self.monitor.state,
                                    self.monitor.config)
+        self.polls_shown = self.monitor.polls
         self.last_poll_wall = outcome.snapshot.taken_at
         if self.event_log is not None:
             self.event_log.publish(outcome.committed)
@@ -502,7 +507,7 @@ class Daemon:
     def stats(self) -> PollStats:
         guard, reader = self.monitor.guard, self.monitor.reader
         return PollStats(
-            polls=self.monitor.polls, started_at=self.started_at,
+            polls=self.polls_shown, started_at=self.started_at,
             last_poll_monotonic=self.last_poll_monotonic, last_poll_wall=self.last_poll_wall,
             failing=guard.reason(), failures=guard.totals(),
             unreadable_reads=reader.unreadable_reads, einval_files=len(reader.einval),
@@ -532,7 +537,7 @@ class Daemon:
             "node_name": self.config.node_name,
             "boot_id": self.monitor.state.boot_id,
             "last_poll": format_timestamp(self.last_poll_wall) if self.last_poll_wall else "",
-            "poll_count": self.monitor.polls,
+            "poll_count": self.polls_shown,
             "polling_interval": self.config.polling_interval,
             "connector_state": connector.state,
             "outbox_depth": connector.outbox_depth,

@@ -153,3 +153,30 @@ def test_a_busy_service_or_a_new_surface_status_hears_of_every_poll(
         await until(lambda: len(recorder.loud) > loud, "the poll after the new status")
 
     run_daemon(host, tmp_path, monkeypatch, scenario)
+
+
+def test_the_poll_count_never_runs_ahead_of_the_picture(
+        sim_host: Callable[..., SimHost], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The monitor counts a poll in the poll thread before the loop shows it: a client that
+    read ``poll_count`` 1 and then asked for the devices was told NotReady."""
+    host = sim_host()
+    # As each poll reaches the loop: (poll_count shown, polls counted, a picture shown)
+    seen: list[tuple[int, int, bool]] = []
+    after_poll = Daemon._after_poll
+
+    def recorded(self: Daemon, outcome: PollOutcome) -> None:
+        seen.append((self.status()["poll_count"], self.monitor.polls, self.view() is not None))
+        after_poll(self, outcome)
+        assert self.status()["poll_count"] == self.stats().polls == self.monitor.polls
+
+    monkeypatch.setattr(Daemon, "_after_poll", recorded)
+
+    async def scenario(daemon: Daemon, recorder: Recorder) -> None:
+        await until(lambda: len(recorder.quiet) >= 2, "quiet polls")
+        assert seen[0] == (0, 1, False)  # the first poll counts once it shows
+        assert all(shown == counted - 1 for shown, counted, _ in seen)
+        # Quiet polls count as they show, too.
+        assert daemon.status()["poll_count"] == daemon.polls_shown >= 3
+
+    run_daemon(host, tmp_path, monkeypatch, scenario)
