@@ -112,8 +112,8 @@ class Daemon:
         self.board = Board()
         # The last completed poll as every surface reads it: made once per poll, on the loop.
         self.picture: Optional[PollPicture] = None
-        # The polls the picture shows: the monitor counts a poll before the loop shows it,
-        # and a client that saw poll_count 1 must find the picture (set after the picture).
+        # The polls the picture shows (:meth:`_show`): the monitor counts a poll in the poll
+        # thread before it shows, and a client that saw poll_count 1 must find the picture.
         self.polls_shown = 0
         self.services: list[Service] = []
         self._poll_listeners: list[Callable[[PollOutcome], None]] = []
@@ -354,9 +354,7 @@ class Daemon:
                 or (self.link_wake.listening
                     and watched_netdevs(outcome) != self.link_wake.watched)):
             return None
-        self.picture = picture
-        self.polls_shown = self.monitor.polls
-        self.last_poll_wall = outcome.snapshot.taken_at
+        self._show(picture, outcome)
         self._tell_services("on_quiet_poll", outcome)
         self.quiet_polls += 1
         self.last_poll_monotonic = time.monotonic()
@@ -376,11 +374,16 @@ class Daemon:
         self.poll_abandoned = True
         polling.cancel()
 
-    def _after_poll(self, outcome: PollOutcome) -> None:
-        self.picture = PollPicture(outcome.snapshot, outcome.result, self.monitor.state,
-                                   self.monitor.config)
+    def _show(self, picture: PollPicture, outcome: PollOutcome) -> None:
+        """Make ``picture`` the one every surface reads, then the count and the time of the
+        poll it shows (a client that read the count finds the picture)."""
+        self.picture = picture
         self.polls_shown = self.monitor.polls
         self.last_poll_wall = outcome.snapshot.taken_at
+
+    def _after_poll(self, outcome: PollOutcome) -> None:
+        self._show(PollPicture(outcome.snapshot, outcome.result, self.monitor.state,
+                               self.monitor.config), outcome)
         if self.event_log is not None:
             self.event_log.publish(outcome.committed)
         self.event_journal.log(outcome.committed)
