@@ -112,14 +112,34 @@ def _reported(log: Path, offset: int, healthy: bool, timeout: float = 5.0) -> fl
                          f"within {timeout:g} s")
 
 
-def _notified(sock: socket.socket, timeout: float = 10.0) -> float:
+class Announced:
+    """The link states of NETDEV the kernel announced, counted as runtime/linkwake.py judges a
+    change (a message whose ``link`` differs from the last one): the most early polls they
+    can ask for."""
+
+    def __init__(self) -> None:
+        self.states = 0
+        self._last: Any = None
+
+    def read(self, sock: socket.socket) -> bool:
+        """Reads one datagram; whether it had a message about NETDEV."""
+        about = False
+        for message in rtnetlink.parse(sock.recv(rtnetlink.RECV_BYTES)):
+            if message.name == NETDEV:
+                about = True
+                if message.link != self._last:
+                    self._last, self.states = message.link, self.states + 1
+        return about
+
+
+def _notified(sock: socket.socket, seen: Announced, timeout: float = 10.0) -> float:
     """The monotonic time the kernel's first message about NETDEV was read."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if select.select([sock], [], [], 0.5)[0]:
-            seen = time.monotonic()
-            if any(m.name == NETDEV for m in rtnetlink.parse(sock.recv(rtnetlink.RECV_BYTES))):
-                return seen
+            at = time.monotonic()
+            if seen.read(sock):
+                return at
     raise AssertionError(f"no rtnetlink message about {NETDEV} within {timeout:g} s")
 
 
@@ -131,6 +151,7 @@ def test_a_port_whose_netdev_goes_down_is_reported_within_50_ms(netns: str) -> N
     daemon = SimDaemon(root, ["--polling-interval", "10s", "--log-level", "debug"],
                        preexec_fn=lambda: _enter(netns))
     sock = _socket_in(netns)
+    seen = Announced()
     try:
         daemon.wait_log(" ready: ")
         latencies: list[float] = []
@@ -140,25 +161,32 @@ def test_a_port_whose_netdev_goes_down_is_reported_within_50_ms(netns: str) -> N
             mutate.set_port(root, DEVICE, 1, state=state, phys_state=phys, operstate=oper)
             # Not waited for first: the notification is timed as it arrives.
             ip = subprocess.Popen(["ip", "-n", netns, "link", "set", NETDEV, link])
-            notified = _notified(sock)
+            notified = _notified(sock, seen)
             assert ip.wait(30) == 0
             latencies.append(_reported(log, offset, healthy) - notified)
-            while _notified_quietly(sock):  # the rest of this burst (carrier, operstate)
+            while _notified_quietly(sock, seen):  # the rest of this burst (carrier, operstate)
                 pass
         print(f"kernel notification -> event: {', '.join(f'{x * 1e3:.1f}' for x in latencies)}"
               f" ms")
         assert max(latencies) <= TARGET + MARGIN, latencies
-        # Polling every 10 s: each was an early poll, and the burst of each change made one.
+        # Polling every 10 s: each change made an early poll, and none was made per message.
+        # A change's messages within BURST_SECONDS make one; the kernel's linkwatch may send
+        # the operstate of a link coming up later (it defers what is not urgent), and that
+        # new state is worth its own poll: at most one per state the kernel announced.
         text = daemon.log()
-        assert text.count("link change: polling before the tick") == len(latencies), text
+        early = text.count("link change: polling before the tick")
+        while _notified_quietly(sock, seen):  # read after the log: all that woke those polls
+            pass
+        print(f"early polls: {early}, link states announced: {seen.states}")
+        assert len(latencies) <= early <= seen.states, (early, seen.states, text)
     finally:
         sock.close()
         daemon.stop()
 
 
-def _notified_quietly(sock: socket.socket) -> bool:
+def _notified_quietly(sock: socket.socket, seen: Announced) -> bool:
     """Reads one more pending message (within 50 ms); False when there is none."""
     if select.select([sock], [], [], 0.05)[0]:
-        sock.recv(rtnetlink.RECV_BYTES)
+        seen.read(sock)
         return True
     return False
