@@ -35,8 +35,8 @@ from .state import MonitorState
 from .suspect import annotate, modules_of
 from .topology import Role, Topology, classify_host
 
-__all__ = ["CycleResult", "PollMemory", "Topology", "due_reads", "evaluate", "urgent_change",
-           "watched_functions"]
+__all__ = ["CycleResult", "PollMemory", "Topology", "due_reads", "evaluate", "settled",
+           "urgent_change", "watched_functions"]
 
 
 @dataclass
@@ -74,6 +74,8 @@ class CycleResult:
     # The families that were due and could not judge this poll -> why (they raised, or a
     # part they read was not read): each kept its previous section and emitted nothing.
     failed: Mapping[str, str] = field(default_factory=dict)
+    # A family's volatile memory holds back a change of the state (:func:`settled`).
+    held_back: bool = False
 
     @functools.cached_property
     def observations(self) -> Mapping[str, CounterObservation]:
@@ -102,7 +104,7 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
     renames = renames_of(identities, snapshot, known)
     if renames:  # the same devices under new names: every family's records follow
         notes.extend(rename_notes(renames, identities, now))
-        previous = _renamed(previous, renames, now)
+        previous = _renamed(settled(previous, memory), renames, now)
         _forget(memory, frozenset(renames) | frozenset(renames.values()))
     enabled = _checks_of(config)
     roles = classify_host(snapshot, topology, config.nic_exclusion_regex,
@@ -119,6 +121,7 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
     host: list[HealthEvent] = []
     pictures: dict[str, Any] = {}
     failed: dict[str, str] = {}
+    held_back = False
     for family in enabled_under(config):
         if not _due(family, memory, now, config):
             # Between runs of a slow family the views show the picture of its last run.
@@ -136,6 +139,7 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
         next_state.sections[family.id] = verdict.section
         if verdict.volatile is not None:
             memory.volatile[family.id] = verdict.volatile
+        held_back = held_back or verdict.held_back
         if verdict.picture is not None:
             memory.pictures[family.id] = verdict.picture
         if family.id in memory.pictures:
@@ -150,7 +154,24 @@ def evaluate(previous: MonitorState, snapshot: HostSnapshot, config: Config,
     events.extend(host)
     if any(not event.is_healthy for event in events):  # the modules only where one is told
         events = list(annotate(events, snapshot, modules_of(pictures)))
-    return CycleResult(tuple(events), next_state, memory, roles, pictures, tuple(notes), failed)
+    return CycleResult(tuple(events), next_state, memory, roles, pictures, tuple(notes), failed,
+                       held_back)
+
+
+def settled(state: MonitorState, memory: PollMemory) -> MonitorState:
+    """The state to persist: each family's section with what its volatile memory holds
+    back (:meth:`CheckFamily.settled`), as a restart or a rename must find it."""
+    made: Optional[MonitorState] = None
+    for family in supplying("settled"):
+        volatile = memory.volatile.get(family.id)
+        if volatile is None:
+            continue
+        section = state.section(family)
+        written = family.settled(section, volatile)
+        if written is not section:
+            made = made or state.copy()
+            made.sections[family.id] = written
+    return made or state
 
 
 def _checks_of(config: Config) -> frozenset[str]:

@@ -110,6 +110,9 @@ class Verdict(Generic[S, P, V]):
     # one it was given (a family that forgets returns an empty one).
     volatile: Optional[V] = None
     notes: tuple[str, ...] = ()  # log lines
+    # Its volatile memory holds back a change of the section (:meth:`CheckFamily.settled`):
+    # the state to persist changed though the section did not.
+    held_back: bool = False
 
 
 PortId = tuple[str, int]
@@ -208,6 +211,12 @@ class CheckFamily(abc.ABC, Generic[S, P, V]):
         permutation gives a name to another device); the default drops it whole, as a
         restart would."""
         return None
+
+    def settled(self, section: S, volatile: V) -> S:
+        """The section to persist and rename: ``section`` with what ``volatile`` holds back
+        written (the counter engine closes the empty windows of a quiet port in its memo
+        only, core/checks/counters.py). The default holds nothing back."""
+        return section
 
     def rename(self, section: S, renames: Mapping[str, str], now: datetime) -> S:
         """The section with every record of a renamed device under its new name.

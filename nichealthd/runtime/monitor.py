@@ -4,9 +4,10 @@ The :class:`Monitor` owns the only mutable copy of the state. It decides at star
 first poll is a baseline (no usable state, or the boot ID changed: link-counter-detection §6.5), and
 it writes the state file only when something the next process must know changed: events, breaches,
 port health, devices, delta counters. Velocity snapshots that merely advanced are flushed at
-most every ``FLUSH_SECONDS`` (and at stop) — rewriting the file every second on thousands of
-hosts is needless disk wear, and a velocity window resumed from an older snapshot still
-computes an honest rate over its real elapsed time.
+most every ``FLUSH_SECONDS`` (and at stop), with the windows a counter family's memo holds
+back closed (:func:`~nichealthd.core.evaluate.settled`) — rewriting the file every second
+on thousands of hosts is needless disk wear, and a velocity window resumed from an older
+snapshot still computes an honest rate over its real elapsed time.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ..core.evaluate import (
     Topology,
     due_reads,
     evaluate,
+    settled,
     urgent_change,
     watched_functions,
 )
@@ -274,7 +276,7 @@ class Monitor:
         significant = bool(result.events) or urgent_change(self.state, next_state,
                                                            self.config)
         if not significant:
-            if next_state != self.state:
+            if result.held_back or next_state != self.state:
                 self._unflushed = True
             self.state, self.memory = next_state, result.memory
             if self.monotonic() - self._flushed_at >= FLUSH_SECONDS:
@@ -291,7 +293,7 @@ class Monitor:
         except Exception as exc:  # the append undid itself (store.Journal.append)
             raise CommitError(f"cannot append to {self.journal.path}: {_why(exc)}") from exc
         try:
-            save_state(self.config.state_file, next_state)
+            save_state(self.config.state_file, settled(next_state, result.memory))
         except Exception as exc:  # not only OSError: the append must be undone either way
             if entries:
                 self.journal.truncate(size)
@@ -306,7 +308,7 @@ class Monitor:
         if not self._unflushed:
             return False
         try:
-            save_state(self.config.state_file, self.state)
+            save_state(self.config.state_file, settled(self.state, self.memory))
         except Exception as exc:
             self.guard.failed(COMMIT, f"cannot write {self.config.state_file}: {_why(exc)}",
                               "cannot write the state (will retry): %s")

@@ -10,7 +10,7 @@ from nichealthd.core.checks.counters import CounterTables
 from nichealthd.core.checks.link_counters import LINK_COUNTERS
 from nichealthd.core.config import Config
 from nichealthd.core.config_build import build_config
-from nichealthd.core.evaluate import CycleResult, PollMemory, Topology, evaluate
+from nichealthd.core.evaluate import CycleResult, PollMemory, Topology, evaluate, settled
 from nichealthd.core.family import Family
 from nichealthd.core.model import DeviceSnapshot, HostSnapshot, PortSnapshot
 from nichealthd.core.state import MonitorState
@@ -110,7 +110,7 @@ class Runner:
 
     def restart(self) -> None:
         """A process restart: persisted state survives (through JSON), memory does not."""
-        self.state = MonitorState.from_json(self.state.to_json())
+        self.state = MonitorState.from_json(settled(self.state, self.memory).to_json())
         self.memory = PollMemory()
 
 

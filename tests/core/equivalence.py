@@ -49,7 +49,7 @@ from nichealthd.core.checks import cards, link_state
 from nichealthd.core.checks.counters import CheckNames
 from nichealthd.core.checks.link_section import PortRecord
 from nichealthd.core.config import Config, CounterSpec
-from nichealthd.core.evaluate import Topology
+from nichealthd.core.evaluate import Topology, settled
 from nichealthd.core.model import HostSnapshot, PortSnapshot, Unreadable
 from nichealthd.core.state import FATAL, SUPPRESSED, MonitorState
 from nichealthd.sources.sysfs import PMA_WIDTHS
@@ -254,7 +254,7 @@ def _replay(seed: int, length: int, start: int, state: Optional[MonitorState]
             continue
         result = runner.poll(snapshot)
         out.append({"poll": index, "events": main_events(result.events),
-                    "state": digest(main_state(result.state))})
+                    "state": digest(main_state(settled(result.state, result.memory)))})
     return out
 
 
@@ -268,7 +268,7 @@ def state_at(seed: int, poll: int) -> MonitorState:
                 runner.restart()
             if index not in failed:
                 runner.poll(snapshot)
-    return runner.state
+    return settled(runner.state, runner.memory)
 
 
 # A state that holds every kind of record main wrote (breaches with last values, saturation

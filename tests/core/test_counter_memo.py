@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 from unittest import mock
 
 import pytest
@@ -25,11 +25,11 @@ from nichealthd.core.checks import counters, link_rate
 from nichealthd.core.checks.counters import CounterTables
 from nichealthd.core.checks.link_counters import LINK_COUNTERS
 from nichealthd.core.config import Config
-from nichealthd.core.evaluate import CycleResult
-from nichealthd.core.model import HostSnapshot
+from nichealthd.core.evaluate import CycleResult, settled
+from nichealthd.core.model import DeviceSnapshot, HostSnapshot
 from nichealthd.core.state import MonitorState
 
-from .builders import Runner, at, config, counters_port, device, host
+from .builders import Runner, at, config, counters_port, device, host, port
 from .equivalence import main_config, topology, trace
 
 
@@ -60,20 +60,31 @@ _ORIGINAL_INIT = counters.CounterPoll.__init__
 
 
 def _outcome(result: CycleResult) -> dict[str, Any]:
+    """What a poll told, persisted and kept: the state and read times with what the memos
+    hold back written (the full path's memos hold nothing back)."""
     tables = result.memory.volatile.get(LINK_COUNTERS.id)
     kept = None
     if isinstance(tables, CounterTables):
-        kept = (tables.last_values, tables.last_times, tables.closed_windows)
+        read_at = dict(tables.last_times)
+        for memo in tables.memos.values():
+            counters.settle(memo, {}, read_at)
+        kept = (tables.last_values, read_at, tables.closed_windows)
     return {"events": [e.to_json() for e in result.events],
-            "state": result.state.to_json(), "observations": dict(result.observations),
-            "notes": result.notes, "tables": kept}
+            "state": settled(result.state, result.memory).to_json(),
+            "observations": dict(result.observations), "notes": result.notes, "tables": kept}
 
 
 def _side_by_side(cfg: Config, seed: int, length: int = 300) -> int:
     """Both runners through the seed's polls; returns the polls the memo skipped a port in."""
+    return _both(cfg, _polls(seed, length))
+
+
+def _both(cfg: Config, polls: Iterable[tuple[HostSnapshot, bool, bool]]) -> int:
+    """Both runners through ``polls`` (snapshot, commit fails, restart); returns the polls
+    the memo skipped a port in."""
     memo, full = Runner(cfg=cfg, topology=topology()), Runner(cfg=cfg, topology=topology())
     skipped = 0
-    for index, (snapshot, fails, restart) in enumerate(_polls(seed, length)):
+    for index, (snapshot, fails, restart) in enumerate(polls):
         if restart:
             memo.restart()
             full.restart()
@@ -106,6 +117,30 @@ def test_the_same_with_hold_down_minute_and_hour_windows_and_quiet_wait() -> Non
         assert _side_by_side(cfg, seed) > 50
 
 
+def test_renamed_devices_find_the_windows_their_memos_held_back_closed() -> None:
+    """Quiet NICs, then two swap names and a third takes a new one (a driver reload): each
+    device's records follow it from the windows its memo closed at the last poll, and
+    counters that rise after the rename are judged over the windows the full path has."""
+    def nic(index: int, name: str, **values: int) -> DeviceSnapshot:
+        counted = dict.fromkeys(("symbol_error", "port_rcv_errors", "link_error_recovery",
+                                 "link_downed"), 0)
+        return device(name, pci=f"0000:{0x10 + index:02x}:00.0",
+                      node_guid=f"b8ce:f603:00{index:02x}:0000",
+                      ports=(port(name, 1, counters={**counted, **values}),))
+
+    def polls() -> Iterator[tuple[HostSnapshot, bool, bool]]:
+        names = ["mlx5_0", "mlx5_1", "mlx5_2"]
+        for second in range(12):
+            if second == 6:
+                names = ["mlx5_1", "mlx5_0", "mlx5_7"]
+            at_once = {"symbol_error": 40} if second >= 6 else {}  # over the last second
+            later = {"port_rcv_errors": 30} if second >= 8 else {}
+            yield host(nic(0, names[0], **later), nic(1, names[1]), nic(2, names[2], **at_once),
+                       when=second + 0.001 * second), False, False
+
+    assert _both(config(), polls()) >= 6
+
+
 def test_a_quiet_host_is_judged_once_and_its_empty_windows_still_close_each_poll() -> None:
     runner = Runner()
     values = dict.fromkeys(("link_downed", "symbol_error", "symbol_error_fatal",
@@ -114,12 +149,16 @@ def test_a_quiet_host_is_judged_once_and_its_empty_windows_still_close_each_poll
     runner.poll(host(device(ports=ports), when=0))
     runner.poll(host(device(ports=ports), when=1))  # the empty windows close: steady now
     for second in range(2, 6):
+        before = runner.state.section(LINK_COUNTERS)
         with mock.patch.object(counters, "_evaluate_one",
                                wraps=counters._evaluate_one) as judged:
             result = runner.poll(host(device(ports=ports), when=second))
         assert judged.call_count == 0  # nothing moved: no counter judged
-        section = result.state.section(LINK_COUNTERS)
-        # The per-second windows closed at this poll, as the full path closes them ...
+        # ... and nothing written: the section is the last poll's, not a copy of it ...
+        assert result.state.section(LINK_COUNTERS) is before
+        assert result.held_back  # ... while the memo holds back the windows' closing:
+        section = settled(result.state, result.memory).section(LINK_COUNTERS)
+        # the per-second windows closed at this poll, as the full path closes them ...
         assert section.counter_snapshots["mlx5_0:1:symbol_error"] == (0, at(second))
         # ... the minute and hour windows still fill from their start.
         assert section.counter_snapshots["mlx5_0:1:link_error_recovery"] == (0, at(0))

@@ -48,6 +48,8 @@ from ..observed import CounterObservation
 from ..state import counter_key
 from .counter_section import BreachFlag, CounterSection, CounterSnap
 
+C = TypeVar("C", bound=CounterSection)
+
 # Traffic and congestion counters: saturation is what a busy healthy host does, not a fault.
 # Of these only port_xmit_wait saturates (mlx5 shows the data and packet counters as 64-bit
 # extended counters); the others are listed so that the rule holds if one is added.
@@ -90,6 +92,9 @@ class CounterTables:
     # counters a poll with the same readings need not judge again. Values of one poll, like
     # the tables above (a memo is never changed, a poll makes a new one).
     memos: dict[tuple[str, int], PortMemo] = field(default_factory=dict)
+    # Whether this poll held back the closing of empty windows (:func:`_unchanged`): the
+    # section then differs from :meth:`settled`, the one a restart must find.
+    held_back: bool = False
 
     @staticmethod
     def next_of(volatile: Optional[CounterTables]) -> CounterTables:
@@ -102,6 +107,19 @@ class CounterTables:
         return CounterTables(dict(self.last_values), dict(self.last_times),
                              dict(self.closed_windows), self.port_entries, dict(self.memos))
 
+    def settled(self, section: C) -> C:
+        """``section`` with what the memos hold back written (:func:`settle`): the section
+        of an engine that closed every empty window at every poll (a snapshot advances at
+        each full window: link-counter-detection §6.6), which is the one persisted and
+        renamed. ``section`` itself when nothing is held back."""
+        held = [memo for memo in self.memos.values() if memo.whole and memo.closing]
+        if not held:
+            return section
+        made = section.copy()
+        for memo in held:
+            settle(memo, made.counter_snapshots, {})  # the read times are not persisted
+        return made
+
     def without(self, names: Collection[str]) -> CounterTables:
         """A copy without the counters of the devices ``names`` (renamed: the persisted
         snapshots stand in for them, as after a restart)."""
@@ -111,6 +129,13 @@ class CounterTables:
                              kept(self.closed_windows),
                              {k: v for k, v in self.port_entries.items() if k[0] not in names},
                              {k: v for k, v in self.memos.items() if k[0] not in names})
+
+
+def unless_same(section: C, previous: C) -> C:
+    """``previous`` itself when the poll wrote nothing new into ``section``, its copy: on a
+    quiet host the section stays the same value, which the commit then compares by identity
+    (:func:`~nichealthd.core.evaluate.urgent_change`) and a restart finds as it was."""
+    return previous if section == previous else section
 
 
 class SaturatingFile(NamedTuple):
@@ -259,11 +284,13 @@ class PortMemo(NamedTuple):
     that the next poll judges only the counters that moved or are due.
 
     ``whole``: every entry was steady or not read; a poll whose readings are those of
-    ``counters`` then skips the port at once: it shows ``observations`` again, closes the
-    empty windows of ``closing`` (their snapshots move to the poll, one shared snapshot per
-    value) and, if no window is due (``due``, ``window``), judges nothing. Valid only while
-    the port's entries are ``entries`` (the same config and files) and the clock does not go
-    back before ``at``.
+    ``counters`` then skips the port at once: it shows ``observations`` again and, if no
+    window is due (``due``, ``window``), judges and writes nothing. It closes the empty
+    windows of ``closing`` and reads the counters of ``read`` all the same, by making the
+    port's memo of that poll: a whole memo's ``at`` is when they last closed and were read,
+    which the section and the tables learn only when they need it (:func:`settle`). Valid
+    only while the port's entries are ``entries`` (the same config and files) and the clock
+    does not go back before ``at``.
     """
 
     entries: PortEntries
@@ -272,7 +299,7 @@ class PortMemo(NamedTuple):
     steady: Mapping[str, Steady]
     whole: bool = False
     observations: Mapping[str, CounterObservation] = {}
-    read: tuple[str, ...] = ()  # the keys read as values (their last time moves to the poll)
+    read: tuple[str, ...] = ()  # the keys read as values (last read at ``at``)
     closing: tuple[tuple[int, tuple[str, ...]], ...] = ()  # empty windows by value
     window: float = 0.0  # the longest of those windows
     due: Optional[datetime] = None  # the earliest window still filling is due
@@ -304,7 +331,9 @@ class CounterPoll:
     now: datetime
     baseline: bool  # a fresh start: a counter's first reading tells it is healthy
     # The tables every reading looks up, taken out of the sections once (see __init__).
-    snapshots: Mapping[str, CounterSnap]  # previous.counter_snapshots
+    # next_state.counter_snapshots: each counter is judged once a poll, so before its own
+    # judgement it holds the previous poll's snapshot, or the one a memo held back.
+    snapshots: Mapping[str, CounterSnap]
     flags: dict[str, BreachFlag]  # next_state.breach_flags (written in place)
     last_values: dict[str, int]  # memory's
     last_times: dict[str, datetime]  # memory's
@@ -317,7 +346,7 @@ class CounterPoll:
                  now: datetime, baseline: bool, *, remember: bool = True) -> None:
         fields = dict(previous=previous, next_state=next_state, memory=memory,
                       observations=observations, now=now, baseline=baseline,
-                      snapshots=previous.counter_snapshots, flags=next_state.breach_flags,
+                      snapshots=next_state.counter_snapshots, flags=next_state.breach_flags,
                       last_values=memory.last_values, last_times=memory.last_times,
                       steady={} if remember else None,
                       memos=memory.memos if remember else None)
@@ -350,7 +379,8 @@ def evaluate_port_counters(
     where = (port.device, port.port)
     remembered = poll.memory.port_entries.get(where)
     readings = port.counters
-    memo = memos.get(where) if memos is not None and not rebase else None
+    kept = memos.get(where) if memos is not None else None
+    memo = kept if not rebase else None
     if memo is not None and (memo.entries is not remembered or now < memo.at
                              or not memo.entries.fits(port, specs, checks, enabled_checks)):
         memo = None  # another config or other files; or the clock went back
@@ -364,6 +394,8 @@ def evaluate_port_counters(
     else:
         gap = 0.0
         known = PortEntries.of(port, specs, checks, enabled_checks, poll.memory)
+    if kept is not None:  # judged in full: what its memo held back first
+        settle(kept, poll.next_state.counter_snapshots, poll.last_times)
     events: list[HealthEvent] = []
     observations = poll.observations
     last_values, last_times = poll.last_values, poll.last_times
@@ -436,17 +468,26 @@ def _memo(known: PortEntries, readings: Mapping[str, CounterReading], now: datet
 
 def _unchanged(poll: CounterPoll, memo: PortMemo, where: tuple[str, int]) -> None:
     """A port whose readings are all as its memo saw them, with no window due: shown as
-    then; its empty windows close (each a snapshot at this poll); nothing else changes."""
-    now = poll.now
+    then, and nothing else is written. Its empty windows close and its counters are read at
+    this poll, which the memo of this poll holds (its ``at``) until the port is judged in
+    full, renamed or persisted (:func:`settle`, :meth:`CounterTables.settled`)."""
     poll.observations.update(memo.observations)
+    assert poll.memos is not None
+    poll.memos[where] = _new(PortMemo, (memo[0], memo[1], poll.now) + memo[3:])
     if memo.closing:
-        snapshots = poll.next_state.counter_snapshots
-        for value, keys in memo.closing:
-            snapshots.update(dict.fromkeys(keys, _new(CounterSnap, (value, now))))
-        # The memo of this poll: the windows closed now (tuple's constructor, as below).
-        assert poll.memos is not None
-        poll.memos[where] = _new(PortMemo, (memo[0], memo[1], now) + memo[3:])
-    poll.last_times.update(dict.fromkeys(memo.read, now))
+        poll.memory.held_back = True
+
+
+def settle(memo: PortMemo, snapshots: dict[str, CounterSnap],
+           last_times: dict[str, datetime]) -> None:
+    """What a port's memo holds back, written: a whole memo's empty windows closed (one
+    shared snapshot per value) and its counters read at its ``at``."""
+    if not memo.whole:
+        return
+    at = memo.at
+    for value, keys in memo.closing:
+        snapshots.update(dict.fromkeys(keys, _new(CounterSnap, (value, at))))
+    last_times.update(dict.fromkeys(memo.read, at))
 
 
 _UNKNOWN = CounterObservation(None, None, None)

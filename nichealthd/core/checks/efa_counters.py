@@ -34,6 +34,7 @@ from .counters import (
     Observations,
     evaluate_port_counters,
     release_unconfigured,
+    unless_same,
     urgent_counter_change,
 )
 from .link_counters import LINK_COUNTERS, renamed
@@ -84,7 +85,12 @@ class EfaCounters(CheckFamily[EfaCounterSection, Observations, CounterTables]):
         if state.breach_flags:
             events.extend(release_unconfigured(
                 state, frozenset(s.name for s in specs), cycle.enabled, cycle.now))
-        return Verdict(state, tuple(events), observations, notes=tuple(notes), volatile=memory)
+        return Verdict(unless_same(state, previous), tuple(events), observations,
+                       notes=tuple(notes), volatile=memory, held_back=memory.held_back)
+
+    def settled(self, section: EfaCounterSection, volatile: CounterTables) -> EfaCounterSection:
+        """As for the link counters: the empty windows its memos hold back, closed."""
+        return volatile.settled(section)
 
     def forget(self, volatile: CounterTables, names: frozenset[str]) -> CounterTables:
         return LINK_COUNTERS.forget(volatile, names)

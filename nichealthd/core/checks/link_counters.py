@@ -35,6 +35,8 @@ from .counters import (
     Observations,
     evaluate_port_counters,
     release_unconfigured,
+    settle,
+    unless_same,
     urgent_counter_change,
 )
 from .identity import renamed_counter_table
@@ -107,7 +109,12 @@ class LinkCounters(CheckFamily[CounterSection, Observations, CounterTables]):
             events.extend(release_unconfigured(state, cycle.config.active_names, cycle.enabled,
                                                cycle.now))
         # The picture: what the last poll computed of each counter (CycleResult.observations).
-        return Verdict(state, tuple(events), observations, notes=tuple(notes), volatile=memory)
+        return Verdict(unless_same(state, previous), tuple(events), observations,
+                       notes=tuple(notes), volatile=memory, held_back=memory.held_back)
+
+    def settled(self, section: CounterSection, volatile: CounterTables) -> CounterSection:
+        """The empty windows its memos hold back, closed (:meth:`CounterTables.settled`)."""
+        return volatile.settled(section)
 
     def forget(self, volatile: CounterTables, names: frozenset[str]) -> CounterTables:
         """The counters of the other devices are kept (a rename is no restart for them)."""
@@ -180,7 +187,9 @@ def _absorb(port: PortSnapshot, state: CounterSection, memory: CounterTables,
             now: datetime) -> None:
     """A blip ended: its link-down counters start again from their value now (unless a
     breach is latched on them: the engine judges those as ever)."""
-    memory.memos.pop((port.device, port.port), None)  # judged afresh next poll
+    held = memory.memos.pop((port.device, port.port), None)  # judged afresh next poll
+    if held is not None:
+        settle(held, state.counter_snapshots, memory.last_times)
     for name in LINK_DOWN_COUNTERS:
         value = port.counters.get(name)
         key = counter_key(port.device, port.port, name)
