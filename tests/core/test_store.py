@@ -138,10 +138,18 @@ def test_state_is_written_only_when_something_significant_changed() -> None:
     mutate.counter(root, "mlx5_0", 1, "link_downed", add=1)
     assert len(monitor.poll().committed) == 1
     assert state_file.stat().st_mtime_ns != before
+    written = load_state(cfg.state_file).state.section(LINK_COUNTERS).counter_snapshots
+    assert written["mlx5_1:1:symbol_error"].timestamp == at(4)  # held back, written too
+    monitor.poll()  # not quiet yet: the families still write what the breach changed
+    assert monitor.poll().committed == []  # quiet again: deferred
     monitor.close()  # the deferred velocity snapshots are flushed at stop
-    saved = load_state(cfg.state_file).state.section(LINK_COUNTERS).counter_snapshots[
-        "mlx5_0:1:symbol_error"]
-    assert saved.timestamp == at(4)
+    saved = load_state(cfg.state_file).state.section(LINK_COUNTERS).counter_snapshots
+    assert saved["mlx5_0:1:symbol_error"].timestamp == at(6)
+    # A port quiet since the first poll: its windows closed at every poll, in its memo only
+    # (counters.PortMemo); what is written is where they closed last.
+    assert saved["mlx5_1:1:symbol_error"].timestamp == at(6)
+    assert monitor.state.section(LINK_COUNTERS).counter_snapshots[
+        "mlx5_1:1:symbol_error"].timestamp < at(6)
 
 
 @pytest.mark.parametrize("text", ["", "x", "{}\n"])
