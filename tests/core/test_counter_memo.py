@@ -119,8 +119,9 @@ def test_the_same_with_hold_down_minute_and_hour_windows_and_quiet_wait() -> Non
 
 def test_renamed_devices_find_the_windows_their_memos_held_back_closed() -> None:
     """Quiet NICs, then two swap names and a third takes a new one (a driver reload): each
-    device's records follow it from the windows its memo closed at the last poll, and
-    counters that rise after the rename are judged over the windows the full path has."""
+    device's records follow it from the windows its memo closed at the last poll, so a
+    counter that rises in the rename poll is judged over the last second, as the full path
+    judges it (from the older snapshot the section itself holds, it would not breach)."""
     def nic(index: int, name: str, **values: int) -> DeviceSnapshot:
         counted = dict.fromkeys(("symbol_error", "port_rcv_errors", "link_error_recovery",
                                  "link_downed"), 0)
